@@ -1,0 +1,3 @@
+from ncdc.cli import main
+
+main()

@@ -1,0 +1,76 @@
+"""Errors that ncdc reports to a user as one line, with the exit code of the command-line contract.
+
+Every stage raises a subclass of `NcdcError`; the command line prints `error.line()` on stderr
+and exits with `error.exit_code`. A traceback is shown only with `--debug`.
+
+    >>> SpecError("unknown axis 'z'", where="mm.yaml:4: inputs.A.axes[1]", hint="declare it under axes").line()
+    "mm.yaml:4: inputs.A.axes[1]: unknown axis 'z' (hint: declare it under axes)"
+"""
+
+from __future__ import annotations
+
+# Exit codes (DESIGN.md, "Command line"): 0 ok, 1 a check failed, 2 bad input or usage,
+# 3 compile error, 4 no GPU where one is needed.
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_COMPILE_ERROR = 3
+EXIT_NO_GPU = 4
+
+
+class NcdcError(Exception):
+    """An error meant for the user: what went wrong, where, and what to try."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.where = where
+        self.hint = hint
+
+    def line(self) -> str:
+        """The whole error as one line (newlines in the message are folded)."""
+        text = " ".join(self.message.split("\n"))
+        if self.where:
+            text = f"{self.where}: {text}"
+        if self.hint:
+            text = f"{text} (hint: {self.hint})"
+        return text
+
+    def __str__(self) -> str:
+        return self.line()
+
+
+class SpecError(NcdcError):
+    """A diagram spec that cannot be read or is not valid."""
+
+
+class UsageError(NcdcError):
+    """A bad command-line argument or option value."""
+
+
+class HardwareError(NcdcError):
+    """A hardware profile that is missing, malformed or inconsistent."""
+
+
+class PlanError(NcdcError):
+    """A schedule or tile that cannot work: illegal stream, tile over a capacity limit."""
+
+
+class CheckFailed(NcdcError):
+    """A check that ran and failed: a wrong result, a cost over its baseline."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+class CompileError(NcdcError):
+    """The generated source did not compile, or no compiler is available."""
+
+    exit_code = EXIT_COMPILE_ERROR
+
+
+class NoGpuError(NcdcError):
+    """A GPU (or CuPy) is needed and there is none."""
+
+    exit_code = EXIT_NO_GPU
