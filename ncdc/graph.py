@@ -134,9 +134,7 @@ def _kernel(diagram: Diagram, ops: list[Op], saved: set[str], index: int, count:
     woven = tuple(dict.fromkeys(a for name in outputs for a in diagram.tensor(name).axes))
     used = dict.fromkeys(a for op in ops for n in op.inputs for a in diagram.tensor(n).axes)
     reduced = tuple(a for a in used if a not in woven)
-    rows = tuple(
-        dict.fromkeys(a for op in ops if op.kind in ("softmax", "norm") for a in op.over)
-    )
+    rows = tuple(dict.fromkeys(a for op in ops if op.kind in ("softmax", "norm") for a in op.over))
     rows = tuple(a for a in rows if a in woven)
     return Kernel(name, tuple(ops), inputs, outputs, woven, reduced, rows)
 
@@ -151,13 +149,24 @@ def graph_to_dict(graph: MemoryGraph) -> dict[str, Any]:
         "hardware": graph.hardware.name,
         "axes": dict(d.axes),
         "levels": [
-            {"name": lv.name, "capacity_bytes": lv.capacity_bytes,
-             "bandwidth_bytes_per_s": lv.bandwidth_bytes_per_s, "per": lv.per}
+            {
+                "name": lv.name,
+                "capacity_bytes": lv.capacity_bytes,
+                "bandwidth_bytes_per_s": lv.bandwidth_bytes_per_s,
+                "per": lv.per,
+            }
             for lv in graph.hardware.levels
         ],  # fmt: skip
         "tensors": [
-            {"name": n.tensor.name, "axes": list(n.tensor.axes), "dtype": n.tensor.dtype,
-             "role": n.role, "home": n.home, "values": n.values, "bytes": n.bytes}
+            {
+                "name": n.tensor.name,
+                "axes": list(n.tensor.axes),
+                "dtype": n.tensor.dtype,
+                "role": n.role,
+                "home": n.home,
+                "values": n.values,
+                "bytes": n.bytes,
+            }
             for n in graph.tensors.values()
         ],  # fmt: skip
         "kernels": [

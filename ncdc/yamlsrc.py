@@ -137,7 +137,9 @@ def _convert(
         return _scalar(node, where, path)
     seen.add(id(node))
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(n, path + (i,), lines, spans, source, seen) for i, n in enumerate(node.value)]
+        return [
+            _convert(n, path + (i,), lines, spans, source, seen) for i, n in enumerate(node.value)
+        ]
     assert isinstance(node, yaml.MappingNode)
     out: dict[str, Any] = {}
     for key_node, value_node in node.value:

@@ -1,0 +1,166 @@
+"""The `ncdc` command line: parse, call one library function, report.
+
+Data goes to stdout (a table, or JSON with `--format json`); messages go to stderr. Every
+error known to ncdc is one line with a hint and the exit code of the contract in
+DESIGN.md (0 ok, 1 check failed, 2 bad input, 3 compile error, 4 no GPU); `--debug`
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ncdc import __version__
+from ncdc.errors import EXIT_BAD_INPUT, NcdcError
+from ncdc.graph import MemoryGraph, build_graph, graph_to_dict
+from ncdc.hardware import Hardware, apply_overrides, hardware_to_dict, list_profiles, load_hardware
+from ncdc.output import emit, note, stderr
+from ncdc.spec import load_diagram, parse_assignments
+from ncdc.views import find_specs, graph_tree, hardware_list_table, hardware_table
+
+app = typer.Typer(
+    name="ncdc",
+    help="Neural circuit diagram compiler: IO-aware cost models and CUDA kernels from diagrams.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+# Options shared by the commands, declared once.
+SpecArg = Annotated[Path, typer.Argument(help="A diagram spec (YAML).", show_default=False)]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", help="Override an axis size, AXIS=SIZE (repeatable).", metavar="AXIS=SIZE"
+    ),
+]
+HardwareOpt = Annotated[
+    str, typer.Option("--hardware", help="GPU profile name or YAML file.", metavar="NAME|FILE")
+]
+HwOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--hw",
+        help="Override one profile number, LEVEL.capacity=BYTES or LEVEL.bandwidth=BYTES_PER_S.",
+        metavar="LEVEL.FIELD=VALUE",
+    ),
+]
+FormatOpt = Annotated[str, typer.Option("--format", help="table or json.")]
+
+
+def load_machine(hardware: str, hw: list[str] | None) -> Hardware:
+    """The hardware profile named on the command line, with `--hw` overrides applied."""
+    return apply_overrides(load_hardware(hardware), hw or [])
+
+
+def load_graph(
+    spec: Path, sizes: list[str] | None, hardware: str, hw: list[str] | None
+) -> MemoryGraph:
+    """Spec + `--set` + profile + `--hw` -> the memory graph."""
+    diagram = load_diagram(spec, parse_assignments(sizes or []))
+    return build_graph(diagram, load_machine(hardware, hw))
+
+
+@app.command()
+def show(
+    spec: SpecArg,
+    set_: SetOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Print the hierarchical memory graph of a diagram as a tree."""
+    graph = load_graph(spec, set_, hardware, hw)
+    emit(graph_to_dict(graph), fmt, lambda: graph_tree(graph))
+
+
+@app.command()
+def check(
+    paths: Annotated[list[Path], typer.Argument(help="Spec files or folders to validate.")],
+    hardware: HardwareOpt = "h200",
+) -> None:
+    """Validate every spec under PATHS; exit 2 naming each bad one."""
+    specs = find_specs(paths)
+    machine = load_hardware(hardware)
+    bad = 0
+    for path in specs:
+        try:
+            build_graph(load_diagram(path), machine)
+        except NcdcError as e:
+            bad += 1
+            stderr.print(f"error: {e.line()}", markup=False, soft_wrap=True)
+    note(f"{len(specs) - bad} of {len(specs)} specs valid")
+    if bad:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command("hardware")
+def hardware_cmd(
+    name: Annotated[str | None, typer.Argument(help="A profile name or YAML file.")] = None,
+    hw: HwOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """List the GPU profiles, or show one with every number's source."""
+    if name is None:
+        profiles = [load_hardware(n) for n in list_profiles()]
+        emit([hardware_to_dict(p) for p in profiles], fmt, lambda: hardware_list_table(profiles))
+        return
+    machine = load_machine(name, hw)
+    emit(hardware_to_dict(machine), fmt, lambda: hardware_table(machine))
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"ncdc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """ncdc: diagrams in, cost models and kernels out."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app, turning ncdc's errors into one line and an exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args  # accepted anywhere on the line, not only before the command
+    if debug:
+        args = [a for a in args if a != "--debug"]
+    try:
+        code = app(args, prog_name="ncdc", standalone_mode=False)
+    except NcdcError as e:
+        if debug:
+            raise
+        stderr.print(f"error: {e.line()}", markup=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        stderr.print("interrupted", markup=False)
+        sys.exit(130)
+    except Exception as e:  # click's usage errors, and anything unexpected
+        usage = getattr(e, "format_message", None)
+        if usage is not None and not debug:
+            stderr.print(f"error: {usage()} (hint: ncdc --help)", markup=False, soft_wrap=True)
+            sys.exit(getattr(e, "exit_code", EXIT_BAD_INPUT))
+        if debug:
+            raise
+        stderr.print(
+            f"error: internal error: {type(e).__name__}: {e} (hint: rerun with --debug and "
+            "report it)",
+            markup=False,
+            soft_wrap=True,
+        )
+        sys.exit(70)
+    if isinstance(code, int) and code:
+        sys.exit(code)

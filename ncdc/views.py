@@ -1,0 +1,119 @@
+"""Human views of ncdc's data: rich trees and tables for `show` and `hardware`, and the
+search for spec files that `check` walks. Pure presentation; no decisions are made here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+from rich.tree import Tree
+
+from ncdc.errors import UsageError
+from ncdc.graph import ON_CHIP, MemoryGraph
+from ncdc.hardware import Hardware
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def find_specs(paths: Iterable[Path]) -> list[Path]:
+    """Every spec file named, or found under a named folder, sorted within each folder."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise UsageError("no such file or folder", where=str(path), hint="check the path")
+    if not found:
+        raise UsageError(
+            "no spec files found", where=" ".join(map(str, paths)), hint="specs end in .yaml"
+        )
+    return found
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_rate(n: float, unit: str) -> str:
+    """4.8e12, 'B/s' -> '4.80 TB/s' (decimal prefixes, as datasheets print them)."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {prefix}{unit}"
+    return f"{n:.2f} {unit}"
+
+
+def graph_tree(graph: MemoryGraph) -> Tree:
+    """The memory graph as a tree: levels, then each kernel's loads, operations and saves."""
+    d = graph.diagram
+    root = Tree(f"[bold]{d.name}[/] on {escape(graph.hardware.title)}  ({escape(d.source)})")
+    if d.doc:
+        root.add(f"[dim]{escape(d.doc)}[/]")
+    root.add("axes: " + "  ".join(f"{a}={n}" for a, n in d.axes.items()))
+    levels = root.add("memory levels (top first)")
+    for lv in graph.hardware.levels:
+        levels.add(
+            f"[bold]{lv.name}[/]  {format_bytes(lv.capacity_bytes)} per {lv.per}, "
+            f"{format_rate(lv.bandwidth_bytes_per_s, 'B/s')} out"
+        )
+    for k in graph.kernels:
+        node = root.add(
+            f"kernel [bold]{k.name}[/]  woven: {' '.join(k.woven) or '-'}  "
+            f"consumed inside: {' '.join(k.reduced) or '-'}"
+        )
+        for name in k.inputs:
+            t = graph.tensors[name]
+            node.add(f"load  {_tensor_label(graph, name)}  from {t.home}")
+        for op in k.ops:
+            t = graph.tensors[op.out]
+            where = "stays on chip" if t.home == ON_CHIP else f"saved to {t.home}"
+            detail = f"over {' '.join(op.over)}" if op.over else "elementwise"
+            node.add(
+                f"[cyan]{escape(op.text)}[/]  ({op.kind}, {detail})  -> {_tensor_label(graph, op.out)}, {where}"
+            )
+        for name in k.outputs:
+            node.add(f"save  {_tensor_label(graph, name)}  to {graph.tensors[name].home}")
+    return root
+
+
+def _tensor_label(graph: MemoryGraph, name: str) -> str:
+    t = graph.tensors[name]
+    axes = " ".join(t.tensor.axes)
+    return escape(f"{name}[{axes}] {t.tensor.dtype} {format_bytes(t.bytes)}")
+
+
+def hardware_list_table(profiles: list[Hardware]) -> Table:
+    table = Table(title="GPU profiles (ncdc hardware NAME shows one with sources)")
+    for col in ("name", "title", "arch", "SMs", "top level", "bf16 tensor", "fp32 cuda"):
+        table.add_column(col)
+    for hw in profiles:
+        top = hw.levels[0]
+        table.add_row(
+            hw.name,
+            hw.title,
+            hw.arch,
+            str(hw.limits.sms),
+            f"{format_bytes(top.capacity_bytes)}, {format_rate(top.bandwidth_bytes_per_s, 'B/s')}",
+            format_rate(hw.rates.get("tensor", {}).get("bf16", 0), "FLOP/s"),
+            format_rate(hw.rates.get("cuda", {}).get("fp32", 0), "FLOP/s"),
+        )
+    return table
+
+
+def hardware_table(hw: Hardware) -> Table:
+    """Every number of one profile with its unit, source and kind."""
+    table = Table(title=f"{hw.name}: {hw.title} ({hw.arch}, {hw.clock_hz / 1e6:.0f} MHz)")
+    for col in ("quantity", "value", "kind", "source"):
+        table.add_column(col, overflow="fold")
+    for path, src in hw.sources.items():
+        table.add_row(path, f"{src.value:g} {src.unit}", src.kind, src.source)
+    return table
