@@ -3,8 +3,9 @@
 Every stage raises a subclass of `NcdcError`; the command line prints `error.line()` on stderr
 and exits with `error.exit_code`. A traceback is shown only with `--debug`.
 
-    >>> SpecError("unknown axis 'z'", where="mm.yaml:4: inputs.A.axes[1]", hint="declare it under axes").line()
-    "mm.yaml:4: inputs.A.axes[1]: unknown axis 'z' (hint: declare it under axes)"
+    >>> e = SpecError("unknown axis 'z'", where="mm.yaml:4: inputs.A.axes[1]", hint="declare it")
+    >>> e.line()
+    "mm.yaml:4: inputs.A.axes[1]: unknown axis 'z' (hint: declare it)"
 """
 
 from __future__ import annotations

@@ -50,9 +50,20 @@ MAX_AXIS_SIZE = 2**31 - 1
 MAX_NAME_LENGTH = 48
 
 UNARY_MAPS = (
-    "exp", "log", "relu", "gelu", "silu", "sigmoid", "tanh", "neg", "abs",
-    "sqrt", "rsqrt", "recip", "square",
-)  # fmt: skip
+    "exp",
+    "log",
+    "relu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "neg",
+    "abs",
+    "sqrt",
+    "rsqrt",
+    "recip",
+    "square",
+)
 BINARY_MAPS = ("add", "sub", "mul", "div", "max", "min")
 REDUCTIONS = ("sum", "max", "mean")
 
@@ -272,12 +283,18 @@ class _Validator:
     def diagram(self) -> Diagram:
         data = self.doc.data
         if not isinstance(data, dict):
-            raise self.fail((), f"expected a mapping of diagram keys, found {_kind(data)}",
-                            "start with `ncdc: 1` and `name:`")  # fmt: skip
+            raise self.fail(
+                (),
+                f"expected a mapping of diagram keys, found {_kind(data)}",
+                "start with `ncdc: 1` and `name:`",
+            )
         self.keys(data, (), _TOP_KEYS, _REQUIRED_TOP)
         if data["ncdc"] != FORMAT_VERSION or isinstance(data["ncdc"], bool):
-            raise self.fail(("ncdc",), f"expected format version {FORMAT_VERSION}, "
-                            f"found {data['ncdc']!r}", "write `ncdc: 1`")  # fmt: skip
+            raise self.fail(
+                ("ncdc",),
+                f"expected format version {FORMAT_VERSION}, found {data['ncdc']!r}",
+                "write `ncdc: 1`",
+            )
         name = self.name(data["name"], ("name",), "diagram name")
         doc = data.get("doc", "")
         if not isinstance(doc, str):
@@ -288,20 +305,25 @@ class _Validator:
         outputs = self.outputs(data["outputs"], inputs, ops)
         schedule = self.schedule(data.get("schedule", {}), axes, ops, outputs)
         self.check_used(inputs, ops, outputs)
-        return Diagram(name, doc.strip(), axes, tuple(inputs), tuple(ops), outputs, schedule,
-                       self.doc.source)  # fmt: skip
+        return Diagram(
+            name, doc.strip(), axes, tuple(inputs), tuple(ops), outputs, schedule, self.doc.source
+        )
 
     # -- small checks ----------------------------------------------------------------
 
     def keys(self, data: dict, path: YamlPath, allowed: set[str], required: Iterable[str]) -> None:
         for key in data:
             if key not in allowed:
-                raise self.fail(path + (key,), f"unknown key '{key}'; expected one of "
-                                f"{_names(sorted(allowed))}", _did_you_mean(key, allowed))  # fmt: skip
+                raise self.fail(
+                    path + (key,),
+                    f"unknown key '{key}'; expected one of {_names(sorted(allowed))}",
+                    _did_you_mean(key, allowed),
+                )
         for key in required:
             if key not in data:
-                raise self.fail(path, f"missing key '{key}'",
-                                f"add `{key}:` (see docs/diagram-language.md)")  # fmt: skip
+                raise self.fail(
+                    path, f"missing key '{key}'", f"add `{key}:` (see docs/diagram-language.md)"
+                )
 
     def name(self, value: Any, path: YamlPath, what: str) -> str:
         if not isinstance(value, str):
@@ -326,8 +348,11 @@ class _Validator:
 
     def known_axis(self, axis: str, axes: Mapping[str, int], path: YamlPath) -> str:
         if axis not in axes:
-            raise self.fail(path, f"unknown axis '{axis}'; declared axes are {_names(axes)}",
-                            _did_you_mean(axis, axes) or "declare it under `axes:`")  # fmt: skip
+            raise self.fail(
+                path,
+                f"unknown axis '{axis}'; declared axes are {_names(axes)}",
+                _did_you_mean(axis, axes) or "declare it under `axes:`",
+            )
         return axis
 
     # -- sections --------------------------------------------------------------------
@@ -341,11 +366,15 @@ class _Validator:
             path = ("axes", axis)
             self.name(axis, path, "axis name")
             if isinstance(size, bool) or not isinstance(size, int):
-                raise self.fail(path, f"expected a whole number as the size of '{axis}', "
-                                f"found {_kind(size)}", "e.g. `q: 4096`")  # fmt: skip
+                raise self.fail(
+                    path,
+                    f"expected a whole number as the size of '{axis}', found {_kind(size)}",
+                    "e.g. `q: 4096`",
+                )
             if not 1 <= size <= MAX_AXIS_SIZE:
-                raise self.fail(path, f"expected a size from 1 to {MAX_AXIS_SIZE} for "
-                                f"'{axis}', found {size}")  # fmt: skip
+                raise self.fail(
+                    path, f"expected a size from 1 to {MAX_AXIS_SIZE} for '{axis}', found {size}"
+                )
             axes[axis] = size
         return axes
 
@@ -363,35 +392,48 @@ class _Validator:
             for i, axis in enumerate(names):
                 self.known_axis(axis, axes, path + ("axes", i))
             if len(set(names)) != len(names):
-                raise self.fail(path + ("axes",), f"expected distinct axes, found {names}",
-                                "a tensor has each axis once")  # fmt: skip
+                raise self.fail(
+                    path + ("axes",),
+                    f"expected distinct axes, found {names}",
+                    "a tensor has each axis once",
+                )
             out.append(Tensor(name, tuple(names), self.dtype(decl["dtype"], path + ("dtype",))))
         return out
 
     def dtype(self, value: Any, path: YamlPath) -> str:
         if value not in DTYPE_BYTES:
-            raise self.fail(path, f"unknown dtype {value!r}; expected one of "
-                            f"{_names(DTYPE_BYTES)}", _did_you_mean(str(value), DTYPE_BYTES))  # fmt: skip
+            raise self.fail(
+                path,
+                f"unknown dtype {value!r}; expected one of {_names(DTYPE_BYTES)}",
+                _did_you_mean(str(value), DTYPE_BYTES),
+            )
         return str(value)
 
     def ops(self, value: Any, axes: Mapping[str, int], inputs: dict[str, Tensor]) -> list[Op]:
         if not isinstance(value, list) or not value:
-            raise self.fail(("ops",), f"expected a list of operations, found {_kind(value)}",
-                            "e.g. `- C = contract(A, B, over=k)`")  # fmt: skip
+            raise self.fail(
+                ("ops",),
+                f"expected a list of operations, found {_kind(value)}",
+                "e.g. `- C = contract(A, B, over=k)`",
+            )
         statements = []
         for i, text in enumerate(value):
             if isinstance(text, dict) and len(text) == 1:
                 text = self.doc.raw(("ops", i))  # 'Y = f(X, over=a)' read as a mapping
             if not isinstance(text, str):
-                raise self.fail(("ops", i), f"expected an operation like 'Y = exp(X)', "
-                                f"found {_kind(text)}", "quote it if it contains a colon")  # fmt: skip
+                raise self.fail(
+                    ("ops", i),
+                    f"expected an operation like 'Y = exp(X)', found {_kind(text)}",
+                    "quote it if it contains a colon",
+                )
             statements.append(parse_op_text(text, self.doc.where(("ops", i))))
         defined = dict(inputs)
         for i, st in enumerate(statements):
             self.name(st.out, ("ops", i), "result name")
             if st.out in defined:
-                raise self.fail(("ops", i), f"'{st.out}' is defined twice",
-                                "give each result its own name")  # fmt: skip
+                raise self.fail(
+                    ("ops", i), f"'{st.out}' is defined twice", "give each result its own name"
+                )
             defined[st.out] = Tensor(st.out, (), "fp32")  # shape filled in by _infer
         # Infer shapes in dependency order, so an op may refer to a later line.
         ops: dict[str, Op] = {}
@@ -409,35 +451,54 @@ class _Validator:
             if not progressed:
                 i = pending[0]
                 cycle = " -> ".join(statements[j].out for j in pending)
-                raise self.fail(("ops", i), f"operations depend on each other in a cycle: "
-                                f"{cycle}", "a result cannot feed its own inputs")  # fmt: skip
+                raise self.fail(
+                    ("ops", i),
+                    f"operations depend on each other in a cycle: {cycle}",
+                    "a result cannot feed its own inputs",
+                )
         return list(ops.values())  # inference order is a topological order
 
-    def infer(self, st: _Statement, i: int, axes: Mapping[str, int],
-              known: dict[str, Tensor], defined: dict[str, Tensor]) -> Op:  # fmt: skip
+    def infer(
+        self,
+        st: _Statement,
+        i: int,
+        axes: Mapping[str, int],
+        known: dict[str, Tensor],
+        defined: dict[str, Tensor],
+    ) -> Op:
         """Check one parsed statement against the registry and infer its result's shape."""
         path: YamlPath = ("ops", i)
-        where = self.doc.where(path)
         sig = OPERATIONS.get(st.fn)
         if sig is None:
-            raise self.fail(path, f"unknown operation '{st.fn}'; expected one of "
-                            f"{_names(sorted(OPERATIONS))}", _did_you_mean(st.fn, OPERATIONS))  # fmt: skip
+            raise self.fail(
+                path,
+                f"unknown operation '{st.fn}'; expected one of {_names(sorted(OPERATIONS))}",
+                _did_you_mean(st.fn, OPERATIONS),
+            )
         if st.fn == "max" and len(st.args) == 1:
             sig = _REDUCE_MAX
         if len(st.args) != sig.operands:
-            raise self.fail(path, f"{st.fn} expects {sig.operands} operand(s), found "
-                            f"{len(st.args)}: '{st.text}'")  # fmt: skip
+            raise self.fail(
+                path,
+                f"{st.fn} expects {sig.operands} operand(s), found {len(st.args)}: '{st.text}'",
+            )
         for key in st.kwargs:
             if key not in sig.keywords:
-                raise self.fail(path, f"{st.fn} has no argument '{key}'; expected "
-                                f"{_names(sorted(sig.keywords)) or 'none'}",
-                                _did_you_mean(key, sig.keywords))  # fmt: skip
+                raise self.fail(
+                    path,
+                    f"{st.fn} has no argument '{key}'; expected "
+                    f"{_names(sorted(sig.keywords)) or 'none'}",
+                    _did_you_mean(key, sig.keywords),
+                )
         for key in sig.required:
             if key not in st.kwargs:
                 raise self.fail(path, f"{st.fn} needs '{key}='", f"e.g. {_EXAMPLES[sig.kind]}")
         if st.trailing_scale is not None and sig.kind != "contract":
-            raise self.fail(path, f"a trailing '* {st.trailing_scale}' is only allowed on "
-                            "contract", f"write mul({st.out}_in, {st.trailing_scale})")  # fmt: skip
+            raise self.fail(
+                path,
+                f"a trailing '* {st.trailing_scale}' is only allowed on contract",
+                f"write mul({st.out}_in, {st.trailing_scale})",
+            )
 
         def tensor(arg: Any, what: str) -> Tensor:
             if not isinstance(arg, str):
@@ -455,8 +516,11 @@ class _Validator:
             for a in names:
                 self.known_axis(a, axes, path)
                 if a not in t.axes:
-                    raise self.fail(path, f"{st.fn} over '{a}', but {t.name} has axes "
-                                    f"{list(t.axes)}", f"choose one of {_names(t.axes)}")  # fmt: skip
+                    raise self.fail(
+                        path,
+                        f"{st.fn} over '{a}', but {t.name} has axes {list(t.axes)}",
+                        f"choose one of {_names(t.axes)}",
+                    )
             return tuple(names)
 
         dtype_kw = st.kwargs.get("dtype")
@@ -472,14 +536,20 @@ class _Validator:
                 red = over(a)
                 for x in red:
                     if x not in b.axes:
-                        raise self.fail(path, f"contract over '{x}', but {b.name} has axes "
-                                        f"{list(b.axes)}", "both operands need the axis")  # fmt: skip
+                        raise self.fail(
+                            path,
+                            f"contract over '{x}', but {b.name} has axes {list(b.axes)}",
+                            "both operands need the axis",
+                        )
             elif len(shared) == 1:
                 red = (shared[0],)
             else:
-                raise self.fail(path, f"contract of {a.name} and {b.name} shares axes "
-                                f"{shared}; expected 'over=' to say which are summed",
-                                f"e.g. contract({a.name}, {b.name}, over={(shared or ['k'])[-1]})")  # fmt: skip
+                raise self.fail(
+                    path,
+                    f"contract of {a.name} and {b.name} shares axes "
+                    f"{shared}; expected 'over=' to say which are summed",
+                    f"e.g. contract({a.name}, {b.name}, over={(shared or ['k'])[-1]})",
+                )
             out_axes = tuple(x for x in a.axes + b.axes if x not in red)
             out_axes = tuple(dict.fromkeys(out_axes))
             scale = self.scales(st, path, known)
@@ -499,9 +569,12 @@ class _Validator:
                     if key in st.kwargs:
                         w = tensor(st.kwargs[key], key)
                         if set(w.axes) - set(red_axes):
-                            raise self.fail(path, f"{key} {w.name} has axes {list(w.axes)}; "
-                                            f"expected only the normalised axes "
-                                            f"{list(red_axes)}")  # fmt: skip
+                            raise self.fail(
+                                path,
+                                f"{key} {w.name} has axes {list(w.axes)}; "
+                                f"expected only the normalised axes "
+                                f"{list(red_axes)}",
+                            )
                         params[key] = w.name
             if kind == "mask":
                 for key in ("query", "key"):
@@ -510,8 +583,10 @@ class _Validator:
                         raise self.fail(path, f"expected an axis name for '{key}', found {ax!r}")
                     self.known_axis(ax, axes, path)
                     if ax not in x.axes:
-                        raise self.fail(path, f"causal {key} axis '{ax}' is not an axis of "
-                                        f"{x.name} {list(x.axes)}")  # fmt: skip
+                        raise self.fail(
+                            path,
+                            f"causal {key} axis '{ax}' is not an axis of {x.name} {list(x.axes)}",
+                        )
                     params[key] = ax
                 if params["query"] == params["key"]:
                     raise self.fail(path, "causal needs two different axes for query and key")
@@ -531,9 +606,19 @@ class _Validator:
             operands = tuple(st.args)
             dtype = out_dtype or max((t.dtype for t in tensors), key=_DTYPE_RANK.__getitem__)
             red_axes = ()
-        return Op(out=st.out, fn=st.fn, kind=kind, operands=operands, over=red_axes,
-                  axes=out_axes, dtype=dtype, scale=scale, params=params,
-                  line=self.doc.line(path), text=st.text)  # fmt: skip
+        return Op(
+            out=st.out,
+            fn=st.fn,
+            kind=kind,
+            operands=operands,
+            over=red_axes,
+            axes=out_axes,
+            dtype=dtype,
+            scale=scale,
+            params=params,
+            line=self.doc.line(path),
+            text=st.text,
+        )
 
     def number(self, value: Any, path: YamlPath, what: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -552,11 +637,17 @@ class _Validator:
             if isinstance(item, str):
                 t = known.get(item)
                 if t is None:
-                    raise self.fail(path, f"unknown scale tensor '{item}'",
-                                    "declare it as an input with `axes: []`")  # fmt: skip
+                    raise self.fail(
+                        path,
+                        f"unknown scale tensor '{item}'",
+                        "declare it as an input with `axes: []`",
+                    )
                 if t.axes:
-                    raise self.fail(path, f"scale {item} must be a scalar (axes: []), found "
-                                    f"axes {list(t.axes)}", "per-tensor scales only")  # fmt: skip
+                    raise self.fail(
+                        path,
+                        f"scale {item} must be a scalar (axes: []), found axes {list(t.axes)}",
+                        "per-tensor scales only",
+                    )
                 out.append(item)
             else:
                 out.append(self.number(item, path, "scale"))
@@ -570,18 +661,25 @@ class _Validator:
         input_names = {t.name for t in inputs}
         for i, name in enumerate(names):
             if name in input_names:
-                raise self.fail(("outputs", i), f"output '{name}' is an input; expected a "
-                                "computed result", "outputs are results of ops")  # fmt: skip
+                raise self.fail(
+                    ("outputs", i),
+                    f"output '{name}' is an input; expected a computed result",
+                    "outputs are results of ops",
+                )
             if name not in results:
-                raise self.fail(("outputs", i), f"output '{name}' is not computed by any "
-                                f"operation; results are {_names(results)}",
-                                _did_you_mean(name, results))  # fmt: skip
+                raise self.fail(
+                    ("outputs", i),
+                    f"output '{name}' is not computed by any "
+                    f"operation; results are {_names(results)}",
+                    _did_you_mean(name, results),
+                )
         if len(set(names)) != len(names):
             raise self.fail(("outputs",), f"expected distinct outputs, found {names}")
         return tuple(names)
 
-    def schedule(self, value: Any, axes: Mapping[str, int], ops: list[Op],
-                 outputs: tuple[str, ...]) -> Schedule:  # fmt: skip
+    def schedule(
+        self, value: Any, axes: Mapping[str, int], ops: list[Op], outputs: tuple[str, ...]
+    ) -> Schedule:
         value = self.mapping(value, ("schedule",), "schedule keys")
         self.keys(value, ("schedule",), _SCHEDULE_KEYS, ())
         lists = {}
@@ -592,8 +690,11 @@ class _Validator:
             lists[key] = tuple(names)
         both = set(lists["group"]) & set(lists["stream"])
         if both:
-            raise self.fail(("schedule",), f"axis {sorted(both)[0]!r} is both grouped and "
-                            "streamed", "an axis is either grouped or streamed")  # fmt: skip
+            raise self.fail(
+                ("schedule",),
+                f"axis {sorted(both)[0]!r} is both grouped and streamed",
+                "an axis is either grouped or streamed",
+            )
         tiles = self.mapping(value.get("tiles", {}), ("schedule", "tiles"), "axes to sizes")
         for axis, size in tiles.items():
             path: YamlPath = ("schedule", "tiles", axis)
@@ -601,28 +702,41 @@ class _Validator:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise self.fail(path, f"expected a positive whole tile size, found {size!r}")
             if size > axes[axis]:
-                raise self.fail(path, f"tile {size} is larger than axis '{axis}' "
-                                f"({axes[axis]})", f"use at most {axes[axis]}")  # fmt: skip
-        mat = self.name_list(value.get("materialize", []), ("schedule", "materialize"),
-                             "intermediates")  # fmt: skip
+                raise self.fail(
+                    path,
+                    f"tile {size} is larger than axis '{axis}' ({axes[axis]})",
+                    f"use at most {axes[axis]}",
+                )
+        mat = self.name_list(
+            value.get("materialize", []), ("schedule", "materialize"), "intermediates"
+        )
         results = {op.out for op in ops}
         for i, name in enumerate(mat):
             if name not in results or name in outputs:
-                raise self.fail(("schedule", "materialize", i), f"'{name}' is not an "
-                                f"intermediate result; expected one of "
-                                f"{_names(results - set(outputs))}")  # fmt: skip
+                raise self.fail(
+                    ("schedule", "materialize", i),
+                    f"'{name}' is not an "
+                    f"intermediate result; expected one of "
+                    f"{_names(results - set(outputs))}",
+                )
         return Schedule(lists["group"], lists["stream"], dict(tiles), tuple(mat))
 
     def check_used(self, inputs: list[Tensor], ops: list[Op], outputs: tuple) -> None:
         used = {n for op in ops for n in op.inputs}
         for t in inputs:
             if t.name not in used:
-                raise self.fail(("inputs", t.name), f"input '{t.name}' is never used",
-                                "remove it or use it in an operation")  # fmt: skip
+                raise self.fail(
+                    ("inputs", t.name),
+                    f"input '{t.name}' is never used",
+                    "remove it or use it in an operation",
+                )
         for op in ops:
             if op.out not in used and op.out not in outputs:
-                raise self.fail(("ops",), f"result '{op.out}' (line {op.line}) is computed "
-                                "but never used", "list it under outputs or remove it")  # fmt: skip
+                raise self.fail(
+                    ("ops",),
+                    f"result '{op.out}' (line {op.line}) is computed but never used",
+                    "list it under outputs or remove it",
+                )
 
 
 _EXAMPLES = {
@@ -645,14 +759,24 @@ def _contract_dtype(a: str, b: str) -> str:
 def check_identifier(name: str, what: str, where: str) -> None:
     """Names reach generated C++, so they must be plain identifiers and not reserved."""
     if not _IDENT.match(name):
-        raise SpecError(f"expected a {what} made of letters, digits and '_' starting with a "
-                        f"letter, found {name!r}", where=where, hint="e.g. `Q`, `scores`, `d_head`")  # fmt: skip
+        raise SpecError(
+            f"expected a {what} made of letters, digits and '_' starting with a "
+            f"letter, found {name!r}",
+            where=where,
+            hint="e.g. `Q`, `scores`, `d_head`",
+        )
     if len(name) > MAX_NAME_LENGTH:
-        raise SpecError(f"{what} '{name[:20]}...' is {len(name)} characters; expected at most "
-                        f"{MAX_NAME_LENGTH}", where=where)  # fmt: skip
+        raise SpecError(
+            f"{what} '{name[:20]}...' is {len(name)} characters; expected at most "
+            f"{MAX_NAME_LENGTH}",
+            where=where,
+        )
     if name in _RESERVED or name.startswith(("ncdc", "NCDC", "cuda", "__")):
-        raise SpecError(f"{what} '{name}' is reserved in generated C++", where=where,
-                        hint=f"rename it, e.g. '{name}_'")  # fmt: skip
+        raise SpecError(
+            f"{what} '{name}' is reserved in generated C++",
+            where=where,
+            hint=f"rename it, e.g. '{name}_'",
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -678,8 +802,13 @@ class _Statement:
     def names(self) -> list[str]:
         found = [a for a in self.args if isinstance(a, str)]
         for v in self.kwargs.values():
-            found += [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)] \
-                if isinstance(v, list) else []  # fmt: skip
+            found += (
+                [v]
+                if isinstance(v, str)
+                else [x for x in v if isinstance(x, str)]
+                if isinstance(v, list)
+                else []
+            )
         return found
 
 
@@ -690,8 +819,11 @@ def parse_op_text(text: str, where: str) -> _Statement:
 
     def fail(expected: str) -> SpecError:
         found = f"'{tokens[pos][1]}'" if pos < len(tokens) else "the end"
-        return SpecError(f"cannot parse '{text.strip()}': expected {expected}, found {found}",
-                         where=where, hint="write e.g. 'C = contract(A, B, over=k)'")  # fmt: skip
+        return SpecError(
+            f"cannot parse '{text.strip()}': expected {expected}, found {found}",
+            where=where,
+            hint="write e.g. 'C = contract(A, B, over=k)'",
+        )
 
     def take(kind: str, value: str | None = None) -> str:
         nonlocal pos
@@ -753,9 +885,11 @@ def _tokenize(text: str, where: str) -> list[tuple[str, str]]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise SpecError(f"unexpected character {text[pos]!r} at column {pos + 1} of "
-                            f"'{text.strip()}'", where=where,
-                            hint="operations look like 'Y = gelu(X)'")  # fmt: skip
+            raise SpecError(
+                f"unexpected character {text[pos]!r} at column {pos + 1} of '{text.strip()}'",
+                where=where,
+                hint="operations look like 'Y = gelu(X)'",
+            )
         kind = m.lastgroup or "punct"
         tokens.append((kind, m.group(kind)))
         pos = m.end()

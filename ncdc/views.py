@@ -77,9 +77,8 @@ def graph_tree(graph: MemoryGraph) -> Tree:
             t = graph.tensors[op.out]
             where = "stays on chip" if t.home == ON_CHIP else f"saved to {t.home}"
             detail = f"over {' '.join(op.over)}" if op.over else "elementwise"
-            node.add(
-                f"[cyan]{escape(op.text)}[/]  ({op.kind}, {detail})  -> {_tensor_label(graph, op.out)}, {where}"
-            )
+            label = _tensor_label(graph, op.out)
+            node.add(f"[cyan]{escape(op.text)}[/]  ({op.kind}, {detail})  -> {label}, {where}")
         for name in k.outputs:
             node.add(f"save  {_tensor_label(graph, name)}  to {graph.tensors[name].home}")
     return root
