@@ -322,7 +322,7 @@ class _Validator:
         for key in required:
             if key not in data:
                 raise self.fail(
-                    path, f"missing key '{key}'", f"add `{key}:` (see docs/diagram-language.md)"
+                    path, f"missing key '{key}'", f"add `{key}:`; see docs/diagram-language.md"
                 )
 
     def name(self, value: Any, path: YamlPath, what: str) -> str:
@@ -453,7 +453,8 @@ class _Validator:
                 cycle = " -> ".join(statements[j].out for j in pending)
                 raise self.fail(
                     ("ops", i),
-                    f"operations depend on each other in a cycle: {cycle}",
+                    f"operations depend on each other in a cycle: {cycle} -> "
+                    f"{statements[i].out}",
                     "a result cannot feed its own inputs",
                 )
         return list(ops.values())  # inference order is a topological order
@@ -497,7 +498,7 @@ class _Validator:
             raise self.fail(
                 path,
                 f"a trailing '* {st.trailing_scale}' is only allowed on contract",
-                f"write mul({st.out}_in, {st.trailing_scale})",
+                f"scale in an op of its own: mul(X, {st.trailing_scale})",
             )
 
         def tensor(arg: Any, what: str) -> Tensor:
@@ -671,7 +672,7 @@ class _Validator:
                     ("outputs", i),
                     f"output '{name}' is not computed by any "
                     f"operation; results are {_names(results)}",
-                    _did_you_mean(name, results),
+                    _did_you_mean(name, results) or "add an operation that computes it",
                 )
         if len(set(names)) != len(names):
             raise self.fail(("outputs",), f"expected distinct outputs, found {names}")
@@ -713,11 +714,13 @@ class _Validator:
         results = {op.out for op in ops}
         for i, name in enumerate(mat):
             if name not in results or name in outputs:
+                inner = sorted(results - set(outputs))
                 raise self.fail(
                     ("schedule", "materialize", i),
-                    f"'{name}' is not an "
-                    f"intermediate result; expected one of "
-                    f"{_names(results - set(outputs))}",
+                    f"'{name}' is not an intermediate result; expected one of "
+                    f"{_names(inner)}" if inner else f"'{name}' is not an intermediate result, "
+                    "and this diagram has none",
+                    "materialize names results that are neither inputs nor outputs",
                 )
         return Schedule(lists["group"], lists["stream"], dict(tiles), tuple(mat))
 
@@ -885,6 +888,7 @@ def _tokenize(text: str, where: str) -> list[tuple[str, str]]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
+            pos += len(text[pos:]) - len(text[pos:].lstrip())
             raise SpecError(
                 f"unexpected character {text[pos]!r} at column {pos + 1} of '{text.strip()}'",
                 where=where,
