@@ -1,0 +1,395 @@
+"""The CPU backend: compile a generated CUDA C++ kernel with the host C++ compiler and run it.
+
+The same `.cu` source that NVRTC compiles for a GPU is compiled with g++ (or `$CXX`) against
+the emulation headers in `templates/include/` (see docs/cpu-backend.md): the threads of a
+block run as fibers with real barriers, warp collectives, `ldmatrix`, `mma.sync` and
+`cp.async` follow their PTX semantics. NumPy arrays are the device memory.
+
+    >>> mod = build("tests/emulator_kernels/copy.cu")
+    >>> traffic = mod.launch("copy_f32", grid=4, block=128, args=[src, dst, np.int32(n)])
+    >>> traffic.bytes_read
+    2048
+
+Shared libraries are cached under `$NCDC_CACHE/emu` (default `~/.cache/ncdc/emu`), keyed on
+the source, the headers, the compiler version and the flags.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import importlib.resources
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ncdc.errors import CheckFailed, CompileError, NcdcError
+
+SANITIZERS = (None, "address")
+_BASE_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
+_SANITIZE_FLAGS = {"address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")}
+_ERROR_LINE = re.compile(
+    r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$"
+)
+_SCALAR_DTYPES = {
+    "i1": np.int8, "i2": np.int16, "i4": np.int32, "i8": np.int64,
+    "u1": np.uint8, "u2": np.uint16, "u4": np.uint32, "u8": np.uint64,
+    "f4": np.float32, "f8": np.float64,
+}  # fmt: skip
+_ERR_LEN = 1024
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Global-memory bytes a launch issued (loads, stores, cp.async, atomics), before caches."""
+
+    bytes_read: int
+    bytes_written: int
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.bytes_read + other.bytes_read, self.bytes_written + other.bytes_written)
+
+
+def include_dir() -> Path:
+    """The folder of ncdc's device headers (`templates/include`), installed or in the tree."""
+    try:
+        folder = Path(str(importlib.resources.files("ncdc.templates.include")))
+        if (folder / "ncdc_runtime.cuh").is_file():
+            return folder
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parent.parent / "templates" / "include"
+
+
+def emu_cache_dir() -> Path:
+    """`$NCDC_CACHE/emu`, else `$XDG_CACHE_HOME/ncdc/emu`, else `~/.cache/ncdc/emu`."""
+    if env := os.environ.get("NCDC_CACHE"):
+        return Path(env).expanduser() / "emu"
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg).expanduser() / "ncdc" / "emu"
+    return Path.home() / ".cache" / "ncdc" / "emu"
+
+
+def find_compiler() -> str:
+    """`$CXX`, else g++, else c++; a CompileError if there is none."""
+    for name in (os.environ.get("CXX"), "g++", "c++"):
+        if name and (path := shutil.which(name)):
+            return path
+    raise CompileError(
+        "no C++ compiler found for the cpu backend",
+        hint="install g++ (apt-get install g++) or set $CXX",
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _compiler_version(cxx: str) -> str:
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+def _headers_digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.iterdir() if p.suffix in (".h", ".cuh")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _read_source(source: str | Path) -> tuple[str, Path | None]:
+    """The source text and, when it came from a file, that file."""
+    if isinstance(source, Path) or ("\n" not in source and Path(source).is_file()):
+        path = Path(source)
+        try:
+            return path.read_text(), path
+        except OSError as e:
+            raise NcdcError(f"cannot read kernel source: {e}", where=str(path)) from e
+    return source, None
+
+
+def _first_error(stderr: str) -> CompileError:
+    for line in stderr.splitlines():
+        if m := _ERROR_LINE.match(line.strip()):
+            return CompileError(m["msg"], where=f"{m['file']}:{m['line']}")
+    tail = stderr.strip().splitlines()
+    return CompileError("host compiler failed: " + (tail[-1] if tail else "no output"))
+
+
+def build(
+    source: str | Path,
+    *,
+    sanitize: str | None = None,
+    cache_dir: Path | None = None,
+    defines: dict[str, Any] | None = None,
+) -> EmulatedModule:
+    """Compile a kernel source (text, or a path to a .cu file) for the CPU backend.
+
+    `sanitize="address"` builds with AddressSanitizer; launches then run in a subprocess and
+    an out-of-bounds access raises CheckFailed naming the kernel, block and thread.
+
+        >>> mod = build(Path("gemm.cu"), defines={"BM": 64})
+    """
+    if sanitize not in SANITIZERS:
+        raise NcdcError(f"unknown sanitizer {sanitize!r}", hint=f"choose one of {SANITIZERS}")
+    text, path = _read_source(source)
+    cxx = find_compiler()
+    inc = include_dir()
+    flags = [*_BASE_FLAGS, *_SANITIZE_FLAGS.get(sanitize or "", ())]
+    flags += [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
+    key_text = "\0".join([text, _headers_digest(inc), _compiler_version(cxx), *flags])
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
+    folder = cache_dir if cache_dir is not None else emu_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = (path.stem if path else "kernel") + "-" + key
+    lib = folder / f"{stem}.so"
+    if not lib.is_file():
+        src = path
+        if src is None:
+            src = folder / f"{stem}.cu"
+            _write_atomic(src, text.encode())
+        _compile(cxx, flags, inc, src, lib)
+    return EmulatedModule(lib, sanitize)
+
+
+def _compile(cxx: str, flags: list[str], inc: Path, src: Path, lib: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=lib.parent, prefix=lib.stem, suffix=".tmp.so")
+    os.close(fd)
+    cmd = [cxx, *flags, "-I", str(inc), "-I", str(src.parent), "-x", "c++", str(src), "-o", tmp]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise _first_error(out.stderr)
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _dim3(v: int | Sequence[int]) -> tuple[int, int, int]:
+    t = (int(v),) if isinstance(v, (int, np.integer)) else tuple(int(x) for x in v)
+    if not 1 <= len(t) <= 3 or min(t) < 1:
+        raise NcdcError(f"a grid or block is 1 to 3 positive sizes, got {v!r}")
+    return (t + (1, 1))[:3]  # type: ignore[return-value]
+
+
+class EmulatedModule:
+    """A kernel library built for the CPU backend; `launch` runs one of its kernels."""
+
+    def __init__(self, library: Path, sanitize: str | None = None):
+        self.library = library
+        self.sanitize = sanitize
+        self._dll = ctypes.CDLL(str(library)) if sanitize is None else None
+
+    def signature(self, kernel: str) -> list[str]:
+        """The kernel's parameters: "p" for a pointer, "i4", "f4", "u8"... for scalars."""
+        dll = self._dll if self._dll is not None else ctypes.CDLL(str(self.library))
+        try:
+            fn = getattr(dll, f"ncdc_signature_{kernel}")
+        except AttributeError:
+            raise NcdcError(
+                f"no kernel {kernel!r} in {self.library.name}",
+                hint="the source must end with NCDC_EXPORT_KERNEL(name)",
+            ) from None
+        fn.restype = ctypes.c_char_p
+        sig = fn().decode()
+        return sig.split(",") if sig else []
+
+    def launch(
+        self,
+        kernel: str,
+        grid: int | Sequence[int],
+        block: int | Sequence[int],
+        args: Sequence[Any],
+        dynamic_smem: int = 0,
+    ) -> Traffic:
+        """Run `kernel` over `grid` x `block`; arrays are device memory, written in place.
+
+        Arrays must be contiguous; scalars are passed by value with the kernel's parameter
+        type (a NumPy scalar must match it exactly; a Python number is converted).
+        """
+        sig = self.signature(kernel)
+        values = _check_args(kernel, sig, args)
+        g, b = _dim3(grid), _dim3(block)
+        if self.sanitize is None:
+            assert self._dll is not None
+            return _run(self._dll, kernel, g, b, int(dynamic_smem), values)
+        arrays = [v for v in values if isinstance(v, np.ndarray)]
+        outputs, traffic = _run_sanitized(self.library, kernel, g, b, int(dynamic_smem), values)
+        for dst, src in zip(arrays, outputs, strict=True):
+            dst[...] = src
+        return traffic
+
+
+def _check_args(kernel: str, sig: list[str], args: Sequence[Any]) -> list[Any]:
+    if len(sig) != len(args):
+        raise NcdcError(
+            f"kernel {kernel} takes {len(sig)} arguments ({','.join(sig)}), got {len(args)}"
+        )
+    values: list[Any] = []
+    for i, (code, a) in enumerate(zip(sig, args, strict=True)):
+        if code == "p":
+            if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+                raise NcdcError(
+                    f"argument {i} of {kernel} is a pointer: pass a C-contiguous NumPy array",
+                    hint="np.ascontiguousarray(x)",
+                )
+            values.append(a.reshape(1) if a.ndim == 0 else a)  # 0-d means "by value" below
+        elif code in _SCALAR_DTYPES:
+            dtype = np.dtype(_SCALAR_DTYPES[code])
+            if isinstance(a, np.generic) and a.dtype != dtype:
+                raise NcdcError(f"argument {i} of {kernel} is {dtype}, got a NumPy {a.dtype}")
+            if isinstance(a, np.ndarray):
+                raise NcdcError(f"argument {i} of {kernel} is a {dtype} scalar, got an array")
+            values.append(np.array(a, dtype=dtype))
+        else:
+            raise NcdcError(
+                f"argument {i} of {kernel} has a by-value type the launcher cannot pass ({code})"
+            )
+    return values
+
+
+def _run(
+    dll: ctypes.CDLL,
+    kernel: str,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    smem: int,
+    values: list[Any],
+) -> Traffic:
+    """Call the library's launch entry; arrays are passed by pointer, 0-d arrays by value."""
+    n = len(values)
+    ptrs = (ctypes.c_void_p * max(n, 1))()
+    slots = (ctypes.c_void_p * max(n, 1))()  # the pointer values the kernel's pointer args read
+    ranges = []
+    for i, v in enumerate(values):
+        if v.ndim == 0:
+            ptrs[i] = v.ctypes.data
+        else:
+            slots[i] = v.ctypes.data
+            ptrs[i] = ctypes.addressof(slots) + i * ctypes.sizeof(ctypes.c_void_p)
+            ranges += [v.ctypes.data, v.ctypes.data + v.nbytes]
+    fn = getattr(dll, f"ncdc_launch_{kernel}")
+    fn.restype = ctypes.c_int
+    range_arr = (ctypes.c_ulonglong * max(len(ranges), 1))(*ranges)
+    traffic = (ctypes.c_ulonglong * 2)()
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    rc = fn(
+        (ctypes.c_uint * 3)(*grid),
+        (ctypes.c_uint * 3)(*block),
+        ctypes.c_ulonglong(smem),
+        ptrs,
+        range_arr,
+        ctypes.c_int(len(ranges) // 2),
+        traffic,
+        err,
+        ctypes.c_int(_ERR_LEN),
+    )
+    if rc != 0:
+        raise NcdcError(err.value.decode(errors="replace"))
+    return Traffic(int(traffic[0]), int(traffic[1]))
+
+
+# ---- AddressSanitizer runs: a subprocess with libasan preloaded ------------------------------
+
+
+def _asan_runtime() -> str:
+    cxx = find_compiler()
+    out = subprocess.run([cxx, "-print-file-name=libasan.so"], capture_output=True, text=True)
+    path = out.stdout.strip()
+    if not path or not os.path.isabs(path) or not os.path.exists(path):
+        raise NcdcError(
+            "AddressSanitizer runtime (libasan.so) not found", hint="apt-get install libasan8"
+        )
+    return os.path.realpath(path)
+
+
+def _run_sanitized(
+    library: Path,
+    kernel: str,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    smem: int,
+    values: list[Any],
+) -> tuple[list[np.ndarray], Traffic]:
+    with tempfile.TemporaryDirectory(prefix="ncdc-asan-") as tmp:
+        request, response = Path(tmp) / "request.pkl", Path(tmp) / "response.pkl"
+        request.write_bytes(pickle.dumps((str(library), kernel, grid, block, smem, values)))
+        env = dict(os.environ)
+        env["LD_PRELOAD"] = _asan_runtime()
+        env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:allocator_may_return_null=1"
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+        code = "import sys, ncdc.emulate as e; e._sanitized_child(sys.argv[1], sys.argv[2])"
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(request), str(response)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0 or not response.is_file():
+            raise _asan_failure(kernel, proc.stderr)
+        outputs, traffic, error = pickle.loads(response.read_bytes())
+    if error:
+        raise NcdcError(error)
+    return outputs, Traffic(*traffic)
+
+
+def _asan_failure(kernel: str, stderr: str) -> NcdcError:
+    kind = re.search(r"ERROR: AddressSanitizer: ([\w-]+)", stderr)
+    access = re.search(r"^(READ|WRITE) of size (\d+)", stderr, re.M)
+    where = re.search(r"^NCDC-EMU-WHERE: (.*)$", stderr, re.M)
+    if not kind:
+        tail = stderr.strip().splitlines()[-1:] or ["no output"]
+        return NcdcError(f"sanitized run of {kernel} failed: {tail[0]}")
+    text = f"AddressSanitizer: {kind[1]}"
+    if access:
+        text += f": {access[1]} of size {access[2]}"
+    text += f" in {where[1]}" if where else f" in kernel {kernel}"
+    return CheckFailed(text)
+
+
+def _sanitized_child(request: str, response: str) -> None:
+    """Runs in the subprocess: device buffers are malloc'd inside the library (redzones)."""
+    library, kernel, grid, block, smem, values = pickle.loads(Path(request).read_bytes())
+    dll = ctypes.CDLL(library)
+    dll.ncdc_emu_malloc.restype = ctypes.c_void_p
+    dll.ncdc_emu_malloc.argtypes = [ctypes.c_ulonglong]
+    dll.ncdc_emu_free.argtypes = [ctypes.c_void_p]
+    buffers = []
+    device = []
+    for v in values:
+        if v.ndim == 0:
+            device.append(v)
+            continue
+        ptr = dll.ncdc_emu_malloc(v.nbytes)
+        ctypes.memmove(ptr, v.ctypes.data, v.nbytes)
+        buffers.append((ptr, v))
+        array_t = ctypes.c_ubyte * v.nbytes
+        device.append(np.frombuffer(array_t.from_address(ptr), dtype=v.dtype).reshape(v.shape))
+    error, traffic = "", (0, 0)
+    try:
+        t = _run(dll, kernel, grid, block, smem, device)
+        traffic = (t.bytes_read, t.bytes_written)
+    except NcdcError as e:
+        error = e.line()
+    outputs = [d.copy() for d in device if d.ndim != 0]
+    for ptr, _ in buffers:
+        dll.ncdc_emu_free(ptr)
+    Path(response).write_bytes(pickle.dumps((outputs, traffic, error)))

@@ -1,0 +1,635 @@
+// ncdc CPU emulation of the CUDA execution model (host C++17 only; never seen by NVRTC).
+//
+// One OS thread runs one block at a time; the block's CUDA threads are fibers on that OS
+// thread, switched cooperatively at every collective (__syncthreads, __syncwarp, shuffles,
+// ballot, ldmatrix, mma). Blocks of a grid run in parallel on a pool of OS threads
+// (NCDC_EMU_THREADS, default: the number of cores). A barrier that some thread can never
+// reach (it exited, or waits at a different barrier) is reported as a deadlock that names
+// the kernel, the block and the threads, instead of hanging.
+//
+// Invariants the rest of the headers rely on:
+//   * a fiber never migrates between OS threads, so `thread_local` is per block;
+//   * a warp collective deposits per-lane inputs in a per-warp scratch slot, the last lane
+//     to arrive computes every lane's result (one snapshot, as the hardware does), and the
+//     slots alternate by barrier generation so a collective needs only one warp barrier.
+#pragma once
+#ifndef NCDC_EMU_H
+#define NCDC_EMU_H
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define NCDC_ASAN 1
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+// ---- CUDA keywords --------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+#ifdef NCDC_ASAN
+// ASan runs blocks one at a time on one OS thread; plain statics get redzones.
+#define __shared__ static
+#else
+// Per OS thread = per block, shared by the block's fibers.
+#define __shared__ static thread_local
+#endif
+#define __constant__ static
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+using uint3 = dim3;
+
+// CUDA vector types (the ones kernels use for vectorised memory access).
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+inline int2 make_int2(int x, int y) { return {x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
+inline thread_local dim3 threadIdx;
+inline thread_local dim3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+constexpr int warpSize = 32;
+
+namespace ncdc {
+namespace emu {
+
+// ---- context switch --------------------------------------------------------------------
+#if defined(__x86_64__)
+// ncdc_emu_switch(save, load): saves callee-saved registers, MXCSR and the x87 control word
+// on the current stack, stores the stack pointer in *save and resumes the stack `load`.
+extern "C" void ncdc_emu_switch(void** save, void* load);
+__asm__(
+    ".text\n"
+    ".weak ncdc_emu_switch\n"
+    ".hidden ncdc_emu_switch\n"
+    ".type ncdc_emu_switch,@function\n"
+    "ncdc_emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size ncdc_emu_switch, .-ncdc_emu_switch\n");
+
+struct Context {
+  void* sp = nullptr;
+};
+inline void context_init(Context& c, char* stack, size_t size, void (*entry)()) {
+  auto top = reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t(15);
+  auto* slot = reinterpret_cast<uint64_t*>(top);
+  slot[-1] = 0;  // fake return address of `entry`, which never returns
+  slot[-2] = reinterpret_cast<uint64_t>(entry);
+  for (int i = 3; i <= 8; ++i) slot[-i] = 0;  // rbp rbx r12 r13 r14 r15
+  slot[-9] = 0x1F80ull | (0x037Full << 32);  // MXCSR default, x87 control word default
+  c.sp = &slot[-9];
+}
+inline void context_switch(Context& from, Context& to) { ncdc_emu_switch(&from.sp, to.sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void context_init(Context& c, char* stack, size_t size, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+inline void context_switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
+// ---- scheduler state -------------------------------------------------------------------
+enum class Wait : uint8_t { kRun, kBlock, kWarp, kDone };
+
+struct CopyOp {  // one pending cp.async
+  void* dst;
+  const void* src;
+  uint32_t size;
+  uint32_t src_bytes;
+};
+
+struct Fiber {
+  Context ctx;
+#ifdef NCDC_ASAN
+  void* fake_stack = nullptr;
+#endif
+  char* stack = nullptr;
+  Wait wait = Wait::kRun;
+  unsigned warp_mask = 0;  // lanes of the warp collective this fiber waits at
+  dim3 idx;
+  std::vector<CopyOp> copies;         // issued cp.async, oldest first, from copy_head
+  std::vector<size_t> group_ends;     // end index in `copies` of each committed group
+  size_t copy_head = 0, group_head = 0;
+};
+
+struct WarpSlot {
+  alignas(16) unsigned char in[48];
+  alignas(16) unsigned char out[16];
+};
+
+struct Warp {
+  unsigned arrived = 0;
+  unsigned exists = 0;  // lanes that exist (a partial last warp has fewer)
+  unsigned gen = 0;
+  WarpSlot slots[2][32];
+};
+
+using Invoker = void (*)(const void* kernel, void** args);
+
+struct Launch {
+  const char* kernel_name;
+  const void* kernel;
+  Invoker invoke;
+  void** args;
+  dim3 grid, block;
+  size_t dynamic_smem;
+  const uint64_t* ranges;  // [begin, end) pairs of the global buffers
+  int nranges;
+  std::atomic<uint64_t> next_block{0};
+  std::atomic<bool> failed{false};
+  std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
+  std::string error;
+  std::atomic_flag error_lock = ATOMIC_FLAG_INIT;
+  void set_error(const std::string& msg) {
+    while (error_lock.test_and_set()) {
+    }
+    if (!failed.load()) {
+      error = msg;
+      failed.store(true);
+    }
+    error_lock.clear();
+  }
+};
+
+struct Worker {
+  Launch* launch = nullptr;
+  Context sched;
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  unsigned nthreads = 0, current = 0, done = 0;
+  unsigned block_arrived = 0;
+  bool abort = false;
+  char* stacks = nullptr;
+  size_t stack_size = 0, stacks_bytes = 0;
+  unsigned char* dynamic_smem = nullptr;
+  uint64_t bytes_read = 0, bytes_written = 0;
+#ifdef NCDC_ASAN
+  void* fake_stack = nullptr;
+  const void* sched_bottom = nullptr;
+  size_t sched_size = 0;
+#endif
+};
+
+inline thread_local Worker* tl_worker = nullptr;
+
+inline std::string fmt_dim(const dim3& d) {
+  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+}
+
+// Where the emulator is now, for error reports: "kernel K block (x,y,z) thread (x,y,z)".
+inline std::string where() {
+  Worker* w = tl_worker;
+  if (!w || !w->launch) return "outside any kernel";
+  return std::string("kernel ") + w->launch->kernel_name + " block " + fmt_dim(blockIdx) +
+         " thread " + fmt_dim(threadIdx);
+}
+
+inline void switch_to_scheduler() {
+  Worker& w = *tl_worker;
+  Fiber& f = w.fibers[w.current];
+#ifdef NCDC_ASAN
+  __sanitizer_start_switch_fiber(&f.fake_stack, w.sched_bottom, w.sched_size);
+  context_switch(f.ctx, w.sched);
+  __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
+#else
+  context_switch(f.ctx, w.sched);
+#endif
+}
+
+// Stops the block: the scheduler abandons its fibers and the launch reports `msg`.
+[[noreturn]] inline void fail(const std::string& msg) {
+  Worker& w = *tl_worker;
+  w.launch->set_error(msg + " (" + where() + ")");
+  w.abort = true;
+  w.fibers[w.current].wait = Wait::kDone;
+  switch_to_scheduler();
+  std::abort();  // never resumed
+}
+
+inline Fiber& self() { return tl_worker->fibers[tl_worker->current]; }
+inline unsigned linear_tid() { return tl_worker->current; }
+inline unsigned lane_id() { return tl_worker->current & 31u; }
+inline Warp& my_warp() { return tl_worker->warps[tl_worker->current >> 5]; }
+
+// Block barrier (bar.sync 0): released when every thread of the block has arrived.
+inline void sync_block() {
+  Worker& w = *tl_worker;
+  if (++w.block_arrived == w.nthreads) {
+    w.block_arrived = 0;
+    for (auto& f : w.fibers)
+      if (f.wait == Wait::kBlock) f.wait = Wait::kRun;
+    return;
+  }
+  self().wait = Wait::kBlock;
+  switch_to_scheduler();
+}
+
+// Warp barrier over `mask` (restricted to existing lanes). The last lane to arrive runs
+// `on_all_arrived(slots)` before releasing the others. Returns the slot parity used.
+template <class F>
+inline unsigned warp_collective(unsigned mask, const void* in, size_t in_bytes, F&& on_all_arrived) {
+  Worker& w = *tl_worker;
+  Warp& warp = my_warp();
+  unsigned lane = lane_id();
+  mask &= warp.exists;
+  if (!(mask >> lane & 1u)) fail("warp collective with a mask that excludes the calling lane");
+  unsigned parity = warp.gen & 1u;
+  if (in_bytes) std::memcpy(warp.slots[parity][lane].in, in, in_bytes);
+  warp.arrived |= 1u << lane;
+  if ((warp.arrived & mask) == mask) {
+    on_all_arrived(warp.slots[parity]);
+    warp.arrived &= ~mask;
+    ++warp.gen;
+    unsigned base = w.current & ~31u;
+    for (unsigned l = 0; l < 32; ++l) {
+      if ((mask >> l & 1u) && l != lane) w.fibers[base + l].wait = Wait::kRun;
+    }
+    return parity;
+  }
+  Fiber& f = self();
+  f.wait = Wait::kWarp;
+  f.warp_mask = mask;
+  switch_to_scheduler();
+  return parity;
+}
+
+inline void sync_warp(unsigned mask) {
+  warp_collective(mask, nullptr, 0, [](WarpSlot*) {});
+}
+
+// Exchanges one 8-byte value per lane; returns the slots (valid until this lane's next
+// collective, by the alternating-parity invariant).
+inline const WarpSlot* warp_exchange(unsigned mask, uint64_t value) {
+  unsigned parity = warp_collective(mask, &value, sizeof value, [](WarpSlot*) {});
+  return my_warp().slots[parity];
+}
+inline uint64_t slot_u64(const WarpSlot& s) {
+  uint64_t v;
+  std::memcpy(&v, s.in, sizeof v);
+  return v;
+}
+
+// ---- global memory accounting -------------------------------------------------------------
+inline void count_read(size_t n) { tl_worker->bytes_read += n; }
+inline void count_write(size_t n) { tl_worker->bytes_written += n; }
+inline bool is_global(const void* p) {
+  auto a = reinterpret_cast<uint64_t>(p);
+  const Launch* l = tl_worker->launch;
+  for (int i = 0; i < l->nranges; ++i)
+    if (a >= l->ranges[2 * i] && a < l->ranges[2 * i + 1]) return true;
+  return false;
+}
+
+// ---- cp.async ------------------------------------------------------------------------------
+inline void copy_issue(void* dst, const void* src, uint32_t size, uint32_t src_bytes) {
+  if (src_bytes > size) fail("cp.async src_bytes larger than the copy size");
+  count_read(src_bytes);
+  self().copies.push_back({dst, src, size, src_bytes});
+}
+inline void copy_commit() {
+  Fiber& f = self();
+  f.group_ends.push_back(f.copies.size());
+}
+inline void copy_perform(const CopyOp& op) {
+  if (op.src_bytes) std::memcpy(op.dst, op.src, op.src_bytes);
+  if (op.size > op.src_bytes)
+    std::memset(static_cast<char*>(op.dst) + op.src_bytes, 0, op.size - op.src_bytes);
+}
+// cp.async.wait_group n: performs the oldest committed groups until at most n are pending.
+inline void copy_wait(unsigned n) {
+  Fiber& f = self();
+  while (f.group_ends.size() - f.group_head > n) {
+    size_t end = f.group_ends[f.group_head++];
+    for (; f.copy_head < end; ++f.copy_head) copy_perform(f.copies[f.copy_head]);
+  }
+  if (f.group_head == f.group_ends.size()) {
+    f.group_ends.clear();
+    f.group_head = 0;
+    f.copies.erase(f.copies.begin(), f.copies.begin() + static_cast<long>(f.copy_head));
+    f.copy_head = 0;
+  }
+}
+
+// ---- running a launch -------------------------------------------------------------------------
+inline void fiber_entry() {
+  Worker& w = *tl_worker;
+#ifdef NCDC_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &w.sched_bottom, &w.sched_size);
+#endif
+  w.launch->invoke(w.launch->kernel, w.launch->args);
+  Fiber& f = w.fibers[w.current];
+  f.wait = Wait::kDone;
+  ++w.done;
+  f.copies.clear();
+  f.group_ends.clear();
+  f.copy_head = f.group_head = 0;
+#ifdef NCDC_ASAN
+  __sanitizer_start_switch_fiber(nullptr, w.sched_bottom, w.sched_size);  // fiber finished
+#endif
+  context_switch(f.ctx, w.sched);
+  std::abort();  // a finished fiber is never resumed
+}
+
+inline const char* wait_name(Wait s) {
+  switch (s) {
+    case Wait::kBlock: return "waits at __syncthreads";
+    case Wait::kWarp: return "waits at a warp collective";
+    case Wait::kDone: return "has exited";
+    default: return "is running";
+  }
+}
+
+inline std::string describe_deadlock(Worker& w) {
+  auto tid = [&](unsigned i) { return fmt_dim(w.fibers[i].idx); };
+  for (unsigned i = 0; i < w.nthreads; ++i) {
+    const Fiber& f = w.fibers[i];
+    if (f.wait == Wait::kBlock) {
+      for (unsigned j = 0; j < w.nthreads; ++j)
+        if (w.fibers[j].wait != Wait::kBlock)
+          return "thread " + tid(i) + " waits at __syncthreads but thread " + tid(j) + " " +
+                 wait_name(w.fibers[j].wait);
+    }
+    if (f.wait == Wait::kWarp) {
+      unsigned base = i & ~31u;
+      for (unsigned l = 0; l < 32; ++l) {
+        if (!(f.warp_mask >> l & 1u)) continue;
+        const Fiber& g = w.fibers[base + l];
+        if (g.wait != Wait::kWarp)
+          return "thread " + tid(i) + " waits at a warp collective but lane " + std::to_string(l) +
+                 " (thread " + tid(base + l) + ") " + wait_name(g.wait);
+      }
+      return "thread " + tid(i) + " waits at a warp collective whose lanes use different masks";
+    }
+  }
+  return "no thread can make progress";
+}
+
+inline void run_block(Worker& w, const dim3& bidx) {
+  Launch& l = *w.launch;
+  blockIdx = bidx;
+  w.done = 0;
+  w.block_arrived = 0;
+  for (auto& warp : w.warps) {
+    warp.arrived = 0;
+    warp.gen = 0;
+  }
+  for (unsigned i = 0; i < w.nthreads; ++i) {
+    Fiber& f = w.fibers[i];
+    f.wait = Wait::kRun;
+#ifdef NCDC_ASAN
+    __asan_unpoison_memory_region(f.stack, w.stack_size);  // frames abandoned by the last block
+#endif
+    context_init(f.ctx, f.stack, w.stack_size, fiber_entry);
+  }
+  if (w.dynamic_smem) std::memset(w.dynamic_smem, 0xff, l.dynamic_smem);  // NaN garbage
+  while (w.done < w.nthreads) {
+    bool ran = false;
+    for (unsigned i = 0; i < w.nthreads; ++i) {
+      Fiber& f = w.fibers[i];
+      if (f.wait != Wait::kRun) continue;
+      w.current = i;
+      threadIdx = f.idx;
+      ran = true;
+#ifdef NCDC_ASAN
+      __sanitizer_start_switch_fiber(&w.fake_stack, f.stack, w.stack_size);
+      context_switch(w.sched, f.ctx);
+      __sanitizer_finish_switch_fiber(w.fake_stack, nullptr, nullptr);
+#else
+      context_switch(w.sched, f.ctx);
+#endif
+      if (w.abort) return;
+    }
+    if (!ran) {
+      l.set_error("deadlock in kernel " + std::string(l.kernel_name) + " block " + fmt_dim(bidx) +
+                  ": " + describe_deadlock(w));
+      w.abort = true;
+      return;
+    }
+  }
+}
+
+inline size_t env_size(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  long long n = std::atoll(v);
+  return n > 0 ? static_cast<size_t>(n) : fallback;
+}
+
+inline void worker_main(Launch& l) {
+  Worker w;
+  tl_worker = &w;
+  w.launch = &l;
+  blockDim = l.block;
+  gridDim = l.grid;
+  w.nthreads = l.block.x * l.block.y * l.block.z;
+  w.stack_size = (env_size("NCDC_EMU_STACK_KIB", 128) * 1024 + 4095) & ~size_t(4095);
+  size_t page = 4096, per = w.stack_size + page;  // one guard page below each stack
+  w.stacks_bytes = per * w.nthreads;
+  void* mem = mmap(nullptr, w.stacks_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+  if (mem == MAP_FAILED) {
+    l.set_error("cannot allocate fiber stacks");
+    tl_worker = nullptr;
+    return;
+  }
+  w.stacks = static_cast<char*>(mem);
+  w.fibers.resize(w.nthreads);
+  w.warps.resize((w.nthreads + 31) / 32);
+  for (unsigned i = 0; i < w.nthreads; ++i) {
+    Fiber& f = w.fibers[i];
+    char* base = w.stacks + i * per;
+    mprotect(base, page, PROT_NONE);
+    f.stack = base + page;
+    f.idx = dim3(i % l.block.x, (i / l.block.x) % l.block.y, i / (l.block.x * l.block.y));
+    w.warps[i / 32].exists |= 1u << (i % 32);
+  }
+  if (l.dynamic_smem) {
+#ifdef NCDC_ASAN
+    w.dynamic_smem = static_cast<unsigned char*>(std::malloc(l.dynamic_smem));  // exact redzones
+#else
+    w.dynamic_smem = static_cast<unsigned char*>(std::aligned_alloc(128, (l.dynamic_smem + 127) & ~size_t(127)));
+#endif
+  }
+  uint64_t nblocks = uint64_t(l.grid.x) * l.grid.y * l.grid.z;
+  for (;;) {
+    if (l.failed.load(std::memory_order_relaxed)) break;
+    uint64_t b = l.next_block.fetch_add(1);
+    if (b >= nblocks) break;
+    dim3 bidx(unsigned(b % l.grid.x), unsigned((b / l.grid.x) % l.grid.y),
+              unsigned(b / (uint64_t(l.grid.x) * l.grid.y)));
+    run_block(w, bidx);
+    if (w.abort) break;
+  }
+  l.bytes_read += w.bytes_read;
+  l.bytes_written += w.bytes_written;
+  std::free(w.dynamic_smem);
+#ifdef NCDC_ASAN
+  for (auto& f : w.fibers) __asan_unpoison_memory_region(f.stack, w.stack_size);
+#endif
+  munmap(w.stacks, w.stacks_bytes);
+  tl_worker = nullptr;
+}
+
+#ifdef NCDC_ASAN
+// Printed by ASan right before its report: which CUDA thread made the bad access.
+inline void asan_report(const char*) {
+  std::fprintf(stderr, "NCDC-EMU-WHERE: %s\n", where().c_str());
+  std::fflush(stderr);
+}
+#endif
+
+inline int launch(const char* name, const void* kernel, Invoker invoke, const unsigned* grid,
+                  const unsigned* block, unsigned long long smem, void** args,
+                  const unsigned long long* ranges, int nranges, unsigned long long* traffic,
+                  char* err, int errlen) {
+#ifdef NCDC_ASAN
+  __asan_set_error_report_callback(asan_report);
+#endif
+  Launch l;
+  l.kernel_name = name;
+  l.kernel = kernel;
+  l.invoke = invoke;
+  l.args = args;
+  l.grid = dim3(grid[0], grid[1], grid[2]);
+  l.block = dim3(block[0], block[1], block[2]);
+  l.dynamic_smem = smem;
+  l.ranges = reinterpret_cast<const uint64_t*>(ranges);
+  l.nranges = nranges;
+  uint64_t nblocks = uint64_t(l.grid.x) * l.grid.y * l.grid.z;
+  uint64_t nthreads = uint64_t(l.block.x) * l.block.y * l.block.z;
+  if (nblocks == 0 || nthreads == 0 || nthreads > 1024) {
+    l.set_error("invalid launch: grid " + fmt_dim(l.grid) + " block " + fmt_dim(l.block) +
+                " (a block holds 1 to 1024 threads)");
+  } else {
+#ifdef NCDC_ASAN
+    size_t nworkers = 1;
+#else
+    size_t nworkers = env_size("NCDC_EMU_THREADS", std::max(1u, std::thread::hardware_concurrency()));
+#endif
+    nworkers = std::min<uint64_t>(nworkers, nblocks);
+    if (nworkers <= 1) {
+      worker_main(l);
+    } else {
+      std::vector<std::thread> pool;
+      for (size_t i = 0; i < nworkers; ++i) pool.emplace_back([&l] { worker_main(l); });
+      for (auto& t : pool) t.join();
+    }
+  }
+  traffic[0] = l.bytes_read;
+  traffic[1] = l.bytes_written;
+  if (l.failed) {
+    std::snprintf(err, size_t(errlen), "%s", l.error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+// Unpacks `void** args` into the kernel's parameters, deduced from its pointer type.
+template <class... P, size_t... I>
+inline void invoke_unpacked(void (*k)(P...), void** args, std::index_sequence<I...>) {
+  k(*static_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(args[I])...);
+}
+template <class... P>
+inline void invoke_kernel(const void* kernel, void** args) {
+  invoke_unpacked(reinterpret_cast<void (*)(P...)>(const_cast<void*>(kernel)), args,
+                  std::index_sequence_for<P...>{});
+}
+template <class... P>
+inline Invoker invoker_for(void (*)(P...)) {
+  return &invoke_kernel<P...>;
+}
+
+// The parameter list as the Python launcher checks it: "p" for a pointer, "i4"/"u8"/"f4"...
+// for a scalar passed by value.
+template <class T>
+inline std::string param_code() {
+  if constexpr (std::is_pointer_v<T>) return "p";
+  else if constexpr (std::is_floating_point_v<T>) return "f" + std::to_string(sizeof(T));
+  else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) return "i" + std::to_string(sizeof(T));
+  else if constexpr (std::is_integral_v<T>) return "u" + std::to_string(sizeof(T));
+  else return "b" + std::to_string(sizeof(T));
+}
+template <class... P>
+inline const char* signature_of(void (*)(P...)) {
+  static const std::string s = [] {
+    std::string out;
+    ((out += (out.empty() ? "" : ",") + param_code<std::remove_cv_t<P>>()), ...);
+    return out;
+  }();
+  return s.c_str();
+}
+
+}  // namespace emu
+}  // namespace ncdc
+
+#define NCDC_EMU_EXPORT extern "C" __attribute__((visibility("default")))
+
+// Ends a generated source: on CPU, the entry points the Python launcher calls.
+#define NCDC_EXPORT_KERNEL(name)                                                             \
+  NCDC_EMU_EXPORT const char* ncdc_signature_##name() {                                      \
+    return ::ncdc::emu::signature_of(&name);                                                 \
+  }                                                                                          \
+  NCDC_EMU_EXPORT int ncdc_launch_##name(const unsigned* grid, const unsigned* block,        \
+                                         unsigned long long smem, void** args,               \
+                                         const unsigned long long* ranges, int nranges,      \
+                                         unsigned long long* traffic, char* err, int errlen) { \
+    return ::ncdc::emu::launch(#name, reinterpret_cast<const void*>(&name),                  \
+                               ::ncdc::emu::invoker_for(&name), grid, block, smem, args,     \
+                               ranges, nranges, traffic, err, errlen);                       \
+  }                                                                                          \
+  static_assert(true, "")
+
+// Device buffers allocated inside the library (sanitized runs: malloc gives them redzones).
+NCDC_EMU_EXPORT __attribute__((weak)) void* ncdc_emu_malloc(unsigned long long n) {
+  return std::malloc(n ? n : 1);
+}
+NCDC_EMU_EXPORT __attribute__((weak)) void ncdc_emu_free(void* p) { std::free(p); }
+
+#endif  // NCDC_EMU_H
