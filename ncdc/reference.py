@@ -1,0 +1,283 @@
+"""The reference: a diagram evaluated in float64 NumPy, straight from its operations.
+
+It shares no code with the kernels, so a wrong template cannot pass by agreeing with
+itself. Values are float64 throughout; only explicit casts round (to the cast's dtype, with
+fp8 saturation), and inputs are rounded to their dtype when they are made, so kernel and
+reference see the same numbers.
+
+    >>> from ncdc.spec import load_diagram
+    >>> d = load_diagram("diagrams/softmax.yaml", {"m": 2, "n": 3})
+    >>> out = evaluate(d, make_inputs(d, seed=0))
+    >>> np.allclose(out["Y"].sum(axis=1), 1.0)
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from functools import cache
+
+import numpy as np
+
+from ncdc.spec import Diagram, Op
+
+# --------------------------------------------------------------------------------------
+# Low-precision formats: rounding (to nearest, ties to even) and storage as raw bits.
+
+FP8_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}
+
+
+@cache
+def _fp8_table(dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """All finite non-negative values of an fp8 format, ascending, with their bit codes."""
+    exp_bits, man_bits, bias = (4, 3, 7) if dtype == "fp8_e4m3" else (5, 2, 15)
+    values, codes = [], []
+    for code in range(128):
+        e, m = code >> man_bits, code & ((1 << man_bits) - 1)
+        if dtype == "fp8_e4m3" and code == 0x7F:
+            continue  # e4m3 has no infinities; 0x7f is NaN
+        if dtype == "fp8_e5m2" and e == (1 << exp_bits) - 1:
+            continue  # inf and NaN
+        if e == 0:
+            v = m / (1 << man_bits) * 2.0 ** (1 - bias)
+        else:
+            v = (1 + m / (1 << man_bits)) * 2.0 ** (e - bias)
+        values.append(v)
+        codes.append(code)
+    return np.array(values), np.array(codes, dtype=np.uint8)
+
+
+def round_fp8(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round to the nearest fp8 value, ties to even, saturating at the largest finite one
+    (the hardware's cvt.rn.satfinite); NaN stays NaN."""
+    values, codes = _fp8_table(dtype)
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    a_clip = np.minimum(np.nan_to_num(a, nan=0.0, posinf=np.inf), values[-1])
+    hi = np.clip(np.searchsorted(values, a_clip), 0, len(values) - 1)
+    lo = np.maximum(hi - 1, 0)
+    d_lo, d_hi = a_clip - values[lo], values[hi] - a_clip
+    even_hi = (codes[hi] & 1) == 0
+    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & even_hi)
+    r = np.where(pick_hi, values[hi], values[lo])
+    r = np.where(np.isnan(a), np.nan, r)
+    return np.copysign(r, x)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    out = rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+    return np.where(np.isnan(x), np.nan, out)
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """`x` rounded to the values `dtype` can hold, as float64."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype == "fp32":
+        return x.astype(np.float32).astype(np.float64)
+    if dtype == "fp16":
+        return x.astype(np.float16).astype(np.float64)
+    if dtype == "bf16":
+        return round_bf16(x)
+    if dtype in FP8_MAX:
+        return round_fp8(x, dtype)
+    if dtype == "int8":
+        return np.clip(np.rint(x), -128, 127)
+    raise ValueError(dtype)
+
+
+def to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Values (float64, already representable) -> the array a kernel reads as `dtype`."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype == "fp32":
+        return x.astype(np.float32)
+    if dtype == "fp16":
+        return x.astype(np.float16)
+    if dtype == "bf16":
+        return (round_bf16(x).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype in FP8_MAX:
+        values, codes = _fp8_table(dtype)
+        r = round_fp8(x, dtype)
+        idx = np.searchsorted(values, np.abs(np.nan_to_num(r)))
+        bits = codes[np.clip(idx, 0, len(codes) - 1)] | np.where(np.signbit(r), 0x80, 0)
+        return np.where(np.isnan(r), 0x7F, bits).astype(np.uint8)
+    if dtype == "int8":
+        return np.clip(np.rint(x), -128, 127).astype(np.int8)
+    raise ValueError(dtype)
+
+
+def from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
+    """The array a kernel wrote as `dtype` -> float64 values."""
+    if dtype in ("fp32", "fp16", "int8"):
+        return a.astype(np.float64)
+    if dtype == "bf16":
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if dtype in FP8_MAX:
+        values, codes = _fp8_table(dtype)
+        lookup = np.full(256, np.nan)
+        lookup[codes] = values
+        lookup[codes | 0x80] = -values
+        return lookup[a]
+    raise ValueError(dtype)
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    """The NumPy dtype that holds `dtype`'s bits."""
+    return np.dtype(
+        {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8_e4m3": np.uint8,
+         "fp8_e5m2": np.uint8, "int8": np.int8}[dtype]
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------
+# Inputs and evaluation
+
+
+def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
+    """Fresh random inputs (float64 values already rounded to each input's dtype).
+
+    Scalars (per-tensor scales) are drawn from [0.5, 2]; tensors from a normal
+    distribution, wider for 8-bit types so their range is used.
+    """
+    rng = np.random.default_rng(seed)
+    out = {}
+    for t in diagram.inputs:
+        shape = tuple(diagram.axes[a] for a in t.axes)
+        if not shape:
+            x = rng.uniform(0.5, 2.0, size=())
+        elif t.dtype == "int8":
+            x = rng.integers(-100, 100, size=shape).astype(np.float64)
+        else:
+            x = rng.standard_normal(shape) * (8.0 if t.dtype in FP8_MAX else 1.0)
+        out[t.name] = round_to(x, t.dtype)
+    return out
+
+
+def evaluate(diagram: Diagram, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor of the diagram (inputs and results), in float64."""
+    env: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
+    axes_of = {t.name: t.axes for t in diagram.tensors}
+    for op in diagram.ops:
+        env[op.out] = _evaluate_op(op, env, axes_of, diagram)
+    return env
+
+
+def _aligned(x: np.ndarray, axes: tuple[str, ...], target: tuple[str, ...]) -> np.ndarray:
+    """View `x` (over `axes`) broadcastable against a tensor over `target`."""
+    order = [axes.index(a) for a in target if a in axes]
+    x = np.transpose(x, order) if order else x
+    shape = [x.shape[[a for a in target if a in axes].index(a)] if a in axes else 1 for a in target]
+    return x.reshape(shape)
+
+
+def _scale(op: Op, env: Mapping[str, np.ndarray]) -> float:
+    s = 1.0
+    for f in op.scale:
+        s *= float(env[f]) if isinstance(f, str) else f
+    return s
+
+
+_UNARY = {
+    "exp": np.exp,
+    "log": np.log,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "tanh": np.tanh,
+    "neg": np.negative,
+    "abs": np.abs,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "recip": lambda x: 1.0 / x,
+    "square": np.square,
+}
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+_REDUCE = {"sum": np.sum, "max": np.max, "mean": np.mean}
+
+_erf_vec = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.asarray(_erf_vec(x), dtype=np.float64)
+
+
+def _evaluate_op(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram) -> np.ndarray:
+    out_axes = op.axes
+    with np.errstate(all="ignore"):
+        if op.kind == "contract":
+            a, b = op.operands
+            letters = {ax: chr(ord("a") + i) for i, ax in enumerate(d.axes)}
+            spec = "{},{}->{}".format(
+                "".join(letters[x] for x in axes_of[a]),  # type: ignore[index]
+                "".join(letters[x] for x in axes_of[b]),  # type: ignore[index]
+                "".join(letters[x] for x in out_axes),
+            )
+            return np.einsum(spec, env[a], env[b], optimize=True) * _scale(op, env)
+        if op.kind == "map":
+            return _UNARY[op.fn](env[op.operands[0]])
+        if op.kind == "binary":
+            args = [
+                _aligned(env[o], axes_of[o], out_axes) if isinstance(o, str) else float(o)
+                for o in op.operands
+            ]
+            return np.broadcast_to(_BINARY[op.fn](*args), [d.axes[a] for a in out_axes]).copy()
+        x = env[op.operands[0]]  # type: ignore[index]
+        src_axes = axes_of[op.operands[0]]  # type: ignore[index]
+        over = tuple(src_axes.index(a) for a in op.over)
+        if op.kind == "reduce":
+            return _REDUCE[op.fn](x, axis=over)
+        if op.kind == "softmax":
+            return _softmax(x, over)
+        if op.kind == "norm":
+            return _norm(op, x, over, env, axes_of, src_axes)
+        if op.kind == "cast":
+            return round_to(x * _scale(op, env), op.params["to"])
+        if op.kind == "mask":
+            return _causal(x, src_axes, op.params["query"], op.params["key"])
+    raise ValueError(f"no reference for {op.kind}")
+
+
+def _softmax(x: np.ndarray, over: tuple[int, ...]) -> np.ndarray:
+    """Softmax that gives zeros (not NaN) for a row whose entries are all -inf."""
+    m = np.max(x, axis=over, keepdims=True)
+    m = np.where(np.isneginf(m), 0.0, m)
+    e = np.exp(x - m)
+    s = np.sum(e, axis=over, keepdims=True)
+    return np.where(s == 0, 0.0, e / np.where(s == 0, 1.0, s))
+
+
+def _norm(op: Op, x: np.ndarray, over: tuple[int, ...], env: dict, axes_of: Mapping,
+          src_axes: tuple[str, ...]) -> np.ndarray:  # fmt: skip
+    eps = op.params["eps"]
+    if op.fn == "layernorm":
+        mean = np.mean(x, axis=over, keepdims=True)
+        var = np.mean((x - mean) ** 2, axis=over, keepdims=True)
+        y = (x - mean) / np.sqrt(var + eps)
+    else:
+        y = x / np.sqrt(np.mean(x * x, axis=over, keepdims=True) + eps)
+    if "weight" in op.params:
+        w = op.params["weight"]
+        y = y * _aligned(env[w], axes_of[w], src_axes)
+    if "bias" in op.params:
+        b = op.params["bias"]
+        y = y + _aligned(env[b], axes_of[b], src_axes)
+    return y
+
+
+def _causal(x: np.ndarray, axes: tuple[str, ...], query: str, key: str) -> np.ndarray:
+    """-inf where key j comes after query i, aligned at the end: j > i + (keys - queries)."""
+    nq, nk = x.shape[axes.index(query)], x.shape[axes.index(key)]
+    i = np.arange(nq)[:, None]
+    j = np.arange(nk)[None, :]
+    masked = j > i + (nk - nq)
+    mask = _aligned(masked, (query, key), axes)
+    return np.where(mask, -np.inf, x)

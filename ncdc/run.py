@@ -1,0 +1,169 @@
+"""Run a rendered diagram and check it against the float64 reference.
+
+Fresh random inputs (rounded to each input's dtype), every output and intermediate buffer
+poisoned with NaN before the launches so an element the kernel never writes shows up, the
+kernels launched in order, each output compared with `reference.evaluate` within the
+tolerance of its dtype. The CPU backend also counts the bytes the kernels read and write
+in global memory, for comparison with the model's on-chip boundary traffic.
+
+    >>> result = run_diagram(load_diagram("diagrams/softmax.yaml", {"m": 3, "n": 65}),
+    ...                      load_hardware("h200"), backend="cpu")  # doctest: +SKIP
+    >>> result.ok  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ncdc.errors import UsageError
+from ncdc.render import Launch, Param, RenderedModule
+from ncdc.reference import evaluate, from_storage, make_inputs, storage_dtype, to_storage
+from ncdc.spec import Diagram
+
+BACKENDS = ("cpu", "cuda")
+
+# Allowed error, relative to the largest magnitude of the reference output, per output
+# dtype. fp32 kernels differ from float64 by accumulation order; 16-bit outputs by one
+# rounding (2^-8 for bf16) plus their inputs' products; e4m3 keeps 3 mantissa bits (one
+# rounding is up to 2^-4 of the value), e5m2 keeps 2 (2^-3).
+TOLERANCE = {
+    "fp32": 1e-5,
+    "fp16": 1e-2,
+    "bf16": 2e-2,
+    "fp8_e4m3": 7e-2,
+    "fp8_e5m2": 1.3e-1,
+    "int8": 1.0 / 64,
+}
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How one output compared with the reference."""
+
+    name: str
+    dtype: str
+    max_abs_error: float
+    max_rel_error: float  # |error| / |reference|, over elements where |reference| is not tiny
+    scale: float  # largest |reference|: the tolerance is relative to it
+    tolerance: float
+    unexpected_nan: int  # elements that are NaN here but not in the reference (e.g. unwritten)
+
+    @property
+    def ok(self) -> bool:
+        return self.unexpected_nan == 0 and self.max_abs_error <= self.tolerance * self.scale
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of `run_diagram`."""
+
+    backend: str
+    checks: tuple[OutputCheck, ...]
+    bytes_read: int  # global-memory traffic the kernels issued (CPU backend; 0 on CUDA)
+    bytes_written: int
+    seconds: float  # wall time of the launches
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray) -> OutputCheck:
+    """Compare a kernel's output (float64 values) with the reference."""
+    both_nan = np.isnan(got) & np.isnan(want)
+    unexpected = int(np.count_nonzero(np.isnan(got) & ~np.isnan(want)))
+    finite = ~np.isnan(want) & ~np.isnan(got)
+    diff = np.where(finite, np.abs(got - want), 0.0)
+    diff = np.where(both_nan, 0.0, diff)
+    # Infinities that agree are no error; one that does not is an infinite error.
+    same_inf = np.isinf(got) & np.isinf(want) & (np.sign(got) == np.sign(want))
+    diff = np.where(same_inf, 0.0, diff)
+    finite_ref = np.abs(np.where(np.isfinite(want), want, 0.0))
+    scale = float(finite_ref.max()) if finite_ref.size else 0.0
+    scale = scale if scale > 0 else 1.0
+    big = finite_ref > 1e-3 * scale
+    rel = np.where(big, diff / np.where(big, finite_ref, 1.0), 0.0)
+    return OutputCheck(
+        name,
+        dtype,
+        float(diff.max()) if diff.size else 0.0,
+        float(rel.max()) if rel.size else 0.0,
+        scale,
+        TOLERANCE[dtype],
+        unexpected,
+    )
+
+
+def allocate(module: RenderedModule, diagram: Diagram, inputs: Mapping[str, np.ndarray]) -> dict:
+    """Device buffers for every tensor a launch names: inputs filled, the rest NaN."""
+    named = {p.name for launch in module.launches for p in launch.params}
+    buffers: dict[str, np.ndarray] = {}
+    for t in diagram.tensors:
+        if t.name not in named and t.name not in diagram.outputs:
+            continue  # a fused intermediate never exists in global memory
+        shape = tuple(diagram.axes[a] for a in t.axes)
+        if t.name in inputs:
+            buffers[t.name] = np.ascontiguousarray(to_storage(inputs[t.name], t.dtype))
+        else:
+            buffers[t.name] = to_storage(np.full(shape, np.nan), t.dtype)
+    for w in module.workspace:
+        buffers[w.name] = to_storage(np.full(w.values, np.nan), w.dtype)
+    return buffers
+
+
+def launch_args(launch: Launch, buffers: Mapping[str, np.ndarray]) -> list:
+    """The argument list of one launch, in its parameter order."""
+    return [_arg(p, buffers) for p in launch.params]
+
+
+def _arg(p: Param, buffers: Mapping[str, np.ndarray]) -> object:
+    if p.kind in ("tensor", "workspace"):
+        return buffers[p.name]
+    return {"int32": np.int32, "int64": np.int64, "float32": np.float32}[p.kind](p.value)
+
+
+def run_diagram(
+    diagram: Diagram, module: RenderedModule, *, backend: str = "cpu", seed: int = 0,
+    sanitize: str | None = None,
+) -> RunResult:  # fmt: skip
+    """Run `module` (rendered from `diagram`) on `backend` and check every output."""
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend '{backend}'; expected one of {', '.join(BACKENDS)}")
+    inputs = make_inputs(diagram, seed)
+    expected = evaluate(diagram, inputs)
+    buffers = allocate(module, diagram, inputs)
+    start = time.perf_counter()
+    if backend == "cpu":
+        read, written = _run_cpu(module, buffers, sanitize)
+    else:
+        from ncdc.gpu import run_cuda
+
+        run_cuda(module, buffers)
+        read = written = 0
+    seconds = time.perf_counter() - start
+    checks = []
+    for name in diagram.outputs:
+        dtype = diagram.tensor(name).dtype
+        got = from_storage(buffers[name], dtype)
+        checks.append(compare(name, dtype, got, expected[name]))
+    return RunResult(backend, tuple(checks), read, written, seconds)
+
+
+def _run_cpu(module: RenderedModule, buffers: dict, sanitize: str | None) -> tuple[int, int]:
+    from ncdc.emulate import build
+
+    lib = build(module.source, sanitize=sanitize)
+    read = written = 0
+    for launch in module.launches:
+        traffic = lib.launch(
+            launch.kernel, launch.grid, launch.block, launch_args(launch, buffers),
+            dynamic_smem=launch.dynamic_smem,
+        )  # fmt: skip
+        read += traffic.bytes_read
+        written += traffic.bytes_written
+    return read, written
