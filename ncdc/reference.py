@@ -210,7 +210,9 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.asarray(_erf_vec(x), dtype=np.float64)
 
 
-def _evaluate_op(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram) -> np.ndarray:
+def _evaluate_op(
+    op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram
+) -> np.ndarray:
     out_axes = op.axes
     with np.errstate(all="ignore"):
         if op.kind == "contract":

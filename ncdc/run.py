@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ncdc.errors import UsageError
+from ncdc.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.render import Launch, Param, RenderedModule
-from ncdc.reference import evaluate, from_storage, make_inputs, storage_dtype, to_storage
 from ncdc.spec import Diagram
 
 BACKENDS = ("cpu", "cuda")
