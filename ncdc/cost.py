@@ -1,0 +1,742 @@
+"""The transfer and roofline model of napkin-model.md, derived from the memory graph.
+
+Pure functions, no I/O and no GPU. For a kernel and the group sizes g_a (woven axes) of one
+level, the number of groups is N = prod_a ceil(a / g_a) and the transfer into that level is
+
+    H = sum over inputs T of (values of T one group needs) x N  +  sum of the outputs' sizes
+
+where a group needs T sliced to g_a along a woven axis a only when a reaches the outputs
+from T without being contracted or reduced on the way, and all of every other axis of T.
+An input not woven over a grouped axis is therefore resent to every group along it: that is
+the a w / g_a term of the paper's Fig. 11 and the a b c / g_c term of a matmul. Residency M
+is one chunk of each input (g on sliced woven axes, s on streamed axes), a buffer per chain
+of in-place operations (accumulators included) and the running max and sum of an online
+softmax. Nothing here is written per diagram. See docs/cost-model.md.
+
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.graph import build_graph
+    >>> from ncdc.hardware import load_hardware
+    >>> g = build_graph(load_diagram("diagrams/matmul.yaml", {"m": 8, "n": 8, "k": 8}),
+    ...                 load_hardware("napkin"))
+    >>> model = KernelModel(g.diagram, g.kernels[0])
+    >>> int(model.transfer({"m": 4, "n": 8})[0])   # abc (1/g_a + 1/g_c) + ac = 128 + 64 + 64
+    256
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ncdc.errors import PlanError
+from ncdc.families import Family
+from ncdc.graph import Kernel, MemoryGraph, Partition
+from ncdc.hardware import Hardware
+from ncdc.occupancy import blocks_per_sm
+from ncdc.spec import DTYPE_BYTES, Diagram, Op
+
+FORMAT = "ncdc.cost/1"
+IN_PLACE_KINDS = ("map", "binary", "cast", "mask", "softmax", "norm")
+
+# CUDA-core FLOPs per element of each non-contraction operation (our count: the arithmetic
+# a straightforward kernel does; exponentials are counted separately on the SFU).
+CUDA_FLOPS_PER_VALUE: dict[str, int] = {
+    "exp": 1,
+    "log": 1,
+    "relu": 1,
+    "gelu": 8,
+    "silu": 4,
+    "sigmoid": 4,
+    "tanh": 2,
+    "neg": 1,
+    "abs": 1,
+    "sqrt": 1,
+    "rsqrt": 1,
+    "recip": 1,
+    "square": 1,
+    "add": 1,
+    "sub": 1,
+    "mul": 1,
+    "div": 1,
+    "max": 1,
+    "min": 1,
+    "sum": 1,
+    "mean": 1,
+    "softmax": 4,  # running max, subtract, running sum, scale
+    "layernorm": 8,  # mean, variance (2), subtract, scale, weight, bias, ...
+    "rmsnorm": 5,  # square, sum, scale, weight, ...
+    "cast": 2,  # scale and convert
+    "causal": 1,  # compare and select
+}
+# Exponentials per element on the special-function units.
+SFU_PER_VALUE = {"exp": 1, "gelu": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1}
+REGISTER_OVERHEAD = 40  # addresses, loop counters, softmax state: a kernel's fixed registers
+MAX_REGISTERS = 255
+
+
+# ------------------------------------------------------------------------------ values
+
+
+@dataclass(frozen=True)
+class LevelCost:
+    """Residency at one memory level: the most held at once by one core of it."""
+
+    level: str
+    capacity_bytes: int
+    resident_values: int
+    resident_bytes: int
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Traffic across the boundary below `upper`: loads into `lower` plus saves out of it."""
+
+    upper: str
+    lower: str
+    values: int
+    bytes: int
+    bandwidth_bytes_per_s: float
+    time_s: float
+
+    def __add__(self, other: Transfer) -> Transfer:
+        return Transfer(
+            self.upper,
+            self.lower,
+            self.values + other.values,
+            self.bytes + other.bytes,
+            self.bandwidth_bytes_per_s,
+            self.time_s + other.time_s,
+        )
+
+
+@dataclass(frozen=True)
+class TileChoice:
+    """One way to run a kernel: group and stream sizes per level below the top, and launch."""
+
+    partitions: Mapping[str, Partition] = field(hash=False)  # level -> sizes
+    block_tile: Mapping[str, int] = field(hash=False)  # axis -> size at the SMEM level
+    warps: int = 4
+    stages: int = 1
+    splits: int = 1  # blocks sharing one group's streamed axis (split-k), merged after
+    threads: int = 128
+    registers: int = 0  # estimated per thread, uncapped (0: not a GPU plan)
+    smem_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """The predicted cost of one kernel with one tile choice."""
+
+    kernel: Kernel
+    family: Family
+    tiles: Mapping[str, Partition] = field(hash=False)
+    block_tile: Mapping[str, int] = field(hash=False)
+    warps: int
+    stages: int
+    grid: int
+    blocks_per_sm: int
+    registers_per_thread: int
+    smem_bytes: int
+    flops: int
+    levels: tuple[LevelCost, ...]
+    transfers: tuple[Transfer, ...]
+    compute_time_s: float
+    predicted_time_s: float
+    predicted_time_no_overlap_s: float
+    bound: str
+    compute: Mapping[str, float] = field(hash=False, default_factory=dict)  # unit -> seconds
+    splits: int = 1
+    waves: int = 1
+    unit: str = "tensor"  # the compute unit with the most time
+
+    @property
+    def bound_kind(self) -> str:
+        return "memory" if self.bound in [t.upper for t in self.transfers] else "compute"
+
+
+@dataclass(frozen=True)
+class Unfused:
+    """What the diagram would move with every intermediate saved to the top level."""
+
+    top_bytes: int
+    predicted_time_s: float
+    ratio: float  # unfused top-level bytes / fused top-level bytes
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A diagram's plan: one KernelPlan per kernel, and the totals over them."""
+
+    graph: MemoryGraph
+    kernels: tuple[KernelPlan, ...]
+    flops: int
+    transfers: tuple[Transfer, ...]
+    compute_time_s: float
+    predicted_time_s: float
+    predicted_time_no_overlap_s: float
+    bound: str
+    unfused: Unfused | None = None
+
+    @property
+    def bound_kind(self) -> str:
+        return "memory" if self.bound in [t.upper for t in self.transfers] else "compute"
+
+    @property
+    def top_bytes(self) -> int:
+        return self.transfers[0].bytes if self.transfers else 0
+
+    @property
+    def tiles(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for k in self.kernels:
+            out.update(k.block_tile)
+        return out
+
+
+# ------------------------------------------------------------------------ the structure
+
+
+def _ceil_div(a: Any, b: Any) -> Any:
+    return -(-a // b)
+
+
+class KernelModel:
+    """The structure of one kernel that H, M and FLOPs are computed from, precomputed once.
+
+    Group sizes `g` map every woven axis to a size; stream sizes `s` map reduced axes to a
+    chunk (absent: whole). Sizes may be NumPy arrays: everything broadcasts, so a search
+    can evaluate many candidates at once.
+    """
+
+    def __init__(self, diagram: Diagram, kernel: Kernel):
+        self.diagram = diagram
+        self.kernel = kernel
+        self.sizes = {a: diagram.axes[a] for a in kernel.axes}
+        self.reach = _reach(diagram, kernel)
+        self.inputs = [
+            (n, diagram.tensor(n).axes, DTYPE_BYTES[diagram.tensor(n).dtype]) for n in kernel.inputs
+        ]
+        self.outputs = [
+            (n, diagram.size(diagram.tensor(n)), DTYPE_BYTES[diagram.tensor(n).dtype])
+            for n in kernel.outputs
+        ]
+        self.buffers = _buffers(diagram, kernel)
+        self.online = [(op.out, op.over[0]) for op in kernel.ops if op.kind == "softmax"]
+        self.flops_by_unit = _flops(diagram, kernel)
+
+    def per_group(
+        self,
+        name: str,
+        axes: tuple[str, ...],
+        g: Mapping[str, Any],
+        s: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Values of tensor `name` one group holds (s=None: every reduced axis whole)."""
+        n: Any = 1
+        for a in axes:
+            if a in g:
+                n = n * (g[a] if a in self.reach[name] else self.sizes[a])
+            elif s is not None and a in s:
+                n = n * s[a]
+            else:
+                n = n * self.sizes[a]
+        return n
+
+    def groups(self, g: Mapping[str, Any]) -> Any:
+        n: Any = 1
+        for a in self.kernel.woven:
+            n = n * _ceil_div(self.sizes[a], g[a])
+        return n
+
+    def transfer(self, g: Mapping[str, Any]) -> tuple[Any, Any]:
+        """(values, bytes) loaded into a level with group sizes g, plus the outputs saved."""
+        groups = self.groups(g)
+        values: Any = 0
+        nbytes: Any = 0
+        for name, axes, p in self.inputs:
+            v = self.per_group(name, axes, g) * groups
+            values = values + v
+            nbytes = nbytes + v * p
+        for _, size, p in self.outputs:
+            values = values + size
+            nbytes = nbytes + size * p
+        return values, nbytes
+
+    def resident(
+        self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int = 1, inputs_only: bool = False
+    ) -> tuple[Any, Any]:
+        """(values, bytes) one group holds at once: input chunks (x stages where streamed),
+        then, unless `inputs_only`, buffers and the online-softmax state."""
+        values: Any = 0
+        nbytes: Any = 0
+        for name, axes, p in self.inputs:
+            v = self.per_group(name, axes, g, s)
+            if stages > 1 and any(a in s for a in axes):
+                v = v * stages
+            values = values + v
+            nbytes = nbytes + v * p
+        if inputs_only:
+            return values, nbytes
+        for members in self.buffers:
+            v = 0
+            p = 0
+            for name, axes, bpv in members:
+                v = np.maximum(v, self.per_group(name, axes, g, s))
+                p = max(p, bpv)
+            values = values + v
+            nbytes = nbytes + v * p
+        for name, axis in self.online:
+            if axis in s:
+                rows = self.per_group(name, self.diagram.tensor(name).axes, g, s) // s[axis]
+                values = values + 2 * rows
+                nbytes = nbytes + 2 * rows * 4
+        return values, nbytes
+
+    def accumulator_values(self, g: Mapping[str, Any], s: Mapping[str, Any]) -> Any:
+        """Values of the buffers (results and intermediates) one group holds."""
+        return self.resident(g, s)[0] - self.resident(g, s, inputs_only=True)[0]
+
+    @property
+    def flops(self) -> int:
+        return int(sum(self.flops_by_unit.values()))
+
+
+def _reach(diagram: Diagram, kernel: Kernel) -> dict[str, set[str]]:
+    """For each tensor of the kernel, the axes that reach an output without being reduced."""
+    reach: dict[str, set[str]] = {}
+    for name in kernel.outputs:
+        reach[name] = set(diagram.tensor(name).axes)
+    for op in reversed(kernel.ops):
+        out = reach.get(op.out, set())
+        through = out & set(op.axes) - set(op.reduced)
+        for name in op.inputs:
+            axes = set(diagram.tensor(name).axes)
+            reach[name] = reach.get(name, set()) | (axes & through)
+    return reach
+
+
+def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str, ...], int]]]:
+    """Results grouped into buffers: an elementwise op, mask, softmax or norm whose input is
+    an intermediate of the same shape with no other consumer works in that input's buffer."""
+    buffer_of: dict[str, int] = {}
+    buffers: list[list[tuple[str, tuple[str, ...], int]]] = []
+    produced = {op.out for op in kernel.ops}
+    for op in kernel.ops:
+        t = diagram.tensor(op.out)
+        entry = (op.out, t.axes, DTYPE_BYTES[t.dtype])
+        source = next((o for o in op.operands if isinstance(o, str)), None)
+        if (
+            op.kind in IN_PLACE_KINDS
+            and source in produced
+            and source not in kernel.outputs
+            and len([c for c in kernel.ops if source in c.inputs]) == 1
+            and set(diagram.tensor(source).axes) == set(t.axes)
+        ):
+            index = buffer_of[source]
+            buffers[index].append(entry)
+        else:
+            buffers.append([entry])
+            index = len(buffers) - 1
+        buffer_of[op.out] = index
+    return buffers
+
+
+def contract_unit(diagram: Diagram, op: Op) -> tuple[str, str]:
+    """(unit, kind) that runs a contraction: tensor cores at the inputs' type, or CUDA cores
+    in fp32 when an input is fp32."""
+    dtypes = [diagram.tensor(n).dtype for n in op.operands if isinstance(n, str)]
+    if "fp32" in dtypes:
+        return "cuda", "fp32"
+    narrow = [d for d in dtypes if DTYPE_BYTES[d] == 1]
+    if narrow:
+        return "tensor", narrow[0]
+    return "tensor", dtypes[0]
+
+
+def _flops(diagram: Diagram, kernel: Kernel) -> dict[tuple[str, str], float]:
+    """FLOPs per (unit, kind): 2k per output value of a contraction, exponentials on the
+    SFU, the rest on CUDA cores at CUDA_FLOPS_PER_VALUE."""
+    out: dict[tuple[str, str], float] = {}
+
+    def add(key: tuple[str, str], n: float) -> None:
+        if n:
+            out[key] = out.get(key, 0) + n
+
+    for op in kernel.ops:
+        result = diagram.size(diagram.tensor(op.out))
+        if op.kind == "contract":
+            k = math.prod(diagram.axes[a] for a in op.over)
+            add(contract_unit(diagram, op), 2 * result * k)
+            add(("cuda", "fp32"), result * len(op.scale))
+            continue
+        source = next(o for o in op.operands if isinstance(o, str))
+        count = diagram.size(diagram.tensor(source)) if op.kind == "reduce" else result
+        fn = op.fn
+        add(("cuda", "fp32"), count * CUDA_FLOPS_PER_VALUE.get(fn, 1))
+        add(("sfu", "exp"), count * SFU_PER_VALUE.get(fn, 0))
+    return out
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+def streamed_axes(diagram: Diagram, kernel: Kernel) -> tuple[str, ...]:
+    """The axes this kernel streams: those `schedule.stream` asks for, else every reduced
+    axis where streaming is legal (napkin-model.md section 5). Raises PlanError for an
+    illegal request, naming the operation and why."""
+    asked = diagram.schedule.stream
+    for axis in diagram.schedule.group:
+        if axis in kernel.reduced:
+            op = next(o for o in kernel.ops if axis in o.over)
+            raise PlanError(
+                f"cannot group {axis}: {op.fn} {op.out} reduces over {axis}, so every group "
+                f"would need all of it",
+                hint="group only axes of the outputs; stream a reduced axis instead",
+            )
+    chosen = []
+    for axis in asked:
+        if axis in kernel.woven:
+            raise PlanError(_woven_reason(diagram, kernel, axis), hint=_STREAM_HINT)
+        if axis in kernel.reduced:
+            reason = stream_problem(diagram, kernel, axis)
+            if reason:
+                raise PlanError(f"cannot stream {axis}: {reason}", hint=_STREAM_HINT)
+            chosen.append(axis)
+    if asked:
+        return tuple(chosen)
+    return tuple(a for a in kernel.reduced if stream_problem(diagram, kernel, a) is None)
+
+
+_STREAM_HINT = "stream an axis that a sum, max, mean or contraction removes"
+
+
+def _woven_reason(diagram: Diagram, kernel: Kernel, axis: str) -> str:
+    for op in kernel.ops:
+        if op.kind == "softmax" and axis in op.over and op.out in kernel.outputs:
+            return (
+                f"cannot stream {axis}: softmax {op.out} over {axis} is saved with {axis} "
+                f"still in it (only softmax followed by a contraction over {axis} streams)"
+            )
+        if op.kind == "norm" and axis in op.over:
+            return (
+                f"cannot stream {axis}: {op.fn} {op.out} over {axis} needs the whole of "
+                f"{axis} before its first output (a normalisation does not stream)"
+            )
+    out = next(n for n in kernel.outputs if axis in diagram.tensor(n).axes)
+    return (
+        f"cannot stream {axis}: it is an axis of the output {out} "
+        "(only an axis the kernel reduces can be streamed)"
+    )
+
+
+def stream_problem(diagram: Diagram, kernel: Kernel, axis: str) -> str | None:
+    """Why `axis` (reduced in `kernel`) cannot be streamed, or None when it can."""
+    consumers = {op.out: [c for c in kernel.ops if op.out in c.inputs] for op in kernel.ops}
+    for op in kernel.ops:
+        if op.kind == "norm" and axis in op.over:
+            return f"{op.fn} {op.out} over {axis} needs the whole of {axis} (not streamable)"
+        if (
+            op.kind == "softmax"
+            and axis in op.over
+            and not _ends_in_contraction(op.out, axis, consumers)
+        ):
+            return (
+                f"softmax {op.out} over {axis} is not followed only by a contraction "
+                f"over {axis} (only softmax followed by a contraction over {axis} streams)"
+            )
+    return None
+
+
+def _ends_in_contraction(name: str, axis: str, consumers: dict[str, list[Op]]) -> bool:
+    users = consumers.get(name, [])
+    if not users:
+        return False
+    for c in users:
+        if c.kind == "contract" and axis in c.over:
+            continue
+        if c.kind in ("map", "binary", "cast", "mask") and _ends_in_contraction(
+            c.out, axis, consumers
+        ):
+            continue
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------ a plan
+
+
+def estimate_registers(accumulator_values: int, threads: int, fragments: int) -> int:
+    """Registers per thread: fp32 accumulators spread over the threads, the operand
+    fragments a thread holds, and REGISTER_OVERHEAD. Uncapped: above 255 a kernel spills."""
+    return int(_ceil_div(accumulator_values, threads) + fragments + REGISTER_OVERHEAD)
+
+
+def evaluate_kernel(
+    model: KernelModel, family: Family, hw: Hardware, choice: TileChoice
+) -> KernelPlan:
+    """The cost of `model`'s kernel run with `choice` on `hw` (napkin-model.md 3-7)."""
+    levels = hw.levels
+    gpu = choice.registers > 0
+    merge_values = 0
+    transfers = []
+    for upper, lower in zip(levels, levels[1:], strict=False):
+        part = choice.partitions[lower.name]
+        values, nbytes = model.transfer(part.group)
+        if choice.splits > 1 and lower.name != levels[-1].name:
+            # partial outputs, fp32, and the running max and sum of each row, saved then read
+            rows = sum(size for _, size, _ in model.outputs)
+            merge_values = 2 * choice.splits * rows
+            values += merge_values
+            nbytes += merge_values * 4
+        time_s = float(nbytes) / upper.bandwidth_bytes_per_s
+        transfers.append(
+            Transfer(
+                upper.name,
+                lower.name,
+                int(values),
+                int(nbytes),
+                upper.bandwidth_bytes_per_s,
+                time_s,
+            )
+        )
+    level_costs = [_top_level(model, hw)]
+    for level in levels[1:]:
+        part = choice.partitions[level.name]
+        values, nbytes = model.resident(part.group, part.stream)
+        if gpu and level.name == "smem":
+            values, nbytes = model.resident(part.group, part.stream, choice.stages, True)
+        if gpu and level.name == "rf":
+            values = choice.threads * min(choice.registers, MAX_REGISTERS)
+            nbytes = values * 4
+        level_costs.append(LevelCost(level.name, level.capacity_bytes, int(values), int(nbytes)))
+
+    block = choice.partitions[levels[min(2, len(levels) - 1)].name] if gpu else None
+    grid = (
+        int(model.groups(block.group)) * choice.splits
+        if block
+        else int(model.groups(choice.partitions[levels[-1].name].group))
+    )
+    per_sm, waves, efficiency = 1, 1, 1.0
+    if gpu:
+        per_sm, _ = blocks_per_sm(
+            choice.threads,
+            min(choice.registers, MAX_REGISTERS),
+            choice.smem_bytes,
+            hw.limits,  # type: ignore[arg-type]
+        )
+        per_sm = max(per_sm, 1)
+        wave = hw.limits.sms * per_sm
+        waves = _ceil_div(grid, wave)
+        # a partial last wave costs a full one; padded tails cost their padding
+        efficiency = waves * wave / grid * _padding(model, block.group) if block else 1.0
+        efficiency = max(efficiency, 1.0)
+    compute: dict[str, float] = {}
+    for (unit, kind), n in model.flops_by_unit.items():
+        compute[unit] = compute.get(unit, 0.0) + n / _rate(hw, unit, kind) * efficiency
+    compute_time = max(compute.values(), default=0.0)
+    unit = max(compute, key=lambda u: compute[u]) if compute else "tensor"
+    candidates = {**compute, **{t.upper: t.time_s for t in transfers}}
+    bound = max(candidates, key=lambda k: candidates[k]) if candidates else unit
+    return KernelPlan(
+        kernel=model.kernel,
+        family=family,
+        tiles=dict(choice.partitions),
+        block_tile=dict(choice.block_tile),
+        warps=choice.warps,
+        stages=choice.stages,
+        grid=grid,
+        blocks_per_sm=per_sm,
+        registers_per_thread=min(choice.registers, MAX_REGISTERS),
+        smem_bytes=choice.smem_bytes,
+        flops=model.flops,
+        levels=tuple(level_costs),
+        transfers=tuple(transfers),
+        compute_time_s=compute_time,
+        predicted_time_s=max(candidates.values(), default=0.0),
+        predicted_time_no_overlap_s=sum(candidates.values()),
+        bound=bound,
+        compute=compute,
+        splits=choice.splits,
+        waves=int(waves),
+        unit=unit,
+    )
+
+
+def _top_level(model: KernelModel, hw: Hardware) -> LevelCost:
+    d = model.diagram
+    names = list(model.kernel.inputs) + list(model.kernel.outputs)
+    values = sum(d.size(d.tensor(n)) for n in names)
+    nbytes = sum(d.size(d.tensor(n)) * DTYPE_BYTES[d.tensor(n).dtype] for n in names)
+    top = hw.levels[0]
+    return LevelCost(top.name, top.capacity_bytes, values, nbytes)
+
+
+def _padding(model: KernelModel, g: Mapping[str, int]) -> float:
+    f = 1.0
+    for a in model.kernel.woven:
+        size = model.sizes[a]
+        f *= _ceil_div(size, g[a]) * g[a] / size
+    return f
+
+
+def _rate(hw: Hardware, unit: str, kind: str) -> float:
+    """The rate of `unit` for `kind`; a tensor type the GPU lacks (fp8 on an A100) runs at
+    its 16-bit rate, as the inputs are widened."""
+    rates = hw.rates.get(unit, {})
+    if kind in rates:
+        return rates[kind]
+    if unit == "tensor":
+        return rates.get("bf16") or rates.get("fp16") or hw.rate("cuda", "fp32")
+    return hw.rate(unit, next(iter(rates)))
+
+
+def summarize(
+    graph: MemoryGraph, kernels: tuple[KernelPlan, ...], unfused: Unfused | None = None
+) -> Plan:
+    """Totals over kernels: transfers per boundary summed, times summed kernel by kernel."""
+    transfers: list[Transfer] = list(kernels[0].transfers)
+    for k in kernels[1:]:
+        transfers = [a + b for a, b in zip(transfers, k.transfers, strict=True)]
+    predicted = sum(k.predicted_time_s for k in kernels)
+    # the bound of the whole: the resource with the most time summed over kernels
+    totals: dict[str, float] = {}
+    for k in kernels:
+        for unit, t in k.compute.items():
+            totals[unit] = totals.get(unit, 0.0) + t
+        for tr in k.transfers:
+            totals[tr.upper] = totals.get(tr.upper, 0.0) + tr.time_s
+    bound = max(totals, key=lambda r: totals[r])
+    return Plan(
+        graph=graph,
+        kernels=kernels,
+        flops=sum(k.flops for k in kernels),
+        transfers=tuple(transfers),
+        compute_time_s=sum(k.compute_time_s for k in kernels),
+        predicted_time_s=predicted,
+        predicted_time_no_overlap_s=sum(k.predicted_time_no_overlap_s for k in kernels),
+        bound=bound,
+        unfused=unfused,
+    )
+
+
+# ---------------------------------------------------------------------------------- JSON
+
+
+def dominant_rate(plan: Plan) -> float:
+    """FLOP/s of the unit doing most of the plan's FLOPs (the ridge point's numerator)."""
+    hw = plan.graph.hardware
+    best: tuple[float, float] = (0.0, hw.rate("cuda", "fp32"))
+    for k in plan.kernels:
+        model_flops = _kernel_flops(plan.graph.diagram, k.kernel)
+        for (unit, kind), n in model_flops.items():
+            if unit != "sfu" and n > best[0]:
+                best = (n, _rate(hw, unit, kind))
+    return best[1]
+
+
+def _kernel_flops(diagram: Diagram, kernel: Kernel) -> dict[tuple[str, str], float]:
+    return _flops(diagram, kernel)
+
+
+def intensity(plan: Plan) -> float:
+    """FLOPs per byte moved at the top level."""
+    return plan.flops / plan.top_bytes if plan.top_bytes else math.inf
+
+
+def ridge(plan: Plan) -> float:
+    """FLOPs per top-level byte above which compute, not the top level, bounds."""
+    return dominant_rate(plan) / plan.graph.hardware.levels[0].bandwidth_bytes_per_s
+
+
+def _cost_fields(x: Plan | KernelPlan, tiles: Mapping[str, int]) -> dict[str, Any]:
+    return {
+        "flops": x.flops,
+        "tiles": dict(tiles),
+        "levels": [
+            {
+                "name": lv.level,
+                "capacity_bytes": lv.capacity_bytes,
+                "resident_values": lv.resident_values,
+                "resident_bytes": lv.resident_bytes,
+            }
+            for lv in (x.levels if isinstance(x, KernelPlan) else _plan_levels(x))
+        ],
+        "transfers": [
+            {
+                "upper": t.upper,
+                "lower": t.lower,
+                "values": t.values,
+                "bytes": t.bytes,
+                "bandwidth_bytes_per_s": t.bandwidth_bytes_per_s,
+                "time_s": t.time_s,
+            }
+            for t in x.transfers
+        ],
+        "compute_time_s": x.compute_time_s,
+        "predicted_time_s": x.predicted_time_s,
+        "predicted_time_no_overlap_s": x.predicted_time_no_overlap_s,
+        "bound": x.bound,
+        "bound_kind": x.bound_kind,
+    }
+
+
+def _plan_levels(plan: Plan) -> list[LevelCost]:
+    """Per level, the largest residency of any kernel."""
+    out = []
+    for i, lv in enumerate(plan.kernels[0].levels):
+        worst = max((k.levels[i] for k in plan.kernels), key=lambda c: c.resident_bytes)
+        out.append(
+            LevelCost(lv.level, lv.capacity_bytes, worst.resident_values, worst.resident_bytes)
+        )
+    return out
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The plan as versioned, JSON-ready data (`ncdc cost --format json`); every field is
+    described in docs/cost-model.md."""
+    d = plan.graph.diagram
+    out: dict[str, Any] = {
+        "format": FORMAT,
+        "spec": d.name,
+        "source": d.source,
+        "hardware": plan.graph.hardware.name,
+        "axes": dict(d.axes),
+        **_cost_fields(plan, plan.tiles),
+        "intensity_flop_per_byte": intensity(plan),
+        "ridge_flop_per_byte": ridge(plan),
+    }
+    if plan.bound_kind == "compute":
+        out["achieved_tflops"] = plan.flops / plan.predicted_time_s / 1e12
+    else:
+        out["achieved_tbps"] = plan.top_bytes / plan.predicted_time_s / 1e12
+    out["kernels"] = [
+        {
+            "name": k.kernel.name,
+            "family": k.family.name,
+            "roles": {r: list(a) for r, a in k.family.roles.items()},
+            **_cost_fields(k, k.block_tile),
+            "partitions": {
+                lv: {"group": dict(p.group), "stream": dict(p.stream)} for lv, p in k.tiles.items()
+            },
+            "warps": k.warps,
+            "stages": k.stages,
+            "splits": k.splits,
+            "grid": k.grid,
+            "waves": k.waves,
+            "blocks_per_sm": k.blocks_per_sm,
+            "registers_per_thread": k.registers_per_thread,
+            "smem_bytes": k.smem_bytes,
+        }
+        for k in plan.kernels
+    ]
+    if plan.unfused is not None:
+        out["unfused"] = {
+            "hbm_bytes": plan.unfused.top_bytes,
+            "predicted_time_s": plan.unfused.predicted_time_s,
+            "ratio": plan.unfused.ratio,
+        }
+    return out

@@ -1,0 +1,504 @@
+"""Tile selection: candidate group and stream sizes per level, kept if they fit, ranked by
+the cost model.
+
+On a GPU profile (levels hbm, l2, smem, rf) the candidates are the kernel family's
+template parameters (ncdc.families): block tiles at SMEM, warp tiles at the registers, and
+at L2 the union tile of the blocks of one wave when that wave's working set fits in L2. On
+an abstract profile (the paper's two-level machine) every power of two of every woven and
+streamed axis is tried, vectorised with NumPy. Explicit tiles (`schedule.tiles`, then
+`--tile`) win over the search; an explicit tile that does not fit is an error that says
+which limit it breaks and by how much.
+
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.hardware import load_hardware
+    >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
+    >>> plan.bound_kind
+    'compute'
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ncdc.cost import (
+    MAX_REGISTERS,
+    KernelModel,
+    KernelPlan,
+    Plan,
+    TileChoice,
+    Unfused,
+    estimate_registers,
+    evaluate_kernel,
+    streamed_axes,
+    summarize,
+)
+from ncdc.errors import PlanError
+from ncdc.families import MMA_K, VECTOR_BYTES, Family, classify_kernel
+from ncdc.graph import ON_CHIP, Kernel, MemoryGraph, Partition, build_graph
+from ncdc.hardware import Hardware
+from ncdc.occupancy import blocks_per_sm
+from ncdc.spec import DTYPE_BYTES, Diagram
+
+GPU_LEVELS = ("smem", "rf")  # a profile with these levels gets the family templates' tiles
+
+
+def plan_diagram(
+    diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None = None
+) -> Plan:
+    """The best plan for `diagram` on `hardware` by predicted time.
+
+    `tiles` (axis -> size, from `--tile`) override the spec's `schedule.tiles`; both win
+    over the search.
+
+        >>> plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200")).bound
+        'hbm'
+    """
+    return rank_tiles(diagram, hardware, top_k=1, tiles=tiles)[0]
+
+
+def rank_tiles(
+    diagram: Diagram, hardware: Hardware, top_k: int = 5, tiles: Mapping[str, int] | None = None
+) -> list[Plan]:
+    """The `top_k` best plans, best first: plan i runs every kernel with its i-th best tiles
+    (or its last, when a kernel has fewer). The first plan carries the unfused comparison."""
+    fixed = {**diagram.schedule.tiles, **(tiles or {})}
+    for axis in fixed:
+        if axis not in diagram.axes:
+            raise PlanError(
+                f"tile for unknown axis '{axis}'; the diagram has {', '.join(diagram.axes)}",
+                hint="pass --tile AXIS=SIZE with one of the diagram's axes",
+            )
+    graph = build_graph(diagram, hardware)
+    per_kernel = [_rank_kernel(graph, k, fixed, top_k) for k in graph.kernels]
+    count = min(top_k, max(len(r) for r in per_kernel))
+    plans = []
+    for i in range(count):
+        chosen = tuple(r[min(i, len(r) - 1)] for r in per_kernel)
+        plans.append(summarize(graph, chosen))
+    unfused = _unfused(diagram, hardware, plans[0])
+    if unfused is not None:
+        plans[0] = replace(plans[0], unfused=unfused)
+    return plans
+
+
+def _unfused(diagram: Diagram, hardware: Hardware, fused: Plan) -> Unfused | None:
+    """The same diagram with every intermediate saved to the top level, when it has any."""
+    graph = fused.graph
+    inner = [n for n, t in graph.tensors.items() if t.home == ON_CHIP]
+    if not inner:
+        return None
+    schedule = replace(
+        diagram.schedule,
+        materialize=tuple(diagram.schedule.materialize) + tuple(inner),
+        stream=(),
+        tiles={},
+        group=(),
+    )
+    try:
+        plan = plan_diagram(replace(diagram, schedule=schedule), hardware)
+    except PlanError:
+        return None
+    return Unfused(plan.top_bytes, plan.predicted_time_s, plan.top_bytes / fused.top_bytes)
+
+
+def _family(diagram: Diagram, kernel: Kernel, gpu: bool) -> Family:
+    try:
+        return classify_kernel(diagram, kernel)
+    except PlanError:
+        if gpu:
+            raise
+        return Family("generic", {"woven": kernel.woven, "reduced": kernel.reduced})
+
+
+def _rank_kernel(
+    graph: MemoryGraph, kernel: Kernel, fixed: Mapping[str, int], top_k: int
+) -> list[KernelPlan]:
+    hw = graph.hardware
+    gpu = all(name in graph.levels for name in GPU_LEVELS)
+    diagram = graph.diagram
+    streams = streamed_axes(diagram, kernel)
+    family = _family(diagram, kernel, gpu)
+    model = KernelModel(diagram, kernel)
+    fixed = {a: v for a, v in fixed.items() if a in kernel.axes}
+    if gpu:
+        choices = _gpu_choices(model, family, hw, streams, fixed)
+    else:
+        choices = _abstract_choices(model, hw, streams, fixed, top_k)
+    plans = [evaluate_kernel(model, family, hw, c) for c in choices]
+    plans.sort(key=_rank_key)
+    return plans[:top_k]
+
+
+def _rank_key(p: KernelPlan) -> tuple:
+    """Fastest first; then fewer bytes moved at the top; then larger tiles; then by name."""
+    volume = math.prod(p.block_tile.values())
+    return (
+        p.predicted_time_s,
+        p.transfers[0].bytes if p.transfers else 0,
+        -volume,
+        sorted(p.block_tile.items()),
+        p.warps,
+        p.stages,
+        p.splits,
+    )
+
+
+def _options(
+    axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int]
+) -> list[int]:
+    if axis in fixed:
+        return [fixed[axis]]
+    return sorted({min(c, size) for c in defaults})
+
+
+def _powers(size: int) -> list[int]:
+    out = [1 << i for i in range(size.bit_length()) if 1 << i < size]
+    return out + [size]
+
+
+# ------------------------------------------------------------------------ abstract machine
+
+
+def _abstract_choices(
+    model: KernelModel, hw: Hardware, streams: tuple[str, ...], fixed: Mapping[str, int], top_k: int
+) -> list[TileChoice]:
+    """Every power of two per woven and streamed axis, at every level below the top,
+    evaluated at once; the `top_k` that fit, by time then bytes then size."""
+    kernel = model.kernel
+    group_only = model.diagram.schedule.group
+    axes = list(kernel.woven) + list(streams)
+    options = []
+    for a in axes:
+        size = model.sizes[a]
+        whole = a in kernel.rows or (group_only and a in kernel.woven and a not in group_only)
+        options.append([fixed[a]] if a in fixed else [size] if whole else _powers(size))
+    grids = np.meshgrid(*[np.array(o, dtype=np.int64) for o in options], indexing="ij")
+    sizes = dict(zip(axes, grids, strict=True))
+    g = {a: sizes[a] for a in kernel.woven}
+    s = {a: sizes[a] for a in streams}
+    per_level = []
+    compute_s = max((n / hw.rate(u, k) for (u, k), n in model.flops_by_unit.items()), default=0)
+    for upper, lower in zip(hw.levels, hw.levels[1:], strict=False):
+        _, nbytes = model.transfer(g)
+        _, resident = model.resident(g, s)
+        nbytes = np.broadcast_to(nbytes, grids[0].shape).ravel().astype(np.float64)
+        resident = np.broadcast_to(resident, grids[0].shape).ravel()
+        fits = resident <= lower.capacity_bytes
+        if not fits.any():
+            raise PlanError(
+                _abstract_overflow(axes, options, fixed, resident, lower, hw),
+                hint=f"raise {lower.name}.capacity or use smaller tiles",
+            )
+        time_s = np.maximum(nbytes / upper.bandwidth_bytes_per_s, compute_s)
+        volume = np.ones_like(nbytes)
+        for grid in grids:
+            volume = volume * grid.ravel()
+        order = np.lexsort((-volume, nbytes, time_s))  # last key sorts first; stable
+        best = [int(i) for i in order if fits[i]][:top_k]
+        per_level.append((lower.name, best))
+    choices = []
+    for i in range(max(len(b) for _, b in per_level)):
+        parts = {}
+        block: dict[str, int] = {}
+        for name, best in per_level:
+            j = best[min(i, len(best) - 1)]
+            flat = {a: int(sizes[a].ravel()[j]) for a in axes}
+            parts[name] = Partition(
+                {a: flat[a] for a in kernel.woven}, {a: flat[a] for a in streams}
+            )
+            block = block or flat
+        choices.append(TileChoice(parts, block))
+    return choices
+
+
+def _abstract_overflow(
+    axes: list[str],
+    options: list[list[int]],
+    fixed: Mapping[str, int],
+    resident: np.ndarray,
+    level: object,
+    hw: Hardware,
+) -> str:
+    need = int(resident.min())
+    cap = level.capacity_bytes  # type: ignore[attr-defined]
+    name = level.name  # type: ignore[attr-defined]
+    what = " ".join(f"{a}={fixed[a]}" for a in axes if a in fixed)
+    head = f"tile {what} needs" if what else "the smallest tile needs"
+    return (
+        f"{head} {need:,} B at {name}; the {hw.name} {name} holds {cap:,} B "
+        f"(over by {need - cap:,} B)"
+    )
+
+
+# ------------------------------------------------------------------------------- GPUs
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A candidate block before it is checked: sizes at SMEM and at a warp, and launch."""
+
+    group: dict[str, int]
+    stream: dict[str, int]
+    warp_group: dict[str, int]
+    warp_stream: dict[str, int]
+    warps: int
+    stages: int
+    threads: int
+    registers: int
+    smem_inputs: bool  # inputs staged through shared memory (else straight to registers)
+    splits: int = 1
+
+
+def _gpu_choices(
+    model: KernelModel,
+    family: Family,
+    hw: Hardware,
+    streams: tuple[str, ...],
+    fixed: Mapping[str, int],
+) -> list[TileChoice]:
+    make = {
+        "gemm": _gemm_blocks,
+        "attention": _attention_blocks,
+        "decode_attention": _attention_blocks,
+        "rowwise": _rowwise_blocks,
+        "elementwise": _elementwise_blocks,
+    }[family.name]
+    blocks = make(model, family, streams, fixed)
+    choices = []
+    problems: list[tuple[float, str]] = []
+    for b in blocks:
+        choice, problem = _check(model, hw, b)
+        if choice is not None:
+            choices.append(choice)
+        else:
+            problems.append(problem)
+    if not choices:
+        what = " ".join(f"{a}={v}" for a, v in fixed.items())
+        head = f"tile {what}" if what else f"every {family.name} tile"
+        detail = min(problems)[1] if problems else "no candidates"
+        raise PlanError(
+            f"{head} for kernel {model.kernel.name}: {detail}",
+            hint="use smaller tiles (--tile) or drop the fixed tile to search",
+        )
+    return choices
+
+
+def _check(model: KernelModel, hw: Hardware, b: _Block) -> tuple[TileChoice | None, tuple]:
+    """The choice for block `b`, or None and (how far over, a message naming the limit)."""
+    lim = hw.limits
+    smem = 0
+    if b.smem_inputs:
+        smem = int(model.resident(b.group, b.stream, b.stages, inputs_only=True)[1])
+    tile = " ".join(f"{a}={v}" for a, v in {**b.group, **b.stream}.items() if v > 1)
+    if smem > lim.smem_per_block_bytes:
+        return None, (
+            smem / lim.smem_per_block_bytes,
+            f"tile {tile} with {b.stages} stages needs {smem:,} B of shared memory "
+            f"per block; the {hw.name} allows {lim.smem_per_block_bytes:,} B "
+            f"(over by {smem - lim.smem_per_block_bytes:,} B)",
+        )
+    if b.registers > min(lim.regs_per_thread, MAX_REGISTERS):
+        cap = min(lim.regs_per_thread, MAX_REGISTERS)
+        return None, (
+            b.registers / cap,
+            f"tile {tile} needs about {b.registers} registers per thread; the "
+            f"{hw.name} allows {cap} (over by {b.registers - cap}; it would spill)",
+        )
+    if b.threads > lim.threads_per_block:
+        return None, (
+            b.threads / lim.threads_per_block,
+            f"tile {tile} needs {b.threads} threads per block; the {hw.name} "
+            f"allows {lim.threads_per_block}",
+        )
+    per_sm, limiter = blocks_per_sm(b.threads, b.registers, smem, lim)  # type: ignore[arg-type]
+    if per_sm < 1:
+        return None, (2.0, f"tile {tile} cannot run: one block exceeds the SM's {limiter}")
+    levels = [lv.name for lv in hw.levels]
+    parts = {"smem": Partition(b.group, b.stream), "rf": Partition(b.warp_group, b.warp_stream)}
+    wave = _wave_group(model, b.group, hw.limits.sms * per_sm, b.splits)
+    _, wave_bytes = model.resident(wave, b.stream, b.stages)
+    l2 = "l2" if "l2" in levels else None
+    if l2 is not None:
+        fits = wave_bytes <= hw.level(l2).capacity_bytes
+        parts[l2] = Partition(wave if fits else b.group, b.stream)
+    for name in levels[1:]:
+        parts.setdefault(name, Partition(b.group, b.stream))
+    block_tile = {**b.group, **b.stream}
+    return TileChoice(
+        parts, block_tile, b.warps, b.stages, b.splits, b.threads, b.registers, smem
+    ), ()
+
+
+def _wave_group(
+    model: KernelModel, group: Mapping[str, int], wave: int, splits: int
+) -> dict[str, int]:
+    """Union tile of the first `wave` blocks in raster order (the last woven axis fastest):
+    what one wave of blocks, running at once, loads through L2."""
+    left = max(wave // splits, 1)
+    out = {}
+    for a in reversed(model.kernel.woven):
+        count = -(-model.sizes[a] // group[a])
+        take = min(count, left)
+        out[a] = min(take * group[a], model.sizes[a])
+        left = max(-(-left // count), 1)
+    return out
+
+
+def _ones(axes: tuple[str, ...], fixed: Mapping[str, int]) -> dict[str, int]:
+    return {a: fixed.get(a, 1) for a in axes}
+
+
+def _gemm_blocks(
+    model: KernelModel, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
+) -> list[_Block]:
+    d = model.diagram
+    t = family.tiles
+    m, n, k = family.axes("m")[-1], family.axes("n")[-1], family.axes("k")[-1]
+    mm = next(op for op in model.kernel.ops if op.kind == "contract")
+    p = min(DTYPE_BYTES[d.tensor(x).dtype] for x in mm.operands if isinstance(x, str))
+    mma_k = MMA_K.get(p, 16)
+    other = tuple(a for a in model.kernel.woven if a not in (m, n))
+    k_opts = _options(k, t["s_k_fp8"] if p == 1 else t["s_k"], model.sizes[k], fixed)
+    out = []
+    for g_m, g_n, s_k, warps, stages in itertools.product(
+        _options(m, t["g_m"], model.sizes[m], fixed),
+        _options(n, t["g_n"], model.sizes[n], fixed),
+        k_opts,
+        t["warps"],
+        t["stages"],
+    ):
+        arrangement = _arrange(g_m, g_n, warps)
+        if arrangement is None:
+            continue
+        w_m, w_n = arrangement
+        threads = 32 * warps
+        fragments = -(-(w_m + w_n) * mma_k * p // (4 * 32))
+        group = {**_ones(other, fixed), m: g_m, n: g_n}
+        stream = {a: (s_k if a == k else fixed.get(a, 1)) for a in streams}
+        registers = estimate_registers(g_m * g_n, threads, fragments)
+        out.append(
+            _Block(
+                group,
+                stream,
+                {**group, m: w_m, n: w_n},
+                {**stream, k: min(mma_k, s_k)} if k in stream else stream,
+                warps,
+                stages,
+                threads,
+                registers,
+                True,
+            )
+        )
+    return out
+
+
+def _arrange(g_m: int, g_n: int, warps: int) -> tuple[int, int] | None:
+    """Warp tile (rows, columns) for `warps` warps over a g_m x g_n block: the squarest
+    split with every warp tile at least 16 x 16 (or the whole block side when smaller)."""
+    best = None
+    for wm in (1, 2, 4, 8):
+        wn = warps // wm
+        if wm * wn != warps or g_m % wm or g_n % wn:
+            continue
+        tm, tn = g_m // wm, g_n // wn
+        if tm < min(16, g_m) or tn < min(16, g_n) or (wm > 1 and tm < 16) or (wn > 1 and tn < 16):
+            continue
+        score = abs(math.log2(tm / tn))
+        if best is None or score < best[0]:
+            best = (score, (tm, tn))
+    return best[1] if best else None
+
+
+def _attention_blocks(
+    model: KernelModel, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
+) -> list[_Block]:
+    d = model.diagram
+    t = family.tiles
+    (q,), (x,) = family.axes("q"), family.axes("x")
+    if x not in streams:
+        raise PlanError(
+            f"attention kernel {model.kernel.name} needs {x} streamed",
+            hint=f"remove {x} from schedule.group and let it stream",
+        )
+    head = sum(model.sizes[a] for a in family.axes("d"))
+    head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
+    p = DTYPE_BYTES[d.tensor(model.kernel.inputs[0]).dtype]
+    decode = family.name == "decode_attention"
+    out = []
+    for g_q, s_x, stages, splits in itertools.product(
+        _options(q, t["g_q"], model.sizes[q], fixed),
+        _options(x, t["s_x"], model.sizes[x], fixed),
+        t["stages"],
+        t.get("splits", (1,)),
+    ):
+        if splits > 1 and s_x * splits > model.sizes[x]:
+            continue
+        warps = t["warps"][0] if decode else max(g_q // 16, 1)
+        threads = 32 * warps
+        group = {
+            a: (g_q if a == q else model.sizes[a] if a in family.axes("d_v") else 1)
+            for a in model.kernel.woven
+        }
+        group.update({a: v for a, v in fixed.items() if a in group and a != q})
+        stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
+        accumulators = g_q * head_v + g_q * s_x
+        fragments = -(-g_q * head * p // (4 * threads))
+        registers = estimate_registers(accumulators, threads, fragments)
+        warp_group = group if decode else {**group, q: max(g_q // warps, 1)}
+        out.append(
+            _Block(
+                group, stream, warp_group, stream, warps, stages, threads, registers, True, splits
+            )
+        )
+    return out
+
+
+def _rowwise_blocks(
+    model: KernelModel, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
+) -> list[_Block]:
+    d = model.diagram
+    rows = family.axes("rows")
+    (row,) = family.axes("row")
+    n = model.sizes[row]
+    p = max(DTYPE_BYTES[d.tensor(i).dtype] for i in model.kernel.inputs)
+    vec = VECTOR_BYTES // p
+    out = []
+    last = rows[-1] if rows else None
+    row_opts = _options(last, family.tiles["rows"], model.sizes[last], fixed) if last else [1]
+    for r, vpt in itertools.product(row_opts, family.tiles["vectors_per_thread"]):
+        vpt = max(vpt, -(-n // (vec * 1024)))
+        per_row = -(-n // (vec * vpt))
+        threads = -(-r * per_row // 32) * 32
+        group = {**_ones(rows, fixed), **({last: r} if last else {})}
+        if row in model.kernel.woven:
+            group[row] = n
+        stream: dict[str, int] = {}
+        registers = estimate_registers(vec * vpt * max(len(model.kernel.inputs), 1), 1, 0)
+        out.append(
+            _Block(group, stream, group, stream, threads // 32, 1, threads, registers, False)
+        )
+    return out
+
+
+def _elementwise_blocks(
+    model: KernelModel, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
+) -> list[_Block]:
+    d = model.diagram
+    axes = model.kernel.woven
+    last = axes[-1]
+    p = max(DTYPE_BYTES[d.tensor(i).dtype] for i in model.kernel.inputs)
+    vec = VECTOR_BYTES // p
+    out = []
+    for threads, vpt in itertools.product(
+        family.tiles["threads"], family.tiles["vectors_per_thread"]
+    ):
+        tile = fixed.get(last, min(threads * vec * vpt, model.sizes[last]))
+        group = {**_ones(axes[:-1], fixed), last: tile}
+        registers = estimate_registers(vec * vpt * max(len(model.kernel.inputs), 1), 1, 0)
+        out.append(_Block(group, {}, group, {}, threads // 32, 1, threads, registers, False))
+    return out
