@@ -15,12 +15,19 @@ from typing import Annotated
 import typer
 
 from ncdc import __version__
-from ncdc.errors import EXIT_BAD_INPUT, NcdcError
+from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError
 from ncdc.graph import MemoryGraph, build_graph, graph_to_dict
 from ncdc.hardware import Hardware, apply_overrides, hardware_to_dict, list_profiles, load_hardware
 from ncdc.output import emit, note, stderr
 from ncdc.spec import load_diagram, parse_assignments
-from ncdc.views import find_specs, graph_tree, hardware_list_table, hardware_table
+from ncdc.views import (
+    compile_table,
+    find_specs,
+    graph_tree,
+    hardware_list_table,
+    hardware_table,
+    run_table,
+)
 
 app = typer.Typer(
     name="ncdc",
@@ -51,6 +58,14 @@ HwOpt = Annotated[
     ),
 ]
 FormatOpt = Annotated[str, typer.Option("--format", help="table or json.")]
+TileOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tile", help="Fix a tile size, AXIS=SIZE (repeatable).", metavar="AXIS=SIZE"),
+]
+ArchOpt = Annotated[
+    str | None,
+    typer.Option("--arch", help="sm_80, sm_89, sm_90 or sm_90a (default: the profile's)."),
+]
 
 
 def load_machine(hardware: str, hw: list[str] | None) -> Hardware:
@@ -97,6 +112,57 @@ def check(
     note(f"{len(specs) - bad} of {len(specs)} specs valid")
     if bad:
         raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command("compile")
+def compile_cmd(
+    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder to write into.")] = Path("."),
+    arch: ArchOpt = None,
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the compile cache.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 3) on any spill.")] = False,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Render and compile kernels: write <name>.cu, .cubin and .json into OUT."""
+    from ncdc.compile import compile_specs, report_to_dict
+
+    reports = compile_specs(
+        find_specs([spec]), load_machine(hardware, hw), out_dir=out, arch=arch,
+        sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
+        use_cache=not no_cache, strict=strict,
+    )  # fmt: skip
+    data = [report_to_dict(r) for r in reports]
+    emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
+
+
+@app.command()
+def run(
+    spec: Annotated[Path, typer.Argument(help="A spec, or a .cu written by ncdc compile.")],
+    backend: Annotated[str, typer.Option("--backend", help="cpu or cuda.")] = "cpu",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
+    sanitize: Annotated[
+        str | None, typer.Option("--sanitize", help="cpu backend: address (ASan).")
+    ] = None,
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Run a diagram's kernels, compare with a float64 reference; exit 1 on a mismatch."""
+    from ncdc.run import run_spec
+
+    outcome = run_spec(
+        spec, load_machine(hardware, hw), backend=backend, seed=seed, sanitize=sanitize,
+        sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
+    )  # fmt: skip
+    emit(outcome.to_dict(), fmt, lambda: run_table(outcome))
+    if not outcome.result.ok:
+        raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 @app.command("hardware")

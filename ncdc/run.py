@@ -14,16 +14,20 @@ in global memory, for comparison with the model's on-chip boundary traffic.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ncdc.errors import UsageError
+from ncdc.hardware import Hardware
 from ncdc.reference import evaluate, from_storage, make_inputs, to_storage
-from ncdc.render import Launch, Param, RenderedModule
-from ncdc.spec import Diagram
+from ncdc.render import Launch, Param, RenderedModule, Workspace
+from ncdc.spec import Diagram, load_diagram, load_diagram_text
 
 BACKENDS = ("cpu", "cuda")
 
@@ -167,3 +171,100 @@ def _run_cpu(module: RenderedModule, buffers: dict, sanitize: str | None) -> tup
         read += traffic.bytes_read
         written += traffic.bytes_written
     return read, written
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A run and what the model predicted for the traffic it measured."""
+
+    diagram: Diagram
+    module: RenderedModule
+    result: RunResult
+    boundary: str  # the level boundary the kernels' own global traffic crosses, "l2->smem"
+    predicted_bytes: int  # the model's bytes across that boundary
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.result
+        return {
+            "format": "ncdc.run/1",
+            "name": self.diagram.name,
+            "axes": dict(self.diagram.axes),
+            "backend": r.backend,
+            "ok": r.ok,
+            "outputs": [{**asdict(c), "ok": c.ok} for c in r.checks],
+            "traffic": {
+                "bytes_read": r.bytes_read,
+                "bytes_written": r.bytes_written,
+                "boundary": self.boundary,
+                "predicted_bytes": self.predicted_bytes,
+            },
+            "seconds": r.seconds,
+        }
+
+
+def run_spec(
+    spec: Path, hardware: Hardware, *, backend: str = "cpu", seed: int = 0,
+    sanitize: str | None = None, sizes: Mapping[str, int] | None = None,
+    tiles: Mapping[str, int] | None = None,
+) -> RunOutcome:  # fmt: skip
+    """Plan, render and run a spec, or run a `.cu` that `ncdc compile` wrote."""
+    if spec.suffix == ".cu":
+        if sizes or tiles:
+            raise UsageError(
+                "--set and --tile do not apply to a compiled .cu", where=str(spec),
+                hint="run the spec instead, or compile again with the sizes",
+            )  # fmt: skip
+        diagram, module, cost = load_compiled(spec)
+    else:
+        from ncdc.cost import plan_to_dict
+        from ncdc.render import render_plan
+        from ncdc.tiling import plan_diagram
+
+        diagram = load_diagram(spec, sizes)
+        plan = plan_diagram(diagram, hardware, dict(tiles) if tiles else None)
+        module = render_plan(plan)
+        cost = plan_to_dict(plan)
+    result = run_diagram(diagram, module, backend=backend, seed=seed, sanitize=sanitize)
+    boundary, predicted = on_chip_boundary(cost, hardware)
+    return RunOutcome(diagram, module, result, boundary, predicted)
+
+
+def on_chip_boundary(cost: Mapping[str, Any], hardware: Hardware) -> tuple[str, int]:
+    """The model's traffic into the first per-SM level: what a kernel itself loads and
+    stores in global memory, before any cache (L2 sits above this boundary)."""
+    per_sm = {lv.name for lv in hardware.levels if lv.per == "sm"}
+    for t in cost["transfers"]:
+        if t["lower"] in per_sm:
+            return f"{t['upper']}->{t['lower']}", int(t["bytes"])
+    first = cost["transfers"][0]
+    return f"{first['upper']}->{first['lower']}", int(first["bytes"])
+
+
+def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
+    """The diagram, module and predicted cost of a `.cu` written by `ncdc compile`."""
+    meta_path = cu.with_suffix(".json")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        source = cu.read_text(encoding="utf-8")
+        spec_text = meta["spec_text"]
+        launches = tuple(
+            Launch(k["name"], tuple(k["grid"]), tuple(k["block"]), k["dynamic_smem_bytes"],
+                   tuple(Param(**p) for p in k["params"]))
+            for k in meta["kernels"]
+        )  # fmt: skip
+        workspace = tuple(Workspace(**w) for w in meta["workspace"])
+    except FileNotFoundError as e:
+        raise UsageError(
+            f"cannot read {e.filename}", where=str(cu),
+            hint="a .cu runs with the .json that ncdc compile wrote beside it",
+        ) from None  # fmt: skip
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(
+            f"{meta_path.name} is not a kernel description written by ncdc ({e})", where=str(cu),
+            hint="compile the spec again with ncdc compile",
+        ) from None  # fmt: skip
+    if not spec_text:
+        raise UsageError("the .json carries no spec text", where=str(meta_path))
+    diagram = load_diagram_text(spec_text, meta.get("spec", str(cu)), meta["axes"])
+    name = "__".join(launch.kernel for launch in launches)
+    return diagram, RenderedModule(name, source, launches, workspace, ()), meta["cost"]

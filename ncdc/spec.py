@@ -453,8 +453,7 @@ class _Validator:
                 cycle = " -> ".join(statements[j].out for j in pending)
                 raise self.fail(
                     ("ops", i),
-                    f"operations depend on each other in a cycle: {cycle} -> "
-                    f"{statements[i].out}",
+                    f"operations depend on each other in a cycle: {cycle} -> {statements[i].out}",
                     "a result cannot feed its own inputs",
                 )
         return list(ops.values())  # inference order is a topological order
@@ -717,9 +716,9 @@ class _Validator:
                 inner = sorted(results - set(outputs))
                 raise self.fail(
                     ("schedule", "materialize", i),
-                    f"'{name}' is not an intermediate result; expected one of "
-                    f"{_names(inner)}" if inner else f"'{name}' is not an intermediate result, "
-                    "and this diagram has none",
+                    f"'{name}' is not an intermediate result; expected one of {_names(inner)}"
+                    if inner
+                    else f"'{name}' is not an intermediate result, and this diagram has none",
                     "materialize names results that are neither inputs nor outputs",
                 )
         return Schedule(lists["group"], lists["stream"], dict(tiles), tuple(mat))

@@ -116,3 +116,66 @@ def hardware_table(hw: Hardware) -> Table:
     for path, src in hw.sources.items():
         table.add_row(path, f"{src.value:g} {src.unit}", src.kind, src.source)
     return table
+
+
+def compile_table(reports: list, out_dir: Path) -> Table:
+    """One row per compiled kernel: launch shape and the resources NVRTC reported."""
+    table = Table(title=f"compiled into {out_dir}/ (.cu, .cubin, .json)")
+    for col in (
+        "kernel",
+        "arch",
+        "grid",
+        "block",
+        "regs",
+        "spills",
+        "smem static+dyn",
+        "blocks/SM",
+        "occupancy",
+    ):
+        table.add_column(col, overflow="fold")
+    for r in reports:
+        for k in r.kernels:
+            launch = k.launch
+            table.add_row(
+                launch.kernel,
+                r.arch,
+                "x".join(map(str, launch.grid)),
+                "x".join(map(str, launch.block)),
+                str(k.registers),
+                f"{k.spill_stores_bytes + k.spill_loads_bytes} B",
+                f"{format_bytes(k.static_smem_bytes)} + {format_bytes(launch.dynamic_smem)}",
+                f"{k.blocks_per_sm} ({k.limited_by})",
+                f"{k.occupancy:.0%}",
+            )
+    return table
+
+
+def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
+    """Per output: errors against the reference and the verdict; then the traffic check."""
+    r = outcome.result
+    table = Table(title=f"{outcome.diagram.name} on the {r.backend} backend ({r.seconds:.2f} s)")
+    for col in (
+        "output",
+        "dtype",
+        "max abs error",
+        "max rel error",
+        "tolerance",
+        "unwritten/NaN",
+        "result",
+    ):
+        table.add_column(col)
+    for c in r.checks:
+        table.add_row(
+            c.name, c.dtype, f"{c.max_abs_error:.3g}", f"{c.max_rel_error:.3g}",
+            f"{c.tolerance:g} x {c.scale:.3g}", str(c.unexpected_nan),
+            "[green]ok[/]" if c.ok else "[red]MISMATCH[/]",
+        )  # fmt: skip
+    if r.backend == "cpu":
+        issued = r.bytes_read + r.bytes_written
+        ratio = issued / outcome.predicted_bytes if outcome.predicted_bytes else float("nan")
+        table.caption = (
+            f"global traffic issued: {format_bytes(r.bytes_read)} read + "
+            f"{format_bytes(r.bytes_written)} written = {issued:,} B; model across "
+            f"{outcome.boundary}: {outcome.predicted_bytes:,} B (ratio {ratio:.3f})"
+        )
+    return table
