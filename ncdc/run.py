@@ -30,6 +30,7 @@ from ncdc.render import Launch, Param, RenderedModule, Workspace
 from ncdc.spec import Diagram, load_diagram, load_diagram_text
 
 BACKENDS = ("cpu", "cuda")
+SCALAR_TYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
 
 # Allowed error, relative to the largest magnitude of the reference output, per output
 # dtype. fp32 kernels differ from float64 by accumulation order; 16-bit outputs by one
@@ -128,7 +129,7 @@ def launch_args(launch: Launch, buffers: Mapping[str, np.ndarray]) -> list:
 def _arg(p: Param, buffers: Mapping[str, np.ndarray]) -> object:
     if p.kind in ("tensor", "workspace"):
         return buffers[p.name]
-    return {"int32": np.int32, "int64": np.int64, "float32": np.float32}[p.kind](p.value)
+    return SCALAR_TYPES[p.kind](p.value)
 
 
 def run_diagram(

@@ -1,0 +1,87 @@
+"""The CUDA backend: load ncdc's own cubins with CuPy and launch them from the launch metadata.
+
+CuPy's compile path targets plain sm_90 on Hopper and asks the driver for a device before
+it compiles, so ncdc compiles with NVRTC itself (for sm_90a where the GPU has it) and
+hands CuPy the cubin. This is the only module that imports CuPy, and only inside functions.
+
+    >>> run_cuda(module, buffers)  # doctest: +SKIP  (buffers: name -> NumPy array, in place)
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ncdc.errors import NoGpuError
+from ncdc.render import Launch, RenderedModule
+from ncdc.run import SCALAR_TYPES
+
+DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+
+
+def require_gpu() -> Any:
+    """CuPy with at least one CUDA device, or NoGpuError (exit 4) saying what is missing."""
+    try:
+        import cupy
+    except ImportError:
+        raise NoGpuError(
+            "CuPy is not installed, so the cuda backend cannot run",
+            hint="pip install 'ncdc[cuda]', or use --backend cpu",
+        ) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # CUDARuntimeError when there is no driver or no device
+        count = 0
+    if count == 0:
+        raise NoGpuError("no CUDA GPU found", hint="use --backend cpu on a machine without one")
+    return cupy
+
+
+def device_arch(cupy: Any) -> str:
+    """The arch to compile for on the current device; sm_90 becomes sm_90a."""
+    arch = f"sm_{cupy.cuda.Device().compute_capability}"  # e.g. "90"
+    return arch + "a" if arch in ("sm_90", "sm_100") else arch
+
+
+def load_module(cupy: Any, module: RenderedModule, arch: str) -> Any:
+    """Compile (through the cache) and load `module` for `arch`; returns a cupy.RawModule."""
+    from ncdc.cache import cached_compile
+
+    name = module.name if len(module.name) <= 100 else module.name[:100]
+    compiled = cached_compile(module.source, arch, name=name, line_origin=module.origin)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.cubin"
+        path.write_bytes(compiled.cubin)
+        raw = cupy.RawModule(path=str(path))
+        raw.get_function(module.launches[0].kernel)  # load now, while the file exists
+    return raw
+
+
+def launch(cupy: Any, raw: Any, spec: Launch, device: MutableMapping[str, Any]) -> None:
+    """One launch with the arguments named by its parameters."""
+    fn = raw.get_function(spec.kernel)
+    if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
+        fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
+    args = []
+    for p in spec.params:
+        if p.kind in ("tensor", "workspace"):
+            args.append(device[p.name])
+        else:
+            args.append(SCALAR_TYPES[p.kind](p.value))
+    fn(spec.grid, spec.block, tuple(args), shared_mem=spec.dynamic_smem)
+
+
+def run_cuda(module: RenderedModule, buffers: MutableMapping[str, np.ndarray]) -> None:
+    """Copy `buffers` to the GPU, run every launch in order, copy them back in place."""
+    cupy = require_gpu()
+    raw = load_module(cupy, module, device_arch(cupy))
+    device = {name: cupy.asarray(array) for name, array in buffers.items()}
+    for spec in module.launches:
+        launch(cupy, raw, spec, device)
+    cupy.cuda.Device().synchronize()
+    for name, array in device.items():
+        buffers[name][...] = cupy.asnumpy(array)
