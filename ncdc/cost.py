@@ -225,8 +225,19 @@ class KernelModel:
             for n in kernel.outputs
         ]
         self.buffers = _buffers(diagram, kernel)
-        self.online = [(op.out, op.over[0]) for op in kernel.ops if op.kind == "softmax"]
+        # online softmax: the running max and sum per row, in the softmax's own type
+        self.online = [
+            (op.out, op.axes, op.over[0], DTYPE_BYTES[op.dtype])
+            for op in kernel.ops
+            if op.kind == "softmax"
+        ]
+        names = list(kernel.inputs) + list(kernel.outputs)
+        self.top_values = sum(diagram.size(diagram.tensor(n)) for n in names)
+        self.top_bytes = sum(
+            diagram.size(diagram.tensor(n)) * DTYPE_BYTES[diagram.tensor(n).dtype] for n in names
+        )
         self.flops_by_unit = _flops(diagram, kernel)
+        self._memo: dict[tuple, tuple[Any, Any]] = {}
 
     def per_group(
         self,
@@ -254,6 +265,14 @@ class KernelModel:
 
     def transfer(self, g: Mapping[str, Any]) -> tuple[Any, Any]:
         """(values, bytes) loaded into a level with group sizes g, plus the outputs saved."""
+        if _scalar(g):
+            key = ("H", *sorted(g.items()))
+            if key not in self._memo:
+                self._memo[key] = self._transfer(g)
+            return self._memo[key]
+        return self._transfer(g)
+
+    def _transfer(self, g: Mapping[str, Any]) -> tuple[Any, Any]:
         groups = self.groups(g)
         values: Any = 0
         nbytes: Any = 0
@@ -271,6 +290,16 @@ class KernelModel:
     ) -> tuple[Any, Any]:
         """(values, bytes) one group holds at once: input chunks (x stages where streamed),
         then, unless `inputs_only`, buffers and the online-softmax state."""
+        if _scalar(g) and _scalar(s):
+            key = ("M", *sorted(g.items()), *sorted(s.items()), stages, inputs_only)
+            if key not in self._memo:
+                self._memo[key] = self._resident(g, s, stages, inputs_only)
+            return self._memo[key]
+        return self._resident(g, s, stages, inputs_only)
+
+    def _resident(
+        self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int, inputs_only: bool
+    ) -> tuple[Any, Any]:
         values: Any = 0
         nbytes: Any = 0
         for name, axes, p in self.inputs:
@@ -285,15 +314,16 @@ class KernelModel:
             v = 0
             p = 0
             for name, axes, bpv in members:
-                v = np.maximum(v, self.per_group(name, axes, g, s))
+                x = self.per_group(name, axes, g, s)
+                v = np.maximum(v, x) if isinstance(x, np.ndarray) else max(v, x)
                 p = max(p, bpv)
             values = values + v
             nbytes = nbytes + v * p
-        for name, axis in self.online:
+        for name, axes, axis, p in self.online:
             if axis in s:
-                rows = self.per_group(name, self.diagram.tensor(name).axes, g, s) // s[axis]
+                rows = self.per_group(name, axes, g, s) // s[axis]
                 values = values + 2 * rows
-                nbytes = nbytes + 2 * rows * 4
+                nbytes = nbytes + 2 * rows * p
         return values, nbytes
 
     def accumulator_values(self, g: Mapping[str, Any], s: Mapping[str, Any]) -> Any:
@@ -303,6 +333,10 @@ class KernelModel:
     @property
     def flops(self) -> int:
         return int(sum(self.flops_by_unit.values()))
+
+
+def _scalar(sizes: Mapping[str, Any]) -> bool:
+    return not any(isinstance(v, np.ndarray) for v in sizes.values())
 
 
 def _reach(diagram: Diagram, kernel: Kernel) -> dict[str, set[str]]:
@@ -567,12 +601,8 @@ def evaluate_kernel(
 
 
 def _top_level(model: KernelModel, hw: Hardware) -> LevelCost:
-    d = model.diagram
-    names = list(model.kernel.inputs) + list(model.kernel.outputs)
-    values = sum(d.size(d.tensor(n)) for n in names)
-    nbytes = sum(d.size(d.tensor(n)) * DTYPE_BYTES[d.tensor(n).dtype] for n in names)
     top = hw.levels[0]
-    return LevelCost(top.name, top.capacity_bytes, values, nbytes)
+    return LevelCost(top.name, top.capacity_bytes, model.top_values, model.top_bytes)
 
 
 def _padding(model: KernelModel, g: Mapping[str, int]) -> float:

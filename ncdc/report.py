@@ -1,0 +1,124 @@
+"""The cost report: a plan as a table a human reads, in the spirit of opt_einsum's PathInfo.
+
+>>> from rich.console import Console
+>>> from ncdc.spec import load_diagram
+>>> from ncdc.hardware import load_hardware
+>>> from ncdc.tiling import rank_tiles
+>>> plans = rank_tiles(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"), 3)
+>>> Console().print(cost_table(plans[0], plans[1:]))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ncdc.cost import Plan, intensity, ridge
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"
+
+
+def format_time(s: float) -> str:
+    """2.5e-6 -> '2.50 µs'."""
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.2f} µs"
+
+
+def format_rate(x: float, unit: str) -> str:
+    """Bytes or FLOPs per second: 4.8e12 -> '4.80 T' + unit."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if x >= scale:
+            return f"{x / scale:.2f} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def format_count(n: float) -> str:
+    """1.37e11 -> '1.37e+11'; small counts stay whole."""
+    return f"{n:,.0f}" if n < 1e6 else f"{n:.3e}"
+
+
+def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
+    """The plan's summary, its transfers per boundary, and the runners-up (from rank_tiles)."""
+    d = plan.graph.diagram
+    hw = plan.graph.hardware
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("diagram", f"{d.name} on {hw.name} ({hw.title})")
+    for k in plan.kernels:
+        tiles = " ".join(f"{a}={v}" for a, v in k.block_tile.items())
+        launch = f"grid {k.grid}, {k.warps} warps, {k.stages} stages"
+        if hw.levels and "smem" in [lv.name for lv in hw.levels]:
+            launch += (
+                f", {k.blocks_per_sm} blocks/SM, {k.waves} waves, ~{k.registers_per_thread} "
+                f"regs/thread, {format_bytes(k.smem_bytes)} smem"
+            )
+        head.add_row(f"kernel {k.kernel.name}", f"{k.family.name}: {tiles}")
+        head.add_row("", launch)
+    head.add_row("flops", format_count(plan.flops))
+    head.add_row(
+        "intensity",
+        f"{intensity(plan):.1f} flop/B at {hw.levels[0].name} (ridge {ridge(plan):.1f} flop/B)",
+    )
+    head.add_row("compute time", format_time(plan.compute_time_s))
+    head.add_row(
+        "predicted time",
+        f"{format_time(plan.predicted_time_s)} (no overlap: "
+        f"{format_time(plan.predicted_time_no_overlap_s)})",
+    )
+    head.add_row("bound", Text(f"{plan.bound} ({plan.bound_kind})", style="bold"))
+    if plan.bound_kind == "compute":
+        achieved = format_rate(plan.flops / plan.predicted_time_s, "FLOP/s")
+    else:
+        achieved = format_rate(plan.top_bytes / plan.predicted_time_s, "B/s")
+    head.add_row("achieved", achieved)
+    if plan.unfused is not None:
+        head.add_row(
+            "unfused",
+            f"{format_bytes(plan.unfused.top_bytes)} at {hw.levels[0].name} "
+            f"({format_time(plan.unfused.predicted_time_s)}): fusion saves "
+            f"{plan.unfused.ratio:.1f}x {hw.levels[0].name} traffic",
+        )
+    parts: list = [head, _transfer_table(plan)]
+    if runners_up:
+        parts.append(_runners_up(plan, runners_up))
+    return Group(*parts)
+
+
+def _transfer_table(plan: Plan) -> Table:
+    table = Table(title="transfers per boundary", title_justify="left")
+    for name in ("boundary", "values", "bytes", "bandwidth", "time"):
+        table.add_column(name, justify="left" if name == "boundary" else "right")
+    for t in plan.transfers:
+        mark = " *" if t.upper == plan.bound else ""
+        table.add_row(
+            f"{t.upper} -> {t.lower}{mark}",
+            format_count(t.values),
+            format_bytes(t.bytes),
+            format_rate(t.bandwidth_bytes_per_s, "B/s"),
+            format_time(t.time_s),
+        )
+    return table
+
+
+def _runners_up(best: Plan, others: Sequence[Plan]) -> Table:
+    table = Table(title="runners-up", title_justify="left")
+    for name in ("tiles", "predicted", f"{best.graph.hardware.levels[0].name} bytes", "bound"):
+        table.add_column(name, justify="left" if name == "tiles" else "right")
+    for p in (best, *others):
+        tiles = " ".join(f"{a}={v}" for a, v in p.tiles.items())
+        table.add_row(tiles, format_time(p.predicted_time_s), format_bytes(p.top_bytes), p.bound)
+    return table
