@@ -113,6 +113,8 @@ def read_yaml_text(text: str, source: str = "<string>") -> YamlDoc:
         ) from None
     except yaml.YAMLError as e:
         raise SpecError(f"malformed YAML: {e}", where=source) from None
+    except RecursionError:  # PyYAML's composer recurses once per nesting level
+        raise SpecError(f"nesting deeper than {MAX_DEPTH} levels", where=source) from None
     lines: dict[YamlPath, int] = {}
     spans: dict[YamlPath, tuple[int, int]] = {}
     data = _convert(root, (), lines, spans, source, set()) if root is not None else None
