@@ -11,10 +11,16 @@ and a comparison that names every figure that grew past a tolerance.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ncdc.cost import Plan
+from ncdc.errors import UsageError
+from ncdc.hardware import Hardware
+from ncdc.spec import load_diagram
+from ncdc.tiling import plan_diagram
 
 FORMAT = "ncdc.baseline/1"
 FIGURES = ("predicted_time_s", "hbm_bytes")
@@ -65,3 +71,32 @@ def parse_tolerance(text: str) -> float:
     if text.endswith("%"):
         return float(text[:-1]) / 100
     return float(text)
+
+
+def plan_specs(
+    paths: Iterable[Path],
+    hardware: Hardware,
+    sizes: Mapping[str, int] | None = None,
+    tiles: Mapping[str, int] | None = None,
+) -> list[Plan]:
+    """The best plan of every spec file in `paths`, in order (for a folder of diagrams)."""
+    return [plan_diagram(load_diagram(path, sizes), hardware, tiles) for path in paths]
+
+
+def read_baseline(path: Path) -> dict[str, Any]:
+    """A baseline written by `ncdc cost FOLDER --format json`."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UsageError(
+            f"cannot read baseline: {error}",
+            where=str(path),
+            hint="write one with `ncdc cost FOLDER --format json > FILE`",
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UsageError(
+            f"expected a baseline with format {FORMAT!r}",
+            where=str(path),
+            hint="write one with `ncdc cost FOLDER --format json > FILE`",
+        )
+    return data

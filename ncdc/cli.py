@@ -98,8 +98,16 @@ def show(
 def check(
     paths: Annotated[list[Path], typer.Argument(help="Spec files or folders to validate.")],
     hardware: HardwareOpt = "h200",
+    baseline: Annotated[
+        Path | None,
+        typer.Option("--baseline", help="Cost baseline JSON (from `ncdc cost DIR --format json`)."),
+    ] = None,
+    tolerance: Annotated[
+        str, typer.Option("--tolerance", help="Growth allowed over the baseline, e.g. 5%.")
+    ] = "5%",
 ) -> None:
-    """Validate every spec under PATHS; exit 2 naming each bad one."""
+    """Validate every spec under PATHS; exit 2 naming each bad one. With --baseline, exit 1
+    naming every predicted time or HBM traffic that grew past the tolerance."""
     specs = find_specs(paths)
     machine = load_hardware(hardware)
     bad = 0
@@ -112,6 +120,52 @@ def check(
     note(f"{len(specs) - bad} of {len(specs)} specs valid")
     if bad:
         raise typer.Exit(EXIT_BAD_INPUT)
+    if baseline is not None:
+        from ncdc.baseline import (
+            baseline_from_plans,
+            compare_to_baseline,
+            parse_tolerance,
+            plan_specs,
+            read_baseline,
+        )  # fmt: skip
+
+        current = baseline_from_plans(plan_specs(specs, machine))
+        regressions = compare_to_baseline(
+            current, read_baseline(baseline), parse_tolerance(tolerance)
+        )
+        for line in regressions:
+            stderr.print(f"regression: {line}", markup=False, soft_wrap=True)
+        if regressions:
+            raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+@app.command()
+def cost(
+    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs (one baseline).")],
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    top_k: Annotated[int, typer.Option("--top-k", help="Also list the runners-up.")] = 1,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles."""
+    from rich.console import Group
+
+    from ncdc.baseline import baseline_from_plans, plan_specs
+    from ncdc.cost import plan_to_dict
+    from ncdc.report import cost_table
+    from ncdc.tiling import rank_tiles
+
+    machine = load_machine(hardware, hw)
+    sizes = parse_assignments(set_ or [])
+    tiles = parse_assignments(tile or [], "--tile")
+    if spec.is_dir():
+        plans = plan_specs(find_specs([spec]), machine, sizes, tiles)
+        emit(baseline_from_plans(plans), fmt, lambda: Group(*(cost_table(p) for p in plans)))
+        return
+    ranked = rank_tiles(load_diagram(spec, sizes), machine, max(top_k, 1), tiles)
+    emit(plan_to_dict(ranked[0]), fmt, lambda: cost_table(ranked[0], ranked[1:]))
 
 
 @app.command("compile")

@@ -739,7 +739,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "intensity_flop_per_byte": intensity(plan),
         "ridge_flop_per_byte": ridge(plan),
     }
-    if plan.bound_kind == "compute":
+    if plan.bound != plan.graph.hardware.levels[0].name:
         out["achieved_tflops"] = plan.flops / plan.predicted_time_s / 1e12
     else:
         out["achieved_tbps"] = plan.top_bytes / plan.predicted_time_s / 1e12

@@ -80,7 +80,7 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
         f"{format_time(plan.predicted_time_no_overlap_s)})",
     )
     head.add_row("bound", Text(f"{plan.bound} ({plan.bound_kind})", style="bold"))
-    if plan.bound_kind == "compute":
+    if plan.bound != hw.levels[0].name:
         achieved = format_rate(plan.flops / plan.predicted_time_s, "FLOP/s")
     else:
         achieved = format_rate(plan.top_bytes / plan.predicted_time_s, "B/s")
