@@ -1,0 +1,421 @@
+// GEMM device code: one block computes a BM x BN tile of C = epilogue(A B), streaming k in
+// BK chunks through a STAGES-deep cp.async pipeline in shared memory.
+//
+//   * 16-bit and 8-bit inputs: `MmaTile`, warps on mma.sync (m16n8k16, or m16n8k32 for e4m3 /
+//     e5m2) with fp32 accumulators, fragments from ldmatrix (.trans for the operand whose
+//     contiguous axis is not k; 8-bit data has no transposing ldmatrix, so those fragments
+//     are gathered byte by byte from shared memory).
+//   * fp32 inputs: `SimtTile`, FFMA on CUDA cores with a TM x TN register tile per thread
+//     (tf32 tensor cores would miss fp32 accuracy).
+//
+// Layouts: every operand tile is stored in shared memory as it lies in global memory (its
+// contiguous axis stays contiguous), with 16 bytes of padding per row: rows are then an odd
+// number of 16-byte chunks apart, so the 8 row addresses of an ldmatrix (and the chunks a warp
+// writes with cp.async) fall in 8 different bank groups.
+//
+// Tails: any m, n, k works. Chunks past an edge are zero-filled by cp.async (src_bytes 0..16);
+// when a row is not 16-byte aligned (a leading dimension that is not a multiple of 16 bytes,
+// or a misaligned base) the block loads that operand element by element instead, chosen at
+// run time. Rows and columns of C past the edges are never stored.
+#pragma once
+#ifndef NCDC_GEMM_CUH
+#define NCDC_GEMM_CUH
+
+namespace ncdc {
+namespace gemm {
+
+// The storage word of an element type, for raw copies and zero fills.
+template <int N>
+struct Word;
+template <>
+struct Word<1> { using type = uint8_t; };
+template <>
+struct Word<2> { using type = uint16_t; };
+template <>
+struct Word<4> { using type = uint32_t; };
+
+NCDC_DEVICE bool is_aligned(const void* p, unsigned bytes) {
+  return (reinterpret_cast<unsigned long long>(p) & (bytes - 1)) == 0;
+}
+
+// Problem sizes of one GEMM: C[m, n] = A[m, k] B[k, n]; each ld is the pitch (in elements) of
+// the operand's non-contiguous axis; C has pitches along both m and n.
+struct Shape {
+  long long m, n, k;
+  long long lda, ldb;
+  long long ldc_m, ldc_n;
+};
+
+// Copies the ROWS x COLS tile at (row0, col0) of a rows x cols matrix (pitch ld, columns
+// contiguous) into shared memory (pitch LD). `vec`: 16-byte cp.async with zero fill past the
+// edges (rows must be 16-byte aligned); otherwise element loads, zeros past the edges.
+template <class T, int ROWS, int COLS, int LD, int THREADS>
+NCDC_DEVICE void load_tile(T* smem, const T* g, long long ld, long long row0, long long col0,
+                           long long rows, long long cols, bool vec) {
+  using W = typename Word<sizeof(T)>::type;
+  constexpr int V = 16 / int(sizeof(T));
+  constexpr int PER_ROW = COLS / V;
+  constexpr int CHUNKS = ROWS * PER_ROW;
+  static_assert(COLS % V == 0, "tile rows are whole 16-byte chunks");
+#pragma unroll
+  for (int i = 0; i < (CHUNKS + THREADS - 1) / THREADS; ++i) {
+    const int c = i * THREADS + int(threadIdx.x);
+    if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
+    const int r = c / PER_ROW, cc = (c % PER_ROW) * V;
+    const long long gr = row0 + r, gc = col0 + cc;
+    T* dst = smem + r * LD + cc;
+    const bool row_in = gr < rows;
+    if (vec) {
+      const long long left = cols - gc;
+      const int bytes = (row_in && left > 0) ? int(left < V ? left : V) * int(sizeof(T)) : 0;
+      cp_async_16_zfill(dst, bytes ? g + gr * ld + gc : g, bytes);
+    } else {
+      W* d = reinterpret_cast<W*>(dst);
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const bool in = row_in && gc + e < cols;
+        d[e] = in ? ld_global(reinterpret_cast<const W*>(g) + gr * ld + gc + e) : W(0);
+      }
+    }
+  }
+}
+
+// ---- tensor-core instruction per input type ------------------------------------------------
+template <class T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  static constexpr int K = 16;
+  static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
+    mma_m16n8k16_bf16(d, a, b, d);
+  }
+};
+template <>
+struct Mma<__half> {
+  static constexpr int K = 16;
+  static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
+    mma_m16n8k16_f16(d, a, b, d);
+  }
+};
+// fp8 tensor cores exist from sm_89: an fp8 GEMM compiled for an older target does not
+// compile (incomplete type) instead of failing at run time.
+#if !defined(NCDC_GPU) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890)
+template <>
+struct Mma<__nv_fp8_e4m3> {
+  static constexpr int K = 32;
+  static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
+    mma_m16n8k32_e4m3(d, a, b, d);
+  }
+};
+template <>
+struct Mma<__nv_fp8_e5m2> {
+  static constexpr int K = 32;
+  static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
+    mma_m16n8k32_e5m2(d, a, b, d);
+  }
+};
+#endif
+
+// Four bytes of column `col` of a byte matrix in shared memory (pitch ld), rows row..row+3,
+// packed low to high: an 8-bit fragment register read across the contiguous axis.
+NCDC_DEVICE uint32_t gather_bytes(const void* smem, int ld, int row, int col) {
+  const uint8_t* s = reinterpret_cast<const uint8_t*>(smem) + row * ld + col;
+  return uint32_t(s[0]) | uint32_t(s[ld]) << 8 | uint32_t(s[2 * ld]) << 16 |
+         uint32_t(s[3 * ld]) << 24;
+}
+
+// ---- tensor-core tile ------------------------------------------------------------------------
+// A_K: A's contiguous axis is k (else m). B_K: B's contiguous axis is k (else n).
+template <class T, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool A_K, bool B_K>
+struct MmaTile {
+  static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
+  static constexpr int MI = WM / 16, NI = WN / 8;             // mma tiles per warp
+  static constexpr int KSTEP = Mma<T>::K;
+  static constexpr int PAD = 16 / int(sizeof(T));
+  static constexpr int A_ROWS = A_K ? BM : BK, A_COLS = A_K ? BK : BM, A_LD = A_COLS + PAD;
+  static constexpr int B_ROWS = B_K ? BN : BK, B_COLS = B_K ? BK : BN, B_LD = B_COLS + PAD;
+  static constexpr int A_STAGE = A_ROWS * A_LD, B_STAGE = B_ROWS * B_LD;
+  static constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * int(sizeof(T));
+  static constexpr bool BYTES8 = sizeof(T) == 1;
+  static constexpr int K_TILE = BK, PIPE = STAGES;
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile is a multiple of 16 x 16");
+  static_assert(BK % KSTEP == 0, "k tile is a multiple of the mma k");
+  static_assert(STAGES >= 2, "the pipeline has at least two stages");
+
+  float acc[MI][NI][4];
+
+  NCDC_DEVICE void clear() {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  }
+
+  // Issues the copies of k tile `k0` into pipeline slot `stage`.
+  static NCDC_DEVICE void load(T* smem, int stage, const T* A, const T* B, const Shape& s,
+                               long long m0, long long n0, long long k0, bool vec_a, bool vec_b) {
+    T* sa = smem + stage * A_STAGE;
+    T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
+    if (A_K) load_tile<T, A_ROWS, A_COLS, A_LD, THREADS>(sa, A, s.lda, m0, k0, s.m, s.k, vec_a);
+    else load_tile<T, A_ROWS, A_COLS, A_LD, THREADS>(sa, A, s.lda, k0, m0, s.k, s.m, vec_a);
+    if (B_K) load_tile<T, B_ROWS, B_COLS, B_LD, THREADS>(sb, B, s.ldb, n0, k0, s.n, s.k, vec_b);
+    else load_tile<T, B_ROWS, B_COLS, B_LD, THREADS>(sb, B, s.ldb, k0, n0, s.k, s.n, vec_b);
+  }
+
+  // A fragment (16 x KSTEP) at warp row m, k offset kk.
+  static NCDC_DEVICE void frag_a(uint32_t* a, const T* sa, int m, int kk, int lane) {
+    const int r = lane & 7, j = lane >> 3;
+    if constexpr (A_K) {
+      ldmatrix_x4(a, sa + (m + r + 8 * (j & 1)) * A_LD + kk + (KSTEP / 2) * (j >> 1));
+    } else if constexpr (!BYTES8) {
+      ldmatrix_x4_trans(a, sa + (kk + r + 8 * (j >> 1)) * A_LD + m + 8 * (j & 1));
+    } else {
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        a[i] = gather_bytes(sa, A_LD, kk + 4 * t + 16 * (i >> 1), m + g + 8 * (i & 1));
+    }
+  }
+
+  // B fragments of two n8 tiles (KSTEP x 16) at warp column n, k offset kk.
+  static NCDC_DEVICE void frag_b(uint32_t* b0, uint32_t* b1, const T* sb, int n, int kk, int lane) {
+    const int r = lane & 7, j = lane >> 3;
+    if constexpr (B_K || !BYTES8) {
+      uint32_t x[4];
+      if constexpr (B_K) ldmatrix_x4(x, sb + (n + r + 8 * (j >> 1)) * B_LD + kk + (KSTEP / 2) * (j & 1));
+      else ldmatrix_x4_trans(x, sb + (kk + r + 8 * (j & 1)) * B_LD + n + 8 * (j >> 1));
+      b0[0] = x[0];
+      b0[1] = x[1];
+      b1[0] = x[2];
+      b1[1] = x[3];
+    } else {
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        b0[i] = gather_bytes(sb, B_LD, kk + 4 * t + 16 * i, n + g);
+        b1[i] = gather_bytes(sb, B_LD, kk + 4 * t + 16 * i, n + 8 + g);
+      }
+    }
+  }
+
+  // Multiplies the k tile in pipeline slot `stage` into the accumulators.
+  NCDC_DEVICE void compute(const T* smem, int stage) {
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+    const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
+    const T* sa = smem + stage * A_STAGE;
+    const T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += KSTEP) {
+      uint32_t a[MI][4], b[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) frag_a(a[i], sa, wm + 16 * i, kk, lane);
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) frag_b(b[j], b[j + 1], sb, wn + 8 * j, kk, lane);
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) Mma<T>::run(acc[i][j], a[i], b[j]);
+    }
+  }
+
+  // Calls out(row, col, acc) for this thread's elements, in adjacent column pairs.
+  template <class Out>
+  NCDC_DEVICE void for_each_pair(long long m0, long long n0, Out&& out) const {
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+    const long long row = m0 + (warp / WARPS_N) * WM + (lane >> 2);
+    const long long col = n0 + (warp % WARPS_N) * WN + 2 * (lane & 3);
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          out(row + 16 * i + 8 * h, col + 8 * j, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+  }
+};
+
+// ---- CUDA-core tile (fp32) -------------------------------------------------------------------
+// Thread (tx, ty) owns rows ty + TY*i and columns tx + TX*j: the shared-memory reads of a warp
+// are then broadcasts or consecutive words, and its stores to C consecutive columns.
+template <int BM, int BN, int BK, int THREADS, int TM, int TN, int STAGES, bool A_K, bool B_K>
+struct SimtTile {
+  using T = float;
+  static constexpr int TX = BN / TN, TY = BM / TM;
+  static constexpr int PAD = 4;
+  static constexpr int A_ROWS = A_K ? BM : BK, A_COLS = A_K ? BK : BM, A_LD = A_COLS + PAD;
+  static constexpr int B_ROWS = B_K ? BN : BK, B_COLS = B_K ? BK : BN, B_LD = B_COLS + PAD;
+  static constexpr int A_STAGE = A_ROWS * A_LD, B_STAGE = B_ROWS * B_LD;
+  static constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * int(sizeof(T));
+  static_assert(TX * TY == THREADS && TX * TN == BN && TY * TM == BM, "thread tile covers the block");
+  static constexpr int K_TILE = BK, PIPE = STAGES;
+  static_assert(BK % 8 == 0, "k tile is a multiple of 8");
+
+  float acc[TM][TN];
+
+  NCDC_DEVICE void clear() {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+  }
+
+  static NCDC_DEVICE void load(T* smem, int stage, const T* A, const T* B, const Shape& s,
+                               long long m0, long long n0, long long k0, bool vec_a, bool vec_b) {
+    T* sa = smem + stage * A_STAGE;
+    T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
+    if (A_K) load_tile<T, A_ROWS, A_COLS, A_LD, THREADS>(sa, A, s.lda, m0, k0, s.m, s.k, vec_a);
+    else load_tile<T, A_ROWS, A_COLS, A_LD, THREADS>(sa, A, s.lda, k0, m0, s.k, s.m, vec_a);
+    if (B_K) load_tile<T, B_ROWS, B_COLS, B_LD, THREADS>(sb, B, s.ldb, n0, k0, s.n, s.k, vec_b);
+    else load_tile<T, B_ROWS, B_COLS, B_LD, THREADS>(sb, B, s.ldb, k0, n0, s.k, s.n, vec_b);
+  }
+
+  NCDC_DEVICE void compute(const T* smem, int stage) {
+    const int tx = int(threadIdx.x) % TX, ty = int(threadIdx.x) / TX;
+    const T* sa = smem + stage * A_STAGE;
+    const T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
+#pragma unroll 4
+    for (int kk = 0; kk < BK; ++kk) {
+      float a[TM], b[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const int m = ty + TY * i;
+        a[i] = A_K ? sa[m * A_LD + kk] : sa[kk * A_LD + m];
+      }
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        const int n = tx + TX * j;
+        b[j] = B_K ? sb[n * B_LD + kk] : sb[kk * B_LD + n];
+      }
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+  }
+
+  // Calls out(row, col, v) for this thread's elements.
+  template <class Out>
+  NCDC_DEVICE void for_each(long long m0, long long n0, Out&& out) const {
+    const int tx = int(threadIdx.x) % TX, ty = int(threadIdx.x) / TX;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) out(m0 + ty + TY * i, n0 + tx + TX * j, acc[i][j]);
+  }
+};
+
+// ---- the block's work --------------------------------------------------------------------------
+
+// Runs the k loop of the block tile at (m0, n0): STAGES-1 k tiles in flight while one is
+// multiplied; one barrier per k tile (it also frees the slot the next copy overwrites).
+template <class Tile, class T>
+NCDC_DEVICE void mainloop(Tile& tile, const T* A, const T* B, const Shape& s, long long m0,
+                          long long n0) {
+  constexpr int bk = Tile::K_TILE, stages = Tile::PIPE;
+  T* smem = dynamic_smem<T>();
+  constexpr int V = 16 / int(sizeof(T));
+  const bool vec_a = is_aligned(A, 16) && s.lda % V == 0;
+  const bool vec_b = is_aligned(B, 16) && s.ldb % V == 0;
+  const long long ktiles = (s.k + bk - 1) / bk;
+  tile.clear();
+  for (int st = 0; st < stages - 1; ++st) {
+    if (st < ktiles) Tile::load(smem, st, A, B, s, m0, n0, st * (long long)bk, vec_a, vec_b);
+    cp_async_commit();
+  }
+  for (long long kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<stages - 2>();
+    __syncthreads();
+    const long long next = kt + stages - 1;
+    if (next < ktiles) Tile::load(smem, int(next % stages), A, B, s, m0, n0, next * bk, vec_a, vec_b);
+    cp_async_commit();
+    tile.compute(smem, int(kt % stages));
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // shared memory is free for the block's next tile
+}
+
+template <class TC>
+NCDC_DEVICE void store_one(TC* p, float v) {
+  st_global(p, from_float<TC>(v));
+}
+
+// Two adjacent outputs of C at (row, col) and (row, col + 1), already through the epilogue
+// when `Epi` says so; one vector store when C's n pitch is 1 and the pair is aligned.
+template <class TC, class Epi>
+NCDC_DEVICE void store_pair(TC* C, const Shape& s, bool vec_c, const Epi& epi, long long row,
+                            long long col, float a0, float a1) {
+  using W = typename Word<sizeof(TC)>::type;
+  if (row >= s.m || col >= s.n) return;
+  TC* p = C + row * s.ldc_m + col * s.ldc_n;
+  const float v0 = epi(a0, row, col);
+  if (col + 1 >= s.n) {
+    store_one(p, v0);
+    return;
+  }
+  const float v1 = epi(a1, row, col + 1);
+  if constexpr (sizeof(TC) >= 2) {
+    if (vec_c) {
+      const TC c0 = from_float<TC>(v0), c1 = from_float<TC>(v1);
+      const W w0 = *reinterpret_cast<const W*>(&c0), w1 = *reinterpret_cast<const W*>(&c1);
+      if constexpr (sizeof(TC) == 2) st_global_v4(p, uint32_t(w0) | uint32_t(w1) << 16);
+      else st_global_v8(p, make_uint2(w0, w1));
+      return;
+    }
+  }
+  store_one(p, v0);
+  store_one(p + s.ldc_n, v1);
+}
+
+// One block tile of C = epi(A B) on tensor cores.
+template <class Tile, class T, class TC, class Epi>
+NCDC_DEVICE void run_mma(Tile& tile, const T* A, const T* B, TC* C, const Shape& s,
+                         long long m0, long long n0, const Epi& epi) {
+  mainloop(tile, A, B, s, m0, n0);
+  const bool vec_c = s.ldc_n == 1 && s.ldc_m % 2 == 0 && is_aligned(C, 2 * sizeof(TC));
+  tile.for_each_pair(m0, n0, [&](long long row, long long col, float a0, float a1) {
+    store_pair(C, s, vec_c, epi, row, col, a0, a1);
+  });
+}
+
+// One block tile of C = epi(A B) on CUDA cores.
+template <class Tile, class TC, class Epi>
+NCDC_DEVICE void run_simt(Tile& tile, const float* A, const float* B, TC* C, const Shape& s,
+                          long long m0, long long n0, const Epi& epi) {
+  mainloop(tile, A, B, s, m0, n0);
+  tile.for_each(m0, n0, [&](long long row, long long col, float a) {
+    if (row < s.m && col < s.n) store_one(C + row * s.ldc_m + col * s.ldc_n, epi(a, row, col));
+  });
+}
+
+// ---- epilogue operations (float in, float out), as the diagram names them --------------------
+NCDC_DEVICE float op_exp(float x) { return expf(x); }
+NCDC_DEVICE float op_log(float x) { return logf(x); }
+NCDC_DEVICE float op_relu(float x) { return fmaxf(x, 0.0f); }
+// The erf form, 0.5 x (1 + erf(x / sqrt(2))), as the reference computes it (not the tanh form).
+NCDC_DEVICE float op_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+NCDC_DEVICE float op_silu(float x) { return x / (1.0f + expf(-x)); }
+NCDC_DEVICE float op_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+NCDC_DEVICE float op_tanh(float x) { return tanhf(x); }
+NCDC_DEVICE float op_neg(float x) { return -x; }
+NCDC_DEVICE float op_abs(float x) { return fabsf(x); }
+NCDC_DEVICE float op_sqrt(float x) { return sqrtf(x); }
+NCDC_DEVICE float op_rsqrt(float x) { return 1.0f / sqrtf(x); }
+NCDC_DEVICE float op_recip(float x) { return 1.0f / x; }
+NCDC_DEVICE float op_square(float x) { return x * x; }
+NCDC_DEVICE float op_add(float a, float b) { return a + b; }
+NCDC_DEVICE float op_sub(float a, float b) { return a - b; }
+NCDC_DEVICE float op_mul(float a, float b) { return a * b; }
+NCDC_DEVICE float op_div(float a, float b) { return a / b; }
+NCDC_DEVICE float op_max(float a, float b) { return fmaxf(a, b); }
+NCDC_DEVICE float op_min(float a, float b) { return fminf(a, b); }
+// cast(x, to=T): rounds to T and back, as a value stored in T would read.
+template <class T>
+NCDC_DEVICE float op_cast(float x) { return to_float(from_float<T>(x)); }
+
+}  // namespace gemm
+}  // namespace ncdc
+
+#endif  // NCDC_GEMM_CUH
