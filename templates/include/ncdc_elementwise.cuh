@@ -1,0 +1,211 @@
+// Elementwise operations as small device functions, and the vector loads and stores of
+// runs of elements that the row-wise and elementwise kernels (and GEMM epilogues) share.
+// Math is fp32; storage types are converted on load (exact) and on store (round to nearest
+// even, fp8 saturating). max and min propagate NaN, as the reference (NumPy) does.
+#pragma once
+#ifndef NCDC_ELEMENTWISE_CUH
+#define NCDC_ELEMENTWISE_CUH
+
+namespace ncdc {
+
+// ---- unary maps --------------------------------------------------------------------------
+NCDC_DEVICE float op_exp(float x) { return expf(x); }
+NCDC_DEVICE float op_log(float x) { return logf(x); }
+NCDC_DEVICE float op_relu(float x) { return x > 0.0f ? x : (x == x ? 0.0f : x); }
+NCDC_DEVICE float op_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+NCDC_DEVICE float op_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+NCDC_DEVICE float op_silu(float x) { return x / (1.0f + expf(-x)); }
+NCDC_DEVICE float op_tanh(float x) { return tanhf(x); }
+NCDC_DEVICE float op_neg(float x) { return -x; }
+NCDC_DEVICE float op_abs(float x) { return fabsf(x); }
+NCDC_DEVICE float op_sqrt(float x) { return sqrtf(x); }
+NCDC_DEVICE float op_rsqrt(float x) { return rsqrtf(x); }
+NCDC_DEVICE float op_recip(float x) { return 1.0f / x; }
+NCDC_DEVICE float op_square(float x) { return x * x; }
+
+// ---- binary maps -------------------------------------------------------------------------
+NCDC_DEVICE float op_add(float a, float b) { return a + b; }
+NCDC_DEVICE float op_sub(float a, float b) { return a - b; }
+NCDC_DEVICE float op_mul(float a, float b) { return a * b; }
+NCDC_DEVICE float op_div(float a, float b) { return a / b; }
+// NaN in either operand gives NaN (fmaxf would drop it and hide a bad value).
+NCDC_DEVICE float op_max(float a, float b) { return (a != a || a > b) ? a : b; }
+NCDC_DEVICE float op_min(float a, float b) { return (a != a || a < b) ? a : b; }
+
+// ---- casts and masks ---------------------------------------------------------------------
+// The value `x` takes when stored as T: round to nearest even, fp8 saturating (satfinite).
+template <class T>
+NCDC_DEVICE float op_cast(float x) {
+  return to_float(from_float<T>(x));
+}
+NCDC_DEVICE float negative_infinity() { return __int_as_float(0xff800000); }
+// Causal mask aligned at the end: key j is hidden from query i when j > i + shift, where
+// shift = keys - queries (so a single decode query sees every key).
+NCDC_DEVICE float op_causal(float x, long long i, long long j, long long shift) {
+  return j > i + shift ? negative_infinity() : x;
+}
+
+// ---- storage bits ------------------------------------------------------------------------
+// A storage element <-> its raw bits (in the low bits of a 32-bit word), for unpacking and
+// packing vector registers without type punning.
+template <class T>
+struct Bits;
+template <>
+struct Bits<float> {
+  static NCDC_DEVICE float get(uint32_t w) { return __uint_as_float(w); }
+  static NCDC_DEVICE uint32_t put(float x) { return __float_as_uint(x); }
+};
+template <>
+struct Bits<__nv_bfloat16> {
+  static NCDC_DEVICE float get(uint32_t w) { return __bfloat162float(__ushort_as_bfloat16((unsigned short)w)); }
+  static NCDC_DEVICE uint32_t put(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+};
+template <>
+struct Bits<__half> {
+  static NCDC_DEVICE float get(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)w)); }
+  static NCDC_DEVICE uint32_t put(float x) { return __half_as_ushort(__float2half_rn(x)); }
+};
+template <>
+struct Bits<__nv_fp8_e4m3> {
+  static NCDC_DEVICE float get(uint32_t w) {
+    __nv_fp8_e4m3 v;
+    v.__x = (unsigned char)w;
+    return to_float(v);
+  }
+  static NCDC_DEVICE uint32_t put(float x) { return from_float<__nv_fp8_e4m3>(x).__x; }
+};
+template <>
+struct Bits<__nv_fp8_e5m2> {
+  static NCDC_DEVICE float get(uint32_t w) {
+    __nv_fp8_e5m2 v;
+    v.__x = (unsigned char)w;
+    return to_float(v);
+  }
+  static NCDC_DEVICE uint32_t put(float x) { return from_float<__nv_fp8_e5m2>(x).__x; }
+};
+
+// ---- runs of elements --------------------------------------------------------------------
+// Load V consecutive elements of T at p (p aligned to V * sizeof(T), or to 16 bytes when
+// that is more) as floats, with the widest loads that fit: 16-byte vectors, else 8 or 4.
+template <int V, class T>
+NCDC_DEVICE void load_vec(const T* p, float (&v)[V]) {
+  constexpr int kSize = int(sizeof(T));
+  constexpr int kBytes = V * kSize;
+  constexpr uint32_t kMask = kSize == 4 ? 0xffffffffu : (1u << (8 * kSize)) - 1u;
+  if constexpr (kBytes % 16 == 0) {
+    constexpr int kPer = 16 / kSize;
+#pragma unroll
+    for (int q = 0; q < kBytes / 16; ++q) {
+      const uint4 u = ld_global_v16(p + q * kPer);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int e = 0; e < kPer; ++e)
+        v[q * kPer + e] = Bits<T>::get(w[e * kSize / 4] >> (8 * (e * kSize % 4)) & kMask);
+    }
+  } else if constexpr (kBytes == 8) {
+    const uint2 u = ld_global_v8(p);
+    const uint32_t w[2] = {u.x, u.y};
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = Bits<T>::get(w[e * kSize / 4] >> (8 * (e * kSize % 4)) & kMask);
+  } else if constexpr (kBytes == 4) {
+    const uint32_t w = ld_global_v4(p);
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = Bits<T>::get(w >> (8 * (e * kSize % 4)) & kMask);
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) v[e] = to_float(ld_global(p + e));
+  }
+}
+
+// Store V floats as consecutive elements of T at p (aligned as for load_vec).
+template <int V, class T>
+NCDC_DEVICE void store_vec(T* p, const float (&v)[V]) {
+  constexpr int kSize = int(sizeof(T));
+  constexpr int kBytes = V * kSize;
+  constexpr uint32_t kMask = kSize == 4 ? 0xffffffffu : (1u << (8 * kSize)) - 1u;
+  if constexpr (kBytes % 16 == 0 || kBytes == 8 || kBytes == 4) {
+    constexpr int kWords = kBytes / 4;
+    uint32_t w[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = 0;
+#pragma unroll
+    for (int e = 0; e < V; ++e) w[e * kSize / 4] |= (Bits<T>::put(v[e]) & kMask) << (8 * (e * kSize % 4));
+    if constexpr (kBytes == 4) {
+      st_global_v4(p, w[0]);
+    } else if constexpr (kBytes == 8) {
+      st_global_v8(p, make_uint2(w[0], w[1]));
+    } else {
+#pragma unroll
+      for (int q = 0; q < kBytes / 16; ++q)
+        st_global_v16(p + q * (16 / kSize), make_uint4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]));
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) st_global(p + e, from_float<T>(v[e]));
+  }
+}
+
+// The elements one thread handles of a run: element j sits at c0 + j * step, and only the
+// first `count` exist. `vec`: they are contiguous, all V exist and are vector-aligned.
+struct Cols {
+  long long c0;
+  long long step;
+  int count;
+  bool vec;
+};
+
+template <int V, class T>
+NCDC_DEVICE void load_cols(const T* p, const Cols& c, float (&v)[V]) {
+  if (c.vec) {
+    load_vec<V>(p + c.c0, v);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = j < c.count ? to_float(ld_global(p + c.c0 + j * c.step)) : 0.0f;
+}
+
+template <int V, class T>
+NCDC_DEVICE void store_cols(T* p, const Cols& c, const float (&v)[V]) {
+  if (c.vec) {
+    store_vec<V>(p + c.c0, v);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    if (j < c.count) st_global(p + c.c0 + j * c.step, from_float<T>(v[j]));
+}
+
+// Scalar load and store of one element as float.
+template <class T>
+NCDC_DEVICE float load_one(const T* p) {
+  return to_float(ld_global(p));
+}
+template <class T>
+NCDC_DEVICE void store_one(T* p, float v) {
+  st_global(p, from_float<T>(v));
+}
+
+NCDC_DEVICE bool aligned16(const void* p) { return (reinterpret_cast<unsigned long long>(p) & 15u) == 0; }
+
+namespace elementwise {
+
+// Grid-stride loop over the output. `Io::apply<W>(e)` computes and stores the W elements
+// from flat index e on (innermost axis fastest). Runs of V (a 16-byte vector of the
+// narrowest tensor) when the innermost axis is a multiple of V and the pointers are
+// aligned; then no run crosses the innermost axis and broadcast operands are one value per
+// run. Otherwise one element at a time.
+template <int THREADS, int V, class Io>
+NCDC_DEVICE void run(const Io& io, long long total, long long inner) {
+  const long long stride = (long long)gridDim.x * THREADS;
+  const long long first = (long long)blockIdx.x * THREADS + threadIdx.x;
+  if (inner % V == 0 && io.aligned()) {
+    for (long long v = first; v < total / V; v += stride) io.template apply<V>(v * V);
+  } else {
+    for (long long e = first; e < total; e += stride) io.template apply<1>(e);
+  }
+}
+
+}  // namespace elementwise
+}  // namespace ncdc
+
+#endif  // NCDC_ELEMENTWISE_CUH
