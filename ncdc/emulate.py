@@ -198,17 +198,9 @@ class EmulatedModule:
 
     def signature(self, kernel: str) -> list[str]:
         """The kernel's parameters: "p" for a pointer, "i4", "f4", "u8"... for scalars."""
-        dll = self._dll if self._dll is not None else ctypes.CDLL(str(self.library))
-        try:
-            fn = getattr(dll, f"ncdc_signature_{kernel}")
-        except AttributeError:
-            raise NcdcError(
-                f"no kernel {kernel!r} in {self.library.name}",
-                hint="the source must end with NCDC_EXPORT_KERNEL(name)",
-            ) from None
-        fn.restype = ctypes.c_char_p
-        sig = fn().decode()
-        return sig.split(",") if sig else []
+        if self._dll is None:
+            raise NcdcError("a sanitized library loads only in its own process; launch it")
+        return _signature(self._dll, self.library, kernel)
 
     def launch(
         self,
@@ -223,17 +215,29 @@ class EmulatedModule:
         Arrays must be contiguous; scalars are passed by value with the kernel's parameter
         type (a NumPy scalar must match it exactly; a Python number is converted).
         """
-        sig = self.signature(kernel)
-        values = _check_args(kernel, sig, args)
         g, b = _dim3(grid), _dim3(block)
-        if self.sanitize is None:
-            assert self._dll is not None
+        if self._dll is not None:
+            values = _check_args(kernel, self.signature(kernel), args)
             return _run(self._dll, kernel, g, b, int(dynamic_smem), values)
-        arrays = [v for v in values if isinstance(v, np.ndarray)]
-        outputs, traffic = _run_sanitized(self.library, kernel, g, b, int(dynamic_smem), values)
+        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args))
+        outputs, traffic = _run_sanitized(kernel, request)
         for dst, src in zip(arrays, outputs, strict=True):
             dst[...] = src
         return traffic
+
+
+def _signature(dll: ctypes.CDLL, library: Path, kernel: str) -> list[str]:
+    try:
+        fn = getattr(dll, f"ncdc_signature_{kernel}")
+    except AttributeError:
+        raise NcdcError(
+            f"no kernel {kernel!r} in {library.name}",
+            hint="the source must end with NCDC_EXPORT_KERNEL(name)",
+        ) from None
+    fn.restype = ctypes.c_char_p
+    sig = fn().decode()
+    return sig.split(",") if sig else []
 
 
 def _check_args(kernel: str, sig: list[str], args: Sequence[Any]) -> list[Any]:
@@ -319,17 +323,10 @@ def _asan_runtime() -> str:
     return os.path.realpath(path)
 
 
-def _run_sanitized(
-    library: Path,
-    kernel: str,
-    grid: tuple[int, int, int],
-    block: tuple[int, int, int],
-    smem: int,
-    values: list[Any],
-) -> tuple[list[np.ndarray], Traffic]:
+def _run_sanitized(kernel: str, request: tuple[Any, ...]) -> tuple[list[np.ndarray], Traffic]:
     with tempfile.TemporaryDirectory(prefix="ncdc-asan-") as tmp:
-        request, response = Path(tmp) / "request.pkl", Path(tmp) / "response.pkl"
-        request.write_bytes(pickle.dumps((str(library), kernel, grid, block, smem, values)))
+        req, response = Path(tmp) / "request.pkl", Path(tmp) / "response.pkl"
+        req.write_bytes(pickle.dumps(request))
         env = dict(os.environ)
         env["LD_PRELOAD"] = _asan_runtime()
         env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:allocator_may_return_null=1"
@@ -337,7 +334,7 @@ def _run_sanitized(
         env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
         code = "import sys, ncdc.emulate as e; e._sanitized_child(sys.argv[1], sys.argv[2])"
         proc = subprocess.run(
-            [sys.executable, "-c", code, str(request), str(response)],
+            [sys.executable, "-c", code, str(req), str(response)],
             env=env,
             capture_output=True,
             text=True,
@@ -367,8 +364,13 @@ def _asan_failure(kernel: str, stderr: str) -> NcdcError:
 
 def _sanitized_child(request: str, response: str) -> None:
     """Runs in the subprocess: device buffers are malloc'd inside the library (redzones)."""
-    library, kernel, grid, block, smem, values = pickle.loads(Path(request).read_bytes())
+    library, kernel, grid, block, smem, args = pickle.loads(Path(request).read_bytes())
     dll = ctypes.CDLL(library)
+    try:
+        values = _check_args(kernel, _signature(dll, Path(library), kernel), args)
+    except NcdcError as e:
+        Path(response).write_bytes(pickle.dumps(([], (0, 0), e.line())))
+        return
     dll.ncdc_emu_malloc.restype = ctypes.c_void_p
     dll.ncdc_emu_malloc.argtypes = [ctypes.c_ulonglong]
     dll.ncdc_emu_free.argtypes = [ctypes.c_void_p]
