@@ -1,0 +1,504 @@
+// Fused attention on tensor cores: the FlashAttention-2 forward pass and split-key decode.
+//
+// Both kernels share one warp-level step: 16 query rows (Q held in registers as mma A
+// fragments) against a chunk of keys in shared memory. S = Q K^T with mma.m16n8k16, the
+// online softmax in registers (running max m and sum l per row, base 2), then O += P V with
+// P taken straight from the S accumulators: the C fragments of two 16x8 tiles are, element
+// for element, the A fragment of one 16x16 tile.
+//
+// Layouts. Q, K, V and O rows are contiguous along the head axis (d, d_v): 16-byte chunks.
+// In shared memory a row of C chunks (C a multiple of 8) stores chunk c at c ^ (row % 8),
+// so the 8 rows an ldmatrix reads and the 8 chunks a cp.async phase writes fall in 8
+// distinct groups of 4 banks: no bank conflicts either way.
+//
+// Sizes: query and key counts are runtime ints (below 2^31 per (batch, head)); offsets
+// into the tensors are 64-bit.
+#pragma once
+#ifndef NCDC_ATTENTION_CUH
+#define NCDC_ATTENTION_CUH
+
+namespace ncdc {
+namespace attn {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+NCDC_DEVICE float neg_inf() { return __int_as_float(int(0xff800000u)); }
+NCDC_DEVICE int imin(int a, int b) { return a < b ? a : b; }
+
+// 2^x; 2^-inf = 0. One MUFU instruction on the GPU.
+NCDC_DEVICE float exp2_fast(float x) {
+#ifdef NCDC_GPU
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
+// The mma and the register packing of one 16-bit input type.
+template <class T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  static NCDC_DEVICE void run(float* acc, const uint32_t* a, const uint32_t* b) {
+    mma_m16n8k16_bf16(acc, a, b, acc);
+  }
+  static NCDC_DEVICE uint32_t pack(float lo, float hi) { return pack_bf16x2(lo, hi); }
+};
+template <>
+struct Mma<__half> {
+  static NCDC_DEVICE void run(float* acc, const uint32_t* a, const uint32_t* b) {
+    mma_m16n8k16_f16(acc, a, b, acc);
+  }
+  static NCDC_DEVICE uint32_t pack(float lo, float hi) { return pack_f16x2(lo, hi); }
+};
+
+// Element offset of chunk `chunk` of row `row` in a swizzled tile of C chunks per row.
+template <int C>
+NCDC_DEVICE int swizzle(int row, int chunk) {
+  static_assert(C % 8 == 0, "the swizzle needs rows of a multiple of 8 chunks (64 values)");
+  return row * C * 8 + ((chunk ^ (row & 7)) << 3);
+}
+
+// Shared-memory words read and written as plain 32- and 128-bit values.
+NCDC_DEVICE void smem_store_u32(void* p, uint32_t v) {
+#ifdef NCDC_GPU
+  *reinterpret_cast<uint32_t*>(p) = v;
+#else
+  std::memcpy(p, &v, sizeof v);
+#endif
+}
+NCDC_DEVICE uint4 smem_load_u128(const void* p) {
+#ifdef NCDC_GPU
+  return *reinterpret_cast<const uint4*>(p);
+#else
+  uint4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+
+// cp.async of rows [0, ROWS) x columns [0, COLS) of a row-major global tile into a
+// swizzled shared tile with SC chunks per row; rows at or past `valid` are zero-filled and
+// read nothing. Consecutive threads copy consecutive 16-byte chunks: coalesced.
+template <class T, int ROWS, int COLS, int SC, int THREADS>
+NCDC_DEVICE void load_tile(T* smem, const T* gmem, long long row_stride, int valid, int tid) {
+  constexpr int C = COLS / 8;
+  constexpr int TOTAL = ROWS * C;
+#pragma unroll
+  for (int i0 = 0; i0 < TOTAL; i0 += THREADS) {
+    const int i = i0 + tid;
+    if (TOTAL % THREADS == 0 || i < TOTAL) {
+      const int row = i / C, chunk = i % C;
+      const bool ok = row < valid;
+      const T* src = ok ? gmem + row * row_stride + chunk * 8 : gmem;
+      cp_async_16_zfill(smem + swizzle<SC>(row, chunk), src, ok ? 16 : 0);
+    }
+  }
+}
+
+// The running state of one warp's 16 query rows: this lane holds rows g and g + 8
+// (g = lane / 4) of the output accumulator, their running max (base 2) and its partial
+// running sum (the 4 lanes of a row sum different columns; reduced at the end).
+template <int DV>
+struct RowState {
+  float o[DV / 8][4];
+  float m[2];
+  float l[2];
+};
+
+template <int DV>
+NCDC_DEVICE void init_state(RowState<DV>& st) {
+#pragma unroll
+  for (int n = 0; n < DV / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.o[n][i] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.m[r] = neg_inf();
+    st.l[r] = 0.0f;
+  }
+}
+
+// Q fragments of 16 rows starting at `row0` of a swizzled tile with SC chunks per row.
+template <class T, int D, int SC>
+NCDC_DEVICE void load_q_fragments(uint32_t (&qf)[D / 16][4], const T* qs, int row0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix_x4(qf[kk], qs + swizzle<SC>(row0 + (lane & 15), 2 * kk + (lane >> 4)));
+}
+
+// Masking of one step: key `j` is dropped for the lane's row r when j > limit[r].
+struct KeyMask {
+  bool any;  // some key of the step may be dropped (x tail, split end or causal diagonal)
+  int key0;  // global index of the step's first key
+  int limit[2];
+};
+
+// S = Q K^T over NK keys (smem rows krow0.. of a swizzled K tile of D / 8 chunks per row),
+// scaled to base 2 and masked, then the online-softmax update: on return s holds
+// P = 2^(S - m), and o and l are rescaled to the new running max.
+template <class T, int D, int DV, int NK>
+NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st,
+                            const uint32_t (&qf)[D / 16][4], const T* ks, int krow0,
+                            const KeyMask& mask, float scale_log2, int lane) {
+  static_assert(NK % 16 == 0, "keys per warp step: a multiple of 16");
+#pragma unroll
+  for (int n = 0; n < NK / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int np = 0; np < NK / 16; ++np) {
+      // matrices: keys +0..7 / +8..15 of the pair, d chunks 2kk / 2kk+1
+      uint32_t b[4];
+      const int row = krow0 + 16 * np + ((lane >> 4) << 3) + (lane & 7);
+      ldmatrix_x4(b, ks + swizzle<D / 8>(row, 2 * kk + ((lane >> 3) & 1)));
+      Mma<T>::run(s[2 * np], qf[kk], b);
+      Mma<T>::run(s[2 * np + 1], qf[kk], b + 2);
+    }
+  }
+  const int t = lane & 3;
+  float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+  for (int n = 0; n < NK / 8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float v = s[n][i] * scale_log2;
+      if (mask.any && mask.key0 + 8 * n + 2 * t + (i & 1) > mask.limit[i >> 1]) v = neg_inf();
+      s[n][i] = v;
+      mx[i >> 1] = fmaxf(mx[i >> 1], v);
+    }
+  }
+  float base[2], alpha[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(st.m[r], mx[r]);
+    // a row with every key so far masked keeps m = -inf: subtract 0 so no -inf - -inf
+    base[r] = m_new == neg_inf() ? 0.0f : m_new;
+    alpha[r] = exp2_fast(st.m[r] - base[r]);
+    st.m[r] = m_new;
+    st.l[r] *= alpha[r];
+  }
+#pragma unroll
+  for (int n = 0; n < NK / 8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float p = exp2_fast(s[n][i] - base[i >> 1]);
+      s[n][i] = p;
+      st.l[i >> 1] += p;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < DV / 8; ++n) {
+    st.o[n][0] *= alpha[0];
+    st.o[n][1] *= alpha[0];
+    st.o[n][2] *= alpha[1];
+    st.o[n][3] *= alpha[1];
+  }
+}
+
+// O += P V over NK keys (smem rows krow0.. of a swizzled V tile of DV / 8 chunks per row).
+template <class T, int DV, int NK>
+NCDC_DEVICE void value_step(RowState<DV>& st, const float (&s)[NK / 8][4], const T* vs,
+                            int krow0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < NK / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+    for (int np = 0; np < DV / 16; ++np) {
+      // matrices (transposed): keys +0..7 / +8..15, d_v chunks 2np / 2np+1
+      uint32_t b[4];
+      const int row = krow0 + 16 * kk + (((lane >> 3) & 1) << 3) + (lane & 7);
+      ldmatrix_x4_trans(b, vs + swizzle<DV / 8>(row, 2 * np + (lane >> 4)));
+      Mma<T>::run(st.o[2 * np], a, b);
+      Mma<T>::run(st.o[2 * np + 1], a, b + 2);
+    }
+  }
+}
+
+// The running sums of a row, added over the 4 lanes that share it.
+template <int DV>
+NCDC_DEVICE void reduce_sums(RowState<DV>& st) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
+    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
+  }
+}
+
+// One (batch..., head) slice of the tensors; row strides in elements.
+template <class T>
+struct Slice {
+  const T* q;
+  const T* k;
+  const T* v;
+  long long q_stride, k_stride, v_stride;
+  int q_len, x_len;
+  float scale_log2;  // the logits' scale times log2(e)
+};
+
+// ---------------------------------------------------------------------------------------
+// Fused forward: one block per (batch..., GQ queries), one warp per 16 of them; K and V
+// stream through a 2-stage cp.async ring of SX keys. Causal: key j is visible to query i
+// when j <= i + x_len - q_len; fully masked tiles are never loaded, and a warp skips the
+// math of tiles that are masked for all its rows.
+//
+// Shared memory (elements of T): Q [GQ][QC*8] (reused to stage O), K [2][SX][D],
+// V [2][SX][DV], QC = max(D, DV) / 8.
+template <class T, int D, int DV, int GQ, int SX, bool CAUSAL>
+NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, int q_tile) {
+  constexpr int W = GQ / 16, THREADS = 32 * W;
+  constexpr int QC = (D > DV ? D : DV) / 8;
+  static_assert(GQ % 16 == 0 && SX % 16 == 0, "tiles are multiples of 16");
+  T* qs = dynamic_smem<T>();
+  T* ks = qs + GQ * QC * 8;
+  T* vs = ks + 2 * SX * D;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int q0 = q_tile * GQ;
+  const int shift = a.x_len - a.q_len;  // causal diagonal: key q + shift for query q
+
+  int tiles = (a.x_len + SX - 1) / SX;
+  if (CAUSAL) {
+    const int last_key = imin(q0 + GQ, a.q_len) - 1 + shift;
+    tiles = last_key < 0 ? 0 : imin(tiles, last_key / SX + 1);
+  }
+  const int wrow = q0 + 16 * warp;  // this warp's first query
+  KeyMask mask;
+  mask.limit[0] = a.x_len - 1;
+  mask.limit[1] = a.x_len - 1;
+  if (CAUSAL) {
+    mask.limit[0] = imin(mask.limit[0], wrow + g + shift);
+    mask.limit[1] = imin(mask.limit[1], wrow + g + 8 + shift);
+  }
+  const int warp_first = CAUSAL ? imin(a.x_len - 1, wrow + shift) : a.x_len - 1;
+  const int warp_last = CAUSAL ? imin(a.x_len - 1, wrow + 15 + shift) : a.x_len - 1;
+
+  RowState<DV> st;
+  init_state(st);
+  if (tiles > 0) {
+    load_tile<T, GQ, D, QC, THREADS>(qs, a.q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
+    load_tile<T, SX, D, D / 8, THREADS>(ks, a.k, a.k_stride, a.x_len, tid);
+    cp_async_commit();
+    load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v, a.v_stride, a.x_len, tid);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    uint32_t qf[D / 16][4];
+    load_q_fragments<T, D, QC>(qf, qs, 16 * warp, lane);
+
+    for (int j = 0; j < tiles; ++j) {
+      const int stage = j & 1;
+      const int key0 = j * SX;
+      const T* kt = ks + stage * SX * D;
+      const T* vt = vs + stage * SX * DV;
+      // K_j has landed (V_j may still be in flight); every warp is done with stage^1
+      cp_async_wait<1>();
+      __syncthreads();
+      if (j + 1 < tiles) {
+        const int next = key0 + SX;
+        load_tile<T, SX, D, D / 8, THREADS>(ks + (stage ^ 1) * SX * D, a.k + next * a.k_stride,
+                                            a.k_stride, a.x_len - next, tid);
+      }
+      cp_async_commit();
+      const bool active = key0 <= warp_last;
+      mask.any = key0 + SX - 1 > warp_first;
+      mask.key0 = key0;
+      float s[SX / 8][4];
+      if (active) score_step<T, D, DV, SX>(s, st, qf, kt, 0, mask, a.scale_log2, lane);
+      // V_j has landed (K_{j+1} may still be in flight)
+      cp_async_wait<1>();
+      __syncthreads();
+      if (j + 1 < tiles) {
+        const int next = key0 + SX;
+        load_tile<T, SX, DV, DV / 8, THREADS>(vs + (stage ^ 1) * SX * DV,
+                                              a.v + next * a.v_stride, a.v_stride,
+                                              a.x_len - next, tid);
+      }
+      cp_async_commit();
+      if (active) value_step<T, DV, SX>(st, s, vt, 0, lane);
+    }
+    cp_async_wait<0>();
+  }
+
+  // O / l, staged through this warp's own rows of the Q tile (no other warp reads them),
+  // then stored as 16-byte rows; a row with no visible key has l = 0 and stores zeros.
+  reduce_sums(st);
+  T* os = qs + 16 * warp * QC * 8;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float inv = st.l[r] > 0.0f ? 1.0f / st.l[r] : 0.0f;
+#pragma unroll
+    for (int n = 0; n < DV / 8; ++n)
+      smem_store_u32(os + swizzle<QC>(g + 8 * r, n) + 2 * t,
+                     Mma<T>::pack(st.o[n][2 * r] * inv, st.o[n][2 * r + 1] * inv));
+  }
+  __syncwarp();
+  constexpr int VC = DV / 8;
+#pragma unroll
+  for (int i0 = 0; i0 < 16 * VC; i0 += 32) {
+    const int i = i0 + lane, row = i / VC, chunk = i % VC;
+    const int qi = wrow + row;
+    if (qi < a.q_len)
+      st_global_v16(o + qi * o_stride + chunk * 8, smem_load_u128(os + swizzle<QC>(row, chunk)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode, pass 1: the q <= 16 queries of one (batch..., head), padded to one 16-row mma
+// block, against keys [split * keys_per_split, +keys_per_split). The block streams SX keys
+// per stage; warp w takes keys [w * SX / W, (w + 1) * SX / W) of each stage and keeps its
+// own (m, l, O), written unnormalised to the fp32 workspace as partial split * W + w:
+//   part_o[partial][q][DV], part_ml[partial][q][2] = (m in base 2, l).
+// Shared memory (elements of T): Q [16][D], K [2][SX][D], V [2][SX][DV].
+template <class T, int D, int DV, int SX, int W, bool CAUSAL>
+NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split, float* part_o,
+                                float* part_ml) {
+  constexpr int THREADS = 32 * W, NK = SX / W;
+  static_assert(SX % (16 * W) == 0, "each warp takes a multiple of 16 keys per stage");
+  T* qs = dynamic_smem<T>();
+  T* ks = qs + 16 * D;
+  T* vs = ks + 2 * SX * D;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int shift = a.x_len - a.q_len;
+
+  const int begin = split * keys_per_split;
+  const int end = imin(a.x_len, begin + keys_per_split);
+  const int tiles = end > begin ? (end - begin + SX - 1) / SX : 0;
+  KeyMask mask;
+  mask.limit[0] = end - 1;
+  mask.limit[1] = end - 1;
+  if (CAUSAL) {
+    mask.limit[0] = imin(mask.limit[0], g + shift);
+    mask.limit[1] = imin(mask.limit[1], g + 8 + shift);
+  }
+  const int first_limit = CAUSAL ? imin(end - 1, shift) : end - 1;
+
+  RowState<DV> st;
+  init_state(st);
+  if (tiles > 0) {
+    load_tile<T, 16, D, D / 8, THREADS>(qs, a.q, a.q_stride, a.q_len, tid);
+    load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + begin * a.k_stride, a.k_stride, end - begin,
+                                        tid);
+    cp_async_commit();
+    load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + begin * a.v_stride, a.v_stride,
+                                          end - begin, tid);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    uint32_t qf[D / 16][4];
+    load_q_fragments<T, D, D / 8>(qf, qs, 0, lane);
+
+    for (int j = 0; j < tiles; ++j) {
+      const int stage = j & 1;
+      const int tile0 = begin + j * SX;
+      const int key0 = tile0 + warp * NK;
+      cp_async_wait<1>();
+      __syncthreads();
+      if (j + 1 < tiles) {
+        const int next = tile0 + SX;
+        load_tile<T, SX, D, D / 8, THREADS>(ks + (stage ^ 1) * SX * D, a.k + next * a.k_stride,
+                                            a.k_stride, end - next, tid);
+      }
+      cp_async_commit();
+      const bool active = key0 < end;
+      mask.any = key0 + NK - 1 > first_limit;
+      mask.key0 = key0;
+      float s[NK / 8][4];
+      if (active)
+        score_step<T, D, DV, NK>(s, st, qf, ks + stage * SX * D, warp * NK, mask, a.scale_log2,
+                                 lane);
+      cp_async_wait<1>();
+      __syncthreads();
+      if (j + 1 < tiles) {
+        const int next = tile0 + SX;
+        load_tile<T, SX, DV, DV / 8, THREADS>(vs + (stage ^ 1) * SX * DV,
+                                              a.v + next * a.v_stride, a.v_stride, end - next,
+                                              tid);
+      }
+      cp_async_commit();
+      if (active) value_step<T, DV, NK>(st, s, vs + stage * SX * DV, warp * NK, lane);
+    }
+    cp_async_wait<0>();
+  }
+
+  reduce_sums(st);
+  const long long partial = (long long)split * W + warp;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = g + 8 * r;
+    if (row < a.q_len) {
+      const long long at = partial * a.q_len + row;
+      float* po = part_o + at * DV + 2 * t;
+#pragma unroll
+      for (int n = 0; n < DV / 8; ++n)
+        st_global(reinterpret_cast<float2*>(po + 8 * n), make_float2(st.o[n][2 * r], st.o[n][2 * r + 1]));
+      if (t == 0) st_global(reinterpret_cast<float2*>(part_ml + 2 * at), make_float2(st.m[r], st.l[r]));
+    }
+  }
+}
+
+// Decode, pass 2: merge the partials of one (batch..., head):
+//   m = max m_p, l = sum l_p 2^(m_p - m), O = sum O_p 2^(m_p - m) / l.
+// Warps first turn (m_p, l_p) into weights 2^(m_p - m) / l in shared memory (a row with
+// l = 0 gets weight 0 everywhere, so zeros), then threads sum 4 columns each.
+// Shared memory: float [q_len][partials].
+template <class T, int DV, int THREADS>
+NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, long long o_stride,
+                              int q_len, int partials) {
+  float* weight = dynamic_smem<float>();
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  for (int row = warp; row < q_len; row += THREADS / 32) {
+    float m = neg_inf();
+    for (int p = lane; p < partials; p += 32)
+      m = fmaxf(m, ld_global(part_ml + 2 * ((long long)p * q_len + row)));
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+    const float base = m == neg_inf() ? 0.0f : m;
+    float l = 0.0f;
+    for (int p = lane; p < partials; p += 32) {
+      const long long at = 2 * ((long long)p * q_len + row);
+      const float w = exp2_fast(ld_global(part_ml + at) - base);
+      weight[row * partials + p] = w;
+      l += ld_global(part_ml + at + 1) * w;
+    }
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) l += __shfl_xor_sync(0xffffffffu, l, k);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int p = lane; p < partials; p += 32) weight[row * partials + p] *= inv;
+  }
+  __syncthreads();
+  constexpr int V4 = DV / 4;
+  for (int i = tid; i < q_len * V4; i += THREADS) {
+    const int row = i / V4, c = 4 * (i % V4);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int p = 0; p < partials; ++p) {
+      const float w = weight[row * partials + p];
+      const uint4 v = ld_global_v16(part_o + ((long long)p * q_len + row) * DV + c);
+      // a partial with weight 0 may hold 0 * (large) but never NaN: it was written
+      acc[0] += w * __uint_as_float(v.x);
+      acc[1] += w * __uint_as_float(v.y);
+      acc[2] += w * __uint_as_float(v.z);
+      acc[3] += w * __uint_as_float(v.w);
+    }
+    uint2 out;
+    out.x = Mma<T>::pack(acc[0], acc[1]);
+    out.y = Mma<T>::pack(acc[2], acc[3]);
+    st_global_v8(o + row * o_stride + c, out);
+  }
+}
+
+}  // namespace attn
+}  // namespace ncdc
+
+#endif  // NCDC_ATTENTION_CUH
