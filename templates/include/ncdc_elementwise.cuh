@@ -9,6 +9,7 @@
 namespace ncdc {
 
 // ---- unary maps --------------------------------------------------------------------------
+NCDC_DEVICE float op_id(float x) { return x; }
 NCDC_DEVICE float op_exp(float x) { return expf(x); }
 NCDC_DEVICE float op_log(float x) { return logf(x); }
 NCDC_DEVICE float op_relu(float x) { return x > 0.0f ? x : (x == x ? 0.0f : x); }

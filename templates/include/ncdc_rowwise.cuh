@@ -1,0 +1,319 @@
+// Row-wise kernels: softmax, layernorm, rmsnorm and sum/max/mean over the last axis, with
+// elementwise ops before and after, in one kernel.
+//
+// A block holds ROWS row groups of TPR threads (TPR a multiple of 32); a group owns one row
+// at a time (grid-stride over rows). A thread holds VPT runs of V elements of the row: on
+// the vector path run k is the V contiguous columns starting at (k * TPR + t) * V (16-byte
+// loads, coalesced across the warp); on the scalar path (row length not a multiple of V, or
+// an unaligned pointer) element j of run k is column (k * V + j) * TPR + t (still coalesced).
+// Statistics are reduced with warp shuffles, then across the group's warps through shared
+// memory. Math is fp32.
+//
+// A row of up to TPR * VPT * V values is read from global memory once and stays in
+// registers between its statistics and its output (layernorm's variance is then a second
+// pass over the registers, around the exact mean). A longer row does not fit: it is read
+// twice from global memory, once for the statistics (an online max and sum for softmax,
+// per-thread Welford for layernorm) and once for the output.
+//
+// The `Io` class comes from the template: it knows the tensors, computes the row's input
+// value (`source`, after any elementwise ops), and from the row op's result the outputs
+// (`finish` per element, `finish_row` per row for reductions), and stores them.
+#pragma once
+#ifndef NCDC_ROWWISE_CUH
+#define NCDC_ROWWISE_CUH
+
+namespace ncdc {
+namespace rowwise {
+
+enum Kind { kSoftmax, kLayernorm, kRmsnorm, kSum, kMax, kMean };
+
+struct Sum {
+  static NCDC_DEVICE float apply(float a, float b) { return a + b; }
+};
+struct Max {  // ignores NaN: softmax's max; a NaN reaches the output through the sum instead
+  static NCDC_DEVICE float apply(float a, float b) { return fmaxf(a, b); }
+};
+struct MaxNan {  // propagates NaN: the `max` reduction
+  static NCDC_DEVICE float apply(float a, float b) { return op_max(a, b); }
+};
+
+// Reduce `v` over the TPR threads of this row group. With several warps per row, partials
+// go through shared memory; the two buffers alternate (`parity`) so that one barrier per
+// reduction suffices: a buffer is rewritten only after the next reduction's barrier, which
+// every thread reaches after reading it.
+template <class F, int ROWS, int TPR>
+NCDC_DEVICE float reduce_row(float v, int& parity) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v = F::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if constexpr (TPR > 32) {
+    constexpr int W = TPR / 32;
+    __shared__ float partial[2][ROWS * W];
+    const int warp = int(threadIdx.x) / 32;
+    if (threadIdx.x % 32 == 0) partial[parity][warp] = v;
+    __syncthreads();
+    const int first = (int(threadIdx.x) / TPR) * W;
+    v = partial[parity][first];
+#pragma unroll
+    for (int w = 1; w < W; ++w) v = F::apply(v, partial[parity][first + w]);
+    parity ^= 1;
+  }
+  return v;
+}
+
+template <int ROWS, int TPR, int VPT, int V>
+struct Layout {
+  static constexpr long long kChunk = (long long)TPR * VPT * V;  // columns per pass of a group
+  int t;                                                          // thread within the row group
+  bool vec;                                                       // the vector path
+  long long n;                                                    // row length
+
+  NCDC_DEVICE Cols cols(long long chunk, int k) const {
+    Cols c;
+    const long long base = chunk * kChunk;
+    if (vec) {
+      c.c0 = base + ((long long)k * TPR + t) * V;
+      c.step = 1;
+      c.count = c.c0 + V <= n ? V : 0;  // n is a multiple of V on this path
+      c.vec = c.count == V;
+    } else {
+      c.c0 = base + (long long)k * V * TPR + t;
+      c.step = TPR;
+      const long long left = n - c.c0;
+      c.count = left <= 0 ? 0 : (left >= (long long)(V - 1) * TPR + 1 ? V : int((left + TPR - 1) / TPR));
+      c.vec = false;
+    }
+    return c;
+  }
+};
+
+// Statistics of one row, and the row op's value of an element from them.
+struct Stats {
+  float a = 0.0f;  // softmax: max (0 for an all -inf row); norms: mean (0 for rmsnorm)
+  float b = 0.0f;  // softmax: 1 / sum (0 for an all -inf row); norms: 1 / sqrt(var + eps)
+  float stat = 0.0f;  // reductions: the result
+};
+
+template <int KIND>
+NCDC_DEVICE float finish_value(const Stats& s, float x) {
+  if constexpr (KIND == kSoftmax) return expf(x - s.a) * s.b;
+  else if constexpr (KIND == kLayernorm) return (x - s.a) * s.b;
+  else if constexpr (KIND == kRmsnorm) return x * s.b;
+  else return x;
+}
+
+NCDC_DEVICE float softmax_inverse(float sum) { return sum == 0.0f ? 0.0f : 1.0f / sum; }
+
+// One row whose values fit in registers: x holds the row's source values on entry and the
+// row op's result on exit (softmax, norms); reductions leave x as it was.
+template <int KIND, int ROWS, int TPR, int VPT, int V>
+NCDC_DEVICE Stats stats_resident(float (&x)[VPT][V], const int (&count)[VPT], long long n, float eps,
+                                 int& parity) {
+  Stats s;
+  if constexpr (KIND == kSoftmax) {
+    float m = negative_infinity();
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (j < count[k]) m = fmaxf(m, x[k][j]);
+    m = reduce_row<Max, ROWS, TPR>(m, parity);
+    s.a = m == negative_infinity() ? 0.0f : m;
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        x[k][j] = j < count[k] ? expf(x[k][j] - s.a) : 0.0f;
+        sum += x[k][j];
+      }
+    s.b = softmax_inverse(reduce_row<Sum, ROWS, TPR>(sum, parity));
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j) x[k][j] *= s.b;
+  } else if constexpr (KIND == kLayernorm || KIND == kRmsnorm) {
+    if constexpr (KIND == kLayernorm) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          if (j < count[k]) sum += x[k][j];
+      s.a = reduce_row<Sum, ROWS, TPR>(sum, parity) / float(n);
+    }
+    float sq = 0.0f;  // around the exact mean: no cancellation
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (j < count[k]) sq += (x[k][j] - s.a) * (x[k][j] - s.a);
+    s.b = rsqrtf(reduce_row<Sum, ROWS, TPR>(sq, parity) / float(n) + eps);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j) x[k][j] = (x[k][j] - s.a) * s.b;
+  } else if constexpr (KIND == kMax) {
+    float m = negative_infinity();
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (j < count[k]) m = op_max(m, x[k][j]);
+    s.stat = reduce_row<MaxNan, ROWS, TPR>(m, parity);
+  } else {
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (j < count[k]) sum += x[k][j];
+    s.stat = reduce_row<Sum, ROWS, TPR>(sum, parity);
+    if constexpr (KIND == kMean) s.stat /= float(n);
+  }
+  return s;
+}
+
+// Per-thread running statistics of a long row, updated one run at a time.
+struct Running {
+  float m;  // softmax: running max; layernorm: running mean; max: running max
+  float s;  // softmax: sum of exp(x - m); layernorm: sum of squared deviations; sums
+  float c;  // layernorm: count
+};
+
+template <int KIND, int V>
+NCDC_DEVICE void accumulate(Running& r, const float (&x)[V], int count) {
+  if constexpr (KIND == kSoftmax) {
+    float m = r.m;
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (j < count) m = fmaxf(m, x[j]);
+    const float base = m == negative_infinity() ? 0.0f : m;
+    float s = r.s * expf(r.m - base);  // r.s is 0 while r.m is -inf
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (j < count) s += expf(x[j] - base);
+    r.m = m;
+    r.s = s;
+  } else if constexpr (KIND == kLayernorm) {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (j < count) {  // Welford
+        r.c += 1.0f;
+        const float d = x[j] - r.m;
+        r.m += d / r.c;
+        r.s += d * (x[j] - r.m);
+      }
+  } else if constexpr (KIND == kRmsnorm) {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (j < count) r.s += x[j] * x[j];
+  } else if constexpr (KIND == kMax) {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (j < count) r.m = op_max(r.m, x[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (j < count) r.s += x[j];
+  }
+}
+
+template <int KIND, int ROWS, int TPR>
+NCDC_DEVICE Stats merge(const Running& r, long long n, float eps, int& parity) {
+  Stats s;
+  if constexpr (KIND == kSoftmax) {
+    const float m = reduce_row<Max, ROWS, TPR>(r.m, parity);
+    s.a = m == negative_infinity() ? 0.0f : m;
+    s.b = softmax_inverse(reduce_row<Sum, ROWS, TPR>(r.s * expf(r.m - s.a), parity));
+  } else if constexpr (KIND == kLayernorm) {
+    // Chan et al.: M2 = sum over threads of (M2_t + n_t (mean_t - mean)^2), exactly.
+    s.a = reduce_row<Sum, ROWS, TPR>(r.c * r.m, parity) / float(n);
+    const float d = r.m - s.a;
+    const float m2 = reduce_row<Sum, ROWS, TPR>(r.s + r.c * d * d, parity);
+    s.b = rsqrtf(m2 / float(n) + eps);
+  } else if constexpr (KIND == kRmsnorm) {
+    s.b = rsqrtf(reduce_row<Sum, ROWS, TPR>(r.s, parity) / float(n) + eps);
+  } else if constexpr (KIND == kMax) {
+    s.stat = reduce_row<MaxNan, ROWS, TPR>(r.m, parity);
+  } else {
+    s.stat = reduce_row<Sum, ROWS, TPR>(r.s, parity);
+    if constexpr (KIND == kMean) s.stat /= float(n);
+  }
+  return s;
+}
+
+// The kernel body. Every thread of the block runs the same number of row iterations (the
+// loop is over the block's first row), so barriers inside reductions are uniform; a group
+// past the last row computes on nothing and stores nothing.
+template <int KIND, int ROWS, int TPR, int VPT, int V, class Io>
+NCDC_DEVICE void run(Io& io, long long rows, long long n) {
+  using L = Layout<ROWS, TPR, VPT, V>;
+  L layout{int(threadIdx.x) % TPR, n % V == 0 && io.aligned(), n};
+  const int group = int(threadIdx.x) / TPR;
+  int parity = 0;
+  for (long long first = (long long)blockIdx.x * ROWS; first < rows; first += (long long)gridDim.x * ROWS) {
+    const long long r = first + group;
+    const bool active = r < rows;
+    io.begin_row(active ? r : 0);
+    Stats s;
+    if (n <= L::kChunk) {
+      float x[VPT][V];
+      int count[VPT];
+      Cols cols[VPT];
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        cols[k] = layout.cols(0, k);
+        if (!active) cols[k].count = 0, cols[k].vec = false;
+        count[k] = cols[k].count;
+        if (count[k] > 0) io.source(cols[k], x[k]);
+        else
+#pragma unroll
+          for (int j = 0; j < V; ++j) x[k][j] = 0.0f;
+      }
+      s = stats_resident<KIND, ROWS, TPR, VPT, V>(x, count, n, Io::kEps, parity);
+      if constexpr (Io::kPerElement) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k)
+          if (count[k] > 0) io.finish(cols[k], x[k], s.stat);
+      }
+    } else {
+      // Too long for registers: a second read of the row from global memory.
+      Running run{KIND == kMax ? negative_infinity() : (KIND == kSoftmax ? negative_infinity() : 0.0f),
+                  0.0f, 0.0f};
+      const long long chunks = (n + L::kChunk - 1) / L::kChunk;
+      for (long long chunk = 0; chunk < chunks && active; ++chunk) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+          const Cols c = layout.cols(chunk, k);
+          if (c.count == 0) continue;
+          float x[V];
+          io.source(c, x);
+          accumulate<KIND, V>(run, x, c.count);
+        }
+      }
+      s = merge<KIND, ROWS, TPR>(run, n, Io::kEps, parity);
+      if constexpr (Io::kPerElement) {
+        for (long long chunk = 0; chunk < chunks && active; ++chunk) {
+#pragma unroll
+          for (int k = 0; k < VPT; ++k) {
+            const Cols c = layout.cols(chunk, k);
+            if (c.count == 0) continue;
+            float x[V];
+            io.source(c, x);
+#pragma unroll
+            for (int j = 0; j < V; ++j) x[j] = finish_value<KIND>(s, x[j]);
+            io.finish(c, x, s.stat);
+          }
+        }
+      }
+    }
+    if constexpr (Io::kPerRow) {
+      if (active && layout.t == 0) io.finish_row(s.stat);
+    }
+  }
+}
+
+}  // namespace rowwise
+}  // namespace ncdc
+
+#endif  // NCDC_ROWWISE_CUH
