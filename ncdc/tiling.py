@@ -490,6 +490,8 @@ def _elementwise_blocks(
 ) -> list[_Block]:
     d = model.diagram
     axes = model.kernel.woven
+    if not axes:  # a scalar result: one warp computes it
+        return [_Block({}, {}, {}, {}, 1, 1, 32, estimate_registers(1, 1, 0), False)]
     last = axes[-1]
     p = max(DTYPE_BYTES[d.tensor(i).dtype] for i in model.kernel.inputs)
     vec = VECTOR_BYTES // p
