@@ -120,9 +120,10 @@ def render_attention(kp: KernelPlan, plan: Plan) -> KernelSource:
 def render_decode_attention(kp: KernelPlan, plan: Plan) -> KernelSource:
     """Decode attention of `kp`: split-key partials into an fp32 workspace, then a merge.
 
-    The keys of each (batch..., head) are split across `splits` blocks (the plan's, or enough
-    for two blocks per SM) and, within a block, across its warps: every warp keeps its own
-    online softmax over its keys, so no merge happens inside a block.
+    The keys of each (batch..., head) are split across the plan's `splits` blocks (the cost
+    model weighs the grid's fill against the merge's traffic), whole s_x chunks each, and
+    within a block across its warps: every warp keeps its own online softmax over its keys,
+    so no merge happens inside a block.
     """
     diagram = plan.graph.diagram
     at = _read_attention(kp, diagram)
@@ -131,9 +132,8 @@ def render_decode_attention(kp: KernelPlan, plan: Plan) -> KernelSource:
     s_x = _round16(kp.block_tile.get(at.x_axis, 64))
     warps = next(w for w in (4, 2, 1) if w <= max(kp.warps, 1) and s_x % (MMA_ROWS * w) == 0)
     batch = _batch_count(at, axes)
-    splits = kp.splits if kp.splits > 1 else _default_splits(plan, batch, x_len, s_x)
     chunks = -(-x_len // s_x)
-    keys_per_split = -(-chunks // min(splits, chunks)) * s_x
+    keys_per_split = -(-chunks // min(max(kp.splits, 1), chunks)) * s_x
     splits = -(-x_len // keys_per_split)  # none empty
     partials = splits * warps
     smem = (MMA_ROWS * at.d + STAGES * s_x * (at.d + at.d_v)) * 2
@@ -212,12 +212,6 @@ def _batch_count(at: _Attention, axes: Mapping[str, int]) -> int:
             hint="split the batch into several runs",
         )
     return n
-
-
-def _default_splits(plan: Plan, batch: int, x_len: int, s_x: int) -> int:
-    """Enough splits for two blocks per SM, and no more than there are key chunks."""
-    sms = plan.graph.hardware.limits.sms
-    return max(1, min(-(-2 * sms // batch), -(-x_len // s_x)))
 
 
 def _check_smem(smem: int, kp: KernelPlan) -> None:
