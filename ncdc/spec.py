@@ -401,7 +401,7 @@ class _Validator:
         return out
 
     def dtype(self, value: Any, path: YamlPath) -> str:
-        if value not in DTYPE_BYTES:
+        if not isinstance(value, str) or value not in DTYPE_BYTES:
             raise self.fail(
                 path,
                 f"unknown dtype {value!r}; expected one of {_names(DTYPE_BYTES)}",
