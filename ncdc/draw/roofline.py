@@ -1,0 +1,284 @@
+"""A roofline of the hardware with the diagram's predicted point on it.
+
+Log-log: arithmetic intensity (FLOP per byte moved at the top level, HBM) across, FLOP/s
+up. A horizontal ceiling per compute unit and type the profile has (equal rates share one
+line), a slope per memory level (its bandwidth times the intensity), the roof the model
+uses for this diagram in bold, the plan's point (FLOPs over predicted time), the unfused
+form's point when the plan has one, and measured points read from a bench JSON.
+
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.hardware import load_hardware
+    >>> from ncdc.tiling import plan_diagram
+    >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("napkin"))
+    >>> layout_roofline(plan, []).title
+    'roofline: matmul on napkin'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path as FilePath
+
+from ncdc.cost import Plan, dominant_rate, intensity
+from ncdc.draw.model import INK, MUTED, Dot, Item, Path, Picture, Rect, Shape, Text, level_colour
+from ncdc.errors import UsageError
+
+PLOT = Rect(90, 84, 620, 400)
+GRID = "#e4e4e4"
+CEILING = "#555555"
+MEASURED = "#c23b6e"
+COMPUTE_UNITS = ("tensor", "cuda")  # FLOP rates; the SFU's exp/s is not a FLOP ceiling
+MEASURED_KEYS = ("name", "flops", "time_s", "hbm_bytes")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured run: its FLOPs, its time and the bytes it moved to and from HBM."""
+
+    name: str
+    flops: float
+    time_s: float
+    hbm_bytes: float
+
+
+def read_measured(path: FilePath) -> list[Measured]:
+    """Measured points from a JSON list of objects with name, flops, time_s, hbm_bytes.
+
+    Other keys are ignored, so a bench report with more fields can be passed as it is.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise UsageError(
+            f"cannot read: {e.strerror}", where=str(path), hint="check the path"
+        ) from e
+    except ValueError as e:
+        raise UsageError(f"not JSON: {e}", where=str(path), hint="pass a bench JSON") from e
+    if not isinstance(data, list):
+        raise UsageError(
+            f"expected a JSON list of runs, found {type(data).__name__}",
+            where=str(path),
+            hint='write [{"name": ..., "flops": ..., "time_s": ..., "hbm_bytes": ...}]',
+        )
+    out = []
+    for i, entry in enumerate(data):
+        where = f"{path}: [{i}]"
+        if not isinstance(entry, dict):
+            raise UsageError("expected an object", where=where, hint="see docs/draw.md")
+        missing = [k for k in MEASURED_KEYS if k not in entry]
+        if missing:
+            raise UsageError(f"missing {', '.join(missing)}", where=where, hint="see docs/draw.md")
+        numbers = []
+        for key in MEASURED_KEYS[1:]:
+            value = entry[key]
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise UsageError(
+                    f"{key} must be a positive number, found {value!r}",
+                    where=where,
+                    hint="see docs/draw.md",
+                )
+            numbers.append(float(value))
+        out.append(Measured(str(entry["name"]), *numbers))
+    return out
+
+
+@dataclass(frozen=True)
+class _Axes:
+    """log10 ranges mapped onto PLOT."""
+
+    x_lo: float
+    x_hi: float
+    y_lo: float
+    y_hi: float
+
+    def px(self, x: float) -> float:
+        return PLOT.x + (math.log10(x) - self.x_lo) / (self.x_hi - self.x_lo) * PLOT.w
+
+    def py(self, y: float) -> float:
+        return PLOT.bottom - (math.log10(y) - self.y_lo) / (self.y_hi - self.y_lo) * PLOT.h
+
+
+def _ceilings(plan: Plan) -> list[tuple[float, str]]:
+    """(FLOP/s, label) per distinct compute rate, highest first."""
+    hw = plan.graph.hardware
+    by_rate: dict[float, list[str]] = {}
+    for unit in COMPUTE_UNITS:
+        for kind, rate in hw.rates.get(unit, {}).items():
+            by_rate.setdefault(rate, []).append(f"{unit} {kind}" if not by_rate.get(rate) else kind)
+    return [(r, "/".join(names)) for r, names in sorted(by_rate.items(), reverse=True)]
+
+
+def _si(v: float) -> str:
+    """10 -> '10', 1e12 -> '1T', 0.1 -> '0.1'."""
+    if v < 1:
+        return f"{v:g}"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= scale:
+            return f"{v / scale:.4g}{prefix}"
+    return f"{v:.4g}"
+
+
+class _Labels:
+    """Places labels beside anchors where they collide with nothing placed before."""
+
+    OFFSETS = (
+        (9, -6, "start"),
+        (9, 15, "start"),
+        (-9, -6, "end"),
+        (-9, 15, "end"),
+        (0, -12, "middle"),
+        (0, 22, "middle"),
+        (9, 28, "start"),
+        (9, -20, "start"),
+    )
+
+    def __init__(self) -> None:
+        self.taken: list[Rect] = []
+
+    def block(self, rect: Rect) -> None:
+        self.taken.append(rect)
+
+    def place(
+        self, x: float, y: float, text: str, colour: str = INK, beside_slope: bool = False
+    ) -> Text:
+        """The first offset where the text fits; beside a slope, above-left or below-right
+        of the anchor, where the rising line is not."""
+        first = None
+        offsets = self.OFFSETS[2:3] + self.OFFSETS[1:2] if beside_slope else self.OFFSETS
+        for dx, dy, anchor in offsets + self.OFFSETS:
+            t = Text(x + dx, y + dy, text, 11, anchor, colour)
+            first = first or t
+            box = t.bbox()
+            if PLOT.contains(box) and not any(box.intersects(r) for r in self.taken):
+                self.taken.append(box)
+                return t
+        assert first is not None
+        self.taken.append(first.bbox())
+        return first
+
+
+def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
+    """The roofline picture of `plan` with `measured` points."""
+    hw = plan.graph.hardware
+    name = plan.graph.diagram.name
+    top = hw.levels[0]
+    points = [(intensity(plan), plan.flops / plan.predicted_time_s, f"{name} (model)", INK)]
+    if plan.unfused is not None:
+        u = plan.unfused
+        points.append(
+            (plan.flops / u.top_bytes, plan.flops / u.predicted_time_s, "unfused (model)", MUTED)
+        )
+    points += [
+        (m.flops / m.hbm_bytes, m.flops / m.time_s, f"{m.name} (measured)", MEASURED)
+        for m in measured
+    ]
+    ceilings = _ceilings(plan)
+    peak = ceilings[0][0]
+    ridge = peak / top.bandwidth_bytes_per_s
+    xs = [p[0] for p in points if math.isfinite(p[0])] + [ridge]
+    ys = [p[1] for p in points] + [c[0] for c in ceilings]
+    axes = _Axes(
+        math.floor(math.log10(min(xs) / 3)),
+        max(math.ceil(math.log10(max(xs) * 4)), math.floor(math.log10(min(xs) / 3)) + 3),
+        min(math.floor(math.log10(min(ys) / 3)), math.ceil(math.log10(peak * 1.5)) - 3),
+        math.ceil(math.log10(peak * 1.5)),
+    )
+    labels = _Labels()
+    items: list[Item] = [
+        Text(24, 26, f"roofline: {name} on {hw.name}", 15, bold=True),
+        Text(24, 46, hw.title, 11, colour=MUTED),
+    ]
+    items += _grid(axes)
+    items.append(Shape(PLOT, "none", INK, 1.2, solid=True, css="frame"))
+    x_lo, x_hi = 10**axes.x_lo, 10**axes.x_hi
+    y_lo = 10**axes.y_lo
+    for i, level in enumerate(hw.levels):
+        bw = level.bandwidth_bytes_per_s
+        a = max(x_lo, y_lo / bw)
+        b = min(x_hi, peak / bw)
+        if a >= b:
+            continue
+        colour = level_colour(level.name, i)
+        items.append(
+            Path(
+                ((axes.px(a), axes.py(bw * a)), (axes.px(b), axes.py(bw * b))),
+                colour,
+                1.6,
+                css=f"slope {level.name}",
+            )
+        )
+        mid = math.sqrt(a * b)
+        items.append(
+            labels.place(
+                axes.px(mid), axes.py(bw * mid), f"{level.name} {_si(bw)}B/s", colour, True
+            )
+        )
+    last = -math.inf
+    for rate, text in ceilings:
+        a = max(x_lo, rate / top.bandwidth_bytes_per_s)
+        y = axes.py(rate)
+        items.append(Path(((axes.px(a), y), (PLOT.right, y)), CEILING, 1.2, "5 3", css="ceiling"))
+        label_y = max(y + 4, last + 13)  # equal-looking rates: stack their labels
+        last = label_y
+        items.append(Text(PLOT.right + 8, label_y, f"{text} {_si(rate)}FLOP/s", 10, colour=CEILING))
+    roof = dominant_rate(plan)
+    knee = roof / top.bandwidth_bytes_per_s
+    start = max(x_lo, y_lo / top.bandwidth_bytes_per_s)
+    roof_pts = (
+        (axes.px(start), axes.py(top.bandwidth_bytes_per_s * start)),
+        (axes.px(knee), axes.py(roof)),
+        (PLOT.right, axes.py(roof)),
+    )
+    items.append(Path(roof_pts, INK, 2.6, css="roof"))
+    items += _points(points, axes, labels)
+    items.append(
+        Text(
+            PLOT.x + PLOT.w / 2,
+            PLOT.bottom + 40,
+            f"arithmetic intensity (FLOP per {top.name} byte)",
+            11,
+            "middle",
+        )
+    )
+    items.append(Text(PLOT.x - 8, PLOT.y - 10, "FLOP/s", 11, "end"))
+    top_bw = _si(top.bandwidth_bytes_per_s)
+    note = (
+        f"bold: the roof this diagram runs under ({_si(roof)}FLOP/s, {top_bw}B/s from {top.name})"
+    )
+    items.append(Text(24, PLOT.bottom + 64, note, 10, colour=MUTED))
+    width = max(PLOT.right + 30, *(t.bbox().right + 24 for t in items if isinstance(t, Text)))
+    return Picture(f"roofline: {name} on {hw.name}", width, PLOT.bottom + 84, tuple(items))
+
+
+def _grid(axes: _Axes) -> list[Item]:
+    items: list[Item] = []
+    for e in range(int(axes.x_lo), int(axes.x_hi) + 1):
+        x = axes.px(10.0**e)
+        items.append(Path(((x, PLOT.y), (x, PLOT.bottom)), GRID, 1))
+        items.append(Text(x, PLOT.bottom + 18, _si(10.0**e), 10, "middle", MUTED))
+    for e in range(int(axes.y_lo), int(axes.y_hi) + 1):
+        y = axes.py(10.0**e)
+        items.append(Path(((PLOT.x, y), (PLOT.right, y)), GRID, 1))
+        items.append(Text(PLOT.x - 8, y + 4, _si(10.0**e), 10, "end", MUTED))
+    return items
+
+
+def _points(
+    points: list[tuple[float, float, str, str]], axes: _Axes, labels: _Labels
+) -> list[Item]:
+    items: list[Item] = []
+    shown = [
+        (axes.px(x), axes.py(y), text, colour) for x, y, text, colour in points if math.isfinite(x)
+    ]
+    if len(shown) > 1 and shown[1][2] == "unfused (model)":
+        (fx, fy, _, _), (ux, uy, _, _) = shown[0], shown[1]
+        items.append(Path(((ux, uy), (fx, fy)), MUTED, 1.2, "3 3", arrow=True, css="fusion"))
+    for x, y, _, _ in shown:
+        labels.block(Rect(x - 5, y - 5, 10, 10))
+    for x, y, text, colour in shown:
+        items.append(Dot(x, y, 5, colour, "#ffffff"))
+        items.append(labels.place(x, y, text, colour))
+    return items
