@@ -10,7 +10,7 @@ hands CuPy the cubin. This is the only module that imports CuPy, and only inside
 from __future__ import annotations
 
 import tempfile
-from collections.abc import MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +85,57 @@ def run_cuda(module: RenderedModule, buffers: MutableMapping[str, np.ndarray]) -
     cupy.cuda.Device().synchronize()
     for name, array in device.items():
         buffers[name][...] = cupy.asnumpy(array)
+
+
+def upload(cupy: Any, buffers: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Device copies of host buffers, by name."""
+    return {name: cupy.asarray(array) for name, array in buffers.items()}
+
+
+def prepare_launches(
+    cupy: Any, raw: Any, module: RenderedModule, device: Mapping[str, Any]
+) -> Callable[[], None]:
+    """A callable that runs every launch of `module` in order on `device` buffers.
+
+    Functions and argument tuples are built once, so a timed call costs the launches and
+    little Python: what `ncdc bench` and `ncdc tune` time between CUDA events.
+    """
+    calls = []
+    for spec in module.launches:
+        fn = raw.get_function(spec.kernel)
+        if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
+            fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
+        args: list[Any] = []
+        for p in spec.params:
+            if p.kind in ("tensor", "workspace"):
+                args.append(device[p.name])
+            else:
+                args.append(SCALAR_TYPES[p.kind](p.value))  # type: ignore[arg-type]
+        calls.append((fn, spec.grid, spec.block, tuple(args), spec.dynamic_smem))
+
+    def run() -> None:
+        for fn, grid, block, args, smem in calls:
+            fn(grid, block, args, shared_mem=smem)
+
+    return run
+
+
+def device_info(cupy: Any) -> dict[str, Any]:
+    """Name, compute capability, driver and CUDA runtime versions of the current device."""
+    runtime = cupy.cuda.runtime
+    props = runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"]
+    return {
+        "name": name.decode() if isinstance(name, bytes) else str(name),
+        "compute_capability": str(cupy.cuda.Device().compute_capability),
+        "sms": int(props.get("multiProcessorCount", 0)),
+        "l2_bytes": int(props.get("l2CacheSize", 0)),
+        "driver_version": _cuda_version(runtime.driverGetVersion()),
+        "runtime_version": _cuda_version(runtime.runtimeGetVersion()),
+        "cupy_version": str(getattr(cupy, "__version__", "")),
+    }
+
+
+def _cuda_version(code: int) -> str:
+    """12040 -> '12.4' (CUDA encodes versions as 1000 major + 10 minor)."""
+    return f"{code // 1000}.{code % 1000 // 10}"
