@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncdc.emulate import EmulatedModule, build
+from ncdc.emulate import EmulatedModule, Traffic, build
 from ncdc.hardware import load_hardware
 from ncdc.reference import evaluate, from_storage, make_inputs, round_to
 from ncdc.render import RenderedModule, render_plan
@@ -41,7 +41,7 @@ def _module(name: str, sizes: dict[str, int], tiles: dict[str, int],
 
 def _run(name: str, sizes: dict[str, int], tiles: dict[str, int] = SMALL, *,
          splits: int | None = None, inputs: dict[str, np.ndarray] | None = None,
-         seed: int = 0) -> tuple[OutputCheck, np.ndarray, RenderedModule]:  # fmt: skip
+         seed: int = 0) -> tuple[OutputCheck, np.ndarray, RenderedModule, Traffic]:  # fmt: skip
     """Run the rendered kernels on NaN-poisoned outputs and workspace; compare with the
     float64 reference of the diagram."""
     diagram, module = _module(name, sizes, tiles, splits)
@@ -51,11 +51,12 @@ def _run(name: str, sizes: dict[str, int], tiles: dict[str, int] = SMALL, *,
     inputs = inputs if inputs is not None else make_inputs(diagram, seed)
     want = evaluate(diagram, inputs)["O"]
     buffers = allocate(module, diagram, inputs)
+    traffic = Traffic(0, 0)
     for launch in module.launches:
-        _LIBS[key].launch(launch.kernel, launch.grid, launch.block,
+        traffic += _LIBS[key].launch(launch.kernel, launch.grid, launch.block,
                           launch_args(launch, buffers), dynamic_smem=launch.dynamic_smem)  # fmt: skip
     got = from_storage(buffers["O"], "bf16")
-    return compare("O", "bf16", got, want), got, module
+    return compare("O", "bf16", got, want), got, module, traffic
 
 
 def _assert_ok(check: OutputCheck) -> None:
@@ -89,13 +90,16 @@ def _numpy_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
     ],
 )
 def test_forward(sizes: dict[str, int]) -> None:
-    check, _, module = _run("attention", {"b": 1, "h": 1, **sizes})
+    check, _, module, traffic = _run("attention", {"b": 1, "h": 1, **sizes})
     assert module.launches[0].kernel.startswith("attention_attention_bf16_q64_x32")
     _assert_ok(check)
+    # Q read once, K and V once per query tile, O written once: nothing more
+    q, x, d = sizes["q"], sizes["x"], sizes["d"]
+    assert traffic == Traffic(2 * d * (q + 2 * x * math.ceil(q / 64)), 2 * d * q)
 
 
 def test_forward_batch_and_heads() -> None:
-    check, _, module = _run("attention", {"b": 2, "h": 2, "q": 20, "x": 33, "d": 64})
+    check, _, module, _ = _run("attention", {"b": 2, "h": 2, "q": 20, "x": 33, "d": 64})
     assert module.launches[0].grid == (1, 4, 1)
     _assert_ok(check)
 
@@ -109,7 +113,7 @@ def test_forward_batch_and_heads() -> None:
     ],
 )
 def test_causal(q: int, x: int) -> None:
-    check, got, _ = _run("attention_causal", {"b": 1, "h": 1, "q": q, "x": x, "d": 64})
+    check, got, _, _ = _run("attention_causal", {"b": 1, "h": 1, "q": q, "x": x, "d": 64})
     _assert_ok(check)
     if q > x:
         assert np.all(got[..., : q - x, :] == 0.0)
@@ -118,7 +122,7 @@ def test_causal(q: int, x: int) -> None:
 def test_gqa_shares_key_heads() -> None:
     # query head r of group g reads K/V head g: K and V have no r axis (stride 0)
     sizes = {"b": 1, "g": 2, "r": 2, "q": 33, "x": 70, "d": 64}
-    check, _, module = _run("gqa_attention", sizes)
+    check, _, module, _ = _run("gqa_attention", sizes)
     assert module.launches[0].grid == (1, 4, 1)
     _assert_ok(check)
 
@@ -129,7 +133,7 @@ def test_large_logits_stay_finite() -> None:
     inputs = make_inputs(diagram, seed=3)
     for name in ("Q", "K"):
         inputs[name] = round_to(inputs[name] * 100.0, "bf16")
-    check, got, _ = _run("attention", dict(diagram.axes), inputs=inputs)
+    check, got, _, _ = _run("attention", dict(diagram.axes), inputs=inputs)
     assert np.all(np.isfinite(got))
     _assert_ok(check)
     scale = diagram.ops[0].scale[0]
@@ -146,7 +150,7 @@ def test_large_logits_stay_finite() -> None:
     [(1, 1), (7, 1), (7, 4), (300, 1), (300, 3), (300, 8)],
 )
 def test_decode(x: int, splits: int) -> None:
-    check, _, module = _run(
+    check, _, module, _ = _run(
         "decode_attention", {"b": 1, "h": 2, "q": 1, "x": x, "d": 64}, {"x": 64}, splits=splits
     )
     first, merge = module.launches
@@ -159,7 +163,7 @@ def test_decode(x: int, splits: int) -> None:
 
 
 def test_decode_several_queries_and_d128() -> None:
-    check, _, _ = _run("decode_attention", {"b": 1, "h": 1, "q": 7, "x": 129, "d": 128},
+    check, _, _, _ = _run("decode_attention", {"b": 1, "h": 1, "q": 7, "x": 129, "d": 128},
                        {"x": 64}, splits=2)  # fmt: skip
     _assert_ok(check)
 
@@ -170,7 +174,7 @@ def test_decode_causal_and_large_logits() -> None:
     inputs = make_inputs(diagram, seed=5)
     for name in ("Q", "K"):
         inputs[name] = round_to(inputs[name] * 100.0, "bf16")
-    check, got, module = _run("attention_causal", sizes, {"x": 64}, splits=3, inputs=inputs)
+    check, got, module, _ = _run("attention_causal", sizes, {"x": 64}, splits=3, inputs=inputs)
     assert module.launches[0].kernel.endswith("_causal")
     assert np.all(np.isfinite(got))
     _assert_ok(check)
