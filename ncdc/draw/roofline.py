@@ -178,7 +178,9 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
     ceilings = _ceilings(plan)
     peak = ceilings[0][0]
     ridge = peak / top.bandwidth_bytes_per_s
-    xs = [p[0] for p in points if math.isfinite(p[0])] + [ridge]
+    # every level's slope reaches the peak inside the plot, so each one shows
+    knees = [peak / lv.bandwidth_bytes_per_s for lv in hw.levels]
+    xs = [p[0] for p in points if math.isfinite(p[0])] + [ridge, *knees]
     ys = [p[1] for p in points] + [c[0] for c in ceilings]
     axes = _Axes(
         math.floor(math.log10(min(xs) / 3)),
