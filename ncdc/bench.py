@@ -1,0 +1,409 @@
+"""`ncdc bench`: time a diagram's kernels on the GPU beside the library a user would run.
+
+Timing follows Triton's `do_bench`: a few calls estimate one call's time, then warm-up and
+repetitions are given in milliseconds, each repetition between its own pair of CUDA events,
+with L2 flushed before it (a buffer twice the profile's L2 is overwritten) so no run reads
+what the previous one left in cache. The result is the median and the 20th and 80th
+percentiles. Inputs are random (never zeros), drawn on the device once.
+
+The report gives the time, the achieved TFLOP/s (compute-bound plans) or TB/s of HBM
+traffic (memory-bound plans, from the model's top-level bytes), the percentage of the
+profile's peak for that bound, the model's predicted time and its error
+(measured / predicted - 1), and the baseline (`ncdc.baselines`) with the speed ratio
+baseline time / ncdc time (0.6 means ncdc runs at 60% of the library's speed).
+
+    >>> result = bench_spec(Path("diagrams/matmul.yaml"), load_hardware("h200"))  # doctest: +SKIP
+    >>> result.timing.median_ms, result.ratio  # doctest: +SKIP
+    (0.21, 0.64)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ncdc.cost import Plan, dominant_rate
+from ncdc.hardware import Hardware
+from ncdc.reference import from_storage, round_to, storage_dtype, to_storage
+from ncdc.render import RenderedModule, render_plan
+from ncdc.spec import Diagram, load_diagram
+
+FORMAT = "ncdc.bench/1"
+DEFAULT_WARMUP_MS = 25.0
+DEFAULT_REP_MS = 100.0
+ESTIMATE_CALLS = 5
+MAX_REPETITIONS = 5000  # a 2 us kernel at 100 ms would otherwise take 50k flushes
+QUANTILES = (0.5, 0.2, 0.8)
+
+Timer = Callable[[Callable[[], None]], "Timing"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Quantiles of the per-repetition times of one callable, in milliseconds."""
+
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    repetitions: int
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """One library run of the same problem, or why it was skipped."""
+
+    name: str
+    timing: Timing | None
+    skipped: str = ""  # the reason it did not run, when timing is None
+    bytes_moved: int = 0  # for the copy ceiling: bytes read plus written
+
+    @property
+    def ms(self) -> float:
+        return self.timing.median_ms if self.timing else math.nan
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """A timed diagram: what it did, how fast, against the model and the baselines."""
+
+    name: str
+    source: str
+    axes: Mapping[str, int] = field(hash=False)
+    hardware: str  # the profile the model used
+    gpu: str  # the device it ran on
+    arch: str
+    families: tuple[str, ...]
+    bound_kind: str  # compute | memory (the model's)
+    flops: int
+    hbm_bytes: int
+    peak: float  # FLOP/s or B/s, by bound_kind
+    predicted_s: float
+    tiles: Mapping[str, int] = field(hash=False)
+    timing: Timing
+    baselines: tuple[BaselineResult, ...] = ()
+
+    @property
+    def seconds(self) -> float:
+        return self.timing.median_ms / 1e3
+
+    @property
+    def achieved(self) -> float:
+        """FLOP/s for a compute-bound plan, HBM B/s for a memory-bound one."""
+        work = self.flops if self.bound_kind == "compute" else self.hbm_bytes
+        return work / self.seconds if self.seconds > 0 else math.nan
+
+    @property
+    def percent_of_peak(self) -> float:
+        return 100.0 * self.achieved / self.peak if self.peak else math.nan
+
+    @property
+    def model_error(self) -> float:
+        """measured / predicted - 1: +0.25 means 25% slower than the model said."""
+        return self.seconds / self.predicted_s - 1 if self.predicted_s else math.nan
+
+    @property
+    def baseline(self) -> BaselineResult | None:
+        """The fastest library baseline that ran (the copy ceiling is not one)."""
+        ran = [b for b in self.baselines if b.timing is not None and not b.bytes_moved]
+        return min(ran, key=lambda b: b.ms) if ran else None
+
+    @property
+    def ratio(self) -> float:
+        """Speed relative to the baseline: baseline time / ncdc time."""
+        b = self.baseline
+        return b.ms / self.timing.median_ms if b and self.timing.median_ms else math.nan
+
+    @property
+    def copy_bandwidth(self) -> float:
+        """Measured device-to-device copy rate (bytes read plus written per second)."""
+        for b in self.baselines:
+            if b.bytes_moved and b.timing is not None:
+                return b.bytes_moved / (b.ms / 1e3)
+        return math.nan
+
+
+# ------------------------------------------------------------------------ timing (pure)
+
+
+def quantiles(times_ms: Sequence[float]) -> Timing:
+    """Median, 20th and 80th percentile (linear interpolation, as `torch.quantile`).
+
+    >>> quantiles([1.0, 2.0, 3.0, 4.0, 5.0])
+    Timing(median_ms=3.0, p20_ms=1.8, p80_ms=4.2, repetitions=5)
+    """
+    if not times_ms:
+        raise ValueError("no times to summarise")
+    med, p20, p80 = (float(q) for q in np.quantile(np.asarray(times_ms, float), QUANTILES))
+    return Timing(med, p20, p80, len(times_ms))
+
+
+def flush_bytes(hardware: Hardware) -> int:
+    """Bytes to overwrite between repetitions so the next one finds nothing of its inputs
+    in L2: twice the profile's L2 (the H200's 50 MiB gives 100 MiB)."""
+    return 2 * hardware.limits.l2_bytes
+
+
+def repetitions(estimate_ms: float, warmup_ms: float, rep_ms: float) -> tuple[int, int]:
+    """(warm-up calls, timed calls) that fill the given milliseconds, at least one each."""
+    per_call = max(estimate_ms, 1e-4)
+    warm = max(1, min(MAX_REPETITIONS, int(warmup_ms / per_call)))
+    reps = max(1, min(MAX_REPETITIONS, int(rep_ms / per_call)))
+    return warm, reps
+
+
+def time_gpu(
+    cupy: Any, fn: Callable[[], None], *, flush: Any, warmup_ms: float, rep_ms: float
+) -> Timing:
+    """Time `fn` with CUDA events, flushing L2 (overwriting `flush`) before every call."""
+    fn()
+    cupy.cuda.Device().synchronize()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(ESTIMATE_CALLS):
+        flush.fill(0)
+        fn()
+    end.record()
+    end.synchronize()
+    estimate = cupy.cuda.get_elapsed_time(start, end) / ESTIMATE_CALLS
+    warm, reps = repetitions(estimate, warmup_ms, rep_ms)
+    for _ in range(warm):
+        fn()
+    starts = [cupy.cuda.Event() for _ in range(reps)]
+    ends = [cupy.cuda.Event() for _ in range(reps)]
+    for s, e in zip(starts, ends, strict=True):
+        flush.fill(0)
+        s.record()
+        fn()
+        e.record()
+    ends[-1].synchronize()
+    return quantiles([cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True)])
+
+
+def make_timer(cupy: Any, hardware: Hardware, warmup_ms: float, rep_ms: float) -> Timer:
+    """`time_gpu` with its flush buffer allocated once (on the device, float32 words)."""
+    flush = cupy.empty(flush_bytes(hardware) // 4, dtype=cupy.float32)
+
+    def timer(fn: Callable[[], None]) -> Timing:
+        return time_gpu(cupy, fn, flush=flush, warmup_ms=warmup_ms, rep_ms=rep_ms)
+
+    return timer
+
+
+# ----------------------------------------------------------------------- device inputs
+
+
+def random_device_array(cupy: Any, shape: tuple[int, ...], dtype: str, rng: Any) -> Any:
+    """Random values in `dtype`'s storage, drawn on the device: normal for 16- and 32-bit
+    floats, codes of magnitude at most 8 for fp8, [-100, 100) for int8, [0.5, 2) for
+    scalars (per-tensor scales)."""
+    if not shape:
+        value = 0.5 + 1.5 * float(cupy.asnumpy(rng.random(size=1))[0])
+        return cupy.asarray(to_storage(round_to(np.asarray(value), dtype), dtype))
+    if dtype == "int8":
+        return rng.integers(-100, 100, size=shape, dtype=np.int32).astype(np.int8)
+    if dtype.startswith("fp8"):
+        values = from_storage(np.arange(256, dtype=np.uint8), dtype)
+        codes = np.flatnonzero(np.isfinite(values) & (np.abs(values) <= 8.0)).astype(np.uint8)
+        picks = rng.integers(0, len(codes), size=shape, dtype=np.int32)
+        return cupy.asarray(codes)[picks]
+    x = rng.standard_normal(size=shape, dtype=cupy.float32)
+    if dtype == "fp32":
+        return x
+    if dtype == "fp16":
+        return x.astype(cupy.float16)
+    if dtype == "bf16":  # round to nearest even on the top 16 bits
+        u = x.view(cupy.uint32)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cupy.uint16)
+    raise ValueError(f"no random values for dtype {dtype}")
+
+
+def device_buffers(cupy: Any, diagram: Diagram, module: RenderedModule, seed: int = 0) -> dict:
+    """Every buffer a launch of `module` names: inputs random, the rest uninitialised."""
+    rng = cupy.random.default_rng(seed)
+    named = {p.name for launch in module.launches for p in launch.params}
+    inputs = {t.name for t in diagram.inputs}
+    out: dict[str, Any] = {}
+    for t in diagram.tensors:
+        if t.name not in named and t.name not in diagram.outputs:
+            continue
+        shape = tuple(diagram.axes[a] for a in t.axes)
+        if t.name in inputs:
+            out[t.name] = random_device_array(cupy, shape, t.dtype, rng)
+        else:
+            out[t.name] = cupy.empty(shape, dtype=storage_dtype(t.dtype))
+    for w in module.workspace:
+        out[w.name] = cupy.empty(w.values, dtype=storage_dtype(w.dtype))
+    return out
+
+
+def module_runner(
+    cupy: Any, diagram: Diagram, module: RenderedModule, arch: str, seed: int = 0
+) -> Callable[[], None]:
+    """Load `module` (compiled through the cache), allocate its buffers once, and return a
+    callable that runs all its launches."""
+    from ncdc.gpu import load_module, prepare_launches
+
+    raw = load_module(cupy, module, arch)
+    return prepare_launches(cupy, raw, module, device_buffers(cupy, diagram, module, seed))
+
+
+# ------------------------------------------------------------------------------ bench
+
+
+def peak_of(plan: Plan) -> float:
+    """The ceiling for the plan's bound: the tensor (or CUDA-core) rate of its dominant
+    unit and dtype when compute-bound, the top level's bandwidth when memory-bound."""
+    if plan.bound_kind == "compute":
+        return dominant_rate(plan)
+    return plan.graph.hardware.levels[0].bandwidth_bytes_per_s
+
+
+def bench_plan(
+    plan: Plan, *, warmup_ms: float = DEFAULT_WARMUP_MS, rep_ms: float = DEFAULT_REP_MS,
+    baseline: bool = True, seed: int = 0,
+) -> BenchResult:  # fmt: skip
+    """Time `plan`'s kernels on the current GPU, and the baselines beside them."""
+    from ncdc.baselines import run_baselines
+    from ncdc.gpu import device_arch, device_info, require_gpu
+
+    cupy = require_gpu()
+    hardware = plan.graph.hardware
+    diagram = plan.graph.diagram
+    arch = device_arch(cupy)
+    timer = make_timer(cupy, hardware, warmup_ms, rep_ms)
+    timing = timer(module_runner(cupy, diagram, render_plan(plan), arch, seed))
+    baselines = tuple(run_baselines(plan, cupy, timer)) if baseline else ()
+    return BenchResult(
+        name=diagram.name, source=diagram.source, axes=dict(diagram.axes),
+        hardware=hardware.name, gpu=device_info(cupy)["name"], arch=arch,
+        families=tuple(dict.fromkeys(k.family.name for k in plan.kernels)),
+        bound_kind=plan.bound_kind, flops=plan.flops, hbm_bytes=plan.top_bytes,
+        peak=peak_of(plan), predicted_s=plan.predicted_time_s, tiles=plan.tiles,
+        timing=timing, baselines=baselines,
+    )  # fmt: skip
+
+
+def bench_spec(
+    spec: Path, hardware: Hardware, *, sizes: Mapping[str, int] | None = None,
+    tiles: Mapping[str, int] | None = None, warmup_ms: float = DEFAULT_WARMUP_MS,
+    rep_ms: float = DEFAULT_REP_MS, baseline: bool = True,
+) -> BenchResult:  # fmt: skip
+    """Plan a spec (explicit tiles, else tuned, else modelled) and bench it."""
+    from ncdc.tune import choose_plan
+
+    plan = choose_plan(load_diagram(spec, sizes), hardware, tiles)
+    return bench_plan(plan, warmup_ms=warmup_ms, rep_ms=rep_ms, baseline=baseline)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _num(x: float) -> float | None:
+    """JSON has no NaN: a figure that does not exist is null."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def timing_to_dict(t: Timing | None) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    return {
+        "median_ms": t.median_ms,
+        "p20_ms": t.p20_ms,
+        "p80_ms": t.p80_ms,
+        "repetitions": t.repetitions,
+    }
+
+
+def bench_to_dict(r: BenchResult) -> dict[str, Any]:
+    """The versioned record of one bench (documented in docs/gpu.md)."""
+    base = r.baseline
+    return {
+        "format": FORMAT,
+        "name": r.name,
+        "spec": r.source,
+        "axes": dict(r.axes),
+        "hardware": r.hardware,
+        "gpu": r.gpu,
+        "arch": r.arch,
+        "families": list(r.families),
+        "tiles": dict(r.tiles),
+        "bound_kind": r.bound_kind,
+        "flops": r.flops,
+        "hbm_bytes": r.hbm_bytes,
+        "timing": timing_to_dict(r.timing),
+        "achieved": {
+            "unit": "FLOP/s" if r.bound_kind == "compute" else "B/s",
+            "value": _num(r.achieved),
+            "peak": r.peak,
+            "percent_of_peak": _num(r.percent_of_peak),
+        },
+        "model": {"predicted_s": r.predicted_s, "error": _num(r.model_error)},
+        "baselines": [
+            {
+                "name": b.name,
+                "timing": timing_to_dict(b.timing),
+                "skipped": b.skipped or None,
+                **({"bytes_moved": b.bytes_moved} if b.bytes_moved else {}),
+            }
+            for b in r.baselines
+        ],
+        "baseline": base.name if base else None,
+        "ratio": _num(r.ratio),
+        "copy_bandwidth_bytes_per_s": _num(r.copy_bandwidth),
+    }
+
+
+def format_rate(r: BenchResult) -> str:
+    """'612.3 TFLOP/s' or '4.05 TB/s'."""
+    if not math.isfinite(r.achieved):
+        return "-"
+    if r.bound_kind == "compute":
+        return f"{r.achieved / 1e12:.1f} TFLOP/s"
+    return f"{r.achieved / 1e12:.2f} TB/s"
+
+
+def bench_row(r: BenchResult) -> list[str]:
+    """One table row: diagram, ms (p20-p80), rate, % peak, model error, baseline, ratio."""
+    base = r.baseline
+    t = r.timing
+    return [
+        r.name,
+        f"{t.median_ms:.3f} ({t.p20_ms:.3f}-{t.p80_ms:.3f})",
+        format_rate(r),
+        f"{r.percent_of_peak:.0f}%",
+        f"{r.model_error:+.0%}" if math.isfinite(r.model_error) else "-",
+        f"{base.name} {base.ms:.3f} ms" if base else _skipped(r),
+        f"{r.ratio:.2f}" if math.isfinite(r.ratio) else "-",
+    ]
+
+
+def _skipped(r: BenchResult) -> str:
+    reasons = [b.skipped for b in r.baselines if b.skipped]
+    return f"- ({reasons[0]})" if reasons else "-"
+
+
+BENCH_COLUMNS = (
+    "diagram", "ms (p20-p80)", "rate", "% peak", "model error", "baseline", "ratio",
+)  # fmt: skip
+
+
+def bench_table(results: Sequence[BenchResult]) -> Any:
+    """A rich table, one row per diagram; the caption says how to read the ratio."""
+    from rich.table import Table
+
+    gpu = results[0].gpu if results else ""
+    table = Table(title=f"ncdc bench on {gpu}")
+    for col in BENCH_COLUMNS:
+        table.add_column(col, overflow="fold")
+    for r in results:
+        table.add_row(*bench_row(r))
+    table.caption = (
+        "ratio = baseline time / ncdc time (1.0 = as fast as the library); model error = "
+        "measured / predicted - 1; % peak of the profile's tensor rate or HBM bandwidth"
+    )
+    return table

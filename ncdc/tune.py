@@ -1,0 +1,431 @@
+"""`ncdc tune`: time the model's best few tilings on the GPU and keep the fastest.
+
+The model ranks every feasible tiling (`rank_tiles`); the top K are compiled in parallel
+processes, each checked against the float64 reference on the GPU at a moderate size (the
+same tiles, warps and stages), then timed at the real size. A candidate that fails to
+compile or gives a wrong answer scores infinity and is reported, never fatal. The fastest
+is kept in the tuning cache, one JSON file per problem under `cache_root()/tune/`, keyed by
+the diagram's name, axis sizes, input dtypes, a hash of its operations and schedule, the
+hardware profile and the ncdc version. The report gives the Spearman rank correlation of
+predicted and measured times, and how much slower the model's own pick ran than the best.
+
+Tiles: explicit (`schedule.tiles`, `--tile`) beat tuned, which beat modelled.
+`choose_plan` applies that order for `compile`, `run` and `bench`.
+
+    >>> result = tune_spec(Path("diagrams/matmul.yaml"), load_hardware("h200"))  # doctest: +SKIP
+    >>> result.best.config.tiles, result.spearman  # doctest: +SKIP
+    ({'m': 128, 'n': 256, 'k': 64}, 0.8)
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ncdc import __version__
+from ncdc.cost import Plan
+from ncdc.errors import CheckFailed, NcdcError, PlanError
+from ncdc.files import write_atomic
+from ncdc.hardware import Hardware
+from ncdc.spec import Diagram, load_diagram
+from ncdc.tiling import plan_diagram, rank_tiles
+
+FORMAT = "ncdc.tune/1"
+CACHE_FORMAT = 1  # bump when the key or the entry layout changes
+DEFAULT_TOP_K = 4
+CHECK_SIZE = 256  # axes longer than this are cut to it (or to two tiles) for the check
+MATCH_SEARCH = 64  # plans ranked when looking for a stored configuration
+
+
+@dataclass(frozen=True)
+class Config:
+    """What tuning chooses: block tiles, and per kernel its warps, stages and splits."""
+
+    tiles: Mapping[str, int] = field(hash=False)
+    kernels: tuple[tuple[int, int, int], ...]  # (warps, stages, splits) per kernel
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tiles": dict(self.tiles),
+            "kernels": [{"warps": w, "stages": st, "splits": sp} for w, st, sp in self.kernels],
+        }
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> Config:
+        kernels = tuple(
+            (int(k["warps"]), int(k["stages"]), int(k["splits"])) for k in data["kernels"]
+        )
+        return Config({str(a): int(v) for a, v in data["tiles"].items()}, kernels)
+
+
+def plan_config(plan: Plan) -> Config:
+    return Config(plan.tiles, tuple((k.warps, k.stages, k.splits) for k in plan.kernels))
+
+
+# ------------------------------------------------------------------------ tuning cache
+
+
+def tuning_key(diagram: Diagram, hardware_name: str) -> dict[str, Any]:
+    """Everything a tuned choice depends on: the problem, the hardware, the ncdc version.
+
+    The operations are hashed with their operands, axes, dtypes, scales and parameters, and
+    the schedule's stream, group and materialize lists (not its tiles: explicit tiles
+    bypass the tuning cache anyway).
+    """
+    ops = [
+        [op.out, op.fn, list(map(str, op.operands)), list(op.over), list(op.axes), op.dtype,
+         list(map(str, op.scale)), sorted((k, str(v)) for k, v in op.params.items())]
+        for op in diagram.ops
+    ]  # fmt: skip
+    s = diagram.schedule
+    shape = {
+        "ops": ops,
+        "outputs": list(diagram.outputs),
+        "schedule": [list(s.stream), list(s.group), list(s.materialize)],
+    }
+    return {
+        "format": CACHE_FORMAT,
+        "name": diagram.name,
+        "axes": dict(diagram.axes),
+        "dtypes": {t.name: t.dtype for t in diagram.inputs},
+        "ops_sha256": hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest(),
+        "hardware": hardware_name,
+        "ncdc": __version__,
+    }
+
+
+def tuning_path(diagram: Diagram, hardware_name: str) -> Path:
+    """`<cache_root>/tune/<name>-<first 16 hex of the key's sha256>.json`."""
+    from ncdc.cache import cache_root
+
+    key = tuning_key(diagram, hardware_name)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "tune" / f"{diagram.name}-{digest}.json"
+
+
+def read_tuned(diagram: Diagram, hardware_name: str) -> Config | None:
+    """The tuned configuration for this problem, or None (missing, stale or unreadable)."""
+    path = tuning_path(diagram, hardware_name)
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        if entry.get("format") != FORMAT or entry["key"] != tuning_key(diagram, hardware_name):
+            return None
+        return Config.from_dict(entry["best"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def tuned_tiles(diagram: Diagram, hardware_name: str) -> dict[str, int] | None:
+    """The tiles `ncdc tune` kept for this problem on this hardware, or None.
+
+    >>> tuned_tiles(load_diagram("diagrams/matmul.yaml"), "h200")  # doctest: +SKIP
+    {'m': 128, 'n': 256, 'k': 64}
+    """
+    config = read_tuned(diagram, hardware_name)
+    return dict(config.tiles) if config else None
+
+
+def write_tuned(diagram: Diagram, hardware_name: str, best: Config, record: dict) -> Path:
+    """Store `best` (with the run's record beside it) atomically; returns the file."""
+    path = tuning_path(diagram, hardware_name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entry = {
+        "format": FORMAT,
+        "key": tuning_key(diagram, hardware_name),
+        "best": best.to_dict(),
+        **record,
+    }
+    write_atomic(path, (json.dumps(entry, indent=2) + "\n").encode())
+    return path
+
+
+def select_config(diagram: Diagram, hardware: Hardware, config: Config) -> Plan:
+    """The plan with `config`'s tiles whose kernels use its warps, stages and splits; the
+    best plan with those tiles when none matches exactly (sizes changed feasibility)."""
+    plans = rank_tiles(diagram, hardware, MATCH_SEARCH, dict(config.tiles))
+    for plan in plans:
+        if plan_config(plan).kernels == config.kernels:
+            return plan
+    return plans[0]
+
+
+def choose_plan(
+    diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None = None
+) -> Plan:
+    """Explicit tiles (`tiles`, or the spec's `schedule.tiles`) beat tuned beat modelled.
+
+    >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
+    {'m': 128, 'n': 256, 'k': 64}
+    """
+    if tiles or diagram.schedule.tiles:
+        return plan_diagram(diagram, hardware, dict(tiles) if tiles else None)
+    config = read_tuned(diagram, hardware.name)
+    if config is not None:
+        try:
+            return select_config(diagram, hardware, config)
+        except PlanError:
+            pass  # the profile changed under the entry: fall back to the model
+    return plan_diagram(diagram, hardware)
+
+
+# -------------------------------------------------------------------------- statistics
+
+
+def spearman(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    """Spearman rank correlation over the pairs where both are finite (average ranks for
+    ties); NaN with fewer than two such pairs or no spread.
+
+        >>> spearman([1, 2, 3, 4], [10, 30, 20, 40])
+        0.8
+    """
+    pairs = [
+        (p, m)
+        for p, m in zip(predicted, measured, strict=True)
+        if math.isfinite(p) and math.isfinite(m)
+    ]
+    if len(pairs) < 2:
+        return math.nan
+    a = _ranks([p for p, _ in pairs])
+    b = _ranks([m for _, m in pairs])
+    if a.std() == 0 or b.std() == 0:
+        return math.nan
+    return round(float(np.corrcoef(a, b)[0, 1]), 12)
+
+
+def _ranks(values: Sequence[float]) -> np.ndarray:
+    """1-based ranks, ties given the mean of the ranks they span."""
+    x = np.asarray(values, float)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(1, len(x) + 1)
+    for v in np.unique(x):
+        tied = x == v
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+# ---------------------------------------------------------------------------- tuning
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One tiling the model proposed, and what the GPU made of it."""
+
+    rank: int  # the model's rank, 0 = its pick
+    config: Config
+    predicted_s: float
+    measured_ms: float  # median; inf when it failed
+    error: str = ""  # why it scored infinity
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.measured_ms)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    name: str
+    hardware: str
+    gpu: str
+    arch: str
+    axes: Mapping[str, int] = field(hash=False)
+    check_axes: Mapping[str, int] = field(hash=False)
+    candidates: tuple[Candidate, ...]
+    cache_file: str = ""
+
+    @property
+    def best(self) -> Candidate | None:
+        ok = [c for c in self.candidates if c.ok]
+        return min(ok, key=lambda c: c.measured_ms) if ok else None
+
+    @property
+    def spearman(self) -> float:
+        return spearman(
+            [c.predicted_s for c in self.candidates], [c.measured_ms for c in self.candidates]
+        )
+
+    @property
+    def model_pick_gap(self) -> float:
+        """How much slower the model's pick ran than the measured best (0.1 = 10%)."""
+        best = self.best
+        pick = self.candidates[0] if self.candidates else None
+        if best is None or pick is None:
+            return math.nan
+        return pick.measured_ms / best.measured_ms - 1
+
+
+def check_sizes(diagram: Diagram, configs: Sequence[Config]) -> dict[str, int]:
+    """A moderate size for the reference check: each axis cut to CHECK_SIZE, or to twice
+    the largest tile any candidate uses on it, whichever is larger (never grown)."""
+    out = {}
+    for axis, size in diagram.axes.items():
+        tile = max((c.tiles.get(axis, 1) for c in configs), default=1)
+        out[axis] = min(size, max(CHECK_SIZE, 2 * tile))
+    return out
+
+
+def tune_spec(
+    spec: Path, hardware: Hardware, *, sizes: Mapping[str, int] | None = None,
+    top_k: int = DEFAULT_TOP_K, warmup_ms: float = 10.0, rep_ms: float = 50.0,
+    seed: int = 0, write: bool = True,
+) -> TuneResult:  # fmt: skip
+    """Rank, compile, check and time the top `top_k` tilings of `spec`; keep the fastest."""
+    from ncdc.bench import make_timer, module_runner
+    from ncdc.gpu import device_arch, device_info, require_gpu
+    from ncdc.render import render_plan
+
+    cupy = require_gpu()
+    arch = device_arch(cupy)
+    gpu = device_info(cupy)["name"]
+    diagram = load_diagram(spec, sizes)
+    plans = rank_tiles(diagram, hardware, max(top_k, 1))
+    configs = [plan_config(p) for p in plans]
+    small_sizes = check_sizes(diagram, configs)
+    small = load_diagram(spec, small_sizes)
+    failures = compile_candidates(spec, hardware, arch, [dict(diagram.axes), small_sizes], configs)
+    timer = make_timer(cupy, hardware, warmup_ms, rep_ms)
+    candidates = []
+    for i, (plan, config) in enumerate(zip(plans, configs, strict=True)):
+        measured, error = math.inf, failures[i]
+        if not error:
+            try:
+                error = check_candidate(small, hardware, config, seed + i)
+                if not error:
+                    runner = module_runner(cupy, diagram, render_plan(plan), arch, seed)
+                    measured = timer(runner).median_ms
+            except NcdcError as e:
+                error = e.line()
+        candidates.append(Candidate(i, config, plan.predicted_time_s, measured, error))
+    result = TuneResult(
+        diagram.name, hardware.name, gpu, arch, dict(diagram.axes), small_sizes, tuple(candidates)
+    )
+    best = result.best
+    if best is None:
+        raise CheckFailed(
+            f"all {len(candidates)} candidates failed; first: {candidates[0].error}",
+            where=str(spec),
+            hint="ncdc run --backend cuda shows the model's pick in detail",
+        )
+    if write:
+        record = {"gpu": gpu, "arch": arch, "date": _now(), "result": tune_to_dict(result)}
+        path = write_tuned(diagram, hardware.name, best.config, record)
+        result = TuneResult(**{**result.__dict__, "cache_file": str(path)})
+    return result
+
+
+def check_candidate(diagram: Diagram, hardware: Hardware, config: Config, seed: int) -> str:
+    """Run `config` on `diagram` with the cuda backend against the reference: '' when
+    every output matches, else what went wrong."""
+    from ncdc.render import render_plan
+    from ncdc.run import run_diagram
+
+    module = render_plan(select_config(diagram, hardware, config))
+    result = run_diagram(diagram, module, backend="cuda", seed=seed)
+    for c in result.checks:
+        if not c.ok:
+            return (
+                f"wrong result: {c.name} off by {c.max_abs_error:.3g} (allowed "
+                f"{c.tolerance:g} x {c.scale:.3g}), {c.unexpected_nan} unexpected NaN"
+            )
+    return ""
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def compile_candidates(
+    spec: Path, hardware: Hardware, arch: str, sizes: Sequence[Mapping[str, int]],
+    configs: Sequence[Config],
+) -> list[str]:  # fmt: skip
+    """Compile every candidate at every size in worker processes (through the compile
+    cache, so later loads are hits); per candidate, the first error or ''."""
+    jobs = [(spec, dict(s), hardware, c, arch) for c in configs for s in sizes]
+    workers = max(1, min(len(jobs), os.cpu_count() or 1))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        errors = list(pool.map(_compile_candidate, jobs))
+    out = []
+    for i in range(len(configs)):
+        mine = [e for e in errors[i * len(sizes) : (i + 1) * len(sizes)] if e]
+        out.append(mine[0] if mine else "")
+    return out
+
+
+def _compile_candidate(job: tuple) -> str:
+    """Compile one candidate into the cache; the error as one line, or ''."""
+    from ncdc.compile import compile_plan
+
+    spec, sizes, hardware, config, arch = job
+    try:
+        compile_plan(select_config(load_diagram(spec, sizes), hardware, config), arch)
+    except NcdcError as e:
+        return f"compile: {e.line()}"
+    except Exception as e:  # a broken family renderer must not stop the search
+        return f"compile: {type(e).__name__}: {e}"
+    return ""
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def tune_to_dict(r: TuneResult) -> dict[str, Any]:
+    """The versioned record of one tuning run (documented in docs/gpu.md)."""
+
+    def num(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None
+
+    best = r.best
+    return {
+        "format": FORMAT,
+        "name": r.name,
+        "hardware": r.hardware,
+        "gpu": r.gpu,
+        "arch": r.arch,
+        "axes": dict(r.axes),
+        "check_axes": dict(r.check_axes),
+        "candidates": [
+            {
+                "rank": c.rank,
+                **c.config.to_dict(),
+                "predicted_s": c.predicted_s,
+                "measured_ms": num(c.measured_ms),
+                "error": c.error or None,
+            }
+            for c in r.candidates
+        ],
+        "best_rank": best.rank if best else None,
+        "spearman": num(r.spearman),
+        "model_pick_gap": num(r.model_pick_gap),
+        "cache_file": r.cache_file or None,
+    }
+
+
+def tune_table(r: TuneResult) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"ncdc tune {r.name} on {r.gpu} ({r.arch})")
+    for col in ("rank", "tiles", "warps/stages/splits", "predicted us", "measured ms", "result"):
+        table.add_column(col, overflow="fold")
+    best = r.best
+    for c in r.candidates:
+        launch = ", ".join(f"{w}/{st}/{sp}" for w, st, sp in c.config.kernels)
+        verdict = "best" if c is best else ("ok" if c.ok else c.error)
+        table.add_row(
+            str(c.rank), " ".join(f"{a}={v}" for a, v in c.config.tiles.items()), launch,
+            f"{c.predicted_s * 1e6:.1f}", f"{c.measured_ms:.3f}" if c.ok else "inf", verdict,
+        )  # fmt: skip
+    table.caption = (
+        f"Spearman(predicted, measured) = {r.spearman:.2f}; the model's pick ran "
+        f"{r.model_pick_gap:+.1%} against the best; kept in {r.cache_file or '(not written)'}"
+    )
+    return table
