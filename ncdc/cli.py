@@ -219,6 +219,35 @@ def run(
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
+@app.command()
+def draw(
+    spec: SpecArg,
+    out: Annotated[Path, typer.Option("-o", "--out", help="FILE.svg, or FILE.png.")],
+    plan: Annotated[
+        bool, typer.Option("--plan/--plain", help="With the plan's levels and tiles, or bare.")
+    ] = True,
+    roofline: Annotated[bool, typer.Option("--roofline", help="A roofline.")] = False,
+    tiles: Annotated[bool, typer.Option("--tiles", help="Time over tile sizes.")] = False,
+    measured: Annotated[
+        Path | None, typer.Option("--measured", help="Bench JSON of measured points.")
+    ] = None,
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+) -> None:
+    """Draw a diagram (levels in colour), its roofline or its tile heat map as SVG or PNG."""
+    from ncdc.draw import draw_to_file, pick_mode
+
+    diagram = load_diagram(spec, parse_assignments(set_ or []))
+    mode = pick_mode(not plan, roofline, tiles)
+    draw_to_file(
+        diagram, load_machine(hardware, hw), out, mode,
+        tiles=parse_assignments(tile or [], "--tile"), measured=measured,
+    )  # fmt: skip
+    note(f"wrote {out}")
+
+
 @app.command("hardware")
 def hardware_cmd(
     name: Annotated[str | None, typer.Argument(help="A profile name or YAML file.")] = None,

@@ -233,3 +233,19 @@ def test_png_mark_keeps_the_file_valid() -> None:
     assert marked.startswith(png) and marked.endswith(
         struct.pack(">I", zlib.crc32(b"tEXt" + svg_module.PNG_MARK))
     )
+
+
+def test_cli_draws_and_reports_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from ncdc.cli import main
+
+    out = tmp_path / "attention.svg"
+    main(["draw", str(ROOT / "diagrams/attention.yaml"), "-o", str(out), "--plain"])
+    assert "Q · bf16 · hbm" in _texts(out.read_text())
+    with pytest.raises(SystemExit) as done:
+        main(["draw", str(ROOT / "diagrams/matmul.yaml"), "--tiles", "--roofline", "-o", str(out)])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: choose one picture, not --roofline and --tiles (hint: ncdc draw SPEC "
+        "[--plain | --roofline | --tiles] -o FILE.svg)"
+    ]

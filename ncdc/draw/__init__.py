@@ -27,7 +27,26 @@ from ncdc.tiling import plan_diagram
 
 MODES = ("plan", "plain", "roofline", "tiles")
 
-__all__ = ["MODES", "Picture", "draw", "draw_to_file", "overlaps", "picture_to_svg"]
+__all__ = [
+    "MODES",
+    "Picture",
+    "draw",
+    "draw_to_file",
+    "overlaps",
+    "picture_to_svg",
+    "pick_mode",
+]
+
+
+def pick_mode(plain: bool = False, roofline: bool = False, tiles: bool = False) -> str:
+    """The picture the command-line flags ask for; `plan` when none is given."""
+    chosen = [m for m, on in (("plain", plain), ("roofline", roofline), ("tiles", tiles)) if on]
+    if len(chosen) > 1:
+        raise UsageError(
+            f"choose one picture, not {' and '.join('--' + m for m in chosen)}",
+            hint="ncdc draw SPEC [--plain | --roofline | --tiles] -o FILE.svg",
+        )
+    return chosen[0] if chosen else "plan"
 
 
 def draw(
