@@ -241,6 +241,7 @@ def test_cli_draws_and_reports_bad_flags(tmp_path: Path, capsys: pytest.CaptureF
     out = tmp_path / "attention.svg"
     main(["draw", str(ROOT / "diagrams/attention.yaml"), "-o", str(out), "--plain"])
     assert "Q · bf16 · hbm" in _texts(out.read_text())
+    capsys.readouterr()
     with pytest.raises(SystemExit) as done:
         main(["draw", str(ROOT / "diagrams/matmul.yaml"), "--tiles", "--roofline", "-o", str(out)])
     assert done.value.code == 2
