@@ -407,3 +407,29 @@ def bench_table(results: Sequence[BenchResult]) -> Any:
         "measured / predicted - 1; % peak of the profile's tensor rate or HBM bandwidth"
     )
     return table
+
+
+def bench_specs(
+    specs: Sequence[Path], hardware: Hardware, *, sizes: Mapping[str, int] | None = None,
+    tiles: Mapping[str, int] | None = None, warmup_ms: float = DEFAULT_WARMUP_MS,
+    rep_ms: float = DEFAULT_REP_MS, baseline: bool = True,
+) -> list[BenchResult]:  # fmt: skip
+    """Bench each spec in turn (one GPU: never in parallel); a progress bar on a terminal,
+    silence in CI."""
+    from rich.progress import Progress
+
+    from ncdc.gpu import require_gpu
+    from ncdc.output import stderr
+
+    require_gpu()  # one clear error before any planning
+    results = []
+    with Progress(console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("benchmarking", total=len(specs))
+        for spec in specs:
+            bar.update(task, description=spec.stem)
+            results.append(
+                bench_spec(spec, hardware, sizes=sizes, tiles=tiles, warmup_ms=warmup_ms,
+                           rep_ms=rep_ms, baseline=baseline)
+            )  # fmt: skip
+            bar.advance(task)
+    return results

@@ -248,6 +248,50 @@ def draw(
     note(f"wrote {out}")
 
 
+@app.command()
+def bench(
+    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.")],
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    warmup_ms: Annotated[float, typer.Option("--warmup-ms", help="Warm-up, in ms.")] = 25.0,
+    rep_ms: Annotated[float, typer.Option("--rep-ms", help="Timed repetitions, in ms.")] = 100.0,
+    no_baseline: Annotated[
+        bool, typer.Option("--no-baseline", help="Skip the library baselines.")
+    ] = False,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Time kernels on the GPU beside cuBLAS, SDPA or PyTorch and a device copy."""
+    from ncdc.bench import bench_specs, bench_table, bench_to_dict
+
+    results = bench_specs(
+        find_specs([spec]), load_machine(hardware, hw), sizes=parse_assignments(set_ or []),
+        tiles=parse_assignments(tile or [], "--tile"), warmup_ms=warmup_ms, rep_ms=rep_ms,
+        baseline=not no_baseline,
+    )  # fmt: skip
+    data = [bench_to_dict(r) for r in results]
+    emit(data if len(data) > 1 else data[0], fmt, lambda: bench_table(results))
+
+
+@app.command()
+def tune(
+    spec: SpecArg,
+    set_: SetOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    top_k: Annotated[int, typer.Option("--top-k", help="Tilings to time.")] = 4,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Time the model's best tilings on the GPU and keep the fastest for later commands."""
+    from ncdc.tune import tune_spec, tune_table, tune_to_dict
+
+    result = tune_spec(
+        spec, load_machine(hardware, hw), sizes=parse_assignments(set_ or []), top_k=top_k
+    )
+    emit(tune_to_dict(result), fmt, lambda: tune_table(result))
+
+
 @app.command("hardware")
 def hardware_cmd(
     name: Annotated[str | None, typer.Argument(help="A profile name or YAML file.")] = None,

@@ -219,10 +219,10 @@ def run_spec(
     else:
         from ncdc.cost import plan_to_dict
         from ncdc.render import render_plan
-        from ncdc.tiling import plan_diagram
+        from ncdc.tune import choose_plan
 
         diagram = load_diagram(spec, sizes)
-        plan = plan_diagram(diagram, hardware, dict(tiles) if tiles else None)
+        plan = choose_plan(diagram, hardware, tiles)  # explicit beats tuned beats modelled
         module = render_plan(plan)
         cost = plan_to_dict(plan)
     result = run_diagram(diagram, module, backend=backend, seed=seed, sanitize=sanitize)
