@@ -190,16 +190,20 @@ def _round_up(x: int, to: int) -> int:
     return -(-x // to) * to
 
 
+def _pow2(x: int) -> int:
+    return 1 << (x - 1).bit_length()
+
+
 def _tiles(kp: KernelPlan, ops: Operands, p: int, path: str) -> GemmTiles:
-    """The plan's tile, rounded up to what the instructions need: warp tiles of whole
-    16 x 16 mma blocks, k tiles of whole mma steps (or 8 on the fp32 path)."""
+    """The plan's tile, rounded up to what the instructions need: powers of two, warp tiles
+    of whole 16 x 16 mma blocks, k tiles of whole mma steps (or 8 on the fp32 path)."""
     bt = kp.block_tile
-    bm, bn = max(bt.get(ops.m, 64), 16), max(bt.get(ops.n, 64), 16)
+    # Powers of two, so that a tile row is a whole number of 16-byte chunks per thread row.
+    bm, bn = _pow2(max(bt.get(ops.m, 64), 16)), _pow2(max(bt.get(ops.n, 64), 16))
     stages = min(max(kp.stages, 2), 4)
     warps = kp.warps
     if path == "simt":
-        bk = _round_up(max(bt.get(ops.k, 16), 8), 8)
-        bm, bn = _round_up(bm, 16), _round_up(bn, 16)
+        bk = _pow2(max(bt.get(ops.k, 16), 8))
         threads = 32 * warps
         while bm * bn > SIMT_MAX_OUTPUTS * threads:
             bm, bn = (bm // 2, bn) if bm > bn else (bm, bn // 2)
@@ -210,7 +214,7 @@ def _tiles(kp: KernelPlan, ops: Operands, p: int, path: str) -> GemmTiles:
         tm = per // tn
         return GemmTiles(bm, bn, bk, 1, warps, stages, tm, tn)
     mma_k = MMA_K[p]
-    bk = _round_up(max(bt.get(ops.k, mma_k), mma_k), mma_k)
+    bk = _pow2(max(bt.get(ops.k, mma_k), mma_k))
     best: tuple[tuple[int, float], GemmTiles] | None = None
     for wm in (1, 2, 4, 8):
         if warps % wm:

@@ -55,27 +55,26 @@ NCDC_DEVICE void load_tile(T* smem, const T* g, long long ld, long long row0, lo
   using W = typename Word<sizeof(T)>::type;
   constexpr int V = 16 / int(sizeof(T));
   constexpr int PER_ROW = COLS / V;
-  constexpr int CHUNKS = ROWS * PER_ROW;
-  static_assert(COLS % V == 0, "tile rows are whole 16-byte chunks");
+  static_assert(COLS % V == 0 && THREADS % PER_ROW == 0, "a row is whole chunks, rows whole warps");
+  // Each thread copies the same chunk column of every ROW_STEP-th row: one pointer, one
+  // column bound, and a row bound per copy.
+  constexpr int ROW_STEP = THREADS / PER_ROW;
+  const int r0 = int(threadIdx.x) / PER_ROW, cc = (int(threadIdx.x) % PER_ROW) * V;
+  const long long gc = col0 + cc, left = cols - gc;
+  const int in_cols = left <= 0 ? 0 : (left < V ? int(left) : V);
+  const T* src = g + (row0 + r0) * ld + gc;
+  T* dst = smem + r0 * LD + cc;
 #pragma unroll
-  for (int i = 0; i < (CHUNKS + THREADS - 1) / THREADS; ++i) {
-    const int c = i * THREADS + int(threadIdx.x);
-    if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
-    const int r = c / PER_ROW, cc = (c % PER_ROW) * V;
-    const long long gr = row0 + r, gc = col0 + cc;
-    T* dst = smem + r * LD + cc;
-    const bool row_in = gr < rows;
+  for (int i = 0; i < (ROWS + ROW_STEP - 1) / ROW_STEP; ++i) {
+    if (ROWS % ROW_STEP != 0 && r0 + i * ROW_STEP >= ROWS) break;
+    const int n = row0 + r0 + i * ROW_STEP < rows ? in_cols : 0;
     if (vec) {
-      const long long left = cols - gc;
-      const int bytes = (row_in && left > 0) ? int(left < V ? left : V) * int(sizeof(T)) : 0;
-      cp_async_16_zfill(dst, bytes ? g + gr * ld + gc : g, bytes);
+      cp_async_16_zfill(dst + i * ROW_STEP * LD, n ? src + i * ROW_STEP * ld : g, n * int(sizeof(T)));
     } else {
-      W* d = reinterpret_cast<W*>(dst);
+      W* d = reinterpret_cast<W*>(dst + i * ROW_STEP * LD);
+      const W* s = reinterpret_cast<const W*>(src + i * ROW_STEP * ld);
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const bool in = row_in && gc + e < cols;
-        d[e] = in ? ld_global(reinterpret_cast<const W*>(g) + gr * ld + gc + e) : W(0);
-      }
+      for (int e = 0; e < V; ++e) d[e] = e < n ? ld_global(s + e) : W(0);
     }
   }
 }
@@ -209,15 +208,17 @@ struct MmaTile {
     const T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += KSTEP) {
-      uint32_t a[MI][4], b[NI][2];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) frag_a(a[i], sa, wm + 16 * i, kk, lane);
+      // All B fragments of the step, then one A fragment at a time: fewer live registers.
+      uint32_t b[NI][2];
 #pragma unroll
       for (int j = 0; j < NI; j += 2) frag_b(b[j], b[j + 1], sb, wn + 8 * j, kk, lane);
 #pragma unroll
-      for (int i = 0; i < MI; ++i)
+      for (int i = 0; i < MI; ++i) {
+        uint32_t a[4];
+        frag_a(a, sa, wm + 16 * i, kk, lane);
 #pragma unroll
-        for (int j = 0; j < NI; ++j) Mma<T>::run(acc[i][j], a[i], b[j]);
+        for (int j = 0; j < NI; ++j) Mma<T>::run(acc[i][j], a, b[j]);
+      }
     }
   }
 
@@ -319,19 +320,23 @@ NCDC_DEVICE void mainloop(Tile& tile, const T* A, const T* B, const Shape& s, lo
   constexpr int V = 16 / int(sizeof(T));
   const bool vec_a = is_aligned(A, 16) && s.lda % V == 0;
   const bool vec_b = is_aligned(B, 16) && s.ldb % V == 0;
-  const long long ktiles = (s.k + bk - 1) / bk;
+  const int ktiles = int((s.k + bk - 1) / bk);  // k < 2^31
   tile.clear();
+#pragma unroll
   for (int st = 0; st < stages - 1; ++st) {
     if (st < ktiles) Tile::load(smem, st, A, B, s, m0, n0, st * (long long)bk, vec_a, vec_b);
     cp_async_commit();
   }
-  for (long long kt = 0; kt < ktiles; ++kt) {
+  int read = 0, write = stages - 1;  // pipeline slots: multiplied now, filled now
+  for (int kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<stages - 2>();
     __syncthreads();
-    const long long next = kt + stages - 1;
-    if (next < ktiles) Tile::load(smem, int(next % stages), A, B, s, m0, n0, next * bk, vec_a, vec_b);
+    const int next = kt + stages - 1;
+    if (next < ktiles) Tile::load(smem, write, A, B, s, m0, n0, next * (long long)bk, vec_a, vec_b);
     cp_async_commit();
-    tile.compute(smem, int(kt % stages));
+    tile.compute(smem, read);
+    read = read + 1 == stages ? 0 : read + 1;
+    write = write + 1 == stages ? 0 : write + 1;
   }
   cp_async_wait<0>();
   __syncthreads();  // shared memory is free for the block's next tile

@@ -1,0 +1,214 @@
+"""GEMM kernels: emulated on the CPU against float64 NumPy at small and odd sizes, every
+layout and epilogue, and compiled with NVRTC at the diagrams' full sizes with no spills.
+
+Each case renders one GEMM kernel with fixed tiles, warps and stages, so one emulator build
+serves every size (sizes are runtime parameters), fills its inputs with fresh random values,
+poisons its output with NaN, and compares with the reference evaluator.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from functools import cache
+
+import numpy as np
+import pytest
+
+from ncdc.emulate import EmulatedModule, build
+from ncdc.hardware import load_hardware
+from ncdc.kernels.gemm import render_gemm
+from ncdc.reference import evaluate, from_storage, make_inputs, to_storage
+from ncdc.render import KernelSource, template_env
+from ncdc.run import OutputCheck, compare
+from ncdc.spec import Diagram, load_diagram, load_diagram_text
+from ncdc.tiling import plan_diagram
+
+HW = load_hardware("h100")
+# Allowed error relative to the largest |reference|: 16-bit outputs carry one rounding
+# (2^-9 relative) on top of fp32 accumulation; fp8 products are exact in the mma, so an fp8
+# GEMM with a bf16 output has the same bound; fp32 differs only by summation order.
+TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-5}
+
+
+def _source(ks: KernelSource) -> str:
+    body = template_env().get_template(ks.template).render(**ks.context)
+    exports = "".join(f"NCDC_EXPORT_KERNEL({launch.kernel});\n" for launch in ks.launches)
+    return '#include "ncdc_runtime.cuh"\n\n' + body + exports
+
+
+@cache
+def _build(source: str) -> EmulatedModule:
+    return build(source)
+
+
+def run_gemm(
+    d: Diagram,
+    tiles: dict[str, int],
+    index: int = 0,
+    warps: int = 4,
+    stages: int = 3,
+    seed: int = 0,
+) -> OutputCheck:
+    """Run GEMM kernel `index` of `d` on the emulator; its output against the reference."""
+    plan = plan_diagram(d, HW, tiles=tiles)
+    kp = replace(plan.kernels[index], warps=warps, stages=stages)
+    ks = render_gemm(kp, plan)
+    (launch,) = ks.launches
+    want = evaluate(d, make_inputs(d, seed))
+    args: list[object] = []
+    out = ""
+    for p in launch.params:
+        if p.kind == "int64":
+            args.append(np.int64(p.value))
+        elif p.writes:
+            shape = tuple(d.axes[a] for a in d.tensor(p.name).axes)
+            args.append(to_storage(np.full(shape, np.nan), p.dtype))
+            out = p.name
+        else:
+            args.append(np.ascontiguousarray(to_storage(want[p.name], p.dtype)))
+    _build(_source(ks)).launch(
+        launch.kernel, launch.grid, launch.block, args, dynamic_smem=launch.dynamic_smem
+    )
+    got = next(a for a, p in zip(args, launch.params) if p.name == out)
+    dtype = d.tensor(out).dtype
+    return compare(out, dtype, from_storage(got, dtype), want[out])  # type: ignore[arg-type]
+
+
+def assert_close(check: OutputCheck) -> None:
+    assert check.unexpected_nan == 0, f"{check.unexpected_nan} elements of {check.name} unwritten"
+    bound = TOLERANCE[check.dtype] * check.scale
+    assert check.max_abs_error <= bound, check
+
+
+def diagram(name: str, **sizes: int) -> Diagram:
+    return load_diagram(f"diagrams/{name}.yaml", sizes)
+
+
+SMALL = {"m": 32, "n": 32, "k": 16}
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 64, 64), (1, 1, 1), (7, 65, 129), (129, 7, 65)])
+def test_matmul_bf16_odd_sizes(m: int, n: int, k: int) -> None:
+    # k = 129 and n = 7 make rows that are not 16-byte aligned: the element-wise load path.
+    assert_close(run_gemm(diagram("matmul", m=m, n=n, k=k), SMALL, stages=2))
+
+
+def test_matmul_bf16_deeper_pipeline_and_larger_tile() -> None:
+    d = diagram("matmul", m=96, n=80, k=200)
+    assert_close(run_gemm(d, {"m": 64, "n": 64, "k": 32}, warps=4, stages=4))
+
+
+def test_batched_matmul() -> None:
+    assert_close(run_gemm(diagram("batched_matmul", b=3, m=33, n=40, k=24), SMALL))
+
+
+def test_mlp_bias_gelu_epilogue() -> None:
+    assert_close(run_gemm(diagram("mlp", m=65, n=72, k=40), {"m": 64, "n": 32, "k": 32}))
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 64, 64), (33, 48, 70)])
+def test_fp8_matmul_with_scales(m: int, n: int, k: int) -> None:
+    # e4m3 inputs, scales sa and sb read from memory, bf16 output.
+    check = run_gemm(diagram("fp8_matmul", m=m, n=n, k=k), {"m": 32, "n": 32, "k": 32})
+    assert_close(check)
+
+
+def test_attention_unfused_scores_with_scale() -> None:
+    # S = contract(Q, K, over=d) * 1/sqrt(d): B = K is [x, d], k-contiguous.
+    d = diagram("attention_unfused", b=2, h=2, q=33, x=40, d=32)
+    assert_close(run_gemm(d, {}, index=0))
+
+
+def test_attention_unfused_pv() -> None:
+    # O = contract(P, V, over=x): B = V is [x, d], n-contiguous; P comes from the reference.
+    d = diagram("attention_unfused", b=2, h=2, q=33, x=40, d=32)
+    assert_close(run_gemm(d, {}, index=2))
+
+
+LAYOUTS = """
+ncdc: 1
+name: layouts
+axes: {b: 2, g: 2, r: 3, m: 40, n: 24, k: 7}
+inputs:
+  A: {axes: [b, g, r, k, m], dtype: %(t)s}
+  B: {axes: [b, g, n, k], dtype: %(t)s}
+  res: {axes: [r, m, n], dtype: %(t)s}
+ops:
+  - H = contract(A, B, over=k) * 0.5
+  - Y = add(H, res)
+  - C = silu(Y)
+outputs: [C]
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_m_contiguous_a_k_contiguous_b_and_a_broadcast_batch_axis(dtype: str) -> None:
+    # A is m-contiguous (ldmatrix .trans), B k-contiguous, B and the residual lack batch
+    # axes of A (pitch 0, as K of grouped-query attention), k = 7 is 14-byte rows.
+    d = load_diagram_text(LAYOUTS % {"t": dtype})
+    assert_close(run_gemm(d, {"m": 32, "n": 32, "k": 16}))
+
+
+def test_fp8_transposed_operands_fp32_output() -> None:
+    # 8-bit data has no ldmatrix .trans: an m-contiguous A and k-contiguous B in e4m3.
+    text = """
+ncdc: 1
+name: fp8_layouts
+axes: {m: 4096, n: 4096, k: 4096}
+inputs:
+  A: {axes: [k, m], dtype: fp8_e4m3}
+  B: {axes: [n, k], dtype: fp8_e4m3}
+  sa: {axes: [], dtype: fp32}
+ops:
+  - C = contract(A, B, over=k, scale=[sa], dtype=fp32)
+outputs: [C]
+"""
+    d = load_diagram_text(text, sizes={"m": 33, "n": 48, "k": 70})
+    assert_close(run_gemm(d, {"m": 32, "n": 32, "k": 32}))
+
+
+def test_fp32_cuda_core_path_odd_sizes() -> None:
+    text = """
+ncdc: 1
+name: fp32_matmul
+axes: {m: 4096, n: 4096, k: 4096}
+inputs:
+  A: {axes: [m, k], dtype: fp32}
+  B: {axes: [k, n], dtype: fp32}
+ops:
+  - C = contract(A, B, over=k)
+outputs: [C]
+"""
+    for sizes in ({"m": 65, "n": 33, "k": 7}, {"m": 64, "n": 64, "k": 64}):
+        d = load_diagram_text(text, sizes=sizes)
+        assert_close(run_gemm(d, {"m": 32, "n": 64, "k": 16}))
+
+
+# ---- NVRTC at full size -------------------------------------------------------------------
+
+GEMM_DIAGRAMS = ("matmul", "batched_matmul", "mlp", "fp8_matmul", "attention_unfused")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None,
+    reason="cuda.bindings (NVRTC) is not installed",
+)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_full_size_kernels_compile_without_spills(arch: str) -> None:
+    from ncdc.cache import cached_compile
+
+    sources = []
+    for name in GEMM_DIAGRAMS:
+        if name.startswith("fp8") and arch == "sm_80":
+            continue  # fp8 tensor cores start at sm_89
+        plan = plan_diagram(diagram(name), HW)
+        for kp in plan.kernels:
+            if kp.family.name == "gemm":
+                sources.append(render_gemm(kp, plan))
+    assert len(sources) >= 5
+    for ks in sources:
+        kernel = ks.launches[0].kernel
+        res = cached_compile(_source(ks), arch, name=kernel).resources[kernel]
+        assert res.spill_stores_bytes == 0 and res.spill_loads_bytes == 0, res
+        assert res.registers <= 255
