@@ -17,7 +17,10 @@ from ncdc.errors import UsageError
 FORMATS = ("table", "json")
 
 # Data goes to stdout, diagnostics to stderr; both fall back to plain text when piped.
+# Piped output gets a fixed, wide layout so tables do not fold at 80 columns in CI logs.
 stdout = Console(soft_wrap=False, highlight=False)
+if not stdout.is_terminal:
+    stdout = Console(soft_wrap=False, highlight=False, width=160)
 stderr = Console(stderr=True, highlight=False)
 
 

@@ -154,20 +154,14 @@ def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
     """Per output: errors against the reference and the verdict; then the traffic check."""
     r = outcome.result
     table = Table(title=f"{outcome.diagram.name} on the {r.backend} backend ({r.seconds:.2f} s)")
-    for col in (
-        "output",
-        "dtype",
-        "max abs error",
-        "max rel error",
-        "tolerance",
-        "unwritten/NaN",
-        "result",
-    ):
+    columns = ("output", "dtype", "max |ref|", "max abs error", "error / max |ref|",
+               "tolerance", "unwritten or NaN", "result")  # fmt: skip
+    for col in columns:
         table.add_column(col)
     for c in r.checks:
         table.add_row(
-            c.name, c.dtype, f"{c.max_abs_error:.3g}", f"{c.max_rel_error:.3g}",
-            f"{c.tolerance:g} x {c.scale:.3g}", str(c.unexpected_nan),
+            c.name, c.dtype, f"{c.scale:.3g}", f"{c.max_abs_error:.3g}",
+            f"{c.max_rel_error:.2e}", f"{c.tolerance:g}", str(c.unexpected_nan),
             "[green]ok[/]" if c.ok else "[red]MISMATCH[/]",
         )  # fmt: skip
     if r.backend == "cpu":
