@@ -71,7 +71,7 @@ class RunResult:
     checks: tuple[OutputCheck, ...]
     bytes_read: int  # global-memory traffic the kernels issued (CPU backend; 0 on CUDA)
     bytes_written: int
-    seconds: float  # wall time of the launches
+    seconds: float  # wall time of building (or loading) and running the kernels
 
     @property
     def ok(self) -> bool:
