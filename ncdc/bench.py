@@ -433,3 +433,21 @@ def bench_specs(
             )  # fmt: skip
             bar.advance(task)
     return results
+
+
+def compile_for_device(
+    spec: Path, sizes: Mapping[str, int] | None, hardware: Hardware, arch: str
+) -> str:
+    """Plan (explicit, tuned or modelled) and compile one spec into the compile cache, as a
+    worker process does before a bench; the error as one line, or '' when it compiled."""
+    from ncdc.compile import compile_plan
+    from ncdc.errors import NcdcError
+    from ncdc.tune import choose_plan
+
+    try:
+        compile_plan(choose_plan(load_diagram(spec, sizes), hardware), arch)
+    except NcdcError as e:
+        return e.line()
+    except Exception as e:  # a broken family renderer is one failed diagram, not a crash
+        return f"{type(e).__name__}: {e}"
+    return ""
