@@ -14,10 +14,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Cost, compile and a CPU-emulated run of the fused attention diagram.
+# Cost, compile and a CPU-emulated run of the fused attention diagram. The emulated run
+# uses small sizes (the CPU runs every GPU thread); the cost and the kernel are full size.
 demo: $(STAMP)
 	$(NCDC) cost $(DEMO)
-	$(NCDC) show $(DEMO)
+	$(NCDC) compile $(DEMO) -o $(DEMO_OUT)
+	$(NCDC) run $(DEMO) --backend cpu --set b=1 --set h=2 --set q=192 --set x=256
 
 # The whole suite; pytest's exit code 5 ("no tests collected") is not a pass.
 test: $(STAMP)
@@ -27,6 +29,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check ncdc tests scripts benchmarks
 	$(VENV)/bin/ruff format --check ncdc tests
 	$(VENV)/bin/mypy
+
+# The pictures in README.md and docs/draw.md, drawn by ncdc itself.
+docs: $(STAMP)
+	$(NCDC) draw diagrams/attention.yaml -o docs/img/attention.svg
+	$(NCDC) draw diagrams/attention.yaml --plain --hardware napkin -o docs/img/attention-napkin.svg
+	$(NCDC) draw diagrams/attention.yaml --roofline -o docs/img/attention-roofline.svg
+	$(NCDC) draw diagrams/attention.yaml --tiles -o docs/img/attention-tiles.svg
+	$(NCDC) draw diagrams/matmul.yaml --tiles -o docs/img/matmul-tiles.svg
 
 clean:
 	rm -rf $(VENV) build out *.egg-info
