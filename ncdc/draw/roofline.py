@@ -32,6 +32,7 @@ CEILING = "#555555"
 MEASURED = "#c23b6e"
 COMPUTE_UNITS = ("tensor", "cuda")  # FLOP rates; the SFU's exp/s is not a FLOP ceiling
 MEASURED_KEYS = ("name", "flops", "time_s", "hbm_bytes")
+FRACTIONS = (0.5, 0.35, 0.65, 0.2, 0.8)  # where along a slope its label may sit
 
 
 @dataclass(frozen=True)
@@ -141,23 +142,40 @@ class _Labels:
     def block(self, rect: Rect) -> None:
         self.taken.append(rect)
 
+    def block_line(self, a: tuple[float, float], b: tuple[float, float]) -> None:
+        """Keep labels off the segment a-b (sampled every few pixels)."""
+        steps = max(int(math.dist(a, b) / 5), 1)
+        for i in range(steps + 1):
+            x = a[0] + (b[0] - a[0]) * i / steps
+            y = a[1] + (b[1] - a[1]) * i / steps
+            self.taken.append(Rect(x - 1.5, y - 1.5, 3, 3))
+
     def place(
-        self, x: float, y: float, text: str, colour: str = INK, beside_slope: bool = False
+        self,
+        anchors: list[tuple[float, float]],
+        text: str,
+        colour: str = INK,
+        beside_slope: bool = False,
     ) -> Text:
-        """The first offset where the text fits; beside a slope, above-left or below-right
-        of the anchor, where the rising line is not."""
-        first = None
+        """The first anchor and offset where the text fits; beside a slope, only above-left
+        or below-right of the anchor, where the rising line is not."""
         offsets = self.OFFSETS[2:3] + self.OFFSETS[1:2] if beside_slope else self.OFFSETS
-        for dx, dy, anchor in offsets + self.OFFSETS:
+        tries = [(x, y, o) for x, y in anchors for o in offsets]
+        tries += [(x, y, o) for x, y in anchors for o in self.OFFSETS]
+        for x, y, (dx, dy, anchor) in tries:
             t = Text(x + dx, y + dy, text, 11, anchor, colour)
-            first = first or t
             box = t.bbox()
             if PLOT.contains(box) and not any(box.intersects(r) for r in self.taken):
                 self.taken.append(box)
                 return t
-        assert first is not None
-        self.taken.append(first.bbox())
-        return first
+        # nowhere free: inside the plot, over the fewest things
+        inside = [
+            Text(x + dx, y + dy, text, 11, anchor, colour) for x, y, (dx, dy, anchor) in tries
+        ]
+        inside = [t for t in inside if PLOT.contains(t.bbox())] or inside
+        t = min(inside, key=lambda t: sum(t.bbox().intersects(r) for r in self.taken))
+        self.taken.append(t.bbox())
+        return t
 
 
 def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
@@ -197,27 +215,18 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
     items.append(Shape(PLOT, "none", INK, 1.2, solid=True, css="frame"))
     x_lo, x_hi = 10**axes.x_lo, 10**axes.x_hi
     y_lo = 10**axes.y_lo
+    slopes = []
     for i, level in enumerate(hw.levels):
         bw = level.bandwidth_bytes_per_s
         a = max(x_lo, y_lo / bw)
         b = min(x_hi, peak / bw)
         if a >= b:
             continue
+        ends = ((axes.px(a), axes.py(bw * a)), (axes.px(b), axes.py(bw * b)))
         colour = level_colour(level.name, i)
-        items.append(
-            Path(
-                ((axes.px(a), axes.py(bw * a)), (axes.px(b), axes.py(bw * b))),
-                colour,
-                1.6,
-                css=f"slope {level.name}",
-            )
-        )
-        mid = math.sqrt(a * b)
-        items.append(
-            labels.place(
-                axes.px(mid), axes.py(bw * mid), f"{level.name} {_si(bw)}B/s", colour, True
-            )
-        )
+        items.append(Path(ends, colour, 1.6, css=f"slope {level.name}"))
+        labels.block_line(*ends)
+        slopes.append((ends, f"{level.name} {_si(bw)}B/s", colour))
     last = -math.inf
     for rate, text in ceilings:
         a = max(x_lo, rate / top.bandwidth_bytes_per_s)
@@ -235,6 +244,10 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
         (PLOT.right, axes.py(roof)),
     )
     items.append(Path(roof_pts, INK, 2.6, css="roof"))
+    labels.block_line(roof_pts[0], roof_pts[1])
+    for (p0, p1), text, colour in slopes:
+        along = [(p0[0] + (p1[0] - p0[0]) * f, p0[1] + (p1[1] - p0[1]) * f) for f in FRACTIONS]
+        items.append(labels.place(along, text, colour, beside_slope=True))
     items += _points(points, axes, labels)
     items.append(
         Text(
@@ -278,9 +291,10 @@ def _points(
     if len(shown) > 1 and shown[1][2] == "unfused (model)":
         (fx, fy, _, _), (ux, uy, _, _) = shown[0], shown[1]
         items.append(Path(((ux, uy), (fx, fy)), MUTED, 1.2, "3 3", arrow=True, css="fusion"))
+        labels.block_line((ux, uy), (fx, fy))
     for x, y, _, _ in shown:
         labels.block(Rect(x - 5, y - 5, 10, 10))
     for x, y, text, colour in shown:
         items.append(Dot(x, y, 5, colour, "#ffffff"))
-        items.append(labels.place(x, y, text, colour))
+        items.append(labels.place([(x, y)], text, colour))
     return items
