@@ -25,13 +25,13 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import ncdc
 from ncdc import nvrtc
+from ncdc.files import write_atomic
 
 FORMAT = 1  # bump when the json layout changes
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -160,20 +160,8 @@ def _write_entry(stem: Path, parts: dict[str, Any], module: nvrtc.CompiledModule
         "key_parts": parts,
     }
     # Cubin first, json last: the json is what makes an entry visible.
-    _write_atomic(stem.with_suffix(".cubin"), module.cubin)
-    _write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2).encode())
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    write_atomic(stem.with_suffix(".cubin"), module.cubin)
+    write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2).encode())
 
 
 def _sha256(data: bytes) -> str:

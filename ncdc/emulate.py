@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ncdc.errors import CheckFailed, CompileError, NcdcError
+from ncdc.files import write_atomic
 
 SANITIZERS = (None, "address")
 _BASE_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
@@ -155,7 +156,7 @@ def build(
         src = path
         if src is None:
             src = folder / f"{stem}.cu"
-            _write_atomic(src, text.encode())
+            write_atomic(src, text.encode())
         _compile(cxx, flags, inc, src, lib)
     return EmulatedModule(lib, sanitize)
 
@@ -172,13 +173,6 @@ def _compile(cxx: str, flags: list[str], inc: Path, src: Path, lib: Path) -> Non
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def _dim3(v: int | Sequence[int]) -> tuple[int, int, int]:
