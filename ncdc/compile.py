@@ -220,8 +220,8 @@ def _compile_parallel(jobs: list[tuple]) -> list[CompileReport]:
                 failures.append((jobs[i][0], e))
             bar.advance(task)
     if failures:
-        for _, e in failures[1:]:
-            stderr.print(f"error: {e.line()}", markup=False, soft_wrap=True)
+        for _, later in failures[1:]:
+            stderr.print(f"error: {later.line()}", markup=False, soft_wrap=True)
         raise failures[0][1]
     return [results[i] for i in range(len(jobs))]
 

@@ -71,7 +71,7 @@ def launch(cupy: Any, raw: Any, spec: Launch, device: MutableMapping[str, Any]) 
         if p.kind in ("tensor", "workspace"):
             args.append(device[p.name])
         else:
-            args.append(SCALAR_TYPES[p.kind](p.value))
+            args.append(SCALAR_TYPES[p.kind](p.value))  # type: ignore[arg-type]
     fn(spec.grid, spec.block, tuple(args), shared_mem=spec.dynamic_smem)
 
 

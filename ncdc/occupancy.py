@@ -32,13 +32,20 @@ LIMITERS = ("registers", "smem", "threads", "blocks")
 class Limits(Protocol):
     """The per-SM limits this module reads (ncdc.hardware.Limits has them all)."""
 
-    warp_size: int
-    threads_per_sm: int
-    blocks_per_sm: int
-    regs_per_sm: int
-    regs_per_thread: int
-    smem_per_sm_bytes: int
-    smem_per_block_bytes: int
+    @property
+    def warp_size(self) -> int: ...
+    @property
+    def threads_per_sm(self) -> int: ...
+    @property
+    def blocks_per_sm(self) -> int: ...
+    @property
+    def regs_per_sm(self) -> int: ...
+    @property
+    def regs_per_thread(self) -> int: ...
+    @property
+    def smem_per_sm_bytes(self) -> int: ...
+    @property
+    def smem_per_block_bytes(self) -> int: ...
 
 
 def _round_up(x: int, unit: int) -> int:

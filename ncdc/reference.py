@@ -15,7 +15,7 @@ reference see the same numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 
 import numpy as np
@@ -178,7 +178,7 @@ def _scale(op: Op, env: Mapping[str, np.ndarray]) -> float:
     return s
 
 
-_UNARY = {
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": np.exp,
     "log": np.log,
     "relu": lambda x: np.maximum(x, 0.0),
@@ -193,7 +193,7 @@ _UNARY = {
     "recip": lambda x: 1.0 / x,
     "square": np.square,
 }
-_BINARY = {
+_BINARY: dict[str, Callable[..., np.ndarray]] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
@@ -201,7 +201,7 @@ _BINARY = {
     "max": np.maximum,
     "min": np.minimum,
 }
-_REDUCE = {"sum": np.sum, "max": np.max, "mean": np.mean}
+_REDUCE: dict[str, Callable[..., np.ndarray]] = {"sum": np.sum, "max": np.max, "mean": np.mean}
 
 _erf_vec = np.frompyfunc(math.erf, 1, 1)
 

@@ -557,12 +557,12 @@ class _Validator:
             dtype = out_dtype or _contract_dtype(a.dtype, b.dtype)
             red_axes = red
         elif kind in ("map", "softmax", "norm", "mask", "cast", "reduce"):
-            x = tensor(st.args[0], "operand")
-            operands = (x.name,)
-            red_axes = over(x) if "over" in sig.keywords else ()
-            out_axes = x.axes
+            src = tensor(st.args[0], "operand")
+            operands = (src.name,)
+            red_axes = over(src) if "over" in sig.keywords else ()
+            out_axes = src.axes
             if kind == "reduce":
-                out_axes = tuple(a for a in x.axes if a not in red_axes)
+                out_axes = tuple(a for a in src.axes if a not in red_axes)
             if kind == "norm":
                 params["eps"] = self.number(st.kwargs.get("eps", 1e-5), path, "eps")
                 for key in ("weight", "bias"):
@@ -582,15 +582,16 @@ class _Validator:
                     if not isinstance(ax, str):
                         raise self.fail(path, f"expected an axis name for '{key}', found {ax!r}")
                     self.known_axis(ax, axes, path)
-                    if ax not in x.axes:
+                    if ax not in src.axes:
                         raise self.fail(
                             path,
-                            f"causal {key} axis '{ax}' is not an axis of {x.name} {list(x.axes)}",
+                            f"causal {key} axis '{ax}' is not an axis of {src.name} "
+                            f"{list(src.axes)}",
                         )
                     params[key] = ax
                 if params["query"] == params["key"]:
                     raise self.fail(path, "causal needs two different axes for query and key")
-            dtype = out_dtype or x.dtype
+            dtype = out_dtype or src.dtype
             if kind == "cast":
                 dtype = self.dtype(st.kwargs["to"], path)
                 params["to"] = dtype

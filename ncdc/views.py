@@ -153,9 +153,8 @@ def compile_table(reports: list, out_dir: Path) -> Table:
 def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
     """Per output: errors against the reference and the verdict; then the traffic check."""
     r = outcome.result
-    table = Table(
-        title=f"{outcome.diagram.name} on the {r.backend} backend ({r.seconds:.2f} s with the build)"
-    )
+    title = f"{outcome.diagram.name} on the {r.backend} backend ({r.seconds:.2f} s with the build)"
+    table = Table(title=title)
     columns = ("output", "dtype", "max |ref|", "max abs error", "error / max |ref|",
                "tolerance", "unwritten or NaN", "result")  # fmt: skip
     for col in columns:
