@@ -70,7 +70,7 @@ def run_gemm(
     _build(_source(ks)).launch(
         launch.kernel, launch.grid, launch.block, args, dynamic_smem=launch.dynamic_smem
     )
-    got = next(a for a, p in zip(args, launch.params) if p.name == out)
+    got = next(a for a, p in zip(args, launch.params, strict=True) if p.name == out)
     dtype = d.tensor(out).dtype
     return compare(out, dtype, from_storage(got, dtype), want[out])  # type: ignore[arg-type]
 

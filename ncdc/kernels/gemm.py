@@ -30,6 +30,7 @@ from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
 
 MMA_K = {1: 32, 2: 16}  # mma.sync k per bytes per input value
 SIMT_MAX_OUTPUTS = 64  # fp32 accumulators per thread before registers run out
+GATHER_MAX_OUTPUTS = 64  # the same for 8-bit operands whose fragments are gathered bytewise
 MAX_GRID_Y = 65535
 MAX_GRID_Z = 65535  # more batches than this loop inside the kernel
 SIZE_PREFIX = "size_"  # C++ names of the problem sizes: size_<axis>
@@ -215,6 +216,11 @@ def _tiles(kp: KernelPlan, ops: Operands, p: int, path: str) -> GemmTiles:
         return GemmTiles(bm, bn, bk, 1, warps, stages, tm, tn)
     mma_k = MMA_K[p]
     bk = _pow2(max(bt.get(ops.k, mma_k), mma_k))
+    if p == 1 and not (ops.a_k and ops.b_k):
+        # 8-bit fragments gathered byte by byte (no ldmatrix .trans for 8-bit data) need
+        # more registers: at most 64 accumulators per thread, or ptxas spills.
+        while bm * bn > GATHER_MAX_OUTPUTS * 32 * warps:
+            bm, bn = (bm // 2, bn) if bm > bn else (bm, bn // 2)
     best: tuple[tuple[int, float], GemmTiles] | None = None
     for wm in (1, 2, 4, 8):
         if warps % wm:

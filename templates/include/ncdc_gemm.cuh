@@ -206,8 +206,26 @@ struct MmaTile {
     const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
     const T* sa = smem + stage * A_STAGE;
     const T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
-#pragma unroll
+    // Byte-gathered fragments: one k step at a time, or the loads of all steps stay live.
+    constexpr int UNROLL = (BYTES8 && !(A_K && B_K)) ? 1 : BK / KSTEP;
+#pragma unroll UNROLL
     for (int kk = 0; kk < BK; kk += KSTEP) {
+      if constexpr (BYTES8 && !B_K) {
+        // B gathered byte by byte: all A fragments, then one B fragment at a time.
+        const int g = lane >> 2, t = lane & 3;
+        uint32_t a[MI][4];
+#pragma unroll
+        for (int i = 0; i < MI; ++i) frag_a(a[i], sa, wm + 16 * i, kk, lane);
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          uint32_t b[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) b[h] = gather_bytes(sb, B_LD, kk + 4 * t + 16 * h, wn + 8 * j + g);
+#pragma unroll
+          for (int i = 0; i < MI; ++i) Mma<T>::run(acc[i][j], a[i], b);
+        }
+        continue;
+      }
       // All B fragments of the step, then one A fragment at a time: fewer live registers.
       uint32_t b[NI][2];
 #pragma unroll
