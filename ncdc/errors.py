@@ -31,13 +31,13 @@ class NcdcError(Exception):
         self.hint = hint
 
     def line(self) -> str:
-        """The whole error as one line (newlines in the message are folded)."""
-        text = " ".join(self.message.split("\n"))
+        """The whole error as one line (line breaks anywhere in it are folded)."""
+        text = self.message
         if self.where:
             text = f"{self.where}: {text}"
         if self.hint:
             text = f"{text} (hint: {self.hint})"
-        return text
+        return " ".join(text.splitlines())
 
     def __str__(self) -> str:
         return self.line()
