@@ -793,6 +793,9 @@ _TOKEN = re.compile(
 )
 
 
+_TENSOR_KEYWORDS = ("weight", "bias", "scale")  # keyword arguments that name tensors
+
+
 @dataclass(frozen=True)
 class _Statement:
     out: str
@@ -803,8 +806,11 @@ class _Statement:
     text: str
 
     def names(self) -> list[str]:
+        """Tensor names this statement reads (not axis or dtype names: `over=m`, `to=bf16`)."""
         found = [a for a in self.args if isinstance(a, str)]
-        for v in self.kwargs.values():
+        for key, v in self.kwargs.items():
+            if key not in _TENSOR_KEYWORDS:
+                continue
             found += (
                 [v]
                 if isinstance(v, str)
