@@ -48,7 +48,8 @@ KINDS = {
     "mean": "kMean",
 }
 MAX_THREADS = 1024
-VECTORS_PER_THREAD = 8  # runs a thread holds of one row: the register budget of a row
+RESIDENT_THREADS = 256  # threads per block when each holds 32 or more values of a row
+VECTORS_PER_THREAD = 4  # runs a thread holds of one row: 32 fp32 registers for bf16
 MAX_GRID = 65535 * 16
 
 
@@ -147,7 +148,10 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
     )
     vpt = min(VECTORS_PER_THREAD, max(1, -(-n // (tpr * vec))))
     rows_per_block = kp.block_tile.get(rows_axes[-1], 1) if rows_axes else 1
-    rows_per_block = max(1, min(rows_per_block, MAX_THREADS // tpr))
+    # A row held in registers takes vpt * vec of them per thread: keep blocks small enough
+    # that the register file gives every thread what it needs without spilling.
+    max_threads = RESIDENT_THREADS if vpt * vec >= 32 else MAX_THREADS
+    rows_per_block = max(1, min(rows_per_block, max(1, max_threads // tpr)))
     threads = rows_per_block * tpr
     total_rows = math.prod(d.axes[a] for a in rows_axes)
     grid = max(1, min(MAX_GRID, -(-total_rows // rows_per_block)))
@@ -158,6 +162,11 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
     ] + [Param(size_name(a), "int64", value=d.axes[a]) for a in (*rows_axes, row)]
     check_names(d, [p.name for p in params if p.kind == "int64"] + [f"i_{a}" for a in rows_axes])
     check_names(d, ("r", "c", "j", "y", "x", "stat", "io", "rem"))
+    # Axis indices of the row (64-bit divisions) only where an offset or a mask needs them.
+    generated = [offset(t) for t in touched] + [
+        a for st in (*source_stmts, *finish_stmts) for a in st.args
+    ]
+    uses_indices = any("i_" in g for g in generated) or any(op.kind == "mask" for op in kernel.ops)
     eps = rowop.params.get("eps", 1e-5) if rowop.kind == "norm" else 0.0
     context: dict[str, Any] = {
         "kernel": name,
@@ -172,7 +181,9 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
         "threads": threads,
         "per_element": bool(outputs_elem),
         "per_row": bool(outputs_row),
-        "rows_axes": [{"index": index[a], "size": size_name(a)} for a in reversed(rows_axes)],
+        "rows_axes": [{"index": index[a], "size": size_name(a)} for a in reversed(rows_axes)]
+        if uses_indices
+        else [],
         "row_size": size_name(row),
         "rows_count": " * ".join(size_name(a) for a in rows_axes) or "1",
         "offsets": [{"name": t, "expr": offset(t)} for t in touched],

@@ -27,6 +27,9 @@ namespace rowwise {
 
 enum Kind { kSoftmax, kLayernorm, kRmsnorm, kSum, kMax, kMean };
 
+// Reciprocals of row lengths, counts and sums: correctly rounded, once per row.
+NCDC_DEVICE float fast_rcp(float x) { return __frcp_rn(x); }
+
 struct Sum {
   static NCDC_DEVICE float apply(float a, float b) { return a + b; }
 };
@@ -101,7 +104,7 @@ NCDC_DEVICE float finish_value(const Stats& s, float x) {
   else return x;
 }
 
-NCDC_DEVICE float softmax_inverse(float sum) { return sum == 0.0f ? 0.0f : 1.0f / sum; }
+NCDC_DEVICE float softmax_inverse(float sum) { return sum == 0.0f ? 0.0f : fast_rcp(sum); }
 
 // One row whose values fit in registers: x holds the row's source values on entry and the
 // row op's result on exit (softmax, norms); reductions leave x as it was.
@@ -139,7 +142,7 @@ NCDC_DEVICE Stats stats_resident(float (&x)[VPT][V], const int (&count)[VPT], lo
 #pragma unroll
         for (int j = 0; j < V; ++j)
           if (j < count[k]) sum += x[k][j];
-      s.a = reduce_row<Sum, ROWS, TPR>(sum, parity) / float(n);
+      s.a = reduce_row<Sum, ROWS, TPR>(sum, parity) * fast_rcp(float(n));
     }
     float sq = 0.0f;  // around the exact mean: no cancellation
 #pragma unroll
@@ -147,7 +150,7 @@ NCDC_DEVICE Stats stats_resident(float (&x)[VPT][V], const int (&count)[VPT], lo
 #pragma unroll
       for (int j = 0; j < V; ++j)
         if (j < count[k]) sq += (x[k][j] - s.a) * (x[k][j] - s.a);
-    s.b = rsqrtf(reduce_row<Sum, ROWS, TPR>(sq, parity) / float(n) + eps);
+    s.b = rsqrtf(reduce_row<Sum, ROWS, TPR>(sq, parity) * fast_rcp(float(n)) + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
 #pragma unroll
@@ -168,7 +171,7 @@ NCDC_DEVICE Stats stats_resident(float (&x)[VPT][V], const int (&count)[VPT], lo
       for (int j = 0; j < V; ++j)
         if (j < count[k]) sum += x[k][j];
     s.stat = reduce_row<Sum, ROWS, TPR>(sum, parity);
-    if constexpr (KIND == kMean) s.stat /= float(n);
+    if constexpr (KIND == kMean) s.stat *= fast_rcp(float(n));
   }
   return s;
 }
@@ -200,7 +203,7 @@ NCDC_DEVICE void accumulate(Running& r, const float (&x)[V], int count) {
       if (j < count) {  // Welford
         r.c += 1.0f;
         const float d = x[j] - r.m;
-        r.m += d / r.c;
+        r.m += d * fast_rcp(r.c);
         r.s += d * (x[j] - r.m);
       }
   } else if constexpr (KIND == kRmsnorm) {
@@ -227,17 +230,17 @@ NCDC_DEVICE Stats merge(const Running& r, long long n, float eps, int& parity) {
     s.b = softmax_inverse(reduce_row<Sum, ROWS, TPR>(r.s * expf(r.m - s.a), parity));
   } else if constexpr (KIND == kLayernorm) {
     // Chan et al.: M2 = sum over threads of (M2_t + n_t (mean_t - mean)^2), exactly.
-    s.a = reduce_row<Sum, ROWS, TPR>(r.c * r.m, parity) / float(n);
+    s.a = reduce_row<Sum, ROWS, TPR>(r.c * r.m, parity) * fast_rcp(float(n));
     const float d = r.m - s.a;
     const float m2 = reduce_row<Sum, ROWS, TPR>(r.s + r.c * d * d, parity);
-    s.b = rsqrtf(m2 / float(n) + eps);
+    s.b = rsqrtf(m2 * fast_rcp(float(n)) + eps);
   } else if constexpr (KIND == kRmsnorm) {
-    s.b = rsqrtf(reduce_row<Sum, ROWS, TPR>(r.s, parity) / float(n) + eps);
+    s.b = rsqrtf(reduce_row<Sum, ROWS, TPR>(r.s, parity) * fast_rcp(float(n)) + eps);
   } else if constexpr (KIND == kMax) {
     s.stat = reduce_row<MaxNan, ROWS, TPR>(r.m, parity);
   } else {
     s.stat = reduce_row<Sum, ROWS, TPR>(r.s, parity);
-    if constexpr (KIND == kMean) s.stat /= float(n);
+    if constexpr (KIND == kMean) s.stat *= fast_rcp(float(n));
   }
   return s;
 }
@@ -258,14 +261,12 @@ NCDC_DEVICE void run(Io& io, long long rows, long long n) {
     Stats s;
     if (n <= L::kChunk) {
       float x[VPT][V];
-      int count[VPT];
-      Cols cols[VPT];
+      int count[VPT];  // columns by recomputation below: holding the Cols would cost registers
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        cols[k] = layout.cols(0, k);
-        if (!active) cols[k].count = 0, cols[k].vec = false;
-        count[k] = cols[k].count;
-        if (count[k] > 0) io.source(cols[k], x[k]);
+        const Cols c = layout.cols(0, k);
+        count[k] = active ? c.count : 0;
+        if (count[k] > 0) io.source(c, x[k]);
         else
 #pragma unroll
           for (int j = 0; j < V; ++j) x[k][j] = 0.0f;
@@ -274,7 +275,7 @@ NCDC_DEVICE void run(Io& io, long long rows, long long n) {
       if constexpr (Io::kPerElement) {
 #pragma unroll
         for (int k = 0; k < VPT; ++k)
-          if (count[k] > 0) io.finish(cols[k], x[k], s.stat);
+          if (count[k] > 0) io.finish(layout.cols(0, k), x[k], s.stat);
       }
     } else {
       // Too long for registers: a second read of the row from global memory.
