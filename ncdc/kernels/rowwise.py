@@ -13,7 +13,7 @@ are read twice (see templates/include/ncdc_rowwise.cuh). The elementwise ops are
     >>> from ncdc.tiling import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200"))
     >>> render_rowwise(plan.kernels[0], plan).launches[0].kernel  # doctest: +ELLIPSIS
-    'softmax_rowwise_bf16_r..._t64_v8'
+    'softmax_rowwise_bf16_r2_t128_v4'
 """
 
 from __future__ import annotations
