@@ -884,13 +884,20 @@ def parse_op_text(text: str, where: str) -> _Statement:
         trailing = _number(take("num"))
     if pos != len(tokens):
         raise fail("the end of the operation")
-    return _Statement(out, fn, tuple(args), kwargs, trailing, text.strip())
+    # Without its comment the text holds only the tokens read above, folded onto one line:
+    # it reaches comments in generated C++, where a line break or a '\\' would end them.
+    return _Statement(out, fn, tuple(args), kwargs, trailing, " ".join(_code(text).split()))
+
+
+def _code(text: str) -> str:
+    """An operation's text without its '# comment'."""
+    return text.split("#", 1)[0].rstrip()
 
 
 def _tokenize(text: str, where: str) -> list[tuple[str, str]]:
     tokens = []
     pos = 0
-    text = text.split("#", 1)[0].rstrip()
+    text = _code(text)
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
