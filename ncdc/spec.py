@@ -624,6 +624,9 @@ class _Validator:
     def number(self, value: Any, path: YamlPath, what: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(path, f"expected a number for {what}, found {value!r}")
+        if isinstance(value, int) and abs(value) > 2**1023:  # float() would overflow
+            found = f"a whole number of {value.bit_length()} bits"
+            raise self.fail(path, f"expected a finite number for {what}, found {found}")
         if value != value or value in (float("inf"), float("-inf")):
             raise self.fail(path, f"expected a finite number for {what}, found {value}")
         return float(value)
