@@ -182,6 +182,4 @@ def test_full_size_compiles_without_spills(name: str) -> None:
         compiled = compile_cuda(module.source, arch, name=f"{name}.cu", line_origin=module.origin)
         for k in kernels:
             spills = compiled.resources[k].spill_stores_bytes
-            if name == "rmsnorm" and arch == "sm_80" and spills:
-                pytest.xfail(f"{k} spills {spills} bytes on sm_80 (known, under investigation)")
             assert spills == 0, (k, arch)
