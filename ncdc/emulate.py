@@ -37,9 +37,36 @@ import numpy as np
 from ncdc.errors import CheckFailed, CompileError, NcdcError
 from ncdc.files import write_atomic
 
-SANITIZERS = (None, "address")
+SANITIZERS = (None, "address", "race")
 _BASE_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
-_SANITIZE_FLAGS = {"address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")}
+_SANITIZE_FLAGS = {
+    "address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g"),
+    "race": ("-fsanitize=thread", "-g"),
+}
+
+
+@dataclass(frozen=True)
+class SanitizerRuntime:
+    """The runtime a sanitized launch preloads in its subprocess, and how it is configured."""
+
+    library: str  # as `g++ -print-file-name=` names it
+    package: str  # the Debian package that ships it, for the hint
+    options_var: str
+    options: str
+
+
+_RUNTIMES = {
+    "address": SanitizerRuntime(
+        "libasan.so", "libasan8", "ASAN_OPTIONS",
+        "detect_leaks=0:halt_on_error=1:allocator_may_return_null=1",
+    ),
+    # Python and NumPy are not instrumented: ignore what their calls into libc touch.
+    "race": SanitizerRuntime(
+        "libtsan.so", "libtsan2", "TSAN_OPTIONS",
+        "halt_on_error=1:report_thread_leaks=0:report_signal_unsafe=0"
+        ":ignore_noninstrumented_modules=1",
+    ),
+}  # fmt: skip
 _ERROR_LINE = re.compile(
     r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$"
 )
@@ -136,6 +163,8 @@ def build(
 
     `sanitize="address"` builds with AddressSanitizer; launches then run in a subprocess and
     an out-of-bounds access raises CheckFailed naming the kernel, block and thread.
+    `sanitize="race"` builds with ThreadSanitizer: two threads of a block touching the same
+    shared byte with no barrier between them (one a write) raise CheckFailed naming both.
 
         >>> mod = build(Path("gemm.cu"), defines={"BM": 64})
     """
@@ -213,9 +242,10 @@ class EmulatedModule:
         if self._dll is not None:
             values = _check_args(kernel, self.signature(kernel), args)
             return _run(self._dll, kernel, g, b, int(dynamic_smem), values)
+        assert self.sanitize is not None  # a plain library is loaded in this process
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args))
-        outputs, traffic = _run_sanitized(kernel, request)
+        outputs, traffic = _run_sanitized(self.sanitize, kernel, request)
         for dst, src in zip(arrays, outputs, strict=True):
             dst[...] = src
         return traffic
@@ -303,38 +333,53 @@ def _run(
     return Traffic(int(traffic[0]), int(traffic[1]))
 
 
-# ---- AddressSanitizer runs: a subprocess with libasan preloaded ------------------------------
+# ---- sanitized runs: a subprocess with the sanitizer's runtime preloaded ----------------------
 
 
-def _asan_runtime() -> str:
+def sanitizer_runtime(sanitize: str) -> str:
+    """The path of the compiler's runtime library for `sanitize` ("address" or "race")."""
+    rt = _RUNTIMES[sanitize]
     cxx = find_compiler()
-    out = subprocess.run([cxx, "-print-file-name=libasan.so"], capture_output=True, text=True)
+    out = subprocess.run([cxx, f"-print-file-name={rt.library}"], capture_output=True, text=True)
     path = out.stdout.strip()
     if not path or not os.path.isabs(path) or not os.path.exists(path):
         raise NcdcError(
-            "AddressSanitizer runtime (libasan.so) not found", hint="apt-get install libasan8"
+            f"sanitizer runtime {rt.library} not found for {cxx}",
+            hint=f"apt-get install {rt.package}",
         )
     return os.path.realpath(path)
 
 
-def _run_sanitized(kernel: str, request: tuple[Any, ...]) -> tuple[list[np.ndarray], Traffic]:
-    with tempfile.TemporaryDirectory(prefix="ncdc-asan-") as tmp:
+def _asan_runtime() -> str:
+    return sanitizer_runtime("address")
+
+
+# TSan maps its shadow at fixed addresses; with some kernels' ASLR (large mmap_rnd_bits) a
+# library can land there. Rerunning with randomisation off (`setarch -R`) avoids it.
+_TSAN_BAD_MAPPING = "ThreadSanitizer: unexpected memory mapping"
+
+
+def _run_sanitized(
+    sanitize: str, kernel: str, request: tuple[Any, ...]
+) -> tuple[list[np.ndarray], Traffic]:
+    rt = _RUNTIMES[sanitize]
+    with tempfile.TemporaryDirectory(prefix=f"ncdc-{sanitize}-") as tmp:
         req, response = Path(tmp) / "request.pkl", Path(tmp) / "response.pkl"
         req.write_bytes(pickle.dumps(request))
         env = dict(os.environ)
-        env["LD_PRELOAD"] = _asan_runtime()
-        env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:allocator_may_return_null=1"
+        env["LD_PRELOAD"] = sanitizer_runtime(sanitize)
+        env[rt.options_var] = rt.options
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
         code = "import sys, ncdc.emulate as e; e._sanitized_child(sys.argv[1], sys.argv[2])"
-        proc = subprocess.run(
-            [sys.executable, "-c", code, str(req), str(response)],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        cmd = [sys.executable, "-c", code, str(req), str(response)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if _TSAN_BAD_MAPPING in proc.stderr and (setarch := shutil.which("setarch")):
+            cmd = [setarch, os.uname().machine, "-R", *cmd]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not response.is_file():
+            if sanitize == "race":
+                raise _tsan_failure(kernel, proc.stderr)
             raise _asan_failure(kernel, proc.stderr)
         outputs, traffic, error = pickle.loads(response.read_bytes())
     if error:
@@ -342,18 +387,62 @@ def _run_sanitized(kernel: str, request: tuple[Any, ...]) -> tuple[list[np.ndarr
     return outputs, Traffic(*traffic)
 
 
+def _failure_tail(sanitize: str, kernel: str, stderr: str) -> NcdcError:
+    tail = stderr.strip().splitlines()[-1:] or ["no output"]
+    return NcdcError(f"{sanitize}-sanitized run of {kernel} failed: {tail[0]}")
+
+
 def _asan_failure(kernel: str, stderr: str) -> NcdcError:
     kind = re.search(r"ERROR: AddressSanitizer: ([\w-]+)", stderr)
     access = re.search(r"^(READ|WRITE) of size (\d+)", stderr, re.M)
     where = re.search(r"^NCDC-EMU-WHERE: (.*)$", stderr, re.M)
     if not kind:
-        tail = stderr.strip().splitlines()[-1:] or ["no output"]
-        return NcdcError(f"sanitized run of {kernel} failed: {tail[0]}")
+        return _failure_tail("address", kernel, stderr)
     text = f"AddressSanitizer: {kind[1]}"
     if access:
         text += f": {access[1]} of size {access[2]}"
     text += f" in {where[1]}" if where else f" in kernel {kernel}"
     return CheckFailed(text)
+
+
+_TSAN_KIND = re.compile(r"WARNING: ThreadSanitizer: (.+?) \(pid=")
+# "  Write of size 4 at 0x7f.. by thread T3:" then "  Previous read of size 4 at ..."
+_TSAN_ACCESS = re.compile(
+    r"^  (?:Previous )?(?P<atomic>[Aa]tomic )?(?P<op>[Rr]ead|[Ww]rite) of size "
+    r"(?P<size>\d+) at \S+ by (?:thread T(?P<tid>\d+)|main thread)",
+    re.M,
+)
+_TSAN_THREAD = re.compile(r"^  Thread T(?P<tid>\d+) '(?P<name>[^']*)'", re.M)
+_TSAN_GLOBAL = re.compile(r"^  Location is global '(?P<name>[^']+)'", re.M)
+
+
+def _tsan_failure(kernel: str, stderr: str) -> NcdcError:
+    """One line from a TSan report; the fibers are named "block (x,y,z) thread (x,y,z)"."""
+    kind = _TSAN_KIND.search(stderr)
+    if not kind:
+        return _failure_tail("race", kernel, stderr)
+    text = f"ThreadSanitizer: {kind[1]} in kernel {kernel}"
+    names = {m["tid"]: m["name"] for m in _TSAN_THREAD.finditer(stderr)}
+    accesses = [_tsan_access(m, names) for m in _TSAN_ACCESS.finditer(stderr)][:2]
+    if len(accesses) == 2:
+        (who, did, size), (other, other_did, _) = accesses
+        block, _, tid = who.partition(" thread ")
+        other_block, _, other_tid = other.partition(" thread ")
+        if block == other_block and tid and other_tid:
+            who, other = f"thread {tid}", f"thread {other_tid}"
+            text += " " + block
+        text += f": {who} {did} {size} bytes that {other} {other_did}, with no barrier between"
+    if loc := _TSAN_GLOBAL.search(stderr):
+        text += f" (on '{loc['name']}')"
+    return CheckFailed(text)
+
+
+def _tsan_access(m: re.Match[str], names: dict[str, str]) -> tuple[str, str, str]:
+    """(who, "read"/"wrote", size) of one access in a TSan report."""
+    tid = m["tid"]
+    who = names.get(tid, f"thread T{tid}") if tid else "the launching thread"
+    did = "wrote" if m["op"].lower() == "write" else "read"
+    return who, ("atomically " + did if m["atomic"] else did), m["size"]
 
 
 def _sanitized_child(request: str, response: str) -> None:

@@ -12,6 +12,13 @@
 //   * a warp collective deposits per-lane inputs in a per-warp scratch slot, the last lane
 //     to arrive computes every lane's result (one snapshot, as the hardware does), and the
 //     slots alternate by barrier generation so a collective needs only one warp barrier.
+//
+// Under ThreadSanitizer (sanitize="race") every CUDA thread is also a TSan fiber, switched
+// without implied ordering; the CUDA memory model is stated explicitly instead: arriving at
+// a barrier releases and leaving it acquires a sync object per barrier generation (per block,
+// or per warp for warp collectives), and the blocks run by one OS thread are ordered one
+// after the other. The emulator's own bookkeeping, which the fibers of a block share, is
+// hidden from TSan (`Untracked`), so the only accesses TSan can report are the kernel's.
 #pragma once
 #ifndef NCDC_EMU_H
 #define NCDC_EMU_H
@@ -38,6 +45,13 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
+#if defined(__SANITIZE_THREAD__)
+#define NCDC_TSAN 1
+#include <sanitizer/tsan_interface.h>
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#endif
+
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
@@ -51,8 +65,8 @@
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
-#ifdef NCDC_ASAN
-// ASan runs blocks one at a time on one OS thread; plain statics get redzones.
+#if defined(NCDC_ASAN) || defined(NCDC_TSAN)
+// Sanitized runs use one OS thread; under ASan plain statics get redzones.
 #define __shared__ static
 #else
 // Per OS thread = per block, shared by the block's fibers.
@@ -150,6 +164,9 @@ struct Fiber {
 #ifdef NCDC_ASAN
   void* fake_stack = nullptr;
 #endif
+#ifdef NCDC_TSAN
+  void* tsan_fiber = nullptr;
+#endif
   char* stack = nullptr;
   Wait wait = Wait::kRun;
   unsigned warp_mask = 0;  // lanes of the warp collective this fiber waits at
@@ -169,6 +186,7 @@ struct Warp {
   unsigned exists = 0;  // lanes that exist (a partial last warp has fewer)
   unsigned gen = 0;
   WarpSlot slots[2][32];
+  char sync[2];  // TSan sync objects, one per barrier parity (only their addresses matter)
 };
 
 using Invoker = void (*)(const void* kernel, void** args);
@@ -204,7 +222,9 @@ struct Worker {
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
   unsigned nthreads = 0, current = 0, done = 0;
-  unsigned block_arrived = 0;
+  unsigned block_arrived = 0, block_gen = 0;
+  char block_sync[2];                 // TSan sync objects of __syncthreads, per parity
+  char block_start = 0, block_end = 0;  // TSan: orders the blocks one OS thread runs
   bool abort = false;
   char* stacks = nullptr;
   size_t stack_size = 0, stacks_bytes = 0;
@@ -215,7 +235,39 @@ struct Worker {
   const void* sched_bottom = nullptr;
   size_t sched_size = 0;
 #endif
+#ifdef NCDC_TSAN
+  void* tsan_sched = nullptr;
+#endif
 };
+
+// ---- happens-before for ThreadSanitizer (no-ops otherwise) ------------------------------
+#ifdef NCDC_TSAN
+inline void hb_release(void* sync) { __tsan_release(sync); }
+inline void hb_acquire(void* sync) { __tsan_acquire(sync); }
+// Hides the emulator's bookkeeping (scheduler state shared by the fibers) from TSan.
+struct Untracked {
+  Untracked() { __tsan_ignore_thread_begin(); }
+  ~Untracked() { __tsan_ignore_thread_end(); }
+  Untracked(const Untracked&) = delete;
+  Untracked& operator=(const Untracked&) = delete;
+};
+// Kernel code run from inside bookkeeping (a warp collective's computation) is tracked.
+struct Tracked {
+  Tracked() { __tsan_ignore_thread_end(); }
+  ~Tracked() { __tsan_ignore_thread_begin(); }
+  Tracked(const Tracked&) = delete;
+  Tracked& operator=(const Tracked&) = delete;
+};
+#else
+inline void hb_release(void*) {}
+inline void hb_acquire(void*) {}
+struct Untracked {
+  Untracked() {}  // user-provided, so `Untracked quiet;` raises no unused-variable warning
+};
+struct Tracked {
+  Tracked() {}
+};
+#endif
 
 inline thread_local Worker* tl_worker = nullptr;
 
@@ -234,6 +286,9 @@ inline std::string where() {
 inline void switch_to_scheduler() {
   Worker& w = *tl_worker;
   Fiber& f = w.fibers[w.current];
+#ifdef NCDC_TSAN
+  __tsan_switch_to_fiber(w.tsan_sched, __tsan_switch_to_fiber_no_sync);
+#endif
 #ifdef NCDC_ASAN
   __sanitizer_start_switch_fiber(&f.fake_stack, w.sched_bottom, w.sched_size);
   context_switch(f.ctx, w.sched);
@@ -245,6 +300,7 @@ inline void switch_to_scheduler() {
 
 // Stops the block: the scheduler abandons its fibers and the launch reports `msg`.
 [[noreturn]] inline void fail(const std::string& msg) {
+  Untracked quiet;
   Worker& w = *tl_worker;
   w.launch->set_error(msg + " (" + where() + ")");
   w.abort = true;
@@ -260,21 +316,27 @@ inline Warp& my_warp() { return tl_worker->warps[tl_worker->current >> 5]; }
 
 // Block barrier (bar.sync 0): released when every thread of the block has arrived.
 inline void sync_block() {
+  Untracked quiet;
   Worker& w = *tl_worker;
+  char* sync = &w.block_sync[w.block_gen & 1u];
+  hb_release(sync);
   if (++w.block_arrived == w.nthreads) {
     w.block_arrived = 0;
+    ++w.block_gen;
     for (auto& f : w.fibers)
       if (f.wait == Wait::kBlock) f.wait = Wait::kRun;
-    return;
+  } else {
+    self().wait = Wait::kBlock;
+    switch_to_scheduler();
   }
-  self().wait = Wait::kBlock;
-  switch_to_scheduler();
+  hb_acquire(sync);
 }
 
 // Warp barrier over `mask` (restricted to existing lanes). The last lane to arrive runs
 // `on_all_arrived(slots)` before releasing the others. Returns the slot parity used.
 template <class F>
 inline unsigned warp_collective(unsigned mask, const void* in, size_t in_bytes, F&& on_all_arrived) {
+  Untracked quiet;
   Worker& w = *tl_worker;
   Warp& warp = my_warp();
   unsigned lane = lane_id();
@@ -282,9 +344,15 @@ inline unsigned warp_collective(unsigned mask, const void* in, size_t in_bytes, 
   if (!(mask >> lane & 1u)) fail("warp collective with a mask that excludes the calling lane");
   unsigned parity = warp.gen & 1u;
   if (in_bytes) std::memcpy(warp.slots[parity][lane].in, in, in_bytes);
+  hb_release(&warp.sync[parity]);
   warp.arrived |= 1u << lane;
   if ((warp.arrived & mask) == mask) {
-    on_all_arrived(warp.slots[parity]);
+    hb_acquire(&warp.sync[parity]);
+    {
+      Tracked loads;  // ldmatrix reads the lanes' shared-memory rows here
+      on_all_arrived(warp.slots[parity]);
+    }
+    hb_release(&warp.sync[parity]);
     warp.arrived &= ~mask;
     ++warp.gen;
     unsigned base = w.current & ~31u;
@@ -297,6 +365,7 @@ inline unsigned warp_collective(unsigned mask, const void* in, size_t in_bytes, 
   f.wait = Wait::kWarp;
   f.warp_mask = mask;
   switch_to_scheduler();
+  hb_acquire(&warp.sync[parity]);
   return parity;
 }
 
@@ -317,8 +386,14 @@ inline uint64_t slot_u64(const WarpSlot& s) {
 }
 
 // ---- global memory accounting -------------------------------------------------------------
-inline void count_read(size_t n) { tl_worker->bytes_read += n; }
-inline void count_write(size_t n) { tl_worker->bytes_written += n; }
+inline void count_read(size_t n) {
+  Untracked quiet;
+  tl_worker->bytes_read += n;
+}
+inline void count_write(size_t n) {
+  Untracked quiet;
+  tl_worker->bytes_written += n;
+}
 inline bool is_global(const void* p) {
   auto a = reinterpret_cast<uint64_t>(p);
   const Launch* l = tl_worker->launch;
@@ -363,7 +438,12 @@ inline void fiber_entry() {
 #ifdef NCDC_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &w.sched_bottom, &w.sched_size);
 #endif
+  hb_acquire(&w.block_start);
   w.launch->invoke(w.launch->kernel, w.launch->args);
+  hb_release(&w.block_end);
+#ifdef NCDC_TSAN
+  __tsan_ignore_thread_begin();  // ended before the switch: the TSan fiber serves the next block
+#endif
   Fiber& f = w.fibers[w.current];
   f.wait = Wait::kDone;
   ++w.done;
@@ -372,6 +452,10 @@ inline void fiber_entry() {
   f.copy_head = f.group_head = 0;
 #ifdef NCDC_ASAN
   __sanitizer_start_switch_fiber(nullptr, w.sched_bottom, w.sched_size);  // fiber finished
+#endif
+#ifdef NCDC_TSAN
+  __tsan_ignore_thread_end();
+  __tsan_switch_to_fiber(w.tsan_sched, __tsan_switch_to_fiber_no_sync);
 #endif
   context_switch(f.ctx, w.sched);
   std::abort();  // a finished fiber is never resumed
@@ -429,6 +513,13 @@ inline void run_block(Worker& w, const dim3& bidx) {
     context_init(f.ctx, f.stack, w.stack_size, fiber_entry);
   }
   if (w.dynamic_smem) std::memset(w.dynamic_smem, 0xff, l.dynamic_smem);  // NaN garbage
+#ifdef NCDC_TSAN
+  for (auto& f : w.fibers) {  // TSan reports name a thread by its fiber's name
+    std::string name = "block " + fmt_dim(bidx) + " thread " + fmt_dim(f.idx);
+    __tsan_set_fiber_name(f.tsan_fiber, name.c_str());
+  }
+#endif
+  hb_release(&w.block_start);  // after the previous block's threads (block_end)
   while (w.done < w.nthreads) {
     bool ran = false;
     for (unsigned i = 0; i < w.nthreads; ++i) {
@@ -437,6 +528,9 @@ inline void run_block(Worker& w, const dim3& bidx) {
       w.current = i;
       threadIdx = f.idx;
       ran = true;
+#ifdef NCDC_TSAN
+      __tsan_switch_to_fiber(f.tsan_fiber, __tsan_switch_to_fiber_no_sync);
+#endif
 #ifdef NCDC_ASAN
       __sanitizer_start_switch_fiber(&w.fake_stack, f.stack, w.stack_size);
       context_switch(w.sched, f.ctx);
@@ -453,6 +547,7 @@ inline void run_block(Worker& w, const dim3& bidx) {
       return;
     }
   }
+  hb_acquire(&w.block_end);  // the next block, and the caller reading outputs, come after
 }
 
 inline size_t env_size(const char* name, size_t fallback) {
@@ -463,6 +558,7 @@ inline size_t env_size(const char* name, size_t fallback) {
 }
 
 inline void worker_main(Launch& l) {
+  Untracked quiet;  // the scheduler only touches bookkeeping; the kernel runs in the fibers
   Worker w;
   tl_worker = &w;
   w.launch = &l;
@@ -489,7 +585,13 @@ inline void worker_main(Launch& l) {
     f.stack = base + page;
     f.idx = dim3(i % l.block.x, (i / l.block.x) % l.block.y, i / (l.block.x * l.block.y));
     w.warps[i / 32].exists |= 1u << (i % 32);
+#ifdef NCDC_TSAN
+    f.tsan_fiber = __tsan_create_fiber(0);
+#endif
   }
+#ifdef NCDC_TSAN
+  w.tsan_sched = __tsan_get_current_fiber();
+#endif
   if (l.dynamic_smem) {
 #ifdef NCDC_ASAN
     w.dynamic_smem = static_cast<unsigned char*>(std::malloc(l.dynamic_smem));  // exact redzones
@@ -512,6 +614,9 @@ inline void worker_main(Launch& l) {
   std::free(w.dynamic_smem);
 #ifdef NCDC_ASAN
   for (auto& f : w.fibers) __asan_unpoison_memory_region(f.stack, w.stack_size);
+#endif
+#ifdef NCDC_TSAN
+  for (auto& f : w.fibers) __tsan_destroy_fiber(f.tsan_fiber);
 #endif
   munmap(w.stacks, w.stacks_bytes);
   tl_worker = nullptr;
@@ -548,8 +653,8 @@ inline int launch(const char* name, const void* kernel, Invoker invoke, const un
     l.set_error("invalid launch: grid " + fmt_dim(l.grid) + " block " + fmt_dim(l.block) +
                 " (a block holds 1 to 1024 threads)");
   } else {
-#ifdef NCDC_ASAN
-    size_t nworkers = 1;
+#if defined(NCDC_ASAN) || defined(NCDC_TSAN)
+    size_t nworkers = 1;  // deterministic reports; blocks of one OS thread are ordered
 #else
     size_t nworkers = env_size("NCDC_EMU_THREADS", std::max(1u, std::thread::hardware_concurrency()));
 #endif
