@@ -127,8 +127,10 @@ def summary():
         *(f"  {n:6d}  {c}" for c, n in CLASSES.most_common()),
     ]
     report = "\n".join(lines) + "\n"
-    Path(tempfile.gettempdir(), "ncdc-fuzz-report.txt").write_text(report, encoding="utf-8")
-    print("\n" + report)
+    Path(tempfile.gettempdir(), "ncdc-fuzz-report.txt").write_text(
+        report, encoding="utf-8", errors="backslashreplace"
+    )
+    print("\n" + report.encode("ascii", "backslashreplace").decode())
 
 
 # --------------------------------------------------------------------------------------
