@@ -9,6 +9,7 @@ shows the traceback instead.
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -20,14 +21,9 @@ from ncdc.graph import MemoryGraph, build_graph, graph_to_dict
 from ncdc.hardware import Hardware, apply_overrides, hardware_to_dict, list_profiles, load_hardware
 from ncdc.output import emit, note, stderr
 from ncdc.spec import load_diagram, parse_assignments
-from ncdc.views import (
-    compile_table,
-    find_specs,
-    graph_tree,
-    hardware_list_table,
-    hardware_table,
-    run_table,
-)
+
+# Only what every command needs is imported here: a command imports its own views and
+# library (rich tables, NumPy, Jinja) so that `ncdc cost` starts fast.
 
 app = typer.Typer(
     name="ncdc",
@@ -90,6 +86,8 @@ def show(
     fmt: FormatOpt = "table",
 ) -> None:
     """Print the hierarchical memory graph of a diagram as a tree."""
+    from ncdc.views import graph_tree
+
     graph = load_graph(spec, set_, hardware, hw)
     emit(graph_to_dict(graph), fmt, lambda: graph_tree(graph))
 
@@ -108,6 +106,8 @@ def check(
 ) -> None:
     """Validate every spec under PATHS; exit 2 naming each bad one. With --baseline, exit 1
     naming every predicted time or HBM traffic that grew past the tolerance."""
+    from ncdc.views import find_specs
+
     specs = find_specs(paths)
     machine = load_hardware(hardware)
     bad = 0
@@ -156,6 +156,7 @@ def cost(
     from ncdc.cost import plan_to_dict
     from ncdc.report import cost_table
     from ncdc.tiling import rank_tiles
+    from ncdc.views import find_specs
 
     machine = load_machine(hardware, hw)
     sizes = parse_assignments(set_ or [])
@@ -183,6 +184,7 @@ def compile_cmd(
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into OUT."""
     from ncdc.compile import compile_specs, report_to_dict
+    from ncdc.views import compile_table, find_specs
 
     reports = compile_specs(
         find_specs([spec]), load_machine(hardware, hw), out_dir=out, arch=arch,
@@ -209,6 +211,7 @@ def run(
 ) -> None:
     """Run a diagram's kernels, compare with a float64 reference; exit 1 on a mismatch."""
     from ncdc.run import run_spec
+    from ncdc.views import run_table
 
     outcome = run_spec(
         spec, load_machine(hardware, hw), backend=backend, seed=seed, sanitize=sanitize,
@@ -264,6 +267,7 @@ def bench(
 ) -> None:
     """Time kernels on the GPU beside cuBLAS, SDPA or PyTorch and a device copy."""
     from ncdc.bench import bench_specs, bench_table, bench_to_dict
+    from ncdc.views import find_specs
 
     results = bench_specs(
         find_specs([spec]), load_machine(hardware, hw), sizes=parse_assignments(set_ or []),
@@ -299,6 +303,8 @@ def hardware_cmd(
     fmt: FormatOpt = "table",
 ) -> None:
     """List the GPU profiles, or show one with every number's source."""
+    from ncdc.views import hardware_list_table, hardware_table
+
     if name is None:
         profiles = [load_hardware(n) for n in list_profiles()]
         emit([hardware_to_dict(p) for p in profiles], fmt, lambda: hardware_list_table(profiles))
@@ -333,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         code = app(args, prog_name="ncdc", standalone_mode=False)
     except NcdcError as e:
         if debug:
-            raise
+            traceback.print_exc()
         stderr.print(f"error: {e.line()}", markup=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except typer.Exit as e:

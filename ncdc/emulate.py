@@ -60,11 +60,10 @@ _RUNTIMES = {
         "libasan.so", "libasan8", "ASAN_OPTIONS",
         "detect_leaks=0:halt_on_error=1:allocator_may_return_null=1",
     ),
-    # Python and NumPy are not instrumented: ignore what their calls into libc touch.
+    # Not ignore_noninstrumented_modules: it also hides the kernel's memcpy (cp.async).
     "race": SanitizerRuntime(
         "libtsan.so", "libtsan2", "TSAN_OPTIONS",
-        "halt_on_error=1:report_thread_leaks=0:report_signal_unsafe=0"
-        ":ignore_noninstrumented_modules=1",
+        "halt_on_error=1:report_thread_leaks=0:report_signal_unsafe=0",
     ),
 }  # fmt: skip
 _ERROR_LINE = re.compile(
@@ -110,9 +109,17 @@ def emu_cache_dir() -> Path:
 
 
 def find_compiler() -> str:
-    """`$CXX`, else g++, else c++; a CompileError if there is none."""
-    for name in (os.environ.get("CXX"), "g++", "c++"):
-        if name and (path := shutil.which(name)):
+    """`$CXX` when set (it must exist), else g++, else c++; a CompileError if there is none."""
+    chosen = os.environ.get("CXX")
+    if chosen:
+        if path := shutil.which(chosen):
+            return path
+        raise CompileError(
+            f"$CXX is '{chosen}', which is not an executable compiler",
+            hint="unset CXX to use g++ from PATH, or point it at a C++ compiler",
+        )
+    for name in ("g++", "c++"):
+        if path := shutil.which(name):
             return path
     raise CompileError(
         "no C++ compiler found for the cpu backend",
@@ -431,7 +438,8 @@ def _tsan_failure(kernel: str, stderr: str) -> NcdcError:
         if block == other_block and tid and other_tid:
             who, other = f"thread {tid}", f"thread {other_tid}"
             text += " " + block
-        text += f": {who} {did} {size} bytes that {other} {other_did}, with no barrier between"
+        unit = "byte" if size == "1" else "bytes"
+        text += f": {who} {did} {size} {unit} that {other} {other_did}, with no barrier between"
     if loc := _TSAN_GLOBAL.search(stderr):
         text += f" (on '{loc['name']}')"
     return CheckFailed(text)

@@ -343,7 +343,9 @@ class _Validator:
             raise self.fail(path, f"expected a list of {what}, found {_kind(value)}")
         for i, item in enumerate(value):
             if not isinstance(item, str):
-                raise self.fail(path + (i,), f"expected a {what[:-1]} name, found {_kind(item)}")
+                raise self.fail(
+                    path + (i,), f"expected a name in this list of {what}, found {_kind(item)}"
+                )
         return value
 
     def known_axis(self, axis: str, axes: Mapping[str, int], path: YamlPath) -> str:
@@ -777,11 +779,16 @@ def check_identifier(name: str, what: str, where: str) -> None:
             f"{MAX_NAME_LENGTH}",
             where=where,
         )
-    if name in _RESERVED or name.startswith(("ncdc", "NCDC", "cuda", "__")):
+    if name in _RESERVED:
+        raise SpecError(
+            f"{what} '{name}' is reserved in generated C++", where=where, hint=f"e.g. '{name}_'"
+        )
+    if name.lower().startswith(("ncdc", "cuda")) or "__" in name:
+        # Generated code names its own variables ncdc_*; C++ reserves names with '__'.
         raise SpecError(
             f"{what} '{name}' is reserved in generated C++",
             where=where,
-            hint=f"rename it, e.g. '{name}_'",
+            hint="names may not start with ncdc or cuda, nor contain '__'",
         )
 
 

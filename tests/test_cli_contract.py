@@ -183,7 +183,7 @@ def test_check_names_every_bad_spec(tmp_path):
 
 def test_debug_shows_the_traceback():
     result = ncdc("--debug", "show", "no/such/spec.yaml")
-    assert result.returncode != 0
+    assert result.returncode == 2  # the contract's code, with the traceback
     assert "Traceback" in result.stderr and "SpecError" in result.stderr
     after = ncdc("show", "no/such/spec.yaml", "--debug")  # accepted anywhere on the line
     assert "Traceback" in after.stderr

@@ -114,7 +114,7 @@ EXPECTED = {
     "missing_outputs": "spec.yaml:1: missing key 'outputs' (hint: add `outputs:`; see docs/diagram-language.md)",
     "wrong_version": "spec.yaml:1: ncdc: expected format version 1, found 2 (hint: write `ncdc: 1`)",
     "name_not_identifier": "spec.yaml:2: name: expected a diagram name made of letters, digits and '_' starting with a letter, found 'my-kernel' (hint: e.g. `Q`, `scores`, `d_head`)",
-    "name_reserved": "spec.yaml:2: name: diagram name 'class' is reserved in generated C++ (hint: rename it, e.g. 'class_')",
+    "name_reserved": "spec.yaml:2: name: diagram name 'class' is reserved in generated C++ (hint: e.g. 'class_')",
     "name_injection": "spec.yaml:2: name: expected a diagram name made of letters, digits and '_' starting with a letter, found 'x; system(\"rm -rf /\")' (hint: e.g. `Q`, `scores`, `d_head`)",
     "axis_size_zero": "spec.yaml:3: axes.k: expected a size from 1 to 2147483647 for 'k', found 0",
     "axis_size_negative": "spec.yaml:3: axes.m: expected a size from 1 to 2147483647 for 'm', found -4",
