@@ -50,6 +50,8 @@
 #include <sanitizer/tsan_interface.h>
 extern "C" void __tsan_ignore_thread_begin();
 extern "C" void __tsan_ignore_thread_end();
+extern "C" void __tsan_read_range(void* addr, unsigned long size);
+extern "C" void __tsan_write_range(void* addr, unsigned long size);
 #endif
 
 #if !defined(__x86_64__)
@@ -314,6 +316,8 @@ inline unsigned linear_tid() { return tl_worker->current; }
 inline unsigned lane_id() { return tl_worker->current & 31u; }
 inline Warp& my_warp() { return tl_worker->warps[tl_worker->current >> 5]; }
 
+inline void mark_pending_copies();
+
 // Block barrier (bar.sync 0): released when every thread of the block has arrived.
 inline void sync_block() {
   Untracked quiet;
@@ -330,6 +334,7 @@ inline void sync_block() {
     switch_to_scheduler();
   }
   hb_acquire(sync);
+  mark_pending_copies();
 }
 
 // Warp barrier over `mask` (restricted to existing lanes). The last lane to arrive runs
@@ -353,6 +358,7 @@ inline unsigned warp_collective(unsigned mask, const void* in, size_t in_bytes, 
       on_all_arrived(warp.slots[parity]);
     }
     hb_release(&warp.sync[parity]);
+    mark_pending_copies();
     warp.arrived &= ~mask;
     ++warp.gen;
     unsigned base = w.current & ~31u;
@@ -366,6 +372,7 @@ inline unsigned warp_collective(unsigned mask, const void* in, size_t in_bytes, 
   f.warp_mask = mask;
   switch_to_scheduler();
   hb_acquire(&warp.sync[parity]);
+  mark_pending_copies();
   return parity;
 }
 
@@ -403,10 +410,31 @@ inline bool is_global(const void* p) {
 }
 
 // ---- cp.async ------------------------------------------------------------------------------
+// A pending copy may land at any moment until its wait, but the emulator copies at the wait.
+// For TSan its bytes are accessed at the issue and again after every barrier or warp
+// collective it is pending across, so a race with any moment of the flight is reported.
+inline void mark_in_flight(const CopyOp& op) {
+#ifdef NCDC_TSAN
+  Tracked kernel_access;
+  __tsan_write_range(op.dst, op.size);
+  if (op.src_bytes) __tsan_read_range(const_cast<void*>(op.src), op.src_bytes);
+#else
+  (void)op;
+#endif
+}
+inline void mark_pending_copies() {
+#ifdef NCDC_TSAN
+  Fiber& f = self();
+  for (size_t i = f.copy_head; i < f.copies.size(); ++i) mark_in_flight(f.copies[i]);
+#endif
+}
+
 inline void copy_issue(void* dst, const void* src, uint32_t size, uint32_t src_bytes) {
   if (src_bytes > size) fail("cp.async src_bytes larger than the copy size");
   count_read(src_bytes);
+  Untracked quiet;
   self().copies.push_back({dst, src, size, src_bytes});
+  mark_in_flight(self().copies.back());
 }
 inline void copy_commit() {
   Fiber& f = self();
