@@ -404,6 +404,84 @@ def test_asan_catches_shared_overflow(asan: emulate.EmulatedModule) -> None:
     assert "kernel oob_shared block (0,0,0) thread (31,0,0)" in msg
 
 
+@pytest.fixture(scope="session")
+def tsan(cache: Path) -> emulate.EmulatedModule:
+    try:
+        emulate.sanitizer_runtime("race")
+    except NcdcError:
+        pytest.skip("no ThreadSanitizer runtime")
+    return emulate.build(KERNELS / "race.cu", sanitize="race", cache_dir=cache)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "racing"),
+    [
+        # thread 0 reads slot 1 before thread 1 writes it: read-after-write, no barrier
+        ("neighbour_no_barrier", "thread (1,0,0) wrote 4 bytes that thread (0,0,0) read"),
+        # thread 0 overwrites slot 0 that thread 63 read in the phase before: write-after-read
+        ("reuse_no_barrier", "thread (0,0,0) wrote 4 bytes that thread (63,0,0) read"),
+        # the last thread to reach a barrier runs on first: thread 63 reads slot 0, then
+        # thread 0 issues a cp.async into slot 0, which may land at once
+        ("refill_no_barrier", "thread (0,0,0) wrote 1 byte that thread (63,0,0) read"),
+    ],
+)
+def test_race_missing_barrier_is_reported(
+    tsan: emulate.EmulatedModule, kernel: str, racing: str
+) -> None:
+    out = np.zeros(64, np.float32)
+    args = [np.arange(128, dtype=np.float32), out] if kernel.startswith("refill") else [out]
+    with pytest.raises(CheckFailed) as e:
+        tsan.launch(kernel, 1, 64, args)
+    msg = str(e.value)
+    assert msg.startswith(f"ThreadSanitizer: data race in kernel {kernel} block (0,0,0): ")
+    assert racing in msg and "with no barrier between" in msg
+
+
+def test_race_barriers_and_warp_sync_are_clean(tsan: emulate.EmulatedModule) -> None:
+    out = np.zeros(128, np.float32)
+    tsan.launch("neighbour_barrier", 2, 64, [out])
+    np.testing.assert_array_equal(out, np.tile((np.arange(64) + 1) % 64, 2))
+    tsan.launch("reuse_barrier", 1, 64, [out])
+    np.testing.assert_array_equal(out[:64], 2.0 * ((np.arange(64) + 2) % 64))
+    x = np.arange(256, dtype=np.float32)
+    tsan.launch("refill_barrier", 1, 64, [x, out])
+    t = np.arange(64)
+    np.testing.assert_array_equal(out[:64], (t + 1) % 64 + 64 + (t + 1) % 64)
+    sums = np.zeros(2, np.float32)
+    tsan.launch("block_sum", 2, 128, [x, sums, np.int32(256)])
+    np.testing.assert_array_equal(sums, [x[:128].sum(), x[128:].sum()])
+    tsan.launch("warp_broadcast", 1, 128, [out])
+    np.testing.assert_array_equal(out, np.repeat([1.0, 2.0, 3.0, 4.0], 32))
+
+
+def test_race_gemm_pipeline_is_clean(tsan: emulate.EmulatedModule, cache: Path) -> None:
+    """cp.async double buffering, ldmatrix and mma.sync with every barrier in place."""
+    gemm = emulate.build(KERNELS / "gemm_bf16.cu", sanitize="race", cache_dir=cache)
+    m, n, k = 64, 64, 64
+    rng = np.random.default_rng(3)
+    a_bits, a = _random_bits("bf16", (m, k), rng)
+    b_bits, b = _random_bits("bf16", (k, n), rng)
+    c = np.zeros((m, n), np.float32)
+    gemm.launch("gemm_bf16", (1, 1), 128, [a_bits, b_bits, c, m, n, k])
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-3)
+
+
+def test_race_generated_softmax_is_clean(tsan: emulate.EmulatedModule) -> None:
+    """A generated row-wise kernel (256 threads, block reductions through shared memory)."""
+    from ncdc.hardware import load_hardware
+    from ncdc.render import render_plan
+    from ncdc.run import run_diagram
+    from ncdc.spec import load_diagram
+    from ncdc.tiling import plan_diagram
+
+    spec = Path(__file__).parent.parent / "diagrams" / "softmax.yaml"
+    diagram = load_diagram(spec, {"m": 2, "n": 8192})
+    module = render_plan(plan_diagram(diagram, load_hardware("h200")))
+    assert module.launches[0].block[0] > 32
+    result = run_diagram(diagram, module, sanitize="race")
+    assert all(c.ok for c in result.checks)
+
+
 # ---- the same headers under NVRTC -----------------------------------------------------------
 
 

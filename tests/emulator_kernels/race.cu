@@ -19,8 +19,8 @@ extern "C" __global__ void neighbour_barrier(float* out) {
 NCDC_EXPORT_KERNEL(neighbour_barrier);
 
 // Two phases over the same tile: the second write needs a barrier after the reads of the
-// first phase (write-after-read). The fiber order hides this one from a result check: every
-// thread reads before any thread reaches the second write.
+// first phase (write-after-read). Under the fiber order only one output is wrong (thread 63,
+// last at the barrier, runs on first and overwrites slot 63 before thread 62 reads it).
 template <bool kSecondBarrier>
 __device__ void two_phases(float* out) {
   __shared__ float tile[64];
@@ -65,13 +65,23 @@ extern "C" __global__ void warp_broadcast(float* out) {
 }
 NCDC_EXPORT_KERNEL(warp_broadcast);
 
-// cp.async into shared memory, waited for, then read by a neighbour after the barrier.
-extern "C" __global__ void cp_async_then_barrier(const float* x, float* out) {
+// Thread t reads its neighbour's slot, then refills its own slot with cp.async. The copy may
+// land as soon as it is issued, so a barrier must separate the neighbour's read from the
+// issue. The emulator copies at the wait, so a result check sees at most one wrong output.
+template <bool kBarrier>
+__device__ void refill(const float* x, float* out) {
   __shared__ __align__(16) float tile[64];
-  int t = threadIdx.x;
-  ncdc::cp_async_4(tile + t, x + t);
+  int t = threadIdx.x, n = blockDim.x;
+  tile[t] = ncdc::ld_global(x + t);
+  __syncthreads();
+  float a = tile[(t + 1) % n];
+  if (kBarrier) __syncthreads();
+  ncdc::cp_async_4(tile + t, x + n + t);
   ncdc::cp_async_wait_all();
   __syncthreads();
-  ncdc::st_global(out + t, tile[(t + 1) % blockDim.x]);
+  ncdc::st_global(out + t, a + tile[(t + 1) % n]);
 }
-NCDC_EXPORT_KERNEL(cp_async_then_barrier);
+extern "C" __global__ void refill_no_barrier(const float* x, float* out) { refill<false>(x, out); }
+NCDC_EXPORT_KERNEL(refill_no_barrier);
+extern "C" __global__ void refill_barrier(const float* x, float* out) { refill<true>(x, out); }
+NCDC_EXPORT_KERNEL(refill_barrier);
