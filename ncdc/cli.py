@@ -201,7 +201,7 @@ def run(
     backend: Annotated[str, typer.Option("--backend", help="cpu or cuda.")] = "cpu",
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
     sanitize: Annotated[
-        str | None, typer.Option("--sanitize", help="cpu backend: address (ASan).")
+        str | None, typer.Option("--sanitize", help="cpu backend: address (ASan) or race (TSan).")
     ] = None,
     set_: SetOpt = None,
     tile: TileOpt = None,
