@@ -26,11 +26,9 @@ softmax. Nothing here is written per diagram. See docs/cost-model.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from ncdc.errors import PlanError
 from ncdc.families import Family
@@ -209,7 +207,9 @@ class KernelModel:
 
     Group sizes `g` map every woven axis to a size; stream sizes `s` map reduced axes to a
     chunk (absent: whole). Sizes may be NumPy arrays: everything broadcasts, so a search
-    can evaluate many candidates at once.
+    can evaluate many candidates at once. A search calls `transfer` and `resident` for every
+    candidate, so each input's shape is split once into the axes a group slices and a
+    constant for the rest.
     """
 
     def __init__(self, diagram: Diagram, kernel: Kernel):
@@ -220,16 +220,26 @@ class KernelModel:
         self.inputs = [
             (n, diagram.tensor(n).axes, DTYPE_BYTES[diagram.tensor(n).dtype]) for n in kernel.inputs
         ]
+        self._inputs = [(_split_shape(self, n, axes), p, axes) for n, axes, p in self.inputs]
         self.outputs = [
             (n, diagram.size(diagram.tensor(n)), DTYPE_BYTES[diagram.tensor(n).dtype])
             for n in kernel.outputs
         ]
+        self.output_values = sum(size for _, size, _ in self.outputs)
+        self.output_bytes = sum(size * p for _, size, p in self.outputs)
         self.buffers = _buffers(diagram, kernel)
+        self._buffers = [
+            ([_split_shape(self, n, axes) for n, axes, _ in members], max(p for *_, p in members))
+            for members in self.buffers
+        ]
         # online softmax: the running max and sum per row, in the softmax's own type
         self.online = [
             (op.out, op.axes, op.over[0], DTYPE_BYTES[op.dtype])
             for op in kernel.ops
             if op.kind == "softmax"
+        ]
+        self._online = [
+            (_split_shape(self, name, axes), axis, p) for name, axes, axis, p in self.online
         ]
         names = list(kernel.inputs) + list(kernel.outputs)
         self.top_values = sum(diagram.size(diagram.tensor(n)) for n in names)
@@ -237,7 +247,8 @@ class KernelModel:
             diagram.size(diagram.tensor(n)) * DTYPE_BYTES[diagram.tensor(n).dtype] for n in names
         )
         self.flops_by_unit = _flops(diagram, kernel)
-        self._memo: dict[tuple, tuple[Any, Any]] = {}
+        self._tile_transfers: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._tile_residents: dict[tuple, tuple[int, int]] = {}
 
     def per_group(
         self,
@@ -260,71 +271,64 @@ class KernelModel:
     def groups(self, g: Mapping[str, Any]) -> Any:
         n: Any = 1
         for a in self.kernel.woven:
-            n = n * _ceil_div(self.sizes[a], g[a])
+            n = n * -(-self.sizes[a] // g[a])
         return n
 
     def transfer(self, g: Mapping[str, Any]) -> tuple[Any, Any]:
         """(values, bytes) loaded into a level with group sizes g, plus the outputs saved."""
-        if _scalar(g):
-            key = ("H", *sorted(g.items()))
-            if key not in self._memo:
-                self._memo[key] = self._transfer(g)
-            return self._memo[key]
-        return self._transfer(g)
-
-    def _transfer(self, g: Mapping[str, Any]) -> tuple[Any, Any]:
         groups = self.groups(g)
-        values: Any = 0
-        nbytes: Any = 0
-        for name, axes, p in self.inputs:
-            v = self.per_group(name, axes, g) * groups
+        values: Any = self.output_values
+        nbytes: Any = self.output_bytes
+        for shape, p, _ in self._inputs:
+            v = _chunk(shape, g, None) * groups
             values = values + v
             nbytes = nbytes + v * p
-        for _, size, p in self.outputs:
-            values = values + size
-            nbytes = nbytes + size * p
         return values, nbytes
+
+    def tile_transfer(self, g: Mapping[str, int]) -> tuple[int, int]:
+        """`transfer` for one tile of whole numbers, memoised: the candidates of a search
+        share their block, warp and wave tiles. H depends on g only along woven axes."""
+        key = tuple(map(g.__getitem__, self.kernel.woven))
+        if key not in self._tile_transfers:
+            self._tile_transfers[key] = self.transfer(g)
+        return self._tile_transfers[key]
 
     def resident(
         self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int = 1, inputs_only: bool = False
     ) -> tuple[Any, Any]:
         """(values, bytes) one group holds at once: input chunks (x stages where streamed),
         then, unless `inputs_only`, buffers and the online-softmax state."""
-        if _scalar(g) and _scalar(s):
-            key = ("M", *sorted(g.items()), *sorted(s.items()), stages, inputs_only)
-            if key not in self._memo:
-                self._memo[key] = self._resident(g, s, stages, inputs_only)
-            return self._memo[key]
-        return self._resident(g, s, stages, inputs_only)
-
-    def _resident(
-        self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int, inputs_only: bool
-    ) -> tuple[Any, Any]:
         values: Any = 0
         nbytes: Any = 0
-        for name, axes, p in self.inputs:
-            v = self.per_group(name, axes, g, s)
+        for shape, p, axes in self._inputs:
+            v = _chunk(shape, g, s)
             if stages > 1 and any(a in s for a in axes):
                 v = v * stages
             values = values + v
             nbytes = nbytes + v * p
         if inputs_only:
             return values, nbytes
-        for members in self.buffers:
+        for members, p in self._buffers:
             v = 0
-            p = 0
-            for name, axes, bpv in members:
-                x = self.per_group(name, axes, g, s)
-                v = np.maximum(v, x) if isinstance(x, np.ndarray) else max(v, x)
-                p = max(p, bpv)
+            for shape in members:
+                v = _maximum(v, _chunk(shape, g, s))
             values = values + v
             nbytes = nbytes + v * p
-        for name, axes, axis, p in self.online:
+        for shape, axis, p in self._online:
             if axis in s:
-                rows = self.per_group(name, axes, g, s) // s[axis]
+                rows = _chunk(shape, g, s) // s[axis]
                 values = values + 2 * rows
                 nbytes = nbytes + 2 * rows * p
         return values, nbytes
+
+    def tile_resident(
+        self, g: Mapping[str, int], s: Mapping[str, int], stages: int = 1, inputs_only: bool = False
+    ) -> tuple[int, int]:
+        """`resident` for one tile of whole numbers, memoised like `tile_transfer`."""
+        key = (tuple(map(g.__getitem__, self.kernel.woven)), tuple(s.items()), stages, inputs_only)
+        if key not in self._tile_residents:
+            self._tile_residents[key] = self.resident(g, s, stages, inputs_only)
+        return self._tile_residents[key]
 
     def accumulator_values(self, g: Mapping[str, Any], s: Mapping[str, Any]) -> Any:
         """Values of the buffers (results and intermediates) one group holds."""
@@ -335,8 +339,44 @@ class KernelModel:
         return int(sum(self.flops_by_unit.values()))
 
 
-def _scalar(sizes: Mapping[str, Any]) -> bool:
-    return not any(isinstance(v, np.ndarray) for v in sizes.values())
+@dataclass(frozen=True)
+class _Shape:
+    """A tensor as one group sees it: `per_group` split once per kernel."""
+
+    sliced: tuple[str, ...]  # woven axes that reach an output: g of each
+    rest: tuple[tuple[str, int], ...]  # axes not woven, with their sizes: s of each, or whole
+    whole: int  # product of the woven axes that do not reach an output, taken whole
+    whole_rest: int  # whole x the sizes of `rest` (no streaming)
+
+
+def _split_shape(model: KernelModel, name: str, axes: tuple[str, ...]) -> _Shape:
+    """Agrees with `per_group` for group sizes that name every woven axis, as `groups`
+    needs them to."""
+    woven = model.kernel.woven
+    sliced = tuple(a for a in axes if a in woven and a in model.reach.get(name, ()))
+    rest = tuple((a, model.sizes[a]) for a in axes if a not in woven)
+    whole = math.prod(model.sizes[a] for a in axes if a in woven and a not in sliced)
+    return _Shape(sliced, rest, whole, whole * math.prod(size for _, size in rest))
+
+
+def _chunk(shape: _Shape, g: Mapping[str, Any], s: Mapping[str, Any] | None) -> Any:
+    """Values of one tensor a group holds: g along sliced axes, s (or whole) along the rest;
+    s=None: every axis not woven whole."""
+    n: Any = shape.whole_rest if s is None else shape.whole
+    for a in shape.sliced:
+        n = n * g[a]
+    if s is not None:
+        for a, size in shape.rest:
+            n = n * s.get(a, size)
+    return n
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    if hasattr(b, "shape") or hasattr(a, "shape"):
+        import numpy as np  # only a vectorised search passes arrays
+
+        return np.maximum(a, b)
+    return a if a >= b else b
 
 
 def _reach(diagram: Diagram, kernel: Kernel) -> dict[str, set[str]]:
@@ -509,45 +549,60 @@ def estimate_registers(accumulator_values: int, threads: int, fragments: int) ->
     return int(_ceil_div(accumulator_values, threads) + fragments + REGISTER_OVERHEAD)
 
 
-def evaluate_kernel(
-    model: KernelModel, family: Family, hw: Hardware, choice: TileChoice
-) -> KernelPlan:
-    """The cost of `model`'s kernel run with `choice` on `hw` (napkin-model.md 3-7)."""
+Occupancy = Callable[[int, int, int, Any], tuple[int, str]]
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """The times of one kernel with one tile choice: all a search ranks by, without the
+    residency per level that a KernelPlan also reports."""
+
+    transfers: tuple[Transfer, ...]
+    compute: Mapping[str, float] = field(hash=False)  # unit -> seconds
+    grid: int
+    blocks_per_sm: int
+    waves: int
+
+    @property
+    def times(self) -> dict[str, float]:
+        """Unit or upper level -> seconds: the candidates for the bound."""
+        return {**self.compute, **{t.upper: t.time_s for t in self.transfers}}
+
+    @property
+    def predicted_time_s(self) -> float:
+        return max(self.times.values(), default=0.0)
+
+    @property
+    def top_bytes(self) -> int:
+        return self.transfers[0].bytes if self.transfers else 0
+
+
+def time_kernel(
+    model: KernelModel, hw: Hardware, choice: TileChoice, occupancy: Occupancy = blocks_per_sm
+) -> KernelTiming:
+    """Transfers, compute time per unit and launch of `model`'s kernel run with `choice` on
+    `hw` (napkin-model.md 3 and 7). `occupancy` is `blocks_per_sm` or a memo of it."""
     levels = hw.levels
     gpu = choice.registers > 0
-    merge_values = 0
     transfers = []
     for upper, lower in zip(levels, levels[1:], strict=False):
-        part = choice.partitions[lower.name]
-        values, nbytes = model.transfer(part.group)
+        values, nbytes = model.tile_transfer(choice.partitions[lower.name].group)
         if choice.splits > 1 and lower.name != levels[-1].name:
             # partial outputs, fp32, and the running max and sum of each row, saved then read
-            rows = sum(size for _, size, _ in model.outputs)
-            merge_values = 2 * choice.splits * rows
+            merge_values = 2 * choice.splits * model.output_values
             values += merge_values
             nbytes += merge_values * 4
-        time_s = float(nbytes) / upper.bandwidth_bytes_per_s
+        bandwidth = upper.bandwidth_bytes_per_s
         transfers.append(
             Transfer(
                 upper.name,
                 lower.name,
                 int(values),
                 int(nbytes),
-                upper.bandwidth_bytes_per_s,
-                time_s,
+                bandwidth,
+                float(nbytes) / bandwidth,
             )
         )
-    level_costs = [_top_level(model, hw)]
-    for level in levels[1:]:
-        part = choice.partitions[level.name]
-        values, nbytes = model.resident(part.group, part.stream)
-        if gpu and level.name == "smem":
-            values, nbytes = model.resident(part.group, part.stream, choice.stages, True)
-        if gpu and level.name == "rf":
-            values = choice.threads * min(choice.registers, MAX_REGISTERS)
-            nbytes = values * 4
-        level_costs.append(LevelCost(level.name, level.capacity_bytes, int(values), int(nbytes)))
-
     block = choice.partitions[levels[min(2, len(levels) - 1)].name] if gpu else None
     grid = (
         int(model.groups(block.group)) * choice.splits
@@ -556,11 +611,8 @@ def evaluate_kernel(
     )
     per_sm, waves, efficiency = 1, 1, 1.0
     if gpu:
-        per_sm, _ = blocks_per_sm(
-            choice.threads,
-            min(choice.registers, MAX_REGISTERS),
-            choice.smem_bytes,
-            hw.limits,  # type: ignore[arg-type]
+        per_sm, _ = occupancy(
+            choice.threads, min(choice.registers, MAX_REGISTERS), choice.smem_bytes, hw.limits
         )
         per_sm = max(per_sm, 1)
         wave = hw.limits.sms * per_sm
@@ -571,9 +623,30 @@ def evaluate_kernel(
     compute: dict[str, float] = {}
     for (unit, kind), n in model.flops_by_unit.items():
         compute[unit] = compute.get(unit, 0.0) + n / _rate(hw, unit, kind) * efficiency
+    return KernelTiming(tuple(transfers), compute, grid, per_sm, int(waves))
+
+
+def evaluate_kernel(
+    model: KernelModel, family: Family, hw: Hardware, choice: TileChoice
+) -> KernelPlan:
+    """The cost of `model`'s kernel run with `choice` on `hw` (napkin-model.md 3-7)."""
+    timing = time_kernel(model, hw, choice)
+    gpu = choice.registers > 0
+    level_costs = [_top_level(model, hw)]
+    for level in hw.levels[1:]:
+        part = choice.partitions[level.name]
+        if gpu and level.name == "smem":
+            values, nbytes = model.resident(part.group, part.stream, choice.stages, True)
+        elif gpu and level.name == "rf":
+            values = choice.threads * min(choice.registers, MAX_REGISTERS)
+            nbytes = values * 4
+        else:
+            values, nbytes = model.resident(part.group, part.stream)
+        level_costs.append(LevelCost(level.name, level.capacity_bytes, int(values), int(nbytes)))
+    compute = timing.compute
     compute_time = max(compute.values(), default=0.0)
     unit = max(compute, key=lambda u: compute[u]) if compute else "tensor"
-    candidates = {**compute, **{t.upper: t.time_s for t in transfers}}
+    candidates = timing.times
     bound = max(candidates, key=lambda k: candidates[k]) if candidates else unit
     return KernelPlan(
         kernel=model.kernel,
@@ -582,20 +655,20 @@ def evaluate_kernel(
         block_tile=dict(choice.block_tile),
         warps=choice.warps,
         stages=choice.stages,
-        grid=grid,
-        blocks_per_sm=per_sm,
+        grid=timing.grid,
+        blocks_per_sm=timing.blocks_per_sm,
         registers_per_thread=min(choice.registers, MAX_REGISTERS),
         smem_bytes=choice.smem_bytes,
         flops=model.flops,
         levels=tuple(level_costs),
-        transfers=tuple(transfers),
+        transfers=timing.transfers,
         compute_time_s=compute_time,
         predicted_time_s=max(candidates.values(), default=0.0),
         predicted_time_no_overlap_s=sum(candidates.values()),
         bound=bound,
         compute=compute,
         splits=choice.splits,
-        waves=int(waves),
+        waves=timing.waves,
         unit=unit,
     )
 
@@ -609,7 +682,7 @@ def _padding(model: KernelModel, g: Mapping[str, int]) -> float:
     f = 1.0
     for a in model.kernel.woven:
         size = model.sizes[a]
-        f *= _ceil_div(size, g[a]) * g[a] / size
+        f *= -(-size // g[a]) * g[a] / size
     return f
 
 

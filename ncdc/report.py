@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from ncdc.cost import Plan, intensity, ridge
+
+if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.table import Table
 
 
 def format_bytes(n: float) -> str:
@@ -52,6 +53,11 @@ def format_count(n: float) -> str:
 
 def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
     """The plan's summary, its transfers per boundary, and the runners-up (from rank_tiles)."""
+    # rich's tables load here, not on import: `ncdc cost --format json` never builds one
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     d = plan.graph.diagram
     hw = plan.graph.hardware
     head = Table.grid(padding=(0, 2))
@@ -99,6 +105,8 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
 
 
 def _transfer_table(plan: Plan) -> Table:
+    from rich.table import Table
+
     table = Table(title="transfers per boundary", title_justify="left")
     for name in ("boundary", "values", "bytes", "bandwidth", "time"):
         table.add_column(name, justify="left" if name == "boundary" else "right")
@@ -115,6 +123,8 @@ def _transfer_table(plan: Plan) -> Table:
 
 
 def _runners_up(best: Plan, others: Sequence[Plan]) -> Table:
+    from rich.table import Table
+
     table = Table(title="runners-up", title_justify="left")
     for name in ("tiles", "predicted", f"{best.graph.hardware.levels[0].name} bytes", "bound"):
         table.add_column(name, justify="left" if name == "tiles" else "right")

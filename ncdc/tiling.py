@@ -18,17 +18,18 @@ which limit it breaks and by how much.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ncdc.cost import (
     MAX_REGISTERS,
     KernelModel,
     KernelPlan,
+    KernelTiming,
     Plan,
     TileChoice,
     Unfused,
@@ -36,6 +37,7 @@ from ncdc.cost import (
     evaluate_kernel,
     streamed_axes,
     summarize,
+    time_kernel,
 )
 from ncdc.errors import PlanError
 from ncdc.families import MMA_K, VECTOR_BYTES, Family, classify_kernel
@@ -44,7 +46,13 @@ from ncdc.hardware import Hardware
 from ncdc.occupancy import blocks_per_sm
 from ncdc.spec import DTYPE_BYTES, Diagram
 
+if TYPE_CHECKING:
+    import numpy as np
+
 GPU_LEVELS = ("smem", "rf")  # a profile with these levels gets the family templates' tiles
+
+# Many candidates share threads, registers and shared memory; Limits is frozen (hashable).
+_occupancy = functools.lru_cache(maxsize=4096)(blocks_per_sm)
 
 
 def plan_diagram(
@@ -129,22 +137,22 @@ def _rank_kernel(
         choices = _gpu_choices(model, family, hw, streams, fixed)
     else:
         choices = _abstract_choices(model, hw, streams, fixed, top_k)
-    plans = [evaluate_kernel(model, family, hw, c) for c in choices]
-    plans.sort(key=_rank_key)
-    return plans[:top_k]
+    # Rank by the times alone; only the best few become full plans.
+    timings = [time_kernel(model, hw, c, _occupancy) for c in choices]
+    order = sorted(range(len(choices)), key=lambda i: _rank_key(choices[i], timings[i]))
+    return [evaluate_kernel(model, family, hw, choices[i]) for i in order[:top_k]]
 
 
-def _rank_key(p: KernelPlan) -> tuple:
+def _rank_key(c: TileChoice, t: KernelTiming) -> tuple:
     """Fastest first; then fewer bytes moved at the top; then larger tiles; then by name."""
-    volume = math.prod(p.block_tile.values())
     return (
-        p.predicted_time_s,
-        p.transfers[0].bytes if p.transfers else 0,
-        -volume,
-        sorted(p.block_tile.items()),
-        p.warps,
-        p.stages,
-        p.splits,
+        t.predicted_time_s,
+        t.top_bytes,
+        -math.prod(c.block_tile.values()),
+        sorted(c.block_tile.items()),
+        c.warps,
+        c.stages,
+        c.splits,
     )
 
 
@@ -169,6 +177,8 @@ def _abstract_choices(
 ) -> list[TileChoice]:
     """Every power of two per woven and streamed axis, at every level below the top,
     evaluated at once; the `top_k` that fit, by time then bytes then size."""
+    import numpy as np  # only this search is vectorised
+
     kernel = model.kernel
     group_only = model.diagram.schedule.group
     axes = list(kernel.woven) + list(streams)
@@ -177,37 +187,42 @@ def _abstract_choices(
         size = model.sizes[a]
         whole = a in kernel.rows or (group_only and a in kernel.woven and a not in group_only)
         options.append([fixed[a]] if a in fixed else [size] if whole else _powers(size))
-    grids = np.meshgrid(*[np.array(o, dtype=np.int64) for o in options], indexing="ij")
+    # One axis of the grid per tiled axis, broadcast against each other: the model's
+    # arithmetic then runs on whole grids of candidates at once.
+    grids = np.meshgrid(*[np.array(o, dtype=np.int64) for o in options], indexing="ij", sparse=True)
+    shape = tuple(len(o) for o in options)
     sizes = dict(zip(axes, grids, strict=True))
     g = {a: sizes[a] for a in kernel.woven}
     s = {a: sizes[a] for a in streams}
+    volume = np.ones(shape)
+    for grid in grids:
+        volume = volume * grid
+    volume = volume.ravel()
     per_level = []
     compute_s = max((n / hw.rate(u, k) for (u, k), n in model.flops_by_unit.items()), default=0)
     for upper, lower in zip(hw.levels, hw.levels[1:], strict=False):
         _, nbytes = model.transfer(g)
         _, resident = model.resident(g, s)
-        nbytes = np.broadcast_to(nbytes, grids[0].shape).ravel().astype(np.float64)
-        resident = np.broadcast_to(resident, grids[0].shape).ravel()
-        fits = resident <= lower.capacity_bytes
-        if not fits.any():
+        nbytes = np.broadcast_to(nbytes, shape).ravel().astype(np.float64)
+        resident = np.broadcast_to(resident, shape).ravel()
+        fits = np.flatnonzero(resident <= lower.capacity_bytes)
+        if not len(fits):
             raise PlanError(
                 _abstract_overflow(axes, options, fixed, resident, lower, hw),
                 hint=f"raise {lower.name}.capacity or use smaller tiles",
             )
-        time_s = np.maximum(nbytes / upper.bandwidth_bytes_per_s, compute_s)
-        volume = np.ones_like(nbytes)
-        for grid in grids:
-            volume = volume * grid.ravel()
-        order = np.lexsort((-volume, nbytes, time_s))  # last key sorts first; stable
-        best = [int(i) for i in order if fits[i]][:top_k]
+        # only candidates that fit are sorted; lexsort is stable, so ties keep grid order
+        time_s = np.maximum(nbytes[fits] / upper.bandwidth_bytes_per_s, compute_s)
+        order = np.lexsort((-volume[fits], nbytes[fits], time_s))  # last key sorts first
+        best = [int(i) for i in fits[order[:top_k]]]
         per_level.append((lower.name, best))
     choices = []
     for i in range(max(len(b) for _, b in per_level)):
         parts = {}
         block: dict[str, int] = {}
         for name, best in per_level:
-            j = best[min(i, len(best) - 1)]
-            flat = {a: int(sizes[a].ravel()[j]) for a in axes}
+            index = np.unravel_index(best[min(i, len(best) - 1)], shape)
+            flat = {a: o[x] for a, o, x in zip(axes, options, index, strict=True)}
             parts[name] = Partition(
                 {a: flat[a] for a in kernel.woven}, {a: flat[a] for a in streams}
             )
@@ -293,12 +308,11 @@ def _check(model: KernelModel, hw: Hardware, b: _Block) -> tuple[TileChoice | No
     lim = hw.limits
     smem = 0
     if b.smem_inputs:
-        smem = int(model.resident(b.group, b.stream, b.stages, inputs_only=True)[1])
-    tile = " ".join(f"{a}={v}" for a, v in {**b.group, **b.stream}.items() if v > 1)
+        smem = int(model.tile_resident(b.group, b.stream, b.stages, inputs_only=True)[1])
     if smem > lim.smem_per_block_bytes:
         return None, (
             smem / lim.smem_per_block_bytes,
-            f"tile {tile} with {b.stages} stages needs {smem:,} B of shared memory "
+            f"tile {_tile_text(b)} with {b.stages} stages needs {smem:,} B of shared memory "
             f"per block; the {hw.name} allows {lim.smem_per_block_bytes:,} B "
             f"(over by {smem - lim.smem_per_block_bytes:,} B)",
         )
@@ -306,22 +320,22 @@ def _check(model: KernelModel, hw: Hardware, b: _Block) -> tuple[TileChoice | No
         cap = min(lim.regs_per_thread, MAX_REGISTERS)
         return None, (
             b.registers / cap,
-            f"tile {tile} needs about {b.registers} registers per thread; the "
+            f"tile {_tile_text(b)} needs about {b.registers} registers per thread; the "
             f"{hw.name} allows {cap} (over by {b.registers - cap}; it would spill)",
         )
     if b.threads > lim.threads_per_block:
         return None, (
             b.threads / lim.threads_per_block,
-            f"tile {tile} needs {b.threads} threads per block; the {hw.name} "
+            f"tile {_tile_text(b)} needs {b.threads} threads per block; the {hw.name} "
             f"allows {lim.threads_per_block}",
         )
-    per_sm, limiter = blocks_per_sm(b.threads, b.registers, smem, lim)  # type: ignore[arg-type]
+    per_sm, limiter = _occupancy(b.threads, b.registers, smem, lim)
     if per_sm < 1:
-        return None, (2.0, f"tile {tile} cannot run: one block exceeds the SM's {limiter}")
+        return None, (2.0, f"tile {_tile_text(b)} cannot run: one block exceeds the SM's {limiter}")
     levels = [lv.name for lv in hw.levels]
     parts = {"smem": Partition(b.group, b.stream), "rf": Partition(b.warp_group, b.warp_stream)}
     wave = _wave_group(model, b.group, hw.limits.sms * per_sm, b.splits)
-    _, wave_bytes = model.resident(wave, b.stream, b.stages)
+    _, wave_bytes = model.tile_resident(wave, b.stream, b.stages)
     l2 = "l2" if "l2" in levels else None
     if l2 is not None:
         fits = wave_bytes <= hw.level(l2).capacity_bytes
@@ -332,6 +346,10 @@ def _check(model: KernelModel, hw: Hardware, b: _Block) -> tuple[TileChoice | No
     return TileChoice(
         parts, block_tile, b.warps, b.stages, b.splits, b.threads, b.registers, smem
     ), ()
+
+
+def _tile_text(b: _Block) -> str:
+    return " ".join(f"{a}={v}" for a, v in {**b.group, **b.stream}.items() if v > 1)
 
 
 def _wave_group(
@@ -397,6 +415,7 @@ def _gemm_blocks(
     return out
 
 
+@functools.cache
 def _arrange(g_m: int, g_n: int, warps: int) -> tuple[int, int] | None:
     """Warp tile (rows, columns) for `warps` warps over a g_m x g_n block: the squarest
     split with every warp tile at least 16 x 16 (or the whole block side when smaller)."""
