@@ -59,7 +59,7 @@ def launch_sizes(
     lib = build(module.source)
     for launch in module.launches:
         args = [
-            buffers[p.name] if p.kind == "tensor" else np.int64(d.axes[p.name[len("size_") :]])
+            buffers[p.name] if p.kind == "tensor" else np.int64(d.axes[p.name[len("ncdc_size_") :]])
             for p in launch.params
         ]
         lib.launch(launch.kernel, launch.grid, launch.block, args, launch.dynamic_smem)

@@ -65,7 +65,7 @@ class _Attention:
         return (*self.batch, self.q_axis, self.x_axis)
 
     def size_params(self, axes: Mapping[str, int]) -> tuple[Param, ...]:
-        return tuple(Param(a, "int64", value=axes[a]) for a in self.sizes)
+        return tuple(Param(size_name(a), "int64", value=axes[a]) for a in self.sizes)
 
     def context(self) -> dict[str, object]:
         return {
@@ -145,7 +145,7 @@ def render_decode_attention(kp: KernelPlan, plan: Plan) -> KernelSource:
         + ("_causal" if at.causal else "")
     )
     merge = f"{kp.kernel.name}_decode_merge_{at.dtype}_d{at.d_v}"
-    part_o, part_ml = f"ncdc_{kp.kernel.name}_partial_o", f"ncdc_{kp.kernel.name}_partial_ml"
+    part_o, part_ml = f"ncdc_partial_o_{kp.kernel.name}", f"ncdc_partial_ml_{kp.kernel.name}"
     workspace = (
         Workspace(part_o, "fp32", batch * partials * q_len * at.d_v),
         Workspace(part_ml, "fp32", batch * partials * q_len * 2),
@@ -294,13 +294,6 @@ def _read_attention(kp: KernelPlan, diagram: Diagram) -> _Attention:
         terms = [f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes]
         offset[n] = " + ".join(terms) or "0"
         stride[n] = pitch[row_axis[role]]
-    clash = {*batch, q_axis, x_axis} & set(names.values())
-    if clash:
-        raise PlanError(
-            f"attention kernel {kp.kernel.name}: {', '.join(sorted(clash))} names both an axis "
-            "and a tensor, and both would be C++ parameters",
-            hint="rename one of them",
-        )
     return _Attention(q_name, k_name, v_name, o_name, batch, q_axis, x_axis, d, d_v, dtype,
                       causal, scale, offset, stride)  # fmt: skip
 
@@ -309,7 +302,13 @@ def _pitch(axes: tuple[str, ...], axis: str, fixed: Mapping[str, str]) -> str:
     """Elements between neighbours along `axis` of a row-major tensor, as C++ over the size
     parameters (the head sizes are numbers)."""
     after = axes[axes.index(axis) + 1 :]
-    return " * ".join(fixed.get(a, a) for a in after) or "1"
+    return " * ".join(fixed.get(a, size_name(a)) for a in after) or "1"
+
+
+def size_name(axis: str) -> str:
+    """The kernel parameter that carries an axis size at run time: names the generated code
+    makes up start with ncdc_, which no diagram name may, so none meets a tensor's name."""
+    return f"ncdc_size_{axis}"
 
 
 def _unsupported(kp: KernelPlan, op: Op, expected: str) -> str:

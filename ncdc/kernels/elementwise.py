@@ -56,8 +56,9 @@ def float_literal(value: float) -> str:
 
 
 def size_name(axis: str) -> str:
-    """The kernel parameter that carries an axis size at run time."""
-    return f"size_{axis}"
+    """The kernel parameter that carries an axis size at run time. Every name the generated
+    code makes up starts with ncdc_, which no diagram name may, so none meets a tensor's."""
+    return f"ncdc_size_{axis}"
 
 
 def offset_expr(axes: tuple[str, ...], index: Callable[[str], str]) -> str:
@@ -94,7 +95,7 @@ def op_statements(
         return [Statement(out, "op_causal", (args[0], index(q), index(k), shift))]
     if op.kind == "cast":
         for i, factor in enumerate(op.scale):
-            tmp = f"{out}_s{i}"
+            tmp = f"ncdc_scaled{i}_{op.out}"
             steps.append(Statement(tmp, "op_mul", (scaled, arg(factor))))
             scaled = tmp
         dtype = op.params["to"]
@@ -114,17 +115,6 @@ def check_dtypes(diagram: Diagram, names: Iterable[str]) -> None:
             raise PlanError(
                 f"tensor {name} is int8, which the elementwise and row-wise kernels do not read",
                 hint="cast it to a floating-point type first",
-            )
-
-
-def check_names(diagram: Diagram, taken: Iterable[str]) -> None:
-    """Tensor names reach the C++ as they are; refuse one that clashes with a generated name."""
-    tensors = {t.name for t in diagram.tensors}
-    for name in taken:
-        if name in tensors:
-            raise PlanError(
-                f"tensor name '{name}' clashes with a name in the generated kernel",
-                hint="rename the tensor",
             )
 
 
@@ -168,7 +158,7 @@ def render_elementwise(kp: KernelPlan, plan: Plan) -> KernelSource:
                 f"output {name} of kernel {kernel.name} is not over every axis {list(axes)}",
                 hint="save it from a kernel of its own (schedule.materialize)",
             )
-    index: dict[str, str] = {a: f"i_{a}" for a in axes}
+    index: dict[str, str] = {a: f"ncdc_i_{a}" for a in axes}
 
     def mode(name: str) -> str:
         t_axes = d.tensor(name).axes
@@ -179,16 +169,16 @@ def render_elementwise(kp: KernelPlan, plan: Plan) -> KernelSource:
     runs = [n for n in (*kernel.inputs, *kernel.outputs) if mode(n) == "run"]
     vec = vector_width(d, runs)
     elem_index = dict(index)
-    elem_index[inner] = f"(i_{inner} + j)"
+    elem_index[inner] = f"(ncdc_i_{inner} + ncdc_j)"
 
     def value(name: str) -> str:
         if name in kernel.inputs:
-            return f"r_{name}" if mode(name) == "scalar" else f"a_{name}[j]"
-        return f"e_{name}"
+            return f"ncdc_r_{name}" if mode(name) == "scalar" else f"ncdc_a_{name}[ncdc_j]"
+        return f"ncdc_e_{name}"
 
     statements: list[Statement] = []
     for op in kernel.ops:
-        statements += op_statements(op, value, lambda a: elem_index[a], f"e_{op.out}")
+        statements += op_statements(op, value, lambda a: elem_index[a], value(op.out))
 
     def access(name: str) -> dict[str, Any]:
         t = d.tensor(name)
@@ -201,7 +191,7 @@ def render_elementwise(kp: KernelPlan, plan: Plan) -> KernelSource:
             "name": name,
             "ctype": cpp_type(t.dtype),
             "mode": mode(name),
-            "offset": "e" if t.axes == axes else offset_expr(t.axes, lambda a: index[a]),
+            "offset": "ncdc_e" if t.axes == axes else offset_expr(t.axes, lambda a: index[a]),
             "stride": inner_stride or "1",
         }
 
@@ -216,8 +206,6 @@ def render_elementwise(kp: KernelPlan, plan: Plan) -> KernelSource:
         Param(n, "tensor", d.tensor(n).dtype, writes=n in kernel.outputs)
         for n in (*kernel.inputs, *kernel.outputs)
     ] + [Param(size_name(a), "int64", value=d.axes[a]) for a in axes]
-    check_names(d, [size_name(a) for a in axes] + [f"{p}_{a}" for p in ("i",) for a in axes])
-    check_names(d, ("j", "e", "total", "vec", "io", "rem"))
     context = {
         "kernel": name,
         "threads": threads,
@@ -227,7 +215,7 @@ def render_elementwise(kp: KernelPlan, plan: Plan) -> KernelSource:
         "inputs": [access(n) for n in kernel.inputs],
         "outputs": [access(n) for n in kernel.outputs],
         "statements": statements,
-        "result": {n: f"e_{n}" for n in kernel.outputs},
+        "result": {n: value(n) for n in kernel.outputs},
         "params": param_context(params),
         "doc": "; ".join(op.text for op in kernel.ops),
     }

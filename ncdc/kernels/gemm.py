@@ -33,7 +33,9 @@ SIMT_MAX_OUTPUTS = 64  # fp32 accumulators per thread before registers run out
 GATHER_MAX_OUTPUTS = 64  # the same for 8-bit operands whose fragments are gathered bytewise
 MAX_GRID_Y = 65535
 MAX_GRID_Z = 65535  # more batches than this loop inside the kernel
-SIZE_PREFIX = "size_"  # C++ names of the problem sizes: size_<axis>
+# Every name the generated code makes up starts with ncdc_, which no diagram name may: the
+# problem sizes are ncdc_size_<axis>, an epilogue value is ncdc_v_<name>.
+SIZE_PREFIX = "ncdc_size_"
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,6 @@ def render_gemm(kp: KernelPlan, plan: Plan) -> KernelSource:
     )
     epilogue = _epilogue(kp, d, mm, ops)
     axes = [a for a in kp.kernel.axes if a in d.axes]
-    for a in axes:
-        if SIZE_PREFIX + a in {t.name for t in d.tensors}:
-            raise PlanError(f"tensor name '{SIZE_PREFIX + a}' clashes with the size of axis '{a}'")
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
     params.append(Param(ops.c.name, "tensor", ops.c.dtype, writes=True))
     params += [Param(SIZE_PREFIX + a, "int64", value=d.axes[a]) for a in axes]
@@ -247,6 +246,11 @@ def _literal(x: float) -> str:
     return f"{float(x)!r}f"
 
 
+def _value(name: str) -> str:
+    """The C++ local holding the epilogue value `name` (a diagram tensor's name)."""
+    return f"ncdc_v_{name}"
+
+
 def _epilogue(kp: KernelPlan, d: Diagram, mm: Op, ops: Operands) -> dict[str, Any]:
     """The contraction's scale and the ops after it, as data the template unrolls."""
     scale = [
@@ -263,7 +267,7 @@ def _epilogue(kp: KernelPlan, d: Diagram, mm: Op, ops: Operands) -> dict[str, An
         if not isinstance(x, str):
             return {"kind": "number", "name": _literal(x)}
         if x in chain:
-            return {"kind": "value", "name": x}
+            return {"kind": "value", "name": _value(x)}
         t = d.tensor(x)
         operands[x] = {
             "name": x,
@@ -277,23 +281,22 @@ def _epilogue(kp: KernelPlan, d: Diagram, mm: Op, ops: Operands) -> dict[str, An
         if op.kind == "cast":
             src = arg(op.operands[0])
             for i, f in enumerate(op.scale):
-                out = f"{op.out}_scaled{i}"
+                out = f"ncdc_scaled{i}_{op.out}"
                 steps.append({"out": out, "fn": "mul", "cast": "", "args": [src, arg(f)]})
-                chain.add(out)
                 src = {"kind": "value", "name": out}
             cast = cpp_type(op.params["to"])
-            steps.append({"out": op.out, "fn": "cast", "cast": cast, "args": [src]})
+            steps.append({"out": _value(op.out), "fn": "cast", "cast": cast, "args": [src]})
         elif op.kind in ("map", "binary"):
             args = [arg(x) for x in op.operands]
-            steps.append({"out": op.out, "fn": op.fn, "cast": "", "args": args})
+            steps.append({"out": _value(op.out), "fn": op.fn, "cast": "", "args": args})
         else:
             raise PlanError(f"no GEMM epilogue for {op.fn} ({op.out})")
         chain.add(op.out)
     return {
         "scale": scale,
         "scaled": bool(scale),
-        "product": mm.out,
+        "product": _value(mm.out),
         "steps": steps,
         "operands": list(operands.values()),
-        "result": kp.kernel.ops[-1].out,
+        "result": _value(kp.kernel.ops[-1].out),
     }

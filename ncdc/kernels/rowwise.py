@@ -27,7 +27,6 @@ from ncdc.families import ELEMENTWISE_KINDS
 from ncdc.kernels.elementwise import (
     Statement,
     check_dtypes,
-    check_names,
     float_literal,
     needed_ops,
     offset_expr,
@@ -84,13 +83,13 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
 
     def value(name: str) -> str:
         if name == rowop.out:
-            return "stat" if rowop.kind == "reduce" else "e_" + name
+            return "ncdc_stat" if rowop.kind == "reduce" else f"ncdc_e_{name}"
         if name in per_element:
-            return f"a_{name}[j]" if name in kernel.inputs else f"e_{name}"
-        return f"r_{name}"
+            return f"ncdc_a_{name}[ncdc_j]" if name in kernel.inputs else f"ncdc_e_{name}"
+        return f"ncdc_r_{name}"
 
-    index = {a: f"i_{a}" for a in rows_axes}
-    index[row] = "(c.c0 + j * c.step)"
+    index = {a: f"ncdc_i_{a}" for a in rows_axes}
+    index[row] = "(ncdc_c.c0 + ncdc_j * ncdc_c.step)"
 
     def statements(ops: list[Op]) -> list[Statement]:
         out: list[Statement] = []
@@ -113,20 +112,22 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
     bias = rowop.params.get("bias") if rowop.kind == "norm" else None
     finish_stmts: list[Statement] = []
     if rowop.kind != "reduce":
-        y = "y[j]"
+        y = "ncdc_y[ncdc_j]"
         if weight:
-            finish_stmts.append(Statement(f"e_{rowop.out}_w", "op_mul", (y, value(weight))))
-            y = f"e_{rowop.out}_w"
+            finish_stmts.append(
+                Statement(f"ncdc_weighted_{rowop.out}", "op_mul", (y, value(weight)))
+            )
+            y = f"ncdc_weighted_{rowop.out}"
         if bias:
-            finish_stmts.append(Statement(f"e_{rowop.out}_b", "op_add", (y, value(bias))))
-            y = f"e_{rowop.out}_b"
-        finish_stmts.append(Statement(f"e_{rowop.out}", "op_id", (y,)))
+            finish_stmts.append(Statement(f"ncdc_biased_{rowop.out}", "op_add", (y, value(bias))))
+            y = f"ncdc_biased_{rowop.out}"
+        finish_stmts.append(Statement(value(rowop.out), "op_id", (y,)))
     hoisted = [op for op in finish_ops if op.out not in per_element]
     finish_stmts += statements([op for op in finish_ops if op.out in per_element])
 
     def loads(stmts: list[Statement], *extra: str) -> list[str]:
         used = " ".join([*(" ".join(s.args) for s in stmts), *extra])
-        return [n for n in kernel.inputs if n in per_element and f"a_{n}[j]" in used]
+        return [n for n in kernel.inputs if n in per_element and value(n) in used]
 
     source_stmts = statements(source_ops)
     rows_order = tuple(a for a in rows_axes)
@@ -135,7 +136,7 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
         t_axes = d.tensor(name).axes
         mine = tuple(a for a in t_axes if a != row)
         if mine == rows_order:
-            return f"r * {size_name(row)}" if row in t_axes else "r"
+            return f"ncdc_r * {size_name(row)}" if row in t_axes else "ncdc_r"
         return offset_expr(mine, lambda a: index[a] if a != row else "0") + (
             f" * {size_name(row)}" if row in t_axes and mine else ""
         )
@@ -160,13 +161,13 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
     params = [
         Param(t, "tensor", d.tensor(t).dtype, writes=t in kernel.outputs) for t in touched
     ] + [Param(size_name(a), "int64", value=d.axes[a]) for a in (*rows_axes, row)]
-    check_names(d, [p.name for p in params if p.kind == "int64"] + [f"i_{a}" for a in rows_axes])
-    check_names(d, ("r", "c", "j", "y", "x", "stat", "io", "rem"))
     # Axis indices of the row (64-bit divisions) only where an offset or a mask needs them.
     generated = [offset(t) for t in touched] + [
         a for st in (*source_stmts, *finish_stmts) for a in st.args
     ]
-    uses_indices = any("i_" in g for g in generated) or any(op.kind == "mask" for op in kernel.ops)
+    uses_indices = any("ncdc_i_" in g for g in generated) or any(
+        op.kind == "mask" for op in kernel.ops
+    )
     eps = rowop.params.get("eps", 1e-5) if rowop.kind == "norm" else 0.0
     context: dict[str, Any] = {
         "kernel": name,
