@@ -513,7 +513,11 @@ class _Validator:
         def over(t: Tensor) -> tuple[str, ...]:
             names = st.kwargs.get("over")
             names = [names] if isinstance(names, str) else names
-            if not isinstance(names, list) or not names:
+            if (
+                not isinstance(names, list)
+                or not names
+                or not all(isinstance(a, str) for a in names)
+            ):
                 raise self.fail(path, f"expected axis names for 'over', found {names!r}")
             for a in names:
                 self.known_axis(a, axes, path)

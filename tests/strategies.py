@@ -22,7 +22,7 @@ DTYPES = tuple(DTYPE_BYTES)
 # Valid identifiers that look like C, C++, CUDA or libc names: they must load, and they
 # must reach generated code only as the names they are.
 HOSTILE_VALID = (
-    "int_", "class_", "NULL_", "x__y", "I", "e", "f", "L", "u8", "std_", "ptr", "tid",
+    "int_", "class_", "NULL_", "x_y", "I", "e", "f", "L", "u8", "std_", "ptr", "tid",
     "lane", "acc", "smem", "i", "j", "printf", "memcpy", "assert", "expf", "sqrtf",
     "syncthreads", "atomicAdd", "EOF", "errno", "stdin", "offsetof", "INT_MAX", "M_PI",
     "nv_bfloat16", "Tensor", "Params", "BLOCK_M", "kBlockM", "grid", "block", "dim",
@@ -34,7 +34,7 @@ HOSTILE_VALID = (
 HOSTILE_INVALID = (
     "int", "class", "template", "this", "NULL", "threadIdx", "blockIdx", "warpSize",
     "size_t", "uint32_t", "main", "std", "max", "min", "INFINITY", "NAN", "__LINE__",
-    "__FILE__", "__x", "__syncthreads", "_Foo", "_x", "_", "ncdc_buf", "NCDC_X", "cudaMalloc",
+    "__FILE__", "__x", "x__y", "__syncthreads", "_Foo", "_x", "_", "ncdc_buf", "NCDC_X", "cudaMalloc",
     "1a", "a-b", "a b", "a.b", "a;system(\"x\")", "a/*", "a*/", "a//", "a\n#include <x>",
     "a\\", "a\"", "a'", "é", "a\u200bb", "a\x00", "Q" * 49, "", " a", "a ", "a\tb", "${a}",
     "{{ a }}", "{% a %}", "a)", "a,b", "a=b",
