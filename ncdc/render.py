@@ -152,7 +152,7 @@ def render_plan(plan: Plan) -> RenderedModule:
     origin: list[str] = []
     for where, text in parts:
         lines = text.splitlines(keepends=True)
-        origin += [f"{where}:{i + 1}" for i in range(len(lines))]
+        origin += [f"{where} (its output line {i + 1})" for i in range(len(lines))]
         source += text if text.endswith("\n") else text + "\n"
     name = "__".join(dict.fromkeys(launch.kernel for launch in launches))
     return RenderedModule(name, source, tuple(launches), tuple(workspace), tuple(origin))

@@ -108,3 +108,25 @@ def test_emulated_traffic_matches_the_model(spec, sizes, tiles):
     issued = outcome.result.bytes_read + outcome.result.bytes_written
     assert outcome.boundary == "l2->smem"
     assert issued == pytest.approx(outcome.predicted_bytes, rel=0.01)
+
+
+def test_compile_error_names_the_generated_line_and_its_template():
+    from dataclasses import replace
+
+    from ncdc.cache import cached_compile
+    from ncdc.errors import CompileError
+    from ncdc.render import render_plan
+    from ncdc.spec import load_diagram
+    from ncdc.tiling import plan_diagram
+
+    plan = plan_diagram(load_diagram(ROOT / "diagrams/softmax.yaml", SMALL_SOFTMAX), H200)
+    module = render_plan(plan)
+    lines = module.source.splitlines()
+    broken = next(i for i, line in enumerate(lines) if "__global__" in line)
+    lines.insert(broken, "this is not C++;")
+    module = replace(module, source="\n".join(lines) + "\n")
+    with pytest.raises(CompileError) as info:
+        cached_compile(module.source, "sm_80", name="broken", use_cache=False,
+                       line_origin=module.origin)  # fmt: skip
+    message = info.value.line()
+    assert f"({broken + 1})" in message and "from rowwise.cu.j2 (its output line" in message
