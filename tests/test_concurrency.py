@@ -1,0 +1,73 @@
+"""Parallel CI jobs and interrupted runs: several `ncdc compile` processes at once on the same
+and on different specs all succeed and compile each kernel once; Ctrl-C during a compile
+leaves no partial output and no held lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
+
+
+def start_compile(spec: str, out: Path, cache: Path) -> subprocess.Popen:
+    env = {**os.environ, "NCDC_CACHE": str(cache)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ncdc", "compile", spec, "-o", str(out), "--format", "json"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def cache_entries(cache: Path) -> list[Path]:
+    return sorted(cache.rglob("*.cubin"))
+
+
+def test_parallel_compiles_of_the_same_and_different_specs(tmp_path):
+    cache = tmp_path / "cache"
+    specs = ["diagrams/softmax.yaml"] * 4 + ["diagrams/rmsnorm.yaml"] * 2 + [
+        "diagrams/layernorm.yaml", "diagrams/matmul.yaml"]  # fmt: skip
+    procs = [start_compile(s, tmp_path / f"out{i}", cache) for i, s in enumerate(specs)]
+    results = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, err
+        assert json.loads(out)["format"] == "ncdc.kernel/1"
+    # One cache entry per distinct kernel: each was compiled once, whoever asked first.
+    assert len(cache_entries(cache)) == 4
+    # Every output folder has its three files and nothing half-written.
+    for i, spec in enumerate(specs):
+        names = sorted(p.name for p in (tmp_path / f"out{i}").iterdir())
+        stem = Path(spec).stem
+        assert names == [f"{stem}.cu", f"{stem}.cubin", f"{stem}.json"]
+    # No lock is left held: taking each one without blocking succeeds.
+    import fcntl
+
+    for lock in cache.rglob("*.lock"):
+        with lock.open("w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_ctrl_c_during_compile_leaves_no_partial_file(tmp_path):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    proc = start_compile("diagrams/", out, cache)
+    time.sleep(3.0)  # planning and NVRTC are under way by now
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" not in err
+    leftovers = [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
+    # What was written is whole: every .json parses and its .cu and .cubin are beside it.
+    for meta in out.glob("*.json") if out.exists() else []:
+        json.loads(meta.read_text())
+        assert meta.with_suffix(".cu").exists() and meta.with_suffix(".cubin").exists()
+    # A second run completes and reuses what the first one finished.
+    again = start_compile("diagrams/softmax.yaml", out, cache)
+    assert again.wait(timeout=600) == 0
