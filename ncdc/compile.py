@@ -80,10 +80,28 @@ def default_arch(hardware: Hardware) -> str:
     return hardware.arch
 
 
+FP8_MIN_ARCH = 89  # mma.sync with e4m3/e5m2 operands starts with Ada (sm_89)
+
+
+def check_arch_supports(plan: Plan, arch: str) -> None:
+    """Refuse early, in one line, an architecture the plan's kernels cannot run on."""
+    number = int("".join(ch for ch in arch.split("_")[-1] if ch.isdigit()) or 0)
+    for kp in plan.kernels:
+        dtypes = {plan.graph.tensors[n].tensor.dtype for n in kp.kernel.inputs}
+        fp8 = sorted(d for d in dtypes if d.startswith("fp8"))
+        if fp8 and kp.family.name == "gemm" and number < FP8_MIN_ARCH:
+            raise UsageError(
+                f"{kp.kernel.name} multiplies {fp8[0]} on tensor cores, which {arch} lacks",
+                where="--arch",
+                hint="fp8 mma.sync needs sm_89 or newer: --arch sm_89 or sm_90a",
+            )
+
+
 def compile_plan(plan: Plan, arch: str, *, use_cache: bool = True) -> CompileReport:
     """Render and compile `plan` for `arch`; the cubin comes from the cache when it can."""
     from ncdc.cache import cached_compile
 
+    check_arch_supports(plan, arch)
     module = render_plan(plan)
     diagram = plan.graph.diagram
     name = module.name if len(module.name) <= MAX_CACHE_NAME else f"{diagram.name}_module"

@@ -130,3 +130,10 @@ def test_compile_error_names_the_generated_line_and_its_template():
                        line_origin=module.origin)  # fmt: skip
     message = info.value.line()
     assert f"({broken + 1})" in message and "from rowwise.cu.j2 (its output line" in message
+
+
+def test_fp8_on_an_arch_without_fp8_tensor_cores_is_one_line(tmp_path):
+    result = ncdc("compile", "diagrams/fp8_matmul.yaml", "--arch", "sm_80", "-o", str(tmp_path))
+    assert result.returncode == 2
+    assert "fp8_e4m3 on tensor cores, which sm_80 lacks" in result.stderr
+    assert list(tmp_path.iterdir()) == []
