@@ -25,9 +25,11 @@ softmax. Nothing here is written per diagram. See docs/cost-model.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from ncdc.errors import PlanError
@@ -74,6 +76,15 @@ CUDA_FLOPS_PER_VALUE: dict[str, int] = {
 SFU_PER_VALUE = {"exp": 1, "gelu": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1}
 REGISTER_OVERHEAD = 40  # addresses, loop counters, softmax state: a kernel's fixed registers
 MAX_REGISTERS = 255
+# Warps resident per SM at which a unit or a memory level reaches its peak (Little's law:
+# work in flight = latency x rate). Two warps per SM sub-partition: on sm_80/sm_90 an
+# mma.sync warp alternates ldmatrix (~30 cycles of SMEM latency at 128 B/clock/SM, so about
+# 3.8 KiB in flight, eight 512-byte ldmatrix.x4) and math, and one warp per sub-partition
+# leaves the tensor pipe idle while it waits; an L2 or HBM stream needs latency x bandwidth
+# in flight (H100: ~260 cycles x ~38 B/clock/SM ~ 10 KB per SM for L2, ~600 ns x 4.8 TB/s
+# / 132 SMs ~ 22 KB for HBM), that is 8 warps with 2-4 KiB of 16-byte loads each. See
+# docs/cost-model.md, "Latency hiding".
+SATURATION_WARPS = 8
 
 
 # ------------------------------------------------------------------------------ values
@@ -247,6 +258,12 @@ class KernelModel:
             diagram.size(diagram.tensor(n)) * DTYPE_BYTES[diagram.tensor(n).dtype] for n in names
         )
         self.flops_by_unit = _flops(diagram, kernel)
+        # A causal mask whose key axis the kernel reduces: key tiles that every query of a
+        # query tile masks are skipped, along with the work and the loads over that axis.
+        self.mask = _causal_axes(kernel)
+        key = self.mask[1] if self.mask else None
+        self.keyed_flops = _flops(diagram, kernel, key) if key else {}
+        self._keyed = [key is not None and key in axes for _, axes, _ in self.inputs]
         self._tile_transfers: dict[tuple[int, ...], tuple[int, int]] = {}
         self._tile_residents: dict[tuple, tuple[int, int]] = {}
 
@@ -274,24 +291,64 @@ class KernelModel:
             n = n * -(-self.sizes[a] // g[a])
         return n
 
-    def transfer(self, g: Mapping[str, Any]) -> tuple[Any, Any]:
-        """(values, bytes) loaded into a level with group sizes g, plus the outputs saved."""
+    def transfer(self, g: Mapping[str, Any], s: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
+        """(values, bytes) loaded into a level with group sizes g, plus the outputs saved.
+        Under a causal mask, the inputs over its key axis are loaded only for the key
+        chunks (of s) that some query of the group sees."""
         groups = self.groups(g)
         values: Any = self.output_values
         nbytes: Any = self.output_bytes
-        for shape, p, _ in self._inputs:
+        kept = self.mask_fraction(g, s) if self.mask else 1
+        for (shape, p, _), keyed in zip(self._inputs, self._keyed, strict=True):
             v = _chunk(shape, g, None) * groups
+            if keyed:
+                v = v * kept
             values = values + v
             nbytes = nbytes + v * p
         return values, nbytes
 
-    def tile_transfer(self, g: Mapping[str, int]) -> tuple[int, int]:
+    def tile_transfer(
+        self, g: Mapping[str, int], s: Mapping[str, int] | None = None
+    ) -> tuple[int, int]:
         """`transfer` for one tile of whole numbers, memoised: the candidates of a search
-        share their block, warp and wave tiles. H depends on g only along woven axes."""
+        share their block, warp and wave tiles. H depends on g only along woven axes (and
+        on the key chunk under a causal mask)."""
         key = tuple(map(g.__getitem__, self.kernel.woven))
+        if self.mask:
+            key += ((s or {}).get(self.mask[1], 0),)
         if key not in self._tile_transfers:
-            self._tile_transfers[key] = self.transfer(g)
+            values, nbytes = self.transfer(g, s)
+            self._tile_transfers[key] = (int(values), int(nbytes))
         return self._tile_transfers[key]
+
+    def mask_fraction(self, g: Mapping[str, Any], s: Mapping[str, Any] | None) -> Any:
+        """Share of the dense work over the key axis that groups of g, streaming keys in
+        chunks of s, do under the causal mask (1 without one): `causal_fraction`."""
+        if not self.mask:
+            return 1
+        query, key = self.mask
+        queries, keys = self.sizes[query], self.sizes[key]
+        g_q = g.get(query, queries)
+        s_x = (s or {}).get(key, keys)
+        if hasattr(g_q, "shape") or hasattr(s_x, "shape"):
+            import numpy as np  # only a vectorised search passes arrays
+
+            each = np.frompyfunc(lambda a, b: causal_fraction(queries, keys, int(a), int(b)), 2, 1)
+            return each(g_q, s_x).astype(np.float64)
+        return causal_fraction(queries, keys, int(g_q), int(s_x))
+
+    def tile_flops(
+        self, g: Mapping[str, int], s: Mapping[str, int]
+    ) -> dict[tuple[str, str], float]:
+        """FLOPs per (unit, kind) that groups of g with chunks s do: under a causal mask,
+        the work over the key axis only for the key chunks a group visits."""
+        if not self.mask:
+            return dict(self.flops_by_unit)
+        kept = self.mask_fraction(g, s)
+        return {
+            unit: n - self.keyed_flops.get(unit, 0) * (1 - kept)
+            for unit, n in self.flops_by_unit.items()
+        }
 
     def resident(
         self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int = 1, inputs_only: bool = False
@@ -431,9 +488,12 @@ def contract_unit(diagram: Diagram, op: Op) -> tuple[str, str]:
     return "tensor", dtypes[0]
 
 
-def _flops(diagram: Diagram, kernel: Kernel) -> dict[tuple[str, str], float]:
+def _flops(
+    diagram: Diagram, kernel: Kernel, axis: str | None = None
+) -> dict[tuple[str, str], float]:
     """FLOPs per (unit, kind): 2k per output value of a contraction, exponentials on the
-    SFU, the rest on CUDA cores at CUDA_FLOPS_PER_VALUE."""
+    SFU, the rest on CUDA cores at CUDA_FLOPS_PER_VALUE. With `axis`, only the operations
+    whose result or reduction runs over that axis."""
     out: dict[tuple[str, str], float] = {}
 
     def add(key: tuple[str, str], n: float) -> None:
@@ -441,6 +501,8 @@ def _flops(diagram: Diagram, kernel: Kernel) -> dict[tuple[str, str], float]:
             out[key] = out.get(key, 0) + n
 
     for op in kernel.ops:
+        if axis is not None and axis not in op.axes and axis not in op.over:
+            continue
         result = diagram.size(diagram.tensor(op.out))
         if op.kind == "contract":
             k = math.prod(diagram.axes[a] for a in op.over)
@@ -453,6 +515,47 @@ def _flops(diagram: Diagram, kernel: Kernel) -> dict[tuple[str, str], float]:
         add(("cuda", "fp32"), count * CUDA_FLOPS_PER_VALUE.get(fn, 1))
         add(("sfu", "exp"), count * SFU_PER_VALUE.get(fn, 0))
     return out
+
+
+# ------------------------------------------------------------------------- causal masks
+
+
+def _causal_axes(kernel: Kernel) -> tuple[str, str] | None:
+    """(query axis, key axis) of a causal mask whose key axis the kernel reduces (the
+    streamed key axis of attention) and whose query axis it weaves, else None."""
+    for op in kernel.ops:
+        if op.kind != "mask":
+            continue
+        query, key = op.params.get("query"), op.params.get("key")
+        if query in kernel.woven and key in kernel.reduced:
+            return query, key
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def causal_fraction(queries: int, keys: int, g_q: int, s_x: int) -> Fraction:
+    """Share of the dense (query tile, key) work a causal kernel does when it skips the key
+    chunks that every query of a tile masks.
+
+    Key j is masked for query i when j > i + (keys - queries) (the diagonal aligned at the
+    end). Query tile t (g_q queries, the last one clipped to the axis) sees keys up to
+    `last` = its last query + keys - queries, so it visits chunks 0 .. last // s_x of s_x
+    keys (none if last < 0) and loads min(keys, chunks x s_x) keys. The result is those
+    keys summed over the tiles, over tiles x keys (1 when nothing is skipped).
+
+        >>> causal_fraction(256, 256, 64, 64)   # tiles see 64, 128, 192, 256 of 4 x 256
+        Fraction(5, 8)
+        >>> causal_fraction(1, 4096, 16, 64)    # one decode query sees every key
+        Fraction(1, 1)
+    """
+    shift = keys - queries
+    tiles = -(-queries // g_q)
+    loaded = 0
+    for t in range(tiles):
+        last = min((t + 1) * g_q, queries) - 1 + shift
+        if last >= 0:
+            loaded += min(keys, (last // s_x + 1) * s_x)
+    return Fraction(loaded, tiles * keys)
 
 
 # ----------------------------------------------------------------------------- streaming
@@ -562,6 +665,8 @@ class KernelTiming:
     grid: int
     blocks_per_sm: int
     waves: int
+    flops: int = 0  # FLOPs the kernel does (under a causal mask, only the key tiles it visits)
+    padding: float = 1.0  # work done over useful work: padded tails and chunks
 
     @property
     def times(self) -> dict[str, float]:
@@ -577,22 +682,56 @@ class KernelTiming:
         return self.transfers[0].bytes if self.transfers else 0
 
 
+def latency_efficiency(warps_per_sm: float) -> float:
+    """Fraction of a unit's or a memory level's peak reached with `warps_per_sm` warps
+    resident per SM: the work in flight grows with the warps until it covers latency x
+    rate (Little's law), at SATURATION_WARPS, and the peak holds beyond.
+
+        >>> latency_efficiency(4), latency_efficiency(8), latency_efficiency(16)
+        (0.5, 1.0, 1.0)
+    """
+    return min(1.0, warps_per_sm / SATURATION_WARPS)
+
+
 def time_kernel(
     model: KernelModel, hw: Hardware, choice: TileChoice, occupancy: Occupancy = blocks_per_sm
 ) -> KernelTiming:
     """Transfers, compute time per unit and launch of `model`'s kernel run with `choice` on
-    `hw` (napkin-model.md 3 and 7). `occupancy` is `blocks_per_sm` or a memo of it."""
+    `hw` (napkin-model.md 3 and 7). `occupancy` is `blocks_per_sm` or a memo of it.
+
+    On a GPU, a resource of one SM (compute units, SMEM) runs at the pace of the busiest
+    SM: it holds ceil(grid / SMs) blocks, at the rate its resident warps reach
+    (`latency_efficiency`); a resource the device shares (L2, HBM) at the rate the warps
+    resident on the whole device reach."""
     levels = hw.levels
     gpu = choice.registers > 0
+    block = choice.partitions[levels[min(2, len(levels) - 1)].name] if gpu else None
+    inner = block or choice.partitions[levels[-1].name]
+    grid = int(model.groups(inner.group)) * (choice.splits if block else 1)
+    per_sm, waves, sm_slow, device_slow, padding = 1, 1, 1.0, 1.0, 1.0
+    if gpu:
+        per_sm, _ = occupancy(
+            choice.threads, min(choice.registers, MAX_REGISTERS), choice.smem_bytes, hw.limits
+        )
+        per_sm = max(per_sm, 1)
+        sms = hw.limits.sms
+        waves = _ceil_div(grid, sms * per_sm)
+        busiest = _ceil_div(grid, sms)
+        resident = min(per_sm, busiest) * choice.warps
+        sm_slow = busiest * sms / grid / latency_efficiency(resident)
+        device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * choice.warps / sms)
+        padding = _padding(model, inner.group, inner.stream)
     transfers = []
     for upper, lower in zip(levels, levels[1:], strict=False):
-        values, nbytes = model.tile_transfer(choice.partitions[lower.name].group)
+        part = choice.partitions[lower.name]
+        values, nbytes = model.tile_transfer(part.group, part.stream)
         if choice.splits > 1 and lower.name != levels[-1].name:
             # partial outputs, fp32, and the running max and sum of each row, saved then read
             merge_values = 2 * choice.splits * model.output_values
             values += merge_values
             nbytes += merge_values * 4
         bandwidth = upper.bandwidth_bytes_per_s
+        slow = device_slow if upper.per == "device" else sm_slow
         transfers.append(
             Transfer(
                 upper.name,
@@ -600,30 +739,17 @@ def time_kernel(
                 int(values),
                 int(nbytes),
                 bandwidth,
-                float(nbytes) / bandwidth,
+                float(nbytes) / bandwidth * slow,
             )
         )
-    block = choice.partitions[levels[min(2, len(levels) - 1)].name] if gpu else None
-    grid = (
-        int(model.groups(block.group)) * choice.splits
-        if block
-        else int(model.groups(choice.partitions[levels[-1].name].group))
-    )
-    per_sm, waves, efficiency = 1, 1, 1.0
-    if gpu:
-        per_sm, _ = occupancy(
-            choice.threads, min(choice.registers, MAX_REGISTERS), choice.smem_bytes, hw.limits
-        )
-        per_sm = max(per_sm, 1)
-        wave = hw.limits.sms * per_sm
-        waves = _ceil_div(grid, wave)
-        # a partial last wave costs a full one; padded tails cost their padding
-        efficiency = waves * wave / grid * _padding(model, block.group) if block else 1.0
-        efficiency = max(efficiency, 1.0)
+    flops = model.tile_flops(inner.group, inner.stream)
     compute: dict[str, float] = {}
-    for (unit, kind), n in model.flops_by_unit.items():
-        compute[unit] = compute.get(unit, 0.0) + n / _rate(hw, unit, kind) * efficiency
-    return KernelTiming(tuple(transfers), compute, grid, per_sm, int(waves))
+    for (unit, kind), n in flops.items():
+        compute[unit] = (
+            compute.get(unit, 0.0) + float(n) / _rate(hw, unit, kind) * sm_slow * padding
+        )
+    total = int(sum(flops.values()))
+    return KernelTiming(tuple(transfers), compute, grid, per_sm, int(waves), total, padding)
 
 
 def evaluate_kernel(
@@ -659,7 +785,7 @@ def evaluate_kernel(
         blocks_per_sm=timing.blocks_per_sm,
         registers_per_thread=min(choice.registers, MAX_REGISTERS),
         smem_bytes=choice.smem_bytes,
-        flops=model.flops,
+        flops=timing.flops,
         levels=tuple(level_costs),
         transfers=timing.transfers,
         compute_time_s=compute_time,
@@ -678,11 +804,16 @@ def _top_level(model: KernelModel, hw: Hardware) -> LevelCost:
     return LevelCost(top.name, top.capacity_bytes, model.top_values, model.top_bytes)
 
 
-def _padding(model: KernelModel, g: Mapping[str, int]) -> float:
+def _padding(model: KernelModel, g: Mapping[str, int], s: Mapping[str, int]) -> float:
+    """Work done over useful work: every woven axis runs in whole groups and every
+    streamed axis in whole chunks (a tail is computed padded)."""
     f = 1.0
     for a in model.kernel.woven:
         size = model.sizes[a]
         f *= -(-size // g[a]) * g[a] / size
+    for a, chunk in s.items():
+        size = model.sizes.get(a, chunk)
+        f *= -(-size // chunk) * chunk / size
     return f
 
 

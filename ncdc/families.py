@@ -44,7 +44,9 @@ ATTENTION_TILES: dict[str, tuple[int, ...]] = {
 DECODE_TILES: dict[str, tuple[int, ...]] = {
     "g_q": (16,),  # the whole (short) query axis, padded to one mma row block
     "s_x": (32, 64, 128),
-    "splits": (1, 2, 4, 8, 16, 32),  # key axis split across blocks, merged by a second pass
+    # key axis split across blocks, merged by a second pass: a few (batch, head) slices
+    # still make two 4-warp blocks per SM, what HBM needs in flight (cost-model.md)
+    "splits": (1, 2, 4, 8, 16, 32, 64),
     "warps": (4,),
     "stages": (2,),
 }

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 GPU_LEVELS = ("smem", "rf")  # a profile with these levels gets the family templates' tiles
+MMA_TILE = 16  # rows and columns of the smallest warp tile (mma m16, n8 x 2)
 
 # Many candidates share threads, registers and shared memory; Limits is frozen (hashable).
 _occupancy = functools.lru_cache(maxsize=4096)(blocks_per_sm)
@@ -144,10 +145,12 @@ def _rank_kernel(
 
 
 def _rank_key(c: TileChoice, t: KernelTiming) -> tuple:
-    """Fastest first; then fewer bytes moved at the top; then larger tiles; then by name."""
+    """Fastest first; then fewer bytes moved at the top; then less padded work (a tile
+    larger than a small axis only adds padding); then larger tiles; then by name."""
     return (
         t.predicted_time_s,
         t.top_bytes,
+        t.padding,
         -math.prod(c.block_tile.values()),
         sorted(c.block_tile.items()),
         c.warps,
@@ -199,9 +202,12 @@ def _abstract_choices(
         volume = volume * grid
     volume = volume.ravel()
     per_level = []
-    compute_s = max((n / hw.rate(u, k) for (u, k), n in model.flops_by_unit.items()), default=0)
+    slowest = max((n / hw.rate(u, k) for (u, k), n in model.flops_by_unit.items()), default=0)
+    compute_s = np.full(volume.shape, slowest)
+    if model.mask:  # a causal mask skips key chunks: work over the keys depends on the tile
+        compute_s = np.broadcast_to(_abstract_compute(model, hw, g, s), shape).ravel()
     for upper, lower in zip(hw.levels, hw.levels[1:], strict=False):
-        _, nbytes = model.transfer(g)
+        _, nbytes = model.transfer(g, s)
         _, resident = model.resident(g, s)
         nbytes = np.broadcast_to(nbytes, shape).ravel().astype(np.float64)
         resident = np.broadcast_to(resident, shape).ravel()
@@ -212,7 +218,7 @@ def _abstract_choices(
                 hint=f"raise {lower.name}.capacity or use smaller tiles",
             )
         # only candidates that fit are sorted; lexsort is stable, so ties keep grid order
-        time_s = np.maximum(nbytes[fits] / upper.bandwidth_bytes_per_s, compute_s)
+        time_s = np.maximum(nbytes[fits] / upper.bandwidth_bytes_per_s, compute_s[fits])
         order = np.lexsort((-volume[fits], nbytes[fits], time_s))  # last key sorts first
         best = [int(i) for i in fits[order[:top_k]]]
         per_level.append((lower.name, best))
@@ -229,6 +235,20 @@ def _abstract_choices(
             block = block or flat
         choices.append(TileChoice(parts, block))
     return choices
+
+
+def _abstract_compute(
+    model: KernelModel, hw: Hardware, g: Mapping[str, np.ndarray], s: Mapping[str, np.ndarray]
+) -> np.ndarray:
+    """The slowest unit's time per candidate when the work depends on the tile."""
+    import numpy as np
+
+    kept = model.mask_fraction(g, s)
+    times = [
+        (n - model.keyed_flops.get(unit, 0) * (1 - kept)) / hw.rate(*unit)
+        for unit, n in model.flops_by_unit.items()
+    ]
+    return np.maximum.reduce(np.broadcast_arrays(*times)) if times else np.zeros(1)
 
 
 def _abstract_overflow(
@@ -381,19 +401,20 @@ def _gemm_blocks(
     p = min(DTYPE_BYTES[d.tensor(x).dtype] for x in mm.operands if isinstance(x, str))
     mma_k = MMA_K.get(p, 16)
     other = tuple(a for a in model.kernel.woven if a not in (m, n))
-    k_opts = _options(k, t["s_k_fp8"] if p == 1 else t["s_k"], model.sizes[k], fixed)
+    k_opts = _rounded_options(k, t["s_k_fp8"] if p == 1 else t["s_k"], model.sizes[k], fixed, mma_k)
     out = []
+    seen = set()
     for g_m, g_n, s_k, warps, stages in itertools.product(
-        _options(m, t["g_m"], model.sizes[m], fixed),
-        _options(n, t["g_n"], model.sizes[n], fixed),
+        _rounded_options(m, t["g_m"], model.sizes[m], fixed, MMA_TILE),
+        _rounded_options(n, t["g_n"], model.sizes[n], fixed, MMA_TILE),
         k_opts,
         t["warps"],
         t["stages"],
     ):
-        arrangement = _arrange(g_m, g_n, warps)
-        if arrangement is None:
+        g_m, g_n, w_m, w_n = _arrange(g_m, g_n, warps)
+        if (g_m, g_n, s_k, warps, stages) in seen:
             continue
-        w_m, w_n = arrangement
+        seen.add((g_m, g_n, s_k, warps, stages))
         threads = 32 * warps
         fragments = -(-(w_m + w_n) * mma_k * p // (4 * 32))
         group = {**_ones(other, fixed), m: g_m, n: g_n}
@@ -416,21 +437,42 @@ def _gemm_blocks(
 
 
 @functools.cache
-def _arrange(g_m: int, g_n: int, warps: int) -> tuple[int, int] | None:
-    """Warp tile (rows, columns) for `warps` warps over a g_m x g_n block: the squarest
-    split with every warp tile at least 16 x 16 (or the whole block side when smaller)."""
-    best = None
+def _arrange(g_m: int, g_n: int, warps: int) -> tuple[int, int, int, int]:
+    """(block rows, block columns, warp rows, warp columns) for `warps` warps over a
+    g_m x g_n block, as the GEMM kernel runs it: each side a power of two, rounded up to
+    whole 16 x 16 mma tiles per warp; the arrangement that pads least, then the squarest
+    warp tile."""
+    g_m, g_n = _pow2(max(g_m, MMA_TILE)), _pow2(max(g_n, MMA_TILE))
+    best: tuple[tuple[int, float], tuple[int, int, int, int]] | None = None
     for wm in (1, 2, 4, 8):
+        if warps % wm:
+            continue
         wn = warps // wm
-        if wm * wn != warps or g_m % wm or g_n % wn:
-            continue
-        tm, tn = g_m // wm, g_n // wn
-        if tm < min(16, g_m) or tn < min(16, g_n) or (wm > 1 and tm < 16) or (wn > 1 and tn < 16):
-            continue
-        score = abs(math.log2(tm / tn))
+        bm, bn = _round_up(g_m, MMA_TILE * wm), _round_up(g_n, MMA_TILE * wn)
+        score = (bm * bn, abs(math.log2((bm / wm) / (bn / wn))))
         if best is None or score < best[0]:
-            best = (score, (tm, tn))
-    return best[1] if best else None
+            best = (score, (bm, bn, bm // wm, bn // wn))
+    assert best is not None
+    return best[1]
+
+
+def _round_up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(x - 1, 0).bit_length()
+
+
+def _rounded_options(
+    axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int], least: int
+) -> list[int]:
+    """Candidate tiles for an axis the kernel tiles in powers of two of at least `least`
+    (an mma tile): each default clamped to the axis rounded up so, so that a small or odd
+    axis still gets the smallest legal tile; its padding is counted by the cost model."""
+    if axis in fixed:
+        return [fixed[axis]]
+    return sorted({min(c, max(least, _pow2(size))) for c in defaults})
 
 
 def _attention_blocks(
@@ -450,8 +492,8 @@ def _attention_blocks(
     decode = family.name == "decode_attention"
     out = []
     for g_q, s_x, stages, splits in itertools.product(
-        _options(q, t["g_q"], model.sizes[q], fixed),
-        _options(x, t["s_x"], model.sizes[x], fixed),
+        _mma_rows(q, t["g_q"], model.sizes[q], fixed),
+        _mma_rows(x, t["s_x"], model.sizes[x], fixed),
         t["stages"],
         t.get("splits", (1,)),
     ):
@@ -475,6 +517,16 @@ def _attention_blocks(
             )
         )
     return out
+
+
+def _mma_rows(
+    axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int]
+) -> list[int]:
+    """Candidate query or key tiles of the attention kernels: whole 16-row mma blocks, each
+    default clamped to the axis rounded up to 16 (a decode step's one query runs as 16)."""
+    if axis in fixed:
+        return [_round_up(fixed[axis], MMA_TILE)]
+    return sorted({min(c, _round_up(size, MMA_TILE)) for c in defaults})
 
 
 def _rowwise_blocks(

@@ -4,10 +4,20 @@ compute and transfer times, bound names, waves, streaming legality, the JSON for
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 
-from ncdc.cost import FORMAT, plan_to_dict
+from ncdc.cost import (
+    FORMAT,
+    SATURATION_WARPS,
+    KernelModel,
+    TileChoice,
+    causal_fraction,
+    latency_efficiency,
+    plan_to_dict,
+    time_kernel,
+)
 from ncdc.errors import PlanError
 from ncdc.hardware import load_hardware
 from ncdc.spec import load_diagram, load_diagram_text
@@ -49,10 +59,18 @@ def test_time_is_the_largest_and_the_sum():
 
 
 def test_transfer_time_is_bytes_over_the_upper_bandwidth():
+    # A level the device shares (HBM, L2) runs at its bandwidth once enough warps are in
+    # flight (8 per SM here); SMEM is per SM, so it runs at the pace of the busiest SM:
+    # 16384 rows in blocks of 4 give 4096 blocks, 32 on the busiest of 132 SMs, a share
+    # 32 x 132 / 4096 = 1.03125 of the average.
     hw = load_hardware("h200")
     plan = plan_diagram(load_diagram("diagrams/layernorm.yaml"), hw)
+    k = plan.kernels[0]
+    assert (k.grid, k.warps * k.blocks_per_sm) == (4096, 8)
+    share = {"hbm": 1.0, "l2": 1.0, "smem": 32 * 132 / 4096}
     for t in plan.transfers:
-        assert t.time_s == pytest.approx(t.bytes / hw.level(t.upper).bandwidth_bytes_per_s)
+        bandwidth = hw.level(t.upper).bandwidth_bytes_per_s
+        assert t.time_s == pytest.approx(t.bytes / bandwidth * share[t.upper])
     # layernorm reads X once and writes Y once (plus W, B per block of rows)
     assert plan.transfers[0].bytes >= 2 * 16384 * 4096 * 2
 
@@ -109,3 +127,115 @@ def test_plan_to_dict_fields():
         assert key in data, key
     assert [t["upper"] for t in data["transfers"]] == ["hbm", "l2", "smem"]
     assert data["unfused"]["ratio"] > 10  # fusion keeps the q x scores on chip
+
+
+CAUSAL = """
+ncdc: 1
+name: causal
+axes: {q: 256, x: 256, d: 64}
+inputs: {Q: {axes: [q, d], dtype: bf16}, K: {axes: [x, d], dtype: bf16},
+         V: {axes: [x, d], dtype: bf16}}
+ops: ["S = contract(Q, K, over=d)", "M = causal(S, query=q, key=x)",
+      "P = softmax(M, over=x)", "O = contract(P, V, over=x)"]
+outputs: [O]
+"""
+
+
+def test_causal_fraction_by_hand():
+    # q = x = 256, tiles of 64 queries and chunks of 64 keys: query tile t sees keys up to
+    # 64 (t + 1) - 1, so it loads 64, 128, 192, 256 keys: 640 of 4 x 256 = 5/8.
+    assert causal_fraction(256, 256, 64, 64) == Fraction(5, 8)
+    # 16-query tiles (one warp each): warps 0-3 load one chunk, 4-7 two, 8-11 three,
+    # 12-15 four: 64 x (4 + 8 + 12 + 16) = 2560 of 16 x 256 keys, again 5/8.
+    assert causal_fraction(256, 256, 16, 64) == Fraction(5, 8)
+    # more keys than queries: the diagonal is aligned at the end, query i sees i + 256 keys
+    assert causal_fraction(256, 512, 256, 64) == 1
+    # more queries than keys: queries 0-191 see no key; one 256-query tile still loads all
+    assert causal_fraction(256, 64, 64, 64) == Fraction(1, 4)
+    # nothing is skipped without streaming (one chunk of all keys)
+    assert causal_fraction(256, 256, 64, 256) == 1
+
+
+def test_causal_attention_skips_masked_tiles():
+    # The kernel visits key chunk j of query tile t only if some query of t sees a key of
+    # j (templates/include/ncdc_attention.cuh): with q = x = 256, g_q = s_x = 64 that is
+    # 5/8 of the dense work (test above). FLOPs: dense 4 q x d + q x (exp) + 4 q x
+    # (softmax) + q x (mask) = 16,777,216 + 393,216 = 17,170,432; x 5/8 = 10,731,520.
+    # K and V into SMEM (block tile): dense 2 x 4 tiles x 256 x 64 = 131,072, causal
+    # 81,920; with Q (16,384) and O (16,384) 114,688 values. Into registers (16-query
+    # warps, also 5/8): K and V 16 x 2 x 256 x 64 x 5/8 = 327,680, plus Q and O.
+    hw = load_hardware("h200")
+    plan = plan_diagram(load_diagram_text(CAUSAL), hw, {"q": 64, "x": 64})
+    square = ATTENTION.replace("q: 256, x: 512", "q: 256, x: 256")
+    dense = plan_diagram(load_diagram_text(square), hw, {"q": 64, "x": 64})
+    assert plan.flops == 10_731_520
+    assert dense.flops == 4 * 256 * 256 * 64 + 5 * 256 * 256  # no mask: all of it
+    smem = {t.lower: t.values for t in plan.transfers}
+    assert smem["smem"] == 114_688
+    assert smem["rf"] == 327_680 + 2 * 16_384
+    dense_smem = {t.lower: t.values for t in dense.transfers}
+    assert dense_smem["smem"] == 131_072 + 2 * 16_384
+    assert plan.kernels[0].compute["tensor"] == pytest.approx(
+        dense.kernels[0].compute["tensor"] * 5 / 8
+    )
+
+
+def test_causal_attention_at_q_equals_x_is_about_half():
+    # attention_causal.yaml (q = x = 4096) against attention.yaml: about half the FLOPs and
+    # the K/V traffic into SMEM (the diagonal tiles are computed in full, so a bit more).
+    hw = load_hardware("h200")
+    causal = plan_diagram(load_diagram("diagrams/attention_causal.yaml"), hw)
+    dense = plan_diagram(load_diagram("diagrams/attention.yaml"), hw)
+    assert 0.5 < causal.flops / dense.flops < 0.53
+    smem = [t.values for t in (causal, dense) for t in t.transfers if t.lower == "smem"]
+    assert 0.5 < smem[0] / smem[1] < 0.56
+    assert 0.5 < causal.predicted_time_s / dense.predicted_time_s < 0.56
+
+
+def test_causal_decode_sees_every_key():
+    # One query aligned at the end of 4096 keys sees them all: nothing is skipped.
+    text = CAUSAL.replace("q: 256, x: 256", "q: 1, x: 4096")
+    hw = load_hardware("h200")
+    causal = plan_diagram(load_diagram_text(text), hw)
+    dense = plan_diagram(load_diagram_text(ATTENTION.replace("q: 256, x: 512", "q: 1, x: 4096")),
+                         hw)  # fmt: skip
+    assert causal.kernels[0].family.name == "decode_attention"
+    assert causal.flops == dense.flops + 4096  # plus the mask's one compare per score
+    assert causal.top_bytes == dense.top_bytes
+
+
+def test_latency_efficiency():
+    # Little's law: a unit reaches its peak once SATURATION_WARPS warps per SM are in
+    # flight; below that, in proportion.
+    assert SATURATION_WARPS == 8
+    assert [latency_efficiency(w) for w in (1, 4, 8, 32)] == [0.125, 0.5, 1.0, 1.0]
+
+
+def test_attention_tiles_keep_enough_warps_per_sm():
+    # 64 queries per block (4 warps) at 144 KiB of SMEM run one block per SM, half the
+    # warps latency hiding needs; the search takes 128 queries (8 warps) instead, as
+    # FlashAttention-2 does, and stays held by on-chip traffic, not HBM.
+    hw = load_hardware("h200")
+    k = plan_diagram(load_diagram("diagrams/attention.yaml"), hw).kernels[0]
+    assert k.block_tile["q"] == 128 and k.warps == 8
+    assert k.warps * k.blocks_per_sm >= SATURATION_WARPS
+    assert k.bound in ("smem", "l2", "tensor")
+
+
+def test_decode_splits_fill_every_sm():
+    # One sequence, 8 heads, 16k keys: 8 blocks would leave 124 of 132 SMs idle and HBM
+    # starved (8 x 4 warps over the device); the keys are split until there are at least
+    # two 4-warp blocks per SM, and the time is then HBM bytes / bandwidth.
+    hw = load_hardware("h200")
+    plan = plan_diagram(load_diagram("diagrams/decode_attention.yaml", {"b": 1, "h": 8}), hw)
+    k = plan.kernels[0]
+    assert k.grid >= 2 * hw.limits.sms and k.bound == "hbm"
+    top = plan.transfers[0]
+    assert k.predicted_time_s == pytest.approx(top.bytes / top.bandwidth_bytes_per_s)
+    # the same tiles without the split: the idle SMs show in the HBM time
+    choice = TileChoice(k.tiles, k.block_tile, k.warps, k.stages, 1, 32 * k.warps,
+                        k.registers_per_thread, k.smem_bytes)  # fmt: skip
+    model = KernelModel(plan.graph.diagram, k.kernel)
+    one = time_kernel(model, hw, choice)
+    assert one.grid == 8
+    assert one.predicted_time_s > 10 * k.predicted_time_s

@@ -311,7 +311,6 @@ def test_odd_sizes_plan(path):
     assert len(refused) <= 1, refused
 
 
-@pytest.mark.xfail(reason="GEMM tile search finds no candidate when m = n = 1", strict=False)
 def test_all_axes_of_size_one_plan():
     for path in DIAGRAMS:
         diagram = load_diagram(path)

@@ -92,3 +92,28 @@ def test_infeasible_smem_message():
 def test_unknown_tile_axis():
     with pytest.raises(PlanError, match="unknown axis 'z'"):
         plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"), {"z": 8})
+
+
+def test_tiny_gemm_plans_the_smallest_legal_tile():
+    # m = n = k = 1: the GEMM kernel runs powers of two with whole 16 x 16 mma tiles per
+    # warp, so the smallest block of 4 warps is 16 x 64 (one row of warps), k in one mma
+    # step of 16. The padded work is counted: 16 x 64 x 16 multiply-adds for 1, on the
+    # one busy SM of 132 with 4 of the 8 warps latency hiding needs.
+    hw = load_hardware("h200")
+    plan = plan_diagram(load_diagram("diagrams/matmul.yaml", {"m": 1, "n": 1, "k": 1}), hw)
+    k = plan.kernels[0]
+    assert k.block_tile == {"m": 16, "n": 64, "k": 16} and k.warps == 4
+    expected = 2 * (16 * 64 * 16) / hw.rate("tensor", "bf16") * 132 / 0.5
+    assert k.compute["tensor"] == pytest.approx(expected)
+
+
+def test_small_odd_head_gemm_plans():
+    # attention_unfused's PV GEMM with d = 24 (n) and q = 33 (m): tiles round up to powers
+    # of two and whole warp tiles (n 32 or more, a multiple of 16 per warp), padding counted.
+    hw = load_hardware("h200")
+    plan = plan_diagram(load_diagram("diagrams/attention_unfused.yaml", {"d": 24, "q": 33}), hw)
+    pv = plan.kernels[-1]
+    assert pv.family.name == "gemm"
+    m, n = pv.block_tile["q"], pv.block_tile["d"]
+    assert n >= 32 and m >= 32 and m & (m - 1) == 0 and n & (n - 1) == 0
+    assert pv.compute["tensor"] > pv.flops / hw.rate("tensor", "bf16") * (n / 24) * (64 / 33)
