@@ -5,9 +5,10 @@ the emulation headers in `templates/include/` (see docs/cpu-backend.md): the thr
 block run as fibers with real barriers, warp collectives, `ldmatrix`, `mma.sync` and
 `cp.async` follow their PTX semantics. NumPy arrays are the device memory.
 
-    >>> mod = build("tests/emulator_kernels/copy.cu")
-    >>> traffic = mod.launch("copy_f32", grid=4, block=128, args=[src, dst, np.int32(n)])
-    >>> traffic.bytes_read
+    >>> mod = build("tests/emulator_kernels/copy.cu")  # doctest: +SKIP
+    >>> args = [src, dst, np.int32(n)]  # doctest: +SKIP
+    >>> traffic = mod.launch("copy_f32", grid=4, block=128, args=args)  # doctest: +SKIP
+    >>> traffic.bytes_read  # doctest: +SKIP
     2048
 
 Shared libraries are cached under `$NCDC_CACHE/emu` (default `~/.cache/ncdc/emu`), keyed on
@@ -173,7 +174,7 @@ def build(
     `sanitize="race"` builds with ThreadSanitizer: two threads of a block touching the same
     shared byte with no barrier between them (one a write) raise CheckFailed naming both.
 
-        >>> mod = build(Path("gemm.cu"), defines={"BM": 64})
+        >>> mod = build(Path("gemm.cu"), defines={"BM": 64})  # doctest: +SKIP
     """
     if sanitize not in SANITIZERS:
         raise NcdcError(f"unknown sanitizer {sanitize!r}", hint=f"choose one of {SANITIZERS}")

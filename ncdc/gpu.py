@@ -4,7 +4,7 @@ CuPy's compile path targets plain sm_90 on Hopper and asks the driver for a devi
 it compiles, so ncdc compiles with NVRTC itself (for sm_90a where the GPU has it) and
 hands CuPy the cubin. This is the only module that imports CuPy, and only inside functions.
 
-    >>> run_cuda(module, buffers)  # doctest: +SKIP  (buffers: name -> NumPy array, in place)
+    >>> run_cuda(module, buffers)  # doctest: +SKIP
 """
 
 from __future__ import annotations

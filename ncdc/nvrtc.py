@@ -175,7 +175,8 @@ def compile_cuda(
     `--use_fast_math` or `-DTILE_M=128`; `line_origin(lineno)` names the template line that
     produced a source line ("gemm.cu.j2:57") so an error can point there too.
 
-        >>> compile_cuda(src, "sm_80", name="gemm_bf16.cu").resources["gemm_bf16"].registers
+        >>> module = compile_cuda(src, "sm_80", name="gemm_bf16.cu")  # doctest: +SKIP
+        >>> module.resources["gemm_bf16"].registers  # doctest: +SKIP
         128
     """
     check_arch(arch)

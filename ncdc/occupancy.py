@@ -12,6 +12,8 @@ compute-capability tables, for sm_80 and later:
   `smem_per_block_bytes` of its own;
 - threads: the block's warps must fit in `threads_per_sm`; blocks: at most `blocks_per_sm`.
 
+    >>> from ncdc.hardware import load_hardware
+    >>> H100 = load_hardware("h100").limits
     >>> blocks_per_sm(256, 128, 0, H100)     # 4096 regs/warp: 4 warps per sub-partition
     (2, 'registers')
 """
@@ -83,6 +85,8 @@ def blocks_per_sm(
     `smem_per_block_bytes` is static plus dynamic shared memory. A block that cannot run
     at all gives 0 and names the resource it exceeds.
 
+        >>> from ncdc.hardware import load_hardware
+        >>> H100 = load_hardware("h100").limits
         >>> blocks_per_sm(128, 32, 100 * 1024, H100)   # 101 KiB allocated per block
         (2, 'smem')
     """

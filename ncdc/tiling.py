@@ -12,8 +12,8 @@ which limit it breaks and by how much.
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
-    >>> plan.bound_kind
-    'compute'
+    >>> plan.bound_kind  # L2 -> SMEM traffic bounds it on Hopper with mma.sync (see the docs)
+    'memory'
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ def plan_diagram(
     `tiles` (axis -> size, from `--tile`) override the spec's `schedule.tiles`; both win
     over the search.
 
+        >>> from ncdc.spec import load_diagram
+        >>> from ncdc.hardware import load_hardware
         >>> plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200")).bound
         'hbm'
     """

@@ -164,6 +164,8 @@ def choose_plan(
 ) -> Plan:
     """Explicit tiles (`tiles`, or the spec's `schedule.tiles`) beat tuned beat modelled.
 
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.hardware import load_hardware
     >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
     {'m': 128, 'n': 256, 'k': 64}
     """

@@ -1,0 +1,24 @@
+"""The examples in the docstrings run and say what they show."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import ncdc
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = sorted(
+    m.name for m in pkgutil.walk_packages(ncdc.__path__, "ncdc.") if m.name != "ncdc.__main__"
+)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name, monkeypatch):
+    monkeypatch.chdir(ROOT)  # examples name diagrams/ relative to the repository
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
