@@ -25,6 +25,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -ra
 
+# Regenerate tests/golden/*.cu after an intended change to what is generated.
+golden: $(STAMP)
+	$(PY) tests/test_golden.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ncdc tests scripts benchmarks
 	$(VENV)/bin/ruff format --check ncdc tests
