@@ -3,7 +3,7 @@
 Data goes to stdout (a table, or JSON with `--format json`); messages go to stderr. Every
 error known to ncdc is one line with a hint and the exit code of the contract in
 DESIGN.md (0 ok, 1 check failed, 2 bad input, 3 compile error, 4 no GPU); `--debug`
-shows the traceback instead.
+prints the traceback before that line.
 """
 
 from __future__ import annotations
