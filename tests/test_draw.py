@@ -18,6 +18,7 @@ from ncdc.draw.roofline import read_measured
 from ncdc.errors import UsageError
 from ncdc.hardware import load_hardware
 from ncdc.spec import load_diagram
+from ncdc.tiling import plan_diagram
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "diagrams").glob("*.yaml"))
@@ -71,7 +72,8 @@ def test_plan_relabels_grouped_and_streamed_axes() -> None:
     # FlashAttention on an H200: queries grouped, keys streamed, scores on chip.
     svg = picture_to_svg(_picture(ROOT / "diagrams/attention.yaml", "h200", "plan"))
     texts = _texts(svg)
-    assert "g_q 64" in texts and "s_x 128" in texts
+    tile = _attention_tile()
+    assert f"g_q {tile['q']}" in texts and f"s_x {tile['x']}" in texts
     assert "S · bf16 · rf" in texts and "P · bf16 · rf" in texts
     assert "Q · bf16 · hbm" in texts and "O · bf16 · hbm" in texts
     assert any(t.startswith("load ") for t in texts) and any(t.startswith("save ") for t in texts)
@@ -142,12 +144,19 @@ def test_tiles_draw(spec: Path, hw: str) -> None:
     assert len(chosen) == 1
 
 
+def _attention_tile() -> dict[str, int]:
+    """The block tile the model picks for attention on an H200."""
+    diagram = load_diagram(ROOT / "diagrams/attention.yaml")
+    return dict(plan_diagram(diagram, load_hardware("h200")).kernels[0].block_tile)
+
+
 def test_tiles_grid_of_attention_marks_the_plan_and_the_limits() -> None:
-    # H200 attention: the plan's g_q 64 x s_x 128; s_x 256 overflows shared memory.
+    # H200 attention: the plan's g_q x s_x is marked; s_x 256 overflows shared memory.
     grid = evaluate_tiles(load_diagram(ROOT / "diagrams/attention.yaml"), load_hardware("h200"))
     assert (grid.rows.label, grid.cols.label) == ("g_q", "s_x")
     i, j = grid.chosen
-    assert (grid.rows.values[i], grid.cols.values[j]) == (64, 128)
+    tile = _attention_tile()
+    assert (grid.rows.values[i], grid.cols.values[j]) == (tile["q"], tile["x"])
     cells = {(c.row, c.col): c for c in grid.cells}
     assert cells[grid.chosen].time_s == min(c.time_s for c in grid.cells if c.time_s)
     over = cells[(grid.rows.values.index(64), grid.cols.values.index(256))]
