@@ -821,10 +821,12 @@ def _rate(hw: Hardware, unit: str, kind: str) -> float:
     """The rate of `unit` for `kind`; a tensor type the GPU lacks (fp8 on an A100) runs at
     its 16-bit rate, as the inputs are widened."""
     rates = hw.rates.get(unit, {})
+    if unit == "tensor":
+        # ncdc's kernels issue mma.sync, which reaches only part of Hopper's peak.
+        peak = rates.get(kind) or rates.get("bf16") or rates.get("fp16")
+        return peak * hw.mma_sync_share if peak else hw.rate("cuda", "fp32")
     if kind in rates:
         return rates[kind]
-    if unit == "tensor":
-        return rates.get("bf16") or rates.get("fp16") or hw.rate("cuda", "fp32")
     return hw.rate(unit, next(iter(rates)))
 
 

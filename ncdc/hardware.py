@@ -50,6 +50,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "exp/s": ("exp/s", 1),
     "SM": ("SM", 1), "thread": ("thread", 1), "block": ("block", 1),
     "register": ("register", 1),
+    "fraction": ("share", 1),
 }  # fmt: skip
 
 # YAML key under `limits` -> (Limits field, dimension)
@@ -125,6 +126,10 @@ class Hardware:
     rates: dict[str, dict[str, float]] = field(hash=False)
     limits: Limits
     sources: dict[str, Source] = field(hash=False, repr=False)
+    # Share of the tensor peak that mma.sync, the instruction ncdc's kernels use, can reach.
+    # 1 where mma.sync is the full-rate path (Ampere, Ada); lower on Hopper, whose peak
+    # needs wgmma.
+    mma_sync_share: float = 1.0
 
     def level(self, name: str) -> Level:
         for level in self.levels:
@@ -282,6 +287,15 @@ class _Reader:
         self.sources[path] = Source(value, unit, source, kind)
         return value * UNITS[unit][1]
 
+    def share(self, node: Any) -> float:
+        """The optional `mma_sync_share`: a fraction in (0, 1], 1 when absent."""
+        if node is None:
+            return 1.0
+        value = self.quantity(node, "mma_sync_share", "share")
+        if value > 1:
+            self.fail("mma_sync_share.value", f"expected a share of at most 1, found {value:g}")
+        return value
+
     def integer(self, node: Any, path: str, dimension: str) -> int:
         value = self.quantity(node, path, dimension)
         if value != int(value):
@@ -293,6 +307,7 @@ class _Reader:
             data,
             "",
             ("ncdc_hardware", "name", "title", "arch", "clock", "levels", "rates", "limits"),
+            ("mma_sync_share",),
         )
         if top["ncdc_hardware"] != FORMAT_VERSION:
             self.fail(
@@ -316,6 +331,7 @@ class _Reader:
             rates=self.rates(top["rates"]),
             limits=limits,
             sources=self.sources,
+            mma_sync_share=self.share(top.get("mma_sync_share")),
         )
         self.check_peaks(top, hw)
         self.check_levels(hw)

@@ -201,6 +201,18 @@ def test_sparse_rate_quoted_as_dense_is_rejected(tmp_path):
     assert "sparse" in line
 
 
+def test_mma_sync_share_is_optional_and_at_most_one(tmp_path):
+    # Hopper's tensor peak needs wgmma; ncdc's mma.sync kernels reach about 65% of it.
+    assert load_hardware("h100").mma_sync_share == 0.65
+    assert load_hardware("a100").mma_sync_share == 1.0  # mma.sync is Ampere's full-rate path
+    data = h100_data()
+    del data["mma_sync_share"]
+    write_profile(tmp_path, data)
+    assert load_hardware(tmp_path / "my.yaml").mma_sync_share == 1.0
+    data["mma_sync_share"] = {"value": 1.5, "unit": "fraction", "source": "x", "kind": "measured"}
+    assert "expected a share of at most 1, found 1.5" in load_error(tmp_path, data)
+
+
 def test_peak_within_three_percent_passes_and_beyond_fails(tmp_path):
     data = h100_data()
     data["rates"]["cuda"]["fp32"]["value"] = 66.9 * 1.02
