@@ -143,21 +143,14 @@ def hostile_mapping(d: Diagram, offset: int = 0) -> dict[str, str]:
 
 @cache
 def render(path: Path, mapping_items: tuple[tuple[str, str], ...] = ()):
-    """Load (renamed), plan and render; skips if this family has no renderer yet."""
+    """Load (renamed), plan and render."""
     from ncdc.render import render_plan
 
     mapping = dict(mapping_items)
     diagram = (
         load_diagram_text(renamed_text(path, mapping), path.name) if mapping else load_diagram(path)
     )
-    try:
-        return diagram, render_plan(plan_diagram(diagram, H200))
-    except (ModuleNotFoundError, AttributeError) as e:
-        pytest.skip(f"{path.name}: the kernel renderer is not there yet ({e})")
-    except PlanError as e:
-        if "code generator" in e.message:
-            pytest.skip(f"{path.name}: {e.line()}")
-        raise
+    return diagram, render_plan(plan_diagram(diagram, H200))
 
 
 def render_hostile(path: Path, original: Diagram, offset: int):
