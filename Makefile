@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(NCDC) cost $(DEMO)
 	$(NCDC) compile $(DEMO) -o $(DEMO_OUT)
-	$(NCDC) run $(DEMO) --backend cpu --set b=1 --set h=2 --set q=192 --set x=256
+	$(NCDC) run $(DEMO) --backend cpu --set b=1 --set h=2 --set q=256 --set x=256
 
 # The whole suite; pytest's exit code 5 ("no tests collected") is not a pass.
 test: $(STAMP)
