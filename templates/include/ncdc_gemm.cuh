@@ -413,30 +413,6 @@ NCDC_DEVICE void run_simt(Tile& tile, const float* A, const float* B, TC* C, con
   });
 }
 
-// ---- epilogue operations (float in, float out), as the diagram names them --------------------
-NCDC_DEVICE float op_exp(float x) { return expf(x); }
-NCDC_DEVICE float op_log(float x) { return logf(x); }
-NCDC_DEVICE float op_relu(float x) { return fmaxf(x, 0.0f); }
-// The erf form, 0.5 x (1 + erf(x / sqrt(2))), as the reference computes it (not the tanh form).
-NCDC_DEVICE float op_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-NCDC_DEVICE float op_silu(float x) { return x / (1.0f + expf(-x)); }
-NCDC_DEVICE float op_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-NCDC_DEVICE float op_tanh(float x) { return tanhf(x); }
-NCDC_DEVICE float op_neg(float x) { return -x; }
-NCDC_DEVICE float op_abs(float x) { return fabsf(x); }
-NCDC_DEVICE float op_sqrt(float x) { return sqrtf(x); }
-NCDC_DEVICE float op_rsqrt(float x) { return 1.0f / sqrtf(x); }
-NCDC_DEVICE float op_recip(float x) { return 1.0f / x; }
-NCDC_DEVICE float op_square(float x) { return x * x; }
-NCDC_DEVICE float op_add(float a, float b) { return a + b; }
-NCDC_DEVICE float op_sub(float a, float b) { return a - b; }
-NCDC_DEVICE float op_mul(float a, float b) { return a * b; }
-NCDC_DEVICE float op_div(float a, float b) { return a / b; }
-NCDC_DEVICE float op_max(float a, float b) { return fmaxf(a, b); }
-NCDC_DEVICE float op_min(float a, float b) { return fminf(a, b); }
-// cast(x, to=T): rounds to T and back, as a value stored in T would read.
-template <class T>
-NCDC_DEVICE float op_cast(float x) { return to_float(from_float<T>(x)); }
 
 }  // namespace gemm
 }  // namespace ncdc

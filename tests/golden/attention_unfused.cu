@@ -17,6 +17,7 @@
 #include "ncdc_runtime.cuh"
 
 // ---- attention_unfused_0_S_gemm_bf16_m128_n256_k64_w8_s2_ak_bk: S = contract(Q, K, over=d) * 0.08838834764831845 (+0 epilogue ops)
+#include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -156,6 +157,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_unfused_1_P_rowwi
 }
 NCDC_EXPORT_KERNEL(attention_unfused_1_P_rowwise_bf16_r2_t128_v4);
 // ---- attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn: O = contract(P, V, over=x) (+0 epilogue ops)
+#include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef P

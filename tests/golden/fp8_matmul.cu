@@ -14,6 +14,7 @@
 #include "ncdc_runtime.cuh"
 
 // ---- fp8_matmul_gemm_fp8_e4m3_m128_n128_k128_w8_s2_ak_bn: C = contract(A, B, over=k, scale=[sa, sb], dtype=bf16) (+0 epilogue ops)
+#include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef A

@@ -12,6 +12,7 @@
 #include "ncdc_runtime.cuh"
 
 // ---- matmul_gemm_bf16_m128_n256_k64_w8_s2_ak_bn: C = contract(A, B, over=k) (+0 epilogue ops)
+#include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef A

@@ -15,6 +15,7 @@
 #include "ncdc_runtime.cuh"
 
 // ---- mlp_gemm_bf16_m256_n128_k64_w8_s2_ak_bn: H = contract(X, W, over=k) (+2 epilogue ops)
+#include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef X
@@ -33,8 +34,8 @@ struct ncdc_Epilogue {
   long long ncdc_pitch_m_bias, ncdc_pitch_n_bias;  // along the m and n of C (0: broadcast)
   NCDC_DEVICE float operator()(float ncdc_acc, long long ncdc_row, long long ncdc_col) const {
     const float ncdc_v_H = ncdc_acc;
-    const float ncdc_v_Z = ncdc::gemm::op_add(ncdc_v_H, ncdc::to_float(ncdc::ld_global(bias + ncdc_row * ncdc_pitch_m_bias + ncdc_col * ncdc_pitch_n_bias)));
-    const float ncdc_v_Y = ncdc::gemm::op_gelu(ncdc_v_Z);
+    const float ncdc_v_Z = ncdc::op_add(ncdc_v_H, ncdc::to_float(ncdc::ld_global(bias + ncdc_row * ncdc_pitch_m_bias + ncdc_col * ncdc_pitch_n_bias)));
+    const float ncdc_v_Y = ncdc::op_gelu(ncdc_v_Z);
     return ncdc_v_Y;
   }
 };
