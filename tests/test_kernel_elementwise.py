@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+from runtime_sizes import run_at_sizes
 
-from ncdc.emulate import build
 from ncdc.hardware import load_hardware
-from ncdc.reference import evaluate, from_storage, make_inputs, round_fp8, to_storage
-from ncdc.render import render_plan
-from ncdc.spec import load_diagram_text
-from ncdc.tiling import plan_diagram
+from ncdc.reference import round_fp8
 
 H200 = load_hardware("h200")
 
@@ -51,23 +48,7 @@ outputs: [E]
 
 def run(text: str, plan_sizes: dict, sizes: dict, inputs: dict | None = None) -> tuple:
     """Render at `plan_sizes`, run at `sizes` (runtime parameters), outputs NaN-poisoned."""
-    module = render_plan(plan_diagram(load_diagram_text(text, sizes=plan_sizes), H200))
-    d = load_diagram_text(text, sizes=sizes)
-    values = inputs if inputs is not None else make_inputs(d, seed=sum(sizes.values()))
-    want = evaluate(d, values)
-    buffers = {t.name: np.ascontiguousarray(to_storage(values[t.name], t.dtype)) for t in d.inputs}
-    for name in d.outputs:
-        shape = tuple(d.axes[a] for a in d.tensor(name).axes)
-        buffers[name] = to_storage(np.full(shape, np.nan), d.tensor(name).dtype)
-    lib = build(module.source)
-    for launch in module.launches:
-        args = [
-            buffers[p.name] if p.kind == "tensor" else np.int64(d.axes[p.name[len("ncdc_size_") :]])
-            for p in launch.params
-        ]
-        lib.launch(launch.kernel, launch.grid, launch.block, args)
-    got = {n: from_storage(buffers[n], d.tensor(n).dtype) for n in d.outputs}
-    return got, want, module
+    return run_at_sizes(text, plan_sizes, sizes, inputs)
 
 
 def test_chain_with_broadcasting_any_size() -> None:

@@ -6,10 +6,10 @@ import importlib.util
 
 import numpy as np
 import pytest
+from runtime_sizes import run_at_sizes
 
-from ncdc.emulate import build
 from ncdc.hardware import load_hardware
-from ncdc.reference import evaluate, from_storage, make_inputs, round_to, to_storage
+from ncdc.reference import make_inputs, round_to
 from ncdc.render import render_plan
 from ncdc.run import run_diagram
 from ncdc.spec import load_diagram, load_diagram_text
@@ -48,22 +48,7 @@ def launch_sizes(
 ):
     """Render at `plan_sizes`, run at `sizes` (sizes are runtime parameters): one build
     serves every row length. Returns (outputs as float64, float64 reference)."""
-    module = render_plan(plan_diagram(load_diagram_text(text, sizes=plan_sizes), H200, tiles=tiles))
-    d = load_diagram_text(text, sizes=sizes)
-    values = inputs if inputs is not None else make_inputs(d, seed=sum(sizes.values()))
-    expected = evaluate(d, values)
-    buffers = {t.name: np.ascontiguousarray(to_storage(values[t.name], t.dtype)) for t in d.inputs}
-    for name in d.outputs:
-        shape = tuple(d.axes[a] for a in d.tensor(name).axes)
-        buffers[name] = to_storage(np.full(shape, np.nan), d.tensor(name).dtype)
-    lib = build(module.source)
-    for launch in module.launches:
-        args = [
-            buffers[p.name] if p.kind == "tensor" else np.int64(d.axes[p.name[len("ncdc_size_") :]])
-            for p in launch.params
-        ]
-        lib.launch(launch.kernel, launch.grid, launch.block, args, launch.dynamic_smem)
-    got = {n: from_storage(buffers[n], d.tensor(n).dtype) for n in d.outputs}
+    got, expected, _ = run_at_sizes(text, plan_sizes, sizes, inputs, tiles)
     return got, expected
 
 
