@@ -266,6 +266,7 @@ class KernelModel:
         self._keyed = [key is not None and key in axes for _, axes, _ in self.inputs]
         self._tile_transfers: dict[tuple[int, ...], tuple[int, int]] = {}
         self._tile_residents: dict[tuple, tuple[int, int]] = {}
+        self._tile_work: dict[tuple, tuple[int, float, dict[tuple[str, str], Any]]] = {}
 
     def per_group(
         self,
@@ -320,6 +321,16 @@ class KernelModel:
             values, nbytes = self.transfer(g, s)
             self._tile_transfers[key] = (int(values), int(nbytes))
         return self._tile_transfers[key]
+
+    def tile_work(
+        self, g: Mapping[str, int], s: Mapping[str, int]
+    ) -> tuple[int, float, dict[tuple[str, str], Any]]:
+        """(groups, `_padding`, `tile_flops`) for one tile of whole numbers, memoised: a
+        search times many launches (warps, stages, splits) of the same tile."""
+        key = (tuple(g.items()), tuple(s.items()))
+        if key not in self._tile_work:
+            self._tile_work[key] = (int(self.groups(g)), _padding(self, g, s), self.tile_flops(g, s))
+        return self._tile_work[key]
 
     def mask_fraction(self, g: Mapping[str, Any], s: Mapping[str, Any] | None) -> Any:
         """Share of the dense work over the key axis that groups of g, streaming keys in
@@ -707,7 +718,8 @@ def time_kernel(
     gpu = choice.registers > 0
     block = choice.partitions[levels[min(2, len(levels) - 1)].name] if gpu else None
     inner = block or choice.partitions[levels[-1].name]
-    grid = int(model.groups(inner.group)) * (choice.splits if block else 1)
+    groups, tile_padding, flops = model.tile_work(inner.group, inner.stream)
+    grid = groups * (choice.splits if block else 1)
     per_sm, waves, sm_slow, device_slow, padding = 1, 1, 1.0, 1.0, 1.0
     if gpu:
         per_sm, _ = occupancy(
@@ -720,7 +732,7 @@ def time_kernel(
         resident = min(per_sm, busiest) * choice.warps
         sm_slow = busiest * sms / grid / latency_efficiency(resident)
         device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * choice.warps / sms)
-        padding = _padding(model, inner.group, inner.stream)
+        padding = tile_padding
     transfers = []
     for upper, lower in zip(levels, levels[1:], strict=False):
         part = choice.partitions[lower.name]
@@ -742,7 +754,6 @@ def time_kernel(
                 float(nbytes) / bandwidth * slow,
             )
         )
-    flops = model.tile_flops(inner.group, inner.stream)
     compute: dict[str, float] = {}
     for (unit, kind), n in flops.items():
         compute[unit] = (
