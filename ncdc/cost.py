@@ -329,7 +329,11 @@ class KernelModel:
         search times many launches (warps, stages, splits) of the same tile."""
         key = (tuple(g.items()), tuple(s.items()))
         if key not in self._tile_work:
-            self._tile_work[key] = (int(self.groups(g)), _padding(self, g, s), self.tile_flops(g, s))
+            self._tile_work[key] = (
+                int(self.groups(g)),
+                _padding(self, g, s),
+                self.tile_flops(g, s),
+            )
         return self._tile_work[key]
 
     def mask_fraction(self, g: Mapping[str, Any], s: Mapping[str, Any] | None) -> Any:
