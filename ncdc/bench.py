@@ -29,6 +29,7 @@ import numpy as np
 
 from ncdc.cost import Plan, dominant_rate
 from ncdc.hardware import Hardware
+from ncdc.output import json_number
 from ncdc.reference import from_storage, round_to, storage_dtype, to_storage
 from ncdc.render import RenderedModule, render_plan
 from ncdc.spec import Diagram, load_diagram
@@ -303,11 +304,6 @@ def bench_spec(
 # ----------------------------------------------------------------------------- report
 
 
-def _num(x: float) -> float | None:
-    """JSON has no NaN: a figure that does not exist is null."""
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
 def timing_to_dict(t: Timing | None) -> dict[str, Any] | None:
     if t is None:
         return None
@@ -338,11 +334,11 @@ def bench_to_dict(r: BenchResult) -> dict[str, Any]:
         "timing": timing_to_dict(r.timing),
         "achieved": {
             "unit": "FLOP/s" if r.bound_kind == "compute" else "B/s",
-            "value": _num(r.achieved),
+            "value": json_number(r.achieved),
             "peak": r.peak,
-            "percent_of_peak": _num(r.percent_of_peak),
+            "percent_of_peak": json_number(r.percent_of_peak),
         },
-        "model": {"predicted_s": r.predicted_s, "error": _num(r.model_error)},
+        "model": {"predicted_s": r.predicted_s, "error": json_number(r.model_error)},
         "baselines": [
             {
                 "name": b.name,
@@ -353,8 +349,8 @@ def bench_to_dict(r: BenchResult) -> dict[str, Any]:
             for b in r.baselines
         ],
         "baseline": base.name if base else None,
-        "ratio": _num(r.ratio),
-        "copy_bandwidth_bytes_per_s": _num(r.copy_bandwidth),
+        "ratio": json_number(r.ratio),
+        "copy_bandwidth_bytes_per_s": json_number(r.copy_bandwidth),
     }
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,11 @@ def emit(data: Any, fmt: str, table: Callable[[], RenderableType]) -> None:
 def note(message: str) -> None:
     """A message for the person at the terminal (stderr)."""
     stderr.print(message, markup=False)
+
+
+def json_number(x: float | None) -> float | None:
+    """JSON has no NaN or infinity: a figure that does not exist is null."""
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def _jsonable(value: Any) -> Any:

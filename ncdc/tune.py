@@ -37,6 +37,7 @@ from ncdc.cost import Plan
 from ncdc.errors import CheckFailed, NcdcError, PlanError
 from ncdc.files import write_atomic
 from ncdc.hardware import Hardware
+from ncdc.output import json_number
 from ncdc.spec import Diagram, load_diagram
 from ncdc.tiling import plan_diagram, rank_tiles
 
@@ -383,9 +384,6 @@ def _compile_candidate(job: tuple) -> str:
 def tune_to_dict(r: TuneResult) -> dict[str, Any]:
     """The versioned record of one tuning run (documented in docs/gpu.md)."""
 
-    def num(x: float) -> float | None:
-        return float(x) if math.isfinite(x) else None
-
     best = r.best
     return {
         "format": FORMAT,
@@ -400,14 +398,14 @@ def tune_to_dict(r: TuneResult) -> dict[str, Any]:
                 "rank": c.rank,
                 **c.config.to_dict(),
                 "predicted_s": c.predicted_s,
-                "measured_ms": num(c.measured_ms),
+                "measured_ms": json_number(c.measured_ms),
                 "error": c.error or None,
             }
             for c in r.candidates
         ],
         "best_rank": best.rank if best else None,
-        "spearman": num(r.spearman),
-        "model_pick_gap": num(r.model_pick_gap),
+        "spearman": json_number(r.spearman),
+        "model_pick_gap": json_number(r.model_pick_gap),
         "cache_file": r.cache_file or None,
     }
 
