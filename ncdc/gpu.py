@@ -51,7 +51,7 @@ def load_module(cupy: Any, module: RenderedModule, arch: str) -> Any:
     """Compile (through the cache) and load `module` for `arch`; returns a cupy.RawModule."""
     from ncdc.cache import cached_compile
 
-    name = module.name if len(module.name) <= 100 else module.name[:100]
+    name = module.cache_name
     compiled = cached_compile(module.source, arch, name=name, line_origin=module.origin)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.cubin"

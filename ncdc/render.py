@@ -41,6 +41,7 @@ CPP_TYPES: dict[str, str] = {
     "int8": "signed char",
 }
 SCALAR_KINDS = ("int32", "int64", "float32")
+MAX_CACHE_NAME = 100  # characters of a module's name used for its cache files
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,12 @@ class RenderedModule:
     launches: tuple[Launch, ...]
     workspace: tuple[Workspace, ...]
     line_origin: tuple[str, ...] = field(repr=False)  # per source line: where it came from
+
+    @property
+    def cache_name(self) -> str:
+        """The name its compiled cubin goes by in the cache: the joined kernel names, cut
+        short for modules of many kernels (the cache key tells entries apart anyway)."""
+        return self.name[:MAX_CACHE_NAME]
 
     def origin(self, line: int) -> str:
         """The template (and its output line) that produced `line` (1-based) of the source."""
