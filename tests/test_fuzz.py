@@ -266,11 +266,17 @@ def test_invalid_names_are_refused(what, bad):
     expect_clean(info.value, "load")
 
 
-@pytest.mark.parametrize("good", HOSTILE_VALID)
-@pytest.mark.parametrize("what", ["name", "tensor", "axis"])
+# Tensor and axis names other than B, C, m and n, which the spec itself already uses.
+RENAMES = [("name", good) for good in HOSTILE_VALID] + [
+    (what, good)
+    for what in ("tensor", "axis")
+    for good in HOSTILE_VALID
+    if good not in ("B", "C", "m", "n")
+]
+
+
+@pytest.mark.parametrize("what, good", RENAMES)
 def test_hostile_but_valid_names_load(what, good):
-    if what != "name" and good in ("B", "C", "m", "n"):
-        pytest.skip("clashes with the other names of the spec")
     SEEN["specs"] += 1
     d = load_diagram_text(_spec(**{what: good}), "names.yaml")
     assert good in (d.name, *d.axes, *(t.name for t in d.inputs))
