@@ -78,6 +78,18 @@ class _Attention:
         }  # fmt: skip
 
 
+def _variant_name(
+    kp: KernelPlan, family: str, at: _Attention, g_q: int, s_x: int, warps: int
+) -> str:
+    """A name that carries every parameter of the variant (FlashInfer style)."""
+    return (
+        f"{kp.kernel.name}_{family}_{at.dtype}_q{g_q}_x{s_x}_d{at.d}"
+        + (f"_dv{at.d_v}" if at.d_v != at.d else "")
+        + f"_w{warps}_s{STAGES}"
+        + ("_causal" if at.causal else "")
+    )
+
+
 def render_attention(kp: KernelPlan, plan: Plan) -> KernelSource:
     """The fused forward kernel of `kp`: one launch over (query tiles, batch...)."""
     diagram = plan.graph.diagram
@@ -87,12 +99,7 @@ def render_attention(kp: KernelPlan, plan: Plan) -> KernelSource:
     warps = g_q // MMA_ROWS
     smem = (g_q * max(at.d, at.d_v) + STAGES * s_x * (at.d + at.d_v)) * 2
     _check_smem(smem, kp)
-    name = (
-        f"{kp.kernel.name}_attention_{at.dtype}_q{g_q}_x{s_x}_d{at.d}"
-        + (f"_dv{at.d_v}" if at.d_v != at.d else "")
-        + f"_w{warps}_s{STAGES}"
-        + ("_causal" if at.causal else "")
-    )
+    name = _variant_name(kp, "attention", at, g_q, s_x, warps)
     axes = diagram.axes
     grid = (-(-axes[at.q_axis] // g_q), _batch_count(at, axes), 1)
     params = (
@@ -138,12 +145,7 @@ def render_decode_attention(kp: KernelPlan, plan: Plan) -> KernelSource:
     partials = splits * warps
     smem = (MMA_ROWS * at.d + STAGES * s_x * (at.d + at.d_v)) * 2
     _check_smem(smem, kp)
-    name = (
-        f"{kp.kernel.name}_decode_attention_{at.dtype}_q{MMA_ROWS}_x{s_x}_d{at.d}"
-        + (f"_dv{at.d_v}" if at.d_v != at.d else "")
-        + f"_w{warps}_s{STAGES}"
-        + ("_causal" if at.causal else "")
-    )
+    name = _variant_name(kp, "decode_attention", at, MMA_ROWS, s_x, warps)
     merge = f"{kp.kernel.name}_decode_merge_{at.dtype}_d{at.d_v}"
     part_o, part_ml = f"ncdc_partial_o_{kp.kernel.name}", f"ncdc_partial_ml_{kp.kernel.name}"
     workspace = (
