@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from ncdc.errors import PlanError
 from ncdc.families import Family
@@ -100,9 +100,9 @@ class LevelCost:
     resident_bytes: int
 
 
-@dataclass(frozen=True)
-class Transfer:
-    """Traffic across the boundary below `upper`: loads into `lower` plus saves out of it."""
+class Transfer(NamedTuple):
+    """Traffic across the boundary below `upper`: loads into `lower` plus saves out of it.
+    (A named tuple: a tile search makes one per level for every candidate.)"""
 
     upper: str
     lower: str
@@ -111,7 +111,8 @@ class Transfer:
     bandwidth_bytes_per_s: float
     time_s: float
 
-    def __add__(self, other: Transfer) -> Transfer:
+    def plus(self, other: Transfer) -> Transfer:
+        """Both kernels' traffic across the same boundary."""
         return Transfer(
             self.upper,
             self.lower,
@@ -265,7 +266,7 @@ class KernelModel:
         self.keyed_flops = _flops(diagram, kernel, key) if key else {}
         self._keyed = [key is not None and key in axes for _, axes, _ in self.inputs]
         self._tile_transfers: dict[tuple[int, ...], tuple[int, int]] = {}
-        self._tile_residents: dict[tuple, tuple[int, int]] = {}
+        self._tile_residents: dict[tuple, _Resident] = {}
         self._tile_work: dict[tuple, tuple[int, float, dict[tuple[str, str], Any]]] = {}
 
     def per_group(
@@ -370,37 +371,39 @@ class KernelModel:
     ) -> tuple[Any, Any]:
         """(values, bytes) one group holds at once: input chunks (x stages where streamed),
         then, unless `inputs_only`, buffers and the online-softmax state."""
-        values: Any = 0
-        nbytes: Any = 0
+        return _held(self.resident_parts(g, s), stages, inputs_only)
+
+    def resident_parts(self, g: Mapping[str, Any], s: Mapping[str, Any]) -> _Resident:
+        """What `resident` adds up, before the pipeline stages multiply the streamed inputs."""
+        streamed, whole, state = [0, 0], [0, 0], [0, 0]
         for shape, p, axes in self._inputs:
             v = _chunk(shape, g, s)
-            if stages > 1 and any(a in s for a in axes):
-                v = v * stages
-            values = values + v
-            nbytes = nbytes + v * p
-        if inputs_only:
-            return values, nbytes
+            into = streamed if any(a in s for a in axes) else whole
+            into[0] = into[0] + v
+            into[1] = into[1] + v * p
         for members, p in self._buffers:
             v = 0
             for shape in members:
                 v = _maximum(v, _chunk(shape, g, s))
-            values = values + v
-            nbytes = nbytes + v * p
+            state[0] = state[0] + v
+            state[1] = state[1] + v * p
         for shape, axis, p in self._online:
             if axis in s:
                 rows = _chunk(shape, g, s) // s[axis]
-                values = values + 2 * rows
-                nbytes = nbytes + 2 * rows * p
-        return values, nbytes
+                state[0] = state[0] + 2 * rows
+                state[1] = state[1] + 2 * rows * p
+        return _Resident((streamed[0], streamed[1]), (whole[0], whole[1]), (state[0], state[1]))
 
     def tile_resident(
         self, g: Mapping[str, int], s: Mapping[str, int], stages: int = 1, inputs_only: bool = False
     ) -> tuple[int, int]:
-        """`resident` for one tile of whole numbers, memoised like `tile_transfer`."""
-        key = (tuple(map(g.__getitem__, self.kernel.woven)), tuple(s.items()), stages, inputs_only)
-        if key not in self._tile_residents:
-            self._tile_residents[key] = self.resident(g, s, stages, inputs_only)
-        return self._tile_residents[key]
+        """`resident` for one tile of whole numbers, memoised like `tile_transfer`: the
+        candidates of a search share their tiles and differ in stages."""
+        key = (tuple(map(g.__getitem__, self.kernel.woven)), tuple(s.items()))
+        parts = self._tile_residents.get(key)
+        if parts is None:
+            parts = self._tile_residents[key] = self.resident_parts(g, s)
+        return _held(parts, stages, inputs_only)
 
     def accumulator_values(self, g: Mapping[str, Any], s: Mapping[str, Any]) -> Any:
         """Values of the buffers (results and intermediates) one group holds."""
@@ -409,6 +412,24 @@ class KernelModel:
     @property
     def flops(self) -> int:
         return int(sum(self.flops_by_unit.values()))
+
+
+class _Resident(NamedTuple):
+    """(values, bytes) one group holds of: inputs with a streamed axis (one chunk per
+    pipeline stage), the other inputs, and the buffers and online-softmax state."""
+
+    streamed: tuple[Any, Any]
+    whole: tuple[Any, Any]
+    state: tuple[Any, Any]
+
+
+def _held(parts: _Resident, stages: int, inputs_only: bool) -> tuple[Any, Any]:
+    (sv, sb), (wv, wb), (bv, bb) = parts
+    if stages > 1:
+        sv, sb = sv * stages, sb * stages
+    if inputs_only:
+        return sv + wv, sb + wb
+    return sv + wv + bv, sb + wb + bb
 
 
 @dataclass(frozen=True)
@@ -670,13 +691,13 @@ def estimate_registers(accumulator_values: int, threads: int, fragments: int) ->
 Occupancy = Callable[[int, int, int, Any], tuple[int, str]]
 
 
-@dataclass(frozen=True)
-class KernelTiming:
+class KernelTiming(NamedTuple):
     """The times of one kernel with one tile choice: all a search ranks by, without the
-    residency per level that a KernelPlan also reports."""
+    residency per level that a KernelPlan also reports. (A named tuple, made for every
+    candidate of a search.)"""
 
     transfers: tuple[Transfer, ...]
-    compute: Mapping[str, float] = field(hash=False)  # unit -> seconds
+    compute: Mapping[str, float]  # unit -> seconds
     grid: int
     blocks_per_sm: int
     waves: int
@@ -690,7 +711,11 @@ class KernelTiming:
 
     @property
     def predicted_time_s(self) -> float:
-        return max(self.times.values(), default=0.0)
+        """The largest of `times` (level and unit names never clash: ncdc.hardware)."""
+        slowest = max(self.compute.values(), default=0.0)
+        for t in self.transfers:
+            slowest = max(slowest, t.time_s)
+        return slowest
 
     @property
     def top_bytes(self) -> int:
@@ -851,7 +876,7 @@ def summarize(
     """Totals over kernels: transfers per boundary summed, times summed kernel by kernel."""
     transfers: list[Transfer] = list(kernels[0].transfers)
     for k in kernels[1:]:
-        transfers = [a + b for a, b in zip(transfers, k.transfers, strict=True)]
+        transfers = [a.plus(b) for a, b in zip(transfers, k.transfers, strict=True)]
     predicted = sum(k.predicted_time_s for k in kernels)
     # the bound of the whole: the resource with the most time summed over kernels
     totals: dict[str, float] = {}

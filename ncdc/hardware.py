@@ -346,6 +346,12 @@ class _Reader:
             name = self.string(entry["name"], f"levels[{i}].name")
             if name in [level.name for level in levels]:
                 self.fail(f"levels[{i}].name", f"level {name!r} appears twice")
+            if name in RATE_KINDS:  # a plan names its bound by level or unit: keep them apart
+                self.fail(
+                    f"levels[{i}].name",
+                    f"level {name!r} has the name of a compute unit",
+                    hint="name levels after memories, such as hbm, l2, smem, rf",
+                )
             if entry["per"] not in PER_CHOICES:
                 self.fail(
                     f"levels.{name}.per",

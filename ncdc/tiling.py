@@ -22,8 +22,8 @@ import functools
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, NamedTuple
 
 from ncdc.cost import (
     MAX_REGISTERS,
@@ -51,9 +51,6 @@ if TYPE_CHECKING:
 
 GPU_LEVELS = ("smem", "rf")  # a profile with these levels gets the family templates' tiles
 MMA_TILE = 16  # rows and columns of the smallest warp tile (mma m16, n8 x 2)
-
-# Many candidates share threads, registers and shared memory; Limits is frozen (hashable).
-_occupancy = functools.lru_cache(maxsize=4096)(blocks_per_sm)
 
 
 def plan_diagram(
@@ -136,12 +133,13 @@ def _rank_kernel(
     family = _family(diagram, kernel, gpu)
     model = KernelModel(diagram, kernel)
     fixed = {a: v for a, v in fixed.items() if a in kernel.axes}
+    checker = _Checker(model, hw)
     if gpu:
-        choices = _gpu_choices(model, family, hw, streams, fixed)
+        choices = _gpu_choices(checker, family, streams, fixed)
     else:
         choices = _abstract_choices(model, hw, streams, fixed, top_k)
     # Rank by the times alone; only the best few become full plans.
-    timings = [time_kernel(model, hw, c, _occupancy) for c in choices]
+    timings = [time_kernel(model, hw, c, checker.occupancy) for c in choices]
     order = sorted(range(len(choices)), key=lambda i: _rank_key(choices[i], timings[i]))
     return [evaluate_kernel(model, family, hw, choices[i]) for i in order[:top_k]]
 
@@ -275,8 +273,7 @@ def _abstract_overflow(
 # ------------------------------------------------------------------------------- GPUs
 
 
-@dataclass(frozen=True)
-class _Block:
+class _Block(NamedTuple):
     """A candidate block before it is checked: sizes at SMEM and at a warp, and launch."""
 
     group: dict[str, int]
@@ -292,11 +289,7 @@ class _Block:
 
 
 def _gpu_choices(
-    model: KernelModel,
-    family: Family,
-    hw: Hardware,
-    streams: tuple[str, ...],
-    fixed: Mapping[str, int],
+    checker: _Checker, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
 ) -> list[TileChoice]:
     make = {
         "gemm": _gemm_blocks,
@@ -305,11 +298,12 @@ def _gpu_choices(
         "rowwise": _rowwise_blocks,
         "elementwise": _elementwise_blocks,
     }[family.name]
+    model = checker.model
     blocks = make(model, family, streams, fixed)
     choices = []
     problems: list[tuple[float, str]] = []
     for b in blocks:
-        choice, problem = _check(model, hw, b)
+        choice, problem = checker.check(b)
         if choice is not None:
             choices.append(choice)
         else:
@@ -325,68 +319,96 @@ def _gpu_choices(
     return choices
 
 
-def _check(model: KernelModel, hw: Hardware, b: _Block) -> tuple[TileChoice | None, tuple]:
-    """The choice for block `b`, or None and (how far over, a message naming the limit)."""
-    lim = hw.limits
-    smem = 0
-    if b.smem_inputs:
-        smem = int(model.tile_resident(b.group, b.stream, b.stages, inputs_only=True)[1])
-    if smem > lim.smem_per_block_bytes:
-        return None, (
-            smem / lim.smem_per_block_bytes,
-            f"tile {_tile_text(b)} with {b.stages} stages needs {smem:,} B of shared memory "
-            f"per block; the {hw.name} allows {lim.smem_per_block_bytes:,} B "
-            f"(over by {smem - lim.smem_per_block_bytes:,} B)",
-        )
-    if b.registers > min(lim.regs_per_thread, MAX_REGISTERS):
-        cap = min(lim.regs_per_thread, MAX_REGISTERS)
-        return None, (
-            b.registers / cap,
-            f"tile {_tile_text(b)} needs about {b.registers} registers per thread; the "
-            f"{hw.name} allows {cap} (over by {b.registers - cap}; it would spill)",
-        )
-    if b.threads > lim.threads_per_block:
-        return None, (
-            b.threads / lim.threads_per_block,
-            f"tile {_tile_text(b)} needs {b.threads} threads per block; the {hw.name} "
-            f"allows {lim.threads_per_block}",
-        )
-    per_sm, limiter = _occupancy(b.threads, b.registers, smem, lim)
-    if per_sm < 1:
-        return None, (2.0, f"tile {_tile_text(b)} cannot run: one block exceeds the SM's {limiter}")
-    levels = [lv.name for lv in hw.levels]
-    parts = {"smem": Partition(b.group, b.stream), "rf": Partition(b.warp_group, b.warp_stream)}
-    wave = _wave_group(model, b.group, hw.limits.sms * per_sm, b.splits)
-    _, wave_bytes = model.tile_resident(wave, b.stream, b.stages)
-    l2 = "l2" if "l2" in levels else None
-    if l2 is not None:
-        fits = wave_bytes <= hw.level(l2).capacity_bytes
-        parts[l2] = Partition(wave if fits else b.group, b.stream)
-    for name in levels[1:]:
-        parts.setdefault(name, Partition(b.group, b.stream))
-    block_tile = {**b.group, **b.stream}
-    return TileChoice(
-        parts, block_tile, b.warps, b.stages, b.splits, b.threads, b.registers, smem
-    ), ()
+class _Checker:
+    """Checks the candidate blocks of one kernel on one GPU, remembering what candidates
+    share: blocks per SM for each (threads, registers, shared memory), and wave tiles."""
+
+    def __init__(self, model: KernelModel, hw: Hardware):
+        self.model = model
+        self.hw = hw
+        names = [lv.name for lv in hw.levels]
+        self.l2_capacity = hw.level("l2").capacity_bytes if "l2" in names else None
+        # levels below the top other than SMEM, registers and L2: a block's tile
+        self.others = [n for n in names[1:] if n not in ("smem", "rf", "l2")]
+        self._per_sm: dict[tuple[int, int, int], tuple[int, str]] = {}
+        self._waves: dict[tuple, dict[str, int]] = {}
+
+    def occupancy(
+        self, threads: int, registers: int, smem: int, _limits: object = None
+    ) -> tuple[int, str]:
+        """`blocks_per_sm` on this checker's GPU (an `Occupancy` for `time_kernel`)."""
+        key = (threads, registers, smem)
+        found = self._per_sm.get(key)
+        if found is None:
+            found = self._per_sm[key] = blocks_per_sm(threads, registers, smem, self.hw.limits)
+        return found
+
+    def check(self, b: _Block) -> tuple[TileChoice | None, tuple]:
+        """The choice for block `b`, or None and (how far over, a message naming the limit)."""
+        model, hw = self.model, self.hw
+        lim = hw.limits
+        smem = 0
+        if b.smem_inputs:
+            smem = int(model.tile_resident(b.group, b.stream, b.stages, inputs_only=True)[1])
+        if smem > lim.smem_per_block_bytes:
+            return None, (
+                smem / lim.smem_per_block_bytes,
+                f"tile {_tile_text(b)} with {b.stages} stages needs {smem:,} B of shared memory "
+                f"per block; the {hw.name} allows {lim.smem_per_block_bytes:,} B "
+                f"(over by {smem - lim.smem_per_block_bytes:,} B)",
+            )
+        if b.registers > min(lim.regs_per_thread, MAX_REGISTERS):
+            cap = min(lim.regs_per_thread, MAX_REGISTERS)
+            return None, (
+                b.registers / cap,
+                f"tile {_tile_text(b)} needs about {b.registers} registers per thread; the "
+                f"{hw.name} allows {cap} (over by {b.registers - cap}; it would spill)",
+            )
+        if b.threads > lim.threads_per_block:
+            return None, (
+                b.threads / lim.threads_per_block,
+                f"tile {_tile_text(b)} needs {b.threads} threads per block; the {hw.name} "
+                f"allows {lim.threads_per_block}",
+            )
+        per_sm, limiter = self.occupancy(b.threads, b.registers, smem)
+        if per_sm < 1:
+            return None, (
+                2.0,
+                f"tile {_tile_text(b)} cannot run: one block exceeds the SM's {limiter}",
+            )
+        block = Partition(b.group, b.stream)
+        parts = {"smem": block, "rf": Partition(b.warp_group, b.warp_stream)}
+        if self.l2_capacity is not None:
+            wave = self.wave_group(b.group, lim.sms * per_sm, b.splits)
+            _, wave_bytes = model.tile_resident(wave, b.stream, b.stages)
+            parts["l2"] = Partition(wave, b.stream) if wave_bytes <= self.l2_capacity else block
+        for name in self.others:
+            parts[name] = block
+        block_tile = {**b.group, **b.stream}
+        return TileChoice(
+            parts, block_tile, b.warps, b.stages, b.splits, b.threads, b.registers, smem
+        ), ()
+
+    def wave_group(self, group: Mapping[str, int], wave: int, splits: int) -> dict[str, int]:
+        """Union tile of the first `wave` blocks in raster order (the last woven axis
+        fastest): what one wave of blocks, running at once, loads through L2."""
+        key = (tuple(map(group.__getitem__, self.model.kernel.woven)), wave, splits)
+        found = self._waves.get(key)
+        if found is None:
+            model = self.model
+            left = max(wave // splits, 1)
+            found = {}
+            for a in reversed(model.kernel.woven):
+                count = -(-model.sizes[a] // group[a])
+                take = min(count, left)
+                found[a] = min(take * group[a], model.sizes[a])
+                left = max(-(-left // count), 1)
+            self._waves[key] = found
+        return found
 
 
 def _tile_text(b: _Block) -> str:
     return " ".join(f"{a}={v}" for a, v in {**b.group, **b.stream}.items() if v > 1)
-
-
-def _wave_group(
-    model: KernelModel, group: Mapping[str, int], wave: int, splits: int
-) -> dict[str, int]:
-    """Union tile of the first `wave` blocks in raster order (the last woven axis fastest):
-    what one wave of blocks, running at once, loads through L2."""
-    left = max(wave // splits, 1)
-    out = {}
-    for a in reversed(model.kernel.woven):
-        count = -(-model.sizes[a] // group[a])
-        take = min(count, left)
-        out[a] = min(take * group[a], model.sizes[a])
-        left = max(-(-left // count), 1)
-    return out
 
 
 def _ones(axes: tuple[str, ...], fixed: Mapping[str, int]) -> dict[str, int]:
@@ -404,6 +426,8 @@ def _gemm_blocks(
     mma_k = MMA_K.get(p, 16)
     other = tuple(a for a in model.kernel.woven if a not in (m, n))
     k_opts = _rounded_options(k, t["s_k_fp8"] if p == 1 else t["s_k"], model.sizes[k], fixed, mma_k)
+    ones = _ones(other, fixed)
+    streams_of = {s_k: {a: (s_k if a == k else fixed.get(a, 1)) for a in streams} for s_k in k_opts}
     out = []
     seen = set()
     for g_m, g_n, s_k, warps, stages in itertools.product(
@@ -419,8 +443,8 @@ def _gemm_blocks(
         seen.add((g_m, g_n, s_k, warps, stages))
         threads = 32 * warps
         fragments = -(-(w_m + w_n) * mma_k * p // (4 * 32))
-        group = {**_ones(other, fixed), m: g_m, n: g_n}
-        stream = {a: (s_k if a == k else fixed.get(a, 1)) for a in streams}
+        group = {**ones, m: g_m, n: g_n}
+        stream = streams_of[s_k]
         registers = estimate_registers(g_m * g_n, threads, fragments)
         out.append(
             _Block(

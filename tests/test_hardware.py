@@ -262,6 +262,8 @@ def test_unknown_key_names_the_yaml_path(tmp_path):
         (lambda d: d["rates"].update(tensor={}), "rates.tensor: expected at least one rate"),
         (lambda d: d["rates"]["tensor"].update(fp4=d["rates"]["tensor"]["bf16"]), "'fp4'"),
         (lambda d: d.update(levels=[]), "levels: expected a non-empty list"),
+        (lambda d: d["levels"][1].update(name="hbm"), "level 'hbm' appears twice"),
+        (lambda d: d["levels"][1].update(name="tensor"), "has the name of a compute unit"),
         (lambda d: d.update(limits=[1]), "limits: expected a mapping, found a list"),
     ],
 )
