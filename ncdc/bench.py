@@ -419,7 +419,7 @@ def bench_specs(
 
     require_gpu()  # one clear error before any planning
     results = []
-    with Progress(console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+    with Progress(console=stderr(), transient=True, disable=not stderr().is_terminal) as bar:
         task = bar.add_task("benchmarking", total=len(specs))
         for spec in specs:
             bar.update(task, description=spec.stem)

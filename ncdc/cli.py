@@ -6,8 +6,8 @@ DESIGN.md (0 ok, 1 check failed, 2 bad input, 3 compile error, 4 no GPU); `--deb
 prints the traceback before that line.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: typer reads every command's annotations at
+# start-up, and strings would have to be evaluated first (a tenth of `ncdc cost`'s time).
 import sys
 import traceback
 from pathlib import Path
@@ -116,7 +116,7 @@ def check(
             build_graph(load_diagram(path), machine)
         except NcdcError as e:
             bad += 1
-            stderr.print(f"error: {e.line()}", markup=False, soft_wrap=True)
+            stderr().print(f"error: {e.line()}", markup=False, soft_wrap=True)
     note(f"{len(specs) - bad} of {len(specs)} specs valid")
     if bad:
         raise typer.Exit(EXIT_BAD_INPUT)
@@ -134,7 +134,7 @@ def check(
             current, read_baseline(baseline), parse_tolerance(tolerance)
         )
         for line in regressions:
-            stderr.print(f"regression: {line}", markup=False, soft_wrap=True)
+            stderr().print(f"regression: {line}", markup=False, soft_wrap=True)
         if regressions:
             raise typer.Exit(EXIT_CHECK_FAILED)
 
@@ -150,20 +150,19 @@ def cost(
     fmt: FormatOpt = "table",
 ) -> None:
     """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles."""
-    from rich.console import Group
-
-    from ncdc.baseline import baseline_from_plans, plan_specs
     from ncdc.cost import plan_to_dict
-    from ncdc.report import cost_table
+    from ncdc.report import cost_table, cost_tables
     from ncdc.tiling import rank_tiles
-    from ncdc.views import find_specs
 
     machine = load_machine(hardware, hw)
     sizes = parse_assignments(set_ or [])
     tiles = parse_assignments(tile or [], "--tile")
     if spec.is_dir():
+        from ncdc.baseline import baseline_from_plans, plan_specs
+        from ncdc.views import find_specs
+
         plans = plan_specs(find_specs([spec]), machine, sizes, tiles)
-        emit(baseline_from_plans(plans), fmt, lambda: Group(*(cost_table(p) for p in plans)))
+        emit(baseline_from_plans(plans), fmt, lambda: cost_tables(plans))
         return
     ranked = rank_tiles(load_diagram(spec, sizes), machine, max(top_k, 1), tiles)
     emit(plan_to_dict(ranked[0]), fmt, lambda: cost_table(ranked[0], ranked[1:]))
@@ -340,21 +339,21 @@ def main(argv: list[str] | None = None) -> None:
     except NcdcError as e:
         if debug:
             traceback.print_exc()
-        stderr.print(f"error: {e.line()}", markup=False, soft_wrap=True)
+        stderr().print(f"error: {e.line()}", markup=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        stderr.print("interrupted", markup=False)
+        stderr().print("interrupted", markup=False)
         sys.exit(130)
     except Exception as e:  # click's usage errors, and anything unexpected
         usage = getattr(e, "format_message", None)
         if usage is not None and not debug:
-            stderr.print(f"error: {usage()} (hint: ncdc --help)", markup=False, soft_wrap=True)
+            stderr().print(f"error: {usage()} (hint: ncdc --help)", markup=False, soft_wrap=True)
             sys.exit(getattr(e, "exit_code", EXIT_BAD_INPUT))
         if debug:
             raise
-        stderr.print(
+        stderr().print(
             f"error: internal error: {type(e).__name__}: {e} (hint: rerun with --debug and "
             "report it)",
             markup=False,

@@ -228,7 +228,7 @@ def _compile_parallel(jobs: list[tuple]) -> list[CompileReport]:
     failures: list[tuple[Path, NcdcError]] = []
     with (
         ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool,
-        Progress(console=stderr, transient=True, disable=not stderr.is_terminal) as bar,
+        Progress(console=stderr(), transient=True, disable=not stderr().is_terminal) as bar,
     ):
         task = bar.add_task("compiling", total=len(jobs))
         futures = {pool.submit(_compile_job, job): i for i, job in enumerate(jobs)}
@@ -241,7 +241,7 @@ def _compile_parallel(jobs: list[tuple]) -> list[CompileReport]:
             bar.advance(task)
     if failures:
         for _, later in failures[1:]:
-            stderr.print(f"error: {later.line()}", markup=False, soft_wrap=True)
+            stderr().print(f"error: {later.line()}", markup=False, soft_wrap=True)
         raise failures[0][1]
     return [results[i] for i in range(len(jobs))]
 

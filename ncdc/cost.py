@@ -29,8 +29,7 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ncdc.errors import PlanError
 from ncdc.families import Family
@@ -38,6 +37,9 @@ from ncdc.graph import Kernel, MemoryGraph, Partition
 from ncdc.hardware import Hardware
 from ncdc.occupancy import blocks_per_sm
 from ncdc.spec import DTYPE_BYTES, Diagram, Op
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 FORMAT = "ncdc.cost/1"
 IN_PLACE_KINDS = ("map", "binary", "cast", "mask", "softmax", "norm")
@@ -591,6 +593,8 @@ def causal_fraction(queries: int, keys: int, g_q: int, s_x: int) -> Fraction:
         last = min((t + 1) * g_q, queries) - 1 + shift
         if last >= 0:
             loaded += min(keys, (last // s_x + 1) * s_x)
+    from fractions import Fraction  # only causal kernels need it: not on every start-up
+
     return Fraction(loaded, tiles * keys)
 
 

@@ -5,24 +5,39 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
 from collections.abc import Callable
-from typing import Any
-
-from rich.console import Console, RenderableType
+from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import UsageError
 
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
 FORMATS = ("table", "json")
 
-# Data goes to stdout, diagnostics to stderr; both fall back to plain text when piped.
-# Piped output gets a fixed, wide layout so tables do not fold at 80 columns in CI logs.
-stdout = Console(soft_wrap=False, highlight=False)
-if not stdout.is_terminal:
-    stdout = Console(soft_wrap=False, highlight=False, width=160)
-stderr = Console(stderr=True, highlight=False)
+
+# rich is imported when something is printed through it, not for JSON on stdout: it is a
+# good part of a short command's start-up time.
+@functools.cache
+def stdout() -> Console:
+    """Data: a table when it goes to a terminal; piped output gets a fixed, wide layout so
+    tables do not fold at 80 columns in CI logs."""
+    from rich.console import Console
+
+    console = Console(soft_wrap=False, highlight=False)
+    return console if console.is_terminal else Console(soft_wrap=False, highlight=False, width=160)
+
+
+@functools.cache
+def stderr() -> Console:
+    """Diagnostics; plain text when piped."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
 
 
 def check_format(fmt: str) -> str:
@@ -40,12 +55,12 @@ def emit(data: Any, fmt: str, table: Callable[[], RenderableType]) -> None:
     if check_format(fmt) == "json":
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
     else:
-        stdout.print(table())
+        stdout().print(table())
 
 
 def note(message: str) -> None:
     """A message for the person at the terminal (stderr)."""
-    stderr.print(message, markup=False)
+    stderr().print(message, markup=False)
 
 
 def json_number(x: float | None) -> float | None:

@@ -51,6 +51,13 @@ def format_count(n: float) -> str:
     return f"{n:,.0f}" if n < 1e6 else f"{n:.3e}"
 
 
+def cost_tables(plans: Sequence[Plan]) -> Group:
+    """One `cost_table` per plan (a folder of specs)."""
+    from rich.console import Group
+
+    return Group(*(cost_table(p) for p in plans))
+
+
 def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
     """The plan's summary, its transfers per boundary, and the runners-up (from rank_tiles)."""
     # rich's tables load here, not on import: `ncdc cost --format json` never builds one
