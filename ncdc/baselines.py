@@ -4,8 +4,9 @@ Chosen from the structure of the plan (its kernel families and operations), neve
 the file name:
 
 - GEMM and batched GEMM: cuBLAS through `torch.matmul` when PyTorch is importable (CuPy
-  has no bf16), else through `cupy.matmul` in fp16 (same bytes and tensor rate); fp8 through
-  `torch._scaled_mm`, skipped with a reason without PyTorch.
+  has bf16 only through the optional ml_dtypes), else through `cupy.matmul` in fp16 (same
+  bytes and tensor rate; CuPy 14 may run a batched fp16 one in fp32, cupy/cupy#10317);
+  fp8 through `torch._scaled_mm`, skipped with a reason without PyTorch.
 - Attention (fused or not, grouped-query, decode): `scaled_dot_product_attention` with its
   flash and cuDNN back ends (`torch.nn.attention.sdpa_kernel`), else a CuPy composition
   (two matmuls and a softmax in fp16).
@@ -119,16 +120,18 @@ def baseline_kind(plan: Plan) -> str:
 
 
 def _makers(plan: Plan) -> Iterator[tuple[str, Callable[[Any], list[Candidate]]]]:
+    """(name, maker) per library; each maker reads its shape when called, inside
+    `run_baselines`' try, so a plan the shape readers do not understand is a skipped
+    baseline rather than a failed bench."""
     kind = baseline_kind(plan)
     if kind == "attention":
-        shape = attention_shape(plan.graph.diagram)
-        yield "sdpa", lambda cupy: _attention(cupy, shape)
+        yield "sdpa", lambda cupy: _attention(cupy, attention_shape(plan.graph.diagram))
     elif kind == "gemm":
-        g = gemm_shape(plan)
-        yield "cuBLAS", lambda cupy: _gemm(cupy, g)
+        yield "cuBLAS", lambda cupy: _gemm(cupy, gemm_shape(plan))
     elif kind == "rowwise":
-        r = row_shape(plan)
-        yield r.op.fn, lambda cupy: _rowwise(cupy, r)
+        ops = plan.graph.diagram.ops
+        name = next((op.fn for op in ops if op.kind in ("softmax", "norm")), "rowwise")
+        yield name, lambda cupy: _rowwise(cupy, row_shape(plan))
 
 
 # ----------------------------------------------------------------------------- shapes
@@ -227,14 +230,26 @@ def _gemm(cupy: Any, g: GemmShape) -> list[Candidate]:
         return [("cuBLAS fp8 (torch._scaled_mm)", scaled)]
     if torch is not None and g.dtype in TORCH_DTYPES:
         dt = getattr(torch, TORCH_DTYPES[g.dtype])
-        a = torch.randn(g.batch, g.m, g.k, device="cuda", dtype=dt)
-        b = torch.randn(g.batch, g.k, g.n, device="cuda", dtype=dt)
+        a = torch.randn(*operand_shape(g.batch, g.m, g.k), device="cuda", dtype=dt)
+        b = torch.randn(*operand_shape(g.batch, g.k, g.n), device="cuda", dtype=dt)
         return [("cuBLAS (torch.matmul)", lambda: torch.matmul(a, b))]
     dt = cupy.float32 if g.dtype == "fp32" else cupy.float16
-    a = cupy.random.standard_normal((g.batch, g.m, g.k), dtype=cupy.float32).astype(dt)
-    b = cupy.random.standard_normal((g.batch, g.k, g.n), dtype=cupy.float32).astype(dt)
+    a = cupy.random.standard_normal(operand_shape(g.batch, g.m, g.k), dtype=cupy.float32)
+    b = cupy.random.standard_normal(operand_shape(g.batch, g.k, g.n), dtype=cupy.float32)
+    a, b = a.astype(dt), b.astype(dt)
     label = "cuBLAS (cupy.matmul)" if g.dtype in ("fp16", "fp32") else "cuBLAS fp16 (cupy.matmul)"
     return [(label, lambda: cupy.matmul(a, b))]
+
+
+def operand_shape(batch: int, rows: int, cols: int) -> tuple[int, ...]:
+    """A GEMM operand's shape: plain 2-D when unbatched. CuPy 14 computes a 3-D fp16
+    `cupy.matmul` in fp32 on upcast copies (cupy/cupy#10317), so a batch of one would time
+    that, not fp16 cuBLAS; a 2-D one goes to cublasGemmEx in fp16.
+
+    >>> operand_shape(1, 64, 32), operand_shape(4, 64, 32)
+    ((64, 32), (4, 64, 32))
+    """
+    return (rows, cols) if batch == 1 else (batch, rows, cols)
 
 
 def _attention(cupy: Any, s: AttentionShape) -> list[Candidate]:

@@ -14,6 +14,7 @@ import math
 import sys
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -216,6 +217,52 @@ def test_fp8_baseline_without_torch_is_skipped_with_a_reason(monkeypatch):
     copy = out[-1]
     assert copy.name == "copy (device to device)" and copy.timing is not None
     assert copy.bytes_moved == 2 * (plan.top_bytes // 2)
+
+
+def test_a_shape_the_baselines_cannot_read_is_a_skip_not_a_failed_bench():
+    """Control flow only: a plan with an attention kernel whose operations are not
+    contract-softmax-contract. Reading its shape raised outside the skip handling and
+    stopped the whole bench; now it is one skipped baseline and the copy still runs."""
+    cupy = FakeCupy()
+    real = plan_of("matmul")
+    plan = SimpleNamespace(
+        kernels=[SimpleNamespace(family=SimpleNamespace(name="attention"))],
+        graph=real.graph, top_bytes=real.top_bytes,
+    )  # fmt: skip
+    out = run_baselines(plan, cupy, bench.make_timer(cupy, H200, 1.0, 1.0))
+    assert [b.name for b in out] == ["sdpa", "copy (device to device)"]
+    assert out[0].timing is None and "not an attention diagram" in out[0].skipped
+    assert out[1].timing is not None
+
+
+class FakeMatrix:
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+
+    def astype(self, dtype: str) -> FakeMatrix:
+        return self
+
+
+def test_unbatched_cupy_gemm_baseline_is_two_dimensional(monkeypatch):
+    """Control flow only: without PyTorch the GEMM baseline is `cupy.matmul` in fp16. CuPy 14
+    runs a 3-D fp16 matmul in fp32 on upcast copies (cupy/cupy#10317), so an unbatched
+    problem must be 2-D to time fp16 cuBLAS; a batched one stays 3-D."""
+    from ncdc.baselines import _gemm
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    shapes = []
+    cupy = SimpleNamespace(
+        float16="float16", float32="float32",
+        random=SimpleNamespace(standard_normal=lambda shape, dtype: FakeMatrix(shape)),
+        matmul=lambda a, b: shapes.append((a.shape, b.shape)),
+    )  # fmt: skip
+    for name, want in [
+        ("matmul", ((4096, 4096), (4096, 4096))),
+        ("batched_matmul", ((16, 2048, 2048), (16, 2048, 2048))),
+    ]:
+        ((label, fn),) = _gemm(cupy, gemm_shape(plan_of(name)))
+        fn()
+        assert label == "cuBLAS fp16 (cupy.matmul)" and shapes.pop() == want
 
 
 # --------------------------------------------------------------------------- records
