@@ -308,6 +308,8 @@ def tune_spec(
                     measured = timer(runner).median_ms
             except NcdcError as e:
                 error = e.line()
+            except Exception as e:  # a launch CuPy refuses (shared memory, registers)
+                error = f"{type(e).__name__}: {e}"[:200]
         candidates.append(Candidate(i, config, plan.predicted_time_s, measured, error))
     result = TuneResult(
         diagram.name, hardware.name, gpu, arch, dict(diagram.axes), small_sizes, tuple(candidates)

@@ -428,6 +428,30 @@ def test_tune_result_record():
     assert d["candidates"][2]["measured_ms"] is None and d["candidates"][2]["error"]
 
 
+def test_a_candidate_cupy_refuses_to_launch_scores_infinity(monkeypatch):
+    """Control flow only: a launch error that is not an NcdcError (CuPy's CUDADriverError for
+    too much shared memory, say) fails that candidate, not the whole tuning run."""
+    cupy = FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(
+        tune, "compile_candidates", lambda spec, hw, arch, sizes, configs: [""] * len(configs)
+    )
+
+    def check(diagram, hardware, config, seed):
+        if seed == 0:
+            raise RuntimeError("CUDA_ERROR_INVALID_VALUE: invalid argument")
+        return ""
+
+    monkeypatch.setattr(tune, "check_candidate", check)
+    monkeypatch.setattr(bench, "module_runner", lambda *a, **k: kernel(cupy, 0.2)[0])
+    sizes = {"m": 256, "n": 256, "k": 256}
+    r = tune.tune_spec(DIAGRAMS / "matmul.yaml", H200, sizes=sizes, top_k=3, warmup_ms=1,
+                       rep_ms=2, write=False)  # fmt: skip
+    first, *rest = r.candidates
+    assert not first.ok and first.error.startswith("RuntimeError: CUDA_ERROR_INVALID_VALUE")
+    assert rest and all(c.ok for c in rest) and r.best is not None
+
+
 # ----------------------------------------------------------------------- no GPU here
 
 
