@@ -125,12 +125,12 @@ class Transfer(NamedTuple):
         )
 
 
-@dataclass(frozen=True)
-class TileChoice:
-    """One way to run a kernel: group and stream sizes per level below the top, and launch."""
+class TileChoice(NamedTuple):
+    """One way to run a kernel: group and stream sizes per level below the top, and launch.
+    (A named tuple: a tile search makes one for every candidate.)"""
 
-    partitions: Mapping[str, Partition] = field(hash=False)  # level -> sizes
-    block_tile: Mapping[str, int] = field(hash=False)  # axis -> size at the SMEM level
+    partitions: Mapping[str, Partition]  # level -> sizes
+    block_tile: Mapping[str, int]  # axis -> size at the SMEM level
     warps: int = 4
     stages: int = 1
     splits: int = 1  # blocks sharing one group's streamed axis (split-k), merged after

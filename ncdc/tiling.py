@@ -430,35 +430,37 @@ def _gemm_blocks(
     streams_of = {s_k: {a: (s_k if a == k else fixed.get(a, 1)) for a in streams} for s_k in k_opts}
     out = []
     seen = set()
-    for g_m, g_n, s_k, warps, stages in itertools.product(
+    for g_m, g_n, s_k, warps in itertools.product(
         _rounded_options(m, t["g_m"], model.sizes[m], fixed, MMA_TILE),
         _rounded_options(n, t["g_n"], model.sizes[n], fixed, MMA_TILE),
         k_opts,
         t["warps"],
-        t["stages"],
     ):
         g_m, g_n, w_m, w_n = _arrange(g_m, g_n, warps)
-        if (g_m, g_n, s_k, warps, stages) in seen:
+        if (g_m, g_n, s_k, warps) in seen:
             continue
-        seen.add((g_m, g_n, s_k, warps, stages))
+        seen.add((g_m, g_n, s_k, warps))
         threads = 32 * warps
         fragments = -(-(w_m + w_n) * mma_k * p // (4 * 32))
         group = {**ones, m: g_m, n: g_n}
         stream = streams_of[s_k]
+        warp_group = {**group, m: w_m, n: w_n}
+        warp_stream = {**stream, k: min(mma_k, s_k)} if k in stream else stream
         registers = estimate_registers(g_m * g_n, threads, fragments)
-        out.append(
-            _Block(
-                group,
-                stream,
-                {**group, m: w_m, n: w_n},
-                {**stream, k: min(mma_k, s_k)} if k in stream else stream,
-                warps,
-                stages,
-                threads,
-                registers,
-                True,
+        for stages in t["stages"]:  # the pipeline depth changes shared memory alone
+            out.append(
+                _Block(
+                    group,
+                    stream,
+                    warp_group,
+                    warp_stream,
+                    warps,
+                    stages,
+                    threads,
+                    registers,
+                    True,
+                )
             )
-        )
     return out
 
 
