@@ -119,3 +119,47 @@ def test_small_odd_head_gemm_plans():
     m, n = pv.block_tile["q"], pv.block_tile["d"]
     assert n >= 32 and m >= 32 and m & (m - 1) == 0 and n & (n - 1) == 0
     assert pv.compute["tensor"] > pv.flops / hw.rate("tensor", "bf16") * (n / 24) * (64 / 33)
+
+
+@pytest.mark.parametrize("profile", ["h200", "a100"])
+@pytest.mark.parametrize("name", ["matmul", "attention_causal", "gqa_attention", "mlp"])
+def test_memoised_search_checks_and_times_every_candidate_as_a_fresh_model_does(name, profile):
+    """The search shares residency across pipeline stages, occupancy and wave tiles between
+    candidates (tiling._Checker, KernelModel.tile_resident and tile_transfer). Each
+    candidate's shared memory is checked against `per_group` (streamed inputs once per
+    stage), its L2 tile against a wave tile worked out afresh, and its timing against a
+    fresh model with no memo."""
+    from ncdc.cost import KernelModel, streamed_axes, time_kernel
+    from ncdc.graph import Partition, build_graph
+    from ncdc.occupancy import blocks_per_sm
+    from ncdc.tiling import _Checker, _family, _gpu_choices
+
+    hw = load_hardware(profile)
+    diagram = load_diagram(f"diagrams/{name}.yaml")
+    graph = build_graph(diagram, hw)
+    checked = 0
+    for kernel in graph.kernels:
+        checker = _Checker(KernelModel(diagram, kernel), hw)
+        family = _family(diagram, kernel, True)
+        for choice in _gpu_choices(checker, family, streamed_axes(diagram, kernel), {}):
+            fresh = KernelModel(diagram, kernel)
+            block = choice.partitions["smem"]
+            smem = 0
+            for tensor, axes, size in fresh.inputs:
+                values = fresh.per_group(tensor, axes, block.group, block.stream)
+                streamed = any(a in block.stream for a in axes)
+                smem += values * size * (choice.stages if streamed else 1)
+            assert choice.smem_bytes in (0, smem)
+            per_sm = blocks_per_sm(choice.threads, choice.registers, choice.smem_bytes, hw.limits)
+            wave = _Checker(fresh, hw).wave_group(
+                block.group, hw.limits.sms * per_sm[0], choice.splits
+            )
+            fits = (
+                fresh.resident(wave, block.stream, choice.stages)[1]
+                <= hw.level("l2").capacity_bytes
+            )
+            assert choice.partitions["l2"] == (Partition(wave, block.stream) if fits else block)
+            memo = time_kernel(checker.model, hw, choice, checker.occupancy)
+            assert memo == time_kernel(fresh, hw, choice, blocks_per_sm)
+            checked += 1
+    assert checked >= len(graph.kernels)  # not vacuous: every kernel had candidates
