@@ -108,6 +108,26 @@ def test_roofline_draws(spec: Path, hw: str) -> None:
         assert "unfused (model)" in joined
 
 
+@pytest.mark.parametrize("hw", ["h200", "a100"])
+@pytest.mark.parametrize("name", ["attention", "matmul", "mlp", "gqa_attention"])
+def test_roofline_level_dots_sit_under_their_slopes(name: str, hw: str) -> None:
+    """The hierarchical roofline: at each lower boundary's intensity the plan's rate is at
+    most that level's bandwidth times the intensity, and the level that bounds the plan
+    sits on its slope (within the model's wave and occupancy slowdowns)."""
+    from ncdc.draw.roofline import _level_points
+    from ncdc.tiling import plan_diagram
+
+    profile = load_hardware(hw)
+    plan = plan_diagram(load_diagram(ROOT / f"diagrams/{name}.yaml"), profile)
+    dots = {text.removeprefix("at "): (x, y) for x, y, text, _ in _level_points(plan)}
+    assert set(dots) == {t.upper for t in plan.transfers[1:]}
+    for level, (x, y) in dots.items():
+        roof = profile.level(level).bandwidth_bytes_per_s * x
+        assert y <= roof * (1 + 1e-9), level
+        if plan.bound == level:
+            assert y >= roof / 1.1, (level, y / roof)
+
+
 def test_roofline_measured_points(tmp_path: Path) -> None:
     bench = tmp_path / "bench.json"
     runs = [{"name": "sdpa", "flops": 2.2e12, "time_s": 4e-3, "hbm_bytes": 3e8, "extra": 1}]

@@ -1,10 +1,12 @@
 """A roofline of the hardware with the diagram's predicted point on it.
 
-Log-log: arithmetic intensity (FLOP per byte moved at the top level, HBM) across, FLOP/s
-up. A horizontal ceiling per compute unit and type the profile has (equal rates share one
-line), a slope per memory level (its bandwidth times the intensity), the roof the model
-uses for this diagram in bold, the plan's point (FLOPs over predicted time), the unfused
-form's point when the plan has one, and measured points read from a bench JSON.
+Log-log: arithmetic intensity (FLOP per byte moved) across, FLOP/s up. A horizontal ceiling
+per compute unit and type the profile has (equal rates share one line), a slope per memory
+level (its bandwidth times the intensity), the roof the model uses for this diagram in bold,
+the plan's point (FLOPs over predicted time, at FLOPs per top-level byte), the same rate at
+each lower boundary's intensity in that level's colour (the hierarchical roofline: a level
+whose dot meets its own slope is the one that bounds), the unfused form's point when the
+plan has one, and measured points read from a bench JSON.
 
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
@@ -193,6 +195,7 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
         (m.flops / m.hbm_bytes, m.flops / m.time_s, f"{m.name} (measured)", MEASURED)
         for m in measured
     ]
+    points += _level_points(plan)
     ceilings = _ceilings(plan)
     peak = ceilings[0][0]
     ridge = peak / top.bandwidth_bytes_per_s
@@ -232,6 +235,7 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
         a = max(x_lo, rate / top.bandwidth_bytes_per_s)
         y = axes.py(rate)
         items.append(Path(((axes.px(a), y), (PLOT.right, y)), CEILING, 1.2, "5 3", css="ceiling"))
+        labels.block_line((axes.px(a), y), (PLOT.right, y))
         label_y = max(y + 4, last + 13)  # equal-looking rates: stack their labels
         last = label_y
         items.append(Text(PLOT.right + 8, label_y, f"{text} {_si(rate)}FLOP/s", 10, colour=CEILING))
@@ -245,15 +249,18 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
     )
     items.append(Path(roof_pts, INK, 2.6, css="roof"))
     labels.block_line(roof_pts[0], roof_pts[1])
+    labels.block_line(roof_pts[1], roof_pts[2])
+    # points first: a slope's label can slide along its line, a point's cannot move far
+    items += _points(points, axes, labels)
     for (p0, p1), text, colour in slopes:
         along = [(p0[0] + (p1[0] - p0[0]) * f, p0[1] + (p1[1] - p0[1]) * f) for f in FRACTIONS]
         items.append(labels.place(along, text, colour, beside_slope=True))
-    items += _points(points, axes, labels)
     items.append(
         Text(
             PLOT.x + PLOT.w / 2,
             PLOT.bottom + 40,
-            f"arithmetic intensity (FLOP per {top.name} byte)",
+            f"arithmetic intensity (FLOP per byte moved: per {top.name} byte for the plan, "
+            "per byte a level sends down for its dot)",
             11,
             "middle",
         )
@@ -266,6 +273,20 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
     items.append(Text(24, PLOT.bottom + 64, note, 10, colour=MUTED))
     width = max(PLOT.right + 30, *(t.bbox().right + 24 for t in items if isinstance(t, Text)))
     return Picture(f"roofline: {name} on {hw.name}", width, PLOT.bottom + 84, tuple(items))
+
+
+def _level_points(plan: Plan) -> list[tuple[float, float, str, str]]:
+    """The plan's rate at the intensity of each boundary below the top: FLOPs over the bytes
+    the level above sends down (and takes back). Its distance below that level's slope is
+    how far that level is from bounding the plan."""
+    hw = plan.graph.hardware
+    names = [lv.name for lv in hw.levels]
+    rate = plan.flops / plan.predicted_time_s
+    return [
+        (plan.flops / t.bytes, rate, f"at {t.upper}", level_colour(t.upper, names.index(t.upper)))
+        for t in plan.transfers[1:]
+        if t.bytes > 0 and plan.flops > 0
+    ]
 
 
 def _grid(axes: _Axes) -> list[Item]:
@@ -292,6 +313,12 @@ def _points(
         (fx, fy, _, _), (ux, uy, _, _) = shown[0], shown[1]
         items.append(Path(((ux, uy), (fx, fy)), MUTED, 1.2, "3 3", arrow=True, css="fusion"))
         labels.block_line((ux, uy), (fx, fy))
+    # a dot on top of an earlier one (a level that moves what the one above does) says nothing new
+    kept: list[tuple[float, float, str, str]] = []
+    for point in shown:
+        if not any(abs(point[0] - k[0]) < 6 and abs(point[1] - k[1]) < 6 for k in kept):
+            kept.append(point)
+    shown = kept
     for x, y, _, _ in shown:
         labels.block(Rect(x - 5, y - 5, 10, 10))
     for x, y, text, colour in shown:
