@@ -20,13 +20,17 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 
-def format_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+def format_bytes(n: float, digits: int = 2) -> str:
+    """1536 -> '1.50 KiB' (binary prefixes, as memory sizes are counted).
+
+    >>> format_bytes(1536), format_bytes(1536, digits=1), format_bytes(100)
+    ('1.50 KiB', '1.5 KiB', '100 B')
+    """
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.{digits}f} {unit}"
         n /= 1024
-    return f"{n:.2f} TiB"
+    return f"{n:.{digits}f} TiB"
 
 
 def format_time(s: float) -> str:
@@ -39,8 +43,12 @@ def format_time(s: float) -> str:
 
 
 def format_rate(x: float, unit: str) -> str:
-    """Bytes or FLOPs per second: 4.8e12 -> '4.80 T' + unit."""
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+    """Bytes or FLOPs per second, with decimal prefixes as datasheets print them.
+
+    >>> format_rate(4.8e12, "B/s"), format_rate(2500, "FLOP/s"), format_rate(0, "FLOP/s")
+    ('4.80 TB/s', '2.50 kFLOP/s', '0 FLOP/s')
+    """
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if x >= scale:
             return f"{x / scale:.2f} {prefix}{unit}"
     return f"{x:.3g} {unit}"

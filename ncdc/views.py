@@ -14,6 +14,7 @@ from rich.tree import Tree
 from ncdc.errors import UsageError
 from ncdc.graph import ON_CHIP, MemoryGraph
 from ncdc.hardware import Hardware
+from ncdc.report import format_bytes, format_rate
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -35,23 +36,6 @@ def find_specs(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def format_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-def format_rate(n: float, unit: str) -> str:
-    """4.8e12, 'B/s' -> '4.80 TB/s' (decimal prefixes, as datasheets print them)."""
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {prefix}{unit}"
-    return f"{n:.2f} {unit}"
-
-
 def graph_tree(graph: MemoryGraph) -> Tree:
     """The memory graph as a tree: levels, then each kernel's loads, operations and saves."""
     d = graph.diagram
@@ -62,7 +46,7 @@ def graph_tree(graph: MemoryGraph) -> Tree:
     levels = root.add("memory levels (top first)")
     for lv in graph.hardware.levels:
         levels.add(
-            f"[bold]{lv.name}[/]  {format_bytes(lv.capacity_bytes)} per {lv.per}, "
+            f"[bold]{lv.name}[/]  {format_bytes(lv.capacity_bytes, digits=1)} per {lv.per}, "
             f"{format_rate(lv.bandwidth_bytes_per_s, 'B/s')} out"
         )
     for k in graph.kernels:
@@ -87,7 +71,7 @@ def graph_tree(graph: MemoryGraph) -> Tree:
 def _tensor_label(graph: MemoryGraph, name: str) -> str:
     t = graph.tensors[name]
     axes = " ".join(t.tensor.axes)
-    return escape(f"{name}[{axes}] {t.tensor.dtype} {format_bytes(t.bytes)}")
+    return escape(f"{name}[{axes}] {t.tensor.dtype} {format_bytes(t.bytes, digits=1)}")
 
 
 def hardware_list_table(profiles: list[Hardware]) -> Table:
@@ -101,7 +85,8 @@ def hardware_list_table(profiles: list[Hardware]) -> Table:
             hw.title,
             hw.arch,
             str(hw.limits.sms),
-            f"{format_bytes(top.capacity_bytes)}, {format_rate(top.bandwidth_bytes_per_s, 'B/s')}",
+            f"{format_bytes(top.capacity_bytes, digits=1)}, "
+            f"{format_rate(top.bandwidth_bytes_per_s, 'B/s')}",
             format_rate(hw.rates.get("tensor", {}).get("bf16", 0), "FLOP/s"),
             format_rate(hw.rates.get("cuda", {}).get("fp32", 0), "FLOP/s"),
         )
@@ -143,7 +128,8 @@ def compile_table(reports: list, out_dir: Path) -> Table:
                 "x".join(map(str, launch.block)),
                 str(k.registers),
                 f"{k.spill_stores_bytes + k.spill_loads_bytes} B",
-                f"{format_bytes(k.static_smem_bytes)} + {format_bytes(launch.dynamic_smem)}",
+                f"{format_bytes(k.static_smem_bytes, digits=1)} + "
+                f"{format_bytes(launch.dynamic_smem, digits=1)}",
                 f"{k.blocks_per_sm} ({k.limited_by})",
                 f"{k.occupancy:.0%}",
             )
@@ -169,8 +155,8 @@ def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
         issued = r.bytes_read + r.bytes_written
         ratio = issued / outcome.predicted_bytes if outcome.predicted_bytes else float("nan")
         table.caption = (
-            f"global traffic issued: {format_bytes(r.bytes_read)} read + "
-            f"{format_bytes(r.bytes_written)} written = {issued:,} B; model across "
+            f"global traffic issued: {format_bytes(r.bytes_read, digits=1)} read + "
+            f"{format_bytes(r.bytes_written, digits=1)} written = {issued:,} B; model across "
             f"{outcome.boundary}: {outcome.predicted_bytes:,} B (ratio {ratio:.3f})"
         )
     return table

@@ -41,8 +41,8 @@ from ncdc.draw.model import (
 )
 from ncdc.graph import ON_CHIP, Partition, build_graph
 from ncdc.hardware import Hardware
+from ncdc.report import format_bytes, format_rate
 from ncdc.spec import DTYPE_BYTES, Diagram, Op
-from ncdc.views import format_bytes, format_rate
 
 PITCH = 24  # between the wires of one bundle
 HEAD = 36  # above a bundle's first wire: its header row
@@ -156,19 +156,20 @@ def describe_circuit(diagram: Diagram, hw: Hardware, plan: Plan | None) -> Circu
             if level_of(name) == top:
                 moved = _bytes_in(diagram, name, kp, model, names)
                 shown = labels(name, part, model) if plan else ()
-                inputs.append(Edge(name, stage, f"load {format_bytes(moved)}", shown))
+                inputs.append(Edge(name, stage, f"load {format_bytes(moved, digits=1)}", shown))
             else:
                 inputs.append(Edge(name, compute, "", ()))
         t = diagram.tensor(op.out)
         if level_of(op.out) == top:
             saved = diagram.size(t) * DTYPE_BYTES[t.dtype]
             shown = labels(op.out, part, model) if plan else ()
-            output = Edge(op.out, compute, f"save {format_bytes(saved)}", shown)
+            output = Edge(op.out, compute, f"save {format_bytes(saved, digits=1)}", shown)
         else:
             output = Edge(op.out, compute, "", ())
         ops.append(OpView(op, _op_label(op), compute, tuple(inputs), output))
     levels = tuple(
-        (lv.name, f"{lv.name} {format_bytes(lv.capacity_bytes)}/{lv.per}") for lv in hw.levels
+        (lv.name, f"{lv.name} {format_bytes(lv.capacity_bytes, digits=1)}/{lv.per}")
+        for lv in hw.levels
     )
     how = "plan" if plan else "bare algorithm"
     return CircuitView(
@@ -228,10 +229,11 @@ def _summary(plan: Plan | None, block: str) -> tuple[str, ...]:
     rate = format_rate(plan.flops / time, "FLOP/s") if time else "-"
     first = (
         f"predicted {time * 1e3:.3g} ms, {rate}, {plan.bound}-bound; "
-        f"{plan.graph.hardware.levels[0].name} traffic {format_bytes(plan.top_bytes)}"
+        f"{plan.graph.hardware.levels[0].name} traffic {format_bytes(plan.top_bytes, digits=1)}"
     )
     if plan.unfused is not None:
-        first += f" (unfused {format_bytes(plan.unfused.top_bytes)}, {plan.unfused.ratio:.3g}x)"
+        unfused = format_bytes(plan.unfused.top_bytes, digits=1)
+        first += f" (unfused {unfused}, {plan.unfused.ratio:.3g}x)"
     lines = [first]
     for k in plan.kernels:
         part = k.tiles.get(block)
