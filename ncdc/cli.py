@@ -35,7 +35,9 @@ app = typer.Typer(
 )
 
 # Options shared by the commands, declared once.
-SpecArg = Annotated[Path, typer.Argument(help="A diagram spec (YAML).", show_default=False)]
+SpecArg = Annotated[
+    Path, typer.Argument(help="A diagram spec (YAML).", show_default=False, metavar="SPEC")
+]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -53,14 +55,16 @@ HwOpt = Annotated[
         metavar="LEVEL.FIELD=VALUE",
     ),
 ]
-FormatOpt = Annotated[str, typer.Option("--format", help="table or json.")]
+FormatOpt = Annotated[str, typer.Option("--format", help="table or json.", metavar="table|json")]
 TileOpt = Annotated[
     list[str] | None,
     typer.Option("--tile", help="Fix a tile size, AXIS=SIZE (repeatable).", metavar="AXIS=SIZE"),
 ]
 ArchOpt = Annotated[
     str | None,
-    typer.Option("--arch", help="sm_80, sm_89, sm_90 or sm_90a (default: the profile's)."),
+    typer.Option(
+        "--arch", help="sm_80, sm_89, sm_90 or sm_90a (default: the profile's).", metavar="ARCH"
+    ),
 ]
 
 
@@ -94,14 +98,23 @@ def show(
 
 @app.command()
 def check(
-    paths: Annotated[list[Path], typer.Argument(help="Spec files or folders to validate.")],
+    paths: Annotated[
+        list[Path], typer.Argument(help="Spec files or folders to validate.", metavar="PATHS...")
+    ],
     hardware: HardwareOpt = "h200",
     baseline: Annotated[
         Path | None,
-        typer.Option("--baseline", help="Cost baseline JSON (from `ncdc cost DIR --format json`)."),
+        typer.Option(
+            "--baseline",
+            help="Cost baseline JSON (from `ncdc cost DIR --format json`).",
+            metavar="FILE",
+        ),
     ] = None,
     tolerance: Annotated[
-        str, typer.Option("--tolerance", help="Growth allowed over the baseline, e.g. 5%.")
+        str,
+        typer.Option(
+            "--tolerance", help="Growth allowed over the baseline, e.g. 5%.", metavar="PCT"
+        ),
     ] = "5%",
 ) -> None:
     """Validate every spec under PATHS; exit 2 naming each bad one. With --baseline, exit 1
@@ -141,12 +154,16 @@ def check(
 
 @app.command()
 def cost(
-    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs (one baseline).")],
+    spec: Annotated[
+        Path, typer.Argument(help="A spec, or a folder of specs (one baseline).", metavar="SPEC")
+    ],
     set_: SetOpt = None,
     tile: TileOpt = None,
     hardware: HardwareOpt = "h200",
     hw: HwOpt = None,
-    top_k: Annotated[int, typer.Option("--top-k", help="Also list the runners-up.")] = 1,
+    top_k: Annotated[
+        int, typer.Option("--top-k", help="Also list the runners-up.", metavar="K")
+    ] = 1,
     fmt: FormatOpt = "table",
 ) -> None:
     """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles."""
@@ -170,8 +187,10 @@ def cost(
 
 @app.command("compile")
 def compile_cmd(
-    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Folder to write into.")] = Path("."),
+    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.", metavar="SPEC")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="Folder to write into.", metavar="DIR")
+    ] = Path("."),
     arch: ArchOpt = None,
     set_: SetOpt = None,
     tile: TileOpt = None,
@@ -181,7 +200,7 @@ def compile_cmd(
     strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 3) on any spill.")] = False,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Render and compile kernels: write <name>.cu, .cubin and .json into OUT."""
+    """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
     from ncdc.compile import compile_specs, report_to_dict
     from ncdc.views import compile_table, find_specs
 
@@ -196,11 +215,22 @@ def compile_cmd(
 
 @app.command()
 def run(
-    spec: Annotated[Path, typer.Argument(help="A spec, or a .cu written by ncdc compile.")],
-    backend: Annotated[str, typer.Option("--backend", help="cpu or cuda.")] = "cpu",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")] = 0,
+    spec: Annotated[
+        Path, typer.Argument(help="A spec, or a .cu written by ncdc compile.", metavar="SPEC")
+    ],
+    backend: Annotated[
+        str, typer.Option("--backend", help="cpu or cuda.", metavar="cpu|cuda")
+    ] = "cpu",
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the random inputs.", metavar="N")
+    ] = 0,
     sanitize: Annotated[
-        str | None, typer.Option("--sanitize", help="cpu backend: address (ASan) or race (TSan).")
+        str | None,
+        typer.Option(
+            "--sanitize",
+            help="cpu backend: address (ASan) or race (TSan).",
+            metavar="address|race",
+        ),
     ] = None,
     set_: SetOpt = None,
     tile: TileOpt = None,
@@ -224,14 +254,17 @@ def run(
 @app.command()
 def draw(
     spec: SpecArg,
-    out: Annotated[Path, typer.Option("-o", "--out", help="FILE.svg, or FILE.png.")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="FILE.svg, or FILE.png.", metavar="FILE")
+    ],
     plan: Annotated[
         bool, typer.Option("--plan/--plain", help="With the plan's levels and tiles, or bare.")
     ] = True,
     roofline: Annotated[bool, typer.Option("--roofline", help="A roofline.")] = False,
     tiles: Annotated[bool, typer.Option("--tiles", help="Time over tile sizes.")] = False,
     measured: Annotated[
-        Path | None, typer.Option("--measured", help="Bench JSON of measured points.")
+        Path | None,
+        typer.Option("--measured", help="Bench JSON of measured points.", metavar="FILE"),
     ] = None,
     set_: SetOpt = None,
     tile: TileOpt = None,
@@ -252,13 +285,17 @@ def draw(
 
 @app.command()
 def bench(
-    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.")],
+    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.", metavar="SPEC")],
     set_: SetOpt = None,
     tile: TileOpt = None,
     hardware: HardwareOpt = "h200",
     hw: HwOpt = None,
-    warmup_ms: Annotated[float, typer.Option("--warmup-ms", help="Warm-up, in ms.")] = 25.0,
-    rep_ms: Annotated[float, typer.Option("--rep-ms", help="Timed repetitions, in ms.")] = 100.0,
+    warmup_ms: Annotated[
+        float, typer.Option("--warmup-ms", help="Warm-up, in ms.", metavar="MS")
+    ] = 25.0,
+    rep_ms: Annotated[
+        float, typer.Option("--rep-ms", help="Timed repetitions, in ms.", metavar="MS")
+    ] = 100.0,
     no_baseline: Annotated[
         bool, typer.Option("--no-baseline", help="Skip the library baselines.")
     ] = False,
@@ -283,7 +320,7 @@ def tune(
     set_: SetOpt = None,
     hardware: HardwareOpt = "h200",
     hw: HwOpt = None,
-    top_k: Annotated[int, typer.Option("--top-k", help="Tilings to time.")] = 4,
+    top_k: Annotated[int, typer.Option("--top-k", help="Tilings to time.", metavar="K")] = 4,
     fmt: FormatOpt = "table",
 ) -> None:
     """Time the model's best tilings on the GPU and keep the fastest for later commands."""
@@ -297,7 +334,9 @@ def tune(
 
 @app.command("hardware")
 def hardware_cmd(
-    name: Annotated[str | None, typer.Argument(help="A profile name or YAML file.")] = None,
+    name: Annotated[
+        str | None, typer.Argument(help="A profile name or YAML file.", metavar="NAME")
+    ] = None,
     hw: HwOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
