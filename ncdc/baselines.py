@@ -30,7 +30,8 @@ from typing import Any
 
 from ncdc.bench import BaselineResult, Timer
 from ncdc.cost import Plan
-from ncdc.families import Family
+from ncdc.families import get_family
+from ncdc.launch import Family
 from ncdc.spec import Diagram, Op
 
 Candidate = tuple[str, Callable[[], None]]
@@ -107,16 +108,16 @@ def _timed(label: str, fn: Callable[[], None], timer: Timer) -> BaselineResult:
         return BaselineResult(label, None, f"{type(e).__name__}: {e}"[:200])
 
 
+BASELINE_ORDER = ("attention", "gemm", "rowwise")
+
+
 def baseline_kind(plan: Plan) -> str:
-    """attention | gemm | rowwise | none, from the families and operations of the plan."""
-    families = {k.family.name for k in plan.kernels}
-    if families & {"attention", "decode_attention"} or _attention_ops(plan.graph.diagram):
-        return "attention"
-    if "gemm" in families:
-        return "gemm"
-    if "rowwise" in families:
-        return "rowwise"
-    return "none"
+    """attention | gemm | rowwise | none: the baseline each kernel's family names, the
+    first of BASELINE_ORDER among them (an unfused attention is still attention)."""
+    kinds = {get_family(k.family.name).baseline for k in plan.kernels}
+    if _attention_ops(plan.graph.diagram):
+        kinds.add("attention")
+    return next((kind for kind in BASELINE_ORDER if kind in kinds), "none")
 
 
 def _makers(plan: Plan) -> Iterator[tuple[str, Callable[[Any], list[Candidate]]]]:
@@ -141,8 +142,9 @@ def _prod(diagram: Diagram, axes: tuple[str, ...] | list[str]) -> int:
     return math.prod(diagram.axes[a] for a in axes)
 
 
-def _family(plan: Plan, name: str) -> Family:
-    return next(k.family for k in plan.kernels if k.family.name == name)
+def _family(plan: Plan, kind: str) -> Family:
+    """The family of the plan's first kernel whose baseline is `kind`."""
+    return next(k.family for k in plan.kernels if get_family(k.family.name).baseline == kind)
 
 
 def gemm_shape(plan: Plan) -> GemmShape:

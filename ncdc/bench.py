@@ -295,7 +295,7 @@ def bench_spec(
     rep_ms: float = DEFAULT_REP_MS, baseline: bool = True,
 ) -> BenchResult:  # fmt: skip
     """Plan a spec (explicit tiles, else tuned, else modelled) and bench it."""
-    from ncdc.tune import choose_plan
+    from ncdc.choose import choose_plan
 
     plan = choose_plan(load_diagram(spec, sizes), hardware, tiles)
     return bench_plan(plan, warmup_ms=warmup_ms, rep_ms=rep_ms, baseline=baseline)
@@ -436,9 +436,9 @@ def compile_for_device(
 ) -> str:
     """Plan (explicit, tuned or modelled) and compile one spec into the compile cache, as a
     worker process does before a bench; the error as one line, or '' when it compiled."""
+    from ncdc.choose import choose_plan
     from ncdc.compile import compile_plan
     from ncdc.errors import NcdcError
-    from ncdc.tune import choose_plan
 
     try:
         compile_plan(choose_plan(load_diagram(spec, sizes), hardware), arch)

@@ -181,7 +181,9 @@ def cost(
         plans = plan_specs(find_specs([spec]), machine, sizes, tiles)
         emit(baseline_from_plans(plans), fmt, lambda: cost_tables(plans))
         return
-    ranked = rank_tiles(load_diagram(spec, sizes), machine, max(top_k, 1), tiles)
+    ranked = rank_tiles(
+        load_diagram(spec, sizes), machine, max(top_k, 1), tiles, compare_unfused=True
+    )
     emit(plan_to_dict(ranked[0]), fmt, lambda: cost_table(ranked[0], ranked[1:]))
 
 
@@ -209,6 +211,9 @@ def compile_cmd(
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
         use_cache=not no_cache, strict=strict,
     )  # fmt: skip
+    for r in reports:
+        for line in r.notes:
+            note(f"{r.diagram.name}: {line}")
     data = [report_to_dict(r) for r in reports]
     emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ncdc.errors import PlanError
-from ncdc.families import Family
 from ncdc.graph import Kernel, MemoryGraph, Partition
 from ncdc.hardware import Hardware
+from ncdc.launch import Candidate, Family
 from ncdc.occupancy import blocks_per_sm
 from ncdc.spec import DTYPE_BYTES, Diagram, Op
 
@@ -126,17 +126,25 @@ class Transfer(NamedTuple):
 
 
 class TileChoice(NamedTuple):
-    """One way to run a kernel: group and stream sizes per level below the top, and launch.
-    (A named tuple: a tile search makes one for every candidate.)"""
+    """One way to run a kernel: group and stream sizes per level below the top, and, on a
+    GPU, the family's candidate with its whole launch. (A named tuple: a tile search makes
+    one for every candidate.)"""
 
     partitions: Mapping[str, Partition]  # level -> sizes
-    block_tile: Mapping[str, int]  # axis -> size at the SMEM level
-    warps: int = 4
-    stages: int = 1
-    splits: int = 1  # blocks sharing one group's streamed axis (split-k), merged after
-    threads: int = 128
-    registers: int = 0  # estimated per thread, uncapped (0: not a GPU plan)
-    smem_bytes: int = 0
+    block_tile: Mapping[str, int]  # axis -> size at the block level (the innermost, abstract)
+    candidate: Candidate | None = None  # None on an abstract machine
+
+    @property
+    def warps(self) -> int:
+        return self.candidate.warps if self.candidate else 0
+
+    @property
+    def stages(self) -> int:
+        return self.candidate.stages if self.candidate else 1
+
+    @property
+    def splits(self) -> int:
+        return self.candidate.splits if self.candidate else 1
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,7 @@ class KernelPlan:
     splits: int = 1
     waves: int = 1
     unit: str = "tensor"  # the compute unit with the most time
+    candidate: Candidate | None = None  # the launch that is priced and built (GPU plans)
 
     @property
     def bound_kind(self) -> str:
@@ -192,6 +201,7 @@ class Plan:
     predicted_time_no_overlap_s: float
     bound: str
     unfused: Unfused | None = None
+    fixed: Mapping[str, int] = field(hash=False, default_factory=dict)  # tiles the user set
 
     @property
     def bound_kind(self) -> str:
@@ -743,28 +753,29 @@ def time_kernel(
     """Transfers, compute time per unit and launch of `model`'s kernel run with `choice` on
     `hw` (napkin-model.md 3 and 7). `occupancy` is `blocks_per_sm` or a memo of it.
 
-    On a GPU, a resource of one SM (compute units, SMEM) runs at the pace of the busiest
-    SM: it holds ceil(grid / SMs) blocks, at the rate its resident warps reach
+    On a GPU the launch is the candidate's: its grid, threads, shared memory and register
+    budget. A resource of one SM (compute units, SMEM) runs at the pace of the busiest SM:
+    it holds ceil(grid / SMs) blocks, each doing its share of the groups (more than one
+    where the grid strides over them), at the rate its resident warps reach
     (`latency_efficiency`); a resource the device shares (L2, HBM) at the rate the warps
     resident on the whole device reach."""
     levels = hw.levels
-    gpu = choice.registers > 0
-    block = choice.partitions[levels[min(2, len(levels) - 1)].name] if gpu else None
-    inner = block or choice.partitions[levels[-1].name]
+    c = choice.candidate
+    inner = choice.partitions[hw.block_level if c else levels[-1].name]
     groups, tile_padding, flops = model.tile_work(inner.group, inner.stream)
-    grid = groups * (choice.splits if block else 1)
-    per_sm, waves, sm_slow, device_slow, padding = 1, 1, 1.0, 1.0, 1.0
-    if gpu:
-        per_sm, _ = occupancy(
-            choice.threads, min(choice.registers, MAX_REGISTERS), choice.smem_bytes, hw.limits
-        )
+    grid, per_sm, waves, sm_slow, device_slow, padding = groups, 1, 1, 1.0, 1.0, 1.0
+    if c is not None:
+        per_sm, _ = occupancy(c.threads, min(c.registers, MAX_REGISTERS), c.smem_bytes, hw.limits)
         per_sm = max(per_sm, 1)
         sms = hw.limits.sms
+        grid = c.grid
+        work = groups * c.splits  # one group's share of one split: what a block does
         waves = _ceil_div(grid, sms * per_sm)
-        busiest = _ceil_div(grid, sms)
-        resident = min(per_sm, busiest) * choice.warps
-        sm_slow = busiest * sms / grid / latency_efficiency(resident)
-        device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * choice.warps / sms)
+        blocks = _ceil_div(grid, sms)
+        busiest = min(work, blocks * _ceil_div(work, grid))
+        resident = min(per_sm, blocks) * c.warps
+        sm_slow = busiest * sms / work / latency_efficiency(resident)
+        device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps / sms)
         padding = tile_padding
     transfers = []
     for upper, lower in zip(levels, levels[1:], strict=False):
@@ -793,7 +804,7 @@ def time_kernel(
             compute.get(unit, 0.0) + float(n) / _rate(hw, unit, kind) * sm_slow * padding
         )
     total = int(sum(flops.values()))
-    return KernelTiming(tuple(transfers), compute, grid, per_sm, int(waves), total, padding)
+    return KernelTiming(tuple(transfers), compute, int(grid), per_sm, int(waves), total, padding)
 
 
 def evaluate_kernel(
@@ -801,14 +812,14 @@ def evaluate_kernel(
 ) -> KernelPlan:
     """The cost of `model`'s kernel run with `choice` on `hw` (napkin-model.md 3-7)."""
     timing = time_kernel(model, hw, choice)
-    gpu = choice.registers > 0
+    c = choice.candidate
     level_costs = [_top_level(model, hw)]
     for level in hw.levels[1:]:
         part = choice.partitions[level.name]
-        if gpu and level.name == "smem":
-            values, nbytes = model.resident(part.group, part.stream, choice.stages, True)
-        elif gpu and level.name == "rf":
-            values = choice.threads * min(choice.registers, MAX_REGISTERS)
+        if c and level.name == hw.block_level:
+            values, nbytes = model.resident(part.group, part.stream, c.stages, True)
+        elif c and level.name == hw.register_level:
+            values = c.threads * min(c.registers, MAX_REGISTERS)
             nbytes = values * 4
         else:
             values, nbytes = model.resident(part.group, part.stream)
@@ -827,8 +838,8 @@ def evaluate_kernel(
         stages=choice.stages,
         grid=timing.grid,
         blocks_per_sm=timing.blocks_per_sm,
-        registers_per_thread=min(choice.registers, MAX_REGISTERS),
-        smem_bytes=choice.smem_bytes,
+        registers_per_thread=min(c.registers, MAX_REGISTERS) if c else 0,
+        smem_bytes=c.smem_bytes if c else 0,
         flops=timing.flops,
         levels=tuple(level_costs),
         transfers=timing.transfers,
@@ -840,6 +851,7 @@ def evaluate_kernel(
         splits=choice.splits,
         waves=timing.waves,
         unit=unit,
+        candidate=c,
     )
 
 
@@ -1010,6 +1022,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "blocks_per_sm": k.blocks_per_sm,
             "registers_per_thread": k.registers_per_thread,
             "smem_bytes": k.smem_bytes,
+            "launches": [
+                {"grid": list(s.grid), "block": list(s.block), "dynamic_smem_bytes": s.dynamic_smem}
+                for s in (k.candidate.launches if k.candidate else ())
+            ],
         }
         for k in plan.kernels
     ]

@@ -32,6 +32,7 @@ PEAK_TOLERANCE = 0.03  # quoted peaks agree with SMs x per-SM-per-clock x clock 
 
 SOURCE_KINDS = ("datasheet", "measured", "derived", "abstract")
 PER_CHOICES = ("device", "sm")
+HOLDS_CHOICES = ("block", "thread")  # optional `holds` of a level: what a kernel keeps there
 RATE_KINDS: dict[str, tuple[str, ...]] = {
     "tensor": ("bf16", "fp16", "tf32", "fp8_e4m3", "fp8_e5m2", "int8"),
     "cuda": ("fp32", "fp16", "bf16"),
@@ -92,6 +93,7 @@ class Level:
     capacity_bytes: int
     bandwidth_bytes_per_s: float
     per: str  # what one core of this level is: "device" | "sm"
+    holds: str = ""  # what a kernel keeps here: "block" (shared tile), "thread" (registers)
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,28 @@ class Hardware:
     # 1 where mma.sync is the full-rate path (Ampere, Ada); lower on Hopper, whose peak
     # needs wgmma.
     mma_sync_share: float = 1.0
+
+    @property
+    def block_level(self) -> str:
+        """The level a thread block's shared tile lives in ("" on an abstract machine)."""
+        return next((lv.name for lv in self.levels if lv.holds == "block"), "")
+
+    @property
+    def register_level(self) -> str:
+        """The level a thread's registers are ("" on an abstract machine)."""
+        return next((lv.name for lv in self.levels if lv.holds == "thread"), "")
+
+    @property
+    def is_gpu(self) -> bool:
+        """A machine ncdc can build kernels for: an architecture, and levels for a block's
+        shared tile and a thread's registers. The paper's abstract machine is not one."""
+        return self.arch != "none" and bool(self.block_level) and bool(self.register_level)
+
+    @property
+    def cache_level(self) -> str:
+        """The device-wide level below the top (L2) that a wave of blocks shares, or ""."""
+        below = self.levels[1:]
+        return next((lv.name for lv in below if lv.per == "device"), "")
 
     def level(self, name: str) -> Level:
         for level in self.levels:
@@ -342,7 +366,9 @@ class _Reader:
             self.fail("levels", f"expected a non-empty list of levels, found {_describe(node)}")
         levels: list[Level] = []
         for i, item in enumerate(node):
-            entry = self.mapping(item, f"levels[{i}]", ("name", "per", "capacity", "bandwidth"))
+            entry = self.mapping(
+                item, f"levels[{i}]", ("name", "per", "capacity", "bandwidth"), ("holds",)
+            )
             name = self.string(entry["name"], f"levels[{i}].name")
             if name in [level.name for level in levels]:
                 self.fail(f"levels[{i}].name", f"level {name!r} appears twice")
@@ -360,7 +386,21 @@ class _Reader:
             path = f"levels.{name}"
             capacity = self.integer(entry["capacity"], f"{path}.capacity", "B")
             bandwidth = self.quantity(entry["bandwidth"], f"{path}.bandwidth", "B/s", peak=True)
-            levels.append(Level(name, capacity, bandwidth, entry["per"]))
+            holds = entry.get("holds", "")
+            if holds not in ("", *HOLDS_CHOICES):
+                self.fail(
+                    f"{path}.holds",
+                    f"expected one of {', '.join(HOLDS_CHOICES)}, found {holds!r}",
+                    hint="block: a thread block's shared memory; thread: a thread's registers",
+                )
+            if holds and holds in [level.holds for level in levels]:
+                self.fail(f"{path}.holds", f"two levels hold a {holds}")
+            levels.append(Level(name, capacity, bandwidth, entry["per"], holds))
+        if not any(level.holds for level in levels):
+            # a profile written before `holds`: the GPU names say what each level holds
+            implied = {"smem": "block", "rf": "thread"}
+            if all(n in [level.name for level in levels] for n in implied):
+                levels = [dataclasses.replace(lv, holds=implied.get(lv.name, "")) for lv in levels]
         return tuple(levels)
 
     def rates(self, node: Any) -> dict[str, dict[str, float]]:

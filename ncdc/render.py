@@ -2,87 +2,37 @@
 
 Templates (one per family, `templates/<family>.cu.j2`) only substitute types, sizes and
 short unrolled lists; device logic lives in the headers under `templates/include/`. A
-family renderer turns a `KernelPlan` into a `KernelSource`: the template, its context, and
+family's `render` turns a `KernelPlan` into a `KernelSource`: the template, its context, and
 how to launch what it defines. This module joins the kernels of a diagram into one source
 with a header comment and remembers which template each line came from, so a compile error
 can name it.
 
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
-    >>> from ncdc.tiling import plan_diagram  # doctest: +SKIP
+    >>> from ncdc.tiling import plan_diagram
     >>> module = render_plan(plan_diagram(load_diagram("diagrams/softmax.yaml"),
-    ...                                   load_hardware("h200")))  # doctest: +SKIP
-    >>> module.launches[0].kernel  # doctest: +SKIP
-    'softmax_rowwise_bf16_r1_v8'
+    ...                                   load_hardware("h200")))
+    >>> module.launches[0].kernel  # doctest: +ELLIPSIS
+    'softmax_rowwise_bf16_r..._t..._v...'
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
 
 import jinja2
 
 from ncdc import __version__
-from ncdc.cost import KernelPlan, Plan
+from ncdc.cost import Plan
 from ncdc.emulate import include_dir
-from ncdc.errors import PlanError
+from ncdc.families import get_family
+from ncdc.families.base import KernelSource, Launch, Param, Workspace
 
-# C++ spelling of each dtype, the same on the GPU and in the CPU emulation.
-CPP_TYPES: dict[str, str] = {
-    "fp32": "float",
-    "fp16": "__half",
-    "bf16": "__nv_bfloat16",
-    "fp8_e4m3": "__nv_fp8_e4m3",
-    "fp8_e5m2": "__nv_fp8_e5m2",
-    "int8": "signed char",
-}
-SCALAR_KINDS = ("int32", "int64", "float32")
+# The launch values the backends read with a rendered module, defined with the families.
+__all__ = ["KernelSource", "Launch", "Param", "RenderedModule", "Workspace", "render_plan"]
+
 MAX_CACHE_NAME = 100  # characters of a module's name used for its cache files
-
-
-@dataclass(frozen=True)
-class Param:
-    """One kernel parameter, in order: a buffer (by pointer) or a scalar (by value)."""
-
-    name: str  # the C++ parameter name: a validated spec identifier or a fixed name
-    kind: str  # "tensor" (a diagram tensor), "workspace" (scratch), or a SCALAR_KINDS entry
-    dtype: str = ""  # ncdc dtype of a buffer
-    value: int | float | None = None  # the value passed for a scalar
-    writes: bool = False  # the kernel writes this buffer
-
-
-@dataclass(frozen=True)
-class Workspace:
-    """Scratch memory a kernel needs besides the diagram's tensors (split-k partials)."""
-
-    name: str
-    dtype: str
-    values: int
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch: its extern "C" name, shape, dynamic shared memory, parameters."""
-
-    kernel: str
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    dynamic_smem: int
-    params: tuple[Param, ...]
-
-
-@dataclass(frozen=True)
-class KernelSource:
-    """What a family renderer returns for one kernel of the graph."""
-
-    template: str  # file name under templates/, e.g. "gemm.cu.j2"
-    context: Mapping[str, Any]  # the values the template substitutes
-    launches: tuple[Launch, ...]  # in the order they run
-    workspace: tuple[Workspace, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,27 +58,6 @@ class RenderedModule:
         return "generated source"
 
 
-Renderer = Callable[[KernelPlan, Plan], KernelSource]
-FAMILY_MODULES = {
-    "gemm": "ncdc.kernels.gemm",
-    "attention": "ncdc.kernels.attention",
-    "decode_attention": "ncdc.kernels.attention",
-    "rowwise": "ncdc.kernels.rowwise",
-    "elementwise": "ncdc.kernels.elementwise",
-}
-
-
-def get_renderer(family: str) -> Renderer:
-    """The `render_<family>` function of a kernel family; the error lists the families."""
-    module = FAMILY_MODULES.get(family)
-    if module is None:
-        raise PlanError(
-            f"no code generator for kernel family '{family}'",
-            hint=f"families with code: {', '.join(sorted(FAMILY_MODULES))}",
-        )
-    return getattr(importlib.import_module(module), f"render_{family}")  # type: ignore[no-any-return]
-
-
 @cache
 def template_env() -> jinja2.Environment:
     return jinja2.Environment(
@@ -148,7 +77,7 @@ def render_plan(plan: Plan) -> RenderedModule:
     launches: list[Launch] = []
     workspace: list[Workspace] = []
     for kp in plan.kernels:
-        ks = get_renderer(kp.family.name)(kp, plan)
+        ks = get_family(kp.family.name).render(kp, plan)
         text = template_env().get_template(ks.template).render(**ks.context)
         parts.append((ks.template, text))
         for launch in ks.launches:
@@ -199,8 +128,3 @@ def _comment(text: str) -> str:
     splice) may end the comment and let the rest of the text through as live C++."""
     printable = "".join(c if c.isprintable() else " " for c in text)
     return " ".join(printable.split()).rstrip("\\ ")
-
-
-def cpp_type(dtype: str) -> str:
-    """The C++ type of an ncdc dtype: 'bf16' -> '__nv_bfloat16'."""
-    return CPP_TYPES[dtype]

@@ -82,7 +82,7 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
     for k in plan.kernels:
         tiles = " ".join(f"{a}={v}" for a, v in k.block_tile.items())
         launch = f"grid {k.grid}, {k.warps} warps, {k.stages} stages"
-        if hw.levels and "smem" in [lv.name for lv in hw.levels]:
+        if hw.is_gpu:
             launch += (
                 f", {k.blocks_per_sm} blocks/SM, {k.waves} waves, ~{k.registers_per_thread} "
                 f"regs/thread, {format_bytes(k.smem_bytes)} smem"

@@ -208,9 +208,9 @@ def run_spec(
             )  # fmt: skip
         diagram, module, cost = load_compiled(spec)
     else:
+        from ncdc.choose import choose_plan
         from ncdc.cost import plan_to_dict
         from ncdc.render import render_plan
-        from ncdc.tune import choose_plan
 
         diagram = load_diagram(spec, sizes)
         plan = choose_plan(diagram, hardware, tiles)  # explicit beats tuned beats modelled

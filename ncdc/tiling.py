@@ -18,12 +18,10 @@ which limit it breaks and by how much.
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from ncdc.cost import (
     MAX_REGISTERS,
@@ -33,28 +31,29 @@ from ncdc.cost import (
     Plan,
     TileChoice,
     Unfused,
-    estimate_registers,
     evaluate_kernel,
     streamed_axes,
     summarize,
     time_kernel,
 )
 from ncdc.errors import PlanError
-from ncdc.families import MMA_K, VECTOR_BYTES, Family, classify_kernel
+from ncdc.families import classify_kernel, get_family
 from ncdc.graph import ON_CHIP, Kernel, MemoryGraph, Partition, build_graph
 from ncdc.hardware import Hardware
+from ncdc.launch import Candidate, Family
 from ncdc.occupancy import blocks_per_sm
-from ncdc.spec import DTYPE_BYTES, Diagram
+from ncdc.spec import Diagram
 
 if TYPE_CHECKING:
     import numpy as np
 
-GPU_LEVELS = ("smem", "rf")  # a profile with these levels gets the family templates' tiles
-MMA_TILE = 16  # rows and columns of the smallest warp tile (mma m16, n8 x 2)
-
 
 def plan_diagram(
-    diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None = None
+    diagram: Diagram,
+    hardware: Hardware,
+    tiles: Mapping[str, int] | None = None,
+    *,
+    compare_unfused: bool = False,
 ) -> Plan:
     """The best plan for `diagram` on `hardware` by predicted time.
 
@@ -66,14 +65,89 @@ def plan_diagram(
         >>> plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200")).bound
         'hbm'
     """
-    return rank_tiles(diagram, hardware, top_k=1, tiles=tiles)[0]
+    return rank_tiles(diagram, hardware, 1, tiles, compare_unfused=compare_unfused)[0]
 
 
 def rank_tiles(
-    diagram: Diagram, hardware: Hardware, top_k: int = 5, tiles: Mapping[str, int] | None = None
+    diagram: Diagram,
+    hardware: Hardware,
+    top_k: int = 5,
+    tiles: Mapping[str, int] | None = None,
+    *,
+    compare_unfused: bool = False,
 ) -> list[Plan]:
     """The `top_k` best plans, best first: plan i runs every kernel with its i-th best tiles
-    (or its last, when a kernel has fewer). The first plan carries the unfused comparison."""
+    (or its last, when a kernel has fewer). With `compare_unfused` (for a report that shows
+    it), the first plan carries the unfused comparison."""
+    fixed = _fixed_tiles(diagram, tiles)
+    graph = build_graph(diagram, hardware)
+    per_kernel = [_rank_kernel(graph, k, fixed, top_k) for k in graph.kernels]
+    count = min(top_k, max(len(r) for r in per_kernel))
+    plans = []
+    for i in range(count):
+        chosen = tuple(r[min(i, len(r) - 1)] for r in per_kernel)
+        plans.append(replace(summarize(graph, chosen), fixed=fixed))
+    if compare_unfused:
+        plans[0] = with_unfused(plans[0])
+    return plans
+
+
+def with_unfused(plan: Plan) -> Plan:
+    """`plan` with the unfused comparison (every intermediate saved) filled in."""
+    unfused = _unfused(plan.graph.diagram, plan.graph.hardware, plan)
+    return replace(plan, unfused=unfused) if unfused is not None else plan
+
+
+def kernel_alternatives(plan: Plan, index: int, top_k: int) -> list[KernelPlan]:
+    """The `top_k` best candidates of the plan's kernel `index` under its fixed tiles, best
+    first (the plan's own choice is the first, unless tuned tiles put it elsewhere)."""
+    graph = plan.graph
+    return _rank_kernel(graph, graph.kernels[index], plan.fixed, top_k)
+
+
+def with_kernel(plan: Plan, index: int, kp: KernelPlan) -> Plan:
+    """`plan` with its kernel `index` run as `kp`; the totals summed again."""
+    kernels = list(plan.kernels)
+    kernels[index] = kp
+    return replace(summarize(plan.graph, tuple(kernels)), fixed=plan.fixed)
+
+
+def retime_kernel(plan: Plan, kp: KernelPlan, registers: int) -> KernelPlan:
+    """`kp` priced again with the registers per thread the compiler reported: occupancy,
+    waves and time follow from them (ncdc.compile feeds ptxas's count back here)."""
+    c = kp.candidate
+    if c is None or c.registers == registers:
+        return kp
+    hw = plan.graph.hardware
+    model = KernelModel(plan.graph.diagram, kp.kernel)
+    choice = TileChoice(kp.tiles, kp.block_tile, c.with_registers(registers))
+    return evaluate_kernel(model, kp.family, hw, choice)
+
+
+def plan_from_candidates(
+    diagram: Diagram, hardware: Hardware, candidates: Sequence[Candidate]
+) -> Plan:
+    """The plan that runs kernel i with `candidates[i]` (a tuned entry rebuilt), checked
+    against `hardware` as a search checks it; PlanError when one no longer fits."""
+    graph = build_graph(diagram, hardware)
+    if len(candidates) != len(graph.kernels) or not hardware.is_gpu:
+        raise PlanError(
+            f"{len(candidates)} stored candidates for {len(graph.kernels)} kernels",
+            hint="run ncdc tune again",
+        )
+    kernels = []
+    for kernel, c in zip(graph.kernels, candidates, strict=True):
+        family = classify_kernel(diagram, kernel)
+        model = KernelModel(diagram, kernel)
+        choice, problem = _Checker(model, hardware).check(c)
+        if choice is None:
+            raise PlanError(f"stored candidate for kernel {kernel.name}: {problem[1]}")
+        kernels.append(evaluate_kernel(model, family, hardware, choice))
+    return summarize(graph, tuple(kernels))
+
+
+def _fixed_tiles(diagram: Diagram, tiles: Mapping[str, int] | None) -> dict[str, int]:
+    """The spec's `schedule.tiles` overridden by `tiles` (from --tile), checked."""
     fixed = {**diagram.schedule.tiles, **(tiles or {})}
     for axis in fixed:
         if axis not in diagram.axes:
@@ -81,17 +155,7 @@ def rank_tiles(
                 f"tile for unknown axis '{axis}'; the diagram has {', '.join(diagram.axes)}",
                 hint="pass --tile AXIS=SIZE with one of the diagram's axes",
             )
-    graph = build_graph(diagram, hardware)
-    per_kernel = [_rank_kernel(graph, k, fixed, top_k) for k in graph.kernels]
-    count = min(top_k, max(len(r) for r in per_kernel))
-    plans = []
-    for i in range(count):
-        chosen = tuple(r[min(i, len(r) - 1)] for r in per_kernel)
-        plans.append(summarize(graph, chosen))
-    unfused = _unfused(diagram, hardware, plans[0])
-    if unfused is not None:
-        plans[0] = replace(plans[0], unfused=unfused)
-    return plans
+    return fixed
 
 
 def _unfused(diagram: Diagram, hardware: Hardware, fused: Plan) -> Unfused | None:
@@ -127,7 +191,7 @@ def _rank_kernel(
     graph: MemoryGraph, kernel: Kernel, fixed: Mapping[str, int], top_k: int
 ) -> list[KernelPlan]:
     hw = graph.hardware
-    gpu = all(name in graph.levels for name in GPU_LEVELS)
+    gpu = hw.is_gpu
     diagram = graph.diagram
     streams = streamed_axes(diagram, kernel)
     family = _family(diagram, kernel, gpu)
@@ -157,14 +221,6 @@ def _rank_key(c: TileChoice, t: KernelTiming) -> tuple:
         c.stages,
         c.splits,
     )
-
-
-def _options(
-    axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int]
-) -> list[int]:
-    if axis in fixed:
-        return [fixed[axis]]
-    return sorted({min(c, size) for c in defaults})
 
 
 def _powers(size: int) -> list[int]:
@@ -273,37 +329,15 @@ def _abstract_overflow(
 # ------------------------------------------------------------------------------- GPUs
 
 
-class _Block(NamedTuple):
-    """A candidate block before it is checked: sizes at SMEM and at a warp, and launch."""
-
-    group: dict[str, int]
-    stream: dict[str, int]
-    warp_group: dict[str, int]
-    warp_stream: dict[str, int]
-    warps: int
-    stages: int
-    threads: int
-    registers: int
-    smem_inputs: bool  # inputs staged through shared memory (else straight to registers)
-    splits: int = 1
-
-
 def _gpu_choices(
     checker: _Checker, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
 ) -> list[TileChoice]:
-    make = {
-        "gemm": _gemm_blocks,
-        "attention": _attention_blocks,
-        "decode_attention": _attention_blocks,
-        "rowwise": _rowwise_blocks,
-        "elementwise": _elementwise_blocks,
-    }[family.name]
     model = checker.model
-    blocks = make(model, family, streams, fixed)
+    candidates = get_family(family.name).candidates(model, family, checker.hw, streams, fixed)
     choices = []
     problems: list[tuple[float, str]] = []
-    for b in blocks:
-        choice, problem = checker.check(b)
+    for c in candidates:
+        choice, problem = checker.check(c)
         if choice is not None:
             choices.append(choice)
         else:
@@ -314,22 +348,28 @@ def _gpu_choices(
         detail = min(problems)[1] if problems else "no candidates"
         raise PlanError(
             f"{head} for kernel {model.kernel.name}: {detail}",
-            hint="use smaller tiles (--tile) or drop the fixed tile to search",
+            hint="use smaller tiles (--tile AXIS=SIZE) or drop the fixed tile to search"
+            if fixed
+            else "shrink the axes with --set AXIS=SIZE, or pick a larger GPU (--hardware)",
         )
     return choices
 
 
 class _Checker:
-    """Checks the candidate blocks of one kernel on one GPU, remembering what candidates
-    share: blocks per SM for each (threads, registers, shared memory), and wave tiles."""
+    """Checks the candidates of one kernel on one GPU, remembering what candidates share:
+    blocks per SM for each (threads, registers, shared memory), and wave tiles."""
 
     def __init__(self, model: KernelModel, hw: Hardware):
         self.model = model
         self.hw = hw
-        names = [lv.name for lv in hw.levels]
-        self.l2_capacity = hw.level("l2").capacity_bytes if "l2" in names else None
-        # levels below the top other than SMEM, registers and L2: a block's tile
-        self.others = [n for n in names[1:] if n not in ("smem", "rf", "l2")]
+        self.cache_level = hw.cache_level
+        self.l2_capacity = hw.level(hw.cache_level).capacity_bytes if hw.cache_level else None
+        # levels below the top other than the block, register and cache levels: a block's
+        self.others = [
+            lv.name
+            for lv in hw.levels[1:]
+            if lv.name not in (hw.block_level, hw.register_level, hw.cache_level)
+        ]
         self._per_sm: dict[tuple[int, int, int], tuple[int, str]] = {}
         self._waves: dict[tuple, dict[str, int]] = {}
 
@@ -343,51 +383,50 @@ class _Checker:
             found = self._per_sm[key] = blocks_per_sm(threads, registers, smem, self.hw.limits)
         return found
 
-    def check(self, b: _Block) -> tuple[TileChoice | None, tuple]:
-        """The choice for block `b`, or None and (how far over, a message naming the limit)."""
+    def check(self, c: Candidate) -> tuple[TileChoice | None, tuple]:
+        """The choice for candidate `c`, or None and (how far over, a message naming the
+        limit it breaks)."""
         model, hw = self.model, self.hw
         lim = hw.limits
-        smem = 0
-        if b.smem_inputs:
-            smem = int(model.tile_resident(b.group, b.stream, b.stages, inputs_only=True)[1])
-        if smem > lim.smem_per_block_bytes:
+        tile = _tile_text(c)
+        for shape in c.launches:
+            if shape.dynamic_smem > lim.smem_per_block_bytes:
+                return None, (
+                    shape.dynamic_smem / lim.smem_per_block_bytes,
+                    f"tile {tile} with {c.stages} stages needs {shape.dynamic_smem:,} B of "
+                    f"shared memory per block; the {hw.name} allows "
+                    f"{lim.smem_per_block_bytes:,} B "
+                    f"(over by {shape.dynamic_smem - lim.smem_per_block_bytes:,} B)",
+                )
+            if shape.threads > lim.threads_per_block:
+                return None, (
+                    shape.threads / lim.threads_per_block,
+                    f"tile {tile} needs {shape.threads} threads per block; the {hw.name} "
+                    f"allows {lim.threads_per_block}",
+                )
+            problem = shape.problem()
+            if problem:
+                return None, (2.0, f"tile {tile}: {problem}")
+        cap = min(lim.regs_per_thread, MAX_REGISTERS)
+        if c.registers > cap:
             return None, (
-                smem / lim.smem_per_block_bytes,
-                f"tile {_tile_text(b)} with {b.stages} stages needs {smem:,} B of shared memory "
-                f"per block; the {hw.name} allows {lim.smem_per_block_bytes:,} B "
-                f"(over by {smem - lim.smem_per_block_bytes:,} B)",
+                c.registers / cap,
+                f"tile {tile} needs about {c.registers} registers per thread; the "
+                f"{hw.name} allows {cap} (over by {c.registers - cap}; it would spill)",
             )
-        if b.registers > min(lim.regs_per_thread, MAX_REGISTERS):
-            cap = min(lim.regs_per_thread, MAX_REGISTERS)
-            return None, (
-                b.registers / cap,
-                f"tile {_tile_text(b)} needs about {b.registers} registers per thread; the "
-                f"{hw.name} allows {cap} (over by {b.registers - cap}; it would spill)",
-            )
-        if b.threads > lim.threads_per_block:
-            return None, (
-                b.threads / lim.threads_per_block,
-                f"tile {_tile_text(b)} needs {b.threads} threads per block; the {hw.name} "
-                f"allows {lim.threads_per_block}",
-            )
-        per_sm, limiter = self.occupancy(b.threads, b.registers, smem)
+        per_sm, limiter = self.occupancy(c.threads, c.registers, c.smem_bytes)
         if per_sm < 1:
-            return None, (
-                2.0,
-                f"tile {_tile_text(b)} cannot run: one block exceeds the SM's {limiter}",
-            )
-        block = Partition(b.group, b.stream)
-        parts = {"smem": block, "rf": Partition(b.warp_group, b.warp_stream)}
+            return None, (2.0, f"tile {tile} cannot run: one block exceeds the SM's {limiter}")
+        block = Partition(c.group, c.stream)
+        parts = {hw.block_level: block, hw.register_level: Partition(c.warp_group, c.warp_stream)}
         if self.l2_capacity is not None:
-            wave = self.wave_group(b.group, lim.sms * per_sm, b.splits)
-            _, wave_bytes = model.tile_resident(wave, b.stream, b.stages)
-            parts["l2"] = Partition(wave, b.stream) if wave_bytes <= self.l2_capacity else block
+            wave = self.wave_group(c.group, lim.sms * per_sm, c.splits)
+            _, wave_bytes = model.tile_resident(wave, c.stream, c.stages)
+            fits = wave_bytes <= self.l2_capacity
+            parts[self.cache_level] = Partition(wave, c.stream) if fits else block
         for name in self.others:
             parts[name] = block
-        block_tile = {**b.group, **b.stream}
-        return TileChoice(
-            parts, block_tile, b.warps, b.stages, b.splits, b.threads, b.registers, smem
-        ), ()
+        return TileChoice(parts, {**c.group, **c.stream}, c), ()
 
     def wave_group(self, group: Mapping[str, int], wave: int, splits: int) -> dict[str, int]:
         """Union tile of the first `wave` blocks in raster order (the last woven axis
@@ -407,199 +446,5 @@ class _Checker:
         return found
 
 
-def _tile_text(b: _Block) -> str:
-    return " ".join(f"{a}={v}" for a, v in {**b.group, **b.stream}.items() if v > 1)
-
-
-def _ones(axes: tuple[str, ...], fixed: Mapping[str, int]) -> dict[str, int]:
-    return {a: fixed.get(a, 1) for a in axes}
-
-
-def _gemm_blocks(
-    model: KernelModel, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
-) -> list[_Block]:
-    d = model.diagram
-    t = family.tiles
-    m, n, k = family.axes("m")[-1], family.axes("n")[-1], family.axes("k")[-1]
-    mm = next(op for op in model.kernel.ops if op.kind == "contract")
-    p = min(DTYPE_BYTES[d.tensor(x).dtype] for x in mm.operands if isinstance(x, str))
-    mma_k = MMA_K.get(p, 16)
-    other = tuple(a for a in model.kernel.woven if a not in (m, n))
-    k_opts = _rounded_options(k, t["s_k_fp8"] if p == 1 else t["s_k"], model.sizes[k], fixed, mma_k)
-    ones = _ones(other, fixed)
-    streams_of = {s_k: {a: (s_k if a == k else fixed.get(a, 1)) for a in streams} for s_k in k_opts}
-    out = []
-    seen = set()
-    for g_m, g_n, s_k, warps in itertools.product(
-        _rounded_options(m, t["g_m"], model.sizes[m], fixed, MMA_TILE),
-        _rounded_options(n, t["g_n"], model.sizes[n], fixed, MMA_TILE),
-        k_opts,
-        t["warps"],
-    ):
-        g_m, g_n, w_m, w_n = _arrange(g_m, g_n, warps)
-        if (g_m, g_n, s_k, warps) in seen:
-            continue
-        seen.add((g_m, g_n, s_k, warps))
-        threads = 32 * warps
-        fragments = -(-(w_m + w_n) * mma_k * p // (4 * 32))
-        group = {**ones, m: g_m, n: g_n}
-        stream = streams_of[s_k]
-        warp_group = {**group, m: w_m, n: w_n}
-        warp_stream = {**stream, k: min(mma_k, s_k)} if k in stream else stream
-        registers = estimate_registers(g_m * g_n, threads, fragments)
-        for stages in t["stages"]:  # the pipeline depth changes shared memory alone
-            out.append(
-                _Block(
-                    group,
-                    stream,
-                    warp_group,
-                    warp_stream,
-                    warps,
-                    stages,
-                    threads,
-                    registers,
-                    True,
-                )
-            )
-    return out
-
-
-@functools.cache
-def _arrange(g_m: int, g_n: int, warps: int) -> tuple[int, int, int, int]:
-    """(block rows, block columns, warp rows, warp columns) for `warps` warps over a
-    g_m x g_n block, as the GEMM kernel runs it: each side a power of two, rounded up to
-    whole 16 x 16 mma tiles per warp; the arrangement that pads least, then the squarest
-    warp tile."""
-    g_m, g_n = _pow2(max(g_m, MMA_TILE)), _pow2(max(g_n, MMA_TILE))
-    best: tuple[tuple[int, float], tuple[int, int, int, int]] | None = None
-    for wm in (1, 2, 4, 8):
-        if warps % wm:
-            continue
-        wn = warps // wm
-        bm, bn = _round_up(g_m, MMA_TILE * wm), _round_up(g_n, MMA_TILE * wn)
-        score = (bm * bn, abs(math.log2((bm / wm) / (bn / wn))))
-        if best is None or score < best[0]:
-            best = (score, (bm, bn, bm // wm, bn // wn))
-    assert best is not None
-    return best[1]
-
-
-def _round_up(x: int, to: int) -> int:
-    return -(-x // to) * to
-
-
-def _pow2(x: int) -> int:
-    return 1 << max(x - 1, 0).bit_length()
-
-
-def _rounded_options(
-    axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int], least: int
-) -> list[int]:
-    """Candidate tiles for an axis the kernel tiles in powers of two of at least `least`
-    (an mma tile): each default clamped to the axis rounded up so, so that a small or odd
-    axis still gets the smallest legal tile; its padding is counted by the cost model."""
-    if axis in fixed:
-        return [fixed[axis]]
-    return sorted({min(c, max(least, _pow2(size))) for c in defaults})
-
-
-def _attention_blocks(
-    model: KernelModel, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
-) -> list[_Block]:
-    d = model.diagram
-    t = family.tiles
-    (q,), (x,) = family.axes("q"), family.axes("x")
-    if x not in streams:
-        raise PlanError(
-            f"attention kernel {model.kernel.name} needs {x} streamed",
-            hint=f"remove {x} from schedule.group and let it stream",
-        )
-    head = sum(model.sizes[a] for a in family.axes("d"))
-    head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
-    p = DTYPE_BYTES[d.tensor(model.kernel.inputs[0]).dtype]
-    decode = family.name == "decode_attention"
-    out = []
-    for g_q, s_x, stages, splits in itertools.product(
-        _mma_rows(q, t["g_q"], model.sizes[q], fixed),
-        _mma_rows(x, t["s_x"], model.sizes[x], fixed),
-        t["stages"],
-        t.get("splits", (1,)),
-    ):
-        if splits > 1 and s_x * splits > model.sizes[x]:
-            continue
-        warps = t["warps"][0] if decode else max(g_q // 16, 1)
-        threads = 32 * warps
-        group = {
-            a: (g_q if a == q else model.sizes[a] if a in family.axes("d_v") else 1)
-            for a in model.kernel.woven
-        }
-        group.update({a: v for a, v in fixed.items() if a in group and a != q})
-        stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
-        accumulators = g_q * head_v + g_q * s_x
-        fragments = -(-g_q * head * p // (4 * threads))
-        registers = estimate_registers(accumulators, threads, fragments)
-        warp_group = group if decode else {**group, q: max(g_q // warps, 1)}
-        out.append(
-            _Block(
-                group, stream, warp_group, stream, warps, stages, threads, registers, True, splits
-            )
-        )
-    return out
-
-
-def _mma_rows(
-    axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int]
-) -> list[int]:
-    """Candidate query or key tiles of the attention kernels: whole 16-row mma blocks, each
-    default clamped to the axis rounded up to 16 (a decode step's one query runs as 16)."""
-    if axis in fixed:
-        return [_round_up(fixed[axis], MMA_TILE)]
-    return sorted({min(c, _round_up(size, MMA_TILE)) for c in defaults})
-
-
-def _rowwise_blocks(
-    model: KernelModel, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
-) -> list[_Block]:
-    d = model.diagram
-    rows = family.axes("rows")
-    (row,) = family.axes("row")
-    n = model.sizes[row]
-    p = max(DTYPE_BYTES[d.tensor(i).dtype] for i in model.kernel.inputs)
-    vec = VECTOR_BYTES // p
-    out = []
-    last = rows[-1] if rows else None
-    row_opts = _options(last, family.tiles["rows"], model.sizes[last], fixed) if last else [1]
-    for r, vpt in itertools.product(row_opts, family.tiles["vectors_per_thread"]):
-        vpt = max(vpt, -(-n // (vec * 1024)))
-        per_row = -(-n // (vec * vpt))
-        threads = -(-r * per_row // 32) * 32
-        group = {**_ones(rows, fixed), **({last: r} if last else {})}
-        if row in model.kernel.woven:
-            group[row] = n
-        stream: dict[str, int] = {}
-        registers = estimate_registers(vec * vpt * max(len(model.kernel.inputs), 1), 1, 0)
-        out.append(
-            _Block(group, stream, group, stream, threads // 32, 1, threads, registers, False)
-        )
-    return out
-
-
-def _elementwise_blocks(
-    model: KernelModel, family: Family, streams: tuple[str, ...], fixed: Mapping[str, int]
-) -> list[_Block]:
-    d = model.diagram
-    axes = model.kernel.woven
-    if not axes:  # a scalar result: one warp computes it
-        return [_Block({}, {}, {}, {}, 1, 1, 32, estimate_registers(1, 1, 0), False)]
-    last = axes[-1]
-    p = max(DTYPE_BYTES[d.tensor(i).dtype] for i in model.kernel.inputs)
-    vec = VECTOR_BYTES // p
-    out = []
-    for threads, vpt in itertools.product(
-        family.tiles["threads"], family.tiles["vectors_per_thread"]
-    ):
-        tile = fixed.get(last, min(threads * vec * vpt, model.sizes[last]))
-        group = {**_ones(axes[:-1], fixed), last: tile}
-        registers = estimate_registers(vec * vpt * max(len(model.kernel.inputs), 1), 1, 0)
-        out.append(_Block(group, {}, group, {}, threads // 32, 1, threads, registers, False))
-    return out
+def _tile_text(c: Candidate) -> str:
+    return " ".join(f"{a}={v}" for a, v in {**c.group, **c.stream}.items() if v > 1)

@@ -4,13 +4,13 @@ The model ranks every feasible tiling (`rank_tiles`); the top K are compiled in 
 processes, each checked against the float64 reference on the GPU at a moderate size (the
 same tiles, warps and stages), then timed at the real size. A candidate that fails to
 compile or gives a wrong answer scores infinity and is reported, never fatal. The fastest
-is kept in the tuning cache, one JSON file per problem under `cache_root()/tune/`, keyed by
-the diagram's name, axis sizes, input dtypes, a hash of its operations and schedule, the
-hardware profile and the ncdc version. The report gives the Spearman rank correlation of
-predicted and measured times, and how much slower the model's own pick ran than the best.
+is kept in the tuning cache (ncdc.choose), with the candidates themselves, keyed by the
+problem, the hardware profile, the architecture and the GPU it ran on. The report gives
+the Spearman rank correlation of predicted and measured times, and how much slower the
+model's own pick ran than the best.
 
-Tiles: explicit (`schedule.tiles`, `--tile`) beat tuned, which beat modelled.
-`choose_plan` applies that order for `compile`, `run` and `bench`.
+Tiles: explicit (`schedule.tiles`, `--tile`) beat tuned, which beat modelled:
+`ncdc.choose.choose_plan` applies that order for `compile`, `run` and `bench`.
 
     >>> result = tune_spec(Path("diagrams/matmul.yaml"), load_hardware("h200"))  # doctest: +SKIP
     >>> result.best.config.tiles, result.spearman  # doctest: +SKIP
@@ -20,8 +20,6 @@ Tiles: explicit (`schedule.tiles`, `--tile`) beat tuned, which beat modelled.
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -32,153 +30,18 @@ from typing import Any
 
 import numpy as np
 
-from ncdc import __version__
-from ncdc.cost import Plan
-from ncdc.errors import CheckFailed, NcdcError, PlanError
-from ncdc.files import write_atomic
+from ncdc.choose import Config, plan_config, select_config, write_tuned
+from ncdc.errors import CheckFailed, NcdcError
 from ncdc.hardware import Hardware
 from ncdc.output import json_number
 from ncdc.spec import Diagram, load_diagram
-from ncdc.tiling import plan_diagram, rank_tiles
+from ncdc.tiling import rank_tiles
 
 FORMAT = "ncdc.tune/1"
 CACHE_FORMAT = 1  # bump when the key or the entry layout changes
 DEFAULT_TOP_K = 4
 CHECK_SIZE = 256  # axes longer than this are cut to it (or to two tiles) for the check
 MATCH_SEARCH = 64  # plans ranked when looking for a stored configuration
-
-
-@dataclass(frozen=True)
-class Config:
-    """What tuning chooses: block tiles, and per kernel its warps, stages and splits."""
-
-    tiles: Mapping[str, int] = field(hash=False)
-    kernels: tuple[tuple[int, int, int], ...]  # (warps, stages, splits) per kernel
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tiles": dict(self.tiles),
-            "kernels": [{"warps": w, "stages": st, "splits": sp} for w, st, sp in self.kernels],
-        }
-
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> Config:
-        kernels = tuple(
-            (int(k["warps"]), int(k["stages"]), int(k["splits"])) for k in data["kernels"]
-        )
-        return Config({str(a): int(v) for a, v in data["tiles"].items()}, kernels)
-
-
-def plan_config(plan: Plan) -> Config:
-    return Config(plan.tiles, tuple((k.warps, k.stages, k.splits) for k in plan.kernels))
-
-
-# ------------------------------------------------------------------------ tuning cache
-
-
-def tuning_key(diagram: Diagram, hardware_name: str) -> dict[str, Any]:
-    """Everything a tuned choice depends on: the problem, the hardware, the ncdc version.
-
-    The operations are hashed with their operands, axes, dtypes, scales and parameters, and
-    the schedule's stream, group and materialize lists (not its tiles: explicit tiles
-    bypass the tuning cache anyway).
-    """
-    ops = [
-        [op.out, op.fn, list(map(str, op.operands)), list(op.over), list(op.axes), op.dtype,
-         list(map(str, op.scale)), sorted((k, str(v)) for k, v in op.params.items())]
-        for op in diagram.ops
-    ]  # fmt: skip
-    s = diagram.schedule
-    shape = {
-        "ops": ops,
-        "outputs": list(diagram.outputs),
-        "schedule": [list(s.stream), list(s.group), list(s.materialize)],
-    }
-    return {
-        "format": CACHE_FORMAT,
-        "name": diagram.name,
-        "axes": dict(diagram.axes),
-        "dtypes": {t.name: t.dtype for t in diagram.inputs},
-        "ops_sha256": hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest(),
-        "hardware": hardware_name,
-        "ncdc": __version__,
-    }
-
-
-def tuning_path(diagram: Diagram, hardware_name: str) -> Path:
-    """`<cache_root>/tune/<name>-<first 16 hex of the key's sha256>.json`."""
-    from ncdc.cache import cache_root
-
-    key = tuning_key(diagram, hardware_name)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return cache_root() / "tune" / f"{diagram.name}-{digest}.json"
-
-
-def read_tuned(diagram: Diagram, hardware_name: str) -> Config | None:
-    """The tuned configuration for this problem, or None (missing, stale or unreadable)."""
-    path = tuning_path(diagram, hardware_name)
-    try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
-        if entry.get("format") != FORMAT or entry["key"] != tuning_key(diagram, hardware_name):
-            return None
-        return Config.from_dict(entry["best"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def tuned_tiles(diagram: Diagram, hardware_name: str) -> dict[str, int] | None:
-    """The tiles `ncdc tune` kept for this problem on this hardware, or None.
-
-    >>> tuned_tiles(load_diagram("diagrams/matmul.yaml"), "h200")  # doctest: +SKIP
-    {'m': 128, 'n': 256, 'k': 64}
-    """
-    config = read_tuned(diagram, hardware_name)
-    return dict(config.tiles) if config else None
-
-
-def write_tuned(diagram: Diagram, hardware_name: str, best: Config, record: dict) -> Path:
-    """Store `best` (with the run's record beside it) atomically; returns the file."""
-    path = tuning_path(diagram, hardware_name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    entry = {
-        "format": FORMAT,
-        "key": tuning_key(diagram, hardware_name),
-        "best": best.to_dict(),
-        **record,
-    }
-    write_atomic(path, (json.dumps(entry, indent=2) + "\n").encode())
-    return path
-
-
-def select_config(diagram: Diagram, hardware: Hardware, config: Config) -> Plan:
-    """The plan with `config`'s tiles whose kernels use its warps, stages and splits; the
-    best plan with those tiles when none matches exactly (sizes changed feasibility)."""
-    plans = rank_tiles(diagram, hardware, MATCH_SEARCH, dict(config.tiles))
-    for plan in plans:
-        if plan_config(plan).kernels == config.kernels:
-            return plan
-    return plans[0]
-
-
-def choose_plan(
-    diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None = None
-) -> Plan:
-    """Explicit tiles (`tiles`, or the spec's `schedule.tiles`) beat tuned beat modelled.
-
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
-    >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
-    {'m': 128, 'n': 256, 'k': 64}
-    """
-    if tiles or diagram.schedule.tiles:
-        return plan_diagram(diagram, hardware, dict(tiles) if tiles else None)
-    config = read_tuned(diagram, hardware.name)
-    if config is not None:
-        try:
-            return select_config(diagram, hardware, config)
-        except PlanError:
-            pass  # the profile changed under the entry: fall back to the model
-    return plan_diagram(diagram, hardware)
 
 
 # -------------------------------------------------------------------------- statistics
@@ -323,7 +186,7 @@ def tune_spec(
         )
     if write:
         record = {"gpu": gpu, "arch": arch, "date": _now(), "result": tune_to_dict(result)}
-        path = write_tuned(diagram, hardware.name, best.config, record)
+        path = write_tuned(diagram, hardware.name, arch, gpu, best.config, record)
         result = TuneResult(**{**result.__dict__, "cache_file": str(path)})
     return result
 

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ncdc import bench, gpu, tune
+from ncdc import bench, choose, gpu, tune
 from ncdc.baselines import attention_shape, baseline_kind, gemm_shape, row_shape, run_baselines
 from ncdc.bench import BaselineResult, BenchResult, Timing
 from ncdc.cli import main
@@ -361,43 +361,53 @@ def cache(tmp_path, monkeypatch):
 
 def test_tuning_key_names_the_problem():
     d = load_diagram(DIAGRAMS / "matmul.yaml")
-    key = tune.tuning_key(d, "h200")
+    key = choose.tuning_key(d, "h200", "sm_90a", "NVIDIA H200")
     assert key["name"] == "matmul" and key["axes"] == {"m": 4096, "n": 4096, "k": 4096}
     assert key["dtypes"] == {"A": "bf16", "B": "bf16"} and key["hardware"] == "h200"
+    assert key["arch"] == "sm_90a" and key["device"] == "NVIDIA H200"
     bigger = load_diagram(DIAGRAMS / "matmul.yaml", {"m": 8192})
-    assert tune.tuning_path(d, "h200") != tune.tuning_path(bigger, "h200")
-    assert tune.tuning_path(d, "h200") != tune.tuning_path(d, "h100")
+    path = choose.tuning_path(d, "h200", "sm_90a", "NVIDIA H200")
+    assert path != choose.tuning_path(bigger, "h200", "sm_90a", "NVIDIA H200")
+    assert path != choose.tuning_path(d, "h100", "sm_90a", "NVIDIA H200")
+    assert path != choose.tuning_path(d, "h200", "sm_80", "NVIDIA H200")  # the arch counts
+    assert path != choose.tuning_path(d, "h200", "sm_90a", "NVIDIA H100 80GB HBM3")  # the GPU
     fp8 = load_diagram(DIAGRAMS / "fp8_matmul.yaml")
-    assert tune.tuning_key(fp8, "h200")["ops_sha256"] != key["ops_sha256"]
+    assert choose.tuning_key(fp8, "h200", "sm_90a", "")["ops_sha256"] != key["ops_sha256"]
 
 
 def test_tuned_beats_modelled_and_explicit_beats_tuned(cache):
     d = load_diagram(DIAGRAMS / "matmul.yaml")
-    assert tune.tuned_tiles(d, "h200") is None
+    assert choose.read_tuned(d, "h200", "sm_90a") is None
     plans = rank_tiles(d, H200, 4)
-    modelled = tune.plan_config(plans[0])
-    runner_up = next(tune.plan_config(p) for p in plans if tune.plan_config(p) != modelled)
-    path = tune.write_tuned(d, "h200", runner_up, {"gpu": "test"})
+    modelled = choose.plan_config(plans[0])
+    runner_up = next(choose.plan_config(p) for p in plans if choose.plan_config(p) != modelled)
+    path = choose.write_tuned(d, "h200", "sm_90a", "NVIDIA H200", runner_up, {"gpu": "test"})
     assert path.parent == cache / "tune" and not list(path.parent.glob("*.tmp"))
-    assert tune.tuned_tiles(d, "h200") == dict(runner_up.tiles)
-    assert tune.plan_config(tune.choose_plan(d, H200)) == runner_up  # tuned > modelled
-    explicit = tune.choose_plan(d, H200, {"m": 64, "n": 64})
+    assert choose.read_tuned(d, "h200", "sm_90a") == runner_up  # any GPU of the profile
+    assert choose.read_tuned(d, "h200", "sm_90a", "NVIDIA H200") == runner_up
+    assert choose.read_tuned(d, "h200", "sm_90a", "NVIDIA H100 80GB HBM3") is None
+    assert choose.read_tuned(d, "h200", "sm_80") is None  # tuned for another arch
+    tuned = choose.choose_plan(d, H200)
+    assert choose.plan_config(tuned) == runner_up  # tuned > modelled
+    # the entry stores the candidates, and the plan rebuilt from them launches exactly them
+    assert [k.candidate for k in tuned.kernels] == list(runner_up.candidates)
+    explicit = choose.choose_plan(d, H200, {"m": 64, "n": 64})
     assert explicit.tiles["m"] == 64 and explicit.tiles["n"] == 64  # explicit > tuned
     other = load_diagram(DIAGRAMS / "matmul.yaml", {"k": 1024})
-    assert tune.plan_config(tune.choose_plan(other, H200)) == tune.plan_config(
+    assert choose.plan_config(choose.choose_plan(other, H200)) == choose.plan_config(
         plan_diagram(other, H200)
     )  # another problem: modelled
 
 
 def test_stale_or_corrupt_entries_are_ignored(cache, monkeypatch):
     d = load_diagram(DIAGRAMS / "softmax.yaml")
-    config = tune.plan_config(plan_diagram(d, H200))
-    path = tune.write_tuned(d, "h200", config, {})
+    config = choose.plan_config(plan_diagram(d, H200))
+    path = choose.write_tuned(d, "h200", "sm_90a", "gpu", config, {})
     path.write_text("{ not json")
-    assert tune.read_tuned(d, "h200") is None
-    tune.write_tuned(d, "h200", config, {})
-    monkeypatch.setattr(tune, "__version__", "9.9.9")  # a new ncdc: the key no longer matches
-    assert tune.read_tuned(d, "h200") is None
+    assert choose.read_tuned(d, "h200", "sm_90a") is None
+    choose.write_tuned(d, "h200", "sm_90a", "gpu", config, {})
+    monkeypatch.setattr(choose, "__version__", "9.9.9")  # a new ncdc: the key no longer matches
+    assert choose.read_tuned(d, "h200", "sm_90a") is None
 
 
 def test_check_sizes_keep_two_tiles():

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from ncdc.emulate import EmulatedModule, build
+from ncdc.families.gemm import FAMILY as GEMM
 from ncdc.hardware import load_hardware
-from ncdc.kernels.gemm import render_gemm
 from ncdc.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.render import KernelSource, template_env
 from ncdc.run import OutputCheck, compare
@@ -53,7 +53,7 @@ def run_gemm(
     """Run GEMM kernel `index` of `d` on the emulator; its output against the reference."""
     plan = plan_diagram(d, HW, tiles=tiles)
     kp = replace(plan.kernels[index], warps=warps, stages=stages)
-    ks = render_gemm(kp, plan)
+    ks = GEMM.render(kp, plan)
     (launch,) = ks.launches
     want = evaluate(d, make_inputs(d, seed))
     args: list[object] = []
@@ -205,7 +205,7 @@ def test_full_size_kernels_compile_without_spills(arch: str) -> None:
         plan = plan_diagram(diagram(name), HW)
         for kp in plan.kernels:
             if kp.family.name == "gemm":
-                sources.append(render_gemm(kp, plan))
+                sources.append(GEMM.render(kp, plan))
     assert len(sources) >= 5
     for ks in sources:
         kernel = ks.launches[0].kernel

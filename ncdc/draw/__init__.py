@@ -60,12 +60,12 @@ def draw(
     if mode == "plain":
         return layout_circuit(diagram, hw)
     if mode == "plan":
-        return layout_circuit(diagram, hw, plan_diagram(diagram, hw, tiles))
+        return layout_circuit(diagram, hw, plan_diagram(diagram, hw, tiles, compare_unfused=True))
     if mode == "roofline":
         from ncdc.draw.roofline import layout_roofline, read_measured
 
         points = read_measured(measured) if measured else []
-        return layout_roofline(plan_diagram(diagram, hw, tiles), points)
+        return layout_roofline(plan_diagram(diagram, hw, tiles, compare_unfused=True), points)
     if mode == "tiles":
         from ncdc.draw.heatmap import layout_tiles
 

@@ -109,7 +109,7 @@ def describe_circuit(diagram: Diagram, hw: Hardware, plan: Plan | None) -> Circu
     from `plan` (or, without one, with whole arrays loaded on chip)."""
     names = [lv.name for lv in hw.levels]
     top, bottom = names[0], names[-1]
-    block = names[min(2, len(names) - 1)]
+    block = hw.block_level or names[-1]
     graph = plan.graph if plan else build_graph(diagram, hw)
     kernel_plans: dict[str, KernelPlan | None] = {}
     models: dict[str, KernelModel] = {}
@@ -147,10 +147,10 @@ def describe_circuit(diagram: Diagram, hw: Hardware, plan: Plan | None) -> Circu
         model = models[op.out]
         part = kp.tiles.get(block) if kp else None
         stage = compute
-        if kp is not None and not (kp.smem_bytes > 0 and "smem" in names):
+        if kp is not None and not (kp.smem_bytes > 0 and hw.block_level):
             stage = bottom
         elif kp is not None:
-            stage = "smem"
+            stage = hw.block_level
         inputs = []
         for name in op.inputs:
             if level_of(name) == top:

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from ncdc.cost import KernelPlan
 from ncdc.draw.model import INK, MUTED, Item, Picture, Rect, Shape, Text
 from ncdc.errors import PlanError
+from ncdc.families import get_family
 from ncdc.hardware import Hardware
 from ncdc.spec import Diagram
-from ncdc.tiling import GPU_LEVELS, plan_diagram
+from ncdc.tiling import plan_diagram
 
 CELL_W, CELL_H = 76, 34
 LEFT, TOP = 120, 96
@@ -72,17 +73,13 @@ def _candidates(axis: str, size: int, defaults: tuple[int, ...], widen: bool) ->
 def main_axes(diagram: Diagram, hw: Hardware, kp: KernelPlan) -> tuple[TileAxis, TileAxis]:
     """The two tile sizes that matter most for kernel `kp`, with the sizes to try."""
     family, kernel = kp.family, kp.kernel
-    gpu = all(name in hw.level_names() for name in GPU_LEVELS)
-    block = hw.level_names()[min(2, len(hw.levels) - 1)]
+    gpu = hw.is_gpu
+    block = hw.block_level if gpu else hw.level_names()[-1]
     part = kp.tiles[block]
-    t = family.tiles
-    if family.name == "gemm":
-        pairs = [(family.axes("m")[-1], t.get("g_m", ())), (family.axes("n")[-1], t.get("g_n", ()))]
-    elif family.name in ("attention", "decode_attention"):
-        pairs = [(family.axes("q")[-1], t.get("g_q", ())), (family.axes("x")[0], t.get("s_x", ()))]
-    elif family.name == "rowwise" and family.axes("rows"):
-        pairs = [(family.axes("rows")[-1], t.get("rows", ROW_SIZES))]
-    else:
+    pairs = get_family(family.name).tile_axes(family) if gpu else []
+    if not pairs and family.name == "rowwise" and family.axes("rows"):
+        pairs = [(family.axes("rows")[-1], ROW_SIZES)]
+    if not pairs:
         axes = [a for a in kernel.woven if diagram.axes[a] > 1] + list(part.stream)
         pairs = [(a, ()) for a in axes[:2]]
     out = []

@@ -62,14 +62,15 @@ def test_bench_returns_sane_numbers(cache):
 
 
 def test_tune_writes_and_reuses_its_cache(cache):
-    from ncdc.tune import choose_plan, plan_config, read_tuned, tune_spec
+    from ncdc.choose import choose_plan, plan_config, read_tuned
+    from ncdc.tune import tune_spec
 
     spec = REPO / "diagrams" / "matmul.yaml"
     sizes = {"m": 512, "n": 512, "k": 512}
     result = tune_spec(spec, H200, sizes=sizes, top_k=3, warmup_ms=2, rep_ms=10)
     assert result.best is not None and Path(result.cache_file).is_file()
     diagram = load_diagram(spec, sizes)
-    assert read_tuned(diagram, "h200") == result.best.config
+    assert read_tuned(diagram, "h200", result.arch, result.gpu) == result.best.config
     assert plan_config(choose_plan(diagram, H200)) == result.best.config
     entry = json.loads(Path(result.cache_file).read_text())
     assert entry["format"] == "ncdc.tune/1" and entry["gpu"]

@@ -1,32 +1,35 @@
-"""Row-wise kernels: softmax, layernorm, rmsnorm and sum/max/mean over the last axis, with
-elementwise ops before and after them fused in.
+"""The row-wise family: softmax, layernorm, rmsnorm and sum/max/mean over the last axis,
+with elementwise ops before and after them fused in.
 
 A row group of `tpr` threads (a multiple of 32) owns one row; `rows` groups share a block.
 A thread holds `vpt` runs of `vec` elements (a 16-byte vector of the narrowest row tensor),
 so a row of up to tpr * vpt * vec values is read once and kept in registers; longer rows
 are read twice (see templates/include/ncdc_rowwise.cuh). The elementwise ops are unrolled
 `ncdc::op_*` calls in `templates/rowwise.cu.j2`: those that make the row op's input run in
-`source`, the rest in `finish` (per element) and `finish_row` (per row).
+`source`, the rest in `finish` (per element) and `finish_row` (per row). The grid strides
+over the rows past MAX_GRID blocks, and the model prices the grid that is launched.
 
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
     >>> from ncdc.tiling import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200"))
-    >>> render_rowwise(plan.kernels[0], plan).launches[0].kernel  # doctest: +ELLIPSIS
-    'softmax_rowwise_bf16_r2_t128_v4'
+    >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel  # doctest: +ELLIPSIS
+    'softmax_rowwise_bf16_r..._t..._v...'
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from ncdc.cost import KernelPlan, Plan
 from ncdc.errors import PlanError
-from ncdc.families import ELEMENTWISE_KINDS
-from ncdc.kernels.elementwise import (
+from ncdc.families.base import KernelSource, Launch, Param, no_arch_problem, ones, options
+from ncdc.families.codegen import (
+    ELEMENTWISE_KINDS,
     Statement,
     check_dtypes,
+    cpp_type,
     float_literal,
     needed_ops,
     offset_expr,
@@ -35,9 +38,17 @@ from ncdc.kernels.elementwise import (
     size_name,
     vector_width,
 )
-from ncdc.render import KernelSource, Launch, Param, cpp_type
-from ncdc.spec import Op
+from ncdc.launch import Candidate, Family, LaunchShape
+from ncdc.spec import Diagram, Op
 
+if TYPE_CHECKING:
+    from ncdc.cost import KernelModel, KernelPlan, Plan
+    from ncdc.graph import Kernel
+    from ncdc.hardware import Hardware
+
+TILES: dict[str, tuple[int, ...]] = {
+    "rows": (1, 2, 4, 8),  # rows per block; each row whole, read as 16-byte vectors
+}
 KINDS = {
     "softmax": "kSoftmax",
     "layernorm": "kLayernorm",
@@ -46,34 +57,128 @@ KINDS = {
     "max": "kMax",
     "mean": "kMean",
 }
+ROW_KINDS = ("softmax", "norm", "reduce")
 MAX_THREADS = 1024
 RESIDENT_THREADS = 256  # threads per block when each holds 32 or more values of a row
 VECTORS_PER_THREAD = 4  # runs a thread holds of one row: 32 fp32 registers for bf16
 MAX_GRID = 65535 * 16
 
 
-def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
-    """The row-wise kernel of `kp`: its template context and launch (see module doc)."""
-    d = plan.graph.diagram
-    kernel = kp.kernel
-    (row,) = kp.family.axes("row")
-    rows_axes = kp.family.axes("rows")
-    rowops = [op for op in kernel.ops if op.kind in ("softmax", "norm", "reduce")]
+class RowwiseFamily:
+    """One softmax, norm or reduction over the last axis of its input, maps around it."""
+
+    name = "rowwise"
+    tiles = TILES
+    baseline = "rowwise"
+
+    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
+        if any(op.kind == "contract" for op in kernel.ops):
+            return None
+        rowops = [op for op in kernel.ops if op.kind in ROW_KINDS]
+        if not rowops:
+            return None
+        row = rowops[0].over
+        for op in rowops:
+            src = diagram.tensor(next(o for o in op.operands if isinstance(o, str)))
+            if op.over != row or len(row) != 1 or src.axes[-1] != row[0]:
+                return None
+        for op in kernel.ops:
+            if op not in rowops and op.kind not in ELEMENTWISE_KINDS:
+                return None
+        rows = tuple(a for a in kernel.woven if a not in row)
+        return Family(self.name, {"rows": rows, "row": row}, TILES)
+
+    def candidates(
+        self,
+        model: KernelModel,
+        family: Family,
+        hw: Hardware,
+        streams: tuple[str, ...],
+        fixed: Mapping[str, int],
+    ) -> list[Candidate]:
+        from ncdc.cost import estimate_registers
+
+        d, kernel = model.diagram, model.kernel
+        (row,) = family.axes("row")
+        rows_axes = family.axes("rows")
+        _row_op(d, kernel, row)
+        vec, tpr, vpt, max_threads = _row_layout(d, kernel, row)
+        last = rows_axes[-1] if rows_axes else None
+        row_opts = options(last, TILES["rows"], model.sizes[last], fixed) if last else [1]
+        total_rows = math.prod(d.axes[a] for a in rows_axes)
+        registers = estimate_registers(vec * vpt * max(len(kernel.inputs), 1), 1, 0)
+        out: dict[int, Candidate] = {}
+        for asked in row_opts:
+            # A row held in registers takes vpt * vec of them per thread: keep blocks small
+            # enough that the register file gives every thread what it needs.
+            rows = max(1, min(asked, max(1, max_threads // tpr)))
+            if rows in out:
+                continue
+            group = {**ones(rows_axes, fixed), **({last: rows} if last else {})}
+            if row in kernel.woven:
+                group[row] = d.axes[row]
+            grid = max(1, min(MAX_GRID, -(-total_rows // rows)))
+            shape = LaunchShape((grid, 1, 1), (rows * tpr, 1, 1), 0)
+            params = (("rows", rows), ("tpr", tpr), ("vpt", vpt), ("vec", vec))
+            out[rows] = Candidate(group, {}, group, {}, params, (shape,), 1, 1, registers)
+        return list(out.values())
+
+    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        return _render(kp, plan)
+
+    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
+        rows = family.axes("rows")
+        return [(rows[-1], TILES["rows"])] if rows else []
+
+    arch_problem = staticmethod(no_arch_problem)
+
+
+FAMILY = RowwiseFamily()
+
+
+def _row_op(d: Diagram, kernel: Kernel, row: str) -> Op:
+    """The kernel's one row operation; PlanError for what the template cannot run."""
+    rowops = [op for op in kernel.ops if op.kind in ROW_KINDS]
     if len(rowops) != 1:
         raise PlanError(
             f"kernel {kernel.name} has {len(rowops)} row operations; the row-wise kernel runs one",
-            hint="materialize the result of the first in schedule.materialize",
+            hint=f"add {rowops[0].out} to schedule.materialize to save it from its own kernel",
         )
-    (rowop,) = rowops
     check_dtypes(d, (*kernel.inputs, *kernel.outputs))
-    names = (*kernel.inputs, *(op.out for op in kernel.ops))
-    for name in names:
+    for name in (*kernel.inputs, *(op.out for op in kernel.ops)):
         t_axes = d.tensor(name).axes
         if row in t_axes and t_axes[-1] != row:
             raise PlanError(
                 f"tensor {name} {list(t_axes)} is not contiguous along the row axis {row}",
                 hint=f"put {row} last in its axes",
             )
+    return rowops[0]
+
+
+def _row_layout(d: Diagram, kernel: Kernel, row: str) -> tuple[int, int, int, int]:
+    """(vec, tpr, vpt, most threads per block) of a row: 16-byte runs of the narrowest row
+    tensor, the power-of-two row group that holds the row in VECTORS_PER_THREAD runs per
+    thread, and RESIDENT_THREADS per block once a thread holds 32 or more values."""
+    per_element = [n for n in (*kernel.inputs, *kernel.outputs) if row in d.tensor(n).axes]
+    vec = vector_width(d, per_element)
+    n = d.axes[row]
+    tpr = min(
+        MAX_THREADS, max(32, 1 << max(0, math.ceil(math.log2(-(-n // (vec * VECTORS_PER_THREAD))))))
+    )
+    vpt = min(VECTORS_PER_THREAD, max(1, -(-n // (tpr * vec))))
+    return vec, tpr, vpt, RESIDENT_THREADS if vpt * vec >= 32 else MAX_THREADS
+
+
+def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
+    """The row-wise kernel of `kp.candidate`: its template context and launch."""
+    d = plan.graph.diagram
+    kernel = kp.kernel
+    c = kp.candidate
+    assert c is not None, "a GPU plan carries its candidate"
+    (row,) = kp.family.axes("row")
+    rows_axes = kp.family.axes("rows")
+    rowop = _row_op(d, kernel, row)
+    names = (*kernel.inputs, *(op.out for op in kernel.ops))
     per_element = {n for n in names if row in d.tensor(n).axes}
     after = {rowop.out}
     for op in kernel.ops:
@@ -142,20 +247,8 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
         )
 
     touched = [n for n in (*kernel.inputs, *kernel.outputs)]
-    vec = vector_width(d, [n for n in touched if n in per_element])
-    n = d.axes[row]
-    tpr = min(
-        MAX_THREADS, max(32, 1 << max(0, math.ceil(math.log2(-(-n // (vec * VECTORS_PER_THREAD))))))
-    )
-    vpt = min(VECTORS_PER_THREAD, max(1, -(-n // (tpr * vec))))
-    rows_per_block = kp.block_tile.get(rows_axes[-1], 1) if rows_axes else 1
-    # A row held in registers takes vpt * vec of them per thread: keep blocks small enough
-    # that the register file gives every thread what it needs without spilling.
-    max_threads = RESIDENT_THREADS if vpt * vec >= 32 else MAX_THREADS
-    rows_per_block = max(1, min(rows_per_block, max(1, max_threads // tpr)))
-    threads = rows_per_block * tpr
-    total_rows = math.prod(d.axes[a] for a in rows_axes)
-    grid = max(1, min(MAX_GRID, -(-total_rows // rows_per_block)))
+    vec, tpr, vpt = c.param("vec"), c.param("tpr"), c.param("vpt")
+    rows_per_block = c.param("rows")
     out_dtype = d.tensor(kernel.outputs[0]).dtype.replace("_", "")
     name = f"{kernel.name}_rowwise_{out_dtype}_r{rows_per_block}_t{tpr}_v{vpt}"
     params = [
@@ -179,7 +272,7 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
         "tpr": tpr,
         "vpt": vpt,
         "vec": vec,
-        "threads": threads,
+        "threads": c.threads,
         "per_element": bool(outputs_elem),
         "per_row": bool(outputs_row),
         "rows_axes": [{"index": index[a], "size": size_name(a)} for a in reversed(rows_axes)]
@@ -205,5 +298,4 @@ def render_rowwise(kp: KernelPlan, plan: Plan) -> KernelSource:
         "row_stores": [{"name": t, "value": value(t)} for t in outputs_row],
     }
     assert all(op.kind in ELEMENTWISE_KINDS for op in elem_ops)
-    launch = Launch(name, (grid, 1, 1), (threads, 1, 1), 0, tuple(params))
-    return KernelSource("rowwise.cu.j2", context, (launch,))
+    return KernelSource("rowwise.cu.j2", context, (Launch.of(name, c.main, params),))

@@ -1,0 +1,68 @@
+"""Kernel families: one module each, one registry, classification from structure.
+
+`FAMILIES` maps a family's name to its object (ncdc.families.base.KernelFamily); the order
+is the order a kernel is tried in: a GEMM with an epilogue before an elementwise chain,
+attention before anything with a softmax. Adding a family is one module here, one
+template and one device header (docs/architecture.md).
+
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.hardware import load_hardware
+    >>> from ncdc.graph import build_graph
+    >>> g = build_graph(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
+    >>> f = classify_kernel(g.diagram, g.kernels[0])
+    >>> f.name, f.roles["m"], f.roles["n"], f.roles["k"]
+    ('gemm', ('m',), ('n',), ('k',))
+"""
+
+from __future__ import annotations
+
+from ncdc.errors import PlanError
+from ncdc.families import attention, decode, elementwise, gemm, rowwise
+from ncdc.families.base import KernelFamily
+from ncdc.graph import Kernel
+from ncdc.launch import Family
+from ncdc.spec import Diagram
+
+FAMILIES: dict[str, KernelFamily] = {
+    f.name: f
+    for f in (gemm.FAMILY, attention.FAMILY, decode.FAMILY, rowwise.FAMILY, elementwise.FAMILY)
+}
+SUPPORTED = (
+    "a contraction with elementwise ops after it (GEMM); contract, softmax, contract "
+    "(attention); one softmax, norm or reduction over a tensor's last axis with elementwise "
+    "ops around it (row-wise); elementwise ops alone"
+)
+
+
+def get_family(name: str) -> KernelFamily:
+    """The family called `name`; the error lists the families there are."""
+    family = FAMILIES.get(name)
+    if family is None:
+        raise PlanError(
+            f"no kernel family '{name}'", hint=f"families: {', '.join(sorted(FAMILIES))}"
+        )
+    return family
+
+
+def classify_kernel(diagram: Diagram, kernel: Kernel) -> Family:
+    """The family of `kernel`, decided from its operations' structure (not from names).
+
+    Raises PlanError when no family fits, naming the kernel's operations and what the
+    families cover; the hint names a result the user can save to split the kernel.
+    """
+    for family in FAMILIES.values():
+        found = family.classify(diagram, kernel)
+        if found is not None:
+            return found
+    listing = ", ".join(f"{op.fn} ({op.out})" for op in kernel.ops)
+    inner = [op.out for op in kernel.ops[:-1] if op.out not in kernel.outputs]
+    hint = (
+        f"save an intermediate to split the kernel: schedule: {{materialize: [{inner[0]}]}}"
+        if inner
+        else "write the diagram as one of those"
+    )
+    raise PlanError(
+        f"no kernel family for ops {listing} in kernel {kernel.name}; the families cover "
+        f"{SUPPORTED}",
+        hint=hint,
+    )

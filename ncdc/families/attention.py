@@ -1,0 +1,363 @@
+"""The fused attention family: FlashAttention-2 order, keys streamed through shared memory.
+
+`templates/attention.cu.j2`: one block per (batch..., g_q queries), one warp per 16 queries,
+K and V streamed in chunks of s_x keys through a 2-stage cp.async ring, online softmax in
+registers (device code in `templates/include/ncdc_attention.cuh`). The roles (query, key,
+head and batch axes) and the checks of what the template covers are shared with the decode
+family (ncdc.families.decode), which runs the same diagrams when the query axis is short.
+
+Tensors are addressed from the diagram's axis order (row-major); the head axes must be the
+last axis of Q, K, V and O, so that rows are contiguous 16-byte chunks. Problem sizes are
+runtime parameters; tiles and head sizes are compile-time.
+
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.hardware import load_hardware
+    >>> from ncdc.tiling import plan_diagram
+    >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
+    >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel
+    'attention_attention_bf16_q128_x128_d128_w8_s2'
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ncdc.errors import PlanError
+from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param, no_arch_problem, round_up
+from ncdc.families.codegen import ELEMENTWISE_KINDS, cpp_type, size_name
+from ncdc.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
+from ncdc.spec import DTYPE_BYTES, Diagram, Op
+
+if TYPE_CHECKING:
+    from ncdc.cost import KernelModel, KernelPlan, Plan
+    from ncdc.graph import Kernel
+    from ncdc.hardware import Hardware
+
+TILES: dict[str, tuple[int, ...]] = {
+    "g_q": (64, 128),  # queries per block; one warp per 16 queries
+    "s_x": (32, 64, 128),  # keys per streamed chunk
+    "stages": (2,),  # K/V chunks double-buffered
+}
+HEAD_SIZES = (64, 128)  # compile-time head sizes: rows of 8 or 16 chunks (the swizzle needs 8k)
+INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
+MMA_ROWS = 16  # queries per warp (the mma's m)
+STAGES = 2  # K/V chunks in flight: the ring is double-buffered
+DECODE_MAX_QUERIES = 16  # a query axis this short is a decode step: split the keys instead
+MAX_GRID_Y = MAX_GRID_YZ
+
+
+@dataclass(frozen=True)
+class Attention:
+    """What the templates need of one attention kernel, read from the diagram."""
+
+    q: str  # tensor names
+    k: str
+    v: str
+    o: str
+    batch: tuple[str, ...]  # batch axes, innermost last: the grid's y index
+    q_axis: str
+    x_axis: str
+    d: int  # head size of Q and K (compile-time)
+    d_v: int  # head size of V and O
+    dtype: str
+    causal: bool
+    scale: float  # multiplied into the logits
+    offset: Mapping[str, str]  # tensor -> C++ offset of the slice from the batch indices
+    stride: Mapping[str, str]  # tensor -> C++ row pitch (along q or x), in elements
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The runtime size parameters, in parameter order."""
+        return (*self.batch, self.q_axis, self.x_axis)
+
+    def size_params(self, axes: Mapping[str, int]) -> tuple[Param, ...]:
+        return tuple(Param(size_name(a), "int64", value=axes[a]) for a in self.sizes)
+
+    def context(self) -> dict[str, object]:
+        return {
+            "T": cpp_type(self.dtype),
+            "q": self.q, "k": self.k, "v": self.v, "o": self.o,
+            "batch": self.batch, "sizes": self.sizes,
+            "q_axis": self.q_axis, "x_axis": self.x_axis,
+            "d": self.d, "d_v": self.d_v, "causal": self.causal,
+            "offset": dict(self.offset), "stride": dict(self.stride),
+        }  # fmt: skip
+
+
+def variant_name(kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int, warps: int) -> str:
+    """A name that carries every parameter of the variant (FlashInfer style)."""
+    return (
+        f"{kernel.name}_{family}_{at.dtype}_q{g_q}_x{s_x}_d{at.d}"
+        + (f"_dv{at.d_v}" if at.d_v != at.d else "")
+        + f"_w{warps}_s{STAGES}"
+        + ("_causal" if at.causal else "")
+    )
+
+
+def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ...]] | None:
+    """Roles of contract(Q, K) [-> mask / maps] -> softmax over x -> contract(P, V) over x:
+    batch, q (queries), x (keys), d (Q.K head) and d_v (V head) axes; None otherwise."""
+    contracts = [op for op in kernel.ops if op.kind == "contract"]
+    if len(contracts) != 2:
+        return None
+    first, second = contracts
+    soft = [op for op in kernel.ops if op.kind == "softmax"]
+    if len(soft) != 1 or len(soft[0].over) != 1:
+        return None
+    (x,) = soft[0].over
+    if second.over != (x,) or soft[0].out not in second.inputs or x in first.over:
+        return None
+    for op in kernel.ops:
+        if op not in (first, second, soft[0]) and op.kind not in ELEMENTWISE_KINDS:
+            return None
+    q_name, k_name = (o for o in first.operands if isinstance(o, str))
+    v_name = next(o for o in second.operands if isinstance(o, str) and o != soft[0].out)
+    q_axes, k_axes = diagram.tensor(q_name).axes, diagram.tensor(k_name).axes
+    v_axes = diagram.tensor(v_name).axes
+    # Axes of Q alone (heads of grouped-query attention, queries): the last is the query
+    # axis, the rest are batch axes that K and V are not woven over.
+    query = tuple(a for a in first.axes if a in q_axes and a not in k_axes)[-1:]
+    head = tuple(a for a in second.axes if a in v_axes and a not in q_axes + k_axes) or tuple(
+        a for a in first.over if a in v_axes
+    )
+    if len(query) != 1:
+        return None
+    batch = tuple(a for a in kernel.woven if a not in query + head)
+    return {"batch": batch, "q": query, "x": (x,), "d": first.over, "d_v": head}
+
+
+def attention_group(
+    model: KernelModel, family: Family, g_q: int, fixed: Mapping[str, int]
+) -> dict[str, int]:
+    """A block's group: g_q queries of one (batch..., head) slice, the whole V head."""
+    (q,) = family.axes("q")
+    group = {
+        a: (g_q if a == q else model.sizes[a] if a in family.axes("d_v") else 1)
+        for a in model.kernel.woven
+    }
+    group.update({a: v for a, v in fixed.items() if a in group and a != q})
+    return group
+
+
+def attention_registers(
+    model: KernelModel, family: Family, g_q: int, s_x: int, threads: int
+) -> int:
+    """fp32 accumulators (O and the scores of one chunk) and the Q fragments per thread."""
+    from ncdc.cost import estimate_registers
+
+    head = sum(model.sizes[a] for a in family.axes("d"))
+    head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
+    p = DTYPE_BYTES[model.diagram.tensor(model.kernel.inputs[0]).dtype]
+    fragments = -(-g_q * head * p // (4 * threads))
+    return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
+
+
+def mma_rows(
+    axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int]
+) -> list[int]:
+    """Candidate query or key tiles: whole 16-row mma blocks, each default clamped to the
+    axis rounded up to 16 (a decode step's one query runs as 16)."""
+    if axis in fixed:
+        return [round_up(fixed[axis], MMA_TILE)]
+    return sorted({min(c, round_up(size, MMA_TILE)) for c in defaults})
+
+
+def require_streamed(model: KernelModel, family: Family, streams: tuple[str, ...]) -> None:
+    (x,) = family.axes("x")
+    if x not in streams:
+        raise PlanError(
+            f"attention kernel {model.kernel.name} needs {x} streamed",
+            hint=f"remove {x} from schedule.group and let it stream",
+        )
+
+
+class AttentionFamily:
+    """Fused forward attention over a query axis longer than a decode step."""
+
+    name = "attention"
+    tiles = TILES
+    baseline = "attention"
+
+    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
+        roles = attention_roles(diagram, kernel)
+        if roles is None or diagram.axes[roles["q"][0]] <= DECODE_MAX_QUERIES:
+            return None
+        return Family(self.name, roles, TILES)
+
+    def candidates(
+        self,
+        model: KernelModel,
+        family: Family,
+        hw: Hardware,
+        streams: tuple[str, ...],
+        fixed: Mapping[str, int],
+    ) -> list[Candidate]:
+        require_streamed(model, family, streams)
+        at = read_attention(family, model.kernel, model.diagram)
+        axes = model.diagram.axes
+        batch = batch_count(at, axes)
+        (q,), (x,) = family.axes("q"), family.axes("x")
+        out = []
+        for g_q, s_x in itertools.product(
+            mma_rows(q, TILES["g_q"], model.sizes[q], fixed),
+            mma_rows(x, TILES["s_x"], model.sizes[x], fixed),
+        ):
+            warps = g_q // MMA_ROWS
+            threads = 32 * warps
+            p = DTYPE_BYTES[at.dtype]
+            smem = (g_q * max(at.d, at.d_v) + STAGES * s_x * (at.d + at.d_v)) * p
+            group = attention_group(model, family, g_q, fixed)
+            stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
+            shape = LaunchShape((-(-axes[q] // g_q), batch, 1), (threads, 1, 1), smem)
+            out.append(
+                Candidate(
+                    group, stream, {**group, q: MMA_ROWS}, stream,
+                    (("g_q", g_q), ("s_x", s_x)), (shape,), STAGES, 1,
+                    attention_registers(model, family, g_q, s_x, threads),
+                )
+            )  # fmt: skip
+        return out
+
+    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        diagram = plan.graph.diagram
+        c = kp.candidate
+        assert c is not None, "a GPU plan carries its candidate"
+        at = read_attention(kp.family, kp.kernel, diagram)
+        g_q, s_x, warps = c.param("g_q"), c.param("s_x"), c.warps
+        name = variant_name(kp.kernel, "attention", at, g_q, s_x, warps)
+        params = (
+            Param(at.q, "tensor", at.dtype),
+            Param(at.k, "tensor", at.dtype),
+            Param(at.v, "tensor", at.dtype),
+            Param(at.o, "tensor", at.dtype, writes=True),
+            *at.size_params(diagram.axes),
+            Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e)),
+        )
+        context = {
+            **at.context(),
+            "kernel": name,
+            "threads": c.threads,
+            "g_q": g_q,
+            "s_x": s_x,
+            "summary": f"fused attention, {g_q} queries per block, keys streamed {s_x} at a "
+            f"time through a {STAGES}-stage cp.async ring, {warps} warps"
+            + (", causal" if at.causal else ""),
+        }
+        return KernelSource("attention.cu.j2", context, (Launch.of(name, c.main, params),))
+
+    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
+        return [(family.axes("q")[-1], TILES["g_q"]), (family.axes("x")[0], TILES["s_x"])]
+
+    arch_problem = staticmethod(no_arch_problem)
+
+
+FAMILY = AttentionFamily()
+
+
+def round16(n: int) -> int:
+    return max(MMA_ROWS, -(-n // MMA_ROWS) * MMA_ROWS)
+
+
+def batch_count(at: Attention, axes: Mapping[str, int]) -> int:
+    n = math.prod(axes[a] for a in at.batch)
+    if n > MAX_GRID_Y:
+        raise PlanError(
+            f"attention over {n} (batch, head) slices: more than the grid's {MAX_GRID_Y} rows",
+            hint="split the batch into several runs",
+        )
+    return n
+
+
+def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attention:
+    """Tensors, axes, mask and scale of an attention kernel; PlanError for what the
+    templates do not cover (other ops in the chain, a scale tensor, mixed types...)."""
+    roles = family.roles
+    (q_axis,), (x_axis,) = roles["q"], roles["x"]
+    if len(roles["d"]) != 1 or len(roles["d_v"]) != 1:
+        raise PlanError(
+            f"attention kernel {kernel.name}: one head axis each for Q.K and V expected, "
+            f"found {roles['d']} and {roles['d_v']}",
+            hint="merge the head axes into one",
+        )
+    (d_axis,), (dv_axis,) = roles["d"], roles["d_v"]
+    contracts = [op for op in kernel.ops if op.kind == "contract"]
+    first, second = contracts
+    soft = next(op for op in kernel.ops if op.kind == "softmax")
+    causal = False
+    for op in kernel.ops:
+        if op.kind == "mask" and op.fn == "causal":
+            if (op.params.get("query"), op.params.get("key")) != (q_axis, x_axis):
+                raise PlanError(
+                    _unsupported(kernel, op, f"a causal mask over ({q_axis}, {x_axis})")
+                )
+            causal = True
+        elif op.kind not in ("contract", "softmax"):
+            raise PlanError(_unsupported(kernel, op, "contract, causal, softmax, contract"))
+    if second.scale:
+        raise PlanError(_unsupported(kernel, second, "a scale on the first contraction only"))
+    scale = 1.0
+    for factor in first.scale:
+        if isinstance(factor, str):
+            raise PlanError(_unsupported(kernel, first, "a constant scale (a number)"))
+        scale *= float(factor)
+    q_name, k_name = (o for o in first.operands if isinstance(o, str))
+    if q_axis not in diagram.tensor(q_name).axes:
+        q_name, k_name = k_name, q_name
+    v_name = next(o for o in second.operands if isinstance(o, str) and o != soft.out)
+    (o_name,) = kernel.outputs
+    names = {"Q": q_name, "K": k_name, "V": v_name, "O": o_name}
+    dtype = diagram.tensor(q_name).dtype
+    for role, n in names.items():
+        t = diagram.tensor(n)
+        if t.dtype != dtype or dtype not in INPUT_DTYPES:
+            raise PlanError(
+                f"attention kernel {kernel.name}: {role} ({n}) is {t.dtype}; expected Q, K, "
+                f"V and O all of one type among {', '.join(INPUT_DTYPES)}",
+                hint="add casts around the attention",
+            )
+    d, d_v = diagram.axes[d_axis], diagram.axes[dv_axis]
+    for size in (d, d_v):
+        if size not in HEAD_SIZES:
+            raise PlanError(
+                f"attention kernel {kernel.name}: head size {size} is not one of "
+                f"{', '.join(map(str, HEAD_SIZES))}",
+                hint="pad the head axis",
+            )
+    batch = tuple(roles["batch"])
+    row_axis = {"Q": q_axis, "K": x_axis, "V": x_axis, "O": q_axis}
+    head_axis = {"Q": d_axis, "K": d_axis, "V": dv_axis, "O": dv_axis}
+    fixed = {d_axis: str(d), dv_axis: str(d_v)}
+    offset, stride = {}, {}
+    for role, n in names.items():
+        axes = diagram.tensor(n).axes
+        allowed = {*batch, row_axis[role], head_axis[role]}
+        if axes[-1] != head_axis[role] or row_axis[role] not in axes or not set(axes) <= allowed:
+            raise PlanError(
+                f"attention kernel {kernel.name}: {role} ({n}) has axes {list(axes)}; "
+                f"expected batch axes, {row_axis[role]} and {head_axis[role]} last",
+                hint=f"put {head_axis[role]} last in {n}",
+            )
+        pitch = {a: _pitch(axes, a, fixed) for a in axes}
+        terms = [f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes]
+        offset[n] = " + ".join(terms) or "0"
+        stride[n] = pitch[row_axis[role]]
+    return Attention(q_name, k_name, v_name, o_name, batch, q_axis, x_axis, d, d_v, dtype,
+                      causal, scale, offset, stride)  # fmt: skip
+
+
+def _pitch(axes: tuple[str, ...], axis: str, fixed: Mapping[str, str]) -> str:
+    """Elements between neighbours along `axis` of a row-major tensor, as C++ over the size
+    parameters (the head sizes are numbers)."""
+    after = axes[axes.index(axis) + 1 :]
+    return " * ".join(fixed.get(a, size_name(a)) for a in after) or "1"
+
+
+def _unsupported(kernel: Kernel, op: Op, expected: str) -> str:
+    return (
+        f"attention kernel {kernel.name}: no code for {op.fn} ({op.out}) here; "
+        f"the generator covers {expected}"
+    )

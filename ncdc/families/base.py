@@ -1,0 +1,159 @@
+"""The protocol every kernel family follows, and what a family hands the renderer.
+
+A family is one module under `ncdc/families/` with one template and one device header. It
+classifies a kernel of the memory graph from its structure, lists the candidates its
+template can run (each with its whole launch, `ncdc.launch.Candidate`), renders the one the
+model picked by formatting it, and names its GPU baseline, the axes its tile map draws and
+the architectures it needs. `ncdc/families/__init__.py` holds the one registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ncdc.launch import Candidate, Family, LaunchShape
+
+if TYPE_CHECKING:
+    from ncdc.cost import KernelModel, KernelPlan, Plan
+    from ncdc.graph import Kernel
+    from ncdc.hardware import Hardware
+    from ncdc.spec import Diagram
+
+# C++ spelling of each dtype, the same on the GPU and in the CPU emulation.
+CPP_TYPES: dict[str, str] = {
+    "fp32": "float",
+    "fp16": "__half",
+    "bf16": "__nv_bfloat16",
+    "fp8_e4m3": "__nv_fp8_e4m3",
+    "fp8_e5m2": "__nv_fp8_e5m2",
+    "int8": "signed char",
+}
+SCALAR_KINDS = ("int32", "int64", "float32")
+VECTOR_BYTES = 16  # one global load or store instruction's widest access
+MMA_TILE = 16  # rows and columns of the smallest warp tile (mma m16, n8 x 2)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter, in order: a buffer (by pointer) or a scalar (by value)."""
+
+    name: str  # the C++ parameter name: a validated spec identifier or a fixed name
+    kind: str  # "tensor" (a diagram tensor), "workspace" (scratch), or a SCALAR_KINDS entry
+    dtype: str = ""  # ncdc dtype of a buffer
+    value: int | float | None = None  # the value passed for a scalar
+    writes: bool = False  # the kernel writes this buffer
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Scratch memory a kernel needs besides the diagram's tensors (split-k partials)."""
+
+    name: str
+    dtype: str
+    values: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: its extern "C" name, shape, dynamic shared memory, parameters."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem: int
+    params: tuple[Param, ...]
+
+    @staticmethod
+    def of(kernel: str, shape: LaunchShape, params: Sequence[Param]) -> Launch:
+        """The launch of a candidate's `shape`, named and with its parameters."""
+        return Launch(kernel, shape.grid, shape.block, shape.dynamic_smem, tuple(params))
+
+    @property
+    def shape(self) -> LaunchShape:
+        return LaunchShape(self.grid, self.block, self.dynamic_smem)
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """What a family's `render` returns for one kernel of the graph."""
+
+    template: str  # file name under templates/, e.g. "gemm.cu.j2"
+    context: Mapping[str, Any]  # the values the template substitutes
+    launches: tuple[Launch, ...]  # in the order they run
+    workspace: tuple[Workspace, ...] = ()
+
+
+class KernelFamily(Protocol):
+    """One kernel family. `name` is its registry key; `tiles` the candidate lists its
+    search draws from (data, so that a tile map can show them); `baseline` the kind of
+    library kernel `ncdc bench` times beside it: "gemm", "attention", "rowwise" or ""."""
+
+    name: str
+    tiles: Mapping[str, tuple[int, ...]]
+    baseline: str
+
+    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
+        """The family with each axis's role when `kernel` is one of this family's, else None."""
+
+    def candidates(
+        self,
+        model: KernelModel,
+        family: Family,
+        hw: Hardware,
+        streams: tuple[str, ...],
+        fixed: Mapping[str, int],
+    ) -> list[Candidate]:
+        """Every launch the template can run for this kernel, with tiles `fixed` where the
+        user fixed them. The search keeps those that fit `hw` and ranks them by the model.
+        Raises PlanError for what the template cannot build at all."""
+
+    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        """The template context and launches of `kp.candidate`: formatting only."""
+
+    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
+        """(axis, candidate sizes) of the one or two tiles that matter most, for tile maps."""
+
+    def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
+        """Why compute capability `sm` (80, 89, 90...) cannot run `kp`, or ""."""
+
+
+# ------------------------------------------------------------------- search helpers
+
+
+def round_up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def pow2(x: int) -> int:
+    """The smallest power of two >= x (1 for x <= 1)."""
+    return 1 << max(x - 1, 0).bit_length()
+
+
+def options(axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int]) -> list[int]:
+    """Candidate sizes for `axis`: the fixed one, else each default clamped to the axis."""
+    if axis in fixed:
+        return [fixed[axis]]
+    return sorted({min(c, size) for c in defaults})
+
+
+def rounded_options(
+    axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int], least: int
+) -> list[int]:
+    """Candidate tiles for an axis the kernel tiles in powers of two of at least `least`
+    (an mma tile): each default clamped to the axis rounded up so, so that a small or odd
+    axis still gets the smallest legal tile; its padding is counted by the cost model."""
+    if axis in fixed:
+        return [fixed[axis]]
+    return sorted({min(c, max(least, pow2(size))) for c in defaults})
+
+
+def ones(axes: tuple[str, ...], fixed: Mapping[str, int]) -> dict[str, int]:
+    """Group size 1 along each axis (one slice per block), or the size the user fixed."""
+    return {a: fixed.get(a, 1) for a in axes}
+
+
+def no_arch_problem(diagram: Diagram, kp: KernelPlan, sm: int) -> str:
+    """`arch_problem` of a family that runs on every architecture ncdc targets."""
+    return ""

@@ -1,0 +1,140 @@
+"""C++ expression helpers every family's renderer shares: names, offsets, literals and the
+unrolled `ncdc::op_*` statements of elementwise chains.
+
+Every name the generated code makes up starts with `ncdc_`, which no diagram name may, so
+none meets a tensor's name: sizes are `ncdc_size_<axis>`, values `ncdc_e_<tensor>`.
+
+    >>> size_name("m"), offset_expr(("m", "n"), lambda a: f"i_{a}")
+    ('ncdc_size_m', 'i_m * ncdc_size_n + i_n')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ncdc.errors import PlanError
+from ncdc.families.base import CPP_TYPES, VECTOR_BYTES, Param
+from ncdc.spec import DTYPE_BYTES, Diagram, Op
+
+ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask")
+
+
+def cpp_type(dtype: str) -> str:
+    """The C++ type of an ncdc dtype: 'bf16' -> '__nv_bfloat16'."""
+    return CPP_TYPES[dtype]
+
+
+@dataclass(frozen=True)
+class Statement:
+    """`const float out = ncdc::fn(args...);` in the generated code."""
+
+    out: str
+    fn: str
+    args: tuple[str, ...]
+
+
+def float_literal(value: float) -> str:
+    """A C++ float literal for a number from the spec (they are finite by construction)."""
+    v = float(value)
+    if not math.isfinite(v):
+        raise PlanError(f"the constant {value} is not finite", hint="use a finite number")
+    return f"{v!r}f"
+
+
+def size_name(axis: str) -> str:
+    """The kernel parameter that carries an axis size at run time. Every name the generated
+    code makes up starts with ncdc_, which no diagram name may, so none meets a tensor's."""
+    return f"ncdc_size_{axis}"
+
+
+def offset_expr(axes: tuple[str, ...], index: Callable[[str], str]) -> str:
+    """Offset of the element at the given axis indices in a row-major tensor over `axes`."""
+    terms = []
+    for i, a in enumerate(axes):
+        stride = " * ".join(size_name(b) for b in axes[i + 1 :])
+        terms.append(f"{index(a)} * {stride}" if stride else index(a))
+    return " + ".join(terms) if terms else "0"
+
+
+def op_statements(
+    op: Op, value: Callable[[str], str], index: Callable[[str], str], out: str
+) -> list[Statement]:
+    """The statements computing `op` (an elementwise kind) into the variable `out`.
+
+    `value(name)` is the C expression of a tensor's value for the current element and
+    `index(axis)` that of an axis index there.
+    """
+
+    def arg(o: str | float) -> str:
+        return value(o) if isinstance(o, str) else float_literal(o)
+
+    args = tuple(arg(o) for o in op.operands)
+    scaled = args[0]
+    steps: list[Statement] = []
+    if op.kind == "map":
+        return [Statement(out, f"op_{op.fn}", args)]
+    if op.kind == "binary":
+        return [Statement(out, f"op_{op.fn}", args)]
+    if op.kind == "mask":
+        q, k = op.params["query"], op.params["key"]
+        shift = f"{size_name(k)} - {size_name(q)}"
+        return [Statement(out, "op_causal", (args[0], index(q), index(k), shift))]
+    if op.kind == "cast":
+        for i, factor in enumerate(op.scale):
+            tmp = f"ncdc_scaled{i}_{op.out}"
+            steps.append(Statement(tmp, "op_mul", (scaled, arg(factor))))
+            scaled = tmp
+        dtype = op.params["to"]
+        if dtype not in CPP_TYPES or dtype == "int8":
+            raise PlanError(
+                f"no code for a cast to {dtype}", hint="cast to fp32, bf16, fp16 or fp8"
+            )
+        steps.append(Statement(out, f"op_cast<{cpp_type(dtype)}>", (scaled,)))
+        return steps
+    raise PlanError(f"{op.fn} ({op.out}) is not an elementwise operation")
+
+
+def check_dtypes(diagram: Diagram, names: Iterable[str]) -> None:
+    for name in names:
+        dtype = diagram.tensor(name).dtype
+        if dtype == "int8":
+            raise PlanError(
+                f"tensor {name} is int8, which the elementwise and row-wise kernels do not read",
+                hint="cast it to a floating-point type first",
+            )
+
+
+def needed_ops(ops: Iterable[Op], targets: Iterable[str], known: Iterable[str]) -> list[Op]:
+    """The ops (in order) that compute `targets` from values already `known`."""
+    by_out = {op.out: op for op in ops}
+    have = set(known)
+    need: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in have or name in need or name not in by_out:
+            return
+        need.add(name)
+        for n in by_out[name].inputs:
+            visit(n)
+
+    for t in targets:
+        visit(t)
+    return [op for op in ops if op.out in need]
+
+
+def vector_width(diagram: Diagram, names: Iterable[str]) -> int:
+    """Elements per run: a 16-byte vector of the narrowest tensor read or written in runs."""
+    sizes = [DTYPE_BYTES[diagram.tensor(n).dtype] for n in names]
+    return VECTOR_BYTES // min(sizes) if sizes else 1
+
+
+def param_context(params: Iterable[Param]) -> list[dict[str, Any]]:
+    """The kernel parameters as the templates declare them: tensors, then sizes."""
+    return [
+        {"name": p.name, "tensor": p.kind == "tensor", "writes": p.writes,
+         "ctype": cpp_type(p.dtype) if p.kind == "tensor" else "long long"}
+        for p in params
+    ]  # fmt: skip

@@ -1,0 +1,183 @@
+"""The decode attention family: a short query axis against many keys, split across blocks.
+
+`templates/decode_attention.cu.j2`: the few queries of a decode step padded to one 16-row
+mma block, the keys split across blocks (and across the warps of a block), each writing an
+unnormalised partial (m, l, O) to an fp32 workspace, then a second kernel that merges them.
+The cost model weighs the grid's fill against the merge's traffic through the candidates'
+`splits`; every split gets whole s_x chunks and none is empty, so the split count a
+candidate carries is the one the kernel launches. Every warp keeps its own online softmax
+over its keys, so no merge happens inside a block.
+
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.hardware import load_hardware
+    >>> from ncdc.tiling import plan_diagram
+    >>> plan = plan_diagram(load_diagram("diagrams/decode_attention.yaml"), load_hardware("h200"))
+    >>> first, merge = FAMILY.render(plan.kernels[0], plan).launches
+    >>> first.kernel  # doctest: +ELLIPSIS
+    'decode_attention_decode_attention_bf16_q16_x..._d128_w4_s2'
+    >>> merge.kernel
+    'decode_attention_decode_merge_bf16_d128'
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ncdc.families.attention import (
+    DECODE_MAX_QUERIES,
+    MMA_ROWS,
+    STAGES,
+    attention_group,
+    attention_registers,
+    attention_roles,
+    batch_count,
+    mma_rows,
+    read_attention,
+    require_streamed,
+    variant_name,
+)
+from ncdc.families.base import KernelSource, Launch, Param, Workspace, no_arch_problem
+from ncdc.launch import Candidate, Family, LaunchShape
+from ncdc.spec import DTYPE_BYTES, Diagram
+
+if TYPE_CHECKING:
+    from ncdc.cost import KernelModel, KernelPlan, Plan
+    from ncdc.graph import Kernel
+    from ncdc.hardware import Hardware
+
+TILES: dict[str, tuple[int, ...]] = {
+    "g_q": (16,),  # the whole (short) query axis, padded to one mma row block
+    "s_x": (32, 64, 128),
+    # key axis split across blocks, merged by a second pass: a few (batch, head) slices
+    # still make two 4-warp blocks per SM, what HBM needs in flight (cost-model.md)
+    "splits": (1, 2, 4, 8, 16, 32, 64),
+    "warps": (4,),
+}
+MERGE_THREADS = 128
+
+
+class DecodeFamily:
+    """Attention whose query axis is at most DECODE_MAX_QUERIES long."""
+
+    name = "decode_attention"
+    tiles = TILES
+    baseline = "attention"
+
+    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
+        roles = attention_roles(diagram, kernel)
+        if roles is None or diagram.axes[roles["q"][0]] > DECODE_MAX_QUERIES:
+            return None
+        return Family(self.name, roles, TILES)
+
+    def candidates(
+        self,
+        model: KernelModel,
+        family: Family,
+        hw: Hardware,
+        streams: tuple[str, ...],
+        fixed: Mapping[str, int],
+    ) -> list[Candidate]:
+        require_streamed(model, family, streams)
+        d = model.diagram
+        at = read_attention(family, model.kernel, d)
+        batch = batch_count(at, d.axes)
+        (q,), (x,) = family.axes("q"), family.axes("x")
+        q_len, x_len = d.axes[q], d.axes[x]
+        p = DTYPE_BYTES[at.dtype]
+        out: dict[tuple, Candidate] = {}
+        for s_x, asked, warps in itertools.product(
+            mma_rows(x, TILES["s_x"], model.sizes[x], fixed), TILES["splits"], TILES["warps"]
+        ):
+            warps = next(w for w in (4, 2, 1) if w <= warps and s_x % (MMA_ROWS * w) == 0)
+            chunks = -(-x_len // s_x)
+            keys_per_split = -(-chunks // min(asked, chunks)) * s_x
+            splits = -(-x_len // keys_per_split)  # none empty
+            params = (("s_x", s_x), ("warps", warps), ("keys_per_split", keys_per_split))
+            if params in out:
+                continue
+            partials = splits * warps
+            threads = 32 * warps
+            smem = (MMA_ROWS * at.d + STAGES * s_x * (at.d + at.d_v)) * p
+            shapes = (
+                LaunchShape((splits, batch, 1), (threads, 1, 1), smem),
+                LaunchShape((1, batch, 1), (MERGE_THREADS, 1, 1), q_len * partials * 4),
+            )
+            group = attention_group(model, family, MMA_ROWS, fixed)
+            stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
+            out[params] = Candidate(
+                group, stream, group, stream, params, shapes, STAGES, splits,
+                attention_registers(model, family, MMA_ROWS, s_x, threads),
+            )  # fmt: skip
+        return list(out.values())
+
+    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        diagram = plan.graph.diagram
+        c = kp.candidate
+        assert c is not None, "a GPU plan carries its candidate"
+        at = read_attention(kp.family, kp.kernel, diagram)
+        s_x, warps = c.param("s_x"), c.param("warps")
+        first, merge = c.launches
+        batch, partials = first.grid[1], first.grid[0] * warps
+        q_len = diagram.axes[at.q_axis]
+        name = variant_name(kp.kernel, "decode_attention", at, MMA_ROWS, s_x, warps)
+        merge_name = f"{kp.kernel.name}_decode_merge_{at.dtype}_d{at.d_v}"
+        part_o, part_ml = f"ncdc_partial_o_{kp.kernel.name}", f"ncdc_partial_ml_{kp.kernel.name}"
+        workspace = (
+            Workspace(part_o, "fp32", batch * partials * q_len * at.d_v),
+            Workspace(part_ml, "fp32", batch * partials * q_len * 2),
+        )
+        sizes = at.size_params(diagram.axes)
+        scale = Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e))
+        launches = (
+            Launch.of(
+                name,
+                first,
+                (
+                    Param(at.q, "tensor", at.dtype),
+                    Param(at.k, "tensor", at.dtype),
+                    Param(at.v, "tensor", at.dtype),
+                    Param(part_o, "workspace", "fp32", writes=True),
+                    Param(part_ml, "workspace", "fp32", writes=True),
+                    *sizes,
+                    scale,
+                    Param("ncdc_keys_per_split", "int64", value=c.param("keys_per_split")),
+                ),
+            ),
+            Launch.of(
+                merge_name,
+                merge,
+                (
+                    Param(part_o, "workspace", "fp32"),
+                    Param(part_ml, "workspace", "fp32"),
+                    Param(at.o, "tensor", at.dtype, writes=True),
+                    *sizes,
+                    Param("ncdc_partials", "int64", value=partials),
+                ),
+            ),
+        )
+        context = {
+            **at.context(),
+            "kernel": name,
+            "merge_kernel": merge_name,
+            "threads": first.threads,
+            "merge_threads": merge.threads,
+            "warps": warps,
+            "s_x": s_x,
+            "part_o": part_o,
+            "part_ml": part_ml,
+            "summary": f"decode attention, up to {MMA_ROWS} queries against keys split across "
+            f"blocks, {s_x} keys per stage ({s_x // warps} per warp), {STAGES}-stage cp.async; "
+            "partials in fp32, merged by a second kernel",
+        }
+        return KernelSource("decode_attention.cu.j2", context, launches, workspace)
+
+    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
+        return [(family.axes("q")[-1], TILES["g_q"]), (family.axes("x")[0], TILES["s_x"])]
+
+    arch_problem = staticmethod(no_arch_problem)
+
+
+FAMILY = DecodeFamily()

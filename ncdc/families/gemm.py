@@ -1,0 +1,450 @@
+"""The GEMM family: C = epilogue(scale * A B) for one contraction and the maps after it.
+
+16-bit and 8-bit inputs run on tensor cores (mma.sync, fp32 accumulators), fp32 inputs on
+CUDA cores; both stream k through a multi-stage cp.async pipeline (templates/gemm.cu.j2,
+templates/include/ncdc_gemm.cuh). Roles come from the structure (`batch`, `m`, `n`, `k`);
+layouts from the diagram (an axis listed last is contiguous): A may be k- or m-contiguous,
+B k- or n-contiguous. Extra m or n axes and the batch axes are flattened onto the grid's z,
+each tensor with its own pitch per axis (0 where it lacks the axis).
+
+A candidate's template parameters are the block tile as the kernel runs it (`bm`, `bn`,
+`bk`: powers of two, warp tiles of whole 16 x 16 mma blocks), the warp arrangement
+(`warps_m`, `warps_n`), the pipeline depth and, on the fp32 path, the thread tile (`tm`,
+`tn`); its shared memory counts the 16-byte row padding.
+
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.hardware import load_hardware
+    >>> from ncdc.tiling import plan_diagram
+    >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"),
+    ...                     tiles={"m": 64, "n": 64, "k": 32})
+    >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel  # doctest: +ELLIPSIS
+    'matmul_gemm_bf16_m64_n64_k32_w..._s..._ak_bn'
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ncdc.errors import PlanError
+from ncdc.families.base import (
+    MMA_TILE,
+    KernelSource,
+    Launch,
+    Param,
+    ones,
+    pow2,
+    round_up,
+    rounded_options,
+)
+from ncdc.families.codegen import cpp_type, size_name
+from ncdc.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
+from ncdc.spec import DTYPE_BYTES, Diagram, Tensor
+
+if TYPE_CHECKING:
+    from ncdc.cost import KernelModel, KernelPlan, Plan
+    from ncdc.graph import Kernel
+    from ncdc.hardware import Hardware
+
+TILES: dict[str, tuple[int, ...]] = {
+    "g_m": (32, 64, 128, 256),  # block tile along the m axis
+    "g_n": (32, 64, 128, 256),  # block tile along the n axis
+    "s_k": (16, 32, 64),  # chunk of the contracted axis per pipeline stage
+    "s_k_fp8": (32, 64, 128),  # the same for 8-bit inputs (mma k32)
+    "warps": (4, 8),  # arranged over the block tile; warp tile >= 16 x 16
+    "stages": (2, 3, 4),  # cp.async pipeline depth in shared memory
+}
+MMA_K = {1: 32, 2: 16}  # mma.sync k per bytes per input value
+SIMT_K = 8  # the fp32 path's k step
+SIMT_MAX_OUTPUTS = 64  # fp32 accumulators per thread before registers run out
+GATHER_MAX_OUTPUTS = 64  # the same for 8-bit operands whose fragments are gathered bytewise
+FP8_MIN_SM = 89  # mma.sync with e4m3/e5m2 operands starts with Ada (sm_89)
+INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp32")
+
+
+@dataclass(frozen=True)
+class GemmTiles:
+    """The block tile as the kernel runs it: sizes legal for the instruction shapes."""
+
+    bm: int
+    bn: int
+    bk: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    tm: int = 0  # fp32 path: outputs per thread along m and n
+    tn: int = 0
+
+    @property
+    def warps(self) -> int:
+        return self.warps_m * self.warps_n
+
+
+@dataclass(frozen=True)
+class Operands:
+    """The contraction's tensors and the axes each role stands for."""
+
+    a: Tensor
+    b: Tensor
+    c: Tensor
+    m: str
+    n: str
+    k: str
+    batch: tuple[str, ...]  # flattened onto the grid's z, outermost first
+    a_k: bool  # A's contiguous axis is k (else m)
+    b_k: bool  # B's contiguous axis is k (else n)
+
+
+class GemmFamily:
+    """One contraction of two tensors, then elementwise ops on its result (an epilogue)."""
+
+    name = "gemm"
+    tiles = TILES
+    baseline = "gemm"
+
+    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
+        contracts = [op for op in kernel.ops if op.kind == "contract"]
+        if len(contracts) != 1 or kernel.ops[0] is not contracts[0]:
+            return None
+        mm = contracts[0]
+        operands = tuple(o for o in mm.operands if isinstance(o, str))
+        if len(operands) != 2:
+            return None
+        chain = {mm.out}
+        for op in kernel.ops[1:]:
+            if op.kind not in ("map", "binary", "cast") or not chain & set(op.inputs):
+                return None
+            # An epilogue keeps the tile of the result: other operands broadcast into it.
+            for name in op.inputs:
+                if name not in chain and not set(diagram.tensor(name).axes) <= set(mm.axes):
+                    return None
+            chain.add(op.out)
+        a, b = (diagram.tensor(n).axes for n in operands)
+        out = mm.axes
+        roles = {
+            "batch": tuple(x for x in out if x in a and x in b),
+            "m": tuple(x for x in out if x in a and x not in b),
+            "n": tuple(x for x in out if x in b and x not in a),
+            "k": mm.over,
+        }
+        if not roles["m"] or not roles["n"] or not roles["k"]:
+            return None
+        return Family(self.name, roles, TILES)
+
+    def candidates(
+        self,
+        model: KernelModel,
+        family: Family,
+        hw: Hardware,
+        streams: tuple[str, ...],
+        fixed: Mapping[str, int],
+    ) -> list[Candidate]:
+        d, kernel = model.diagram, model.kernel
+        ops = _operands(family, kernel, d)
+        _epilogue(kernel, d, ops)  # refuses an epilogue the template cannot run, now
+        p = DTYPE_BYTES[ops.a.dtype]
+        simt = ops.a.dtype == "fp32"
+        least_k = SIMT_K if simt else MMA_K[p]
+        sizes = model.sizes
+        k_opts = rounded_options(
+            ops.k, TILES["s_k_fp8"] if p == 1 else TILES["s_k"], sizes[ops.k], fixed, least_k
+        )
+        other = tuple(a for a in kernel.woven if a not in (ops.m, ops.n))
+        batches = math.prod(d.axes[a] for a in ops.batch)
+        out: dict[tuple, Candidate] = {}
+        for g_m, g_n, s_k, warps, stages in itertools.product(
+            rounded_options(ops.m, TILES["g_m"], sizes[ops.m], fixed, MMA_TILE),
+            rounded_options(ops.n, TILES["g_n"], sizes[ops.n], fixed, MMA_TILE),
+            k_opts,
+            TILES["warps"],
+            TILES["stages"],
+        ):
+            t = (
+                _simt_tiles(g_m, g_n, s_k, warps, stages)
+                if simt
+                else _mma_tiles(g_m, g_n, s_k, warps, stages, p, ops)
+            )
+            params = _params(t, simt)
+            if params in out:
+                continue
+            group = {**ones(other, fixed), ops.m: t.bm, ops.n: t.bn}
+            stream = {a: (t.bk if a == ops.k else fixed.get(a, 1)) for a in streams}
+            warp_group = {**group, ops.m: t.bm // t.warps_m, ops.n: t.bn // t.warps_n}
+            warp_stream = {**stream, ops.k: least_k} if ops.k in stream else stream
+            grid = (-(-d.axes[ops.n] // t.bn), -(-d.axes[ops.m] // t.bm), min(batches, MAX_GRID_YZ))
+            threads = 32 * t.warps
+            shape = LaunchShape(grid, (threads, 1, 1), _smem_bytes(t, ops, p))
+            out[params] = Candidate(
+                group, stream, warp_group, warp_stream, params, (shape,), t.stages, 1,
+                _registers(t, threads, p, simt),
+            )  # fmt: skip
+        return list(out.values())
+
+    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        return _render(kp, plan)
+
+    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
+        return [(family.axes("m")[-1], TILES["g_m"]), (family.axes("n")[-1], TILES["g_n"])]
+
+    def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
+        mm = kp.kernel.ops[0]
+        dtypes = sorted({diagram.tensor(n).dtype for n in mm.inputs})
+        fp8 = [t for t in dtypes if t.startswith("fp8")]
+        if fp8 and sm < FP8_MIN_SM:
+            return f"{kp.kernel.name} multiplies {fp8[0]} on tensor cores, which sm_{sm} lacks"
+        return ""
+
+
+FAMILY = GemmFamily()
+
+
+def _params(t: GemmTiles, simt: bool) -> tuple[tuple[str, int], ...]:
+    return (
+        ("simt", int(simt)), ("bm", t.bm), ("bn", t.bn), ("bk", t.bk),
+        ("warps_m", t.warps_m), ("warps_n", t.warps_n), ("stages", t.stages),
+        ("tm", t.tm), ("tn", t.tn),
+    )  # fmt: skip
+
+
+def _tiles_of(c: Candidate) -> GemmTiles:
+    return GemmTiles(
+        c.param("bm"), c.param("bn"), c.param("bk"), c.param("warps_m"), c.param("warps_n"),
+        c.param("stages"), c.param("tm"), c.param("tn"),
+    )  # fmt: skip
+
+
+def _mma_tiles(
+    g_m: int, g_n: int, s_k: int, warps: int, stages: int, p: int, ops: Operands
+) -> GemmTiles:
+    """The tile rounded up to what mma.sync needs: powers of two (a tile row is whole 16-byte
+    chunks per thread row), warp tiles of whole 16 x 16 blocks, k of whole mma steps; the
+    warp arrangement that pads least, then the squarest warp tile."""
+    bm, bn = pow2(max(g_m, MMA_TILE)), pow2(max(g_n, MMA_TILE))
+    mma_k = MMA_K[p]
+    bk = pow2(max(s_k, mma_k))
+    if p == 1 and not (ops.a_k and ops.b_k):
+        # 8-bit fragments gathered byte by byte (no ldmatrix .trans for 8-bit data) need
+        # more registers: at most 64 accumulators per thread, or ptxas spills.
+        while bm * bn > GATHER_MAX_OUTPUTS * 32 * warps:
+            bm, bn = (bm // 2, bn) if bm > bn else (bm, bn // 2)
+    best: tuple[tuple[int, float], GemmTiles] | None = None
+    for wm in (1, 2, 4, 8):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        tm, tn = round_up(bm, MMA_TILE * wm), round_up(bn, MMA_TILE * wn)
+        score = (tm * tn, abs(math.log2((tm / wm) / (tn / wn))))
+        if best is None or score < best[0]:
+            best = (score, GemmTiles(tm, tn, bk, wm, wn, stages))
+    assert best is not None
+    return best[1]
+
+
+def _simt_tiles(g_m: int, g_n: int, s_k: int, warps: int, stages: int) -> GemmTiles:
+    """The fp32 path's tile: every thread computes a tm x tn patch of at most
+    SIMT_MAX_OUTPUTS accumulators; the k tile a power of two of at least 8."""
+    bm, bn = pow2(max(g_m, MMA_TILE)), pow2(max(g_n, MMA_TILE))
+    bk = pow2(max(s_k, SIMT_K))
+    threads = 32 * warps
+    while bm * bn > SIMT_MAX_OUTPUTS * threads:
+        bm, bn = (bm // 2, bn) if bm > bn else (bm, bn // 2)
+    while bm * bn < threads:
+        bn *= 2
+    per = bm * bn // threads
+    tn = 1 << ((per.bit_length() - 1 + 1) // 2)
+    tm = per // tn
+    return GemmTiles(bm, bn, bk, 1, warps, stages, tm, tn)
+
+
+def _smem_bytes(t: GemmTiles, ops: Operands, p: int) -> int:
+    """Dynamic shared memory: STAGES copies of the A and B tiles, rows padded by 16 bytes
+    (the same formula as MmaTile / SimtTile::SMEM_BYTES; the template checks it)."""
+    pad = 16 // p
+    a_rows, a_cols = (t.bm, t.bk) if ops.a_k else (t.bk, t.bm)
+    b_rows, b_cols = (t.bn, t.bk) if ops.b_k else (t.bk, t.bn)
+    return t.stages * (a_rows * (a_cols + pad) + b_rows * (b_cols + pad)) * p
+
+
+def _registers(t: GemmTiles, threads: int, p: int, simt: bool) -> int:
+    """Registers per thread: the fp32 accumulators, the operand fragments of one k step
+    (16 x k per 16 rows or columns of the warp tile, 4 bytes a register) and addressing."""
+    from ncdc.cost import estimate_registers
+
+    k = SIMT_K if simt else MMA_K[p]
+    warp_m, warp_n = t.bm // t.warps_m, t.bn // t.warps_n
+    fragments = -(-(warp_m + warp_n) * k * p // (4 * 32))
+    return estimate_registers(t.bm * t.bn, threads, fragments)
+
+
+def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
+    """The GEMM kernel of `kp.candidate`: template context and its launch."""
+    d = plan.graph.diagram
+    c = kp.candidate
+    assert c is not None, "a GPU plan carries its candidate"
+    mm = kp.kernel.ops[0]
+    ops = _operands(kp.family, kp.kernel, d)
+    tiles = _tiles_of(c)
+    simt = bool(c.param("simt"))
+    name = (
+        f"{kp.kernel.name}_gemm_{ops.a.dtype}_m{tiles.bm}_n{tiles.bn}_k{tiles.bk}"
+        f"_w{tiles.warps}_s{tiles.stages}_a{'k' if ops.a_k else 'm'}_b{'k' if ops.b_k else 'n'}"
+    )
+    epilogue = _epilogue(kp.kernel, d, ops)
+    axes = [a for a in kp.kernel.axes if a in d.axes]
+    params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
+    params.append(Param(ops.c.name, "tensor", ops.c.dtype, writes=True))
+    params += [Param(size_name(a), "int64", value=d.axes[a]) for a in axes]
+    tensors = [ops.a, ops.b, ops.c] + [d.tensor(t["name"]) for t in epilogue["operands"]]
+    context: dict[str, Any] = {
+        "kernel": name,
+        "summary": f"{mm.text} (+{len(kp.kernel.ops) - 1} epilogue ops)",
+        "path": "simt" if simt else "mma",
+        "threads": c.threads,
+        "bm": tiles.bm,
+        "bn": tiles.bn,
+        "bk": tiles.bk,
+        "warps_m": tiles.warps_m,
+        "warps_n": tiles.warps_n,
+        "stages": tiles.stages,
+        "tm": tiles.tm,
+        "tn": tiles.tn,
+        "a_k": "true" if ops.a_k else "false",
+        "b_k": "true" if ops.b_k else "false",
+        "smem_bytes": c.smem_bytes,
+        "a": {"name": ops.a.name, "ctype": cpp_type(ops.a.dtype)},
+        "b": {"name": ops.b.name, "ctype": cpp_type(ops.b.dtype)},
+        "c": {"name": ops.c.name, "ctype": cpp_type(ops.c.dtype)},
+        "params": [
+            {"name": q.name, "ctype": cpp_type(q.dtype) if q.dtype else "", "writes": q.writes}
+            for q in params
+        ],
+        "size_m": size_name(ops.m),
+        "size_n": size_name(ops.n),
+        "size_k": size_name(ops.k),
+        "lda": _pitch(ops.a, ops.m if ops.a_k else ops.k),
+        "ldb": _pitch(ops.b, ops.n if ops.b_k else ops.k),
+        "ldc_m": _pitch(ops.c, ops.m),
+        "ldc_n": _pitch(ops.c, ops.n),
+        "batches": " * ".join(size_name(a) for a in ops.batch) or "1",
+        "offsets": list(dict.fromkeys(t.name for t in tensors)),
+        "batch": [
+            {
+                "size": size_name(ax),
+                "strides": [
+                    {"tensor": t.name, "pitch": _pitch(t, ax)}
+                    for t in {t.name: t for t in tensors}.values()
+                    if ax in t.axes
+                ],
+            }
+            for ax in reversed(ops.batch)  # innermost first: z = ((b0 * n1) + b1) * n2 + b2
+        ],
+        **epilogue,
+    }
+    launch = Launch.of(name, c.main, params)
+    return KernelSource("gemm.cu.j2", context, (launch,))
+
+
+def _operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
+    """The contraction's tensors and roles; PlanError for what the template cannot run."""
+    mm = kernel.ops[0]
+    roles = family.roles
+    if len(roles["k"]) != 1:
+        raise PlanError(
+            f"contraction over several axes {list(roles['k'])} in {kernel.name}",
+            hint="contract over one axis",
+        )
+    a_name, b_name = (o for o in mm.operands if isinstance(o, str))
+    a, b = d.tensor(a_name), d.tensor(b_name)
+    if a.dtype != b.dtype or a.dtype not in INPUT_DTYPES:
+        raise PlanError(
+            f"no GEMM kernel for {a.name} ({a.dtype}) times {b.name} ({b.dtype})",
+            hint="both operands bf16, fp16, fp8_e4m3, fp8_e5m2 or fp32 (cast one first)",
+        )
+    outs = kernel.outputs
+    if len(outs) != 1 or outs[0] != kernel.ops[-1].out:
+        raise PlanError(
+            f"kernel {kernel.name} saves {list(outs)}; a GEMM saves only its last result",
+            hint="materialize fewer intermediates",
+        )
+    c = d.tensor(outs[0])
+    m, n, k = roles["m"][-1], roles["n"][-1], roles["k"][0]
+    batch = tuple(roles["batch"]) + tuple(roles["m"][:-1]) + tuple(roles["n"][:-1])
+    for t, inner in ((a, (m, k)), (b, (n, k)), (c, (m, n))):
+        if t.axes[-1] not in inner:
+            raise PlanError(
+                f"{t.name}'s contiguous axis '{t.axes[-1]}' is not one of {list(inner)}",
+                hint=f"list {t.name}'s axes with '{inner[0]}' or '{inner[1]}' last",
+            )
+    return Operands(a, b, c, m, n, k, batch, a.axes[-1] == k, b.axes[-1] == k)
+
+
+def _pitch(t: Tensor, axis: str) -> list[str] | None:
+    """Elements between neighbours along `axis` in `t`, as size parameters to multiply;
+    None when `t` lacks the axis (it is broadcast along it)."""
+    if axis not in t.axes:
+        return None
+    return [size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]]
+
+
+def _literal(x: float) -> str:
+    return f"{float(x)!r}f"
+
+
+def _value(name: str) -> str:
+    """The C++ local holding the epilogue value `name` (a diagram tensor's name)."""
+    return f"ncdc_v_{name}"
+
+
+def _epilogue(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
+    """The contraction's scale and the ops after it, as data the template unrolls."""
+    mm = kernel.ops[0]
+    scale = [
+        {"kind": "tensor", "name": f}
+        if isinstance(f, str)
+        else {"kind": "number", "name": _literal(f)}
+        for f in mm.scale
+    ]
+    operands: dict[str, dict[str, Any]] = {}
+    chain = {mm.out}
+    steps: list[dict[str, Any]] = []
+
+    def arg(x: str | float) -> dict[str, str]:
+        if not isinstance(x, str):
+            return {"kind": "number", "name": _literal(x)}
+        if x in chain:
+            return {"kind": "value", "name": _value(x)}
+        t = d.tensor(x)
+        operands[x] = {
+            "name": x,
+            "ctype": cpp_type(t.dtype),
+            "pitch_m": _pitch(t, ops.m),
+            "pitch_n": _pitch(t, ops.n),
+        }
+        return {"kind": "tensor", "name": x}
+
+    for op in kernel.ops[1:]:
+        if op.kind == "cast":
+            src = arg(op.operands[0])
+            for i, f in enumerate(op.scale):
+                out = f"ncdc_scaled{i}_{op.out}"
+                steps.append({"out": out, "fn": "mul", "cast": "", "args": [src, arg(f)]})
+                src = {"kind": "value", "name": out}
+            cast = cpp_type(op.params["to"])
+            steps.append({"out": _value(op.out), "fn": "cast", "cast": cast, "args": [src]})
+        elif op.kind in ("map", "binary"):
+            args = [arg(x) for x in op.operands]
+            steps.append({"out": _value(op.out), "fn": op.fn, "cast": "", "args": args})
+        else:
+            raise PlanError(f"no GEMM epilogue for {op.fn} ({op.out})")
+        chain.add(op.out)
+    return {
+        "scale": scale,
+        "scaled": bool(scale),
+        "product": _value(mm.out),
+        "steps": steps,
+        "operands": list(operands.values()),
+        "result": _value(kernel.ops[-1].out),
+    }
