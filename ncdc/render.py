@@ -28,7 +28,6 @@ import jinja2
 
 from ncdc import __version__
 from ncdc.cost import KernelPlan, Plan
-from ncdc.emulate import include_dir
 from ncdc.errors import PlanError
 
 # C++ spelling of each dtype, the same on the GPU and in the CPU emulation.
@@ -132,8 +131,8 @@ def get_renderer(family: str) -> Renderer:
 @cache
 def template_env() -> jinja2.Environment:
     return jinja2.Environment(
-        # templates/ beside include/: installed as ncdc.templates, or the source tree's.
-        loader=jinja2.FileSystemLoader(str(include_dir().parent)),
+        # ncdc/templates, in the tree and in a wheel (found without ncdc.emulate and NumPy)
+        loader=jinja2.PackageLoader("ncdc", "templates"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
