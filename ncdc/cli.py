@@ -117,8 +117,10 @@ def check(
         ),
     ] = "5%",
 ) -> None:
-    """Validate every spec under PATHS; exit 2 naming each bad one. With --baseline, exit 1
-    naming every predicted time or HBM traffic that grew past the tolerance."""
+    """Validate, plan and render (no NVRTC) every spec under PATHS; exit 2 naming each one
+    that cannot be built. With --baseline, exit 1 naming every predicted time or HBM
+    traffic that grew past the tolerance."""
+    from ncdc.buildable import check_buildable
     from ncdc.views import find_specs
 
     specs = find_specs(paths)
@@ -126,7 +128,7 @@ def check(
     bad = 0
     for path in specs:
         try:
-            build_graph(load_diagram(path), machine)
+            check_buildable(load_diagram(path), machine)
         except NcdcError as e:
             bad += 1
             stderr().print(f"error: {e.line()}", markup=False, soft_wrap=True)
@@ -164,27 +166,43 @@ def cost(
     top_k: Annotated[
         int, typer.Option("--top-k", help="Also list the runners-up.", metavar="K")
     ] = 1,
+    abstract: Annotated[
+        bool,
+        typer.Option(
+            "--abstract", help="The model alone: price a spec no kernel template can build."
+        ),
+    ] = False,
     fmt: FormatOpt = "table",
 ) -> None:
-    """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles."""
+    """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles. On a GPU
+    profile the plan is rendered first: exit 2 for a spec that cannot be built."""
+    from ncdc.buildable import MODEL_ONLY, is_model_only, rank_buildable, with_abstract
     from ncdc.cost import plan_to_dict
-    from ncdc.report import cost_table, cost_tables
-    from ncdc.tiling import rank_tiles
+    from ncdc.report import cost_table, cost_tables, with_note
 
     machine = load_machine(hardware, hw)
     sizes = parse_assignments(set_ or [])
     tiles = parse_assignments(tile or [], "--tile")
+    model_only = is_model_only(machine, abstract)
+    note_line = MODEL_ONLY if abstract else None
     if spec.is_dir():
-        from ncdc.baseline import baseline_from_plans, plan_specs
+        from ncdc.baseline import baseline_from_plans
+        from ncdc.buildable import plan_buildable_specs
         from ncdc.views import find_specs
 
-        plans = plan_specs(find_specs([spec]), machine, sizes, tiles)
-        emit(baseline_from_plans(plans), fmt, lambda: cost_tables(plans))
+        plans = plan_buildable_specs(find_specs([spec]), machine, sizes, tiles, abstract=abstract)
+        emit(
+            with_abstract(baseline_from_plans(plans), model_only), fmt,
+            lambda: with_note(cost_tables(plans), note_line),
+        )  # fmt: skip
         return
-    ranked = rank_tiles(
-        load_diagram(spec, sizes), machine, max(top_k, 1), tiles, compare_unfused=True
+    ranked = rank_buildable(
+        load_diagram(spec, sizes), machine, max(top_k, 1), tiles, abstract=abstract
     )
-    emit(plan_to_dict(ranked[0]), fmt, lambda: cost_table(ranked[0], ranked[1:]))
+    emit(
+        with_abstract(plan_to_dict(ranked[0]), model_only), fmt,
+        lambda: with_note(cost_table(ranked[0], ranked[1:]), note_line),
+    )  # fmt: skip
 
 
 @app.command("compile")

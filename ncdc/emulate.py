@@ -1,7 +1,7 @@
 """The CPU backend: compile a generated CUDA C++ kernel with the host C++ compiler and run it.
 
 The same `.cu` source that NVRTC compiles for a GPU is compiled with g++ (or `$CXX`) against
-the emulation headers in `templates/include/` (see docs/cpu-backend.md): the threads of a
+the emulation headers in `ncdc/templates/include/` (see docs/cpu-backend.md): the threads of a
 block run as fibers with real barriers, warp collectives, `ldmatrix`, `mma.sync` and
 `cp.async` follow their PTX semantics. NumPy arrays are the device memory.
 
@@ -90,14 +90,14 @@ class Traffic:
 
 
 def include_dir() -> Path:
-    """The folder of ncdc's device headers (`templates/include`), installed or in the tree."""
+    """ncdc's device headers (`ncdc/templates/include`), installed or in the tree."""
     try:
         folder = Path(str(importlib.resources.files("ncdc.templates.include")))
         if (folder / "ncdc_runtime.cuh").is_file():
             return folder
     except (ModuleNotFoundError, TypeError):
         pass
-    return Path(__file__).resolve().parent.parent / "templates" / "include"
+    return Path(__file__).resolve().parent / "templates" / "include"
 
 
 def emu_cache_dir() -> Path:

@@ -135,14 +135,14 @@ def _cuda_include_dir() -> Path | None:
 
 
 def ncdc_include_dir() -> Path:
-    """ncdc's own device headers (`templates/include/`, shipped as `ncdc.templates.include`)."""
+    """ncdc's own device headers (`ncdc/templates/include/`, package `ncdc.templates.include`)."""
     try:
         found = importlib.resources.files("ncdc.templates.include")
         if isinstance(found, Path) and found.is_dir():
             return found
     except ModuleNotFoundError:
         pass
-    return Path(__file__).resolve().parent.parent / "templates" / "include"
+    return Path(__file__).resolve().parent / "templates" / "include"
 
 
 def include_dirs() -> list[Path]:

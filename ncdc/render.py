@@ -25,7 +25,6 @@ import jinja2
 
 from ncdc import __version__
 from ncdc.cost import Plan
-from ncdc.emulate import include_dir
 from ncdc.families import get_family
 from ncdc.families.base import KernelSource, Launch, Param, Workspace
 
@@ -61,8 +60,8 @@ class RenderedModule:
 @cache
 def template_env() -> jinja2.Environment:
     return jinja2.Environment(
-        # templates/ beside include/: installed as ncdc.templates, or the source tree's.
-        loader=jinja2.FileSystemLoader(str(include_dir().parent)),
+        # ncdc/templates, in the tree and in a wheel (found without ncdc.emulate and NumPy)
+        loader=jinja2.PackageLoader("ncdc", "templates"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ncdc.cost import Plan, intensity, ridge
 
@@ -57,6 +57,16 @@ def format_rate(x: float, unit: str) -> str:
 def format_count(n: float) -> str:
     """1.37e11 -> '1.37e+11'; small counts stay whole."""
     return f"{n:,.0f}" if n < 1e6 else f"{n:.3e}"
+
+
+def with_note(table: Any, note: str | None) -> Any:
+    """`table` followed by one line of `note` (none when `note` is None)."""
+    if note is None:
+        return table
+    from rich.console import Group
+    from rich.text import Text
+
+    return Group(table, Text(note))
 
 
 def cost_tables(plans: Sequence[Plan]) -> Group:

@@ -75,13 +75,15 @@ def rank_tiles(
     tiles: Mapping[str, int] | None = None,
     *,
     compare_unfused: bool = False,
+    model_only: bool = False,
 ) -> list[Plan]:
     """The `top_k` best plans, best first: plan i runs every kernel with its i-th best tiles
     (or its last, when a kernel has fewer). With `compare_unfused` (for a report that shows
-    it), the first plan carries the unfused comparison."""
+    it), the first plan carries the unfused comparison. With `model_only`, a kernel no
+    family builds is priced by the model alone instead of refused."""
     fixed = _fixed_tiles(diagram, tiles)
     graph = build_graph(diagram, hardware)
-    per_kernel = [_rank_kernel(graph, k, fixed, top_k) for k in graph.kernels]
+    per_kernel = [_rank_kernel(graph, k, fixed, top_k, model_only) for k in graph.kernels]
     count = min(top_k, max(len(r) for r in per_kernel))
     plans = []
     for i in range(count):
@@ -178,29 +180,38 @@ def _unfused(diagram: Diagram, hardware: Hardware, fused: Plan) -> Unfused | Non
     return Unfused(plan.top_bytes, plan.predicted_time_s, plan.top_bytes / fused.top_bytes)
 
 
-def _family(diagram: Diagram, kernel: Kernel, gpu: bool) -> Family:
-    try:
-        return classify_kernel(diagram, kernel)
-    except PlanError:
-        if gpu:
-            raise
-        return Family("generic", {"woven": kernel.woven, "reduced": kernel.reduced})
+def _generic(kernel: Kernel) -> Family:
+    """The family of a kernel priced by the model alone (no template builds it)."""
+    return Family("generic", {"woven": kernel.woven, "reduced": kernel.reduced})
 
 
 def _rank_kernel(
-    graph: MemoryGraph, kernel: Kernel, fixed: Mapping[str, int], top_k: int
+    graph: MemoryGraph,
+    kernel: Kernel,
+    fixed: Mapping[str, int],
+    top_k: int,
+    model_only: bool = False,
 ) -> list[KernelPlan]:
+    """The `top_k` best plans of `kernel`. On a GPU, the candidates of its family; where no
+    family builds it, a PlanError, or with `model_only` the abstract machine's search over
+    the same levels (the paper's analysis, which needs no kernel)."""
     hw = graph.hardware
-    gpu = hw.is_gpu
     diagram = graph.diagram
     streams = streamed_axes(diagram, kernel)
-    family = _family(diagram, kernel, gpu)
     model = KernelModel(diagram, kernel)
     fixed = {a: v for a, v in fixed.items() if a in kernel.axes}
     checker = _Checker(model, hw)
-    if gpu:
-        choices = _gpu_choices(checker, family, streams, fixed)
-    else:
+    choices: list[TileChoice] = []
+    family = _generic(kernel)
+    if hw.is_gpu:
+        try:
+            family = classify_kernel(diagram, kernel)
+            choices = _gpu_choices(checker, family, streams, fixed)
+        except PlanError:
+            if not model_only:
+                raise
+            family = _generic(kernel)
+    if not choices:
         choices = _abstract_choices(model, hw, streams, fixed, top_k)
     # Rank by the times alone; only the best few become full plans.
     timings = [time_kernel(model, hw, c, checker.occupancy) for c in choices]

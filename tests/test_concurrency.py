@@ -19,11 +19,23 @@ pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
 
 
 def start_compile(spec: str, out: Path, cache: Path) -> subprocess.Popen:
+    """`ncdc compile` as a terminal's foreground job starts it: SIGINT at its default.
+
+    A shell starts a background job (`make test &`, nohup, CI runners) with SIGINT ignored,
+    and children inherit that; Python then installs no KeyboardInterrupt handler, as POSIX
+    asks of a program that finds a signal ignored. ncdc keeps that convention, so the test
+    sets the disposition a Ctrl-C at a terminal would meet instead of relying on its own.
+    """
     env = {**os.environ, "NCDC_CACHE": str(cache)}
     return subprocess.Popen(
         [sys.executable, "-m", "ncdc", "compile", spec, "-o", str(out), "--format", "json"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint,
     )  # fmt: skip
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def cache_entries(cache: Path) -> list[Path]:

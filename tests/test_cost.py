@@ -119,8 +119,9 @@ def test_online_softmax_streams():
 
 
 def test_plan_to_dict_fields():
-    plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"),
-                        compare_unfused=True)
+    plan = plan_diagram(
+        load_diagram("diagrams/attention.yaml"), load_hardware("h200"), compare_unfused=True
+    )
     data = plan_to_dict(plan)
     assert data["format"] == FORMAT
     for key in ("spec", "hardware", "flops", "tiles", "levels", "transfers", "compute_time_s",
@@ -160,7 +161,7 @@ def test_causal_fraction_by_hand():
 
 def test_causal_attention_skips_masked_tiles():
     # The kernel visits key chunk j of query tile t only if some query of t sees a key of
-    # j (templates/include/ncdc_attention.cuh): with q = x = 256, g_q = s_x = 64 that is
+    # j (ncdc/templates/include/ncdc_attention.cuh): with q = x = 256, g_q = s_x = 64 that is
     # 5/8 of the dense work (test above). FLOPs: dense 4 q x d + q x (exp) + 4 q x
     # (softmax) + q x (mask) = 16,777,216 + 393,216 = 17,170,432; x 5/8 = 10,731,520.
     # K and V into SMEM (block tile): dense 2 x 4 tiles x 256 x 64 = 131,072, causal

@@ -237,7 +237,10 @@ def test_missing_converter_is_one_line(tmp_path: Path, monkeypatch: pytest.Monke
     assert not (tmp_path / "x.png").exists()
 
 
-@pytest.mark.skipif(svg_module.find_converter() is None, reason="no SVG to PNG converter")
+@pytest.mark.skipif(
+    svg_module.find_converter() is None,
+    reason="no working SVG to PNG converter (rsvg-convert, cairosvg or ImageMagick convert)",
+)
 def test_png_is_marked_as_ours(tmp_path: Path) -> None:
     d, hw = load_diagram(ROOT / "diagrams/softmax.yaml"), load_hardware("napkin")
     out = tmp_path / "softmax.png"
@@ -279,3 +282,20 @@ def test_cli_draws_and_reports_bad_flags(tmp_path: Path, capsys: pytest.CaptureF
         "error: choose one picture, not --roofline and --tiles (hint: ncdc draw SPEC "
         "[--plain | --roofline | --tiles] -o FILE.svg)"
     ]
+
+
+def test_a_converter_that_makes_no_png_is_not_used(tmp_path: Path, monkeypatch) -> None:
+    """A `convert` on PATH that exits 0 but writes no PNG (a stand-in) is passed over."""
+    fake = tmp_path / "convert"
+    fake.write_text("#!/bin/sh\necho 'not ImageMagick' >&2\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(svg_module, "CONVERTERS", ("convert",))
+    svg_module.find_converter.cache_clear()
+    try:
+        assert svg_module.find_converter() is None
+        d, hw = load_diagram(ROOT / "diagrams/softmax.yaml"), load_hardware("napkin")
+        with pytest.raises(UsageError, match="no SVG to PNG converter found"):
+            draw_to_file(d, hw, tmp_path / "x.png")
+    finally:
+        svg_module.find_converter.cache_clear()

@@ -127,12 +127,13 @@ def test_napkin_is_the_abstract_two_level_machine():
 
 
 def test_loading_is_cached_and_cheap():
-    # All seven parse in about 30 ms cold; the bound leaves room for a slow CI machine.
+    # All seven parse in about 30 ms cold; the bound leaves room for a slow CI machine. CPU
+    # time, not wall time: on a shared machine under load the wall time was seen at 0.73 s.
     _load_builtin.cache_clear()
-    start = time.perf_counter()
+    start = time.process_time()
     for name in BUILTINS:
         load_hardware(name)
-    assert time.perf_counter() - start < 0.25
+    assert time.process_time() - start < 0.25
     assert load_hardware("h100") is load_hardware("h100")
 
 

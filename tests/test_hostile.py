@@ -286,7 +286,7 @@ REFUSALS = ("head size", "shared memory", "grid")  # what a GPU plan may be refu
 
 
 def _plans_and_renders(diagram: Diagram) -> str:
-    """"" when `diagram` plans on the h200 and its plan renders; else the one-line refusal,
+    """ "" when `diagram` plans on the h200 and its plan renders; else the one-line refusal,
     which must be a PlanError naming a limit of the kernels (never a crash)."""
     try:
         render_plan(plan_diagram(diagram, H200))
@@ -318,5 +318,3 @@ def test_all_axes_of_size_one_plan():
         diagram = load_diagram(path, dict.fromkeys(load_diagram(path).axes, 1))
         assert plan_diagram(diagram, NAPKIN).predicted_time_s > 0
         _plans_and_renders(diagram)
-
-

@@ -57,7 +57,7 @@ def test_version_and_include_dirs():
     cuda, ncdc_headers = nvrtc.include_dirs()
     for header in ("cuda_bf16.h", "cuda_fp16.h", "cuda_fp8.h"):
         assert (cuda / header).is_file()
-    assert ncdc_headers.parts[-2:] == ("templates", "include")
+    assert ncdc_headers.parts[-3:] == ("ncdc", "templates", "include")
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])

@@ -1,4 +1,4 @@
-"""Pictures to files: the SVG writer, and PNG through whichever converter is installed.
+"""Pictures to files: the SVG writer, and PNG through the first converter that works here.
 
 The SVG is built with xml.etree, so every label is escaped. The root carries
 `data-ncdc="draw/1"`, and a PNG gets a `Software: ncdc` text chunk: that is how ncdc
@@ -13,12 +13,14 @@ knows a file it may overwrite, and it refuses any other.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import shutil
 import struct
 import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
 import zlib
+from functools import cache
 from pathlib import Path
 
 from ncdc.draw.model import FONT, PAPER, Dot, Item, Picture, Shape, Text
@@ -30,6 +32,11 @@ MARK = "draw/1"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PNG_MARK = b"Software\x00ncdc"
 CONVERTERS = ("rsvg-convert", "cairosvg", "convert")  # probed in this order
+CONVERT_TIMEOUT_S = 60
+PROBE_SVG = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" width="2" height="2">'
+    b'<rect width="2" height="2" fill="#fff"/></svg>'
+)
 
 
 def _num(v: float) -> str:
@@ -166,22 +173,32 @@ def _refuse_foreign(path: Path) -> None:
         )
 
 
+@cache
 def find_converter() -> str | None:
-    """The first SVG-to-PNG converter installed, in the order of CONVERTERS, or None."""
+    """The first SVG-to-PNG converter, in the order of CONVERTERS, that turns a tiny SVG
+    into a PNG; None when none does. Being on PATH is not enough (a `convert` can be a
+    stand-in that converts nothing), so each is tried once per process."""
     for name in CONVERTERS:
-        if name == "cairosvg":
-            try:
-                importlib.import_module("cairosvg")
-            except ImportError:
-                continue
-            return name
-        if shutil.which(name):
+        if _is_installed(name) and _converts(name):
             return name
     return None
 
 
+def _is_installed(name: str) -> bool:
+    if name == "cairosvg":
+        return importlib.util.find_spec("cairosvg") is not None
+    return shutil.which(name) is not None
+
+
+def _converts(name: str) -> bool:
+    try:
+        return _convert(name, PROBE_SVG).startswith(PNG_SIGNATURE)
+    except (UsageError, OSError, ImportError):
+        return False
+
+
 def svg_to_png(svg: bytes) -> bytes:
-    """Convert with rsvg-convert, cairosvg or ImageMagick, whichever is found first."""
+    """Convert with rsvg-convert, cairosvg or ImageMagick, the first that works here."""
     converter = find_converter()
     if converter is None:
         raise UsageError(
@@ -189,6 +206,10 @@ def svg_to_png(svg: bytes) -> bytes:
             where="-o",
             hint="install librsvg2-bin, or write .svg",
         )
+    return _convert(converter, svg)
+
+
+def _convert(converter: str, svg: bytes) -> bytes:
     if converter == "cairosvg":
         cairosvg = importlib.import_module("cairosvg")
         return bytes(cairosvg.svg2png(bytestring=svg))
@@ -199,9 +220,15 @@ def svg_to_png(svg: bytes) -> bytes:
             command = [converter, "-f", "png", "-o", str(dst), str(src)]
         else:
             command = [converter, "-density", "96", str(src), f"png:{dst}"]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0 or not dst.exists():
-            why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, check=False, timeout=CONVERT_TIMEOUT_S
+            )
+            failed, errors = done.returncode != 0 or not dst.exists(), done.stderr
+        except subprocess.TimeoutExpired:
+            failed, errors = True, f"no PNG after {CONVERT_TIMEOUT_S} s"
+        if failed:
+            why = (errors.strip().splitlines() or ["no output"])[-1]
             raise UsageError(
                 f"{converter} could not convert the picture: {why}",
                 where="-o",

@@ -1,0 +1,108 @@
+"""Whether a diagram can be built: planned, and every kernel of the plan rendered from its
+family's template (no NVRTC, no GPU).
+
+`ncdc check` and `ncdc cost` on a GPU profile go through here, so a spec they accept is one
+that `ncdc compile` can build, and a plan that `cost` prices is a kernel that exists. A spec
+no template covers (a head size, a dtype, an op inside a fused kernel) is a `PlanError`
+naming the spec, the kernel, the op and what is supported. A profile that is not a GPU (the
+napkin machine) has no kernels to build: its plan is the model alone.
+
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.hardware import load_hardware
+    >>> check_buildable(load_diagram("diagrams/softmax.yaml"), load_hardware("h200")).bound
+    'hbm'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ncdc.cost import Plan
+from ncdc.errors import PlanError
+from ncdc.hardware import Hardware
+from ncdc.spec import Diagram, load_diagram
+from ncdc.tiling import rank_tiles
+
+MODEL_ONLY = "model only (--abstract): no kernel was built"
+
+
+def check_buildable(
+    diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None = None
+) -> Plan:
+    """The plan `ncdc compile` would build (explicit tiles beat tuned beat modelled), with
+    every kernel rendered on a GPU profile; a `PlanError` naming the spec when it cannot be
+    planned or a kernel has no template that covers it."""
+    from ncdc.choose import choose_plan  # the tuning cache: only `check` plans this way
+
+    try:
+        plan = choose_plan(diagram, hardware, tiles)
+    except PlanError as error:
+        raise _in_spec(error, diagram) from None
+    check_renders(plan)
+    return plan
+
+
+def check_renders(plan: Plan) -> None:
+    """Render every kernel of `plan` (on a GPU profile; nothing to do elsewhere); a
+    `PlanError` naming the spec, the kernel and what is supported when one cannot be."""
+    if not plan.graph.hardware.is_gpu:
+        return
+    from ncdc.render import render_plan  # Jinja and the families: not for the model alone
+
+    try:
+        render_plan(plan)
+    except PlanError as error:
+        raise _in_spec(error, plan.graph.diagram) from None
+
+
+def rank_buildable(
+    diagram: Diagram,
+    hardware: Hardware,
+    top_k: int = 1,
+    tiles: Mapping[str, int] | None = None,
+    *,
+    abstract: bool = False,
+) -> list[Plan]:
+    """`rank_tiles`, with the best plan rendered (`check_renders`) unless `abstract`: the
+    plans `ncdc cost` prints, the first with its unfused comparison."""
+    try:
+        ranked = rank_tiles(
+            diagram, hardware, top_k, tiles, compare_unfused=True, model_only=abstract
+        )
+    except PlanError as error:
+        raise _in_spec(error, diagram) from None
+    if not abstract:
+        check_renders(ranked[0])
+    return ranked
+
+
+def plan_buildable_specs(
+    paths: Iterable[Path],
+    hardware: Hardware,
+    sizes: Mapping[str, int] | None = None,
+    tiles: Mapping[str, int] | None = None,
+    *,
+    abstract: bool = False,
+) -> list[Plan]:
+    """The best plan of every spec file in `paths`, in order, each checked as `rank_buildable`."""
+    return [
+        rank_buildable(load_diagram(path, sizes), hardware, 1, tiles, abstract=abstract)[0]
+        for path in paths
+    ]
+
+
+def is_model_only(hardware: Hardware, abstract: bool) -> bool:
+    """True when `ncdc cost` built no kernel: `--abstract`, or a profile that is not a GPU."""
+    return abstract or not hardware.is_gpu
+
+
+def with_abstract(data: dict[str, Any], model_only: bool) -> dict[str, Any]:
+    """`ncdc cost`'s JSON with its `abstract` field: true when no kernel was built."""
+    return {**data, "abstract": model_only}
+
+
+def _in_spec(error: PlanError, diagram: Diagram) -> PlanError:
+    where = diagram.source if error.where is None else f"{diagram.source}: {error.where}"
+    return PlanError(error.message, where=where, hint=error.hint)
