@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ncdc.bench import BaselineResult, Timer
 from ncdc.cost import Plan
 from ncdc.families import get_family
 from ncdc.launch import Family
 from ncdc.spec import Diagram, Op
+from ncdc.timing import BaselineResult, Timer
 
 Candidate = tuple[str, Callable[[], None]]
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

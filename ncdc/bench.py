@@ -33,6 +33,7 @@ from ncdc.output import json_number
 from ncdc.reference import from_storage, round_to, storage_dtype, to_storage
 from ncdc.render import RenderedModule, render_plan
 from ncdc.spec import Diagram, load_diagram
+from ncdc.timing import BaselineResult, Timer, Timing
 
 FORMAT = "ncdc.bench/1"
 DEFAULT_WARMUP_MS = 25.0
@@ -40,32 +41,6 @@ DEFAULT_REP_MS = 100.0
 ESTIMATE_CALLS = 5
 MAX_REPETITIONS = 5000  # a 2 us kernel at 100 ms would otherwise take 50k flushes
 QUANTILES = (0.5, 0.2, 0.8)
-
-Timer = Callable[[Callable[[], None]], "Timing"]
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Quantiles of the per-repetition times of one callable, in milliseconds."""
-
-    median_ms: float
-    p20_ms: float
-    p80_ms: float
-    repetitions: int
-
-
-@dataclass(frozen=True)
-class BaselineResult:
-    """One library run of the same problem, or why it was skipped."""
-
-    name: str
-    timing: Timing | None
-    skipped: str = ""  # the reason it did not run, when timing is None
-    bytes_moved: int = 0  # for the copy ceiling: bytes read plus written
-
-    @property
-    def ms(self) -> float:
-        return self.timing.median_ms if self.timing else math.nan
 
 
 @dataclass(frozen=True)

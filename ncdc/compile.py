@@ -182,9 +182,14 @@ def _settle_kernel(
     score, chosen, why = best
     kept = chosen.plan.kernels[index]
     if kept.candidate != first.candidate:
+        better = (
+            "which compiles clean"
+            if "spills" in first_why
+            else "which is faster priced with the compiler's registers"
+        )
         notes.append(
             f"kernel {first.kernel.name}: {_candidate_text(first)} {first_why}; replaced by "
-            f"the next-best {_candidate_text(kept)}, which compiles to a faster kernel"
+            f"the next-best {_candidate_text(kept)}, {better}"
         )
     elif why and score[0]:
         notes.append(f"kernel {first.kernel.name}: {why}, and no other candidate compiled clean")

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from ncdc.arguments import scalar_argument
 from ncdc.errors import NoGpuError
 from ncdc.render import Launch, RenderedModule
-from ncdc.run import SCALAR_TYPES
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
 
@@ -71,7 +71,7 @@ def launch(cupy: Any, raw: Any, spec: Launch, device: MutableMapping[str, Any]) 
         if p.kind in ("tensor", "workspace"):
             args.append(device[p.name])
         else:
-            args.append(SCALAR_TYPES[p.kind](p.value))  # type: ignore[arg-type]
+            args.append(scalar_argument(p))
     fn(spec.grid, spec.block, tuple(args), shared_mem=spec.dynamic_smem)
 
 
@@ -110,7 +110,7 @@ def prepare_launches(
             if p.kind in ("tensor", "workspace"):
                 args.append(device[p.name])
             else:
-                args.append(SCALAR_TYPES[p.kind](p.value))  # type: ignore[arg-type]
+                args.append(scalar_argument(p))
         calls.append((fn, spec.grid, spec.block, tuple(args), spec.dynamic_smem))
 
     def run() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ncdc.arguments import scalar_argument
 from ncdc.errors import UsageError
 from ncdc.hardware import Hardware
 from ncdc.reference import evaluate, from_storage, make_inputs, to_storage
@@ -30,7 +31,6 @@ from ncdc.render import Launch, Param, RenderedModule, Workspace
 from ncdc.spec import Diagram, load_diagram, load_diagram_text
 
 BACKENDS = ("cpu", "cuda")
-SCALAR_TYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
 
 # Allowed error, relative to the largest magnitude of the reference output, per output
 # dtype. fp32 kernels differ from float64 by accumulation order; 16-bit outputs by one
@@ -120,7 +120,7 @@ def launch_args(launch: Launch, buffers: Mapping[str, np.ndarray]) -> list:
 def _arg(p: Param, buffers: Mapping[str, np.ndarray]) -> object:
     if p.kind in ("tensor", "workspace"):
         return buffers[p.name]
-    return SCALAR_TYPES[p.kind](p.value)  # type: ignore[arg-type]  # scalars carry a value
+    return scalar_argument(p)
 
 
 def run_diagram(

@@ -132,9 +132,10 @@ def test_memoised_search_checks_and_times_every_candidate_as_a_fresh_model_does(
     stage, plus the kernel's padding), its L2 tile against a wave tile worked out afresh, and its timing against a
     fresh model with no memo."""
     from ncdc.cost import KernelModel, streamed_axes, time_kernel
+    from ncdc.families import classify_kernel
     from ncdc.graph import Partition, build_graph
     from ncdc.occupancy import blocks_per_sm
-    from ncdc.tiling import _Checker, _family, _gpu_choices
+    from ncdc.tiling import _Checker, _gpu_choices
 
     hw = load_hardware(profile)
     diagram = load_diagram(f"diagrams/{name}.yaml")
@@ -142,7 +143,7 @@ def test_memoised_search_checks_and_times_every_candidate_as_a_fresh_model_does(
     checked = 0
     for kernel in graph.kernels:
         checker = _Checker(KernelModel(diagram, kernel), hw)
-        family = _family(diagram, kernel, True)
+        family = classify_kernel(diagram, kernel)
         for choice in _gpu_choices(checker, family, streamed_axes(diagram, kernel), {}):
             fresh = KernelModel(diagram, kernel)
             block = choice.partitions["smem"]

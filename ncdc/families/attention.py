@@ -179,7 +179,7 @@ class AttentionFamily:
     """Fused forward attention over a query axis longer than a decode step."""
 
     name = "attention"
-    tiles = TILES
+    tiles: Mapping[str, tuple[int, ...]] = TILES
     baseline = "attention"
 
     def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:

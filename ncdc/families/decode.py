@@ -63,7 +63,7 @@ class DecodeFamily:
     """Attention whose query axis is at most DECODE_MAX_QUERIES long."""
 
     name = "decode_attention"
-    tiles = TILES
+    tiles: Mapping[str, tuple[int, ...]] = TILES
     baseline = "attention"
 
     def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:

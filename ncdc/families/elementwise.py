@@ -63,7 +63,7 @@ class ElementwiseFamily:
     """Only elementwise ops: every output over the kernel's woven axes."""
 
     name = "elementwise"
-    tiles = TILES
+    tiles: Mapping[str, tuple[int, ...]] = TILES
     baseline = ""
 
     def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
@@ -90,10 +90,13 @@ class ElementwiseFamily:
                     f"output {name} of kernel {kernel.name} is not over every axis {list(axes)}",
                     hint=f"compute {name} in a diagram of its own",
                 )
-        if not axes:  # a scalar result: one warp computes it
-            shape = LaunchShape((1, 1, 1), (32, 1, 1), 0)
-            params = (("vec", 1), ("vpt", 1))
-            return [Candidate({}, {}, {}, {}, params, (shape,), 1, 1, estimate_registers(1, 1, 0))]
+        if not axes:
+            names = ", ".join(kernel.outputs)
+            raise PlanError(
+                f"kernel {kernel.name} computes the scalar {names}: the elementwise kernel "
+                "runs over at least one axis",
+                hint=f"give {names} an axis of size 1: add one: 1 to axes, and put its inputs over [one]",
+            )
         inner = axes[-1]
         runs = [
             n for n in (*kernel.inputs, *kernel.outputs)

@@ -102,7 +102,7 @@ class GemmFamily:
     """One contraction of two tensors, then elementwise ops on its result (an epilogue)."""
 
     name = "gemm"
-    tiles = TILES
+    tiles: Mapping[str, tuple[int, ...]] = TILES
     baseline = "gemm"
 
     def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:

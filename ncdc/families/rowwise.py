@@ -68,7 +68,7 @@ class RowwiseFamily:
     """One softmax, norm or reduction over the last axis of its input, maps around it."""
 
     name = "rowwise"
-    tiles = TILES
+    tiles: Mapping[str, tuple[int, ...]] = TILES
     baseline = "rowwise"
 
     def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
@@ -119,8 +119,10 @@ class RowwiseFamily:
                 group[row] = d.axes[row]
             grid = max(1, min(MAX_GRID, -(-total_rows // rows)))
             shape = LaunchShape((grid, 1, 1), (rows * tpr, 1, 1), 0)
+            # __launch_bounds__(threads, 1) makes ptxas fit one block in the register file
+            budget = min(registers, hw.limits.regs_per_sm // shape.threads // 8 * 8)
             params = (("rows", rows), ("tpr", tpr), ("vpt", vpt), ("vec", vec))
-            out[rows] = Candidate(group, {}, group, {}, params, (shape,), 1, 1, registers)
+            out[rows] = Candidate(group, {}, group, {}, params, (shape,), 1, 1, budget)
         return list(out.values())
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
