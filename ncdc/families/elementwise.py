@@ -95,7 +95,8 @@ class ElementwiseFamily:
             raise PlanError(
                 f"kernel {kernel.name} computes the scalar {names}: the elementwise kernel "
                 "runs over at least one axis",
-                hint=f"give {names} an axis of size 1: add one: 1 to axes, and put its inputs over [one]",
+                hint=f"give {names} an axis of size 1: add one: 1 to axes and put its "
+                "inputs over [one]",
             )
         inner = axes[-1]
         runs = [
