@@ -202,15 +202,14 @@ def _rank_kernel(
     fixed = {a: v for a, v in fixed.items() if a in kernel.axes}
     checker = _Checker(model, hw)
     choices: list[TileChoice] = []
-    family = _generic(kernel)
-    if hw.is_gpu:
-        try:
-            family = classify_kernel(diagram, kernel)
+    try:
+        family = classify_kernel(diagram, kernel)
+        if hw.is_gpu:
             choices = _gpu_choices(checker, family, streams, fixed)
-        except PlanError:
-            if not model_only:
-                raise
-            family = _generic(kernel)
+    except PlanError:
+        if hw.is_gpu and not model_only:
+            raise
+        family = _generic(kernel)
     if not choices:
         choices = _abstract_choices(model, hw, streams, fixed, top_k)
     # Rank by the times alone; only the best few become full plans.

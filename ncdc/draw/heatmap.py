@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ncdc.cost import KernelPlan
 from ncdc.draw.model import INK, MUTED, Item, Picture, Rect, Shape, Text
 from ncdc.errors import PlanError
-from ncdc.families import get_family
+from ncdc.families import FAMILIES, get_family
 from ncdc.hardware import Hardware
 from ncdc.spec import Diagram
 from ncdc.tiling import plan_diagram
@@ -76,16 +76,14 @@ def main_axes(diagram: Diagram, hw: Hardware, kp: KernelPlan) -> tuple[TileAxis,
     gpu = hw.is_gpu
     block = hw.block_level if gpu else hw.level_names()[-1]
     part = kp.tiles[block]
-    pairs = get_family(family.name).tile_axes(family) if gpu else []
-    if not pairs and family.name == "rowwise" and family.axes("rows"):
-        pairs = [(family.axes("rows")[-1], ROW_SIZES)]
+    pairs = get_family(family.name).tile_axes(family) if family.name in FAMILIES else []
     if not pairs:
         axes = [a for a in kernel.woven if diagram.axes[a] > 1] + list(part.stream)
         pairs = [(a, ()) for a in axes[:2]]
     out = []
     for axis, defaults in pairs:
         size = diagram.axes[axis]
-        rowwise = family.name == "rowwise"
+        rowwise = "row" in family.roles  # rows of a row-wise kernel: a few per block
         if not gpu or not defaults:
             defaults = ROW_SIZES if rowwise else ABSTRACT_SIZES
         prefix = "s" if axis in part.stream else "g"

@@ -258,10 +258,6 @@ class AttentionFamily:
 FAMILY = AttentionFamily()
 
 
-def round16(n: int) -> int:
-    return max(MMA_ROWS, -(-n // MMA_ROWS) * MMA_ROWS)
-
-
 def batch_count(at: Attention, axes: Mapping[str, int]) -> int:
     n = math.prod(axes[a] for a in at.batch)
     if n > MAX_GRID_Y:
