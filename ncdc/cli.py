@@ -8,6 +8,7 @@ prints the traceback before that line.
 
 # No `from __future__ import annotations` here: typer reads every command's annotations at
 # start-up, and strings would have to be evaluated first (a tenth of `ncdc cost`'s time).
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Annotated
 import typer
 
 from ncdc import __version__
-from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError
+from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, file_error
 from ncdc.graph import MemoryGraph, build_graph, graph_to_dict
 from ncdc.hardware import Hardware, apply_overrides, hardware_to_dict, list_profiles, load_hardware
 from ncdc.output import emit, note, stderr
@@ -367,14 +368,32 @@ def _root(
     """ncdc: diagrams in, cost models and kernels out."""
 
 
+class Terminated(Exception):
+    """SIGTERM, raised in the main thread so that every `finally` cleans up as on Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning ncdc's errors into one line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args  # accepted anywhere on the line, not only before the command
     if debug:
         args = [a for a in args if a != "--debug"]
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(args, prog_name="ncdc", standalone_mode=False)
+    except OSError as e:  # a path that cannot be read or written: bad input, one line
+        if debug:
+            traceback.print_exc()
+        error = file_error(e)
+        stderr().print(f"error: {error.line()}", markup=False, soft_wrap=True)
+        sys.exit(error.exit_code)
+    except Terminated:
+        stderr().print("terminated", markup=False)
+        sys.exit(143)
     except NcdcError as e:
         if debug:
             traceback.print_exc()
