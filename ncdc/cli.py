@@ -17,10 +17,10 @@ from typing import Annotated
 import typer
 
 from ncdc import __version__
-from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, file_error
+from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, UsageError, file_error
 from ncdc.graph import MemoryGraph, build_graph, graph_to_dict
 from ncdc.hardware import Hardware, apply_overrides, hardware_to_dict, list_profiles, load_hardware
-from ncdc.output import emit, note, stderr
+from ncdc.output import emit, error_line, note, stderr
 from ncdc.spec import load_diagram, parse_assignments
 
 # Only what every command needs is imported here: a command imports its own views and
@@ -61,6 +61,13 @@ TileOpt = Annotated[
     list[str] | None,
     typer.Option("--tile", help="Fix a tile size, AXIS=SIZE (repeatable).", metavar="AXIS=SIZE"),
 ]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "-j", "--jobs", min=1, metavar="N",
+        help="Worker processes (default: the CPUs allowed by affinity and cgroup quota).",
+    ),
+]  # fmt: skip
 ArchOpt = Annotated[
     str | None,
     typer.Option(
@@ -114,43 +121,67 @@ def check(
     tolerance: Annotated[
         str,
         typer.Option(
-            "--tolerance", help="Growth allowed over the baseline, e.g. 5%.", metavar="PCT"
+            "--tolerance", help="Growth allowed over the baseline: 5% or 0.05.", metavar="PCT"
         ),
     ] = "5%",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table, json, or github (workflow annotations).",
+            metavar="table|json|github",
+        ),
+    ] = "table",
 ) -> None:
     """Validate every spec under PATHS; exit 2 naming each bad one. With --baseline, exit 1
     naming every predicted time or HBM traffic that grew past the tolerance."""
+    from ncdc.baseline import CHECK_FORMATS, check_spec, parse_tolerance, read_baseline
     from ncdc.views import find_specs
 
+    if fmt not in CHECK_FORMATS:
+        raise UsageError(f"unknown format '{fmt}'; expected one of {', '.join(CHECK_FORMATS)}",
+                         where="--format")  # fmt: skip
+    limit = parse_tolerance(tolerance)  # refused before any work, like every bad option
+    base = read_baseline(baseline) if baseline is not None else None
     specs = find_specs(paths)
     machine = load_hardware(hardware)
-    bad = 0
-    for path in specs:
-        try:
-            build_graph(load_diagram(path), machine)
-        except NcdcError as e:
-            bad += 1
-            stderr().print(f"error: {e.line()}", markup=False, soft_wrap=True)
-    note(f"{len(specs) - bad} of {len(specs)} specs valid")
-    if bad:
-        raise typer.Exit(EXIT_BAD_INPUT)
-    if baseline is not None:
+    checks = [check_spec(path, machine) for path in specs]
+    bad = [c for c in checks if not c.ok]
+    regressions: list[str] = []
+    if not bad and base is not None and baseline is not None:
         from ncdc.baseline import (
             baseline_from_plans,
+            check_made_for,
             compare_to_baseline,
-            parse_tolerance,
             plan_specs,
-            read_baseline,
-        )  # fmt: skip
+        )
 
         current = baseline_from_plans(plan_specs(specs, machine))
-        regressions = compare_to_baseline(
-            current, read_baseline(baseline), parse_tolerance(tolerance)
-        )
+        check_made_for(current, base, baseline)
+        regressions = compare_to_baseline(current, base, limit)
+    _report_check(checks, regressions, fmt)
+    if bad:
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if regressions:
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _report_check(checks: list, regressions: list[str], fmt: str) -> None:
+    """Errors on stderr (table), one JSON object or GitHub annotations on stdout."""
+    from ncdc.baseline import check_to_dict, github_annotations
+
+    if fmt == "json":
+        emit(check_to_dict(checks, regressions), "json", lambda: "")
+    elif fmt == "github":
+        if text := github_annotations(checks, regressions):
+            print(text)
+    else:
+        for c in checks:
+            if not c.ok:
+                error_line(c.error)
         for line in regressions:
             stderr().print(f"regression: {line}", markup=False, soft_wrap=True)
-        if regressions:
-            raise typer.Exit(EXIT_CHECK_FAILED)
+    note(f"{sum(c.ok for c in checks)} of {len(checks)} specs valid")
 
 
 @app.command()
@@ -199,19 +230,27 @@ def compile_cmd(
     hw: HwOpt = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the compile cache.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 3) on any spill.")] = False,
+    jobs: JobsOpt = None,
     fmt: FormatOpt = "table",
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
     from ncdc.compile import compile_specs, report_to_dict
     from ncdc.views import compile_table, find_specs
 
-    reports = compile_specs(
+    batch = compile_specs(
         find_specs([spec]), load_machine(hardware, hw), out_dir=out, arch=arch,
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
-        use_cache=not no_cache, strict=strict,
+        use_cache=not no_cache, strict=strict, jobs=jobs,
     )  # fmt: skip
-    data = [report_to_dict(r) for r in reports]
-    emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
+    reports = list(batch.reports)
+    for failure in batch.failures:
+        error_line(failure.error.line())
+    if reports:
+        data = [report_to_dict(r) for r in reports]
+        emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
+    if batch.failures:
+        note(f"{len(reports)} of {len(reports) + len(batch.failures)} specs compiled")
+        raise typer.Exit(batch.exit_code)
 
 
 @app.command()
@@ -223,7 +262,8 @@ def run(
         str, typer.Option("--backend", help="cpu or cuda.", metavar="cpu|cuda")
     ] = "cpu",
     seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the random inputs.", metavar="N")
+        int,
+        typer.Option("--seed", min=0, help="Seed of the random inputs (0 or more).", metavar="N"),
     ] = 0,
     sanitize: Annotated[
         str | None,

@@ -16,6 +16,7 @@ Files are written atomically and nothing else in DIR is touched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -26,12 +27,12 @@ from typing import Any
 
 from ncdc import __version__
 from ncdc.cost import Plan, plan_to_dict
-from ncdc.errors import CompileError, NcdcError, UsageError
-from ncdc.files import write_atomic
+from ncdc.errors import CompileError, NcdcError, UsageError, file_error
+from ncdc.files import write_together
 from ncdc.hardware import Hardware
 from ncdc.occupancy import blocks_per_sm
 from ncdc.render import Launch, RenderedModule, render_plan
-from ncdc.spec import Diagram, load_diagram
+from ncdc.spec import Diagram, check_unique_names, load_diagram
 from ncdc.tune import choose_plan
 
 FORMAT = "ncdc.kernel/1"
@@ -189,28 +190,79 @@ def _spec_text(d: Diagram) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class SpecFailure:
+    """A spec of a batch that could not be compiled or written, and why."""
+
+    spec: Path
+    error: NcdcError
+
+
+@dataclass(frozen=True)
+class CompileBatch:
+    """What a compile of several specs produced: the kernels written and the failures."""
+
+    reports: tuple[CompileReport, ...]
+    failures: tuple[SpecFailure, ...]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when everything compiled, else the highest exit code among the failures."""
+        return max((f.error.exit_code for f in self.failures), default=0)
+
+
 def compile_specs(
     specs: Sequence[Path], hardware: Hardware, *, out_dir: Path, arch: str | None = None,
     sizes: Mapping[str, int] | None = None, tiles: Mapping[str, int] | None = None,
-    use_cache: bool = True, strict: bool = False,
-) -> list[CompileReport]:  # fmt: skip
-    """Compile every spec (in parallel when there are several) and write their outputs.
+    use_cache: bool = True, strict: bool = False, jobs: int | None = None,
+) -> CompileBatch:  # fmt: skip
+    """Compile every spec (in `jobs` worker processes when there are several) and write
+    each one's outputs together. One spec: its error is raised. Several: a spec that fails
+    does not stop the others; the batch lists each failure.
 
     With `strict`, a kernel that spills registers is a compile error (exit 3) and nothing
     is written for its diagram.
     """
-    jobs = [(spec, hardware, arch, sizes, tiles, use_cache) for spec in specs]
-    reports = [_compile_job(jobs[0])] if len(jobs) == 1 else _compile_parallel(jobs)
+    check_out_dir(out_dir)
+    check_unique_names(specs)
+    work = [(spec, hardware, arch, sizes, tiles, use_cache) for spec in specs]
+    if len(work) == 1:
+        report = _compile_job(work[0])
+        _finish(report, out_dir, strict)
+        return CompileBatch((report,), ())
+    reports, failures = _compile_parallel(work, jobs or default_jobs())
+    written = []
     for report in reports:
-        if strict and report.spills:
-            spilled = [k.launch.kernel for k in report.kernels if k.spill_stores_bytes]
-            raise CompileError(
-                f"{', '.join(spilled)} spills {report.spills} bytes of registers",
-                where=report.diagram.source,
-                hint="try smaller tiles with --tile, or drop --strict",
-            )
-        write_outputs(report, out_dir)
-    return reports
+        try:
+            _finish(report, out_dir, strict)
+            written.append(report)
+        except NcdcError as e:
+            failures.append(SpecFailure(Path(report.diagram.source), e))
+        except OSError as e:
+            failures.append(SpecFailure(Path(report.diagram.source), file_error(e)))
+    order = {spec: i for i, spec in enumerate(specs)}
+    failures.sort(key=lambda f: order.get(f.spec, len(order)))
+    return CompileBatch(tuple(written), tuple(failures))
+
+
+def _finish(report: CompileReport, out_dir: Path, strict: bool) -> None:
+    if strict and report.spills:
+        spilled = [k.launch.kernel for k in report.kernels if k.spill_stores_bytes]
+        raise CompileError(
+            f"{', '.join(spilled)} spills {report.spills} bytes of registers",
+            where=report.diagram.source,
+            hint="try smaller tiles with --tile, or drop --strict",
+        )
+    write_outputs(report, out_dir)
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """-o must name a folder (made when missing), never an existing file."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(
+            "-o names an existing file; expected a folder", where=str(out_dir),
+            hint="choose a folder, e.g. -o out/",
+        )  # fmt: skip
 
 
 def _compile_job(job: tuple) -> CompileReport:
@@ -218,32 +270,86 @@ def _compile_job(job: tuple) -> CompileReport:
     return compile_spec(spec, hardware, arch=arch, sizes=sizes, tiles=tiles, use_cache=use_cache)
 
 
-def _compile_parallel(jobs: list[tuple]) -> list[CompileReport]:
-    """Compile in worker processes; a progress bar on a terminal, silence in CI."""
+def default_jobs() -> int:
+    """The CPUs this process may use: its affinity, capped by a cgroup CPU quota."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpus()
+    return max(1, min(cpus, quota) if quota else cpus)
+
+
+def _cgroup_cpus(path: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:
+    """`cpu.max` ("quota period", or "max period") as whole CPUs, rounded up; None if
+    unlimited or unreadable.
+
+        >>> import tempfile; f = Path(tempfile.mkdtemp()) / "cpu.max"
+        >>> _ = f.write_text("150000 100000\n"); _cgroup_cpus(f)
+        2
+    """
+    try:
+        quota, period = path.read_text().split()[:2]
+        if quota == "max":
+            return None
+        return max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        return None
+
+
+def _pool_context() -> Any:
+    """Worker processes start by spawning when CUDA or torch is loaded here: a fork after
+    their initialisation hangs or crashes; otherwise the platform default."""
+    import multiprocessing
+    import sys
+
+    if any(name in sys.modules for name in ("cupy", "torch")):
+        return multiprocessing.get_context("spawn")
+    return None
+
+
+def _compile_parallel(
+    jobs: list[tuple], workers: int
+) -> tuple[list[CompileReport], list[SpecFailure]]:
+    """Compile in worker processes; a progress bar on a terminal, silence in CI. Ctrl-C
+    cancels every queued job and stops the workers."""
     from rich.progress import Progress
 
     from ncdc.output import stderr
 
     results: dict[int, CompileReport] = {}
-    failures: list[tuple[Path, NcdcError]] = []
-    with (
-        ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool,
-        Progress(console=stderr(), transient=True, disable=not stderr().is_terminal) as bar,
-    ):
-        task = bar.add_task("compiling", total=len(jobs))
-        futures = {pool.submit(_compile_job, job): i for i, job in enumerate(jobs)}
-        for future in as_completed(futures):
-            i = futures[future]
-            try:
-                results[i] = future.result()
-            except NcdcError as e:
-                failures.append((jobs[i][0], e))
-            bar.advance(task)
-    if failures:
-        for _, later in failures[1:]:
-            stderr().print(f"error: {later.line()}", markup=False, soft_wrap=True)
-        raise failures[0][1]
-    return [results[i] for i in range(len(jobs))]
+    failures: list[SpecFailure] = []
+    pool = ProcessPoolExecutor(max_workers=min(len(jobs), workers), mp_context=_pool_context())
+    try:
+        with Progress(
+            console=stderr(), transient=True, disable=not stderr().is_terminal
+        ) as bar:  # fmt: skip
+            task = bar.add_task("compiling", total=len(jobs))
+            futures = {pool.submit(_compile_job, job): i for i, job in enumerate(jobs)}
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    results[i] = future.result()
+                except NcdcError as e:
+                    failures.append(SpecFailure(jobs[i][0], e))
+                bar.advance(task)
+    except BaseException:
+        _stop_pool(pool)
+        raise
+    pool.shutdown()
+    return [results[i] for i in sorted(results)], failures
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued and end the workers now (on Ctrl-C or SIGTERM)."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.terminate()
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(timeout=1.0)
 
 
 def write_outputs(report: CompileReport, out_dir: Path) -> list[Path]:
@@ -259,8 +365,7 @@ def write_outputs(report: CompileReport, out_dir: Path) -> list[Path]:
         stem.with_suffix(".cubin"): report.cubin,
         stem.with_suffix(".json"): (json.dumps(report_to_dict(report), indent=2) + "\n").encode(),
     }
-    for path, data in files.items():
-        write_atomic(path, data)
+    write_together(files)  # a full disk leaves the old three, never a mix
     return list(files)
 
 

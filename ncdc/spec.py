@@ -216,6 +216,40 @@ def load_diagram(path: str | Path, sizes: Mapping[str, int] | None = None) -> Di
     return _with_sizes(_Validator(doc).diagram(), sizes)
 
 
+def spec_names(paths: Iterable[str | Path]) -> dict[Path, str]:
+    """The diagram name each spec declares, for the specs whose YAML reads (no validation).
+
+    Two specs with one name would overwrite each other's outputs and baseline entries;
+    callers refuse that before doing any work.
+    """
+    names: dict[Path, str] = {}
+    for path in map(Path, paths):
+        try:
+            data = read_yaml_file(path).data
+        except SpecError:
+            continue  # reported when the spec itself is loaded
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            names[path] = data["name"]
+    return names
+
+
+def check_unique_names(paths: Iterable[str | Path]) -> None:
+    """Refuse, in one line, two specs whose diagrams have one name: their outputs (and
+    their baseline entries) would overwrite each other. A spec that does not load is left
+    for its own load to report.
+
+        >>> check_unique_names(["diagrams/matmul.yaml", "diagrams/softmax.yaml"])
+    """
+    seen: dict[str, Path] = {}
+    for path, name in spec_names(paths).items():
+        if name in seen:
+            raise SpecError(
+                f"two specs name their diagram '{name}': {seen[name]} and {path}",
+                hint="give each diagram its own `name:`",
+            )
+        seen[name] = path
+
+
 def load_diagram_text(
     text: str, source: str = "<string>", sizes: Mapping[str, int] | None = None
 ) -> Diagram:
