@@ -285,7 +285,7 @@ def _cgroup_cpus(path: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:
     unlimited or unreadable.
 
         >>> import tempfile; f = Path(tempfile.mkdtemp()) / "cpu.max"
-        >>> _ = f.write_text("150000 100000\n"); _cgroup_cpus(f)
+        >>> _ = f.write_text("150000 100000"); _cgroup_cpus(f)
         2
     """
     try:

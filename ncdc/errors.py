@@ -21,6 +21,21 @@ EXIT_COMPILE_ERROR = 3
 EXIT_NO_GPU = 4
 
 
+EXCERPT_CHARS = 60
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """At most the first line of `text`, cut to `limit` characters: an error quotes a value
+    from a file, never the file (a spec may be a symbolic link to a secret).
+
+        >>> excerpt("root:x:0:0\\nbin:x:1:1"), excerpt("a" * 80, 8)
+        ('root:x:0:0 ...', 'aaaaaaaa...')
+    """
+    first = text.splitlines()[0] if text else ""
+    cut = first[:limit] + ("..." if len(first) > limit else "")
+    return cut + (" ..." if len(text.splitlines()) > 1 else "")
+
+
 class NcdcError(Exception):
     """An error meant for the user: what went wrong, where, and what to try."""
 
