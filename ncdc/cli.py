@@ -273,6 +273,15 @@ def run(
             metavar="address|race",
         ),
     ] = None,
+    max_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--max-memory",
+            metavar="SIZE",
+            help="cpu backend: refuse runs estimated over SIZE (8G, 512M, 50%; default 50%"
+            " of the available memory).",
+        ),
+    ] = None,
     set_: SetOpt = None,
     tile: TileOpt = None,
     hardware: HardwareOpt = "h200",
@@ -280,12 +289,13 @@ def run(
     fmt: FormatOpt = "table",
 ) -> None:
     """Run a diagram's kernels, compare with a float64 reference; exit 1 on a mismatch."""
-    from ncdc.run import run_spec
+    from ncdc.run import memory_limit, run_spec
     from ncdc.views import run_table
 
     outcome = run_spec(
         spec, load_machine(hardware, hw), backend=backend, seed=seed, sanitize=sanitize,
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
+        max_memory=memory_limit(max_memory) if max_memory is not None else None,
     )  # fmt: skip
     emit(outcome.to_dict(), fmt, lambda: run_table(outcome))
     if not outcome.result.ok:

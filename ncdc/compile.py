@@ -319,7 +319,9 @@ def _compile_parallel(
 
     results: dict[int, CompileReport] = {}
     failures: list[SpecFailure] = []
-    pool = ProcessPoolExecutor(max_workers=min(len(jobs), workers), mp_context=_pool_context())
+    pool = ProcessPoolExecutor(
+        max_workers=min(len(jobs), workers), mp_context=_pool_context(), initializer=_worker_init
+    )
     try:
         with Progress(
             console=stderr(), transient=True, disable=not stderr().is_terminal
@@ -338,6 +340,15 @@ def _compile_parallel(
         raise
     pool.shutdown()
     return [results[i] for i in sorted(results)], failures
+
+
+def _worker_init() -> None:
+    """In a worker: SIGTERM ends it at once, even inside NVRTC (the parent's handler would
+    wait for the compile to return); Ctrl-C is the parent's to handle."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:

@@ -30,7 +30,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -306,7 +307,8 @@ class EmulatedModule:
         g, b = _dim3(grid), _dim3(block)
         if self._dll is not None:
             values = _check_args(kernel, self.signature(kernel), args)
-            return _run(self._dll, kernel, g, b, int(dynamic_smem), values)
+            dll = self._dll
+            return _interruptible(lambda: _run(dll, kernel, g, b, int(dynamic_smem), values))
         assert self.sanitize is not None  # a plain library is loaded in this process
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args))
@@ -314,6 +316,28 @@ class EmulatedModule:
         for dst, src in zip(arrays, outputs, strict=True):
             dst[...] = src
         return traffic
+
+
+def _interruptible(call: Callable[[], Traffic]) -> Traffic:
+    """Run a launch on a helper thread and wait for it in short slices, so that Ctrl-C (or
+    SIGTERM) reaches the main thread within a fraction of a second instead of when the
+    kernel ends. An interrupted kernel keeps running on its daemon thread until the
+    process exits; its buffers must not be used after the interrupt."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # handed to the waiting thread
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name="ncdc-emu-launch", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.05)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _signature(dll: ctypes.CDLL, library: Path, kernel: str) -> list[str]:
