@@ -158,8 +158,8 @@ def estimate_emulation(
 
         >>> from ncdc.spec import load_diagram
         >>> d = load_diagram("diagrams/softmax.yaml", {"m": 2048, "n": 8192})
-        >>> round(estimate_emulation(d, _no_module()).memory_bytes / 2**20)
-        960
+        >>> round(estimate_emulation(d, _no_module()).memory_bytes / 2**30, 1)  # GiB
+        0.9
     """
     from ncdc.spec import DTYPE_BYTES
 
