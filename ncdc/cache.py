@@ -339,3 +339,41 @@ def _write_entry(stem: Path, parts: dict[str, Any], module: nvrtc.CompiledModule
     # Cubin first, json last: the json is what makes an entry visible.
     write_atomic(stem.with_suffix(".cubin"), module.cubin)
     write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2).encode())
+
+
+# ------------------------------------------------------------------------ `ncdc cache`
+
+SECTIONS = {"compile": None, "emu": "emu", "tune": "tune"}  # name -> folder under the root
+
+
+def cache_info() -> dict[str, Any]:
+    """`ncdc cache info`: where the caches are, whether the root is safe, and their sizes.
+
+    Schema: ncdc/schemas/cache.schema.json.
+    """
+    root = cache_root()
+    problem = None
+    if root.exists():
+        try:
+            check_private(root)
+        except CacheError as e:
+            problem = e.line()
+    sections = {}
+    for name, sub in SECTIONS.items():
+        folder = root / (sub or ncdc.__version__)
+        found = [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+        entries = [p for p in found if p.suffix in (".json", ".so")]
+        sections[name] = {
+            "path": str(folder),
+            "entries": len(entries),
+            "bytes": sum(p.stat().st_size for p in found),
+        }
+    return {
+        "format": "ncdc.cache/1",
+        "root": str(root),
+        "exists": root.is_dir(),
+        "safe": problem is None,
+        "problem": problem,
+        "key": (root / KEY_FILE).is_file(),
+        "sections": sections,
+    }

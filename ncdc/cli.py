@@ -29,8 +29,8 @@ from ncdc.spec import load_diagram, parse_assignments
 app = typer.Typer(
     name="ncdc",
     help="Neural circuit diagram compiler: IO-aware cost models and CUDA kernels from diagrams.",
-    no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -408,14 +408,57 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+cache_app = typer.Typer(
+    help="Show or clear the caches (compiled kernels, CPU objects, tuned tiles).",
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("info")
+def cache_info_cmd(fmt: FormatOpt = "table") -> None:
+    """Where the caches are, whether the root is safe to use, entries and bytes of each."""
+    from ncdc.cache import cache_info
+    from ncdc.views import cache_table
+
+    info = cache_info()
+    emit(info, fmt, lambda: cache_table(info))
+
+
+@cache_app.command("clear")
+def cache_clear_cmd(
+    all_versions: Annotated[
+        bool,
+        typer.Option("--all", help="Every ncdc version's kernels, CPU objects and tuned tiles."),
+    ] = False,
+) -> None:
+    """Remove this ncdc version's compiled kernels (with --all: everything but the key)."""
+    from ncdc.cache import clear_cache
+
+    note(f"removed {clear_cache(all_versions=all_versions)}")
+
+
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+        bool,
+        typer.Option(
+            "-V", "--version", callback=_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="Only data, warnings and errors.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="More detail on stderr.")
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """ncdc: diagrams in, cost models and kernels out."""
+    from ncdc.output import set_verbosity
+
+    set_verbosity(-1 if quiet else 1 if verbose else 0)
 
 
 class Terminated(Exception):
@@ -433,6 +476,8 @@ def main(argv: list[str] | None = None) -> None:
     if debug:
         args = [a for a in args if a != "--debug"]
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if not args:  # usage is data the user asked for: stdout, exit 0
+        args = ["--help"]
     try:
         code = app(args, prog_name="ncdc", standalone_mode=False)
     except OSError as e:  # a path that cannot be read or written: bad input, one line
