@@ -68,6 +68,9 @@ JobsOpt = Annotated[
         help="Worker processes (default: the CPUs allowed by affinity and cgroup quota).",
     ),
 ]  # fmt: skip
+NoTunedOpt = Annotated[
+    bool, typer.Option("--no-tuned", help="Ignore tiles kept by `ncdc tune` (the model picks).")
+]
 ArchOpt = Annotated[
     str | None,
     typer.Option(
@@ -196,12 +199,13 @@ def cost(
     top_k: Annotated[
         int, typer.Option("--top-k", help="Also list the runners-up.", metavar="K")
     ] = 1,
+    no_tuned: NoTunedOpt = False,
     fmt: FormatOpt = "table",
 ) -> None:
     """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles."""
     from ncdc.cost import plan_to_dict
     from ncdc.report import cost_table, cost_tables
-    from ncdc.tiling import rank_tiles
+    from ncdc.tune import rank_with_source
 
     machine = load_machine(hardware, hw)
     sizes = parse_assignments(set_ or [])
@@ -213,8 +217,12 @@ def cost(
         plans = plan_specs(find_specs([spec]), machine, sizes, tiles)
         emit(baseline_from_plans(plans), fmt, lambda: cost_tables(plans))
         return
-    ranked = rank_tiles(load_diagram(spec, sizes), machine, max(top_k, 1), tiles)
-    emit(plan_to_dict(ranked[0]), fmt, lambda: cost_table(ranked[0], ranked[1:]))
+    diagram = load_diagram(spec, sizes)
+    ranked, source = rank_with_source(diagram, machine, top_k, tiles, use_tuned=not no_tuned)
+    if source.kind == "tuned":
+        note(source.describe())
+    data = {**plan_to_dict(ranked[0]), "tiles_from": source.to_dict()}
+    emit(data, fmt, lambda: cost_table(ranked[0], ranked[1:]))
 
 
 @app.command("compile")
@@ -231,6 +239,7 @@ def compile_cmd(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the compile cache.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 3) on any spill.")] = False,
     jobs: JobsOpt = None,
+    no_tuned: NoTunedOpt = False,
     fmt: FormatOpt = "table",
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
@@ -240,9 +249,12 @@ def compile_cmd(
     batch = compile_specs(
         find_specs([spec]), load_machine(hardware, hw), out_dir=out, arch=arch,
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
-        use_cache=not no_cache, strict=strict, jobs=jobs,
+        use_cache=not no_cache, strict=strict, jobs=jobs, use_tuned=not no_tuned,
     )  # fmt: skip
     reports = list(batch.reports)
+    for r in reports:
+        if r.source.kind == "tuned":
+            note(f"{r.diagram.name}: {r.source.describe()}")
     for failure in batch.failures:
         error_line(failure.error.line())
     if reports:
@@ -286,6 +298,7 @@ def run(
     tile: TileOpt = None,
     hardware: HardwareOpt = "h200",
     hw: HwOpt = None,
+    no_tuned: NoTunedOpt = False,
     fmt: FormatOpt = "table",
 ) -> None:
     """Run a diagram's kernels, compare with a float64 reference; exit 1 on a mismatch."""
@@ -296,6 +309,7 @@ def run(
         spec, load_machine(hardware, hw), backend=backend, seed=seed, sanitize=sanitize,
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
         max_memory=memory_limit(max_memory) if max_memory is not None else None,
+        use_tuned=not no_tuned,
     )  # fmt: skip
     emit(outcome.to_dict(), fmt, lambda: run_table(outcome))
     if not outcome.result.ok:

@@ -347,6 +347,7 @@ class RunOutcome:
     result: RunResult
     boundary: str  # the level boundary the kernels' own global traffic crosses, "l2->smem"
     predicted_bytes: int  # the model's bytes across that boundary
+    tiles_from: dict[str, Any] | None = None  # PlanSource.to_dict(); None for a compiled .cu
 
     def to_dict(self) -> dict[str, Any]:
         r = self.result
@@ -364,6 +365,7 @@ class RunOutcome:
                 "predicted_bytes": self.predicted_bytes,
             },
             "seconds": r.seconds,
+            "tiles_from": self.tiles_from,
         }
 
 
@@ -387,13 +389,20 @@ def run_spec(
                 hint="run the spec instead, or compile again with the sizes",
             )  # fmt: skip
         diagram, module, cost = load_compiled(spec)
+        tiles_from = None
     else:
         from ncdc.cost import plan_to_dict
         from ncdc.render import render_plan
-        from ncdc.tune import choose_plan
+        from ncdc.tune import choose_plan_source
 
         diagram = load_diagram(spec, sizes)
-        plan = choose_plan(diagram, hardware, tiles)  # explicit beats tuned beats modelled
+        # explicit beats tuned beats modelled
+        plan, source = choose_plan_source(diagram, hardware, tiles, use_tuned=use_tuned)
+        tiles_from = source.to_dict()
+        if source.kind == "tuned":
+            from ncdc.output import note
+
+            note(source.describe())
         module = render_plan(plan)
         cost = plan_to_dict(plan)
     estimate = None
@@ -405,7 +414,7 @@ def run_spec(
         diagram, module, backend=backend, seed=seed, sanitize=sanitize, estimate=estimate
     )
     boundary, predicted = on_chip_boundary(cost, hardware)
-    return RunOutcome(diagram, module, result, boundary, predicted)
+    return RunOutcome(diagram, module, result, boundary, predicted, tiles_from)
 
 
 def on_chip_boundary(cost: Mapping[str, Any], hardware: Hardware) -> tuple[str, int]:

@@ -160,8 +160,71 @@ def select_config(diagram: Diagram, hardware: Hardware, config: Config) -> Plan:
     return plans[0]
 
 
+@dataclass(frozen=True)
+class PlanSource:
+    """Where a plan's tiles came from: "explicit" (--tile, schedule.tiles), "tuned" (the
+    tuning cache, `path` names the file) or "model" (the cost model's pick)."""
+
+    kind: str
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "file": self.path}
+
+    def describe(self) -> str:
+        """One line for stderr, e.g. "tiles from the tuning cache: /c/tune/mm-1a.json"."""
+        if self.kind == "tuned":
+            return f"tiles from the tuning cache: {self.path} (--no-tuned ignores it)"
+        return "tiles given explicitly" if self.kind == "explicit" else "tiles from the model"
+
+
+def choose_plan_source(
+    diagram: Diagram,
+    hardware: Hardware,
+    tiles: Mapping[str, int] | None = None,
+    *,
+    use_tuned: bool = True,
+) -> tuple[Plan, PlanSource]:
+    """`choose_plan`, and where its tiles came from; `use_tuned=False` ignores the cache."""
+    if tiles or diagram.schedule.tiles:
+        return plan_diagram(diagram, hardware, dict(tiles) if tiles else None), PlanSource(
+            "explicit"
+        )
+    config = read_tuned(diagram, hardware.name) if use_tuned else None
+    if config is not None:
+        try:
+            plan = select_config(diagram, hardware, config)
+            return plan, PlanSource("tuned", str(tuning_path(diagram, hardware.name)))
+        except PlanError:
+            pass  # the profile changed under the entry: fall back to the model
+    return plan_diagram(diagram, hardware), PlanSource("model")
+
+
+def rank_with_source(
+    diagram: Diagram,
+    hardware: Hardware,
+    top_k: int = 1,
+    tiles: Mapping[str, int] | None = None,
+    *,
+    use_tuned: bool = True,
+) -> tuple[list[Plan], PlanSource]:
+    """`ncdc cost`: the chosen plan first (tuned when the cache has one), then the model's
+    runners-up, and where the first one's tiles came from."""
+    ranked = rank_tiles(diagram, hardware, max(top_k, 1), dict(tiles) if tiles else None)
+    if tiles or diagram.schedule.tiles:
+        return ranked, PlanSource("explicit")
+    plan, source = choose_plan_source(diagram, hardware, use_tuned=use_tuned)
+    if source.kind != "tuned":
+        return ranked, source
+    return [plan, *ranked[: max(top_k, 1) - 1]], source
+
+
 def choose_plan(
-    diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None = None
+    diagram: Diagram,
+    hardware: Hardware,
+    tiles: Mapping[str, int] | None = None,
+    *,
+    use_tuned: bool = True,
 ) -> Plan:
     """Explicit tiles (`tiles`, or the spec's `schedule.tiles`) beat tuned beat modelled.
 
@@ -170,15 +233,7 @@ def choose_plan(
     >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
     {'m': 128, 'n': 256, 'k': 64}
     """
-    if tiles or diagram.schedule.tiles:
-        return plan_diagram(diagram, hardware, dict(tiles) if tiles else None)
-    config = read_tuned(diagram, hardware.name)
-    if config is not None:
-        try:
-            return select_config(diagram, hardware, config)
-        except PlanError:
-            pass  # the profile changed under the entry: fall back to the model
-    return plan_diagram(diagram, hardware)
+    return choose_plan_source(diagram, hardware, tiles, use_tuned=use_tuned)[0]
 
 
 # -------------------------------------------------------------------------- statistics
