@@ -138,8 +138,10 @@ def tuned_tiles(diagram: Diagram, hardware_name: str) -> dict[str, int] | None:
 
 def write_tuned(diagram: Diagram, hardware_name: str, best: Config, record: dict) -> Path:
     """Store `best` (with the run's record beside it) atomically; returns the file."""
+    from ncdc.cache import private_dir
+
     path = tuning_path(diagram, hardware_name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent.name)  # the checked root, created private (see ncdc.cache)
     entry = {
         "format": FORMAT,
         "key": tuning_key(diagram, hardware_name),
