@@ -17,6 +17,7 @@ Files are written atomically and nothing else in DIR is touched.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -186,6 +187,12 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
         ],
         "workspace": [asdict(w) for w in report.module.workspace],
         "tiles_from": report.source.to_dict(),
+        # The .cu and .cubin written beside this file: a reader can tell that all three
+        # belong together (an interrupted rename would leave a mix).
+        "files": {
+            "cu_sha256": hashlib.sha256(report.module.source.encode()).hexdigest(),
+            "cubin_sha256": hashlib.sha256(report.cubin).hexdigest(),
+        },
         "cost": plan_to_dict(report.plan),
     }
 

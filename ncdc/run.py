@@ -15,6 +15,7 @@ in global memory, for comparison with the model's on-chip boundary traffic.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -453,6 +454,13 @@ def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
         ) from None  # fmt: skip
     if not spec_text:
         raise UsageError("the .json carries no spec text", where=str(meta_path))
+    expected = meta.get("files", {}).get("cu_sha256")
+    if expected and hashlib.sha256(source.encode()).hexdigest() != expected:
+        raise UsageError(
+            f"{cu.name} is not the source {meta_path.name} describes (edited, or written by "
+            "another compile)", where=str(cu),
+            hint="compile the spec again with ncdc compile",
+        )  # fmt: skip
     diagram = load_diagram_text(spec_text, meta.get("spec", str(cu)), meta["axes"])
     name = "__".join(launch.kernel for launch in launches)
     return diagram, RenderedModule(name, source, launches, workspace, ()), meta["cost"]
