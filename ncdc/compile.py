@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -34,6 +33,7 @@ from ncdc.hardware import Hardware
 from ncdc.occupancy import blocks_per_sm
 from ncdc.render import Launch, RenderedModule, render_plan
 from ncdc.spec import Diagram, check_unique_names, load_diagram
+from ncdc.system import default_jobs
 from ncdc.tune import PlanSource, choose_plan_source
 
 FORMAT = "ncdc.kernel/1"
@@ -286,33 +286,6 @@ def _compile_job(job: tuple) -> CompileReport:
         spec, hardware, arch=arch, sizes=sizes, tiles=tiles, use_cache=use_cache,
         use_tuned=use_tuned,
     )  # fmt: skip
-
-
-def default_jobs() -> int:
-    """The CPUs this process may use: its affinity, capped by a cgroup CPU quota."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    quota = _cgroup_cpus()
-    return max(1, min(cpus, quota) if quota else cpus)
-
-
-def _cgroup_cpus(path: Path = Path("/sys/fs/cgroup/cpu.max")) -> int | None:
-    """`cpu.max` ("quota period", or "max period") as whole CPUs, rounded up; None if
-    unlimited or unreadable.
-
-        >>> import tempfile; f = Path(tempfile.mkdtemp()) / "cpu.max"
-        >>> _ = f.write_text("150000 100000"); _cgroup_cpus(f)
-        2
-    """
-    try:
-        quota, period = path.read_text().split()[:2]
-        if quota == "max":
-            return None
-        return max(1, -(-int(quota) // int(period)))
-    except (OSError, ValueError):
-        return None
 
 
 def _pool_context() -> Any:

@@ -305,6 +305,7 @@ class EmulatedModule:
         type (a NumPy scalar must match it exactly; a Python number is converted).
         """
         g, b = _dim3(grid), _dim3(block)
+        _default_threads()
         if self._dll is not None:
             values = _check_args(kernel, self.signature(kernel), args)
             dll = self._dll
@@ -316,6 +317,15 @@ class EmulatedModule:
         for dst, src in zip(arrays, outputs, strict=True):
             dst[...] = src
         return traffic
+
+
+def _default_threads() -> None:
+    """The emulator's pool defaults to every core of the machine; use the CPUs this process
+    may use (affinity, cgroup quota) instead, unless NCDC_EMU_THREADS says otherwise."""
+    if "NCDC_EMU_THREADS" not in os.environ:
+        from ncdc.system import default_jobs
+
+        os.environ["NCDC_EMU_THREADS"] = str(default_jobs())
 
 
 def _interruptible(call: Callable[[], Traffic]) -> Traffic:

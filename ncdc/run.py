@@ -192,7 +192,7 @@ def _emulation_seconds(cost: Mapping[str, Any] | None) -> float:
 
 
 def _cores() -> int:
-    from ncdc.compile import default_jobs
+    from ncdc.system import default_jobs
 
     return default_jobs()
 

@@ -551,3 +551,15 @@ def test_percent_of_peak_uses_the_true_peak_with_the_mma_sync_ceiling_beside_it(
     assert a100.mma_sync_share == 1
     p = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), a100)
     assert peak_of(p) == mma_sync_ceiling_of(p)
+
+
+def test_bench_and_tune_json_follow_their_schemas():
+    from ncdc.schema import load_schema, validate
+
+    assert validate(bench.bench_to_dict(a_result()), load_schema("bench")) == []
+    c = tune.Config({"m": 128}, ((8, 2, 1),))
+    r = tune.TuneResult(
+        "matmul", "h200", "NVIDIA H200", "sm_90a", {"m": 4096}, {"m": 256},
+        (tune.Candidate(0, c, 1.0e-4, 0.30), tune.Candidate(1, c, 1.1e-4, math.inf, "x")),
+    )  # fmt: skip
+    assert validate(tune.tune_to_dict(r), load_schema("tune")) == []

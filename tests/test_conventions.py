@@ -10,7 +10,7 @@ from pathlib import Path
 from test_cli_contract import SOFTMAX, ncdc
 
 from ncdc import __version__
-from ncdc.compile import _cgroup_cpus, default_jobs
+from ncdc.system import _cgroup_cpus, default_jobs
 
 
 def test_no_arguments_prints_usage_on_stdout():
@@ -70,3 +70,45 @@ def test_jobs_default_follows_affinity_and_quota(tmp_path):
 def test_jobs_option_is_validated(tmp_path):
     result = ncdc("compile", SOFTMAX, "-j", "0", "-o", str(tmp_path))
     assert result.returncode == 2 and "-j" in result.stderr
+
+
+def test_check_json_and_github_annotations(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(SOFTMAX).read_text().replace("dtype: bf16", "dtype: bfloat16", 1))
+    assert bad.read_text() != Path(SOFTMAX).read_text()
+    as_json = ncdc("check", SOFTMAX, str(bad), "--format", "json")
+    assert as_json.returncode == 2
+    data = json.loads(as_json.stdout)
+    assert data["ok"] is False and data["valid"] == 1 and data["total"] == 2
+    (entry,) = [s for s in data["specs"] if not s["ok"]]
+    assert entry["path"] == str(bad) and entry["line"] == 7 and "bfloat16" in entry["error"]
+    github = ncdc("check", SOFTMAX, str(bad), "--format", "github")
+    assert github.returncode == 2
+    (line,) = github.stdout.splitlines()
+    assert line.startswith(f"::error file={bad},line=7::") and "bfloat16" in line
+    assert ncdc("check", SOFTMAX, "--format", "github").stdout == ""
+    assert ncdc("check", SOFTMAX, "--format", "xml").returncode == 2
+
+
+def test_progress_shows_on_a_terminal_for_long_runs(monkeypatch):
+    import io
+    import time
+
+    from rich.console import Console
+
+    from ncdc import output, run
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=80)
+    monkeypatch.setattr(output, "stderr", lambda: console)
+    with run._progress(1.0):  # estimated under 2 s: nothing
+        time.sleep(0.2)
+    assert buffer.getvalue() == ""
+    with run._progress(5.0):
+        time.sleep(0.3)
+    assert "emulating on the CPU (estimated 5 s)" in buffer.getvalue()
+    piped = Console(file=io.StringIO(), force_terminal=False)
+    monkeypatch.setattr(output, "stderr", lambda: piped)
+    with run._progress(50.0):
+        pass
+    assert piped.file.getvalue() == ""

@@ -162,3 +162,28 @@ def test_sigterm_during_a_build_leaves_no_temporary(root, tmp_path):
     assert proc.returncode == 143
     assert "Traceback" not in err
     assert not [p for p in root.rglob("*") if ".tmp" in p.name]
+
+
+def test_a_cache_that_cannot_be_written_still_builds(root, monkeypatch, capsys):
+    import errno
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(emulate, "write_atomic", full)
+    cache._warn_once.cache_clear()
+    module = emulate.build(SOURCE, defines={"V": 9})
+    assert value_of(module) == 9
+    assert "No space left" in capsys.readouterr().err
+    assert not module.library.is_relative_to(root)
+
+
+def test_emulator_threads_default_to_the_cpus_allowed(root, monkeypatch):
+    from ncdc.system import default_jobs
+
+    monkeypatch.delenv("NCDC_EMU_THREADS", raising=False)
+    value_of(emulate.build(SOURCE, defines={"V": 10}))
+    assert os.environ["NCDC_EMU_THREADS"] == str(default_jobs())
+    monkeypatch.setenv("NCDC_EMU_THREADS", "1")  # the user's choice stands
+    value_of(emulate.build(SOURCE, defines={"V": 10}))
+    assert os.environ["NCDC_EMU_THREADS"] == "1"
