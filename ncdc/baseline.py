@@ -169,6 +169,16 @@ def check_made_for(current: dict[str, Any], baseline: dict[str, Any], path: Path
             )
 
 
+def gate(
+    specs: Iterable[Path], hardware: Hardware, base: dict[str, Any], path: Path, tolerance: float
+) -> list[str]:
+    """`ncdc check --baseline`: plan every spec, refuse a baseline made for something else,
+    and name every figure that grew past `tolerance`."""
+    current = baseline_from_plans(plan_specs(specs, hardware))
+    check_made_for(current, base, path)
+    return compare_to_baseline(current, base, tolerance)
+
+
 def _show(value: Any) -> str:
     if value is None:
         return "(not recorded)"

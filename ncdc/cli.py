@@ -152,16 +152,9 @@ def check(
     bad = [c for c in checks if not c.ok]
     regressions: list[str] = []
     if not bad and base is not None and baseline is not None:
-        from ncdc.baseline import (
-            baseline_from_plans,
-            check_made_for,
-            compare_to_baseline,
-            plan_specs,
-        )
+        from ncdc.baseline import gate
 
-        current = baseline_from_plans(plan_specs(specs, machine))
-        check_made_for(current, base, baseline)
-        regressions = compare_to_baseline(current, base, limit)
+        regressions = gate(specs, machine, base, baseline, limit)
     _report_check(checks, regressions, fmt)
     if bad:
         raise typer.Exit(EXIT_BAD_INPUT)
