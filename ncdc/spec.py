@@ -23,6 +23,7 @@ what was expected and what was found, with a hint.
 from __future__ import annotations
 
 import difflib
+import functools
 import heapq
 import re
 from collections.abc import Iterable, Mapping
@@ -184,14 +185,29 @@ class Diagram:
 
     def tensor(self, name: str) -> Tensor:
         """The input or intermediate called `name`."""
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        raise KeyError(name)
+        return self._by_name[name]  # KeyError for an unknown name
 
-    @property
+    # Cached: the graph and the cost model ask for tensors by name once per operation, and
+    # rebuilding the tuple each time made a diagram of n operations cost n^2.
+    @functools.cached_property
     def tensors(self) -> tuple[Tensor, ...]:
         return self.inputs + tuple(Tensor(op.out, op.axes, op.dtype) for op in self.ops)
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self.tensors}
+
+    @functools.cached_property
+    def _producers(self) -> dict[str, Op]:
+        return {op.out: op for op in self.ops}
+
+    @functools.cached_property
+    def _consumers(self) -> dict[str, tuple[Op, ...]]:
+        found: dict[str, list[Op]] = {}
+        for op in self.ops:
+            for name in dict.fromkeys(op.inputs):
+                found.setdefault(name, []).append(op)
+        return {name: tuple(ops) for name, ops in found.items()}
 
     def size(self, tensor: Tensor) -> int:
         """Number of values in `tensor` at this diagram's axis sizes."""
@@ -201,10 +217,10 @@ class Diagram:
         return n
 
     def producer(self, name: str) -> Op | None:
-        return next((op for op in self.ops if op.out == name), None)
+        return self._producers.get(name)
 
     def consumers(self, name: str) -> tuple[Op, ...]:
-        return tuple(op for op in self.ops if name in op.inputs)
+        return self._consumers.get(name, ())
 
 
 # --------------------------------------------------------------------------------------
