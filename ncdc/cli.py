@@ -20,7 +20,7 @@ from ncdc import __version__
 from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, UsageError, file_error
 from ncdc.graph import MemoryGraph, build_graph, graph_to_dict
 from ncdc.hardware import Hardware, apply_overrides, hardware_to_dict, list_profiles, load_hardware
-from ncdc.output import emit, error_line, note, stderr
+from ncdc.output import detail, emit, error_line, note, stderr
 from ncdc.spec import load_diagram, parse_assignments
 
 # Only what every command needs is imported here: a command imports its own views and
@@ -212,8 +212,7 @@ def cost(
         return
     diagram = load_diagram(spec, sizes)
     ranked, source = rank_with_source(diagram, machine, top_k, tiles, use_tuned=not no_tuned)
-    if source.kind == "tuned":
-        note(source.describe())
+    (note if source.kind == "tuned" else detail)(source.describe())
     data = {**plan_to_dict(ranked[0]), "tiles_from": source.to_dict()}
     emit(data, fmt, lambda: cost_table(ranked[0], ranked[1:]))
 
@@ -246,8 +245,7 @@ def compile_cmd(
     )  # fmt: skip
     reports = list(batch.reports)
     for r in reports:
-        if r.source.kind == "tuned":
-            note(f"{r.diagram.name}: {r.source.describe()}")
+        (note if r.source.kind == "tuned" else detail)(f"{r.diagram.name}: {r.source.describe()}")
     for failure in batch.failures:
         error_line(failure.error.line())
     if reports:

@@ -400,10 +400,9 @@ def run_spec(
         # explicit beats tuned beats modelled
         plan, source = choose_plan_source(diagram, hardware, tiles, use_tuned=use_tuned)
         tiles_from = source.to_dict()
-        if source.kind == "tuned":
-            from ncdc.output import note
+        from ncdc.output import detail, note
 
-            note(source.describe())
+        (note if source.kind == "tuned" else detail)(source.describe())
         module = render_plan(plan)
         cost = plan_to_dict(plan)
     estimate = None
