@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.ncdc-installed
 DEMO   ?= diagrams/attention.yaml
 DEMO_OUT ?= out/demo
 
-.PHONY: demo test test-fast lint golden docs bench clean
+.PHONY: demo test test-fast lint golden docs bench clean soak
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -31,6 +31,11 @@ test: $(STAMP)
 # Regenerate tests/golden/*.cu after an intended change to what is generated.
 golden: $(STAMP)
 	$(PY) tests/test_golden.py
+
+# 16 concurrent compile, run and cost processes on one cache for 60 s, randomly interrupted
+# and killed, then no corrupt cache entry and no partial output. Not part of `make test`.
+soak: $(STAMP)
+	$(PY) scripts/soak --seconds 60 --workers 16
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ncdc tests scripts benchmarks

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +57,12 @@ class BenchResult:
     bound_kind: str  # compute | memory (the model's)
     flops: int
     hbm_bytes: int
-    peak: float  # FLOP/s or B/s, by bound_kind
+    peak: float  # FLOP/s or B/s, by bound_kind: the hardware's true peak
     predicted_s: float
     tiles: Mapping[str, int] = field(hash=False)
     timing: Timing
     baselines: tuple[BaselineResult, ...] = ()
+    mma_sync_ceiling: float = math.nan  # the peak mma.sync can reach (Hopper: below peak)
 
     @property
     def seconds(self) -> float:
@@ -76,6 +77,11 @@ class BenchResult:
     @property
     def percent_of_peak(self) -> float:
         return 100.0 * self.achieved / self.peak if self.peak else math.nan
+
+    @property
+    def percent_of_mma_sync_ceiling(self) -> float:
+        c = self.mma_sync_ceiling
+        return 100.0 * self.achieved / c if c and math.isfinite(c) else math.nan
 
     @property
     def model_error(self) -> float:
@@ -232,11 +238,22 @@ def module_runner(
 
 
 def peak_of(plan: Plan) -> float:
-    """The ceiling for the plan's bound: the tensor (or CUDA-core) rate of its dominant
-    unit and dtype when compute-bound, the top level's bandwidth when memory-bound."""
+    """The hardware's true peak for the plan's bound: the tensor (or CUDA-core) rate of its
+    dominant unit and dtype when compute-bound (not discounted to what mma.sync reaches),
+    the top level's bandwidth when memory-bound."""
+    if plan.bound_kind == "compute":
+        hw = plan.graph.hardware
+        undiscounted = replace(hw, mma_sync_share=1.0)
+        return dominant_rate(replace(plan, graph=replace(plan.graph, hardware=undiscounted)))
+    return plan.graph.hardware.levels[0].bandwidth_bytes_per_s
+
+
+def mma_sync_ceiling_of(plan: Plan) -> float:
+    """The ceiling ncdc's own kernels can reach: the peak with mma.sync's share applied
+    (Hopper's full tensor rate needs wgmma). Equal to `peak_of` where mma.sync is full rate."""
     if plan.bound_kind == "compute":
         return dominant_rate(plan)
-    return plan.graph.hardware.levels[0].bandwidth_bytes_per_s
+    return peak_of(plan)
 
 
 def bench_plan(
@@ -260,7 +277,7 @@ def bench_plan(
         families=tuple(dict.fromkeys(k.family.name for k in plan.kernels)),
         bound_kind=plan.bound_kind, flops=plan.flops, hbm_bytes=plan.top_bytes,
         peak=peak_of(plan), predicted_s=plan.predicted_time_s, tiles=plan.tiles,
-        timing=timing, baselines=baselines,
+        timing=timing, baselines=baselines, mma_sync_ceiling=mma_sync_ceiling_of(plan),
     )  # fmt: skip
 
 
@@ -312,6 +329,8 @@ def bench_to_dict(r: BenchResult) -> dict[str, Any]:
             "value": json_number(r.achieved),
             "peak": r.peak,
             "percent_of_peak": json_number(r.percent_of_peak),
+            "mma_sync_ceiling": json_number(r.mma_sync_ceiling),
+            "percent_of_mma_sync_ceiling": json_number(r.percent_of_mma_sync_ceiling),
         },
         "model": {"predicted_s": r.predicted_s, "error": json_number(r.model_error)},
         "baselines": [
@@ -346,11 +365,20 @@ def bench_row(r: BenchResult) -> list[str]:
         r.name,
         f"{t.median_ms:.3f} ({t.p20_ms:.3f}-{t.p80_ms:.3f})",
         format_rate(r),
-        f"{r.percent_of_peak:.0f}%",
+        _percent(r),
         f"{r.model_error:+.0%}" if math.isfinite(r.model_error) else "-",
         f"{base.name} {base.ms:.3f} ms" if base else _skipped(r),
         f"{r.ratio:.2f}" if math.isfinite(r.ratio) else "-",
     ]
+
+
+def _percent(r: BenchResult) -> str:
+    """'% of the true peak', with the share of the mma.sync ceiling beside it when lower."""
+    text = f"{r.percent_of_peak:.0f}%"
+    ceiling = r.percent_of_mma_sync_ceiling
+    if math.isfinite(ceiling) and r.mma_sync_ceiling < r.peak:
+        text += f" ({ceiling:.0f}% of mma.sync)"
+    return text
 
 
 def _skipped(r: BenchResult) -> str:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ncdc.cost import Plan
 from ncdc.errors import PlanError
 from ncdc.hardware import Hardware
 from ncdc.spec import Diagram, load_diagram
-from ncdc.tiling import rank_tiles
+from ncdc.tiling import plan_diagram, rank_tiles
+
+if TYPE_CHECKING:
+    from ncdc.choose import PlanSource
 
 MODEL_ONLY = "model only (--abstract): no kernel was built"
 
@@ -31,13 +34,11 @@ MODEL_ONLY = "model only (--abstract): no kernel was built"
 def check_buildable(
     diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None = None
 ) -> Plan:
-    """The plan `ncdc compile` would build (explicit tiles beat tuned beat modelled), with
-    every kernel rendered on a GPU profile; a `PlanError` naming the spec when it cannot be
+    """The plan of `diagram` with the model's (or the explicit) tiles, every kernel rendered
+    on a GPU profile; a `PlanError` naming the spec when it cannot be
     planned or a kernel has no template that covers it."""
-    from ncdc.choose import choose_plan  # the tuning cache: only `check` plans this way
-
     try:
-        plan = choose_plan(diagram, hardware, tiles)
+        plan = plan_diagram(diagram, hardware, tiles)  # the model's tiles: runners agree
     except PlanError as error:
         raise _in_spec(error, diagram) from None
     check_renders(plan)
@@ -64,18 +65,22 @@ def rank_buildable(
     tiles: Mapping[str, int] | None = None,
     *,
     abstract: bool = False,
-) -> list[Plan]:
-    """`rank_tiles`, with the best plan rendered (`check_renders`) unless `abstract`: the
-    plans `ncdc cost` prints, the first with its unfused comparison."""
+    use_tuned: bool = True,
+) -> tuple[list[Plan], PlanSource]:
+    """The plans `ncdc cost` prints (`choose.rank_with_source`: tuned first when the cache
+    has it) and where the first one's tiles came from, the first rendered
+    (`check_renders`) unless `abstract`."""
+    from ncdc.choose import rank_with_source
+
     try:
-        ranked = rank_tiles(
-            diagram, hardware, top_k, tiles, compare_unfused=True, model_only=abstract
+        ranked, source = rank_with_source(
+            diagram, hardware, top_k, tiles, use_tuned=use_tuned, model_only=abstract
         )
     except PlanError as error:
         raise _in_spec(error, diagram) from None
     if not abstract:
         check_renders(ranked[0])
-    return ranked
+    return ranked, source
 
 
 def plan_buildable_specs(
@@ -87,10 +92,21 @@ def plan_buildable_specs(
     abstract: bool = False,
 ) -> list[Plan]:
     """The best plan of every spec file in `paths`, in order, each checked as `rank_buildable`."""
-    return [
-        rank_buildable(load_diagram(path, sizes), hardware, 1, tiles, abstract=abstract)[0]
-        for path in paths
-    ]
+    from ncdc.spec import check_unique_names
+
+    paths = list(paths)
+    check_unique_names(paths)  # their baseline entries would collide
+    plans = []
+    for path in paths:
+        diagram = load_diagram(path, sizes)
+        try:
+            plan = rank_tiles(diagram, hardware, 1, tiles, model_only=abstract)[0]
+        except PlanError as error:
+            raise _in_spec(error, diagram) from None
+        if not abstract:
+            check_renders(plan)
+        plans.append(plan)
+    return plans
 
 
 def is_model_only(hardware: Hardware, abstract: bool) -> bool:

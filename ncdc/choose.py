@@ -29,7 +29,7 @@ from ncdc.files import write_atomic
 from ncdc.hardware import Hardware
 from ncdc.launch import Candidate, candidate_from_dict
 from ncdc.spec import Diagram
-from ncdc.tiling import plan_diagram, plan_from_candidates, rank_tiles
+from ncdc.tiling import plan_diagram, plan_from_candidates, rank_tiles, with_unfused
 
 FORMAT = "ncdc.tune/1"
 CACHE_FORMAT = 2  # bump when the key or the entry layout changes
@@ -178,8 +178,10 @@ def write_tuned(
     diagram: Diagram, hardware_name: str, arch: str, device: str, best: Config, record: dict
 ) -> Path:
     """Store `best` (with the run's record beside it) atomically; returns the file."""
+    from ncdc.cache import private_dir
+
     path = tuning_path(diagram, hardware_name, arch, device)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent.name)  # the checked root, created private (see ncdc.cache)
     entry = {
         "format": FORMAT,
         "key": tuning_key(diagram, hardware_name, arch, device),
@@ -203,6 +205,78 @@ def select_config(diagram: Diagram, hardware: Hardware, config: Config) -> Plan:
     return plans[0]
 
 
+@dataclass(frozen=True)
+class PlanSource:
+    """Where a plan's tiles came from: "explicit" (--tile, schedule.tiles), "tuned" (the
+    tuning cache, `path` names the file) or "model" (the cost model's pick)."""
+
+    kind: str
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "file": self.path}
+
+    def describe(self) -> str:
+        """One line for stderr, e.g. "tiles from the tuning cache: /c/tune/mm-1a.json"."""
+        if self.kind == "tuned":
+            return f"tiles from the tuning cache: {self.path} (--no-tuned ignores it)"
+        return "tiles given explicitly" if self.kind == "explicit" else "tiles from the model"
+
+
+def choose_plan_source(
+    diagram: Diagram,
+    hardware: Hardware,
+    tiles: Mapping[str, int] | None = None,
+    *,
+    arch: str | None = None,
+    device: str | None = None,
+    use_tuned: bool = True,
+) -> tuple[Plan, PlanSource]:
+    """Explicit tiles (`tiles`, or the spec's `schedule.tiles`) beat tuned beat modelled;
+    the plan, and where its tiles came from. Tuned entries are those for `arch` (the
+    profile's own by default) and `device`; `use_tuned=False` ignores the cache."""
+    if tiles or diagram.schedule.tiles:
+        plan = plan_diagram(diagram, hardware, dict(tiles) if tiles else None)
+        return plan, PlanSource("explicit")
+    found = None
+    if use_tuned and hardware.is_gpu:
+        found = find_tuned(diagram, hardware.name, arch or hardware.arch, device)
+    if found is not None:
+        try:
+            return select_config(diagram, hardware, found.config), PlanSource(
+                "tuned", str(found.path)
+            )
+        except PlanError:
+            pass  # the profile changed under the entry: fall back to the model
+    return plan_diagram(diagram, hardware), PlanSource("model")
+
+
+def rank_with_source(
+    diagram: Diagram,
+    hardware: Hardware,
+    top_k: int = 1,
+    tiles: Mapping[str, int] | None = None,
+    *,
+    use_tuned: bool = True,
+    model_only: bool = False,
+) -> tuple[list[Plan], PlanSource]:
+    """`ncdc cost`: the chosen plan first (tuned when the cache has one), then the model's
+    runners-up, and where the first one's tiles came from. The first plan carries the
+    unfused comparison, which the report shows; `model_only` as in `rank_tiles`."""
+    ranked = rank_tiles(
+        diagram, hardware, max(top_k, 1), dict(tiles) if tiles else None,
+        compare_unfused=True, model_only=model_only,
+    )  # fmt: skip
+    if tiles or diagram.schedule.tiles:
+        return ranked, PlanSource("explicit")
+    if model_only:
+        return ranked, PlanSource("model")  # no kernel is built: no tuned kernel applies
+    plan, source = choose_plan_source(diagram, hardware, use_tuned=use_tuned)
+    if source.kind != "tuned":
+        return ranked, source
+    return [with_unfused(plan), *ranked[: max(top_k, 1) - 1]], source
+
+
 def choose_plan(
     diagram: Diagram,
     hardware: Hardware,
@@ -210,21 +284,15 @@ def choose_plan(
     *,
     arch: str | None = None,
     device: str | None = None,
+    use_tuned: bool = True,
 ) -> Plan:
-    """Explicit tiles (`tiles`, or the spec's `schedule.tiles`) beat tuned beat modelled.
-    Tuned entries are those for `arch` (the profile's own by default) and `device`.
+    """`choose_plan_source`'s plan alone.
 
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
     >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
     {'m': 128, 'n': 256, 'k': 64}
     """
-    if tiles or diagram.schedule.tiles or not hardware.is_gpu:
-        return plan_diagram(diagram, hardware, dict(tiles) if tiles else None)
-    config = read_tuned(diagram, hardware.name, arch or hardware.arch, device)
-    if config is not None:
-        try:
-            return select_config(diagram, hardware, config)
-        except PlanError:
-            pass  # the profile changed under the entry: fall back to the model
-    return plan_diagram(diagram, hardware)
+    return choose_plan_source(
+        diagram, hardware, tiles, arch=arch, device=device, use_tuned=use_tuned
+    )[0]

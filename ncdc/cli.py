@@ -8,6 +8,7 @@ prints the traceback before that line.
 
 # No `from __future__ import annotations` here: typer reads every command's annotations at
 # start-up, and strings would have to be evaluated first (a tenth of `ncdc cost`'s time).
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -16,10 +17,10 @@ from typing import Annotated
 import typer
 
 from ncdc import __version__
-from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError
+from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, UsageError, file_error
 from ncdc.graph import MemoryGraph, build_graph, graph_to_dict
 from ncdc.hardware import Hardware, apply_overrides, hardware_to_dict, list_profiles, load_hardware
-from ncdc.output import emit, note, stderr
+from ncdc.output import detail, emit, error_line, note, stderr
 from ncdc.spec import load_diagram, parse_assignments
 
 # Only what every command needs is imported here: a command imports its own views and
@@ -28,8 +29,8 @@ from ncdc.spec import load_diagram, parse_assignments
 app = typer.Typer(
     name="ncdc",
     help="Neural circuit diagram compiler: IO-aware cost models and CUDA kernels from diagrams.",
-    no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -59,6 +60,16 @@ FormatOpt = Annotated[str, typer.Option("--format", help="table or json.", metav
 TileOpt = Annotated[
     list[str] | None,
     typer.Option("--tile", help="Fix a tile size, AXIS=SIZE (repeatable).", metavar="AXIS=SIZE"),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "-j", "--jobs", min=1, metavar="N",
+        help="Worker processes (default: the CPUs allowed by affinity and cgroup quota).",
+    ),
+]  # fmt: skip
+NoTunedOpt = Annotated[
+    bool, typer.Option("--no-tuned", help="Ignore tiles kept by `ncdc tune` (the model picks).")
 ]
 ArchOpt = Annotated[
     str | None,
@@ -113,45 +124,61 @@ def check(
     tolerance: Annotated[
         str,
         typer.Option(
-            "--tolerance", help="Growth allowed over the baseline, e.g. 5%.", metavar="PCT"
+            "--tolerance", help="Growth allowed over the baseline: 5% or 0.05.", metavar="PCT"
         ),
     ] = "5%",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table, json, or github (workflow annotations).",
+            metavar="table|json|github",
+        ),
+    ] = "table",
 ) -> None:
     """Validate, plan and render (no NVRTC) every spec under PATHS; exit 2 naming each one
     that cannot be built. With --baseline, exit 1 naming every predicted time or HBM
     traffic that grew past the tolerance."""
-    from ncdc.buildable import check_buildable
+    from ncdc.baseline import CHECK_FORMATS, check_spec, parse_tolerance, read_baseline
     from ncdc.views import find_specs
 
+    if fmt not in CHECK_FORMATS:
+        raise UsageError(f"unknown format '{fmt}'; expected one of {', '.join(CHECK_FORMATS)}",
+                         where="--format")  # fmt: skip
+    limit = parse_tolerance(tolerance)  # refused before any work, like every bad option
+    base = read_baseline(baseline) if baseline is not None else None
     specs = find_specs(paths)
     machine = load_hardware(hardware)
-    bad = 0
-    for path in specs:
-        try:
-            check_buildable(load_diagram(path), machine)
-        except NcdcError as e:
-            bad += 1
-            stderr().print(f"error: {e.line()}", markup=False, soft_wrap=True)
-    note(f"{len(specs) - bad} of {len(specs)} specs valid")
+    checks = [check_spec(path, machine) for path in specs]
+    bad = [c for c in checks if not c.ok]
+    regressions: list[str] = []
+    if not bad and base is not None and baseline is not None:
+        from ncdc.baseline import gate
+
+        regressions = gate(specs, machine, base, baseline, limit)
+    _report_check(checks, regressions, fmt)
     if bad:
         raise typer.Exit(EXIT_BAD_INPUT)
-    if baseline is not None:
-        from ncdc.baseline import (
-            baseline_from_plans,
-            compare_to_baseline,
-            parse_tolerance,
-            plan_specs,
-            read_baseline,
-        )  # fmt: skip
+    if regressions:
+        raise typer.Exit(EXIT_CHECK_FAILED)
 
-        current = baseline_from_plans(plan_specs(specs, machine))
-        regressions = compare_to_baseline(
-            current, read_baseline(baseline), parse_tolerance(tolerance)
-        )
+
+def _report_check(checks: list, regressions: list[str], fmt: str) -> None:
+    """Errors on stderr (table), one JSON object or GitHub annotations on stdout."""
+    from ncdc.baseline import check_to_dict, github_annotations
+
+    if fmt == "json":
+        emit(check_to_dict(checks, regressions), "json", lambda: "")
+    elif fmt == "github":
+        if text := github_annotations(checks, regressions):
+            print(text)
+    else:
+        for c in checks:
+            if not c.ok:
+                error_line(c.error)
         for line in regressions:
             stderr().print(f"regression: {line}", markup=False, soft_wrap=True)
-        if regressions:
-            raise typer.Exit(EXIT_CHECK_FAILED)
+    note(f"{sum(c.ok for c in checks)} of {len(checks)} specs valid")
 
 
 @app.command()
@@ -172,6 +199,7 @@ def cost(
             "--abstract", help="The model alone: price a spec no kernel template can build."
         ),
     ] = False,
+    no_tuned: NoTunedOpt = False,
     fmt: FormatOpt = "table",
 ) -> None:
     """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles. On a GPU
@@ -196,13 +224,13 @@ def cost(
             lambda: with_note(cost_tables(plans), note_line),
         )  # fmt: skip
         return
-    ranked = rank_buildable(
-        load_diagram(spec, sizes), machine, max(top_k, 1), tiles, abstract=abstract
+    diagram = load_diagram(spec, sizes)
+    ranked, source = rank_buildable(
+        diagram, machine, top_k, tiles, abstract=abstract, use_tuned=not no_tuned
     )
-    emit(
-        with_abstract(plan_to_dict(ranked[0]), model_only), fmt,
-        lambda: with_note(cost_table(ranked[0], ranked[1:]), note_line),
-    )  # fmt: skip
+    (note if source.kind == "tuned" else detail)(source.describe())
+    data = {**with_abstract(plan_to_dict(ranked[0]), model_only), "tiles_from": source.to_dict()}
+    emit(data, fmt, lambda: with_note(cost_table(ranked[0], ranked[1:]), note_line))
 
 
 @app.command("compile")
@@ -218,22 +246,32 @@ def compile_cmd(
     hw: HwOpt = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the compile cache.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 3) on any spill.")] = False,
+    jobs: JobsOpt = None,
+    no_tuned: NoTunedOpt = False,
     fmt: FormatOpt = "table",
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
     from ncdc.compile import compile_specs, report_to_dict
     from ncdc.views import compile_table, find_specs
 
-    reports = compile_specs(
+    batch = compile_specs(
         find_specs([spec]), load_machine(hardware, hw), out_dir=out, arch=arch,
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
-        use_cache=not no_cache, strict=strict,
+        use_cache=not no_cache, strict=strict, jobs=jobs, use_tuned=not no_tuned,
     )  # fmt: skip
+    reports = list(batch.reports)
     for r in reports:
+        (note if r.source.kind == "tuned" else detail)(f"{r.diagram.name}: {r.source.describe()}")
         for line in r.notes:
             note(f"{r.diagram.name}: {line}")
-    data = [report_to_dict(r) for r in reports]
-    emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
+    for failure in batch.failures:
+        error_line(failure.error.line())
+    if reports:
+        data = [report_to_dict(r) for r in reports]
+        emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
+    if batch.failures:
+        note(f"{len(reports)} of {len(reports) + len(batch.failures)} specs compiled")
+        raise typer.Exit(batch.exit_code)
 
 
 @app.command()
@@ -245,7 +283,8 @@ def run(
         str, typer.Option("--backend", help="cpu or cuda.", metavar="cpu|cuda")
     ] = "cpu",
     seed: Annotated[
-        int, typer.Option("--seed", help="Seed of the random inputs.", metavar="N")
+        int,
+        typer.Option("--seed", min=0, help="Seed of the random inputs (0 or more).", metavar="N"),
     ] = 0,
     sanitize: Annotated[
         str | None,
@@ -255,19 +294,31 @@ def run(
             metavar="address|race",
         ),
     ] = None,
+    max_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--max-memory",
+            metavar="SIZE",
+            help="cpu backend: refuse runs estimated over SIZE (8G, 512M, 50%; default 50%"
+            " of the available memory).",
+        ),
+    ] = None,
     set_: SetOpt = None,
     tile: TileOpt = None,
     hardware: HardwareOpt = "h200",
     hw: HwOpt = None,
+    no_tuned: NoTunedOpt = False,
     fmt: FormatOpt = "table",
 ) -> None:
     """Run a diagram's kernels, compare with a float64 reference; exit 1 on a mismatch."""
-    from ncdc.run import run_spec
+    from ncdc.run import memory_limit, run_spec
     from ncdc.views import run_table
 
     outcome = run_spec(
         spec, load_machine(hardware, hw), backend=backend, seed=seed, sanitize=sanitize,
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
+        max_memory=memory_limit(max_memory) if max_memory is not None else None,
+        use_tuned=not no_tuned,
     )  # fmt: skip
     emit(outcome.to_dict(), fmt, lambda: run_table(outcome))
     if not outcome.result.ok:
@@ -380,14 +431,65 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+cache_app = typer.Typer(
+    help="Show or clear the caches (compiled kernels, CPU objects, tuned tiles).",
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("info")
+def cache_info_cmd(fmt: FormatOpt = "table") -> None:
+    """Where the caches are, whether the root is safe to use, entries and bytes of each."""
+    from ncdc.cache import cache_info
+    from ncdc.views import cache_table
+
+    info = cache_info()
+    emit(info, fmt, lambda: cache_table(info))
+
+
+@cache_app.command("clear")
+def cache_clear_cmd(
+    all_versions: Annotated[
+        bool,
+        typer.Option("--all", help="Every ncdc version's kernels, CPU objects and tuned tiles."),
+    ] = False,
+) -> None:
+    """Remove this ncdc version's compiled kernels (with --all: everything but the key)."""
+    from ncdc.cache import clear_cache
+
+    note(f"removed {clear_cache(all_versions=all_versions)}")
+
+
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+        bool,
+        typer.Option(
+            "-V", "--version", callback=_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="Only data, warnings and errors.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="More detail on stderr.")
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """ncdc: diagrams in, cost models and kernels out."""
+    from ncdc.output import set_verbosity
+
+    set_verbosity(-1 if quiet else 1 if verbose else 0)
+
+
+class Terminated(Exception):
+    """SIGTERM, raised in the main thread so that every `finally` cleans up as on Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -396,8 +498,20 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in args  # accepted anywhere on the line, not only before the command
     if debug:
         args = [a for a in args if a != "--debug"]
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if not args:  # usage is data the user asked for: stdout, exit 0
+        args = ["--help"]
     try:
         code = app(args, prog_name="ncdc", standalone_mode=False)
+    except OSError as e:  # a path that cannot be read or written: bad input, one line
+        if debug:
+            traceback.print_exc()
+        error = file_error(e)
+        stderr().print(f"error: {error.line()}", markup=False, soft_wrap=True)
+        sys.exit(error.exit_code)
+    except Terminated:
+        stderr().print("terminated", markup=False)
+        sys.exit(143)
     except NcdcError as e:
         if debug:
             traceback.print_exc()

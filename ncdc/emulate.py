@@ -11,16 +11,18 @@ block run as fibers with real barriers, warp collectives, `ldmatrix`, `mma.sync`
     >>> traffic.bytes_read  # doctest: +SKIP
     2048
 
-Shared libraries are cached under `$NCDC_CACHE/emu` (default `~/.cache/ncdc/emu`), keyed on
-the source, the headers, the compiler version and the flags.
+Shared libraries are cached under `cache_root()/emu` (see `ncdc.cache`), keyed on the
+source, the headers, the compiler version and the flags. A cached object is loaded only when
+its HMAC verifies under the cache's key; it is built from a private temporary folder, so
+nothing in the cache is ever on the include path, and installed under a lock.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
-import importlib.resources
 import os
 import pickle
 import re
@@ -28,13 +30,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ncdc import cache
 from ncdc.errors import CheckFailed, CompileError, NcdcError
 from ncdc.files import write_atomic
 
@@ -90,23 +94,15 @@ class Traffic:
 
 
 def include_dir() -> Path:
-    """ncdc's device headers (`ncdc/templates/include`), installed or in the tree."""
-    try:
-        folder = Path(str(importlib.resources.files("ncdc.templates.include")))
-        if (folder / "ncdc_runtime.cuh").is_file():
-            return folder
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parent / "templates" / "include"
+    """ncdc's device headers, the same folder NVRTC includes (`nvrtc.ncdc_include_dir`)."""
+    from ncdc import nvrtc
+
+    return nvrtc.ncdc_include_dir()
 
 
 def emu_cache_dir() -> Path:
-    """`$NCDC_CACHE/emu`, else `$XDG_CACHE_HOME/ncdc/emu`, else `~/.cache/ncdc/emu`."""
-    if env := os.environ.get("NCDC_CACHE"):
-        return Path(env).expanduser() / "emu"
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg).expanduser() / "ncdc" / "emu"
-    return Path.home() / ".cache" / "ncdc" / "emu"
+    """`cache_root()/emu`: the CPU backend's shared objects (see `ncdc.cache`)."""
+    return cache.cache_root() / "emu"
 
 
 def find_compiler() -> str:
@@ -132,13 +128,6 @@ def find_compiler() -> str:
 def _compiler_version(cxx: str) -> str:
     out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
     return out.stdout.splitlines()[0] if out.stdout else cxx
-
-
-def _headers_digest(folder: Path) -> str:
-    h = hashlib.sha256()
-    for path in sorted(p for p in folder.iterdir() if p.suffix in (".h", ".cuh")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def _read_source(source: str | Path) -> tuple[str, Path | None]:
@@ -183,27 +172,96 @@ def build(
     inc = include_dir()
     flags = [*_BASE_FLAGS, *_SANITIZE_FLAGS.get(sanitize or "", ())]
     flags += [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
-    key_text = "\0".join([text, _headers_digest(inc), _compiler_version(cxx), *flags])
+    key_text = "\0".join([text, cache.headers_digest(inc), _compiler_version(cxx), *flags])
     key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
-    folder = cache_dir if cache_dir is not None else emu_cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
     stem = (path.stem if path else "kernel") + "-" + key
-    lib = folder / f"{stem}.so"
-    if not lib.is_file():
-        src = path
-        if src is None:
-            src = folder / f"{stem}.cu"
-            write_atomic(src, text.encode())
-        _compile(cxx, flags, inc, src, lib)
+    job = _Job(cxx, tuple(flags), inc, text, path, stem)
+    folder = _emu_folder(cache_dir)
+    if folder is None:
+        return EmulatedModule(_build_uncached(job), sanitize)
+    return _build_cached(job, folder / f"{stem}.so", sanitize)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One host compile: the compiler, its flags, the headers and the source."""
+
+    cxx: str
+    flags: tuple[str, ...]
+    include: Path
+    text: str
+    path: Path | None  # the user's .cu when the source came from a file
+    stem: str
+
+
+def _emu_folder(cache_dir: Path | None) -> Path | None:
+    """Where the objects go: `cache_dir` (checked like the root), else `cache_root()/emu`;
+    None when the cache cannot be written (one warning, then uncached builds)."""
+    if cache_dir is None:
+        return cache.usable_dir("emu")
+    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cache.check_private(cache_dir)
+    return cache_dir if cache.usable_dir() is not None else None
+
+
+def _build_cached(job: _Job, lib: Path, sanitize: str | None) -> EmulatedModule:
+    """Load `lib` if its HMAC verifies; else build it once under its lock and sign it."""
+    if (hit := _load_verified(lib, sanitize)) is not None:
+        return hit
+    try:
+        with cache.locked(lib.with_suffix(".lock")):
+            if (hit := _load_verified(lib, sanitize)) is not None:
+                return hit  # another process built it while we waited
+            _signature_file(lib).unlink(missing_ok=True)
+            _compile(job, lib)
+            write_atomic(_signature_file(lib), cache.sign(lib.read_bytes()).encode())
+    except OSError as e:  # the cache could not be written: build where only we can see
+        cache.cache_write_failed(e)
+        return EmulatedModule(_build_uncached(job), sanitize)
     return EmulatedModule(lib, sanitize)
 
 
-def _compile(cxx: str, flags: list[str], inc: Path, src: Path, lib: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=lib.parent, prefix=lib.stem, suffix=".tmp.so")
-    os.close(fd)
-    cmd = [cxx, *flags, "-I", str(inc), "-I", str(src.parent), "-x", "c++", str(src), "-o", tmp]
+def _signature_file(lib: Path) -> Path:
+    return lib.with_name(lib.name + ".hmac")
+
+
+def _load_verified(lib: Path, sanitize: str | None) -> EmulatedModule | None:
+    """The cached module, or None when it is missing, unsigned, forged or will not load."""
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        mac = _signature_file(lib).read_text()
+        if not cache.verify(lib.read_bytes(), mac):
+            return None
+        return EmulatedModule(lib, sanitize)
+    except OSError:  # missing, unreadable, or a damaged object that dlopen refuses
+        return None
+
+
+def _build_uncached(job: _Job) -> Path:
+    """Build into a private temporary folder removed when the process exits."""
+    folder = Path(tempfile.mkdtemp(prefix="ncdc-emu-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    lib = folder / f"{job.stem}.so"
+    _compile(job, lib)
+    return lib
+
+
+def _compile(job: _Job, lib: Path) -> None:
+    """Compile to a temporary object beside `lib`, then rename it into place.
+
+    A source given as text is written into a private temporary folder first: the compiler
+    looks for quoted includes beside the source, and that folder holds nothing else.
+    """
+    fd, tmp = tempfile.mkstemp(dir=lib.parent, prefix=f".{lib.stem}.", suffix=".tmp.so")
+    os.close(fd)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ncdc-src-") as private:
+            if job.path is not None:
+                src, extra = job.path, ["-I", str(job.path.parent)]
+            else:
+                src, extra = Path(private) / f"{job.stem}.cu", []
+                src.write_text(job.text)
+            cmd = [job.cxx, *job.flags, "-I", str(job.include), *extra, "-x", "c++", str(src)]
+            out = subprocess.run([*cmd, "-o", tmp], capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise _first_error(out.stderr)
         os.replace(tmp, lib)
@@ -247,9 +305,11 @@ class EmulatedModule:
         type (a NumPy scalar must match it exactly; a Python number is converted).
         """
         g, b = _dim3(grid), _dim3(block)
+        _default_threads()
         if self._dll is not None:
             values = _check_args(kernel, self.signature(kernel), args)
-            return _run(self._dll, kernel, g, b, int(dynamic_smem), values)
+            dll = self._dll
+            return _interruptible(lambda: _run(dll, kernel, g, b, int(dynamic_smem), values))
         assert self.sanitize is not None  # a plain library is loaded in this process
         arrays = [a for a in args if isinstance(a, np.ndarray)]
         request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args))
@@ -257,6 +317,37 @@ class EmulatedModule:
         for dst, src in zip(arrays, outputs, strict=True):
             dst[...] = src
         return traffic
+
+
+def _default_threads() -> None:
+    """The emulator's pool defaults to every core of the machine; use the CPUs this process
+    may use (affinity, cgroup quota) instead, unless NCDC_EMU_THREADS says otherwise."""
+    if "NCDC_EMU_THREADS" not in os.environ:
+        from ncdc.system import default_jobs
+
+        os.environ["NCDC_EMU_THREADS"] = str(default_jobs())
+
+
+def _interruptible(call: Callable[[], Traffic]) -> Traffic:
+    """Run a launch on a helper thread and wait for it in short slices, so that Ctrl-C (or
+    SIGTERM) reaches the main thread within a fraction of a second instead of when the
+    kernel ends. An interrupted kernel keeps running on its daemon thread until the
+    process exits; its buffers must not be used after the interrupt."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # handed to the waiting thread
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name="ncdc-emu-launch", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.05)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _signature(dll: ctypes.CDLL, library: Path, kernel: str) -> list[str]:

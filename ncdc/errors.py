@@ -10,6 +10,8 @@ and exits with `error.exit_code`. A traceback is shown only with `--debug`.
 
 from __future__ import annotations
 
+import errno
+
 # Exit codes (DESIGN.md, "Command line"): 0 ok, 1 a check failed, 2 bad input or usage,
 # 3 compile error, 4 no GPU where one is needed.
 EXIT_OK = 0
@@ -17,6 +19,21 @@ EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_COMPILE_ERROR = 3
 EXIT_NO_GPU = 4
+
+
+EXCERPT_CHARS = 60
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """At most the first line of `text`, cut to `limit` characters: an error quotes a value
+    from a file, never the file (a spec may be a symbolic link to a secret).
+
+        >>> excerpt("root:x:0:0\\nbin:x:1:1"), excerpt("a" * 80, 8)
+        ('root:x:0:0 ...', 'aaaaaaaa...')
+    """
+    first = text.splitlines()[0] if text else ""
+    cut = first[:limit] + ("..." if len(first) > limit else "")
+    return cut + (" ..." if len(text.splitlines()) > 1 else "")
 
 
 class NcdcError(Exception):
@@ -75,3 +92,32 @@ class NoGpuError(NcdcError):
     """A GPU (or CuPy) is needed and there is none."""
 
     exit_code = EXIT_NO_GPU
+
+
+class FileError(NcdcError):
+    """A path that cannot be read or written: missing, read-only, full, not a folder."""
+
+
+_FILE_HINTS = {
+    errno.ENOSPC: "free some space, or write elsewhere with -o",
+    errno.EDQUOT: "free some space, or write elsewhere with -o",
+    errno.EROFS: "the file system is read-only: write elsewhere with -o",
+    errno.EACCES: "check the permissions, or write elsewhere with -o",
+    errno.EPERM: "check the permissions, or write elsewhere with -o",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EEXIST: "choose another path",
+    errno.EISDIR: "expected a file, found a folder",
+}
+
+
+def file_error(error: OSError) -> FileError:
+    """One line (exit 2) for a filesystem error, naming the path and what to try.
+
+    >>> file_error(FileNotFoundError(2, "No such file or directory", "x.yaml")).line()
+    'x.yaml: No such file or directory (hint: check the path)'
+    """
+    where = error.filename if error.filename is not None else None
+    reason = error.strerror or str(error)
+    hint = _FILE_HINTS.get(error.errno or 0)
+    return FileError(reason, where=str(where) if where is not None else None, hint=hint)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.resources
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -122,7 +123,13 @@ def check_arch(arch: str) -> str:
 
 
 def _cuda_include_dir() -> Path | None:
-    """`nvidia/cu13/include` (or `nvidia/cuda_runtime/include` for cu12 wheels)."""
+    """The CUDA headers (`cuda_bf16.h`, `cuda_fp16.h`, `cuda_fp8.h`): from the runtime wheel
+    (`nvidia/cu13/include`, or `nvidia/cuda_runtime/include` for cu12 wheels), else from a
+    toolkit (`$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`)."""
+    return _wheel_include_dir() or _toolkit_include_dir()
+
+
+def _wheel_include_dir() -> Path | None:
     try:
         import nvidia
     except ImportError:
@@ -131,6 +138,21 @@ def _cuda_include_dir() -> Path | None:
         for candidate in (root / "cu13" / "include", root / "cuda_runtime" / "include"):
             if (candidate / "cuda_bf16.h").is_file():
                 return candidate
+    return None
+
+
+TOOLKIT_ENV = ("CUDA_HOME", "CUDA_PATH")
+TOOLKIT_DEFAULT = Path("/usr/local/cuda")
+
+
+def _toolkit_include_dir() -> Path | None:
+    """A CUDA toolkit's include folder, where the wheels carry no headers (a GPU machine
+    with nvcc but without the nvidia-cuda-runtime wheel)."""
+    roots = [Path(v) for v in map(os.environ.get, TOOLKIT_ENV) if v] + [TOOLKIT_DEFAULT]
+    for root in roots:
+        candidate = root / "include"
+        if (candidate / "cuda_bf16.h").is_file():
+            return candidate
     return None
 
 

@@ -10,6 +10,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import UsageError
@@ -28,8 +29,11 @@ def stdout() -> Console:
     tables do not fold at 80 columns in CI logs."""
     from rich.console import Console
 
-    console = Console(soft_wrap=False, highlight=False)
-    return console if console.is_terminal else Console(soft_wrap=False, highlight=False, width=160)
+    # emoji=False: a user's ":x:" in a name or doc stays ":x:" (markup is escaped by views).
+    console = Console(soft_wrap=False, highlight=False, emoji=False)
+    if console.is_terminal:
+        return console
+    return Console(soft_wrap=False, highlight=False, emoji=False, width=160)
 
 
 @functools.cache
@@ -37,7 +41,20 @@ def stderr() -> Console:
     """Diagnostics; plain text when piped."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)
+
+
+@dataclass
+class _Verbosity:
+    level: int = 0  # -1 quiet (-q), 0 normal, 1 verbose (-v)
+
+
+VERBOSITY = _Verbosity()
+
+
+def set_verbosity(level: int) -> None:
+    """-q (-1) hides notes; -v (1) shows details; warnings and errors always show."""
+    VERBOSITY.level = level
 
 
 def check_format(fmt: str) -> str:
@@ -59,8 +76,25 @@ def emit(data: Any, fmt: str, table: Callable[[], RenderableType]) -> None:
 
 
 def note(message: str) -> None:
-    """A message for the person at the terminal (stderr)."""
-    stderr().print(message, markup=False)
+    """A message for the person at the terminal (stderr); `-q` hides it."""
+    if VERBOSITY.level >= 0:
+        stderr().print(message, markup=False, soft_wrap=True)
+
+
+def detail(message: str) -> None:
+    """A message shown only with `-v`."""
+    if VERBOSITY.level > 0:
+        stderr().print(message, markup=False, soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    """`warning: message` on stderr, one line, shown even with `-q`."""
+    stderr().print(f"warning: {message}", markup=False, soft_wrap=True)
+
+
+def error_line(message: str) -> None:
+    """`error: message` on stderr, one line."""
+    stderr().print(f"error: {message}", markup=False, soft_wrap=True)
 
 
 def json_number(x: float | None) -> float | None:

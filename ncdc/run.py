@@ -14,9 +14,13 @@ in global memory, for comparison with the model's on-chip boundary traffic.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -123,9 +127,161 @@ def _arg(p: Param, buffers: Mapping[str, np.ndarray]) -> object:
     return scalar_argument(p)
 
 
+# ---- the CPU backend's guard: memory and time estimated before a run -------------------
+
+DEFAULT_MEMORY_SHARE = 0.5  # of the memory available when the run starts (--max-memory)
+BASE_BYTES = 144 << 20  # Python, NumPy, the emulator library and its fiber stacks
+# Emulated throughput per core, measured on the CPU backend (BENCHMARKS.md): mma.sync and
+# shared-memory traffic dominate; a conservative figure, used for the progress display.
+EMU_FLOPS_PER_CORE_S = 5e7
+EMU_BYTES_PER_CORE_S = 1e8
+PROGRESS_AFTER_S = 2.0
+
+
+@dataclass(frozen=True)
+class EmulationEstimate:
+    """What a CPU-emulated run will take: peak resident memory and wall time."""
+
+    memory_bytes: int
+    seconds: float
+
+
+def estimate_emulation(
+    diagram: Diagram, module: RenderedModule, cost: Mapping[str, Any] | None = None
+) -> EmulationEstimate:
+    """Peak memory and time of `run_diagram` on the cpu backend, before running it.
+
+    Memory: the float64 reference keeps every tensor (8 bytes a value); the device buffers
+    hold the tensors the kernels name, at their dtype; the peak adds the larger of the
+    reference's temporaries (about 3 float64 copies of the largest tensor) and the
+    comparison's (about 4.5 of the largest output). Checked against measured peaks in
+    BENCHMARKS.md. Time: the model's FLOPs and on-chip bytes at the emulator's rate.
+
+        >>> from ncdc.spec import load_diagram
+        >>> d = load_diagram("diagrams/softmax.yaml", {"m": 2048, "n": 8192})
+        >>> round(estimate_emulation(d, _no_module()).memory_bytes / 2**30, 1)  # GiB
+        1.0
+    """
+    from ncdc.spec import DTYPE_BYTES
+
+    sizes = {t.name: diagram.size(t) for t in diagram.tensors}
+    named = {p.name for launch in module.launches for p in launch.params}
+    stored = sum(
+        sizes[t.name] * DTYPE_BYTES[t.dtype]
+        for t in diagram.tensors
+        if t.name in named or t.name in diagram.outputs
+    ) + sum(int(w.values) * DTYPE_BYTES[w.dtype] for w in module.workspace)
+    largest = max(sizes.values())
+    largest_out = max(sizes[name] for name in diagram.outputs)
+    memory = BASE_BYTES + 8 * sum(sizes.values()) + stored + max(24 * largest, 36 * largest_out)
+    return EmulationEstimate(int(memory), _emulation_seconds(cost))
+
+
+def _no_module() -> RenderedModule:
+    """A module with no launches (for the docstring: buffers are outputs only)."""
+    return RenderedModule("none", "", (), (), ())
+
+
+def _emulation_seconds(cost: Mapping[str, Any] | None) -> float:
+    if not cost:
+        return 0.0
+    flops = float(cost.get("flops", 0))
+    moved = float(sum(t["bytes"] for t in cost.get("transfers", ())[1:2]))  # on-chip boundary
+    cores = max(1, _cores())
+    return (flops / EMU_FLOPS_PER_CORE_S + moved / EMU_BYTES_PER_CORE_S) / cores
+
+
+def _cores() -> int:
+    from ncdc.system import default_jobs
+
+    return default_jobs()
+
+
+def available_memory() -> int:
+    """Bytes this process can still use: MemAvailable, capped by a cgroup memory limit."""
+    free = _meminfo_available()
+    limit = _cgroup_memory_left()
+    return min(free, limit) if limit is not None else free
+
+
+def _meminfo_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _cgroup_memory_left(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(0, int(limit) - int((root / "memory.current").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def memory_limit(text: str | None) -> int:
+    """`--max-memory`: bytes with an optional K/M/G/T suffix (binary: 8G is 8 GiB), or a
+    share of the available memory as a percentage; None is the default share.
+
+        >>> memory_limit("8G"), memory_limit("512MiB"), memory_limit("1024")
+        (8589934592, 536870912, 1024)
+    """
+    if text is None:
+        return int(DEFAULT_MEMORY_SHARE * available_memory())
+    raw = text.strip()
+    if raw.endswith("%"):
+        try:
+            share = float(raw[:-1]) / 100
+        except ValueError:
+            share = -1.0
+        if 0 < share <= 1:
+            return int(share * available_memory())
+    elif m := _MEMORY.match(raw):
+        value = float(m[1]) * _UNITS[m[2].upper()]
+        if value >= 1:
+            return int(value)
+    raise UsageError(
+        f"expected a memory size such as 8G, 512M or 50%, found '{text}'",
+        where="--max-memory",
+        hint="bytes with K, M, G or T (powers of 1024), or a percentage of the free memory",
+    )
+
+
+def check_emulation_fits(
+    estimate: EmulationEstimate, limit: int, *, compiled: bool = False
+) -> None:
+    """Refuse (exit 2) an emulation whose estimated peak memory is over `limit`."""
+    if estimate.memory_bytes <= limit:
+        return
+    from ncdc.report import format_bytes
+
+    hint = (
+        "compile the spec again with smaller sizes (ncdc compile SPEC --set AXIS=SIZE), "
+        "or raise --max-memory"
+        if compiled
+        else "run it at smaller sizes with --set AXIS=SIZE (e.g. --set q=256), or raise "
+        "--max-memory"
+    )
+    raise UsageError(
+        f"the cpu emulation needs about {format_bytes(estimate.memory_bytes)} of memory, "
+        f"over the limit of {format_bytes(limit)}",
+        where="--backend cpu",
+        hint=hint,
+    )
+
+
 def run_diagram(
     diagram: Diagram, module: RenderedModule, *, backend: str = "cpu", seed: int = 0,
-    sanitize: str | None = None,
+    sanitize: str | None = None, estimate: EmulationEstimate | None = None,
 ) -> RunResult:  # fmt: skip
     """Run `module` (rendered from `diagram`) on `backend` and check every output."""
     if backend not in BACKENDS:
@@ -135,7 +291,8 @@ def run_diagram(
     buffers = allocate(module, diagram, inputs)
     start = time.perf_counter()
     if backend == "cpu":
-        read, written = _run_cpu(module, buffers, sanitize)
+        with _progress(estimate.seconds if estimate else 0.0):
+            read, written = _run_cpu(module, buffers, sanitize)
     else:
         from ncdc.gpu import run_cuda
 
@@ -165,6 +322,23 @@ def _run_cpu(module: RenderedModule, buffers: dict, sanitize: str | None) -> tup
     return read, written
 
 
+@contextlib.contextmanager
+def _progress(expected_s: float) -> Iterator[None]:
+    """A spinner with the elapsed time on a terminal, for runs estimated over ~2 s."""
+    from ncdc.output import VERBOSITY, stderr
+
+    console = stderr()
+    if expected_s < PROGRESS_AFTER_S or not console.is_terminal or VERBOSITY.level < 0:
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        bar.add_task(f"emulating on the CPU (estimated {expected_s:.0f} s)", total=None)
+        yield
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """A run and what the model predicted for the traffic it measured."""
@@ -174,6 +348,7 @@ class RunOutcome:
     result: RunResult
     boundary: str  # the level boundary the kernels' own global traffic crosses, "l2->smem"
     predicted_bytes: int  # the model's bytes across that boundary
+    tiles_from: dict[str, Any] | None = None  # PlanSource.to_dict(); None for a compiled .cu
 
     def to_dict(self) -> dict[str, Any]:
         r = self.result
@@ -191,15 +366,23 @@ class RunOutcome:
                 "predicted_bytes": self.predicted_bytes,
             },
             "seconds": r.seconds,
+            "tiles_from": self.tiles_from,
         }
 
 
 def run_spec(
     spec: Path, hardware: Hardware, *, backend: str = "cpu", seed: int = 0,
     sanitize: str | None = None, sizes: Mapping[str, int] | None = None,
-    tiles: Mapping[str, int] | None = None,
+    tiles: Mapping[str, int] | None = None, max_memory: int | None = None,
+    use_tuned: bool = True,
 ) -> RunOutcome:  # fmt: skip
-    """Plan, render and run a spec, or run a `.cu` that `ncdc compile` wrote."""
+    """Plan, render and run a spec, or run a `.cu` that `ncdc compile` wrote.
+
+    On the cpu backend the run's memory is estimated first and a run over `max_memory`
+    bytes (default: DEFAULT_MEMORY_SHARE of the available memory) is refused (exit 2).
+    """
+    if seed < 0:
+        raise UsageError(f"expected a seed of 0 or more, found {seed}", where="--seed")
     if spec.suffix == ".cu":
         if sizes or tiles:
             raise UsageError(
@@ -207,18 +390,31 @@ def run_spec(
                 hint="run the spec instead, or compile again with the sizes",
             )  # fmt: skip
         diagram, module, cost = load_compiled(spec)
+        tiles_from = None
     else:
-        from ncdc.choose import choose_plan
+        from ncdc.choose import choose_plan_source
         from ncdc.cost import plan_to_dict
         from ncdc.render import render_plan
 
         diagram = load_diagram(spec, sizes)
-        plan = choose_plan(diagram, hardware, tiles)  # explicit beats tuned beats modelled
+        # explicit beats tuned beats modelled
+        plan, source = choose_plan_source(diagram, hardware, tiles, use_tuned=use_tuned)
+        tiles_from = source.to_dict()
+        from ncdc.output import detail, note
+
+        (note if source.kind == "tuned" else detail)(source.describe())
         module = render_plan(plan)
         cost = plan_to_dict(plan)
-    result = run_diagram(diagram, module, backend=backend, seed=seed, sanitize=sanitize)
+    estimate = None
+    if backend == "cpu":
+        estimate = estimate_emulation(diagram, module, cost)
+        limit = memory_limit(None) if max_memory is None else max_memory
+        check_emulation_fits(estimate, limit, compiled=spec.suffix == ".cu")
+    result = run_diagram(
+        diagram, module, backend=backend, seed=seed, sanitize=sanitize, estimate=estimate
+    )
     boundary, predicted = on_chip_boundary(cost, hardware)
-    return RunOutcome(diagram, module, result, boundary, predicted)
+    return RunOutcome(diagram, module, result, boundary, predicted, tiles_from)
 
 
 def on_chip_boundary(cost: Mapping[str, Any], hardware: Hardware) -> tuple[str, int]:
@@ -257,6 +453,13 @@ def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
         ) from None  # fmt: skip
     if not spec_text:
         raise UsageError("the .json carries no spec text", where=str(meta_path))
+    expected = meta.get("files", {}).get("cu_sha256")
+    if expected and hashlib.sha256(source.encode()).hexdigest() != expected:
+        raise UsageError(
+            f"{cu.name} is not the source {meta_path.name} describes (edited, or written by "
+            "another compile)", where=str(cu),
+            hint="compile the spec again with ncdc compile",
+        )  # fmt: skip
     diagram = load_diagram_text(spec_text, meta.get("spec", str(cu)), meta["axes"])
     name = "__".join(launch.kernel for launch in launches)
     return diagram, RenderedModule(name, source, launches, workspace, ()), meta["cost"]

@@ -23,13 +23,15 @@ what was expected and what was found, with a hint.
 from __future__ import annotations
 
 import difflib
+import functools
+import heapq
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ncdc.errors import SpecError
+from ncdc.errors import SpecError, excerpt
 from ncdc.yamlsrc import YamlDoc, YamlPath, read_yaml_file, read_yaml_text
 
 FORMAT_VERSION = 1
@@ -183,14 +185,29 @@ class Diagram:
 
     def tensor(self, name: str) -> Tensor:
         """The input or intermediate called `name`."""
-        for t in self.tensors:
-            if t.name == name:
-                return t
-        raise KeyError(name)
+        return self._by_name[name]  # KeyError for an unknown name
 
-    @property
+    # Cached: the graph and the cost model ask for tensors by name once per operation, and
+    # rebuilding the tuple each time made a diagram of n operations cost n^2.
+    @functools.cached_property
     def tensors(self) -> tuple[Tensor, ...]:
         return self.inputs + tuple(Tensor(op.out, op.axes, op.dtype) for op in self.ops)
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self.tensors}
+
+    @functools.cached_property
+    def _producers(self) -> dict[str, Op]:
+        return {op.out: op for op in self.ops}
+
+    @functools.cached_property
+    def _consumers(self) -> dict[str, tuple[Op, ...]]:
+        found: dict[str, list[Op]] = {}
+        for op in self.ops:
+            for name in dict.fromkeys(op.inputs):
+                found.setdefault(name, []).append(op)
+        return {name: tuple(ops) for name, ops in found.items()}
 
     def size(self, tensor: Tensor) -> int:
         """Number of values in `tensor` at this diagram's axis sizes."""
@@ -200,10 +217,10 @@ class Diagram:
         return n
 
     def producer(self, name: str) -> Op | None:
-        return next((op for op in self.ops if op.out == name), None)
+        return self._producers.get(name)
 
     def consumers(self, name: str) -> tuple[Op, ...]:
-        return tuple(op for op in self.ops if name in op.inputs)
+        return self._consumers.get(name, ())
 
 
 # --------------------------------------------------------------------------------------
@@ -214,6 +231,40 @@ def load_diagram(path: str | Path, sizes: Mapping[str, int] | None = None) -> Di
     """Read and validate the spec at `path`; `sizes` overrides axis sizes (`--set`)."""
     doc = read_yaml_file(Path(path))
     return _with_sizes(_Validator(doc).diagram(), sizes)
+
+
+def spec_names(paths: Iterable[str | Path]) -> dict[Path, str]:
+    """The diagram name each spec declares, for the specs whose YAML reads (no validation).
+
+    Two specs with one name would overwrite each other's outputs and baseline entries;
+    callers refuse that before doing any work.
+    """
+    names: dict[Path, str] = {}
+    for path in map(Path, paths):
+        try:
+            data = read_yaml_file(path).data
+        except SpecError:
+            continue  # reported when the spec itself is loaded
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            names[path] = data["name"]
+    return names
+
+
+def check_unique_names(paths: Iterable[str | Path]) -> None:
+    """Refuse, in one line, two specs whose diagrams have one name: their outputs (and
+    their baseline entries) would overwrite each other. A spec that does not load is left
+    for its own load to report.
+
+        >>> check_unique_names(["diagrams/matmul.yaml", "diagrams/softmax.yaml"])
+    """
+    seen: dict[str, Path] = {}
+    for path, name in spec_names(paths).items():
+        if name in seen:
+            raise SpecError(
+                f"two specs name their diagram '{name}': {seen[name]} and {path}",
+                hint="give each diagram its own `name:`",
+            )
+        seen[name] = path
 
 
 def load_diagram_text(
@@ -292,7 +343,7 @@ class _Validator:
         if data["ncdc"] != FORMAT_VERSION or isinstance(data["ncdc"], bool):
             raise self.fail(
                 ("ncdc",),
-                f"expected format version {FORMAT_VERSION}, found {data['ncdc']!r}",
+                f"expected format version {FORMAT_VERSION}, found {_shown(data['ncdc'])}",
                 "write `ncdc: 1`",
             )
         name = self.name(data["name"], ("name",), "diagram name")
@@ -316,7 +367,7 @@ class _Validator:
             if key not in allowed:
                 raise self.fail(
                     path + (key,),
-                    f"unknown key '{key}'; expected one of {_names(sorted(allowed))}",
+                    f"unknown key '{excerpt(key)}'; expected one of {_names(sorted(allowed))}",
                     _did_you_mean(key, allowed),
                 )
         for key in required:
@@ -327,7 +378,11 @@ class _Validator:
 
     def name(self, value: Any, path: YamlPath, what: str) -> str:
         if not isinstance(value, str):
-            raise self.fail(path, f"expected a {what} (an identifier), found {_kind(value)}")
+            raise self.fail(
+                path,
+                f"expected a {what} (an identifier), found {_kind(value)}",
+                self.doc.quote_hint(path),  # `no` read as False explains itself
+            )
         check_identifier(value, what, self.doc.where(path))
         return value
 
@@ -344,7 +399,9 @@ class _Validator:
         for i, item in enumerate(value):
             if not isinstance(item, str):
                 raise self.fail(
-                    path + (i,), f"expected a name in this list of {what}, found {_kind(item)}"
+                    path + (i,),
+                    f"expected a name in this list of {what}, found {_kind(item)}",
+                    self.doc.quote_hint(path + (i,)),
                 )
         return value
 
@@ -406,7 +463,7 @@ class _Validator:
         if not isinstance(value, str) or value not in DTYPE_BYTES:
             raise self.fail(
                 path,
-                f"unknown dtype {value!r}; expected one of {_names(DTYPE_BYTES)}",
+                f"unknown dtype {_shown(value)}; expected one of {_names(DTYPE_BYTES)}",
                 _did_you_mean(str(value), DTYPE_BYTES),
             )
         return str(value)
@@ -437,27 +494,57 @@ class _Validator:
                     ("ops", i), f"'{st.out}' is defined twice", "give each result its own name"
                 )
             defined[st.out] = Tensor(st.out, (), "fp32")  # shape filled in by _infer
-        # Infer shapes in dependency order, so an op may refer to a later line.
+        return self.infer_in_order(statements, axes, inputs, defined)
+
+    def infer_in_order(
+        self,
+        statements: list[_Statement],
+        axes: Mapping[str, int],
+        inputs: dict[str, Tensor],
+        defined: dict[str, Tensor],
+    ) -> list[Op]:
+        """Infer shapes in dependency order, so an op may refer to a later line.
+
+        The order is that of repeated passes over the lines, each taking every line whose
+        operands are known by then; computed with counts of unmet operands (Kahn's
+        algorithm) so that it takes time linear in the ops, not quadratic.
+        """
+        producer = {st.out: i for i, st in enumerate(statements)}
+        waiting = [0] * len(statements)
+        dependents: list[list[int]] = [[] for _ in statements]
+        for i, st in enumerate(statements):
+            deps = {n for n in st.names() if n in defined and n not in inputs}
+            if st.out in deps:
+                waiting[i] = len(statements) + 1  # reads itself: never ready, a cycle
+                continue
+            for d in deps:
+                dependents[producer[d]].append(i)
+            waiting[i] = len(deps)
+        now = [i for i, n in enumerate(waiting) if n == 0]
+        later: list[int] = []
+        known = dict(inputs)
         ops: dict[str, Op] = {}
-        pending = list(range(len(statements)))
-        while pending:
-            progressed = False
-            for i in list(pending):
-                st = statements[i]
-                deps = [n for n in st.names() if n in defined and n not in inputs]
-                if all(d in ops for d in deps if d != st.out) and st.out not in deps:
-                    known = {**inputs, **{n: Tensor(n, o.axes, o.dtype) for n, o in ops.items()}}
-                    ops[st.out] = self.infer(st, i, axes, known, defined)
-                    pending.remove(i)
-                    progressed = True
-            if not progressed:
-                i = pending[0]
-                cycle = " -> ".join(statements[j].out for j in pending)
-                raise self.fail(
-                    ("ops", i),
-                    f"operations depend on each other in a cycle: {cycle} -> {statements[i].out}",
-                    "a result cannot feed its own inputs",
-                )
+        while now or later:
+            if not now:
+                now, later = sorted(later), []
+            i = heapq.heappop(now)
+            op = self.infer(statements[i], i, axes, known, defined)
+            ops[op.out], known[op.out] = op, Tensor(op.out, op.axes, op.dtype)
+            for j in dependents[i]:
+                waiting[j] -= 1
+                if waiting[j] == 0 and j > i:  # the current pass still reaches j
+                    heapq.heappush(now, j)
+                elif waiting[j] == 0:
+                    later.append(j)
+        if len(ops) < len(statements):
+            pending = [i for i, st in enumerate(statements) if st.out not in ops]
+            i = pending[0]
+            cycle = " -> ".join(statements[j].out for j in pending)
+            raise self.fail(
+                ("ops", i),
+                f"operations depend on each other in a cycle: {cycle} -> {statements[i].out}",
+                "a result cannot feed its own inputs",
+            )
         return list(ops.values())  # inference order is a topological order
 
     def infer(
@@ -504,7 +591,9 @@ class _Validator:
 
         def tensor(arg: Any, what: str) -> Tensor:
             if not isinstance(arg, str):
-                raise self.fail(path, f"expected a tensor as {what} of {st.fn}, found {arg!r}")
+                raise self.fail(
+                    path, f"expected a tensor as {what} of {st.fn}, found {_shown(arg)}"
+                )
             if arg not in known:
                 hint = _did_you_mean(arg, defined) or "declare it under inputs or compute it"
                 raise self.fail(path, f"unknown tensor '{arg}' in '{st.text}'", hint)
@@ -518,7 +607,7 @@ class _Validator:
                 or not names
                 or not all(isinstance(a, str) for a in names)
             ):
-                raise self.fail(path, f"expected axis names for 'over', found {names!r}")
+                raise self.fail(path, f"expected axis names for 'over', found {_shown(names)}")
             for a in names:
                 self.known_axis(a, axes, path)
                 if a not in t.axes:
@@ -586,7 +675,9 @@ class _Validator:
                 for key in ("query", "key"):
                     ax = st.kwargs[key]
                     if not isinstance(ax, str):
-                        raise self.fail(path, f"expected an axis name for '{key}', found {ax!r}")
+                        raise self.fail(
+                            path, f"expected an axis name for '{key}', found {_shown(ax)}"
+                        )
                     self.known_axis(ax, axes, path)
                     if ax not in src.axes:
                         raise self.fail(
@@ -629,7 +720,7 @@ class _Validator:
 
     def number(self, value: Any, path: YamlPath, what: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(path, f"expected a number for {what}, found {value!r}")
+            raise self.fail(path, f"expected a number for {what}, found {_shown(value)}")
         if isinstance(value, int) and abs(value) > 2**1023:  # float() would overflow
             found = f"a whole number of {value.bit_length()} bits"
             raise self.fail(path, f"expected a finite number for {what}, found {found}")
@@ -710,7 +801,7 @@ class _Validator:
             path: YamlPath = ("schedule", "tiles", axis)
             self.known_axis(axis, axes, path)
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise self.fail(path, f"expected a positive whole tile size, found {size!r}")
+                raise self.fail(path, f"expected a positive whole tile size, found {_shown(size)}")
             if size > axes[axis]:
                 raise self.fail(
                     path,
@@ -773,7 +864,7 @@ def check_identifier(name: str, what: str, where: str) -> None:
     if not _IDENT.match(name):
         raise SpecError(
             f"expected a {what} made of letters, digits and '_' starting with a "
-            f"letter, found {name!r}",
+            f"letter, found {_shown(name)}",
             where=where,
             hint="e.g. `Q`, `scores`, `d_head`",
         )
@@ -917,7 +1008,8 @@ def _tokenize(text: str, where: str) -> list[tuple[str, str]]:
         if not m or m.end() == pos:
             pos += len(text[pos:]) - len(text[pos:].lstrip())
             raise SpecError(
-                f"unexpected character {text[pos]!r} at column {pos + 1} of '{text.strip()}'",
+                f"unexpected character {text[pos]!r} at column {pos + 1} of "
+                f"'{excerpt(text.strip(), 80)}'",
                 where=where,
                 hint="operations look like 'Y = gelu(X)'",
             )
@@ -942,12 +1034,17 @@ def _kind(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"the number {value}"
     if isinstance(value, str):
-        return f"the text {value!r}"
+        return f"the text {_shown(value)}"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
         return "a mapping"
     return type(value).__name__
+
+
+def _shown(value: Any) -> str:
+    """A value as an error quotes it: its repr, one line, cut short (see `excerpt`)."""
+    return excerpt(repr(value))
 
 
 def _names(names: Iterable[str]) -> str:

@@ -160,3 +160,16 @@ def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
             f"{outcome.boundary}: {outcome.predicted_bytes:,} B (ratio {ratio:.3f})"
         )
     return table
+
+
+def cache_table(info: dict) -> Table:
+    """`ncdc cache info` for people: one row per cache."""
+    from ncdc.report import format_bytes
+
+    safety = "safe" if info["safe"] else f"UNSAFE: {info['problem']}"
+    table = Table(title=f"cache root {escape(info['root'])} ({safety})")
+    for col in ("cache", "entries", "size", "path"):
+        table.add_column(col, justify="right" if col in ("entries", "size") else "left")
+    for name, s in info["sections"].items():
+        table.add_row(name, str(s["entries"]), format_bytes(s["bytes"]), escape(s["path"]))
+    return table

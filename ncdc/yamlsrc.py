@@ -12,13 +12,16 @@ each YAML path to its line.
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ncdc.errors import SpecError
+from ncdc.errors import SpecError, excerpt
 
 MAX_DEPTH = 32
 MAX_BYTES = 1 << 20  # a diagram is a few hundred lines; a megabyte is already absurd
@@ -37,6 +40,16 @@ class YamlDoc:
     lines: dict[YamlPath, int] = field(default_factory=dict)
     spans: dict[YamlPath, tuple[int, int]] = field(default_factory=dict)
     text: str = ""
+    # Plain words YAML 1.1 reads as a boolean or null (`no`, `on`, `NULL`, `~`), by path:
+    # where a name was expected, the error says to quote them.
+    special: dict[YamlPath, str] = field(default_factory=dict)
+
+    def quote_hint(self, path: YamlPath) -> str | None:
+        """ "quote it" when the value at `path` is a word YAML read as a boolean or null."""
+        word = self.special.get(path)
+        if word is None:
+            return None
+        return f"YAML reads the bare word {word} as {_special_kind(word)}; quote it: '{word}'"
 
     def raw(self, path: YamlPath) -> str:
         """The source text of the value at `path`, as written.
@@ -67,27 +80,25 @@ def format_path(path: YamlPath) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            part = excerpt(part, 40)  # a key may be a whole line of whatever the file is
+            out += f".{part}" if out else part
     return out
 
 
 def read_yaml_file(path: Path) -> YamlDoc:
-    """Read a YAML file; unreadable, non-UTF-8 or oversized files are SpecErrors."""
+    """Read a YAML file; unreadable, non-UTF-8 or oversized files are SpecErrors.
+
+    Only a regular file is read (a FIFO would hang, `/dev/zero` never ends), and its size
+    is checked before reading: the open does not block and at most MAX_BYTES are read.
+    """
     try:
-        raw = path.read_bytes()
+        raw = _read_regular(path)
     except FileNotFoundError:
         raise SpecError(
             "no such file", where=str(path), hint="check the path; `ncdc check DIR` finds specs"
         ) from None
-    except IsADirectoryError:
-        raise SpecError("expected a YAML file, found a directory", where=str(path)) from None
     except OSError as e:
         raise SpecError(f"cannot read the file: {e.strerror}", where=str(path)) from None
-    if len(raw) > MAX_BYTES:
-        raise SpecError(
-            f"file is {len(raw)} bytes; expected a diagram under {MAX_BYTES} bytes",
-            where=str(path),
-        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -99,6 +110,33 @@ def read_yaml_file(path: Path) -> YamlDoc:
     return read_yaml_text(text, str(path))
 
 
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)  # fmt: skip
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of `path` if it is a regular file of at most MAX_BYTES, else SpecError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "not a file")
+            raise SpecError(f"expected a YAML file, found {kind}", where=str(path),
+                            hint="name a spec file (a symbolic link to one is fine)")  # fmt: skip
+        if st.st_size > MAX_BYTES:
+            raise SpecError(
+                f"file is {st.st_size} bytes; expected a diagram under {MAX_BYTES} bytes",
+                where=str(path),
+            )
+        raw = handle.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:  # it grew while we looked
+        raise SpecError(f"file is over {MAX_BYTES} bytes", where=str(path))
+    return raw
+
+
 def read_yaml_text(text: str, source: str = "<string>") -> YamlDoc:
     """Parse YAML text into plain data plus line numbers (see the module docstring)."""
     try:
@@ -107,7 +145,7 @@ def read_yaml_text(text: str, source: str = "<string>") -> YamlDoc:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 1
         raise SpecError(
-            f"malformed YAML: {e.problem or e.context}",
+            f"malformed YAML: {excerpt(str(e.problem or e.context))}",
             where=f"{source}:{line}",
             hint="check indentation, colons and brackets on that line",
         ) from None
@@ -117,13 +155,34 @@ def read_yaml_text(text: str, source: str = "<string>") -> YamlDoc:
         raise SpecError(f"nesting deeper than {MAX_DEPTH} levels", where=source) from None
     lines: dict[YamlPath, int] = {}
     spans: dict[YamlPath, tuple[int, int]] = {}
-    data = _convert(root, (), lines, spans, source, set()) if root is not None else None
-    return YamlDoc(data=data, source=source, lines=lines, spans=spans, text=text)
+    special: dict[YamlPath, str] = {}
+    walk = _Walk(lines, spans, special, source, set())
+    data = _convert(root, (), walk) if root is not None else None
+    return YamlDoc(data=data, source=source, lines=lines, spans=spans, text=text, special=special)
 
 
-def _convert(
-    node: yaml.Node, path: YamlPath, lines: dict, spans: dict, source: str, seen: set[int]
-) -> Any:
+@dataclass(frozen=True)
+class _Walk:
+    """What `_convert` fills in while it walks one document."""
+
+    lines: dict[YamlPath, int]
+    spans: dict[YamlPath, tuple[int, int]]
+    special: dict[YamlPath, str]
+    source: str
+    seen: set[int]
+
+
+_BOOL_TAG, _NULL_TAG = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:null"
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_DECIMAL = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+
+
+def _special_kind(word: str) -> str:
+    return "nothing (null)" if word in ("~", "") or word.lower() == "null" else "a boolean"
+
+
+def _convert(node: yaml.Node, path: YamlPath, walk: _Walk) -> Any:
+    lines, spans, source, seen = walk.lines, walk.spans, walk.source, walk.seen
     where = f"{source}:{node.start_mark.line + 1}"
     if id(node) in seen:
         raise SpecError(
@@ -136,12 +195,12 @@ def _convert(
     lines[path] = node.start_mark.line + 1
     spans[path] = (node.start_mark.index, node.end_mark.index)
     if isinstance(node, yaml.ScalarNode):
+        if node.style is None and node.tag in (_BOOL_TAG, _NULL_TAG):
+            walk.special[path] = node.value or "~"
         return _scalar(node, where, path)
     seen.add(id(node))
     if isinstance(node, yaml.SequenceNode):
-        return [
-            _convert(n, path + (i,), lines, spans, source, seen) for i, n in enumerate(node.value)
-        ]
+        return [_convert(n, path + (i,), walk) for i, n in enumerate(node.value)]
     assert isinstance(node, yaml.MappingNode)
     out: dict[str, Any] = {}
     for key_node, value_node in node.value:
@@ -151,9 +210,17 @@ def _convert(
                 "YAML merge keys (<<) are not supported", where=f"{where}: {format_path(path)}"
             )
         if not isinstance(key, str):
+            word = getattr(key_node, "value", "")
+            special = key_node.tag in (_BOOL_TAG, _NULL_TAG) and key_node.style is None
             raise SpecError(
-                f"expected a name as mapping key, found {key!r}",
+                f"expected a name as mapping key, found {excerpt(repr(key))}",
                 where=f"{source}:{key_node.start_mark.line + 1}: {format_path(path)}",
+                hint=(
+                    f"YAML reads the bare word {word or '~'} as {_special_kind(word)}; "
+                    f"quote it: '{word}'"
+                    if special
+                    else None
+                ),
             )
         if key in out:
             raise SpecError(
@@ -161,15 +228,33 @@ def _convert(
                 where=f"{source}:{key_node.start_mark.line + 1}: {format_path(path + (key,))}",
                 hint="each key may appear once",
             )
-        out[key] = _convert(value_node, path + (key,), lines, spans, source, seen)
+        out[key] = _convert(value_node, path + (key,), walk)
     return out
 
 
 def _scalar(node: yaml.ScalarNode, where: str, path: YamlPath) -> Any:
+    _check_number(node, where, path)
     try:
         return _CONSTRUCTOR.construct_object(node, deep=True)
     except (yaml.YAMLError, ValueError, OverflowError) as e:
         raise SpecError(
-            f"cannot read the value {node.value!r}: {getattr(e, 'problem', None) or e}",
+            f"cannot read the value {excerpt(repr(node.value))}: "
+            f"{excerpt(str(getattr(e, 'problem', None) or e))}",
             where=f"{where}: {format_path(path)}",
         ) from None
+
+
+def _check_number(node: yaml.ScalarNode, where: str, path: YamlPath) -> None:
+    """Refuse YAML 1.1's surprising numbers: `010` is 8, `0x10` 16, `1:30` 90, `1_000`
+    1000. An integer is written in plain decimal; a quoted value is text, as written."""
+    if node.style is not None:
+        return
+    odd_int = node.tag == _INT_TAG and not _DECIMAL.fullmatch(node.value)
+    odd_float = node.tag == _FLOAT_TAG and (":" in node.value or "_" in node.value)
+    if odd_int or odd_float:
+        raise SpecError(
+            f"expected a plain decimal number, found {excerpt(node.value)} (YAML 1.1 reads "
+            "leading zeros as octal, 0x as hex, 1:30 as base 60 and drops underscores)",
+            where=f"{where}: {format_path(path)}",
+            hint="write the number in plain decimal, e.g. 4096, or quote it if it is text",
+        )

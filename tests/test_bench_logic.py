@@ -544,3 +544,32 @@ def test_device_info_versions():
     info = gpu.device_info(FakeCupy())
     assert info["name"] == "Fake H200"
     assert info["driver_version"] == "13.0" and info["runtime_version"] == "12.9"
+
+
+def test_percent_of_peak_uses_the_true_peak_with_the_mma_sync_ceiling_beside_it():
+    """H200's profile discounts mma.sync to a share of the tensor peak (wgmma reaches the
+    rest): % of peak is against the datasheet peak, the ceiling is share x peak."""
+    from ncdc.bench import mma_sync_ceiling_of, peak_of
+
+    hw = load_hardware("h200")
+    assert hw.mma_sync_share < 1
+    plan = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), hw)
+    assert plan.bound_kind == "compute"
+    assert peak_of(plan) == hw.rate("tensor", "bf16")
+    assert mma_sync_ceiling_of(plan) == pytest.approx(hw.rate("tensor", "bf16") * hw.mma_sync_share)
+    a100 = load_hardware("a100")
+    assert a100.mma_sync_share == 1
+    p = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), a100)
+    assert peak_of(p) == mma_sync_ceiling_of(p)
+
+
+def test_bench_and_tune_json_follow_their_schemas():
+    from ncdc.schema import load_schema, validate
+
+    assert validate(bench.bench_to_dict(a_result()), load_schema("bench")) == []
+    c = tune.Config({"m": 128}, ((8, 2, 1),))
+    r = tune.TuneResult(
+        "matmul", "h200", "NVIDIA H200", "sm_90a", {"m": 4096}, {"m": 256},
+        (tune.Candidate(0, c, 1.0e-4, 0.30), tune.Candidate(1, c, 1.1e-4, math.inf, "x")),
+    )  # fmt: skip
+    assert validate(tune.tune_to_dict(r), load_schema("tune")) == []

@@ -1,6 +1,6 @@
 """The compile cache: hits skip NVRTC, keys cover what changes the cubin, entries are
-readable, corrupt entries are rebuilt, concurrent processes compile once, nothing partial
-is left behind.
+readable, corrupt or forged entries are rebuilt, an unsafe root is refused, a cache that
+cannot be written is skipped, concurrent processes compile once, nothing partial is left.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def compiles(monkeypatch):
 
 
 def entry_files(root: Path) -> list[str]:
-    return sorted(p.name for p in root.rglob("*") if p.is_file())
+    """The cache's files but its key."""
+    return sorted(p.name for p in root.rglob("*") if p.is_file() and p.name != cache.KEY_FILE)
 
 
 def only_stem(root: Path) -> Path:
@@ -151,7 +152,7 @@ def test_interrupted_compile_leaves_nothing(root, monkeypatch):
     monkeypatch.setattr(nvrtc, "compile_cuda", interrupted)
     with pytest.raises(KeyboardInterrupt):
         cache.cached_compile(SOURCE, "sm_80", name=NAME)
-    assert [p.suffix for p in root.rglob("*") if p.is_file()] == [".lock"]
+    assert [Path(p).suffix for p in entry_files(root)] == [".lock"]
     assert_unlocked(next(root.rglob("*.lock")))
 
 
@@ -162,7 +163,7 @@ def test_interrupted_write_leaves_no_temp_file(root, monkeypatch):
     monkeypatch.setattr(cache.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
         cache.cached_compile(SOURCE, "sm_80", name=NAME)
-    assert [p.suffix for p in root.rglob("*") if p.is_file()] == [".lock"]
+    assert [Path(p).suffix for p in entry_files(root)] == [".lock"]
     assert_unlocked(next(root.rglob("*.lock")))
 
 
@@ -222,3 +223,102 @@ def test_concurrent_processes_compile_once(root, tmp_path, headers):
     assert marker.read_text() == "compile\n"
     assert len(set(cubins)) == 1 and cubins[0][:4] == b"\x7fELF"
     assert not [p for p in root.rglob("*") if p.name.endswith(".tmp")]
+
+
+# ---- a cache nobody else can poison -------------------------------------------------------
+
+
+def test_planted_cubin_with_a_matching_sha256_is_not_used(root, compiles):
+    """Whoever plants a cubin can write its sha256 beside it; the HMAC needs the key."""
+    cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    stem = only_stem(root)
+    meta = json.loads(stem.with_suffix(".json").read_text())
+    evil = b"\x7fELF planted" + bytes(64)
+    import hashlib
+
+    meta["cubin_bytes"], meta["cubin_sha256"] = len(evil), hashlib.sha256(evil).hexdigest()
+    meta["hmac"] = hashlib.sha256(evil).hexdigest()  # a guess without the key
+    stem.with_suffix(".cubin").write_bytes(evil)
+    stem.with_suffix(".json").write_text(json.dumps(meta))
+    module = cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    assert module.cubin != evil and module.cubin[:4] == b"\x7fELF"
+    assert len(compiles) == 2
+    assert stem.with_suffix(".cubin").read_bytes() == module.cubin  # the entry was rebuilt
+
+
+def test_an_entry_signed_under_another_key_is_rebuilt(root, compiles):
+    cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    (root / cache.KEY_FILE).unlink()  # a new key: every old entry is someone else's
+    cache._key_for.cache_clear()
+    cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    assert len(compiles) == 2
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o757])
+def test_a_root_others_can_write_is_refused(root, mode):
+    root.mkdir(parents=True)
+    root.chmod(mode)
+    with pytest.raises(cache.CacheError) as e:
+        cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    assert e.value.exit_code == 2 and "writable by others" in e.value.line()
+    assert "chmod go-w" in e.value.line()
+    assert list(root.iterdir()) == []
+
+
+def test_a_root_owned_by_someone_else_is_refused(root, monkeypatch):
+    root.mkdir(parents=True, mode=0o700)
+    monkeypatch.setattr(cache.os, "getuid", lambda: os.stat(root).st_uid + 1)
+    with pytest.raises(cache.CacheError, match="owned by uid"):
+        cache.cached_compile(SOURCE, "sm_80", name=NAME)
+
+
+def test_a_key_others_can_read_is_refused(root, compiles):
+    cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    (root / cache.KEY_FILE).chmod(0o644)
+    cache._key_for.cache_clear()
+    with pytest.raises(cache.CacheError, match="cache key"):
+        cache.cached_compile(SOURCE, "sm_80", name=NAME)
+
+
+def test_new_root_and_key_are_private(root, compiles):
+    cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    assert root.stat().st_mode & 0o077 == 0
+    assert (root / cache.KEY_FILE).stat().st_mode & 0o777 == 0o600
+
+
+def test_a_cache_that_cannot_be_written_degrades_with_a_warning(
+    root, compiles, monkeypatch, capsys
+):
+    import errno
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache, "write_atomic", full)
+    cache._warn_once.cache_clear()
+    module = cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    assert module.cubin[:4] == b"\x7fELF"
+    err = capsys.readouterr().err
+    assert "warning: cache" in err and "No space left" in err and "without a cache" in err
+    assert not list(root.rglob("*.cubin"))
+
+
+def test_a_root_that_cannot_be_created_degrades(tmp_path, monkeypatch, headers, compiles, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("NCDC_CACHE", str(blocker / "cache"))  # a folder under a file
+    cache._warn_once.cache_clear()
+    assert cache.cached_compile(SOURCE, "sm_80", name=NAME).cubin[:4] == b"\x7fELF"
+    assert "without a cache" in capsys.readouterr().err
+
+
+def test_one_header_digest_for_both_caches(headers):
+    from ncdc import emulate
+
+    before = cache.headers_digest()
+    (headers / "sub").mkdir()
+    (headers / "sub" / "x.h").write_text("int x;\n")  # a nested header counts too
+    assert cache.headers_digest() != before
+    # The emulator keys on the same function (no digest of its own) over the same folder.
+    assert emulate.include_dir() == headers
+    assert not hasattr(emulate, "_headers_digest")

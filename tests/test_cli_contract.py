@@ -36,6 +36,12 @@ def ncdc(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT, timeou
     )
 
 
+def ncdc_version() -> str:
+    from ncdc import __version__
+
+    return __version__
+
+
 def commands() -> set[str]:
     from ncdc.cli import app
 
@@ -108,6 +114,9 @@ def test_check_baseline_regression_exits_1(tmp_path):
         json.dumps(
             {
                 "format": "ncdc.baseline/1",
+                "ncdc_version": ncdc_version(),
+                "hardware": ["h200"],
+                "arch": ["sm_90a"],
                 "diagrams": {"matmul": {"predicted_time_s": 1e-12, "hbm_bytes": 1}},
             }
         )
@@ -147,6 +156,13 @@ BAD_INPUT = {
     "backend_unknown": (("run", SOFTMAX, "--backend", "tpu"), "tpu"),
     "arch_unknown": (("compile", SOFTMAX, "--arch", "sm_12"), "sm_12"),
     "sanitize_unknown": (("run", SOFTMAX, "--sanitize", "thread"), ""),
+    "seed_negative": (("run", SOFTMAX, "--seed", "-1"), "--seed"),
+    "tolerance_word": (("check", MATMUL, "--baseline", "b.json", "--tolerance", "abc"), "abc"),
+    "tolerance_bare": (("check", MATMUL, "--baseline", "b.json", "--tolerance", "5"), "'5'"),
+    "tolerance_nan": (("check", MATMUL, "--baseline", "b.json", "--tolerance", "nan%"), "nan"),
+    "tolerance_negative": (("check", MATMUL, "--baseline", "b.json", "--tolerance", "-1%"), "-1"),
+    "baseline_missing": (("check", MATMUL, "--baseline", "no-such.json"), "no-such.json"),
+    "out_unwritable": (("compile", SOFTMAX, "--arch", "sm_90a", "-o", "/proc/ncdc-out"), "/proc"),
 }
 
 
@@ -154,7 +170,7 @@ BAD_INPUT = {
 def test_bad_input_exits_2_with_one_line(case, tmp_path):
     args, contains = BAD_INPUT[case]
     needs(args[0]) if args[0] != "frobnicate" else None
-    if args[0] == "compile":
+    if args[0] == "compile" and "-o" not in args:
         args = (*args, "-o", str(tmp_path))
     assert_error(ncdc(*args, cwd=tmp_path), 2, contains=contains)
 

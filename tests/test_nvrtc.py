@@ -163,3 +163,24 @@ def test_missing_nvrtc_says_how_to_install(monkeypatch):
         nvrtc.compile_cuda(TRIVIAL, "sm_80")
     assert "NVRTC is not installed" in caught.value.line()
     assert "pip install 'ncdc[nvrtc]'" in caught.value.line()
+
+
+def test_cuda_headers_fall_back_to_the_toolkit(tmp_path, monkeypatch):
+    """Without the runtime wheel's headers, $CUDA_HOME/include (then $CUDA_PATH, then
+    /usr/local/cuda) is used: the GPU machine has nvcc's headers but maybe not the wheel."""
+    monkeypatch.setattr(nvrtc, "_wheel_include_dir", lambda: None)
+    monkeypatch.setattr(nvrtc, "TOOLKIT_DEFAULT", tmp_path / "none")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    assert nvrtc._cuda_include_dir() is None
+    toolkit = tmp_path / "cuda-13.0"
+    (toolkit / "include").mkdir(parents=True)
+    (toolkit / "include" / "cuda_bf16.h").write_text("")
+    monkeypatch.setenv("CUDA_PATH", str(toolkit))
+    assert nvrtc._cuda_include_dir() == toolkit / "include"
+    other = tmp_path / "home"
+    (other / "include").mkdir(parents=True)
+    (other / "include" / "cuda_bf16.h").write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(other))  # CUDA_HOME is asked first
+    assert nvrtc._cuda_include_dir() == other / "include"
+    assert nvrtc.include_dirs()[0] == other / "include"
