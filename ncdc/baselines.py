@@ -32,7 +32,7 @@ from ncdc.cost import Plan
 from ncdc.families import get_family
 from ncdc.launch import Family
 from ncdc.spec import Diagram, Op
-from ncdc.timing import BaselineResult, Timer
+from ncdc.timing import BaselineResult, Timer, torch_work
 
 Candidate = tuple[str, Callable[[], None]]
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -229,12 +229,12 @@ def _gemm(cupy: Any, g: GemmShape) -> list[Candidate]:
         def scaled() -> None:
             torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
-        return [("cuBLAS fp8 (torch._scaled_mm)", scaled)]
+        return [("cuBLAS fp8 (torch._scaled_mm)", torch_work(torch, scaled))]
     if torch is not None and g.dtype in TORCH_DTYPES:
         dt = getattr(torch, TORCH_DTYPES[g.dtype])
         a = torch.randn(*operand_shape(g.batch, g.m, g.k), device="cuda", dtype=dt)
         b = torch.randn(*operand_shape(g.batch, g.k, g.n), device="cuda", dtype=dt)
-        return [("cuBLAS (torch.matmul)", lambda: torch.matmul(a, b))]
+        return [("cuBLAS (torch.matmul)", torch_work(torch, lambda: torch.matmul(a, b)))]
     dt = cupy.float32 if g.dtype == "fp32" else cupy.float16
     a = cupy.random.standard_normal(operand_shape(g.batch, g.m, g.k), dtype=cupy.float32)
     b = cupy.random.standard_normal(operand_shape(g.batch, g.k, g.n), dtype=cupy.float32)
@@ -274,6 +274,7 @@ def _sdpa(torch: Any, s: AttentionShape) -> list[Candidate]:
 
 def _sdpa_call(backend: Any, qkv: tuple[Any, Any, Any], s: AttentionShape) -> Callable[[], None]:
     """SDPA restricted to one back end; an unavailable one raises on the first call."""
+    import torch
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
 
@@ -283,7 +284,7 @@ def _sdpa_call(backend: Any, qkv: tuple[Any, Any, Any], s: AttentionShape) -> Ca
         with sdpa_kernel(backend):
             F.scaled_dot_product_attention(*qkv, is_causal=s.causal, scale=s.scale, **extra)
 
-    return call
+    return torch_work(torch, call)
 
 
 def _cupy_attention(cupy: Any, s: AttentionShape) -> Callable[[], None]:
@@ -319,11 +320,13 @@ def _rowwise(cupy: Any, r: RowShape) -> list[Candidate]:
         w = torch.randn(r.n, device="cuda", dtype=dt)
         b = torch.randn(r.n, device="cuda", dtype=dt)
         if r.op.fn == "softmax":
-            return [("torch softmax", lambda: F.softmax(x, dim=-1))]
+            return [("torch softmax", torch_work(torch, lambda: F.softmax(x, dim=-1)))]
         if r.op.fn == "layernorm":
-            return [("torch layer_norm", lambda: F.layer_norm(x, (r.n,), w, b, eps))]
+            return [
+                ("torch layer_norm", torch_work(torch, lambda: F.layer_norm(x, (r.n,), w, b, eps)))
+            ]
         if r.op.fn == "rmsnorm" and hasattr(F, "rms_norm"):
-            return [("torch rms_norm", lambda: F.rms_norm(x, (r.n,), w, eps))]
+            return [("torch rms_norm", torch_work(torch, lambda: F.rms_norm(x, (r.n,), w, eps)))]
     return [(f"{r.op.fn} (CuPy composition)", _cupy_rowwise(cupy, r, eps))]
 
 

@@ -19,6 +19,7 @@ baseline time / ncdc time (0.6 means ncdc runs at 60% of the library's speed).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,7 @@ from ncdc.output import json_number
 from ncdc.reference import from_storage, round_to, storage_dtype, to_storage
 from ncdc.render import RenderedModule, render_plan
 from ncdc.spec import Diagram, load_diagram
-from ncdc.timing import BaselineResult, Timer, Timing
+from ncdc.timing import BaselineResult, Replay, Timer, Timing
 
 FORMAT = "ncdc.bench/1"
 DEFAULT_WARMUP_MS = 25.0
@@ -138,40 +139,82 @@ def repetitions(estimate_ms: float, warmup_ms: float, rep_ms: float) -> tuple[in
     return warm, reps
 
 
+def capture(cupy: Any, fn: Callable[[], None]) -> Replay:
+    """`fn` as a CUDA graph: PyTorch work (a callable `torch_work` marked) through
+    `torch.cuda.CUDAGraph`, the rest through CuPy's stream capture on a stream of its own.
+    `fn` runs once before the capture (lazy module loads, library handles). Work that
+    cannot be captured is timed directly, its dispatch included, and says so."""
+    try:
+        graph = getattr(fn, "torch_graph", None)
+        return graph() if graph is not None else _cupy_graph(cupy, fn)
+    except Exception:  # a launch CUDA graphs refuse: time it as it is
+        cupy.cuda.Device().synchronize()
+        return Replay(fn)
+
+
+def _cupy_graph(cupy: Any, fn: Callable[[], None]) -> Replay:
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            fn()
+        finally:
+            graph = stream.end_capture()
+    return Replay(lambda: graph.launch(stream), stream, "cuda graph (cupy)")
+
+
 def time_gpu(
-    cupy: Any, fn: Callable[[], None], *, flush: Any, warmup_ms: float, rep_ms: float
+    cupy: Any, fn: Callable[[], None] | Replay, *, flush: Any, warmup_ms: float, rep_ms: float
 ) -> Timing:
-    """Time `fn` with CUDA events, flushing L2 (overwriting `flush`) before every call."""
-    fn()
+    """Time `fn` with CUDA events, flushing L2 (overwriting `flush`) before every call.
+    Given a `Replay`, everything runs on its stream: the flush, the replay and the events
+    around the replay alone."""
+    replay = fn if isinstance(fn, Replay) else Replay(fn)
+    if replay.stream is None:
+        return _time_on_stream(cupy, replay, flush, warmup_ms, rep_ms)
+    with replay.stream:
+        return _time_on_stream(cupy, replay, flush, warmup_ms, rep_ms)
+
+
+def _time_on_stream(
+    cupy: Any, replay: Replay, flush: Any, warmup_ms: float, rep_ms: float
+) -> Timing:
+    run = replay.run
+    run()
     cupy.cuda.Device().synchronize()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     start.record()
     for _ in range(ESTIMATE_CALLS):
         flush.fill(0)
-        fn()
+        run()
     end.record()
     end.synchronize()
     estimate = cupy.cuda.get_elapsed_time(start, end) / ESTIMATE_CALLS
     warm, reps = repetitions(estimate, warmup_ms, rep_ms)
     for _ in range(warm):
-        fn()
+        run()
     starts = [cupy.cuda.Event() for _ in range(reps)]
     ends = [cupy.cuda.Event() for _ in range(reps)]
     for s, e in zip(starts, ends, strict=True):
         flush.fill(0)
         s.record()
-        fn()
+        run()
         e.record()
     ends[-1].synchronize()
-    return quantiles([cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True)])
+    times = [cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends, strict=True)]
+    return dataclasses.replace(quantiles(times), method=replay.method)
 
 
 def make_timer(cupy: Any, hardware: Hardware, warmup_ms: float, rep_ms: float) -> Timer:
-    """`time_gpu` with its flush buffer allocated once (on the device, float32 words)."""
+    """`time_gpu` of each callable's CUDA graph (`capture`), with its flush buffer
+    allocated once (on the device, float32 words)."""
     flush = cupy.empty(flush_bytes(hardware) // 4, dtype=cupy.float32)
 
     def timer(fn: Callable[[], None]) -> Timing:
-        return time_gpu(cupy, fn, flush=flush, warmup_ms=warmup_ms, rep_ms=rep_ms)
+        replay = capture(cupy, fn)
+        return time_gpu(cupy, replay, flush=flush, warmup_ms=warmup_ms, rep_ms=rep_ms)
 
     return timer
 
@@ -304,6 +347,7 @@ def timing_to_dict(t: Timing | None) -> dict[str, Any] | None:
         "p20_ms": t.p20_ms,
         "p80_ms": t.p80_ms,
         "repetitions": t.repetitions,
+        "method": t.method,  # "cuda graph (cupy)", "cuda graph (torch)" or "direct"
     }
 
 

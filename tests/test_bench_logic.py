@@ -9,6 +9,7 @@ warm-up and timed calls, which events are read), not that anything runs on a GPU
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -174,6 +175,139 @@ def test_make_timer_sizes_its_flush_from_the_profile():
     fn, _ = kernel(cupy, 0.1)
     timer(fn)
     assert cupy.arrays[0].nbytes == bench.flush_bytes(H200)
+
+
+class CapturingCupy(FakeCupy):
+    """A FakeCupy with streams that capture: while a stream captures, work costs no time
+    and is recorded instead; a graph replays it. Python dispatch costs DISPATCH_MS a call
+    outside a graph, which the events must not see once the work is captured."""
+
+    DISPATCH_MS = 0.05
+
+    def __init__(self) -> None:
+        super().__init__()
+        fake = self
+        self.capturing = False
+        self.current: object = None
+        self.recorded_on: list[object] = []
+
+        class _Graph:
+            def __init__(self, work: list) -> None:
+                self.work = work
+                self.launches = 0
+
+            def launch(self, stream: object) -> None:
+                assert stream is fake.current, "a replay runs on its own stream"
+                self.launches += 1
+                for w in self.work:
+                    w()
+
+        class _Stream:
+            def __init__(self, non_blocking: bool = False) -> None:
+                self.work: list = []
+
+            def __enter__(self) -> _Stream:
+                fake.current = self
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                fake.current = None
+
+            def synchronize(self) -> None:
+                pass
+
+            def begin_capture(self) -> None:
+                fake.capturing = True
+
+            def end_capture(self) -> _Graph:
+                fake.capturing = False
+                fake.graph = _Graph(self.work)
+                return fake.graph
+
+        class _Event(FakeEvent):
+            def record(self) -> None:
+                fake.recorded_on.append(fake.current)
+                super().record()
+
+        self.cuda.Stream = _Stream
+        self.cuda.Event = staticmethod(lambda: _Event(fake.clock))
+
+
+def test_the_timer_replays_a_cuda_graph_so_dispatch_is_not_timed():
+    cupy = CapturingCupy()
+    calls = []
+
+    def launch() -> None:  # the kernel's time, once dispatched
+        cupy.clock.now += 0.2
+
+    def fn() -> None:  # what module_runner returns: Python dispatch, then the launch
+        calls.append(1)
+        if cupy.capturing:
+            cupy.current.work.append(launch)
+            return
+        cupy.clock.now += cupy.DISPATCH_MS
+        launch()
+
+    t = bench.make_timer(cupy, H200, 1.0, 1.0)(fn)
+    assert len(calls) == 2  # once to warm up, once captured: the loop replays the graph
+    assert cupy.graph.launches > t.repetitions
+    assert t.method == "cuda graph (cupy)" and math.isclose(t.median_ms, 0.2)  # no dispatch
+    assert all(s is not None for s in cupy.recorded_on)  # events on the graph's stream
+
+
+def test_work_a_graph_cannot_hold_is_timed_directly_and_says_so():
+    cupy = FakeCupy()  # its streams cannot capture
+    fn, calls = kernel(cupy, 0.1)
+    t = bench.make_timer(cupy, H200, 1.0, 1.0)(fn)
+    assert t.method == "direct" and math.isclose(t.median_ms, 0.1) and calls
+
+
+def test_pytorch_work_is_captured_with_pytorch_graphs():
+    replays = []
+
+    class FakeGraph:
+        def replay(self) -> None:
+            replays.append(1)
+
+    class FakeTorchCuda:
+        CUDAGraph = FakeGraph
+
+        @staticmethod
+        def Stream() -> object:
+            class S:
+                def wait_stream(self, other: object) -> None:
+                    pass
+
+            return S()
+
+        @staticmethod
+        def current_stream() -> object:
+            return FakeTorchCuda.Stream()
+
+        @staticmethod
+        def stream(s: object) -> contextlib.AbstractContextManager:
+            return contextlib.nullcontext()
+
+        @staticmethod
+        def graph(g: object) -> contextlib.AbstractContextManager:
+            return contextlib.nullcontext()
+
+        @staticmethod
+        def synchronize() -> None:
+            pass
+
+    class FakeTorch:
+        cuda = FakeTorchCuda
+
+    from ncdc.timing import torch_work
+
+    cupy = FakeCupy()
+    ran = []
+    fn = torch_work(FakeTorch, lambda: ran.append(1))
+    replay = bench.capture(cupy, fn)
+    assert replay.method == "cuda graph (torch)" and len(ran) == 2  # warm-up, capture
+    replay.run()
+    assert replays == [1]
 
 
 # ------------------------------------------------------------------------ baselines
