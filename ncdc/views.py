@@ -86,7 +86,8 @@ def hardware_list_table(profiles: list[Hardware]) -> Table:
             hw.arch,
             str(hw.limits.sms),
             f"{format_bytes(top.capacity_bytes, digits=1)}, "
-            f"{format_rate(top.bandwidth_bytes_per_s, 'B/s')}",
+            f"{format_rate(top.bandwidth_bytes_per_s, 'B/s')} "
+            f"({format_rate(hw.achieved_bandwidth(top.name), 'B/s')} achievable)",
             format_rate(hw.rates.get("tensor", {}).get("bf16", 0), "FLOP/s"),
             format_rate(hw.rates.get("cuda", {}).get("fp32", 0), "FLOP/s"),
         )
