@@ -776,6 +776,20 @@ def overlap_compute(compute: Mapping[str, float], softmax_chain: bool, streams: 
     return mma + softmax - hidden
 
 
+def warpgroups_per_sm(capacity: float, per_block: float, per_warpgroup: float) -> float:
+    """Warpgroups one SM holds by one resource (the paper's sec. 5.6): what is left of the
+    SM's `capacity` after a thread block's shared part, over each warpgroup's own part,
+    (M_max - M_TB) / M_WG. A kernel runs the smallest of these over its resources, rounded
+    down.
+
+        >>> warpgroups_per_sm(228, 48, 48)      # H100 shared memory, KB: 3.75
+        3.75
+        >>> round(warpgroups_per_sm(256, 0, 74.75), 2)   # registers, KB: 3.42
+        3.42
+    """
+    return (capacity - per_block) / per_warpgroup
+
+
 def block_makespan(works: list[int], slots: int) -> int:
     """Work units the busiest of `slots` block slots does when blocks of `works`, taken in
     launch order, each go to the slot that frees first (the block scheduler's greedy list
