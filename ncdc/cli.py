@@ -219,9 +219,13 @@ def compile_cmd(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the compile cache.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 3) on any spill.")] = False,
     fmt: FormatOpt = "table",
+    sass_file: Annotated[
+        Path | None,
+        typer.Option("--sass", help="Write the cubin's SASS listing here.", metavar="FILE"),
+    ] = None,
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
-    from ncdc.compile import compile_specs, report_to_dict
+    from ncdc.compile import compile_specs, report_to_dict, write_sass
     from ncdc.views import compile_table, find_specs
 
     reports = compile_specs(
@@ -233,6 +237,10 @@ def compile_cmd(
         for line in r.notes:
             note(f"{r.diagram.name}: {line}")
     data = [report_to_dict(r) for r in reports]
+    if sass_file is not None:
+        write_sass(reports, sass_file)
+    if any(d["sass"] is None for d in data):
+        note("no SASS instruction mix: pip install 'ncdc[nvrtc]' for cuobjdump and nvdisasm")
     emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
 
 
