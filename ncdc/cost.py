@@ -998,6 +998,10 @@ def _rate(hw: Hardware, unit: str, kind: str) -> float:
     rates = hw.rates.get(unit, {})
     if unit == "tensor":
         # ncdc's kernels issue mma.sync, which reaches only part of Hopper's peak.
+        if kind.startswith("fp8") and hw.mma_sync_share < 1 and "fp16" in rates:
+            # Hopper has no fp8 mma.sync: ptxas emits two fp16 HMMAs (and FADDs) for each
+            # m16n8k32, so fp8 runs at the fp16 mma.sync rate, not a share of the fp8 peak.
+            kind = "fp16"
         kind = next((k for k in (kind, "bf16", "fp16") if k in rates), "")
         if not kind:
             return hw.achieved_rate("cuda", "fp32")
