@@ -249,9 +249,13 @@ def compile_cmd(
     jobs: JobsOpt = None,
     no_tuned: NoTunedOpt = False,
     fmt: FormatOpt = "table",
+    sass_file: Annotated[
+        Path | None,
+        typer.Option("--sass", help="Write the cubin's SASS listing here.", metavar="FILE"),
+    ] = None,
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
-    from ncdc.compile import compile_specs, report_to_dict
+    from ncdc.compile import compile_specs, report_to_dict, write_sass
     from ncdc.views import compile_table, find_specs
 
     batch = compile_specs(
@@ -268,6 +272,10 @@ def compile_cmd(
         error_line(failure.error.line())
     if reports:
         data = [report_to_dict(r) for r in reports]
+        if sass_file is not None:
+            write_sass(reports, sass_file)
+        if any(d["sass"] is None for d in data):
+            note("no SASS instruction mix: pip install 'ncdc[nvrtc]' for cuobjdump and nvdisasm")
         emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
     if batch.failures:
         note(f"{len(reports)} of {len(reports) + len(batch.failures)} specs compiled")

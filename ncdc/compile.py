@@ -30,7 +30,7 @@ from ncdc import __version__
 from ncdc.choose import PlanSource, choose_plan_source
 from ncdc.cost import KernelPlan, Plan, plan_to_dict
 from ncdc.errors import CompileError, NcdcError, UsageError, file_error
-from ncdc.files import write_together
+from ncdc.files import write_atomic, write_together
 from ncdc.hardware import Hardware
 from ncdc.occupancy import blocks_per_sm
 from ncdc.render import Launch, RenderedModule, render_plan
@@ -322,6 +322,7 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
             for k in report.kernels
         ],
         "workspace": [asdict(w) for w in report.module.workspace],
+        "sass": sass_summary(report),
         "notes": list(report.notes),
         "tiles_from": report.source.to_dict(),
         # The .cu and .cubin written beside this file: a reader can tell that all three
@@ -332,6 +333,28 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
         },
         "cost": plan_to_dict(report.plan),
     }
+
+
+def sass_summary(report: CompileReport) -> dict[str, Any] | None:
+    """Per kernel, its main loop's instruction mix and the bound it implies (ncdc.sass);
+    None when cuobjdump and nvdisasm are not installed."""
+    from ncdc import sass
+
+    if sass.find_tool("cuobjdump") is None or sass.find_tool("nvdisasm") is None:
+        return None
+    hw = report.plan.graph.hardware
+    quoted = hw.quoted_hz.get("tensor.bf16", hw.clock_hz)
+    per_clock = hw.rates["tensor"].get("bf16", 0.0) / (hw.limits.sms * quoted)
+    loops = sass.analyse_listing(sass.disassemble(report.cubin), per_clock, hw.mma_sync_share)
+    return {name: sass.bound_to_dict(b) for name, b in loops.items()}
+
+
+def write_sass(reports: Sequence[CompileReport], path: Path) -> None:
+    """Every report's SASS listing, one after another, into `path` (atomically)."""
+    from ncdc import sass
+
+    text = "".join(sass.disassemble(r.cubin) for r in reports)
+    write_atomic(path, text.encode())
 
 
 def _spec_text(d: Diagram) -> str | None:

@@ -717,6 +717,8 @@ class KernelTiming(NamedTuple):
     waves: int
     flops: int = 0  # FLOPs the kernel does (under a causal mask, only the key tiles it visits)
     padding: float = 1.0  # work done over useful work: padded tails and chunks
+    launch_s: float = 0.0  # from the launch to the first block running
+    serial_s: float = 0.0  # the compute units' time as the kernel's structure overlaps them
 
     @property
     def times(self) -> dict[str, float]:
@@ -725,11 +727,12 @@ class KernelTiming(NamedTuple):
 
     @property
     def predicted_time_s(self) -> float:
-        """The largest of `times` (level and unit names never clash: ncdc.hardware)."""
-        slowest = max(self.compute.values(), default=0.0)
+        """The launch, then the largest of `times` and of the compute units' time as they
+        overlap (`overlap_compute`); level and unit names never clash (ncdc.hardware)."""
+        slowest = max(self.serial_s, max(self.compute.values(), default=0.0))
         for t in self.transfers:
             slowest = max(slowest, t.time_s)
-        return slowest
+        return self.launch_s + slowest
 
     @property
     def top_bytes(self) -> int:
@@ -745,6 +748,96 @@ def latency_efficiency(warps_per_sm: float) -> float:
         (0.5, 1.0, 1.0)
     """
     return min(1.0, warps_per_sm / SATURATION_WARPS)
+
+
+def overlap_compute(compute: Mapping[str, float], softmax_chain: bool, streams: int) -> float:
+    """The compute units' time as the kernel's structure overlaps them.
+
+    Without an online softmax (GEMM, row-wise, elementwise), the units work for different
+    warps at once and the slowest sets the time. In FlashAttention-2 order a warp runs its
+    MMAs (tensor) and then its softmax (max, exp, sum, rescale: CUDA cores and SFU, one
+    dependent chain) on the same scores: within a warp they serialise, and the warps of one
+    block march in step between the barriers of each key chunk. Only the `streams` blocks
+    resident per SM run independently; of the shorter phase, (streams - 1) / streams is
+    hidden by the others. One stream is fully serial (the paper's sec. 6), many overlap.
+
+        >>> overlap_compute({"tensor": 1.0, "cuda": 0.25, "sfu": 0.25}, True, 1)
+        1.5
+        >>> overlap_compute({"tensor": 1.0, "cuda": 0.25, "sfu": 0.25}, True, 2)
+        1.25
+        >>> overlap_compute({"tensor": 1.0, "cuda": 0.25, "sfu": 0.25}, False, 1)
+        1.0
+    """
+    if not softmax_chain or "tensor" not in compute:
+        return max(compute.values(), default=0.0)
+    mma = compute["tensor"]
+    softmax = sum(t for unit, t in compute.items() if unit != "tensor")
+    hidden = (streams - 1) / streams * min(mma, softmax) if streams > 1 else 0.0
+    return mma + softmax - hidden
+
+
+def warpgroups_per_sm(capacity: float, per_block: float, per_warpgroup: float) -> float:
+    """Warpgroups one SM holds by one resource (the paper's sec. 5.6): what is left of the
+    SM's `capacity` after a thread block's shared part, over each warpgroup's own part,
+    (M_max - M_TB) / M_WG. A kernel runs the smallest of these over its resources, rounded
+    down.
+
+        >>> warpgroups_per_sm(228, 48, 48)      # H100 shared memory, KB: 3.75
+        3.75
+        >>> round(warpgroups_per_sm(256, 0, 74.75), 2)   # registers, KB: 3.42
+        3.42
+    """
+    return (capacity - per_block) / per_warpgroup
+
+
+def block_makespan(works: list[int], slots: int) -> int:
+    """Work units the busiest of `slots` block slots does when blocks of `works`, taken in
+    launch order, each go to the slot that frees first (the block scheduler's greedy list
+    scheduling). Equal blocks give ceil(len / slots) x work; unequal ones (the query tiles
+    of a causal kernel) a tail longer than the mean.
+
+        >>> block_makespan([4, 3, 2, 1], 2)   # slots do 4 + 1 and 3 + 2
+        5
+        >>> block_makespan([1, 2, 3, 4], 2)   # 1 + 3 and 2 + 4: the longest block last
+        6
+    """
+    import heapq
+
+    free = [0] * max(1, min(slots, len(works)))
+    for w in works:
+        heapq.heappush(free, heapq.heappop(free) + w)
+    return max(free)
+
+
+@functools.lru_cache(maxsize=256)
+def causal_imbalance(
+    queries: int, keys: int, g_q: int, s_x: int, batches: int, slots: int, longest_first: bool
+) -> float:
+    """The busiest block slot's causal work over the mean slot's: query tile t visits its
+    own number of key chunks (`causal_fraction`), the blocks of each (batch, head) launched
+    query tile fastest (ncdc launches the longest first). 1 when the tiles balance.
+
+        >>> round(causal_imbalance(4096, 4096, 128, 64, 1, 108, True), 3)   # 32 tiles, 1 head
+        1.939
+        >>> round(causal_imbalance(4096, 4096, 128, 64, 32, 108, True), 3)  # 32 heads, A100
+        1.112
+    """
+    shift = keys - queries
+    tiles = -(-queries // g_q)
+    chunks = -(-keys // s_x)
+    per_tile = []
+    for t in range(tiles):
+        last = min((t + 1) * g_q, queries) - 1 + shift
+        per_tile.append(0 if last < 0 else min(chunks, last // s_x + 1))
+    if longest_first:
+        per_tile.reverse()
+    total = sum(per_tile) * batches
+    if not total:
+        return 1.0
+    # past a few thousand blocks the tail is a small share: simulate one slice of the batch
+    copies = min(batches, max(1, 4096 // max(tiles, 1)))
+    busiest = block_makespan(per_tile * copies, slots)
+    return max(1.0, busiest * min(slots, tiles * copies) / (sum(per_tile) * copies))
 
 
 def time_kernel(
@@ -764,6 +857,7 @@ def time_kernel(
     inner = choice.partitions[hw.block_level if c else levels[-1].name]
     groups, tile_padding, flops = model.tile_work(inner.group, inner.stream)
     grid, per_sm, waves, sm_slow, device_slow, padding = groups, 1, 1, 1.0, 1.0, 1.0
+    streams = 1
     if c is not None:
         per_sm, _ = occupancy(c.threads, min(c.registers, MAX_REGISTERS), c.smem_bytes, hw.limits)
         per_sm = max(per_sm, 1)
@@ -774,7 +868,11 @@ def time_kernel(
         blocks = _ceil_div(grid, sms)
         busiest = min(work, blocks * _ceil_div(work, grid))
         resident = min(per_sm, blocks) * c.warps
-        sm_slow = busiest * sms / work / latency_efficiency(resident)
+        balance = busiest * sms / work
+        streams = max(1, min(per_sm, blocks))
+        if model.mask and c.splits == 1:
+            balance *= _causal_balance(model, inner, grid, sms * streams)
+        sm_slow = balance / latency_efficiency(resident)
         device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps / sms)
         padding = tile_padding
     transfers = []
@@ -786,7 +884,7 @@ def time_kernel(
             merge_values = 2 * choice.splits * model.output_values
             values += merge_values
             nbytes += merge_values * 4
-        bandwidth = upper.bandwidth_bytes_per_s
+        bandwidth = hw.achieved_bandwidth(upper.name)
         slow = device_slow if upper.per == "device" else sm_slow
         transfers.append(
             Transfer(
@@ -804,7 +902,23 @@ def time_kernel(
             compute.get(unit, 0.0) + float(n) / _rate(hw, unit, kind) * sm_slow * padding
         )
     total = int(sum(flops.values()))
-    return KernelTiming(tuple(transfers), compute, int(grid), per_sm, int(waves), total, padding)
+    serial = overlap_compute(compute, bool(model.online) and c is not None, streams)
+    return KernelTiming(
+        tuple(transfers), compute, int(grid), per_sm, int(waves), total, padding,
+        hw.launch_s if c is not None else 0.0, serial,
+    )  # fmt: skip
+
+
+def _causal_balance(model: KernelModel, inner: Partition, grid: int, slots: int) -> float:
+    """`causal_imbalance` for a causal kernel's block tile; the blocks over the other woven
+    axes (batch, heads) are grid / query tiles."""
+    assert model.mask is not None
+    query, key = model.mask
+    queries, keys = model.sizes[query], model.sizes[key]
+    g_q = inner.group.get(query, queries)
+    s_x = inner.stream.get(key, keys)
+    tiles = -(-queries // g_q)
+    return causal_imbalance(queries, keys, g_q, s_x, max(1, grid // tiles), slots, True)
 
 
 def evaluate_kernel(
@@ -825,10 +939,15 @@ def evaluate_kernel(
             values, nbytes = model.resident(part.group, part.stream)
         level_costs.append(LevelCost(level.name, level.capacity_bytes, int(values), int(nbytes)))
     compute = timing.compute
-    compute_time = max(compute.values(), default=0.0)
+    # the compute units' time as the kernel's structure overlaps them (overlap_compute)
+    compute_time = max(timing.serial_s, max(compute.values(), default=0.0))
     unit = max(compute, key=lambda u: compute[u]) if compute else "tensor"
+    if compute and timing.serial_s > compute[unit]:
+        unit = "tensor"
     candidates = timing.times
     bound = max(candidates, key=lambda k: candidates[k]) if candidates else unit
+    if candidates and timing.serial_s > candidates[bound]:
+        bound = "tensor"  # the MMAs and the softmax they serialise with (overlap_compute)
     return KernelPlan(
         kernel=model.kernel,
         family=family,
@@ -844,8 +963,8 @@ def evaluate_kernel(
         levels=tuple(level_costs),
         transfers=timing.transfers,
         compute_time_s=compute_time,
-        predicted_time_s=max(candidates.values(), default=0.0),
-        predicted_time_no_overlap_s=sum(candidates.values()),
+        predicted_time_s=timing.predicted_time_s,
+        predicted_time_no_overlap_s=timing.launch_s + sum(candidates.values()),
         bound=bound,
         compute=compute,
         splits=choice.splits,
@@ -879,11 +998,17 @@ def _rate(hw: Hardware, unit: str, kind: str) -> float:
     rates = hw.rates.get(unit, {})
     if unit == "tensor":
         # ncdc's kernels issue mma.sync, which reaches only part of Hopper's peak.
-        peak = rates.get(kind) or rates.get("bf16") or rates.get("fp16")
-        return peak * hw.mma_sync_share if peak else hw.rate("cuda", "fp32")
+        if kind.startswith("fp8") and hw.mma_sync_share < 1 and "fp16" in rates:
+            # Hopper has no fp8 mma.sync: ptxas emits two fp16 HMMAs (and FADDs) for each
+            # m16n8k32, so fp8 runs at the fp16 mma.sync rate, not a share of the fp8 peak.
+            kind = "fp16"
+        kind = next((k for k in (kind, "bf16", "fp16") if k in rates), "")
+        if not kind:
+            return hw.achieved_rate("cuda", "fp32")
+        return hw.achieved_rate(unit, kind) * hw.mma_sync_share
     if kind in rates:
-        return rates[kind]
-    return hw.rate(unit, next(iter(rates)))
+        return hw.achieved_rate(unit, kind)
+    return hw.achieved_rate(unit, next(iter(rates)))
 
 
 def summarize(
@@ -899,6 +1024,8 @@ def summarize(
     for k in kernels:
         for unit, t in k.compute.items():
             totals[unit] = totals.get(unit, 0.0) + t
+        if k.unit in k.compute:  # what the softmax serialised with the MMAs adds
+            totals[k.unit] += max(0.0, k.compute_time_s - k.compute[k.unit])
         for tr in k.transfers:
             totals[tr.upper] = totals.get(tr.upper, 0.0) + tr.time_s
     bound = max(totals, key=lambda r: totals[r])
@@ -941,7 +1068,8 @@ def intensity(plan: Plan) -> float:
 
 def ridge(plan: Plan) -> float:
     """FLOPs per top-level byte above which compute, not the top level, bounds."""
-    return dominant_rate(plan) / plan.graph.hardware.levels[0].bandwidth_bytes_per_s
+    hw = plan.graph.hardware
+    return dominant_rate(plan) / hw.achieved_bandwidth(hw.levels[0].name)
 
 
 def _cost_fields(x: Plan | KernelPlan, tiles: Mapping[str, int]) -> dict[str, Any]:

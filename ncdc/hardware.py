@@ -52,6 +52,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "SM": ("SM", 1), "thread": ("thread", 1), "block": ("block", 1),
     "register": ("register", 1),
     "fraction": ("share", 1),
+    "s": ("s", 1), "ms": ("s", 1e-3), "us": ("s", 1e-6), "ns": ("s", 1e-9),
 }  # fmt: skip
 
 # YAML key under `limits` -> (Limits field, dimension)
@@ -73,6 +74,7 @@ PEAK_KEYS = ("per_sm_per_clock", "quoted_at_mhz")  # optional, on rates and band
 OVERRIDE_FIELDS = ("capacity", "bandwidth")
 # A level whose capacity mirrors a launch limit: overriding one updates the other.
 MIRRORED_LIMITS = {"smem": "smem_per_block_bytes", "l2": "l2_bytes"}
+ACHIEVABLE_KEYS = ("clock", "bandwidth", "launch")  # the optional `achievable` block
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,18 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Achievable:
+    """What a GPU sustains, beside its datasheet: the SM clock under sustained tensor load,
+    the copy bandwidth measured per device-wide level, and the launch latency of a kernel.
+    The cost model prices with these; the datasheet figures stay in `Hardware.levels` and
+    `Hardware.rates` for the report. Absent (the napkin machine): the datasheet, no launch."""
+
+    clock_hz: float = 0.0  # 0: the datasheet clock
+    bandwidth: dict[str, float] = field(default_factory=dict, hash=False)  # level -> B/s
+    launch_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class Hardware:
     """A GPU (or the paper's abstract machine): levels from the top down, rates and limits.
 
@@ -132,6 +146,47 @@ class Hardware:
     # 1 where mma.sync is the full-rate path (Ampere, Ada); lower on Hopper, whose peak
     # needs wgmma.
     mma_sync_share: float = 1.0
+    achievable: Achievable = field(default_factory=Achievable)
+    # the clock each rate's peak was quoted at ("unit.kind" -> Hz), when not `clock_hz`
+    quoted_hz: dict[str, float] = field(default_factory=dict, hash=False, repr=False)
+
+    @property
+    def launch_s(self) -> float:
+        """Seconds from one kernel's launch to its first block running (0 when unknown)."""
+        return self.achievable.launch_s
+
+    def clock_share(self, quoted_hz: float = 0.0) -> float:
+        """Sustained clock over the clock a peak was quoted at (at most 1).
+
+        >>> round(load_hardware("a100").clock_share(), 3)
+        0.851
+        """
+        sustained = self.achievable.clock_hz or self.clock_hz
+        return min(1.0, sustained / (quoted_hz or self.clock_hz))
+
+    def achieved_rate(self, unit: str, kind: str) -> float:
+        """The rate `unit` sustains for `kind`: its peak at the sustained clock.
+
+        >>> round(load_hardware("a100").achieved_rate("tensor", "bf16") / 1e12)
+        266
+        """
+        quoted = self.quoted_hz.get(f"{unit}.{kind}", 0.0)
+        return self.rate(unit, kind) * self.clock_share(quoted)
+
+    def achieved_bandwidth(self, level: str) -> float:
+        """The bandwidth out of `level` a kernel sustains: the measured copy bandwidth of a
+        device-wide level where the profile gives one, a per-SM level's peak at the
+        sustained clock, else the datasheet figure.
+
+        >>> round(load_hardware("a100").achieved_bandwidth("hbm") / 1e12, 2)
+        1.8
+        """
+        lv = self.level(level)
+        if level in self.achievable.bandwidth:
+            return self.achievable.bandwidth[level]
+        if lv.per == "sm":
+            return lv.bandwidth_bytes_per_s * self.clock_share()
+        return lv.bandwidth_bytes_per_s
 
     @property
     def block_level(self) -> str:
@@ -331,7 +386,7 @@ class _Reader:
             data,
             "",
             ("ncdc_hardware", "name", "title", "arch", "clock", "levels", "rates", "limits"),
-            ("mma_sync_share",),
+            ("mma_sync_share", "achievable"),
         )
         if top["ncdc_hardware"] != FORMAT_VERSION:
             self.fail(
@@ -357,9 +412,45 @@ class _Reader:
             sources=self.sources,
             mma_sync_share=self.share(top.get("mma_sync_share")),
         )
+        achievable = self.achievable(top.get("achievable"), hw)
+        hw = dataclasses.replace(hw, achievable=achievable, quoted_hz=self.quoted(top, hw))
         self.check_peaks(top, hw)
         self.check_levels(hw)
         return hw
+
+    def achievable(self, node: Any, hw: Hardware) -> Achievable:
+        """The optional `achievable` block: sustained clock, measured bandwidth of device-wide
+        levels, launch latency. Each is below its datasheet figure."""
+        if node is None:
+            return Achievable()
+        entries = self.mapping(node, "achievable", (), ACHIEVABLE_KEYS)
+        clock_hz = 0.0
+        if "clock" in entries:
+            clock_hz = self.quantity(entries["clock"], "achievable.clock", "Hz")
+            if clock_hz > hw.clock_hz:
+                self.fail("achievable.clock", "a sustained clock above the datasheet clock")
+        bandwidth: dict[str, float] = {}
+        levels = self.mapping(entries.get("bandwidth", {}), "achievable.bandwidth", (),
+                              [lv.name for lv in hw.levels if lv.per == "device"])  # fmt: skip
+        for name, value in levels.items():
+            path = f"achievable.bandwidth.{name}"
+            bandwidth[name] = self.quantity(value, path, "B/s")
+            if bandwidth[name] > hw.level(name).bandwidth_bytes_per_s * (1 + PEAK_TOLERANCE):
+                self.fail(path, f"a measured bandwidth above the {name} peak")
+        launch_s = 0.0
+        if "launch" in entries:
+            launch_s = self.quantity(entries["launch"], "achievable.launch", "s")
+        return Achievable(clock_hz, bandwidth, launch_s)
+
+    def quoted(self, top: dict[str, Any], hw: Hardware) -> dict[str, float]:
+        """ "unit.kind" -> the clock its peak was quoted at, where a profile says one."""
+        out = {}
+        for unit, kinds in hw.rates.items():
+            for kind in kinds:
+                entry = _lookup(top, f"rates.{unit}.{kind}")
+                if "quoted_at_mhz" in entry:
+                    out[f"{unit}.{kind}"] = float(entry["quoted_at_mhz"]) * 1e6
+        return out
 
     def levels(self, node: Any) -> tuple[Level, ...]:
         if not isinstance(node, list) or not node:

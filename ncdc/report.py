@@ -133,15 +133,18 @@ def _transfer_table(plan: Plan) -> Table:
     from rich.table import Table
 
     table = Table(title="transfers per boundary", title_justify="left")
-    for name in ("boundary", "values", "bytes", "bandwidth", "time"):
+    hw = plan.graph.hardware
+    for name in ("boundary", "values", "bytes", "bandwidth (datasheet)", "time"):
         table.add_column(name, justify="left" if name == "boundary" else "right")
     for t in plan.transfers:
         mark = " *" if t.upper == plan.bound else ""
+        # priced at what the GPU sustains (Hardware.achieved_bandwidth), beside the datasheet
         table.add_row(
             f"{t.upper} -> {t.lower}{mark}",
             format_count(t.values),
             format_bytes(t.bytes),
-            format_rate(t.bandwidth_bytes_per_s, "B/s"),
+            f"{format_rate(t.bandwidth_bytes_per_s, 'B/s')} "
+            f"({format_rate(hw.bandwidth(t.upper), 'B/s')})",
             format_time(t.time_s),
         )
     return table

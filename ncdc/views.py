@@ -86,7 +86,8 @@ def hardware_list_table(profiles: list[Hardware]) -> Table:
             hw.arch,
             str(hw.limits.sms),
             f"{format_bytes(top.capacity_bytes, digits=1)}, "
-            f"{format_rate(top.bandwidth_bytes_per_s, 'B/s')}",
+            f"{format_rate(top.bandwidth_bytes_per_s, 'B/s')} "
+            f"({format_rate(hw.achieved_bandwidth(top.name), 'B/s')} achievable)",
             format_rate(hw.rates.get("tensor", {}).get("bf16", 0), "FLOP/s"),
             format_rate(hw.rates.get("cuda", {}).get("fp32", 0), "FLOP/s"),
         )
@@ -133,7 +134,23 @@ def compile_table(reports: list, out_dir: Path) -> Table:
                 f"{k.blocks_per_sm} ({k.limited_by})",
                 f"{k.occupancy:.0%}",
             )
+    table.caption = _sass_caption(reports)
     return table
+
+
+def _sass_caption(reports: list) -> str:
+    """Per kernel, its main loop's instruction mix and the bound it implies (ncdc.sass)."""
+    from ncdc.compile import sass_summary
+
+    lines = []
+    for r in reports:
+        for name, s in (sass_summary(r) or {}).items():
+            mix = ", ".join(f"{n} {c}" for c, n in s["main_loop_mix"].items() if n)
+            lines.append(
+                f"{name} main loop: {mix}; {s['bound']}-bound, tensor pipe "
+                f"{s['tensor_share']:.0%} busy"
+            )
+    return "\n".join(lines)
 
 
 def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome

@@ -331,3 +331,37 @@ def test_bad_overrides_are_one_line_with_a_hint(override, expected):
     assert "hint: write LEVEL.FIELD=NUMBER with LEVEL one of hbm, l2, smem, rf" in line
     assert "FIELD capacity|bandwidth" in line
     assert "\n" not in line
+
+
+def test_every_gpu_profile_has_achievable_figures_with_sources():
+    # Sustained clock, measured copy bandwidth of HBM, launch latency: each below its
+    # datasheet figure and with a source; the cost model prices with them.
+    for name in list_profiles():
+        hw = load_hardware(name)
+        if not hw.is_gpu:
+            assert hw.launch_s == 0 and hw.achieved_bandwidth(hw.levels[0].name) == (
+                hw.levels[0].bandwidth_bytes_per_s
+            )
+            continue
+        top = hw.levels[0].name
+        for path in ("achievable.clock", f"achievable.bandwidth.{top}", "achievable.launch"):
+            assert hw.sources[path].source, (name, path)
+        assert 0 < hw.achieved_bandwidth(top) <= hw.levels[0].bandwidth_bytes_per_s
+        assert 0 < hw.launch_s < 1e-5
+    # A100: 1200 of 1410 MHz under load (0.851), so 312 -> 265.5 TFLOP/s; HBM 1.8 TB/s.
+    a100 = load_hardware("a100")
+    assert a100.achieved_rate("tensor", "bf16") == pytest.approx(312e12 * 1200 / 1410)
+    assert a100.achieved_bandwidth("hbm") == 1.8e12
+    # H100: tensor peaks are quoted at 1830 MHz, the sustained clock: they stand; SMEM's
+    # 128 B/clock/SM scales from the 1980 MHz boost to 1830.
+    h100 = load_hardware("h100")
+    assert h100.achieved_rate("tensor", "bf16") == h100.rate("tensor", "bf16")
+    assert h100.achieved_bandwidth("smem") == pytest.approx(h100.bandwidth("smem") * 1830 / 1980)
+
+
+def test_achievable_above_the_datasheet_is_refused(tmp_path):
+    data = yaml.safe_load((PROFILES_DIR / "a100.yaml").read_text())
+    data["achievable"]["bandwidth"]["hbm"]["value"] = 3.0
+    (tmp_path / "my.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(HardwareError, match="achievable.bandwidth.hbm"):
+        load_hardware(tmp_path / "my.yaml")

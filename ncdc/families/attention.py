@@ -15,7 +15,7 @@ runtime parameters; tiles and head sizes are compile-time.
     >>> from ncdc.tiling import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
     >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel
-    'attention_attention_bf16_q128_x128_d128_w8_s2'
+    'attention_attention_bf16_q64_x64_d128_w4_s2'
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 // kernel  attention_unfused_0_S: gemm, tiles b=1  h=1  q=128  x=256  d=64, 8 warps, 2 stages, grid 32768
 // kernel  attention_unfused_1_P: rowwise, tiles b=1  h=1  q=1  x=4096, 4 warps, 1 stages, grid 262144
 // kernel  attention_unfused_2_O: gemm, tiles b=1  h=1  q=256  d=128  x=64, 8 warps, 2 stages, grid 1024
-// predicted on h200: 2021.9 us (hbm-bound), 5.56e+11 FLOP
+// predicted on h200: 2475.6 us (hbm-bound), 5.56e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

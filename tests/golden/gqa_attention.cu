@@ -10,7 +10,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  gqa_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 8192
-// predicted on h200: 2093.6 us (smem-bound), 1.11e+12 FLOP
+// predicted on h200: 2096.6 us (smem-bound), 1.11e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -1,0 +1,159 @@
+"""How close `ncdc cost` comes to published measurements, against a naive roofline.
+
+Each data set in benchmarks/external/*.yaml names its source, GPU, dtype, the structure of
+the measured kernels and, per point, a diagram, its axes and the measured time (or rate).
+ncdc prices the diagram on the set's GPU profile (with the measured kernel's tiles where
+the set gives them); the naive roofline is max(useful FLOPs / datasheet tensor peak,
+compulsory bytes / datasheet HBM bandwidth). Nothing here is fitted: every constant comes
+from the profiles and the kernels' structure, so every point is held out.
+
+    .venv/bin/python benchmarks/model_accuracy.py            # table on stdout
+    .venv/bin/python benchmarks/model_accuracy.py --svg out.svg
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ncdc.draw.model import Dot, Picture, Rect, Shape, Text
+from ncdc.draw.model import Path as Line
+from ncdc.draw.svg import write_picture
+from ncdc.hardware import load_hardware
+from ncdc.spec import load_diagram
+from ncdc.tiling import plan_diagram
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTERNAL = ROOT / "benchmarks" / "external"
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured kernel: what ncdc and the naive roofline predict for it."""
+
+    set_name: str
+    label: str
+    measured_s: float
+    ncdc_s: float
+    naive_s: float
+
+
+def diagram_path(name: str) -> Path:
+    local = EXTERNAL / f"{name}.yaml"
+    return local if local.exists() else ROOT / "diagrams" / f"{name}.yaml"
+
+
+def measured_seconds(point: dict, flops: float, nbytes: float) -> float:
+    """The point's time: given, or its rate's FLOPs (4 q x d per score, halved when causal,
+    as attention benchmarks count) or bytes over the rate."""
+    if "time_ms" in point:
+        return point["time_ms"] * 1e-3
+    if "tflops" in point:
+        return flops / (point["tflops"] * 1e12)
+    return nbytes / (point["gbps"] * 1e9)
+
+
+def price(data: dict, point: dict) -> Point:
+    hw = load_hardware(point.get("gpu", data.get("gpu")))
+    diagram = load_diagram(diagram_path(point["diagram"]), point["axes"])
+    plan = plan_diagram(diagram, hw, data.get("tiles"))
+    a = point["axes"]
+    compulsory = sum(k.levels[0].resident_bytes for k in plan.kernels)
+    if "d" in a:  # attention: the benchmark's own FLOP count
+        heads = a.get("h", a.get("g", 1) * a.get("r", 1))
+        flops = 4 * a["b"] * heads * a["q"] * a["x"] * a["d"] / (2 if point.get("causal") else 1)
+    else:
+        flops = plan.flops
+    tensor = hw.rates["tensor"].get("bf16", 0.0)
+    naive = max(plan.flops / tensor if "m" not in a or "k" in a or "d" in a else 0.0,
+                compulsory / hw.levels[0].bandwidth_bytes_per_s)  # fmt: skip
+    label = f"{point['diagram']} {' '.join(f'{k}={v}' for k, v in a.items())} on {hw.name}"
+    return Point(data["name"], label, measured_seconds(point, flops, compulsory),
+                 plan.predicted_time_s, naive)  # fmt: skip
+
+
+def error(predicted: float, measured: float) -> float:
+    return abs(predicted - measured) / measured
+
+
+def load_sets() -> list[tuple[dict, list[Point]]]:
+    out = []
+    for path in sorted(EXTERNAL.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        if "points" not in data:
+            continue  # a diagram the sets use
+        out.append((data, [price(data, p) for p in data["points"]]))
+    return out
+
+
+def summary_rows(sets: list[tuple[dict, list[Point]]]) -> list[tuple[str, ...]]:
+    rows = []
+    for data, points in sets:
+        e_ncdc = [error(p.ncdc_s, p.measured_s) for p in points]
+        e_naive = [error(p.naive_s, p.measured_s) for p in points]
+        rows.append((
+            data["name"], data["structure"], str(len(points)),
+            f"{statistics.median(e_ncdc):.0%}", f"{max(e_ncdc):.0%}",
+            f"{statistics.median(e_naive):.0%}", f"{max(e_naive):.0%}",
+        ))  # fmt: skip
+    return rows
+
+
+def draw(sets: list[tuple[dict, list[Point]]], path: Path) -> None:
+    """Predicted against measured, log-log, one colour per set, the diagonal = exact."""
+    times = [t for _, ps in sets for p in ps for t in (p.measured_s, p.ncdc_s)]
+    lo, hi = math.log10(min(times)) - 0.2, math.log10(max(times)) + 0.2
+    left, top, size = 70.0, 40.0, 420.0
+
+    def px(t: float) -> float:
+        return left + (math.log10(t) - lo) / (hi - lo) * size
+
+    def py(t: float) -> float:
+        return top + size - (math.log10(t) - lo) / (hi - lo) * size
+
+    items: list = [
+        Text(left, 24, "ncdc predicted (y) against measured (x), seconds, log-log", 12),
+        Shape(Rect(left, top, size, size), "none"),
+        Line(((px(10**lo), py(10**lo)), (px(10**hi), py(10**hi))), "#999999", 1.0, "4 3"),
+    ]
+    for e in range(math.ceil(lo), math.floor(hi) + 1):
+        items.append(Text(px(10**e) - 10, top + size + 16, f"1e{e}", 9))
+        items.append(Text(left - 36, py(10**e) + 3, f"1e{e}", 9))
+    for i, (data, points) in enumerate(sets):
+        colour = COLOURS[i % len(COLOURS)]
+        items += [Dot(px(p.measured_s), py(p.ncdc_s), 4, colour) for p in points]
+        items.append(Dot(left + size + 20, top + 14 * i + 6, 4, colour))
+        items.append(Text(left + size + 30, top + 14 * i + 10, data["name"], 10))
+    write_picture(Picture("model accuracy", left + size + 170, top + size + 40, tuple(items)), path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--svg", type=Path, help="write predicted against measured here")
+    parser.add_argument("--points", action="store_true", help="print every point too")
+    args = parser.parse_args(argv)
+    sets = load_sets()
+    head = ("set", "structure", "n", "ncdc median", "ncdc worst", "naive median", "naive worst")
+    print(" | ".join(head))
+    for row in summary_rows(sets):
+        print(" | ".join(row))
+    if args.points:
+        for _, points in sets:
+            for p in points:
+                print(f"{p.set_name}: {p.label}: measured {p.measured_s * 1e6:.1f} us, "
+                      f"ncdc {p.ncdc_s * 1e6:.1f} us, naive {p.naive_s * 1e6:.1f} us")  # fmt: skip
+    if args.svg:
+        draw(sets, args.svg)
+        print(f"wrote {args.svg}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

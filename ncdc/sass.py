@@ -1,0 +1,232 @@
+"""The compiled kernel's own instructions: SASS from a cubin, its main loop, its mix.
+
+`cuobjdump -sass` (with `nvdisasm`, both from NVIDIA's pip wheels `nvidia-cuda-cuobjdump`
+and `nvidia-cuda-nvdisasm`, the `nvrtc` extra; no toolkit, no GPU) lists the machine code.
+The main loop is the backward branch whose body holds the most tensor instructions (the
+most instructions when none has any). Its instructions are counted by class, and the
+counts become cycles per iteration of one SM, with one warp per sub-partition doing the
+loop: issue (one instruction per clock per sub-partition), the tensor pipe, the MUFU
+(special-function) pipe and shared memory (128 B per clock per SM). The largest is the
+loop's bound.
+
+    >>> text = '''
+    ...         /*0100*/                   LDSM.16.M88.4 R4, [R2] ;
+    ...         /*0110*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+    ...         /*0120*/                   MUFU.EX2 R1, R1 ;
+    ...         /*0130*/              @!P0 BRA 0x100 ;
+    ... '''
+    >>> loop = main_loop(parse_sass(text))
+    >>> count_classes(loop)["tensor"], count_classes(loop)["mufu"]
+    (1, 1)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ncdc.errors import CompileError
+
+TOOL_TIMEOUT_S = 120
+INSTRUCTION = re.compile(
+    r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P[T\d]+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)"
+    r"(?P<args>[^;]*);"
+)
+# opcode (before the first dot) -> class; anything else is integer and address arithmetic
+CLASSES: dict[str, str] = {
+    **dict.fromkeys(("HMMA", "IMMA", "HGMMA", "QGMMA", "IGMMA", "QMMA", "OMMA"), "tensor"),
+    "LDSM": "ldmatrix",
+    **dict.fromkeys(("LDGSTS", "LDGDEPBAR", "UBLKCP", "UTMALDG"), "async_copy"),
+    **dict.fromkeys(("LDS", "STS", "LDSM_T"), "smem"),
+    **dict.fromkeys(("LDG", "STG", "LD", "ST", "RED", "ATOM", "ATOMG"), "global"),
+    **dict.fromkeys(
+        ("FADD", "FMUL", "FFMA", "FMNMX", "FSETP", "FSEL", "FCHK", "FSWZADD", "F2F", "F2I"),
+        "fp32",
+    ),
+    **dict.fromkeys(("HADD2", "HMUL2", "HFMA2", "HMNMX2", "HSETP2", "F2FP"), "fp16"),
+    "MUFU": "mufu",
+    **dict.fromkeys(("BAR", "SYNCS", "WARPSYNC", "DEPBAR", "MEMBAR", "ARRIVES"), "barrier"),
+    **dict.fromkeys(("BRA", "EXIT", "BSSY", "BSYNC", "CALL", "RET", "NOP", "YIELD"), "control"),
+    "SHFL": "shuffle",
+}
+CLASS_ORDER = (
+    "tensor", "ldmatrix", "async_copy", "smem", "global", "fp32", "fp16", "mufu",
+    "shuffle", "integer", "barrier", "control",
+)  # fmt: skip
+SUB_PARTITIONS = 4  # per SM on sm_80 .. sm_90: each issues one warp instruction per clock
+MUFU_LANES = 4  # per sub-partition (16 per SM)
+SMEM_BYTES_PER_CLOCK = 128  # per SM
+MMA_FLOPS = {"16816": 2 * 16 * 8 * 16, "1688": 2 * 16 * 8 * 8, "16832": 2 * 16 * 8 * 32}
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One SASS instruction: its address, opcode with modifiers, and a branch target."""
+
+    addr: int
+    op: str
+    args: str
+    target: int = -1  # a branch's destination, -1 otherwise
+
+    @property
+    def opcode(self) -> str:
+        return self.op.split(".", 1)[0]
+
+    @property
+    def kind(self) -> str:
+        return CLASSES.get(self.opcode, "integer")
+
+
+@dataclass(frozen=True)
+class LoopBound:
+    """Cycles of one SM per iteration of the main loop, per resource, and the largest."""
+
+    mix: Mapping[str, int]
+    cycles: Mapping[str, float]
+
+    @property
+    def bound(self) -> str:
+        return max(self.cycles, key=lambda k: self.cycles[k]) if self.cycles else "issue"
+
+    @property
+    def tensor_share(self) -> float:
+        """The tensor pipe's busy share of the iteration: what mma.sync reaches here."""
+        slowest = max(self.cycles.values(), default=0.0)
+        return self.cycles.get("tensor", 0.0) / slowest if slowest else 0.0
+
+
+def find_tool(name: str = "cuobjdump") -> str | None:
+    """The path of `cuobjdump` or `nvdisasm`: NVIDIA's pip wheel first, then PATH."""
+    spec = importlib.util.find_spec("nvidia")
+    for root in spec.submodule_search_locations or () if spec else ():
+        for candidate in sorted(Path(root).glob(f"cu*/bin/{name}")):
+            if os.access(candidate, os.X_OK):
+                return str(candidate)
+    return shutil.which(name)
+
+
+def disassemble(cubin: bytes) -> str:
+    """The SASS listing of a cubin; CompileError in one line when the tools are missing."""
+    tool, disasm = find_tool("cuobjdump"), find_tool("nvdisasm")
+    if tool is None or disasm is None:
+        raise CompileError(
+            "cannot read SASS: cuobjdump and nvdisasm are not installed",
+            hint="pip install 'ncdc[nvrtc]' (the nvidia-cuda-cuobjdump and "
+            "nvidia-cuda-nvdisasm wheels)",
+        )
+    env = {**os.environ, "PATH": f"{Path(disasm).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with tempfile.TemporaryDirectory(prefix="ncdc-sass-") as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        done = subprocess.run(
+            [tool, "-sass", str(path)], capture_output=True, text=True, env=env,
+            timeout=TOOL_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    if done.returncode != 0:
+        first = (done.stderr or done.stdout).strip().splitlines()[:1]
+        raise CompileError(f"cuobjdump -sass failed: {first[0] if first else done.returncode}")
+    return done.stdout
+
+
+def parse_sass(text: str) -> list[Instruction]:
+    """The instructions of a listing, in address order (every function, concatenated)."""
+    out = []
+    for m in INSTRUCTION.finditer(text):
+        op, args = m["op"], m["args"].strip()
+        target = -1
+        if op.split(".", 1)[0] == "BRA":
+            hit = re.search(r"0x([0-9a-f]+)", args)
+            target = int(hit[1], 16) if hit else -1
+        out.append(Instruction(int(m["addr"], 16), op, args, target))
+    return out
+
+
+def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
+    """The body of the backward branch with the most tensor instructions (then the most
+    instructions); the whole listing when it has no loop."""
+    best: list[Instruction] = list(instructions)
+    best_key = (-1, -1)
+    for i, ins in enumerate(instructions):
+        if 0 <= ins.target < ins.addr:
+            body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
+            key = (sum(x.kind == "tensor" for x in body), len(body))
+            if key > best_key:
+                best, best_key = body, key
+    return best
+
+
+def count_classes(instructions: Sequence[Instruction]) -> dict[str, int]:
+    """Issue slots per class (one per instruction), every class present, in CLASS_ORDER."""
+    mix = dict.fromkeys(CLASS_ORDER, 0)
+    for ins in instructions:
+        mix[ins.kind] += 1
+    return mix
+
+
+def _smem_bytes(ins: Instruction) -> int:
+    """Bytes one warp's shared-memory instruction moves."""
+    if ins.opcode == "LDSM":
+        return 128 * (4 if ".4" in ins.op else 2 if ".2" in ins.op else 1)
+    width = re.search(r"\.(32|64|128)\b", ins.op)
+    return 32 * (int(width[1]) // 8 if width else 4)
+
+
+def loop_bound(
+    loop: Sequence[Instruction], tensor_flops_per_sm_per_clock: float, mma_share: float = 1.0
+) -> LoopBound:
+    """Cycles per iteration of one SM with one warp per sub-partition running `loop`:
+
+    - issue: every instruction takes one issue slot of its sub-partition;
+    - tensor: each HMMA's FLOPs (its shape: m16n8k16 = 4096) at a quarter of the SM's
+      tensor FLOPs per clock, times `mma_share` where mma.sync cannot reach the peak;
+    - mufu: 32 lanes at 4 per clock per sub-partition, 8 cycles each;
+    - smem: the bytes of LDSM, LDS and STS of all 4 sub-partitions at 128 B per clock.
+    """
+    mix = count_classes(loop)
+    per_sub = tensor_flops_per_sm_per_clock / SUB_PARTITIONS * mma_share
+    tensor = 0.0
+    for ins in loop:
+        if ins.kind == "tensor":
+            shape = next((s for s in MMA_FLOPS if f".{s}" in ins.op), "16816")
+            tensor += MMA_FLOPS[shape] / per_sub
+    smem = sum(_smem_bytes(i) for i in loop if i.kind in ("smem", "ldmatrix"))
+    cycles = {
+        "issue": float(len(loop)),
+        "tensor": tensor,
+        "mufu": mix["mufu"] * 32 / MUFU_LANES,
+        "smem": SUB_PARTITIONS * smem / SMEM_BYTES_PER_CLOCK,
+    }
+    return LoopBound(mix, cycles)
+
+
+def split_functions(text: str) -> dict[str, str]:
+    """Each kernel's part of a listing, by the name after `Function :`."""
+    parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def analyse_listing(
+    text: str, tensor_flops_per_sm_per_clock: float, mma_share: float = 1.0
+) -> dict[str, LoopBound]:
+    """Kernel name -> its main loop's mix and bound (`loop_bound`)."""
+    return {
+        name: loop_bound(main_loop(parse_sass(body)), tensor_flops_per_sm_per_clock, mma_share)
+        for name, body in split_functions(text).items()
+    }
+
+
+def bound_to_dict(bound: LoopBound) -> dict[str, object]:
+    """JSON-ready: the main loop's issue slots per class, cycles per resource, the bound."""
+    return {
+        "main_loop_mix": dict(bound.mix),
+        "cycles_per_iteration": dict(bound.cycles),
+        "bound": bound.bound,
+        "tensor_share": bound.tensor_share,
+    }
