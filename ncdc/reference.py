@@ -1,9 +1,11 @@
 """The reference: a diagram evaluated in float64 NumPy, straight from its operations.
 
 It shares no code with the kernels, so a wrong template cannot pass by agreeing with
-itself. Values are float64 throughout; only explicit casts round (to the cast's dtype, with
-fp8 saturation), and inputs are rounded to their dtype when they are made, so kernel and
-reference see the same numbers.
+itself. Values are float64 throughout; inputs are rounded to their dtype when they are made,
+explicit casts round to the cast's dtype (with fp8 saturation), and every materialised
+result (an output, or an intermediate a kernel saves to global memory) is rounded to its
+stored dtype, as the kernel that stores it and the kernel that reads it back see it. A
+fused intermediate, which never leaves the chip, is not rounded.
 
     >>> from ncdc.spec import load_diagram
     >>> d = load_diagram("diagrams/softmax.yaml", {"m": 2, "n": 3})
@@ -15,7 +17,7 @@ reference see the same numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 
 import numpy as np
@@ -154,12 +156,23 @@ def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def evaluate(diagram: Diagram, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every tensor of the diagram (inputs and results), in float64."""
+def evaluate(
+    diagram: Diagram, inputs: Mapping[str, np.ndarray], materialized: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Every tensor of the diagram (inputs and results), in float64.
+
+    `materialized` names the results stored in global memory, each rounded to its dtype
+    before later operations read it; by default the outputs and the schedule's
+    `materialize` list (a run passes the tensors its kernels actually store).
+    """
+    saved = set(diagram.outputs) | set(
+        diagram.schedule.materialize if materialized is None else materialized
+    )
     env: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
     axes_of = {t.name: t.axes for t in diagram.tensors}
     for op in diagram.ops:
-        env[op.out] = _evaluate_op(op, env, axes_of, diagram)
+        value = _evaluate_op(op, env, axes_of, diagram)
+        env[op.out] = round_to(value, diagram.tensor(op.out).dtype) if op.out in saved else value
     return env
 
 
