@@ -781,6 +781,11 @@ def time_kernel(
     for upper, lower in zip(levels, levels[1:], strict=False):
         part = choice.partitions[lower.name]
         values, nbytes = model.tile_transfer(part.group, part.stream)
+        if c is not None and c.rereads:
+            # inputs the kernel reads again from global memory (a long row's second pass)
+            again = _reread(model, c.rereads)
+            values += again[0]
+            nbytes += again[1]
         if choice.splits > 1 and lower.name != levels[-1].name:
             # partial outputs, fp32, and the running max and sum of each row, saved then read
             merge_values = 2 * choice.splits * model.output_values
@@ -805,6 +810,17 @@ def time_kernel(
         )
     total = int(sum(flops.values()))
     return KernelTiming(tuple(transfers), compute, int(grid), per_sm, int(waves), total, padding)
+
+
+def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[int, int]:
+    """(values, bytes) of the extra whole reads of inputs that a candidate declares."""
+    d = model.diagram
+    values = sum(d.size(d.tensor(name)) * times for name, times in rereads)
+    nbytes = sum(
+        d.size(d.tensor(name)) * times * DTYPE_BYTES[d.tensor(name).dtype]
+        for name, times in rereads
+    )
+    return values, nbytes
 
 
 def evaluate_kernel(

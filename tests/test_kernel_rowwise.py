@@ -168,3 +168,55 @@ def test_full_size_compiles_without_spills(name: str) -> None:
         for k in kernels:
             spills = compiled.resources[k].spill_stores_bytes
             assert spills == 0, (k, arch)
+
+
+@pytest.mark.parametrize("n", [1000, 1001, 130])
+def test_rmsnorm_issues_the_traffic_the_model_counts(n: int) -> None:
+    # X and Y once, and the weight once per block (staged in shared memory, read by every
+    # row of the block), which is what the model counts: once per group of rows. Rows of
+    # odd length keep vector loads, aligned to each row's start.
+    from pathlib import Path
+
+    from ncdc.run import run_spec
+
+    spec = Path(__file__).parent.parent / "diagrams" / "rmsnorm.yaml"
+    outcome = run_spec(spec, H200, sizes={"m": 64, "n": n})
+    assert outcome.result.ok
+    issued = outcome.result.bytes_read + outcome.result.bytes_written
+    assert issued == outcome.predicted_bytes
+
+
+LONG_ROWS = [32000, 128256, 262144]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm"])
+def test_vocabulary_rows_compile_without_spills(name: str) -> None:
+    # Rows longer than a 1024-thread group holds in 16 values a thread are streamed in two
+    # passes, and the kernel carries only that path: nothing of the row stays in registers.
+    from ncdc.nvrtc import compile_cuda
+
+    for n in LONG_ROWS:
+        plan = plan_diagram(load_diagram(f"diagrams/{name}.yaml", {"m": 4096, "n": n}), H200)
+        module = render_plan(plan)
+        (kernel,) = [launch.kernel for launch in module.launches]
+        assert kernel.endswith("_p2"), kernel
+        for arch in ("sm_80", "sm_90a"):
+            compiled = compile_cuda(module.source, arch, name=f"{name}.cu")
+            assert compiled.resources[kernel].spill_stores_bytes == 0, (name, n, arch)
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm"])
+def test_rows_of_262147_values_run_in_two_passes_and_are_priced_so(name: str) -> None:
+    # An odd length above 2^18: the second pass reads X again, and the model counts it
+    # (Candidate.rereads), so what the kernel issues is what ncdc cost prices.
+    from pathlib import Path
+
+    from ncdc.run import run_spec
+
+    spec = Path(__file__).parent.parent / "diagrams" / f"{name}.yaml"
+    outcome = run_spec(spec, H200, sizes={"m": 2, "n": 262147})
+    assert outcome.result.ok, outcome.result.checks
+    assert outcome.module.launches[0].kernel.endswith("_p2")
+    issued = outcome.result.bytes_read + outcome.result.bytes_written
+    assert issued == outcome.predicted_bytes
