@@ -10,7 +10,7 @@ fused intermediate, which never leaves the chip, is not rounded.
     >>> from ncdc.spec import load_diagram
     >>> d = load_diagram("diagrams/softmax.yaml", {"m": 2, "n": 3})
     >>> out = evaluate(d, make_inputs(d, seed=0))
-    >>> np.allclose(out["Y"].sum(axis=1), 1.0)
+    >>> np.allclose(out["Y"].sum(axis=1), 1.0, atol=1e-2)  # Y is stored as bf16
     True
 """
 
@@ -214,7 +214,22 @@ _BINARY: dict[str, Callable[..., np.ndarray]] = {
     "max": np.maximum,
     "min": np.minimum,
 }
-_REDUCE: dict[str, Callable[..., np.ndarray]] = {"sum": np.sum, "max": np.max, "mean": np.mean}
+
+
+def _logsumexp(x: np.ndarray, axis: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
+    """log(sum(exp(x))) around the row's max: -inf for a row of -inf, NaN kept."""
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isneginf(m), 0.0, m)
+    out = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+_REDUCE: dict[str, Callable[..., np.ndarray]] = {
+    "sum": np.sum,
+    "max": np.max,
+    "mean": np.mean,
+    "logsumexp": _logsumexp,
+}
 
 _erf_vec = np.frompyfunc(math.erf, 1, 1)
 
@@ -273,6 +288,8 @@ def _softmax(x: np.ndarray, over: tuple[int, ...]) -> np.ndarray:
 def _norm(op: Op, x: np.ndarray, over: tuple[int, ...], env: dict, axes_of: Mapping,
           src_axes: tuple[str, ...]) -> np.ndarray:  # fmt: skip
     eps = op.params["eps"]
+    if op.fn == "log_softmax":
+        return x - _logsumexp(x, over, keepdims=True)
     if op.fn == "layernorm":
         mean = np.mean(x, axis=over, keepdims=True)
         var = np.mean((x - mean) ** 2, axis=over, keepdims=True)
