@@ -69,13 +69,18 @@ CUDA_FLOPS_PER_VALUE: dict[str, int] = {
     "sum": 1,
     "mean": 1,
     "softmax": 4,  # running max, subtract, running sum, scale
+    "log_softmax": 4,  # running max, subtract, running sum, subtract the log
+    "logsumexp": 3,  # running max, subtract, running sum
     "layernorm": 8,  # mean, variance (2), subtract, scale, weight, bias, ...
     "rmsnorm": 5,  # square, sum, scale, weight, ...
     "cast": 2,  # scale and convert
     "causal": 1,  # compare and select
 }
 # Exponentials per element on the special-function units.
-SFU_PER_VALUE = {"exp": 1, "gelu": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1}
+SFU_PER_VALUE = {
+    "exp": 1, "gelu": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1,
+    "log_softmax": 1, "logsumexp": 1,
+}  # fmt: skip
 REGISTER_OVERHEAD = 40  # addresses, loop counters, softmax state: a kernel's fixed registers
 MAX_REGISTERS = 255
 # Warps resident per SM at which a unit or a memory level reaches its peak (Little's law:

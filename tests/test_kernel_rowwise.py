@@ -40,6 +40,8 @@ OPS = {
     "sum": ("Y = sum(X, over=n)", ""),
     "max": ("Y = max(X, over=n)", ""),
     "mean": ("Y = mean(X, over=n)", ""),
+    "log_softmax": ("Y = log_softmax(X, over=n)", ""),
+    "logsumexp": ("Y = logsumexp(X, over=n)", ""),
 }
 
 
@@ -64,6 +66,7 @@ def check(got: np.ndarray, want: np.ndarray, dtype: str) -> float:
 
 CASES = [(k, dt) for k in ("softmax", "layernorm", "rmsnorm") for dt in ("bf16", "fp32")]
 CASES += [("sum", "fp32"), ("max", "bf16"), ("mean", "fp32")]
+CASES += [("log_softmax", "fp32"), ("log_softmax", "bf16"), ("logsumexp", "fp32")]
 
 
 @pytest.mark.parametrize("kind, dtype", CASES)
@@ -81,7 +84,7 @@ def test_rowwise_matches_numpy(kind: str, dtype: str) -> None:
 def test_long_rows_take_the_two_pass_path() -> None:
     # Planned for rows of 64 (one warp holds a row), run on rows of 5000: the row no longer
     # fits in registers and is read twice (online softmax, Welford layernorm).
-    for kind in ("softmax", "layernorm", "rmsnorm", "max", "mean"):
+    for kind in ("softmax", "layernorm", "rmsnorm", "max", "mean", "log_softmax", "logsumexp"):
         op, extra = OPS[kind]
         text = spec(op, "fp32", extra.replace("DT", "fp32"))
         d = load_diagram_text(text, sizes={"m": 3, "n": 5000})
@@ -190,14 +193,15 @@ LONG_ROWS = [32000, 128256, 262144]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
-@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm"])
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "vocab_cross_entropy"])
 def test_vocabulary_rows_compile_without_spills(name: str) -> None:
     # Rows longer than a 1024-thread group holds in 16 values a thread are streamed in two
     # passes, and the kernel carries only that path: nothing of the row stays in registers.
     from ncdc.nvrtc import compile_cuda
 
     for n in LONG_ROWS:
-        plan = plan_diagram(load_diagram(f"diagrams/{name}.yaml", {"m": 4096, "n": n}), H200)
+        sizes = {"t": 4096, "v": n} if name.startswith("vocab") else {"m": 4096, "n": n}
+        plan = plan_diagram(load_diagram(f"diagrams/{name}.yaml", sizes), H200)
         module = render_plan(plan)
         (kernel,) = [launch.kernel for launch in module.launches]
         assert kernel.endswith("_p2"), kernel
@@ -220,3 +224,29 @@ def test_rows_of_262147_values_run_in_two_passes_and_are_priced_so(name: str) ->
     assert outcome.module.launches[0].kernel.endswith("_p2")
     issued = outcome.result.bytes_read + outcome.result.bytes_written
     assert issued == outcome.predicted_bytes
+
+
+def test_vocab_cross_entropy_is_one_pass_over_128k_logits() -> None:
+    # logsumexp over a 128,257-token row (odd, above Llama 3's 128,256): the streamed
+    # kernel's online max and sum read each logit once, which is what the model counts.
+    from pathlib import Path
+
+    from ncdc.run import run_spec
+
+    spec = Path(__file__).parent.parent / "diagrams" / "vocab_cross_entropy.yaml"
+    outcome = run_spec(spec, H200, sizes={"t": 3, "v": 128257})
+    assert outcome.result.ok, outcome.result.checks
+    assert outcome.module.launches[0].kernel.endswith("_p2")
+    issued = outcome.result.bytes_read + outcome.result.bytes_written
+    assert issued == outcome.predicted_bytes == 3 * 128257 * 2 + 3 * 4
+
+
+def test_log_softmax_and_logsumexp_of_masked_and_huge_rows() -> None:
+    x = np.random.default_rng(1).standard_normal((3, 11))
+    x[0] = -np.inf  # every entry masked: logsumexp -inf, log-softmax NaN (as the reference)
+    x[1] *= 1e4  # huge logits stay finite
+    for op in ("Y = log_softmax(X, over=n)", "Y = logsumexp(X, over=n)"):
+        got, want = run(spec(op, "fp32"), {"m": 3, "n": 11}, inputs={"X": round_to(x, "fp32")})
+        assert np.array_equal(np.isnan(got["Y"]), np.isnan(want["Y"])), op
+        ok = ~np.isnan(want["Y"])
+        assert np.allclose(got["Y"][ok], want["Y"][ok], rtol=1e-5, atol=1e-3), op

@@ -1,5 +1,5 @@
-"""The row-wise family: softmax, layernorm, rmsnorm and sum/max/mean over the last axis,
-with elementwise ops before and after them fused in.
+"""The row-wise family: softmax, log-softmax, layernorm, rmsnorm and sum/max/mean/logsumexp
+over the last axis, with elementwise ops before and after them fused in.
 
 A row group of `tpr` threads (a multiple of 32) owns one row; `rows` groups share a block.
 A thread holds `vpt` runs of `vec` elements (a 16-byte vector of the narrowest row tensor,
@@ -52,6 +52,8 @@ TILES: dict[str, tuple[int, ...]] = {
 }
 KINDS = {
     "softmax": "kSoftmax",
+    "log_softmax": "kLogSoftmax",
+    "logsumexp": "kLogsumexp",
     "layernorm": "kLayernorm",
     "rmsnorm": "kRmsnorm",
     "sum": "kSum",
@@ -106,8 +108,10 @@ class RowwiseFamily:
         rows_axes = family.axes("rows")
         rowop = _row_op(d, kernel, row)
         vec, tpr, vpt, max_threads, passes = _row_layout(d, kernel, row)
-        # A row too long to hold is read for its statistics and again for its output.
-        rereads = tuple((n, 1) for n in _source_inputs(kernel, rowop)) if passes == 2 else ()
+        # A row too long to hold is read for its statistics and again for its output (a
+        # reduction, whose output has no row axis, needs no second pass).
+        again = passes == 2 and any(row in d.tensor(n).axes for n in kernel.outputs)
+        rereads = tuple((n, 1) for n in _source_inputs(kernel, rowop)) if again else ()
         last = rows_axes[-1] if rows_axes else None
         row_opts = options(last, TILES["rows"], model.sizes[last], fixed) if last else [1]
         total_rows = math.prod(d.axes[a] for a in rows_axes)

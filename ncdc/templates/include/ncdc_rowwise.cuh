@@ -1,5 +1,5 @@
-// Row-wise kernels: softmax, layernorm, rmsnorm and sum/max/mean over the last axis, with
-// elementwise ops before and after, in one kernel.
+// Row-wise kernels: softmax, log-softmax, layernorm, rmsnorm and sum/max/mean/logsumexp over
+// the last axis, with elementwise ops before and after, in one kernel.
 //
 // A block holds ROWS row groups of TPR threads (TPR a multiple of 32); a group owns one row
 // at a time (grid-stride over rows). A thread holds VPT runs of V elements of the row: on
@@ -27,7 +27,11 @@
 namespace ncdc {
 namespace rowwise {
 
-enum Kind { kSoftmax, kLayernorm, kRmsnorm, kSum, kMax, kMean };
+enum Kind { kSoftmax, kLayernorm, kRmsnorm, kSum, kMax, kMean, kLogSoftmax, kLogsumexp };
+
+// The kinds whose statistics are a row's max and sum of exp(x - max).
+template <int KIND>
+constexpr bool kExpSum = KIND == kSoftmax || KIND == kLogSoftmax || KIND == kLogsumexp;
 
 // Reciprocals of row lengths, counts and sums: correctly rounded, once per row.
 NCDC_DEVICE float fast_rcp(float x) { return __frcp_rn(x); }
@@ -128,14 +132,16 @@ NCDC_DEVICE void load_cols_shared(const T* p, const Cols& c, float (&v)[V]) {
 
 // Statistics of one row, and the row op's value of an element from them.
 struct Stats {
-  float a = 0.0f;  // softmax: max (0 for an all -inf row); norms: mean (0 for rmsnorm)
-  float b = 0.0f;  // softmax: 1 / sum (0 for an all -inf row); norms: 1 / sqrt(var + eps)
+  float a = 0.0f;  // softmax, log-softmax: max (0 for an all -inf row); norms: mean (0 for rmsnorm)
+  float b = 0.0f;  // softmax: 1 / sum (0 for an all -inf row); log-softmax: log(sum);
+                   // norms: 1 / sqrt(var + eps)
   float stat = 0.0f;  // reductions: the result
 };
 
 template <int KIND>
 NCDC_DEVICE float finish_value(const Stats& s, float x) {
   if constexpr (KIND == kSoftmax) return expf(x - s.a) * s.b;
+  else if constexpr (KIND == kLogSoftmax) return x - s.a - s.b;
   else if constexpr (KIND == kLayernorm) return (x - s.a) * s.b;
   else if constexpr (KIND == kRmsnorm) return x * s.b;
   else return x;
@@ -149,7 +155,7 @@ template <int KIND, int ROWS, int TPR, int VPT, int V>
 NCDC_DEVICE Stats stats_resident(float (&x)[VPT][V], const int (&count)[VPT], long long n, float eps,
                                  int& parity) {
   Stats s;
-  if constexpr (KIND == kSoftmax) {
+  if constexpr (kExpSum<KIND>) {
     float m = negative_infinity();
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
@@ -163,14 +169,26 @@ NCDC_DEVICE Stats stats_resident(float (&x)[VPT][V], const int (&count)[VPT], lo
     for (int k = 0; k < VPT; ++k)
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        x[k][j] = j < count[k] ? expf(x[k][j] - s.a) : 0.0f;
-        sum += x[k][j];
+        const float e = j < count[k] ? expf(x[k][j] - s.a) : 0.0f;
+        if constexpr (KIND == kSoftmax) x[k][j] = e;
+        sum += e;
       }
-    s.b = softmax_inverse(reduce_row<Sum, ROWS, TPR>(sum, parity));
+    const float total = reduce_row<Sum, ROWS, TPR>(sum, parity);
+    if constexpr (KIND == kSoftmax) {
+      s.b = softmax_inverse(total);
 #pragma unroll
-    for (int k = 0; k < VPT; ++k)
+      for (int k = 0; k < VPT; ++k)
 #pragma unroll
-      for (int j = 0; j < V; ++j) x[k][j] *= s.b;
+        for (int j = 0; j < V; ++j) x[k][j] *= s.b;
+    } else if constexpr (KIND == kLogSoftmax) {
+      s.b = logf(total);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int j = 0; j < V; ++j) x[k][j] = x[k][j] - s.a - s.b;
+    } else {
+      s.stat = s.a + logf(total);
+    }
   } else if constexpr (KIND == kLayernorm || KIND == kRmsnorm) {
     if constexpr (KIND == kLayernorm) {
       float sum = 0.0f;
@@ -222,7 +240,7 @@ struct Running {
 
 template <int KIND, int V>
 NCDC_DEVICE void accumulate(Running& r, const float (&x)[V], int count) {
-  if constexpr (KIND == kSoftmax) {
+  if constexpr (kExpSum<KIND>) {
     float m = r.m;
 #pragma unroll
     for (int j = 0; j < V; ++j)
@@ -261,10 +279,13 @@ NCDC_DEVICE void accumulate(Running& r, const float (&x)[V], int count) {
 template <int KIND, int ROWS, int TPR>
 NCDC_DEVICE Stats merge(const Running& r, long long n, float eps, int& parity) {
   Stats s;
-  if constexpr (KIND == kSoftmax) {
+  if constexpr (kExpSum<KIND>) {
     const float m = reduce_row<Max, ROWS, TPR>(r.m, parity);
     s.a = m == negative_infinity() ? 0.0f : m;
-    s.b = softmax_inverse(reduce_row<Sum, ROWS, TPR>(r.s * expf(r.m - s.a), parity));
+    const float total = reduce_row<Sum, ROWS, TPR>(r.s * expf(r.m - s.a), parity);
+    if constexpr (KIND == kSoftmax) s.b = softmax_inverse(total);
+    else if constexpr (KIND == kLogSoftmax) s.b = logf(total);
+    else s.stat = s.a + logf(total);
   } else if constexpr (KIND == kLayernorm) {
     // Chan et al.: M2 = sum over threads of (M2_t + n_t (mean_t - mean)^2), exactly.
     s.a = reduce_row<Sum, ROWS, TPR>(r.c * r.m, parity) * fast_rcp(float(n));
@@ -319,8 +340,7 @@ NCDC_DEVICE void run(Io& io, long long rows, long long n) {
       }
     } else {
       // Too long for registers: a second read of the row from global memory.
-      Running run{KIND == kMax ? negative_infinity() : (KIND == kSoftmax ? negative_infinity() : 0.0f),
-                  0.0f, 0.0f};
+      Running run{KIND == kMax || kExpSum<KIND> ? negative_infinity() : 0.0f, 0.0f, 0.0f};
       const long long chunks = layout.chunks();
       for (long long chunk = 0; chunk < chunks && active; ++chunk) {
 #pragma unroll
