@@ -90,8 +90,13 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Values (float64, already representable) -> the array a kernel reads as `dtype`."""
-    x = np.asarray(x, dtype=np.float64)
+    """Values (float64, already representable) -> the array a kernel reads as `dtype`; an
+    array even for a scalar (NumPy's operators turn a 0-d array into a scalar, which a
+    kernel cannot write into)."""
+    return np.asarray(_to_storage(np.asarray(x, dtype=np.float64), dtype))
+
+
+def _to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "fp32":
         return x.astype(np.float32)
     if dtype == "fp16":
@@ -110,7 +115,11 @@ def to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
-    """The array a kernel wrote as `dtype` -> float64 values."""
+    """The array a kernel wrote as `dtype` -> float64 values (an array, 0-d for a scalar)."""
+    return np.asarray(_from_storage(np.asarray(a), dtype))
+
+
+def _from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
     if dtype in ("fp32", "fp16", "int8"):
         return a.astype(np.float64)
     if dtype == "bf16":

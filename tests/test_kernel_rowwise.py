@@ -250,3 +250,16 @@ def test_log_softmax_and_logsumexp_of_masked_and_huge_rows() -> None:
         assert np.array_equal(np.isnan(got["Y"]), np.isnan(want["Y"])), op
         ok = ~np.isnan(want["Y"])
         assert np.allclose(got["Y"][ok], want["Y"][ok], rtol=1e-5, atol=1e-3), op
+
+
+def test_a_scalar_output_runs_and_is_checked() -> None:
+    # max |X| over a vector: a 0-d output, which ncdc run allocates, fills and compares.
+    from pathlib import Path
+
+    from ncdc.run import run_spec
+
+    spec = Path(__file__).parent / "specs" / "amax_vector_bf16.yaml"
+    for n in (1001, 7):
+        outcome = run_spec(spec, H200, sizes={"n": n})
+        (check,) = outcome.result.checks
+        assert check.ok and check.unexpected_nan == 0, check

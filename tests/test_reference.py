@@ -138,3 +138,12 @@ def test_an_fp32_output_after_a_saved_bf16_intermediate_meets_the_fp32_tolerance
     result = run_diagram(d, module, backend="cpu", seed=5)
     (check,) = result.checks
     assert check.ok and check.max_rel_error < 1e-6, check
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"])
+def test_a_scalar_is_stored_as_a_0d_array(dtype):
+    # A kernel writes a scalar output through a pointer: its buffer must be an array.
+    stored = to_storage(np.float64(1.5), dtype)
+    assert isinstance(stored, np.ndarray) and stored.shape == ()
+    back = from_storage(stored, dtype)
+    assert isinstance(back, np.ndarray) and back.shape == ()
