@@ -85,11 +85,11 @@ def _row_axis_hint(diagram: Diagram, kernel: Kernel) -> str:
                 f"{op.fn}({src.name}, over={last}), {op.out} = {op.fn}({partial}, over={over}), "
                 f"schedule: {{materialize: [{partial}]}}"
             )
-        if len(op.over) == 1 and src.axes[-1] != op.over[0]:
-            if src.name in {t.name for t in diagram.inputs}:
-                axes = [a for a in src.axes if a != op.over[0]] + [op.over[0]]
-                return (
-                    f"store {src.name} with {op.over[0]} last: "
-                    f"{src.name}: {{axes: [{', '.join(axes)}]}}"
-                )
+        inputs = {t.name for t in diagram.inputs}
+        if len(op.over) == 1 and src.axes[-1] != op.over[0] and src.name in inputs:
+            axes = [a for a in src.axes if a != op.over[0]] + [op.over[0]]
+            return (
+                f"store {src.name} with {op.over[0]} last: "
+                f"{src.name}: {{axes: [{', '.join(axes)}]}}"
+            )
     return ""
