@@ -125,14 +125,19 @@ class RowwiseFamily:
             if rows in out:
                 continue
             group = {**ones(rows_axes, fixed), **({last: rows} if last else {})}
+            stream: dict[str, int] = {}
             if row in kernel.woven:
                 group[row] = d.axes[row]
+            elif passes == 2:
+                stream[row] = min(d.axes[row], tpr * vpt * vec)  # one pass's chunk of the row
             grid = max(1, min(MAX_GRID, -(-total_rows // rows)))
             shape = LaunchShape((grid, 1, 1), (rows * tpr, 1, 1), smem)
             # __launch_bounds__(threads, 1) makes ptxas fit one block in the register file
             budget = min(registers, hw.limits.regs_per_sm // shape.threads // 8 * 8)
             params = (("rows", rows), ("tpr", tpr), ("vpt", vpt), ("vec", vec), ("passes", passes))
-            out[rows] = Candidate(group, {}, group, {}, params, (shape,), 1, 1, budget, rereads)
+            out[rows] = Candidate(
+                group, stream, group, stream, params, (shape,), 1, 1, budget, rereads
+            )
         return list(out.values())
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
