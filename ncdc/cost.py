@@ -69,13 +69,18 @@ CUDA_FLOPS_PER_VALUE: dict[str, int] = {
     "sum": 1,
     "mean": 1,
     "softmax": 4,  # running max, subtract, running sum, scale
+    "log_softmax": 4,  # running max, subtract, running sum, subtract the log
+    "logsumexp": 3,  # running max, subtract, running sum
     "layernorm": 8,  # mean, variance (2), subtract, scale, weight, bias, ...
     "rmsnorm": 5,  # square, sum, scale, weight, ...
     "cast": 2,  # scale and convert
     "causal": 1,  # compare and select
 }
 # Exponentials per element on the special-function units.
-SFU_PER_VALUE = {"exp": 1, "gelu": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1}
+SFU_PER_VALUE = {
+    "exp": 1, "gelu": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1,
+    "log_softmax": 1, "logsumexp": 1,
+}  # fmt: skip
 REGISTER_OVERHEAD = 40  # addresses, loop counters, softmax state: a kernel's fixed registers
 MAX_REGISTERS = 255
 # Warps resident per SM at which a unit or a memory level reaches its peak (Little's law:
@@ -879,6 +884,11 @@ def time_kernel(
     for upper, lower in zip(levels, levels[1:], strict=False):
         part = choice.partitions[lower.name]
         values, nbytes = model.tile_transfer(part.group, part.stream)
+        if c is not None and c.rereads:
+            # inputs the kernel reads again from global memory (a long row's second pass)
+            again = _reread(model, c.rereads)
+            values += again[0]
+            nbytes += again[1]
         if choice.splits > 1 and lower.name != levels[-1].name:
             # partial outputs, fp32, and the running max and sum of each row, saved then read
             merge_values = 2 * choice.splits * model.output_values
@@ -919,6 +929,17 @@ def _causal_balance(model: KernelModel, inner: Partition, grid: int, slots: int)
     s_x = inner.stream.get(key, keys)
     tiles = -(-queries // g_q)
     return causal_imbalance(queries, keys, g_q, s_x, max(1, grid // tiles), slots, True)
+
+
+def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[int, int]:
+    """(values, bytes) of the extra whole reads of inputs that a candidate declares."""
+    d = model.diagram
+    values = sum(d.size(d.tensor(name)) * times for name, times in rereads)
+    nbytes = sum(
+        d.size(d.tensor(name)) * times * DTYPE_BYTES[d.tensor(name).dtype]
+        for name, times in rereads
+    )
+    return values, nbytes
 
 
 def evaluate_kernel(

@@ -73,7 +73,9 @@ class Candidate:
     `params` are the template's compile-time parameters, `launches` every launch in the
     order they run (the first does the kernel's work; a second may merge split partials).
     `registers` is the per-thread budget the family estimates, replaced by ptxas's count
-    once the kernel is compiled (ncdc.compile).
+    once the kernel is compiled (ncdc.compile). `rereads` names inputs the kernel reads
+    from global memory more than once, with how many extra whole reads (a row too long to
+    hold is read once for its statistics and again for its output); the model counts them.
     """
 
     group: Mapping[str, int] = field(hash=False)
@@ -85,6 +87,7 @@ class Candidate:
     stages: int = 1
     splits: int = 1  # blocks sharing one group's streamed axis, merged after
     registers: int = 0
+    rereads: tuple[tuple[str, int], ...] = ()
 
     @property
     def main(self) -> LaunchShape:
@@ -117,7 +120,7 @@ class Candidate:
         """The same candidate with the compiler's register count."""
         return Candidate(
             self.group, self.stream, self.warp_group, self.warp_stream, self.params,
-            self.launches, self.stages, self.splits, registers,
+            self.launches, self.stages, self.splits, registers, self.rereads,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
@@ -135,6 +138,7 @@ class Candidate:
             "stages": self.stages,
             "splits": self.splits,
             "registers": self.registers,
+            "rereads": dict(self.rereads),
         }
 
 
@@ -158,4 +162,5 @@ def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
         sizes("group"), sizes("stream"), sizes("warp_group"), sizes("warp_stream"),
         tuple((str(k), int(v)) for k, v in data["params"].items()), launches,
         int(data["stages"]), int(data["splits"]), int(data["registers"]),
+        tuple((str(k), int(v)) for k, v in data.get("rereads", {}).items()),
     )  # fmt: skip

@@ -92,6 +92,9 @@ OPERATIONS: dict[str, OpSignature] = {
     "sum": _sig("reduce", 1, "over dtype", "over"),
     "mean": _sig("reduce", 1, "over dtype", "over"),
     "softmax": _sig("softmax", 1, "over dtype", "over"),
+    # log-softmax normalises a row as a norm does; logsumexp reduces it (cross-entropy)
+    "log_softmax": _sig("norm", 1, "over dtype", "over"),
+    "logsumexp": _sig("reduce", 1, "over dtype", "over"),
     "layernorm": _sig("norm", 1, "over weight bias eps dtype", "over"),
     "rmsnorm": _sig("norm", 1, "over weight eps dtype", "over"),
     "cast": _sig("cast", 1, "to scale", "to"),

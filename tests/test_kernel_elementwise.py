@@ -76,3 +76,22 @@ def test_causal_mask_aligned_at_the_end() -> None:
     got, want, _ = run(MASK, {"q": 5, "x": 64}, {"q": 5, "x": 9})
     assert np.array_equal(got["E"] == 0.0, want["E"] == 0.0)
     assert np.allclose(got["E"], want["E"], rtol=1e-5)
+
+
+def test_an_odd_innermost_size_keeps_vector_runs() -> None:
+    # n = 130 is no multiple of the vector width (8 fp16): only the run that crosses the end
+    # of each row goes one element at a time, so the bytes issued per element stay those of
+    # n = 128 (X, b and Y, plus c[m] and s once per run) to a few percent; one element at a
+    # time everywhere reloads c and s per element, about 2.2 times as much.
+    from pathlib import Path
+
+    from ncdc.run import run_spec
+
+    spec = Path(__file__).parent / "specs" / "ew_broadcast_binary.yaml"
+    per_element = {}
+    for n in (128, 130):
+        outcome = run_spec(spec, H200, sizes={"m": 200, "n": n})
+        assert outcome.result.ok
+        issued = outcome.result.bytes_read + outcome.result.bytes_written
+        per_element[n] = issued / (200 * n)
+    assert per_element[130] < 1.06 * per_element[128], per_element

@@ -40,6 +40,8 @@ OPS = {
     "sum": ("Y = sum(X, over=n)", ""),
     "max": ("Y = max(X, over=n)", ""),
     "mean": ("Y = mean(X, over=n)", ""),
+    "log_softmax": ("Y = log_softmax(X, over=n)", ""),
+    "logsumexp": ("Y = logsumexp(X, over=n)", ""),
 }
 
 
@@ -64,6 +66,7 @@ def check(got: np.ndarray, want: np.ndarray, dtype: str) -> float:
 
 CASES = [(k, dt) for k in ("softmax", "layernorm", "rmsnorm") for dt in ("bf16", "fp32")]
 CASES += [("sum", "fp32"), ("max", "bf16"), ("mean", "fp32")]
+CASES += [("log_softmax", "fp32"), ("log_softmax", "bf16"), ("logsumexp", "fp32")]
 
 
 @pytest.mark.parametrize("kind, dtype", CASES)
@@ -81,7 +84,7 @@ def test_rowwise_matches_numpy(kind: str, dtype: str) -> None:
 def test_long_rows_take_the_two_pass_path() -> None:
     # Planned for rows of 64 (one warp holds a row), run on rows of 5000: the row no longer
     # fits in registers and is read twice (online softmax, Welford layernorm).
-    for kind in ("softmax", "layernorm", "rmsnorm", "max", "mean"):
+    for kind in ("softmax", "layernorm", "rmsnorm", "max", "mean", "log_softmax", "logsumexp"):
         op, extra = OPS[kind]
         text = spec(op, "fp32", extra.replace("DT", "fp32"))
         d = load_diagram_text(text, sizes={"m": 3, "n": 5000})
@@ -168,3 +171,151 @@ def test_full_size_compiles_without_spills(name: str) -> None:
         for k in kernels:
             spills = compiled.resources[k].spill_stores_bytes
             assert spills == 0, (k, arch)
+
+
+@pytest.mark.parametrize("n", [1000, 1001, 130])
+def test_rmsnorm_issues_the_traffic_the_model_counts(n: int) -> None:
+    # X and Y once, and the weight once per block (staged in shared memory, read by every
+    # row of the block), which is what the model counts: once per group of rows. Rows of
+    # odd length keep vector loads, aligned to each row's start.
+    from pathlib import Path
+
+    from ncdc.run import run_spec
+
+    spec = Path(__file__).parent.parent / "diagrams" / "rmsnorm.yaml"
+    outcome = run_spec(spec, H200, sizes={"m": 64, "n": n})
+    assert outcome.result.ok
+    issued = outcome.result.bytes_read + outcome.result.bytes_written
+    assert issued == outcome.predicted_bytes
+
+
+LONG_ROWS = [32000, 128256, 262144]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "vocab_crossentropy"])
+def test_vocabulary_rows_compile_without_spills(name: str) -> None:
+    # Rows longer than a 1024-thread group holds in 16 values a thread are streamed in two
+    # passes, and the kernel carries only that path: nothing of the row stays in registers.
+    from ncdc.nvrtc import compile_cuda
+
+    for n in LONG_ROWS:
+        sizes = {"t": 4096, "v": n} if name.startswith("vocab") else {"m": 4096, "n": n}
+        plan = plan_diagram(load_diagram(f"diagrams/{name}.yaml", sizes), H200)
+        module = render_plan(plan)
+        (kernel,) = [launch.kernel for launch in module.launches]
+        assert kernel.endswith("_p2"), kernel
+        for arch in ("sm_80", "sm_90a"):
+            compiled = compile_cuda(module.source, arch, name=f"{name}.cu")
+            assert compiled.resources[kernel].spill_stores_bytes == 0, (name, n, arch)
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm"])
+def test_rows_of_262147_values_run_in_two_passes_and_are_priced_so(name: str) -> None:
+    # An odd length above 2^18: the second pass reads X again, and the model counts it
+    # (Candidate.rereads), so what the kernel issues is what ncdc cost prices.
+    from pathlib import Path
+
+    from ncdc.run import run_spec
+
+    spec = Path(__file__).parent.parent / "diagrams" / f"{name}.yaml"
+    outcome = run_spec(spec, H200, sizes={"m": 2, "n": 262147})
+    assert outcome.result.ok, outcome.result.checks
+    assert outcome.module.launches[0].kernel.endswith("_p2")
+    issued = outcome.result.bytes_read + outcome.result.bytes_written
+    assert issued == outcome.predicted_bytes
+
+
+def test_vocab_crossentropy_is_one_pass_over_128k_logits() -> None:
+    # logsumexp over a 128,257-token row (odd, above Llama 3's 128,256): the streamed
+    # kernel's online max and sum read each logit once, which is what the model counts.
+    from pathlib import Path
+
+    from ncdc.run import run_spec
+
+    spec = Path(__file__).parent.parent / "diagrams" / "vocab_crossentropy.yaml"
+    outcome = run_spec(spec, H200, sizes={"t": 3, "v": 128257})
+    assert outcome.result.ok, outcome.result.checks
+    assert outcome.module.launches[0].kernel.endswith("_p2")
+    issued = outcome.result.bytes_read + outcome.result.bytes_written
+    assert issued == outcome.predicted_bytes == 3 * 128257 * 2 + 3 * 4
+
+
+def test_log_softmax_and_logsumexp_of_masked_and_huge_rows() -> None:
+    x = np.random.default_rng(1).standard_normal((3, 11))
+    x[0] = -np.inf  # every entry masked: logsumexp -inf, log-softmax NaN (as the reference)
+    x[1] *= 1e4  # huge logits stay finite
+    for op in ("Y = log_softmax(X, over=n)", "Y = logsumexp(X, over=n)"):
+        got, want = run(spec(op, "fp32"), {"m": 3, "n": 11}, inputs={"X": round_to(x, "fp32")})
+        assert np.array_equal(np.isnan(got["Y"]), np.isnan(want["Y"])), op
+        ok = ~np.isnan(want["Y"])
+        assert np.allclose(got["Y"][ok], want["Y"][ok], rtol=1e-5, atol=1e-3), op
+
+
+def test_a_scalar_output_runs_and_is_checked() -> None:
+    # max |X| over a vector: a 0-d output, which ncdc run allocates, fills and compares.
+    from pathlib import Path
+
+    from ncdc.run import run_spec
+
+    spec = Path(__file__).parent / "specs" / "amax_vector_bf16.yaml"
+    for n in (1001, 7):
+        outcome = run_spec(spec, H200, sizes={"n": n})
+        (check,) = outcome.result.checks
+        assert check.ok and check.unexpected_nan == 0, check
+
+
+COLUMN_SOFTMAX = """
+ncdc: 1
+name: colsm
+axes: {m: 37, n: 130}
+inputs: {X: {axes: [m, n], dtype: fp32}}
+ops: ["Y = softmax(X, over=m)"]
+outputs: [Y]
+"""
+
+TOTAL_SUM = """
+ncdc: 1
+name: total
+axes: {m: 37, n: 130}
+inputs: {X: {axes: [m, n], dtype: fp32}}
+ops: ["s = sum(X, over=[m, n])"]
+outputs: [s]
+"""
+
+
+def _refusal(text: str) -> str:
+    from ncdc.errors import PlanError
+
+    with pytest.raises(PlanError) as refused:
+        plan_diagram(load_diagram_text(text), H200)
+    return refused.value.hint
+
+
+def _runs(text: str) -> None:
+    d = load_diagram_text(text)
+    result = run_diagram(d, render_plan(plan_diagram(d, H200)), backend="cpu", seed=2)
+    assert result.ok, result.checks
+
+
+def test_the_hint_for_a_row_op_over_a_leading_axis_is_followed() -> None:
+    # Softmax over m, which is not last in X: the hint stores X with m last; written so,
+    # the diagram plans and matches the reference.
+    hint = _refusal(COLUMN_SOFTMAX)
+    assert hint == "store X with m last: X: {axes: [n, m]}"
+    _runs(COLUMN_SOFTMAX.replace("axes: [m, n]", "axes: [n, m]"))
+
+
+def test_the_hint_for_a_whole_tensor_reduction_is_followed() -> None:
+    # A sum to a scalar over both axes: the hint reduces one axis at a time, saving the
+    # partial; the two-kernel diagram plans, and its 0-d output matches the reference.
+    hint = _refusal(TOTAL_SUM)
+    assert hint == (
+        "reduce one axis at a time and save the partial: s_n = sum(X, over=n), "
+        "s = sum(s_n, over=m), schedule: {materialize: [s_n]}"
+    )
+    followed = TOTAL_SUM.replace(
+        'ops: ["s = sum(X, over=[m, n])"]',
+        'ops: ["s_n = sum(X, over=n)", "s = sum(s_n, over=m)"]\nschedule: {materialize: [s_n]}',
+    )
+    _runs(followed)

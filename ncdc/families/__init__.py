@@ -56,7 +56,7 @@ def classify_kernel(diagram: Diagram, kernel: Kernel) -> Family:
             return found
     listing = ", ".join(f"{op.fn} ({op.out})" for op in kernel.ops)
     inner = [op.out for op in kernel.ops[:-1] if op.out not in kernel.outputs]
-    hint = (
+    hint = _row_axis_hint(diagram, kernel) or (
         f"save an intermediate to split the kernel: schedule: {{materialize: [{inner[0]}]}}"
         if inner
         else "write the diagram as one of those"
@@ -66,3 +66,30 @@ def classify_kernel(diagram: Diagram, kernel: Kernel) -> Family:
         f"{SUPPORTED}",
         hint=hint,
     )
+
+
+def _row_axis_hint(diagram: Diagram, kernel: Kernel) -> str:
+    """What to write for a row op that no family runs because of its axes: a reduction
+    over several axes one axis at a time, or an input with the reduced axis last."""
+    for op in kernel.ops:
+        if op.kind not in ("softmax", "norm", "reduce"):
+            continue
+        src = diagram.tensor(next(o for o in op.operands if isinstance(o, str)))
+        if op.kind == "reduce" and len(op.over) > 1 and src.axes[-1] in op.over:
+            last = src.axes[-1]
+            rest = [a for a in op.over if a != last]
+            over = rest[0] if len(rest) == 1 else "[" + ", ".join(rest) + "]"
+            partial = f"{op.out}_{last}"
+            return (
+                f"reduce one axis at a time and save the partial: {partial} = "
+                f"{op.fn}({src.name}, over={last}), {op.out} = {op.fn}({partial}, over={over}), "
+                f"schedule: {{materialize: [{partial}]}}"
+            )
+        inputs = {t.name for t in diagram.inputs}
+        if len(op.over) == 1 and src.axes[-1] != op.over[0] and src.name in inputs:
+            axes = [a for a in src.axes if a != op.over[0]] + [op.over[0]]
+            return (
+                f"store {src.name} with {op.over[0]} last: "
+                f"{src.name}: {{axes: [{', '.join(axes)}]}}"
+            )
+    return ""

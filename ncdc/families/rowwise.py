@@ -1,9 +1,10 @@
-"""The row-wise family: softmax, layernorm, rmsnorm and sum/max/mean over the last axis,
-with elementwise ops before and after them fused in.
+"""The row-wise family: softmax, log-softmax, layernorm, rmsnorm and sum/max/mean/logsumexp
+over the last axis, with elementwise ops before and after them fused in.
 
 A row group of `tpr` threads (a multiple of 32) owns one row; `rows` groups share a block.
-A thread holds `vpt` runs of `vec` elements (a 16-byte vector of the narrowest row tensor),
-so a row of up to tpr * vpt * vec values is read once and kept in registers; longer rows
+A thread holds `vpt` runs of `vec` elements (a 16-byte vector of the narrowest row tensor,
+aligned to each row's start, with a short head and tail run when the row length is not a
+multiple of vec), so a row of up to tpr * vpt runs is read once and kept in registers; longer rows
 are read twice (see templates/include/ncdc_rowwise.cuh). The elementwise ops are unrolled
 `ncdc::op_*` calls in `templates/rowwise.cu.j2`: those that make the row op's input run in
 `source`, the rest in `finish` (per element) and `finish_row` (per row). The grid strides
@@ -39,7 +40,7 @@ from ncdc.families.codegen import (
     vector_width,
 )
 from ncdc.launch import Candidate, Family, LaunchShape
-from ncdc.spec import Diagram, Op
+from ncdc.spec import DTYPE_BYTES, Diagram, Op
 
 if TYPE_CHECKING:
     from ncdc.cost import KernelModel, KernelPlan, Plan
@@ -51,6 +52,8 @@ TILES: dict[str, tuple[int, ...]] = {
 }
 KINDS = {
     "softmax": "kSoftmax",
+    "log_softmax": "kLogSoftmax",
+    "logsumexp": "kLogsumexp",
     "layernorm": "kLayernorm",
     "rmsnorm": "kRmsnorm",
     "sum": "kSum",
@@ -61,7 +64,9 @@ ROW_KINDS = ("softmax", "norm", "reduce")
 MAX_THREADS = 1024
 RESIDENT_THREADS = 256  # threads per block when each holds 32 or more values of a row
 VECTORS_PER_THREAD = 4  # runs a thread holds of one row: 32 fp32 registers for bf16
+RESIDENT_VALUES_AT_MAX_THREADS = 16  # values of a row a thread holds in a 1024-thread group
 MAX_GRID = 65535 * 16
+STAGE_BYTES = 48 * 1024  # most shared memory the weights of a row take (no opt-in needed)
 
 
 class RowwiseFamily:
@@ -101,12 +106,17 @@ class RowwiseFamily:
         d, kernel = model.diagram, model.kernel
         (row,) = family.axes("row")
         rows_axes = family.axes("rows")
-        _row_op(d, kernel, row)
-        vec, tpr, vpt, max_threads = _row_layout(d, kernel, row)
+        rowop = _row_op(d, kernel, row)
+        vec, tpr, vpt, max_threads, passes = _row_layout(d, kernel, row)
+        # A row too long to hold is read for its statistics and again for its output (a
+        # reduction, whose output has no row axis, needs no second pass).
+        again = passes == 2 and any(row in d.tensor(n).axes for n in kernel.outputs)
+        rereads = tuple((n, 1) for n in _source_inputs(kernel, rowop)) if again else ()
         last = rows_axes[-1] if rows_axes else None
         row_opts = options(last, TILES["rows"], model.sizes[last], fixed) if last else [1]
         total_rows = math.prod(d.axes[a] for a in rows_axes)
         registers = estimate_registers(vec * vpt * max(len(kernel.inputs), 1), 1, 0)
+        smem = sum(size for _, _, size in _staged(d, kernel, row))
         out: dict[int, Candidate] = {}
         for asked in row_opts:
             # A row held in registers takes vpt * vec of them per thread: keep blocks small
@@ -115,14 +125,19 @@ class RowwiseFamily:
             if rows in out:
                 continue
             group = {**ones(rows_axes, fixed), **({last: rows} if last else {})}
+            stream: dict[str, int] = {}
             if row in kernel.woven:
                 group[row] = d.axes[row]
+            elif passes == 2:
+                stream[row] = min(d.axes[row], tpr * vpt * vec)  # one pass's chunk of the row
             grid = max(1, min(MAX_GRID, -(-total_rows // rows)))
-            shape = LaunchShape((grid, 1, 1), (rows * tpr, 1, 1), 0)
+            shape = LaunchShape((grid, 1, 1), (rows * tpr, 1, 1), smem)
             # __launch_bounds__(threads, 1) makes ptxas fit one block in the register file
             budget = min(registers, hw.limits.regs_per_sm // shape.threads // 8 * 8)
-            params = (("rows", rows), ("tpr", tpr), ("vpt", vpt), ("vec", vec))
-            out[rows] = Candidate(group, {}, group, {}, params, (shape,), 1, 1, budget)
+            params = (("rows", rows), ("tpr", tpr), ("vpt", vpt), ("vec", vec), ("passes", passes))
+            out[rows] = Candidate(
+                group, stream, group, stream, params, (shape,), 1, 1, budget, rereads
+            )
         return list(out.values())
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
@@ -157,18 +172,52 @@ def _row_op(d: Diagram, kernel: Kernel, row: str) -> Op:
     return rowops[0]
 
 
-def _row_layout(d: Diagram, kernel: Kernel, row: str) -> tuple[int, int, int, int]:
-    """(vec, tpr, vpt, most threads per block) of a row: 16-byte runs of the narrowest row
-    tensor, the power-of-two row group that holds the row in VECTORS_PER_THREAD runs per
-    thread, and RESIDENT_THREADS per block once a thread holds 32 or more values."""
+def _row_layout(d: Diagram, kernel: Kernel, row: str) -> tuple[int, int, int, int, int]:
+    """(vec, tpr, vpt, most threads per block, passes) of a row: 16-byte runs of the
+    narrowest row tensor; the power-of-two row group that holds the row in
+    VECTORS_PER_THREAD runs per thread (fewer at MAX_THREADS, whose register budget is 64);
+    RESIDENT_THREADS per block once a thread holds 32 or more values. A row longer than a
+    group of MAX_THREADS holds is streamed in two passes over global memory (statistics,
+    then output), with nothing held but one run."""
     per_element = [n for n in (*kernel.inputs, *kernel.outputs) if row in d.tensor(n).axes]
     vec = vector_width(d, per_element)
     n = d.axes[row]
+    # Whole runs of vec, and a short head and tail when n is not a multiple of vec (the
+    # runs are aligned to each row's start; ncdc_rowwise.cuh's Layout::runs).
+    runs = n // vec + (2 if n % vec else 0)
+    widest = max(1, RESIDENT_VALUES_AT_MAX_THREADS // vec)
+    if runs > MAX_THREADS * widest:
+        return vec, MAX_THREADS, VECTORS_PER_THREAD, MAX_THREADS, 2
     tpr = min(
-        MAX_THREADS, max(32, 1 << max(0, math.ceil(math.log2(-(-n // (vec * VECTORS_PER_THREAD))))))
+        MAX_THREADS, max(32, 1 << max(0, math.ceil(math.log2(-(-runs // VECTORS_PER_THREAD)))))
     )
-    vpt = min(VECTORS_PER_THREAD, max(1, -(-n // (tpr * vec))))
-    return vec, tpr, vpt, RESIDENT_THREADS if vpt * vec >= 32 else MAX_THREADS
+    most = widest if tpr == MAX_THREADS else VECTORS_PER_THREAD
+    vpt = min(most, max(1, -(-runs // tpr)))
+    return vec, tpr, vpt, RESIDENT_THREADS if vpt * vec >= 32 else MAX_THREADS, 1
+
+
+def _source_inputs(kernel: Kernel, rowop: Op) -> list[str]:
+    """The inputs the row op's operand is computed from (what a second pass reads again)."""
+    src = rowop.operands[0]
+    assert isinstance(src, str)
+    elem = [op for op in kernel.ops if op is not rowop]
+    ops = needed_ops(elem, [src], kernel.inputs)
+    used = {src} | {n for op in ops for n in op.inputs}
+    return [n for n in kernel.inputs if n in used]
+
+
+def _staged(d: Diagram, kernel: Kernel, row: str) -> list[tuple[str, int, int]]:
+    """(name, byte offset, bytes) in shared memory of each input over the row axis alone
+    (a norm's weight and bias), which a block loads once and every row of it reads, as the
+    model counts them: once per group. None when they would take more than STAGE_BYTES."""
+    out, at = [], 0
+    for name in kernel.inputs:
+        t = d.tensor(name)
+        if t.axes == (row,):
+            size = -(-d.axes[row] * DTYPE_BYTES[t.dtype] // 16) * 16
+            out.append((name, at, size))
+            at += size
+    return out if at <= STAGE_BYTES else []
 
 
 def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
@@ -252,7 +301,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     vec, tpr, vpt = c.param("vec"), c.param("tpr"), c.param("vpt")
     rows_per_block = c.param("rows")
     out_dtype = d.tensor(kernel.outputs[0]).dtype.replace("_", "")
-    name = f"{kernel.name}_rowwise_{out_dtype}_r{rows_per_block}_t{tpr}_v{vpt}"
+    passes = c.param("passes")
+    streamed = "_p2" if passes == 2 else ""
+    name = f"{kernel.name}_rowwise_{out_dtype}_r{rows_per_block}_t{tpr}_v{vpt}{streamed}"
     params = [
         Param(t, "tensor", d.tensor(t).dtype, writes=t in kernel.outputs) for t in touched
     ] + [Param(size_name(a), "int64", value=d.axes[a]) for a in (*rows_axes, row)]
@@ -274,6 +325,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "tpr": tpr,
         "vpt": vpt,
         "vec": vec,
+        "streamed": passes == 2,
         "threads": c.threads,
         "per_element": bool(outputs_elem),
         "per_row": bool(outputs_row),
@@ -298,6 +350,12 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         ],
         "finish_row_statements": statements(finish_row_ops),
         "row_stores": [{"name": t, "value": value(t)} for t in outputs_row],
+        "staged": [
+            {"name": t, "ctype": cpp_type(d.tensor(t).dtype), "at": at}
+            for t, at, _ in _staged(d, kernel, row)
+        ],
+        "staged_names": [t for t, _, _ in _staged(d, kernel, row)],
+        "stage_cols": d.axes[row],
     }
     assert all(op.kind in ELEMENTWISE_KINDS for op in elem_ops)
     return KernelSource("rowwise.cu.j2", context, (Launch.of(name, c.main, params),))

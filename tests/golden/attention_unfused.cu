@@ -106,6 +106,8 @@ struct ncdc_attention_unfused_1_P_rowwise_bf16_r1_t128_v4_io {
     return true && ncdc::aligned16(ncdc_t.S) && ncdc::aligned16(ncdc_t.P);
   }
 
+  NCDC_DEVICE void stage(long long) {}
+
   // Row ncdc_r: its axis indices, each tensor's offset at column 0, the per-row values.
   NCDC_DEVICE void begin_row(long long ncdc_r) {
     long long ncdc_rem = ncdc_r;
@@ -153,7 +155,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) attention_unfused_1_P_rowwi
     long long ncdc_size_q,
     long long ncdc_size_x) {
   ncdc_attention_unfused_1_P_rowwise_bf16_r1_t128_v4_io ncdc_io{ {S, P}, ncdc_size_b, ncdc_size_h, ncdc_size_q, ncdc_size_x };
-  ncdc::rowwise::run<ncdc::rowwise::kSoftmax, 1, 128, 4, 8>(ncdc_io, ncdc_size_b * ncdc_size_h * ncdc_size_q, ncdc_size_x);
+  ncdc_io.stage(ncdc_size_x);
+  ncdc::rowwise::run<ncdc::rowwise::kSoftmax, 1, 128, 4, 8, false>(ncdc_io, ncdc_size_b * ncdc_size_h * ncdc_size_q, ncdc_size_x);
 }
 NCDC_EXPORT_KERNEL(attention_unfused_1_P_rowwise_bf16_r1_t128_v4);
 // ---- attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn: O = contract(P, V, over=x) (+0 epilogue ops)

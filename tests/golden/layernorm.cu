@@ -38,9 +38,28 @@ struct ncdc_layernorm_rowwise_bf16_r1_t128_v4_io {
   long long ncdc_o_W;
   long long ncdc_o_B;
   long long ncdc_o_Y;
+  const __nv_bfloat16* ncdc_w_W = nullptr;  // the block's copy in shared memory
+  const __nv_bfloat16* ncdc_w_B = nullptr;  // the block's copy in shared memory
 
   NCDC_DEVICE bool aligned() const {
     return true && ncdc::aligned16(ncdc_t.X) && ncdc::aligned16(ncdc_t.W) && ncdc::aligned16(ncdc_t.B) && ncdc::aligned16(ncdc_t.Y);
+  }
+
+  // Once per block, the tensors over the row axis alone (weights) into shared memory, which
+  // every row of the block then reads: when the row is no longer than planned.
+  static constexpr long long kStageCols = 4096;
+  NCDC_DEVICE void stage(long long ncdc_n) {
+    if (ncdc_n > kStageCols) return;
+    unsigned char* ncdc_p = ncdc::dynamic_smem<unsigned char>();
+    __nv_bfloat16* ncdc_s_W = reinterpret_cast<__nv_bfloat16*>(ncdc_p + 0);
+    for (long long ncdc_c = threadIdx.x; ncdc_c < ncdc_n; ncdc_c += 128)
+      ncdc_s_W[ncdc_c] = ncdc::ld_global(ncdc_t.W + ncdc_c);
+    ncdc_w_W = ncdc_s_W;
+    __nv_bfloat16* ncdc_s_B = reinterpret_cast<__nv_bfloat16*>(ncdc_p + 8192);
+    for (long long ncdc_c = threadIdx.x; ncdc_c < ncdc_n; ncdc_c += 128)
+      ncdc_s_B[ncdc_c] = ncdc::ld_global(ncdc_t.B + ncdc_c);
+    ncdc_w_B = ncdc_s_B;
+    __syncthreads();
   }
 
   // Row ncdc_r: its axis indices, each tensor's offset at column 0, the per-row values.
@@ -68,9 +87,11 @@ struct ncdc_layernorm_rowwise_bf16_r1_t128_v4_io {
   template <int ncdc_V>
   NCDC_DEVICE void finish(const ncdc::Cols& ncdc_c, const float (&ncdc_y)[ncdc_V], float ncdc_stat) const {
     float ncdc_a_W[ncdc_V];
-    ncdc::load_cols(ncdc_t.W + ncdc_o_W, ncdc_c, ncdc_a_W);
+    if (ncdc_w_W) ncdc::rowwise::load_cols_shared(ncdc_w_W, ncdc_c, ncdc_a_W);
+    else ncdc::load_cols(ncdc_t.W + ncdc_o_W, ncdc_c, ncdc_a_W);
     float ncdc_a_B[ncdc_V];
-    ncdc::load_cols(ncdc_t.B + ncdc_o_B, ncdc_c, ncdc_a_B);
+    if (ncdc_w_B) ncdc::rowwise::load_cols_shared(ncdc_w_B, ncdc_c, ncdc_a_B);
+    else ncdc::load_cols(ncdc_t.B + ncdc_o_B, ncdc_c, ncdc_a_B);
     float ncdc_s_Y[ncdc_V];
 #pragma unroll
     for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
@@ -98,6 +119,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) layernorm_rowwise_bf16_r1_t
     long long ncdc_size_m,
     long long ncdc_size_n) {
   ncdc_layernorm_rowwise_bf16_r1_t128_v4_io ncdc_io{ {X, W, B, Y}, ncdc_size_m, ncdc_size_n };
-  ncdc::rowwise::run<ncdc::rowwise::kLayernorm, 1, 128, 4, 8>(ncdc_io, ncdc_size_m, ncdc_size_n);
+  ncdc_io.stage(ncdc_size_n);
+  ncdc::rowwise::run<ncdc::rowwise::kLayernorm, 1, 128, 4, 8, false>(ncdc_io, ncdc_size_m, ncdc_size_n);
 }
 NCDC_EXPORT_KERNEL(layernorm_rowwise_bf16_r1_t128_v4);

@@ -34,9 +34,23 @@ struct ncdc_rmsnorm_rowwise_bf16_r2_t128_v4_io {
   long long ncdc_o_X;
   long long ncdc_o_W;
   long long ncdc_o_Y;
+  const __nv_bfloat16* ncdc_w_W = nullptr;  // the block's copy in shared memory
 
   NCDC_DEVICE bool aligned() const {
     return true && ncdc::aligned16(ncdc_t.X) && ncdc::aligned16(ncdc_t.W) && ncdc::aligned16(ncdc_t.Y);
+  }
+
+  // Once per block, the tensors over the row axis alone (weights) into shared memory, which
+  // every row of the block then reads: when the row is no longer than planned.
+  static constexpr long long kStageCols = 4096;
+  NCDC_DEVICE void stage(long long ncdc_n) {
+    if (ncdc_n > kStageCols) return;
+    unsigned char* ncdc_p = ncdc::dynamic_smem<unsigned char>();
+    __nv_bfloat16* ncdc_s_W = reinterpret_cast<__nv_bfloat16*>(ncdc_p + 0);
+    for (long long ncdc_c = threadIdx.x; ncdc_c < ncdc_n; ncdc_c += 256)
+      ncdc_s_W[ncdc_c] = ncdc::ld_global(ncdc_t.W + ncdc_c);
+    ncdc_w_W = ncdc_s_W;
+    __syncthreads();
   }
 
   // Row ncdc_r: its axis indices, each tensor's offset at column 0, the per-row values.
@@ -63,7 +77,8 @@ struct ncdc_rmsnorm_rowwise_bf16_r2_t128_v4_io {
   template <int ncdc_V>
   NCDC_DEVICE void finish(const ncdc::Cols& ncdc_c, const float (&ncdc_y)[ncdc_V], float ncdc_stat) const {
     float ncdc_a_W[ncdc_V];
-    ncdc::load_cols(ncdc_t.W + ncdc_o_W, ncdc_c, ncdc_a_W);
+    if (ncdc_w_W) ncdc::rowwise::load_cols_shared(ncdc_w_W, ncdc_c, ncdc_a_W);
+    else ncdc::load_cols(ncdc_t.W + ncdc_o_W, ncdc_c, ncdc_a_W);
     float ncdc_s_Y[ncdc_V];
 #pragma unroll
     for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
@@ -89,6 +104,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) rmsnorm_rowwise_bf16_r2_t12
     long long ncdc_size_m,
     long long ncdc_size_n) {
   ncdc_rmsnorm_rowwise_bf16_r2_t128_v4_io ncdc_io{ {X, W, Y}, ncdc_size_m, ncdc_size_n };
-  ncdc::rowwise::run<ncdc::rowwise::kRmsnorm, 2, 128, 4, 8>(ncdc_io, ncdc_size_m, ncdc_size_n);
+  ncdc_io.stage(ncdc_size_n);
+  ncdc::rowwise::run<ncdc::rowwise::kRmsnorm, 2, 128, 4, 8, false>(ncdc_io, ncdc_size_m, ncdc_size_n);
 }
 NCDC_EXPORT_KERNEL(rmsnorm_rowwise_bf16_r2_t128_v4);

@@ -35,6 +35,8 @@ struct ncdc_softmax_rowwise_bf16_r2_t128_v4_io {
     return true && ncdc::aligned16(ncdc_t.X) && ncdc::aligned16(ncdc_t.Y);
   }
 
+  NCDC_DEVICE void stage(long long) {}
+
   // Row ncdc_r: its axis indices, each tensor's offset at column 0, the per-row values.
   NCDC_DEVICE void begin_row(long long ncdc_r) {
     long long ncdc_rem = ncdc_r;
@@ -80,6 +82,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) softmax_rowwise_bf16_r2_t12
     long long ncdc_size_m,
     long long ncdc_size_n) {
   ncdc_softmax_rowwise_bf16_r2_t128_v4_io ncdc_io{ {X, Y}, ncdc_size_m, ncdc_size_n };
-  ncdc::rowwise::run<ncdc::rowwise::kSoftmax, 2, 128, 4, 8>(ncdc_io, ncdc_size_m, ncdc_size_n);
+  ncdc_io.stage(ncdc_size_n);
+  ncdc::rowwise::run<ncdc::rowwise::kSoftmax, 2, 128, 4, 8, false>(ncdc_io, ncdc_size_m, ncdc_size_n);
 }
 NCDC_EXPORT_KERNEL(softmax_rowwise_bf16_r2_t128_v4);

@@ -146,8 +146,37 @@ NCDC_DEVICE void store_vec(T* p, const float (&v)[V]) {
   }
 }
 
+// load_vec and store_vec where `p` may not be aligned as they need (a broadcast operand
+// whose run starts mid-vector when the innermost size is not a multiple of V): one element
+// at a time then.
+template <int V, class T>
+NCDC_DEVICE bool run_aligned(const T* p) {
+  constexpr int kBytes = V * int(sizeof(T));
+  constexpr unsigned kAlign = kBytes % 16 == 0 ? 16u : (kBytes == 8 || kBytes == 4 ? unsigned(kBytes) : 1u);
+  return (reinterpret_cast<unsigned long long>(p) & (kAlign - 1u)) == 0;
+}
+template <int V, class T>
+NCDC_DEVICE void load_run(const T* p, float (&v)[V]) {
+  if (run_aligned<V>(p)) {
+    load_vec<V>(p, v);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) v[e] = to_float(ld_global(p + e));
+}
+template <int V, class T>
+NCDC_DEVICE void store_run(T* p, const float (&v)[V]) {
+  if (run_aligned<V>(p)) {
+    store_vec<V>(p, v);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) st_global(p + e, from_float<T>(v[e]));
+}
+
 // The elements one thread handles of a run: element j sits at c0 + j * step, and only the
-// first `count` exist. `vec`: they are contiguous, all V exist and are vector-aligned.
+// first `count` exist. `vec`: they are contiguous and all V exist; a tensor whose run
+// there is vector-aligned loads and stores it whole, any other one element at a time.
 struct Cols {
   long long c0;
   long long step;
@@ -158,7 +187,7 @@ struct Cols {
 template <int V, class T>
 NCDC_DEVICE void load_cols(const T* p, const Cols& c, float (&v)[V]) {
   if (c.vec) {
-    load_vec<V>(p + c.c0, v);
+    load_run<V>(p + c.c0, v);
     return;
   }
 #pragma unroll
@@ -168,7 +197,7 @@ NCDC_DEVICE void load_cols(const T* p, const Cols& c, float (&v)[V]) {
 template <int V, class T>
 NCDC_DEVICE void store_cols(T* p, const Cols& c, const float (&v)[V]) {
   if (c.vec) {
-    store_vec<V>(p + c.c0, v);
+    store_run<V>(p + c.c0, v);
     return;
   }
 #pragma unroll
@@ -191,18 +220,28 @@ NCDC_DEVICE bool aligned16(const void* p) { return (reinterpret_cast<unsigned lo
 namespace elementwise {
 
 // Grid-stride loop over the output. `Io::apply<W>(e)` computes and stores the W elements
-// from flat index e on (innermost axis fastest). Runs of V (a 16-byte vector of the
-// narrowest tensor) when the innermost axis is a multiple of V and the pointers are
-// aligned; then no run crosses the innermost axis and broadcast operands are one value per
-// run. Otherwise one element at a time.
+// from flat index e on (innermost axis fastest), all in one row of the innermost axis.
+// With aligned pointers the output goes in runs of V (a 16-byte vector of the narrowest
+// tensor) from multiples of V; when the innermost size is not a multiple of V, the runs
+// that cross the end of a row (at most one per row) go one element at a time and every
+// other run stays a vector, so broadcast operands are still one value per run.
 template <int THREADS, int V, class Io>
 NCDC_DEVICE void run(const Io& io, long long total, long long inner) {
   const long long stride = (long long)gridDim.x * THREADS;
   const long long first = (long long)blockIdx.x * THREADS + threadIdx.x;
-  if (inner % V == 0 && io.aligned()) {
+  if (!io.aligned() || inner < V) {
+    for (long long e = first; e < total; e += stride) io.template apply<1>(e);
+  } else if (inner % V == 0) {
     for (long long v = first; v < total / V; v += stride) io.template apply<V>(v * V);
   } else {
-    for (long long e = first; e < total; e += stride) io.template apply<1>(e);
+    for (long long v = first; v < (total + V - 1) / V; v += stride) {
+      const long long e = v * V;
+      if (e % inner + V <= inner) {
+        io.template apply<V>(e);
+      } else {
+        for (long long x = e; x < e + V && x < total; ++x) io.template apply<1>(x);
+      }
+    }
   }
 }
 

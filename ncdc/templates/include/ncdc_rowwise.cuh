@@ -1,15 +1,17 @@
-// Row-wise kernels: softmax, layernorm, rmsnorm and sum/max/mean over the last axis, with
-// elementwise ops before and after, in one kernel.
+// Row-wise kernels: softmax, log-softmax, layernorm, rmsnorm and sum/max/mean/logsumexp over
+// the last axis, with elementwise ops before and after, in one kernel.
 //
 // A block holds ROWS row groups of TPR threads (TPR a multiple of 32); a group owns one row
 // at a time (grid-stride over rows). A thread holds VPT runs of V elements of the row: on
 // the vector path run k is the V contiguous columns starting at (k * TPR + t) * V (16-byte
-// loads, coalesced across the warp); on the scalar path (row length not a multiple of V, or
-// an unaligned pointer) element j of run k is column (k * V + j) * TPR + t (still coalesced).
+// loads, coalesced across the warp), shifted to the row's first V-aligned column, with the
+// columns before it and after the last whole run as two short runs (see Layout); on the
+// scalar path (a row shorter than V, or an unaligned pointer) element j of run k is column
+// (k * V + j) * TPR + t (still coalesced).
 // Statistics are reduced with warp shuffles, then across the group's warps through shared
 // memory. Math is fp32.
 //
-// A row of up to TPR * VPT * V values is read from global memory once and stays in
+// A row of up to TPR * VPT runs is read from global memory once and stays in
 // registers between its statistics and its output (layernorm's variance is then a second
 // pass over the registers, around the exact mean). A longer row does not fit: it is read
 // twice from global memory, once for the statistics (an online max and sum for softmax,
@@ -25,7 +27,11 @@
 namespace ncdc {
 namespace rowwise {
 
-enum Kind { kSoftmax, kLayernorm, kRmsnorm, kSum, kMax, kMean };
+enum Kind { kSoftmax, kLayernorm, kRmsnorm, kSum, kMax, kMean, kLogSoftmax, kLogsumexp };
+
+// The kinds whose statistics are a row's max and sum of exp(x - max).
+template <int KIND>
+constexpr bool kExpSum = KIND == kSoftmax || KIND == kLogSoftmax || KIND == kLogsumexp;
 
 // Reciprocals of row lengths, counts and sums: correctly rounded, once per row.
 NCDC_DEVICE float fast_rcp(float x) { return __frcp_rn(x); }
@@ -65,21 +71,49 @@ NCDC_DEVICE float reduce_row(float v, int& parity) {
 
 template <int ROWS, int TPR, int VPT, int V>
 struct Layout {
-  static constexpr long long kChunk = (long long)TPR * VPT * V;  // columns per pass of a group
-  int t;                                                          // thread within the row group
-  bool vec;                                                       // the vector path
-  long long n;                                                    // row length
+  static constexpr long long kRuns = (long long)TPR * VPT;  // runs per pass of a group
+  static constexpr long long kChunk = kRuns * V;            // columns per pass of a group
+  int t;                                                    // thread within the row group
+  bool vec;                                                 // the vector path
+  long long n;                                              // row length
+  int head = 0;        // vector path: columns before the first V-aligned one of this row
+  long long body = 0;  // vector path: whole runs of V from column `head` on
+
+  // The vector path aligns each row's runs to the row's own offset r * n: a tensor over
+  // [rows..., row] then loads whole vectors even when n is not a multiple of V, and the
+  // columns before the first aligned one (head) and after the last whole run (tail) are
+  // two short runs of their own, right after the whole ones.
+  NCDC_DEVICE void start_row(long long r) {
+    if (!vec) return;
+    head = int((V - (r * n) % V) % V);
+    body = (n - head) / V;
+  }
+  // Runs of one row: whole ones, then the head and the tail when n is not a multiple of V.
+  NCDC_DEVICE long long runs() const { return vec ? n / V + (n % V ? 2 : 0) : (n + V - 1) / V; }
+  NCDC_DEVICE bool resident() const { return runs() <= kRuns; }
+  NCDC_DEVICE long long chunks() const { return (runs() + kRuns - 1) / kRuns; }
 
   NCDC_DEVICE Cols cols(long long chunk, int k) const {
     Cols c;
-    const long long base = chunk * kChunk;
     if (vec) {
-      c.c0 = base + ((long long)k * TPR + t) * V;
+      const long long q = chunk * kRuns + (long long)k * TPR + t;
       c.step = 1;
-      c.count = c.c0 + V <= n ? V : 0;  // n is a multiple of V on this path
-      c.vec = c.count == V;
+      if (q < body) {
+        c.c0 = head + q * V;
+        c.count = V;
+      } else if (q == body) {
+        c.c0 = 0;
+        c.count = head;
+      } else if (q == body + 1) {
+        c.c0 = head + body * V;
+        c.count = int(n - c.c0);
+      } else {
+        c.c0 = 0;
+        c.count = 0;
+      }
+      c.vec = q < body;
     } else {
-      c.c0 = base + (long long)k * V * TPR + t;
+      c.c0 = chunk * kChunk + (long long)k * V * TPR + t;
       c.step = TPR;
       const long long left = n - c.c0;
       c.count = left <= 0 ? 0 : (left >= (long long)(V - 1) * TPR + 1 ? V : int((left + TPR - 1) / TPR));
@@ -89,16 +123,25 @@ struct Layout {
   }
 };
 
+// load_cols from a block's copy in shared memory (p: column 0 of the row there).
+template <int V, class T>
+NCDC_DEVICE void load_cols_shared(const T* p, const Cols& c, float (&v)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = j < c.count ? to_float(p[c.c0 + j * c.step]) : 0.0f;
+}
+
 // Statistics of one row, and the row op's value of an element from them.
 struct Stats {
-  float a = 0.0f;  // softmax: max (0 for an all -inf row); norms: mean (0 for rmsnorm)
-  float b = 0.0f;  // softmax: 1 / sum (0 for an all -inf row); norms: 1 / sqrt(var + eps)
+  float a = 0.0f;  // softmax, log-softmax: max (0 for an all -inf row); norms: mean (0 for rmsnorm)
+  float b = 0.0f;  // softmax: 1 / sum (0 for an all -inf row); log-softmax: log(sum);
+                   // norms: 1 / sqrt(var + eps)
   float stat = 0.0f;  // reductions: the result
 };
 
 template <int KIND>
 NCDC_DEVICE float finish_value(const Stats& s, float x) {
   if constexpr (KIND == kSoftmax) return expf(x - s.a) * s.b;
+  else if constexpr (KIND == kLogSoftmax) return x - s.a - s.b;
   else if constexpr (KIND == kLayernorm) return (x - s.a) * s.b;
   else if constexpr (KIND == kRmsnorm) return x * s.b;
   else return x;
@@ -112,7 +155,7 @@ template <int KIND, int ROWS, int TPR, int VPT, int V>
 NCDC_DEVICE Stats stats_resident(float (&x)[VPT][V], const int (&count)[VPT], long long n, float eps,
                                  int& parity) {
   Stats s;
-  if constexpr (KIND == kSoftmax) {
+  if constexpr (kExpSum<KIND>) {
     float m = negative_infinity();
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
@@ -126,14 +169,26 @@ NCDC_DEVICE Stats stats_resident(float (&x)[VPT][V], const int (&count)[VPT], lo
     for (int k = 0; k < VPT; ++k)
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        x[k][j] = j < count[k] ? expf(x[k][j] - s.a) : 0.0f;
-        sum += x[k][j];
+        const float e = j < count[k] ? expf(x[k][j] - s.a) : 0.0f;
+        if constexpr (KIND == kSoftmax) x[k][j] = e;
+        sum += e;
       }
-    s.b = softmax_inverse(reduce_row<Sum, ROWS, TPR>(sum, parity));
+    const float total = reduce_row<Sum, ROWS, TPR>(sum, parity);
+    if constexpr (KIND == kSoftmax) {
+      s.b = softmax_inverse(total);
 #pragma unroll
-    for (int k = 0; k < VPT; ++k)
+      for (int k = 0; k < VPT; ++k)
 #pragma unroll
-      for (int j = 0; j < V; ++j) x[k][j] *= s.b;
+        for (int j = 0; j < V; ++j) x[k][j] *= s.b;
+    } else if constexpr (KIND == kLogSoftmax) {
+      s.b = logf(total);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+#pragma unroll
+        for (int j = 0; j < V; ++j) x[k][j] = x[k][j] - s.a - s.b;
+    } else {
+      s.stat = s.a + logf(total);
+    }
   } else if constexpr (KIND == kLayernorm || KIND == kRmsnorm) {
     if constexpr (KIND == kLayernorm) {
       float sum = 0.0f;
@@ -185,7 +240,7 @@ struct Running {
 
 template <int KIND, int V>
 NCDC_DEVICE void accumulate(Running& r, const float (&x)[V], int count) {
-  if constexpr (KIND == kSoftmax) {
+  if constexpr (kExpSum<KIND>) {
     float m = r.m;
 #pragma unroll
     for (int j = 0; j < V; ++j)
@@ -224,10 +279,13 @@ NCDC_DEVICE void accumulate(Running& r, const float (&x)[V], int count) {
 template <int KIND, int ROWS, int TPR>
 NCDC_DEVICE Stats merge(const Running& r, long long n, float eps, int& parity) {
   Stats s;
-  if constexpr (KIND == kSoftmax) {
+  if constexpr (kExpSum<KIND>) {
     const float m = reduce_row<Max, ROWS, TPR>(r.m, parity);
     s.a = m == negative_infinity() ? 0.0f : m;
-    s.b = softmax_inverse(reduce_row<Sum, ROWS, TPR>(r.s * expf(r.m - s.a), parity));
+    const float total = reduce_row<Sum, ROWS, TPR>(r.s * expf(r.m - s.a), parity);
+    if constexpr (KIND == kSoftmax) s.b = softmax_inverse(total);
+    else if constexpr (KIND == kLogSoftmax) s.b = logf(total);
+    else s.stat = s.a + logf(total);
   } else if constexpr (KIND == kLayernorm) {
     // Chan et al.: M2 = sum over threads of (M2_t + n_t (mean_t - mean)^2), exactly.
     s.a = reduce_row<Sum, ROWS, TPR>(r.c * r.m, parity) * fast_rcp(float(n));
@@ -248,18 +306,21 @@ NCDC_DEVICE Stats merge(const Running& r, long long n, float eps, int& parity) {
 // The kernel body. Every thread of the block runs the same number of row iterations (the
 // loop is over the block's first row), so barriers inside reductions are uniform; a group
 // past the last row computes on nothing and stores nothing.
-template <int KIND, int ROWS, int TPR, int VPT, int V, class Io>
+// STREAMED: the plan's rows are longer than a group holds, and the kernel has only the
+// two-pass path (the register-resident one would cost registers it never uses).
+template <int KIND, int ROWS, int TPR, int VPT, int V, bool STREAMED, class Io>
 NCDC_DEVICE void run(Io& io, long long rows, long long n) {
   using L = Layout<ROWS, TPR, VPT, V>;
-  L layout{int(threadIdx.x) % TPR, n % V == 0 && io.aligned(), n};
+  L layout{int(threadIdx.x) % TPR, n >= V && io.aligned(), n};
   const int group = int(threadIdx.x) / TPR;
   int parity = 0;
   for (long long first = (long long)blockIdx.x * ROWS; first < rows; first += (long long)gridDim.x * ROWS) {
     const long long r = first + group;
     const bool active = r < rows;
     io.begin_row(active ? r : 0);
+    layout.start_row(active ? r : 0);
     Stats s;
-    if (n <= L::kChunk) {
+    if (!STREAMED && layout.resident()) {
       float x[VPT][V];
       int count[VPT];  // columns by recomputation below: holding the Cols would cost registers
 #pragma unroll
@@ -279,9 +340,8 @@ NCDC_DEVICE void run(Io& io, long long rows, long long n) {
       }
     } else {
       // Too long for registers: a second read of the row from global memory.
-      Running run{KIND == kMax ? negative_infinity() : (KIND == kSoftmax ? negative_infinity() : 0.0f),
-                  0.0f, 0.0f};
-      const long long chunks = (n + L::kChunk - 1) / L::kChunk;
+      Running run{KIND == kMax || kExpSum<KIND> ? negative_infinity() : 0.0f, 0.0f, 0.0f};
+      const long long chunks = layout.chunks();
       for (long long chunk = 0; chunk < chunks && active; ++chunk) {
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
