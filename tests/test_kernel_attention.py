@@ -23,6 +23,7 @@ from ncdc.spec import Diagram, load_diagram
 from ncdc.tiling import kernel_alternatives, plan_diagram, with_kernel
 
 DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
+SPECS = Path(__file__).resolve().parent / "specs"
 HW = load_hardware("h200")
 SMALL = {"q": 64, "x": 32}  # forward tiles for the emulator: 4 warps, 32-key chunks
 _LIBS: dict[tuple[str, ...], EmulatedModule] = {}
@@ -30,7 +31,8 @@ _LIBS: dict[tuple[str, ...], EmulatedModule] = {}
 
 def _module(name: str, sizes: dict[str, int], tiles: dict[str, int],
             splits: int | None = None) -> tuple[Diagram, RenderedModule]:  # fmt: skip
-    diagram = load_diagram(DIAGRAMS / f"{name}.yaml", sizes)
+    path = DIAGRAMS / f"{name}.yaml"
+    diagram = load_diagram(path if path.exists() else SPECS / f"{name}.yaml", sizes)
     plan = plan_diagram(diagram, HW, tiles=tiles)
     if splits is not None:  # the decode candidate with that split of the keys
         kp = next(k for k in kernel_alternatives(plan, 0, 1000) if k.splits == splits)
@@ -54,8 +56,9 @@ def _run(name: str, sizes: dict[str, int], tiles: dict[str, int] = SMALL, *,
     for launch in module.launches:
         traffic += _LIBS[key].launch(launch.kernel, launch.grid, launch.block,
                           launch_args(launch, buffers), dynamic_smem=launch.dynamic_smem)  # fmt: skip
-    got = from_storage(buffers["O"], "bf16")
-    return compare("O", "bf16", got, want), got, module, traffic
+    dtype = diagram.tensor("O").dtype
+    got = from_storage(buffers["O"], dtype)
+    return compare("O", dtype, got, want), got, module, traffic
 
 
 def _assert_ok(check: OutputCheck) -> None:
@@ -141,6 +144,71 @@ def test_large_logits_stay_finite() -> None:
     assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
 
 
+# -------------------------------------------------------------------------- head sizes
+
+
+@pytest.mark.parametrize(
+    "name, heads",
+    [
+        ("attention", {"d": 32}),  # 4 chunks a row: the padded pitch
+        ("attention", {"d": 80}),
+        ("attention", {"d": 96}),
+        ("attention", {"d": 160}),  # Q's fragments from SMEM above 128
+        ("attention", {"d": 256}),
+        ("mla_attention", {"d": 192, "e": 128}),  # d_qk > d_v, d_qk swizzled (24 chunks)
+        ("attn_dqk128_dv64", {"d": 48, "e": 112}),  # fp16, both padded, d_qk < d_v
+    ],
+)
+def test_forward_head_sizes(name: str, heads: dict[str, int]) -> None:
+    check, _, module, traffic = _run(name, {"b": 1, "h": 2, "q": 37, "x": 70, **heads})
+    d, d_v = heads["d"], heads.get("e", heads["d"])
+    kernel = module.launches[0].kernel
+    assert f"_d{d}_" in kernel and (f"_dv{d_v}_" in kernel) == (d != d_v)
+    assert ("_qsmem" in kernel) == (d > 128)
+    _assert_ok(check)
+    # the padded SMEM rows change nothing in HBM: Q, K, V read once, O written once
+    p = 2
+    assert traffic == Traffic(p * 2 * (37 * d + 70 * (d + d_v)), p * 2 * 37 * d_v)
+
+
+@pytest.mark.parametrize("d", [48, 112, 208])
+def test_causal_head_sizes(d: int) -> None:
+    check, _, _, _ = _run("attention_causal", {"b": 1, "h": 1, "q": 50, "x": 81, "d": d})
+    _assert_ok(check)
+
+
+def test_gqa_head_size_80() -> None:
+    check, _, _, _ = _run("gqa_attention", {"b": 1, "g": 1, "r": 2, "q": 33, "x": 47, "d": 80})
+    _assert_ok(check)
+
+
+@pytest.mark.parametrize(
+    "name, heads, splits",
+    [
+        ("decode_attention", {"d": 80}, 2),
+        ("decode_attention", {"d": 256}, 1),
+        ("mla_attention", {"d": 192, "e": 128}, 3),  # d_v < 128: the merge's ragged lanes
+        ("attn_dqk128_dv64", {"d": 32, "e": 96}, 2),
+    ],
+)
+def test_decode_head_sizes(name: str, heads: dict[str, int], splits: int) -> None:
+    sizes = {"b": 1, "h": 2, "q": 3, "x": 150, **heads}
+    check, _, module, _ = _run(name, sizes, {"x": 32}, splits=splits)
+    assert module.launches[0].grid[0] == splits
+    _assert_ok(check)
+
+
+def test_head_size_refusal_hint_plans() -> None:
+    # the hint names a head size the kernel runs; written as the hint says, it plans
+    from ncdc.errors import PlanError
+
+    with pytest.raises(PlanError) as err:
+        plan_diagram(load_diagram(DIAGRAMS / "attention.yaml", {"d": 72}), HW)
+    assert "d=72" in str(err.value) and "--set d=80" in (err.value.hint or "")
+    plan = plan_diagram(load_diagram(DIAGRAMS / "attention.yaml", {"d": 80}), HW)
+    assert plan.kernels[0].candidate is not None
+
+
 # ----------------------------------------------------------------------------- decode
 
 
@@ -185,7 +253,7 @@ def test_decode_causal_and_large_logits() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
 @pytest.mark.parametrize(
-    "name", ["attention", "attention_causal", "gqa_attention", "decode_attention"]
+    "name", ["attention", "attention_causal", "gqa_attention", "decode_attention", "mla_attention"]
 )
 def test_full_size_compiles_without_spills(name: str) -> None:
     from ncdc.compile import compile_plan
@@ -197,3 +265,19 @@ def test_full_size_compiles_without_spills(name: str) -> None:
         for k in report.kernels:
             assert k.spill_stores_bytes == 0 and k.spill_loads_bytes == 0, (arch, k)
             assert k.blocks_per_sm >= 1, (arch, k)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
+@pytest.mark.parametrize("d", [32, 48, 80, 96, 112, 160, 192, 224, 256])
+@pytest.mark.parametrize("name", ["attention", "decode_attention"])
+def test_head_sizes_compile_without_spills(name: str, d: int) -> None:
+    # the default plan of each arch's own profile: no spill without the compiler's feedback
+    from ncdc.compile import compile_plan
+
+    pytest.importorskip("cuda.bindings.nvrtc")
+    for profile, arch in (("a100", "sm_80"), ("h200", "sm_90a")):
+        diagram = load_diagram(DIAGRAMS / f"{name}.yaml", {"d": d})
+        report = compile_plan(plan_diagram(diagram, load_hardware(profile)), arch)
+        assert not report.notes, (arch, report.notes)
+        for k in report.kernels:
+            assert k.spill_stores_bytes == 0 and k.spill_loads_bytes == 0, (arch, k)

@@ -42,7 +42,8 @@ TILES: dict[str, tuple[int, ...]] = {
     "s_x": (32, 64, 128),  # keys per streamed chunk
     "stages": (2,),  # K/V chunks double-buffered
 }
-HEAD_SIZES = (64, 128)  # compile-time head sizes: rows of 8 or 16 chunks (the swizzle needs 8k)
+HEAD_STEP, HEAD_MIN, HEAD_MAX = 16, 32, 256  # head sizes: whole mma k-steps (compile-time)
+Q_REGISTER_HEAD = 128  # Q's fragments stay in registers up to this head; above, in SMEM
 INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
 MMA_ROWS = 16  # queries per warp (the mma's m)
 STAGES = 2  # K/V chunks in flight: the ring is double-buffered
@@ -84,6 +85,7 @@ class Attention:
             "batch": self.batch, "sizes": self.sizes,
             "q_axis": self.q_axis, "x_axis": self.x_axis,
             "d": self.d, "d_v": self.d_v, "causal": self.causal,
+            "q_regs": q_in_registers(self.d),
             "offset": dict(self.offset), "stride": dict(self.stride),
         }  # fmt: skip
 
@@ -94,8 +96,28 @@ def variant_name(kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int,
         f"{kernel.name}_{family}_{at.dtype}_q{g_q}_x{s_x}_d{at.d}"
         + (f"_dv{at.d_v}" if at.d_v != at.d else "")
         + f"_w{warps}_s{STAGES}"
+        + ("" if q_in_registers(at.d) else "_qsmem")
         + ("_causal" if at.causal else "")
     )
+
+
+def q_in_registers(d: int) -> bool:
+    """Whether Q's mma fragments are held in registers for the whole key loop (d / 4 per
+    thread) or read from the Q tile at each step, which keeps large heads from spilling."""
+    return d <= Q_REGISTER_HEAD
+
+
+def row_values(head: int) -> int:
+    """Values one SMEM row of a head takes (ncdc_attention.cuh's row_chunks): 16-byte chunks
+    swizzled when there are 8k of them, else padded by one chunk to an odd pitch."""
+    chunks = head // 8
+    return 8 * (chunks if chunks % 8 == 0 else chunks + 1)
+
+
+def attention_smem(at: Attention, q_rows: int, q_head: int, s_x: int) -> int:
+    """Bytes of the Q tile of q_rows rows of q_head values and the 2-stage K and V rings."""
+    rows = q_rows * row_values(q_head) + STAGES * s_x * (row_values(at.d) + row_values(at.d_v))
+    return rows * DTYPE_BYTES[at.dtype]
 
 
 def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ...]] | None:
@@ -146,13 +168,15 @@ def attention_group(
 def attention_registers(
     model: KernelModel, family: Family, g_q: int, s_x: int, threads: int
 ) -> int:
-    """fp32 accumulators (O and the scores of one chunk) and the Q fragments per thread."""
+    """fp32 accumulators (O and the scores of one chunk) and the Q fragments per thread
+    (all of them when held in registers, else the one in use)."""
     from ncdc.cost import estimate_registers
 
     head = sum(model.sizes[a] for a in family.axes("d"))
     head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
     p = DTYPE_BYTES[model.diagram.tensor(model.kernel.inputs[0]).dtype]
-    fragments = -(-g_q * head * p // (4 * threads))
+    held = head if q_in_registers(head) else MMA_TILE
+    fragments = -(-g_q * held * p // (4 * threads))
     return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
 
 
@@ -208,8 +232,7 @@ class AttentionFamily:
         ):
             warps = g_q // MMA_ROWS
             threads = 32 * warps
-            p = DTYPE_BYTES[at.dtype]
-            smem = (g_q * max(at.d, at.d_v) + STAGES * s_x * (at.d + at.d_v)) * p
+            smem = attention_smem(at, g_q, max(at.d, at.d_v), s_x)  # Q, then O
             group = attention_group(model, family, g_q, fixed)
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
             shape = LaunchShape((-(-axes[q] // g_q), batch, 1), (threads, 1, 1), smem)
@@ -320,12 +343,15 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
                 hint="add casts around the attention",
             )
     d, d_v = diagram.axes[d_axis], diagram.axes[dv_axis]
-    for size in (d, d_v):
-        if size not in HEAD_SIZES:
+    for axis, size in ((d_axis, d), (dv_axis, d_v)):
+        if size % HEAD_STEP or not HEAD_MIN <= size <= HEAD_MAX:
+            fit = min(max(round_up(size, HEAD_STEP), HEAD_MIN), HEAD_MAX)
             raise PlanError(
-                f"attention kernel {kernel.name}: head size {size} is not one of "
-                f"{', '.join(map(str, HEAD_SIZES))}",
-                hint="pad the head axis",
+                f"attention kernel {kernel.name}: head size {axis}={size} is not a multiple "
+                f"of {HEAD_STEP} from {HEAD_MIN} to {HEAD_MAX}",
+                hint=f"zero-pad the head to {fit} (axes: {{{axis}: {fit}}}, or --set {axis}={fit})"
+                if size < HEAD_MAX
+                else f"split the head into heads of at most {HEAD_MAX}",
             )
     batch = tuple(roles["batch"])
     row_axis = {"Q": q_axis, "K": x_axis, "V": x_axis, "O": q_axis}
