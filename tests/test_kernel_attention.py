@@ -8,7 +8,10 @@ header names the sizes, hence the cache by kernel names rather than by source).
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -281,3 +284,29 @@ def test_head_sizes_compile_without_spills(name: str, d: int) -> None:
         assert not report.notes, (arch, report.notes)
         for k in report.kernels:
             assert k.spill_stores_bytes == 0 and k.spill_loads_bytes == 0, (arch, k)
+
+
+# ------------------------------------------------------------------- arch and profile
+
+
+def _ncdc(*args: str) -> subprocess.CompletedProcess:
+    root = DIAGRAMS.parent
+    return subprocess.run([sys.executable, "-m", "ncdc", *args], capture_output=True,
+                          text=True, cwd=root)  # fmt: skip
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
+@pytest.mark.parametrize("arch, profile", [("sm_80", "a100"), ("sm_89", "l40s")])
+def test_arch_alone_plans_for_its_profile(tmp_path: Path, arch: str, profile: str) -> None:
+    # the h200 plan of d = 256 needs more SMEM than sm_80 or sm_89 give a block; --arch
+    # alone plans for that arch's own profile, says so in one line, and compiles
+    result = _ncdc("compile", "diagrams/attention.yaml", "--set", "d=256", "--arch", arch,
+                   "-o", str(tmp_path), "--format", "json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"planning for the {profile} profile of {arch}" in result.stderr
+    report = json.loads(result.stdout)
+    assert report["hardware"] == profile
+    # naming another profile is the user's choice, refused in one line where it cannot run
+    refused = _ncdc("compile", "diagrams/attention.yaml", "--set", "d=256", "--arch", arch,
+                    "--hardware", "h200", "-o", str(tmp_path / "h"))  # fmt: skip
+    assert refused.returncode == 2 and f"--hardware {profile}" in refused.stderr
