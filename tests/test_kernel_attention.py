@@ -310,3 +310,41 @@ def test_arch_alone_plans_for_its_profile(tmp_path: Path, arch: str, profile: st
     refused = _ncdc("compile", "diagrams/attention.yaml", "--set", "d=256", "--arch", arch,
                     "--hardware", "h200", "-o", str(tmp_path / "h"))  # fmt: skip
     assert refused.returncode == 2 and f"--hardware {profile}" in refused.stderr
+
+
+# ------------------------------------------------------------- roles from the structure
+
+
+@pytest.mark.parametrize(
+    "name, sizes",
+    [
+        ("attn_bshd_mqa", {"b": 1, "q": 37, "h": 3, "x": 70, "d": 64}),
+        ("attn_bshd_causal", {"b": 1, "q": 50, "h": 2, "x": 81, "d": 96}),
+        ("attn_contract_kq", {"b": 1, "h": 2, "q": 37, "x": 70, "d": 64}),
+    ],
+)
+def test_roles_from_structure(name: str, sizes: dict[str, int]) -> None:
+    check, _, module, _ = _run(name, sizes)
+    launch = module.launches[0]
+    assert launch.kernel.startswith(f"{name}_attention_")  # fused, not a decode per query
+    assert launch.grid == (1, sizes["b"] * sizes["h"], 1)  # h is a batch axis, q the rows
+    _assert_ok(check)
+
+
+def test_bshd_priced_as_bhsd() -> None:
+    # the same problem in both layouts: one plan, the same predicted time
+    sizes = {"b": 2, "h": 8, "q": 1024, "x": 1024, "d": 96}
+    bshd = plan_diagram(load_diagram(SPECS / "attn_bshd_causal.yaml", sizes), HW).kernels[0]
+    bhsd = plan_diagram(load_diagram(DIAGRAMS / "attention_causal.yaml", sizes), HW).kernels[0]
+    assert bshd.candidate is not None and bhsd.candidate is not None
+    assert bshd.candidate.params == bhsd.candidate.params
+    assert bshd.candidate.launches == bhsd.candidate.launches
+    assert bshd.predicted_time_s == pytest.approx(bhsd.predicted_time_s, rel=1e-9)
+
+
+def test_mqa_bshd_is_not_a_decode_per_query() -> None:
+    # Q [b, q, h, d] against one K/V head: q (2048) is the query axis, h (8) a batch axis
+    plan = plan_diagram(load_diagram(SPECS / "attn_bshd_mqa.yaml"), HW)
+    kp = plan.kernels[0]
+    assert kp.family.name == "attention" and kp.family.axes("q") == ("q",)
+    assert kp.candidate is not None and kp.candidate.main.grid[1] == 2 * 8

@@ -122,7 +122,12 @@ def attention_smem(at: Attention, q_rows: int, q_head: int, s_x: int) -> int:
 
 def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ...]] | None:
     """Roles of contract(Q, K) [-> mask / maps] -> softmax over x -> contract(P, V) over x:
-    batch, q (queries), x (keys), d (Q.K head) and d_v (V head) axes; None otherwise."""
+    batch, q (queries), x (keys), d (Q.K head) and d_v (V head) axes; None otherwise.
+
+    Roles come from the structure, never from positions: K is the operand of the first
+    contraction that carries the softmax axis x (so contract(K, Q) reads as contract(Q, K)),
+    and the query axis is the one a mask names as its query, else the longest axis that Q
+    has and K lacks (the others, such as the query heads of a group, are batch axes)."""
     contracts = [op for op in kernel.ops if op.kind == "contract"]
     if len(contracts) != 2:
         return None
@@ -136,18 +141,25 @@ def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ..
     for op in kernel.ops:
         if op not in (first, second, soft[0]) and op.kind not in ELEMENTWISE_KINDS:
             return None
-    q_name, k_name = (o for o in first.operands if isinstance(o, str))
+    operands = [o for o in first.operands if isinstance(o, str)]
+    if len(operands) != 2:
+        return None
+    k_name = next((n for n in operands if x in diagram.tensor(n).axes), None)
+    if k_name is None:
+        return None
+    q_name = next(n for n in operands if n != k_name)
     v_name = next(o for o in second.operands if isinstance(o, str) and o != soft[0].out)
     q_axes, k_axes = diagram.tensor(q_name).axes, diagram.tensor(k_name).axes
     v_axes = diagram.tensor(v_name).axes
-    # Axes of Q alone (heads of grouped-query attention, queries): the last is the query
-    # axis, the rest are batch axes that K and V are not woven over.
-    query = tuple(a for a in first.axes if a in q_axes and a not in k_axes)[-1:]
+    only_q = [a for a in first.axes if a in q_axes and a not in k_axes]
+    named = {str(op.params.get("query")) for op in kernel.ops if op.kind == "mask"} & set(only_q)
+    if len(named) > 1 or not only_q:
+        return None
+    # the longest; of equals, the innermost in Q (the query axis of [.., r, q, d])
+    query = tuple(named) or (max(only_q, key=lambda a: (diagram.axes[a], q_axes.index(a))),)
     head = tuple(a for a in second.axes if a in v_axes and a not in q_axes + k_axes) or tuple(
         a for a in first.over if a in v_axes
     )
-    if len(query) != 1:
-        return None
     batch = tuple(a for a in kernel.woven if a not in query + head)
     return {"batch": batch, "q": query, "x": (x,), "d": first.over, "d_v": head}
 
@@ -328,7 +340,7 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
             raise PlanError(_unsupported(kernel, first, "a constant scale (a number)"))
         scale *= float(factor)
     q_name, k_name = (o for o in first.operands if isinstance(o, str))
-    if q_axis not in diagram.tensor(q_name).axes:
+    if x_axis in diagram.tensor(q_name).axes:  # contract(K, Q): the same logits
         q_name, k_name = k_name, q_name
     v_name = next(o for o in second.operands if isinstance(o, str) and o != soft.out)
     (o_name,) = kernel.outputs
