@@ -348,3 +348,81 @@ def test_mqa_bshd_is_not_a_decode_per_query() -> None:
     kp = plan.kernels[0]
     assert kp.family.name == "attention" and kp.family.axes("q") == ("q",)
     assert kp.candidate is not None and kp.candidate.main.grid[1] == 2 * 8
+
+
+# ------------------------------------------------------------------- followable hints
+
+_BASE = """ncdc: 1
+name: hinted
+axes: {b: 1, h: 2, q: 256, x: 256, d: 64}
+inputs:
+  Q: {axes: [b, h, q, d], dtype: bf16}
+  K: {axes: [b, h, x, d], dtype: bf16}
+  V: {axes: [b, h, x, d], dtype: bf16}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - P = softmax(S, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+
+
+def _edit(*pairs: tuple[str, str]) -> str:
+    text = _BASE
+    for old, new in pairs:
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+# (refused spec, a piece of the hint, the spec written as the hint says)
+_HINTED = [
+    (  # an op the fused kernel has no code for
+        _edit(("  - P = softmax(S", "  - T = relu(S)\n  - P = softmax(T")),
+        "schedule: {materialize: [S, P]}",
+        _edit(
+            ("  - P = softmax(S", "  - T = relu(S)\n  - P = softmax(T"),
+            ("schedule: {stream: x}", "schedule: {materialize: [S, P]}"),
+        ),
+    ),
+    (  # a scale on the second contraction
+        _edit(("O = contract(P, V, over=x)", "O = contract(P, V, over=x) * 0.5")),
+        "schedule: {materialize: [S, P]}",
+        _edit(
+            ("O = contract(P, V, over=x)", "O = contract(P, V, over=x) * 0.5"),
+            ("schedule: {stream: x}", "schedule: {materialize: [S, P]}"),
+        ),
+    ),
+    (  # V of another type
+        _edit(("V: {axes: [b, h, x, d], dtype: bf16}", "V: {axes: [b, h, x, d], dtype: fp32}")),
+        "inputs: {V: {dtype: bf16}}",
+        _BASE,
+    ),
+    (  # the head axis not last
+        _edit(("Q: {axes: [b, h, q, d]", "Q: {axes: [b, h, d, q]")),
+        "put d last in Q",
+        _BASE,
+    ),
+    (  # a head size the kernel has no tiles for
+        _edit(("d: 64}", "d: 72}")),
+        "axes: {d: 80}",
+        _edit(("d: 64}", "d: 80}")),
+    ),
+]
+
+
+@pytest.mark.parametrize("refused, hint, fixed", _HINTED)
+def test_each_refusal_hint_can_be_followed(tmp_path: Path, refused: str, hint: str,
+                                           fixed: str) -> None:  # fmt: skip
+    from ncdc.errors import NcdcError
+
+    bad, good = tmp_path / "refused.yaml", tmp_path / "fixed.yaml"
+    bad.write_text(refused)
+    good.write_text(fixed)
+    with pytest.raises(NcdcError) as err:
+        render_plan(plan_diagram(load_diagram(bad), HW))
+    assert hint in (err.value.hint or ""), err.value
+    plan = plan_diagram(load_diagram(good), HW)
+    assert all(kp.candidate is not None for kp in plan.kernels)
+    render_plan(plan)

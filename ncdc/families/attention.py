@@ -300,9 +300,10 @@ def round16(n: int) -> int:
 def batch_count(at: Attention, axes: Mapping[str, int]) -> int:
     n = math.prod(axes[a] for a in at.batch)
     if n > MAX_GRID_Y:
+        split = max(at.batch, key=lambda a: axes[a])
         raise PlanError(
             f"attention over {n} (batch, head) slices: more than the grid's {MAX_GRID_Y} rows",
-            hint="split the batch into several runs",
+            hint=f"run it in parts, e.g. --set {split}={max(1, axes[split] * MAX_GRID_Y // n)}",
         )
     return n
 
@@ -316,28 +317,40 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
         raise PlanError(
             f"attention kernel {kernel.name}: one head axis each for Q.K and V expected, "
             f"found {roles['d']} and {roles['d_v']}",
-            hint="merge the head axes into one",
+            hint="use one head axis of their product size for Q and K (and one for V)",
         )
     (d_axis,), (dv_axis,) = roles["d"], roles["d_v"]
     contracts = [op for op in kernel.ops if op.kind == "contract"]
     first, second = contracts
     soft = next(op for op in kernel.ops if op.kind == "softmax")
+    unfused = f"or run it unfused: schedule: {{materialize: [{first.out}, {soft.out}]}}"
     causal = False
     for op in kernel.ops:
         if op.kind == "mask" and op.fn == "causal":
             if (op.params.get("query"), op.params.get("key")) != (q_axis, x_axis):
                 raise PlanError(
-                    _unsupported(kernel, op, f"a causal mask over ({q_axis}, {x_axis})")
+                    _unsupported(kernel, op, f"a causal mask over ({q_axis}, {x_axis})"),
+                    hint=f"write causal({op.inputs[0]}, query={q_axis}, key={x_axis}), " + unfused,
                 )
             causal = True
         elif op.kind not in ("contract", "softmax"):
-            raise PlanError(_unsupported(kernel, op, "contract, causal, softmax, contract"))
+            raise PlanError(
+                _unsupported(kernel, op, "contract, causal, softmax, contract"),
+                hint=f"remove {op.out} = {op.fn}(...), " + unfused,
+            )
     if second.scale:
-        raise PlanError(_unsupported(kernel, second, "a scale on the first contraction only"))
+        raise PlanError(
+            _unsupported(kernel, second, "a scale on the first contraction only"),
+            hint=f"scale {second.out} in a later kernel, or run it unfused: schedule: "
+            f"{{materialize: [{first.out}, {soft.out}]}}",
+        )
     scale = 1.0
     for factor in first.scale:
         if isinstance(factor, str):
-            raise PlanError(_unsupported(kernel, first, "a constant scale (a number)"))
+            raise PlanError(
+                _unsupported(kernel, first, "a constant scale (a number)"),
+                hint=f"write the scale as a number: {first.out} = contract(...) * 0.125",
+            )
         scale *= float(factor)
     q_name, k_name = (o for o in first.operands if isinstance(o, str))
     if x_axis in diagram.tensor(q_name).axes:  # contract(K, Q): the same logits
@@ -352,7 +365,8 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
             raise PlanError(
                 f"attention kernel {kernel.name}: {role} ({n}) is {t.dtype}; expected Q, K, "
                 f"V and O all of one type among {', '.join(INPUT_DTYPES)}",
-                hint="add casts around the attention",
+                hint=f"store {n} as {dtype if dtype in INPUT_DTYPES else 'bf16'}: "
+                f"inputs: {{{n}: {{dtype: {dtype if dtype in INPUT_DTYPES else 'bf16'}}}}}",
             )
     d, d_v = diagram.axes[d_axis], diagram.axes[dv_axis]
     for axis, size in ((d_axis, d), (dv_axis, d_v)):
