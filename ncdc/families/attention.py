@@ -44,6 +44,9 @@ TILES: dict[str, tuple[int, ...]] = {
 }
 HEAD_STEP, HEAD_MIN, HEAD_MAX = 16, 32, 256  # head sizes: whole mma k-steps (compile-time)
 Q_REGISTER_HEAD = 128  # Q's fragments stay in registers up to this head; above, in SMEM
+# Above this head a causal kernel streams 16 keys a chunk: with 32, ptxas spilled at d = 208
+# (sm_89) and d = 240 (sm_89, sm_90a), 255 registers and up to 276 B; with 16, 222 and none.
+CAUSAL_WIDE_HEAD = 192
 INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
 MMA_ROWS = 16  # queries per warp (the mma's m)
 STAGES = 2  # K/V chunks in flight: the ring is double-buffered
@@ -238,9 +241,10 @@ class AttentionFamily:
         batch = batch_count(at, axes)
         (q,), (x,) = family.axes("q"), family.axes("x")
         out = []
+        keys = (MMA_TILE,) if at.causal and max(at.d, at.d_v) > CAUSAL_WIDE_HEAD else TILES["s_x"]
         for g_q, s_x in itertools.product(
             mma_rows(q, TILES["g_q"], model.sizes[q], fixed),
-            mma_rows(x, TILES["s_x"], model.sizes[x], fixed),
+            mma_rows(x, keys, model.sizes[x], fixed),
         ):
             warps = g_q // MMA_ROWS
             threads = 32 * warps
