@@ -242,7 +242,14 @@ def compile_cmd(
     arch: ArchOpt = None,
     set_: SetOpt = None,
     tile: TileOpt = None,
-    hardware: HardwareOpt = "h200",
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            help="GPU profile name or YAML file (default: the --arch's profile, else h200).",
+            metavar="NAME|FILE",
+        ),
+    ] = None,
     hw: HwOpt = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the compile cache.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 3) on any spill.")] = False,
@@ -255,11 +262,14 @@ def compile_cmd(
     ] = None,
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
-    from ncdc.compile import compile_specs, report_to_dict, write_sass
+    from ncdc.compile import compile_specs, profile_for_arch, report_to_dict, write_sass
     from ncdc.views import compile_table, find_specs
 
+    profile, why = profile_for_arch(hardware, arch)
+    if why:
+        note(why)
     batch = compile_specs(
-        find_specs([spec]), load_machine(hardware, hw), out_dir=out, arch=arch,
+        find_specs([spec]), load_machine(profile, hw), out_dir=out, arch=arch,
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
         use_cache=not no_cache, strict=strict, jobs=jobs, use_tuned=not no_tuned,
     )  # fmt: skip

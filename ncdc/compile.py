@@ -90,7 +90,44 @@ def default_arch(hardware: Hardware) -> str:
 # Specifications per Compute Capability"): what a kernel may ask for on that architecture.
 ARCH_SMEM_PER_BLOCK = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 100: 232448}
 ARCH_PROFILES = {80: "a100", 86: "rtx4090", 89: "l40s", 90: "h200", 100: "b200"}
+DEFAULT_PROFILE = "h200"  # what a command plans for when neither --hardware nor --arch is given
 FALLBACK_TRIES = 4  # candidates of one kernel compiled before settling for the best seen
+
+
+def profile_for_arch(hardware: str | None, arch: str | None) -> tuple[str, str]:
+    """The profile to plan with and a one-line note saying why, when it is not the one the
+    user named or the default: `--arch` alone plans for that architecture's profile (its
+    shared memory and SM count), `--hardware` wins when given, and neither means h200.
+
+        >>> profile_for_arch(None, "sm_80")
+        ('a100', 'planning for the a100 profile of sm_80 (choose another with --hardware NAME)')
+        >>> profile_for_arch("l40s", "sm_89")
+        ('l40s', '')
+    """
+    if hardware is not None:
+        return hardware, ""
+    if arch is None:
+        return DEFAULT_PROFILE, ""
+    from ncdc.nvrtc import ARCHES
+
+    if arch not in ARCHES:
+        raise UsageError(
+            f"unknown architecture {arch!r}",
+            where="--arch",
+            hint=f"choose one of {', '.join(ARCHES)}",
+        )
+    profile = ARCH_PROFILES.get(arch_number(arch))
+    if profile is None:
+        return DEFAULT_PROFILE, (
+            f"no profile matches {arch}; planning for {DEFAULT_PROFILE} (--hardware FILE "
+            "for your own)"
+        )
+    if profile == DEFAULT_PROFILE:  # what the command plans for anyway: nothing to say
+        return profile, ""
+    return (
+        profile,
+        f"planning for the {profile} profile of {arch} (choose another with --hardware NAME)",
+    )
 
 
 def arch_number(arch: str) -> int:

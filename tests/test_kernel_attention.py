@@ -8,7 +8,10 @@ header names the sizes, hence the cache by kernel names rather than by source).
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +26,7 @@ from ncdc.spec import Diagram, load_diagram
 from ncdc.tiling import kernel_alternatives, plan_diagram, with_kernel
 
 DIAGRAMS = Path(__file__).resolve().parent.parent / "diagrams"
+SPECS = Path(__file__).resolve().parent / "specs"
 HW = load_hardware("h200")
 SMALL = {"q": 64, "x": 32}  # forward tiles for the emulator: 4 warps, 32-key chunks
 _LIBS: dict[tuple[str, ...], EmulatedModule] = {}
@@ -30,7 +34,8 @@ _LIBS: dict[tuple[str, ...], EmulatedModule] = {}
 
 def _module(name: str, sizes: dict[str, int], tiles: dict[str, int],
             splits: int | None = None) -> tuple[Diagram, RenderedModule]:  # fmt: skip
-    diagram = load_diagram(DIAGRAMS / f"{name}.yaml", sizes)
+    path = DIAGRAMS / f"{name}.yaml"
+    diagram = load_diagram(path if path.exists() else SPECS / f"{name}.yaml", sizes)
     plan = plan_diagram(diagram, HW, tiles=tiles)
     if splits is not None:  # the decode candidate with that split of the keys
         kp = next(k for k in kernel_alternatives(plan, 0, 1000) if k.splits == splits)
@@ -54,8 +59,9 @@ def _run(name: str, sizes: dict[str, int], tiles: dict[str, int] = SMALL, *,
     for launch in module.launches:
         traffic += _LIBS[key].launch(launch.kernel, launch.grid, launch.block,
                           launch_args(launch, buffers), dynamic_smem=launch.dynamic_smem)  # fmt: skip
-    got = from_storage(buffers["O"], "bf16")
-    return compare("O", "bf16", got, want), got, module, traffic
+    dtype = diagram.tensor("O").dtype
+    got = from_storage(buffers["O"], dtype)
+    return compare("O", dtype, got, want), got, module, traffic
 
 
 def _assert_ok(check: OutputCheck) -> None:
@@ -141,6 +147,79 @@ def test_large_logits_stay_finite() -> None:
     assert np.abs(got - want).max() <= 2e-2 * np.abs(want).max()
 
 
+# -------------------------------------------------------------------------- head sizes
+
+
+@pytest.mark.parametrize(
+    "name, heads",
+    [
+        ("attention", {"d": 32}),  # 4 chunks a row: the padded pitch
+        ("attention", {"d": 80}),
+        ("attention", {"d": 96}),
+        ("attention", {"d": 160}),  # Q's fragments from SMEM above 128
+        ("attention", {"d": 256}),
+        ("mla_attention", {"d": 192, "e": 128}),  # d_qk > d_v, d_qk swizzled (24 chunks)
+        ("attn_dqk128_dv64", {"d": 48, "e": 112}),  # fp16, both padded, d_qk < d_v
+    ],
+)
+def test_forward_head_sizes(name: str, heads: dict[str, int]) -> None:
+    check, _, module, traffic = _run(name, {"b": 1, "h": 2, "q": 37, "x": 70, **heads})
+    d, d_v = heads["d"], heads.get("e", heads["d"])
+    kernel = module.launches[0].kernel
+    assert f"_d{d}_" in kernel and (f"_dv{d_v}_" in kernel) == (d != d_v)
+    assert ("_qsmem" in kernel) == (d > 128)
+    _assert_ok(check)
+    # the padded SMEM rows change nothing in HBM: Q, K, V read once, O written once
+    p = 2
+    assert traffic == Traffic(p * 2 * (37 * d + 70 * (d + d_v)), p * 2 * 37 * d_v)
+
+
+@pytest.mark.parametrize("d", [48, 112, 208])
+def test_causal_head_sizes(d: int) -> None:
+    check, _, _, _ = _run("attention_causal", {"b": 1, "h": 1, "q": 50, "x": 81, "d": d})
+    _assert_ok(check)
+
+
+def test_causal_wide_head_streams_16_keys() -> None:
+    # the default for a causal head above 192: 16-key chunks (no spill), run as planned
+    sizes = {"b": 1, "h": 1, "q": 50, "x": 81, "d": 240}
+    check, _, module, _ = _run("attention_causal", sizes, {"q": 64})
+    assert "_x16_d240_" in module.launches[0].kernel
+    _assert_ok(check)
+
+
+def test_gqa_head_size_80() -> None:
+    check, _, _, _ = _run("gqa_attention", {"b": 1, "g": 1, "r": 2, "q": 33, "x": 47, "d": 80})
+    _assert_ok(check)
+
+
+@pytest.mark.parametrize(
+    "name, heads, splits",
+    [
+        ("decode_attention", {"d": 80}, 2),
+        ("decode_attention", {"d": 256}, 1),
+        ("mla_attention", {"d": 192, "e": 128}, 3),  # d_v < 128: the merge's ragged lanes
+        ("attn_dqk128_dv64", {"d": 32, "e": 96}, 2),
+    ],
+)
+def test_decode_head_sizes(name: str, heads: dict[str, int], splits: int) -> None:
+    sizes = {"b": 1, "h": 2, "q": 3, "x": 150, **heads}
+    check, _, module, _ = _run(name, sizes, {"x": 32}, splits=splits)
+    assert module.launches[0].grid[0] == splits
+    _assert_ok(check)
+
+
+def test_head_size_refusal_hint_plans() -> None:
+    # the hint names a head size the kernel runs; written as the hint says, it plans
+    from ncdc.errors import PlanError
+
+    with pytest.raises(PlanError) as err:
+        plan_diagram(load_diagram(DIAGRAMS / "attention.yaml", {"d": 72}), HW)
+    assert "d=72" in str(err.value) and "--set d=80" in (err.value.hint or "")
+    plan = plan_diagram(load_diagram(DIAGRAMS / "attention.yaml", {"d": 80}), HW)
+    assert plan.kernels[0].candidate is not None
+
+
 # ----------------------------------------------------------------------------- decode
 
 
@@ -185,7 +264,7 @@ def test_decode_causal_and_large_logits() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
 @pytest.mark.parametrize(
-    "name", ["attention", "attention_causal", "gqa_attention", "decode_attention"]
+    "name", ["attention", "attention_causal", "gqa_attention", "decode_attention", "mla_attention"]
 )
 def test_full_size_compiles_without_spills(name: str) -> None:
     from ncdc.compile import compile_plan
@@ -197,3 +276,166 @@ def test_full_size_compiles_without_spills(name: str) -> None:
         for k in report.kernels:
             assert k.spill_stores_bytes == 0 and k.spill_loads_bytes == 0, (arch, k)
             assert k.blocks_per_sm >= 1, (arch, k)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
+@pytest.mark.parametrize("d", [32, 48, 80, 96, 112, 160, 192, 208, 240, 256])
+@pytest.mark.parametrize("name", ["attention", "attention_causal", "decode_attention"])
+def test_head_sizes_compile_without_spills(name: str, d: int) -> None:
+    if (name, d) == ("attention_causal", 96):
+        pytest.xfail(
+            "sm_90a: ptxas spills 8 B of the 8-warp q=128 x=32 tile at 128 registers; "
+            "the compiler feedback replaces it with q=64, which compiles clean"
+        )
+    # the default plan of each arch's own profile: no spill without the compiler's feedback
+    from ncdc.compile import compile_plan
+
+    pytest.importorskip("cuda.bindings.nvrtc")
+    for profile, arch in (("a100", "sm_80"), ("h200", "sm_90a")):
+        diagram = load_diagram(DIAGRAMS / f"{name}.yaml", {"d": d})
+        report = compile_plan(plan_diagram(diagram, load_hardware(profile)), arch)
+        assert not report.notes, (arch, report.notes)
+        for k in report.kernels:
+            assert k.spill_stores_bytes == 0 and k.spill_loads_bytes == 0, (arch, k)
+
+
+# ------------------------------------------------------------------- arch and profile
+
+
+def _ncdc(*args: str) -> subprocess.CompletedProcess:
+    root = DIAGRAMS.parent
+    return subprocess.run([sys.executable, "-m", "ncdc", *args], capture_output=True,
+                          text=True, cwd=root)  # fmt: skip
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
+@pytest.mark.parametrize("arch, profile", [("sm_80", "a100"), ("sm_89", "l40s")])
+def test_arch_alone_plans_for_its_profile(tmp_path: Path, arch: str, profile: str) -> None:
+    # the h200 plan of d = 256 needs more SMEM than sm_80 or sm_89 give a block; --arch
+    # alone plans for that arch's own profile, says so in one line, and compiles
+    result = _ncdc("compile", "diagrams/attention.yaml", "--set", "d=256", "--arch", arch,
+                   "-o", str(tmp_path), "--format", "json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"planning for the {profile} profile of {arch}" in result.stderr
+    report = json.loads(result.stdout)
+    assert report["hardware"] == profile
+    # naming another profile is the user's choice, refused in one line where it cannot run
+    refused = _ncdc("compile", "diagrams/attention.yaml", "--set", "d=256", "--arch", arch,
+                    "--hardware", "h200", "-o", str(tmp_path / "h"))  # fmt: skip
+    assert refused.returncode == 2 and f"--hardware {profile}" in refused.stderr
+
+
+# ------------------------------------------------------------- roles from the structure
+
+
+@pytest.mark.parametrize(
+    "name, sizes",
+    [
+        ("attn_bshd_mqa", {"b": 1, "q": 37, "h": 3, "x": 70, "d": 64}),
+        ("attn_bshd_causal", {"b": 1, "q": 50, "h": 2, "x": 81, "d": 96}),
+        ("attn_contract_kq", {"b": 1, "h": 2, "q": 37, "x": 70, "d": 64}),
+    ],
+)
+def test_roles_from_structure(name: str, sizes: dict[str, int]) -> None:
+    check, _, module, _ = _run(name, sizes)
+    launch = module.launches[0]
+    assert launch.kernel.startswith(f"{name}_attention_")  # fused, not a decode per query
+    assert launch.grid == (1, sizes["b"] * sizes["h"], 1)  # h is a batch axis, q the rows
+    _assert_ok(check)
+
+
+def test_bshd_priced_as_bhsd() -> None:
+    # the same problem in both layouts: one plan, the same predicted time
+    sizes = {"b": 2, "h": 8, "q": 1024, "x": 1024, "d": 96}
+    bshd = plan_diagram(load_diagram(SPECS / "attn_bshd_causal.yaml", sizes), HW).kernels[0]
+    bhsd = plan_diagram(load_diagram(DIAGRAMS / "attention_causal.yaml", sizes), HW).kernels[0]
+    assert bshd.candidate is not None and bhsd.candidate is not None
+    assert bshd.candidate.params == bhsd.candidate.params
+    assert bshd.candidate.launches == bhsd.candidate.launches
+    assert bshd.predicted_time_s == pytest.approx(bhsd.predicted_time_s, rel=1e-9)
+
+
+def test_mqa_bshd_is_not_a_decode_per_query() -> None:
+    # Q [b, q, h, d] against one K/V head: q (2048) is the query axis, h (8) a batch axis
+    plan = plan_diagram(load_diagram(SPECS / "attn_bshd_mqa.yaml"), HW)
+    kp = plan.kernels[0]
+    assert kp.family.name == "attention" and kp.family.axes("q") == ("q",)
+    assert kp.candidate is not None and kp.candidate.main.grid[1] == 2 * 8
+
+
+# ------------------------------------------------------------------- followable hints
+
+_BASE = """ncdc: 1
+name: hinted
+axes: {b: 1, h: 2, q: 256, x: 256, d: 64}
+inputs:
+  Q: {axes: [b, h, q, d], dtype: bf16}
+  K: {axes: [b, h, x, d], dtype: bf16}
+  V: {axes: [b, h, x, d], dtype: bf16}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - P = softmax(S, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+
+
+def _edit(*pairs: tuple[str, str]) -> str:
+    text = _BASE
+    for old, new in pairs:
+        assert old in text
+        text = text.replace(old, new)
+    return text
+
+
+# (refused spec, a piece of the hint, the spec written as the hint says)
+_HINTED = [
+    (  # an op the fused kernel has no code for
+        _edit(("  - P = softmax(S", "  - T = relu(S)\n  - P = softmax(T")),
+        "schedule: {materialize: [S, P]}",
+        _edit(
+            ("  - P = softmax(S", "  - T = relu(S)\n  - P = softmax(T"),
+            ("schedule: {stream: x}", "schedule: {materialize: [S, P]}"),
+        ),
+    ),
+    (  # a scale on the second contraction
+        _edit(("O = contract(P, V, over=x)", "O = contract(P, V, over=x) * 0.5")),
+        "schedule: {materialize: [S, P]}",
+        _edit(
+            ("O = contract(P, V, over=x)", "O = contract(P, V, over=x) * 0.5"),
+            ("schedule: {stream: x}", "schedule: {materialize: [S, P]}"),
+        ),
+    ),
+    (  # V of another type
+        _edit(("V: {axes: [b, h, x, d], dtype: bf16}", "V: {axes: [b, h, x, d], dtype: fp32}")),
+        "inputs: {V: {dtype: bf16}}",
+        _BASE,
+    ),
+    (  # the head axis not last
+        _edit(("Q: {axes: [b, h, q, d]", "Q: {axes: [b, h, d, q]")),
+        "put d last in Q",
+        _BASE,
+    ),
+    (  # a head size the kernel has no tiles for
+        _edit(("d: 64}", "d: 72}")),
+        "axes: {d: 80}",
+        _edit(("d: 64}", "d: 80}")),
+    ),
+]
+
+
+@pytest.mark.parametrize("refused, hint, fixed", _HINTED)
+def test_each_refusal_hint_can_be_followed(tmp_path: Path, refused: str, hint: str,
+                                           fixed: str) -> None:  # fmt: skip
+    from ncdc.errors import NcdcError
+
+    bad, good = tmp_path / "refused.yaml", tmp_path / "fixed.yaml"
+    bad.write_text(refused)
+    good.write_text(fixed)
+    with pytest.raises(NcdcError) as err:
+        render_plan(plan_diagram(load_diagram(bad), HW))
+    assert hint in (err.value.hint or ""), err.value
+    plan = plan_diagram(load_diagram(good), HW)
+    assert all(kp.candidate is not None for kp in plan.kernels)
+    render_plan(plan)

@@ -42,7 +42,11 @@ TILES: dict[str, tuple[int, ...]] = {
     "s_x": (32, 64, 128),  # keys per streamed chunk
     "stages": (2,),  # K/V chunks double-buffered
 }
-HEAD_SIZES = (64, 128)  # compile-time head sizes: rows of 8 or 16 chunks (the swizzle needs 8k)
+HEAD_STEP, HEAD_MIN, HEAD_MAX = 16, 32, 256  # head sizes: whole mma k-steps (compile-time)
+Q_REGISTER_HEAD = 128  # Q's fragments stay in registers up to this head; above, in SMEM
+# Above this head a causal kernel streams 16 keys a chunk: with 32, ptxas spilled at d = 208
+# (sm_89) and d = 240 (sm_89, sm_90a), 255 registers and up to 276 B; with 16, 222 and none.
+CAUSAL_WIDE_HEAD = 192
 INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
 MMA_ROWS = 16  # queries per warp (the mma's m)
 STAGES = 2  # K/V chunks in flight: the ring is double-buffered
@@ -84,6 +88,7 @@ class Attention:
             "batch": self.batch, "sizes": self.sizes,
             "q_axis": self.q_axis, "x_axis": self.x_axis,
             "d": self.d, "d_v": self.d_v, "causal": self.causal,
+            "q_regs": q_in_registers(self.d),
             "offset": dict(self.offset), "stride": dict(self.stride),
         }  # fmt: skip
 
@@ -94,13 +99,38 @@ def variant_name(kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int,
         f"{kernel.name}_{family}_{at.dtype}_q{g_q}_x{s_x}_d{at.d}"
         + (f"_dv{at.d_v}" if at.d_v != at.d else "")
         + f"_w{warps}_s{STAGES}"
+        + ("" if q_in_registers(at.d) else "_qsmem")
         + ("_causal" if at.causal else "")
     )
 
 
+def q_in_registers(d: int) -> bool:
+    """Whether Q's mma fragments are held in registers for the whole key loop (d / 4 per
+    thread) or read from the Q tile at each step, which keeps large heads from spilling."""
+    return d <= Q_REGISTER_HEAD
+
+
+def row_values(head: int) -> int:
+    """Values one SMEM row of a head takes (ncdc_attention.cuh's row_chunks): 16-byte chunks
+    swizzled when there are 8k of them, else padded by one chunk to an odd pitch."""
+    chunks = head // 8
+    return 8 * (chunks if chunks % 8 == 0 else chunks + 1)
+
+
+def attention_smem(at: Attention, q_rows: int, q_head: int, s_x: int) -> int:
+    """Bytes of the Q tile of q_rows rows of q_head values and the 2-stage K and V rings."""
+    rows = q_rows * row_values(q_head) + STAGES * s_x * (row_values(at.d) + row_values(at.d_v))
+    return rows * DTYPE_BYTES[at.dtype]
+
+
 def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ...]] | None:
     """Roles of contract(Q, K) [-> mask / maps] -> softmax over x -> contract(P, V) over x:
-    batch, q (queries), x (keys), d (Q.K head) and d_v (V head) axes; None otherwise."""
+    batch, q (queries), x (keys), d (Q.K head) and d_v (V head) axes; None otherwise.
+
+    Roles come from the structure, never from positions: K is the operand of the first
+    contraction that carries the softmax axis x (so contract(K, Q) reads as contract(Q, K)),
+    and the query axis is the one a mask names as its query, else the longest axis that Q
+    has and K lacks (the others, such as the query heads of a group, are batch axes)."""
     contracts = [op for op in kernel.ops if op.kind == "contract"]
     if len(contracts) != 2:
         return None
@@ -114,18 +144,25 @@ def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ..
     for op in kernel.ops:
         if op not in (first, second, soft[0]) and op.kind not in ELEMENTWISE_KINDS:
             return None
-    q_name, k_name = (o for o in first.operands if isinstance(o, str))
+    operands = [o for o in first.operands if isinstance(o, str)]
+    if len(operands) != 2:
+        return None
+    k_name = next((n for n in operands if x in diagram.tensor(n).axes), None)
+    if k_name is None:
+        return None
+    q_name = next(n for n in operands if n != k_name)
     v_name = next(o for o in second.operands if isinstance(o, str) and o != soft[0].out)
     q_axes, k_axes = diagram.tensor(q_name).axes, diagram.tensor(k_name).axes
     v_axes = diagram.tensor(v_name).axes
-    # Axes of Q alone (heads of grouped-query attention, queries): the last is the query
-    # axis, the rest are batch axes that K and V are not woven over.
-    query = tuple(a for a in first.axes if a in q_axes and a not in k_axes)[-1:]
+    only_q = [a for a in first.axes if a in q_axes and a not in k_axes]
+    named = {str(op.params.get("query")) for op in kernel.ops if op.kind == "mask"} & set(only_q)
+    if len(named) > 1 or not only_q:
+        return None
+    # the longest; of equals, the innermost in Q (the query axis of [.., r, q, d])
+    query = tuple(named) or (max(only_q, key=lambda a: (diagram.axes[a], q_axes.index(a))),)
     head = tuple(a for a in second.axes if a in v_axes and a not in q_axes + k_axes) or tuple(
         a for a in first.over if a in v_axes
     )
-    if len(query) != 1:
-        return None
     batch = tuple(a for a in kernel.woven if a not in query + head)
     return {"batch": batch, "q": query, "x": (x,), "d": first.over, "d_v": head}
 
@@ -146,13 +183,15 @@ def attention_group(
 def attention_registers(
     model: KernelModel, family: Family, g_q: int, s_x: int, threads: int
 ) -> int:
-    """fp32 accumulators (O and the scores of one chunk) and the Q fragments per thread."""
+    """fp32 accumulators (O and the scores of one chunk) and the Q fragments per thread
+    (all of them when held in registers, else the one in use)."""
     from ncdc.cost import estimate_registers
 
     head = sum(model.sizes[a] for a in family.axes("d"))
     head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
     p = DTYPE_BYTES[model.diagram.tensor(model.kernel.inputs[0]).dtype]
-    fragments = -(-g_q * head * p // (4 * threads))
+    held = head if q_in_registers(head) else MMA_TILE
+    fragments = -(-g_q * held * p // (4 * threads))
     return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
 
 
@@ -202,14 +241,14 @@ class AttentionFamily:
         batch = batch_count(at, axes)
         (q,), (x,) = family.axes("q"), family.axes("x")
         out = []
+        keys = (MMA_TILE,) if at.causal and max(at.d, at.d_v) > CAUSAL_WIDE_HEAD else TILES["s_x"]
         for g_q, s_x in itertools.product(
             mma_rows(q, TILES["g_q"], model.sizes[q], fixed),
-            mma_rows(x, TILES["s_x"], model.sizes[x], fixed),
+            mma_rows(x, keys, model.sizes[x], fixed),
         ):
             warps = g_q // MMA_ROWS
             threads = 32 * warps
-            p = DTYPE_BYTES[at.dtype]
-            smem = (g_q * max(at.d, at.d_v) + STAGES * s_x * (at.d + at.d_v)) * p
+            smem = attention_smem(at, g_q, max(at.d, at.d_v), s_x)  # Q, then O
             group = attention_group(model, family, g_q, fixed)
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
             shape = LaunchShape((-(-axes[q] // g_q), batch, 1), (threads, 1, 1), smem)
@@ -261,9 +300,10 @@ FAMILY = AttentionFamily()
 def batch_count(at: Attention, axes: Mapping[str, int]) -> int:
     n = math.prod(axes[a] for a in at.batch)
     if n > MAX_GRID_Y:
+        split = max(at.batch, key=lambda a: axes[a])
         raise PlanError(
             f"attention over {n} (batch, head) slices: more than the grid's {MAX_GRID_Y} rows",
-            hint="split the batch into several runs",
+            hint=f"run it in parts, e.g. --set {split}={max(1, axes[split] * MAX_GRID_Y // n)}",
         )
     return n
 
@@ -277,31 +317,43 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
         raise PlanError(
             f"attention kernel {kernel.name}: one head axis each for Q.K and V expected, "
             f"found {roles['d']} and {roles['d_v']}",
-            hint="merge the head axes into one",
+            hint="use one head axis of their product size for Q and K (and one for V)",
         )
     (d_axis,), (dv_axis,) = roles["d"], roles["d_v"]
     contracts = [op for op in kernel.ops if op.kind == "contract"]
     first, second = contracts
     soft = next(op for op in kernel.ops if op.kind == "softmax")
+    unfused = f"or run it unfused: schedule: {{materialize: [{first.out}, {soft.out}]}}"
     causal = False
     for op in kernel.ops:
         if op.kind == "mask" and op.fn == "causal":
             if (op.params.get("query"), op.params.get("key")) != (q_axis, x_axis):
                 raise PlanError(
-                    _unsupported(kernel, op, f"a causal mask over ({q_axis}, {x_axis})")
+                    _unsupported(kernel, op, f"a causal mask over ({q_axis}, {x_axis})"),
+                    hint=f"write causal({op.inputs[0]}, query={q_axis}, key={x_axis}), " + unfused,
                 )
             causal = True
         elif op.kind not in ("contract", "softmax"):
-            raise PlanError(_unsupported(kernel, op, "contract, causal, softmax, contract"))
+            raise PlanError(
+                _unsupported(kernel, op, "contract, causal, softmax, contract"),
+                hint=f"remove {op.out} = {op.fn}(...), " + unfused,
+            )
     if second.scale:
-        raise PlanError(_unsupported(kernel, second, "a scale on the first contraction only"))
+        raise PlanError(
+            _unsupported(kernel, second, "a scale on the first contraction only"),
+            hint=f"scale {second.out} in a later kernel, or run it unfused: schedule: "
+            f"{{materialize: [{first.out}, {soft.out}]}}",
+        )
     scale = 1.0
     for factor in first.scale:
         if isinstance(factor, str):
-            raise PlanError(_unsupported(kernel, first, "a constant scale (a number)"))
+            raise PlanError(
+                _unsupported(kernel, first, "a constant scale (a number)"),
+                hint=f"write the scale as a number: {first.out} = contract(...) * 0.125",
+            )
         scale *= float(factor)
     q_name, k_name = (o for o in first.operands if isinstance(o, str))
-    if q_axis not in diagram.tensor(q_name).axes:
+    if x_axis in diagram.tensor(q_name).axes:  # contract(K, Q): the same logits
         q_name, k_name = k_name, q_name
     v_name = next(o for o in second.operands if isinstance(o, str) and o != soft.out)
     (o_name,) = kernel.outputs
@@ -313,15 +365,19 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
             raise PlanError(
                 f"attention kernel {kernel.name}: {role} ({n}) is {t.dtype}; expected Q, K, "
                 f"V and O all of one type among {', '.join(INPUT_DTYPES)}",
-                hint="add casts around the attention",
+                hint=f"store {n} as {dtype if dtype in INPUT_DTYPES else 'bf16'}: "
+                f"inputs: {{{n}: {{dtype: {dtype if dtype in INPUT_DTYPES else 'bf16'}}}}}",
             )
     d, d_v = diagram.axes[d_axis], diagram.axes[dv_axis]
-    for size in (d, d_v):
-        if size not in HEAD_SIZES:
+    for axis, size in ((d_axis, d), (dv_axis, d_v)):
+        if size % HEAD_STEP or not HEAD_MIN <= size <= HEAD_MAX:
+            fit = min(max(round_up(size, HEAD_STEP), HEAD_MIN), HEAD_MAX)
             raise PlanError(
-                f"attention kernel {kernel.name}: head size {size} is not one of "
-                f"{', '.join(map(str, HEAD_SIZES))}",
-                hint="pad the head axis",
+                f"attention kernel {kernel.name}: head size {axis}={size} is not a multiple "
+                f"of {HEAD_STEP} from {HEAD_MIN} to {HEAD_MAX}",
+                hint=f"zero-pad the head to {fit} (axes: {{{axis}: {fit}}}, or --set {axis}={fit})"
+                if size < HEAD_MAX
+                else f"split the head into heads of at most {HEAD_MAX}",
             )
     batch = tuple(roles["batch"])
     row_axis = {"Q": q_axis, "K": x_axis, "V": x_axis, "O": q_axis}

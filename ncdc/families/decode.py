@@ -33,6 +33,7 @@ from ncdc.families.attention import (
     attention_group,
     attention_registers,
     attention_roles,
+    attention_smem,
     batch_count,
     mma_rows,
     read_attention,
@@ -41,7 +42,7 @@ from ncdc.families.attention import (
 )
 from ncdc.families.base import KernelSource, Launch, Param, Workspace, no_arch_problem
 from ncdc.launch import Candidate, Family, LaunchShape
-from ncdc.spec import DTYPE_BYTES, Diagram
+from ncdc.spec import Diagram
 
 if TYPE_CHECKING:
     from ncdc.cost import KernelModel, KernelPlan, Plan
@@ -86,7 +87,6 @@ class DecodeFamily:
         batch = batch_count(at, d.axes)
         (q,), (x,) = family.axes("q"), family.axes("x")
         q_len, x_len = d.axes[q], d.axes[x]
-        p = DTYPE_BYTES[at.dtype]
         out: dict[tuple, Candidate] = {}
         for s_x, asked, warps in itertools.product(
             mma_rows(x, TILES["s_x"], model.sizes[x], fixed), TILES["splits"], TILES["warps"]
@@ -100,7 +100,7 @@ class DecodeFamily:
                 continue
             partials = splits * warps
             threads = 32 * warps
-            smem = (MMA_ROWS * at.d + STAGES * s_x * (at.d + at.d_v)) * p
+            smem = attention_smem(at, MMA_ROWS, at.d, s_x)
             shapes = (
                 LaunchShape((splits, batch, 1), (threads, 1, 1), smem),
                 LaunchShape((1, batch, 1), (MERGE_THREADS, 1, 1), q_len * partials * 4),

@@ -31,9 +31,10 @@ extern "C" __global__ void __launch_bounds__(128) attention_causal_attention_bf1
     long long ncdc_size_q,
     long long ncdc_size_x,
     float ncdc_scale_log2) {
-  long long ncdc_rest = blockIdx.y;
-  const long long ncdc_i_h = ncdc_rest % ncdc_size_h;
-  ncdc_rest /= ncdc_size_h;
+  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+  unsigned ncdc_rest = blockIdx.y;
+  const long long ncdc_i_h = ncdc_rest % unsigned(ncdc_size_h);
+  ncdc_rest /= unsigned(ncdc_size_h);
   const long long ncdc_i_b = ncdc_rest;
   ncdc::attn::Slice<__nv_bfloat16> ncdc_slice;
   ncdc_slice.q = Q + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128;
@@ -47,7 +48,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_causal_attention_bf1
   ncdc_slice.scale_log2 = ncdc_scale_log2;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, true>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, true, true>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile);
 }
 NCDC_EXPORT_KERNEL(attention_causal_attention_bf16_q64_x64_d128_w4_s2_causal);

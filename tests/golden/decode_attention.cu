@@ -31,9 +31,10 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attent
     long long ncdc_size_q,
     long long ncdc_size_x,
     float ncdc_scale_log2, long long ncdc_keys_per_split) {
-  long long ncdc_rest = blockIdx.y;
-  const long long ncdc_i_h = ncdc_rest % ncdc_size_h;
-  ncdc_rest /= ncdc_size_h;
+  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+  unsigned ncdc_rest = blockIdx.y;
+  const long long ncdc_i_h = ncdc_rest % unsigned(ncdc_size_h);
+  ncdc_rest /= unsigned(ncdc_size_h);
   const long long ncdc_i_b = ncdc_rest;
 
   ncdc::attn::Slice<__nv_bfloat16> ncdc_slice;
@@ -48,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attent
   ncdc_slice.scale_log2 = ncdc_scale_log2;
   // partials of this slice: gridDim.x splits x 4 warps, each [q][d_v] and [q][2]
   const long long ncdc_first = (long long)blockIdx.y * gridDim.x * 4 * ncdc_slice.q_len;
-  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 64, 4, false>(
+  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 64, 4, false, true>(
       ncdc_slice, int(blockIdx.x), int(ncdc_keys_per_split), ncdc_partial_o_decode_attention + ncdc_first * 128,
       ncdc_partial_ml_decode_attention + ncdc_first * 2);
 }
@@ -61,9 +62,10 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_merge_
     long long ncdc_size_q,
     long long ncdc_size_x,
     long long ncdc_partials) {
-  long long ncdc_rest = blockIdx.y;
-  const long long ncdc_i_h = ncdc_rest % ncdc_size_h;
-  ncdc_rest /= ncdc_size_h;
+  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+  unsigned ncdc_rest = blockIdx.y;
+  const long long ncdc_i_h = ncdc_rest % unsigned(ncdc_size_h);
+  ncdc_rest /= unsigned(ncdc_size_h);
   const long long ncdc_i_b = ncdc_rest;
 
   const long long ncdc_first = (long long)blockIdx.y * ncdc_partials * ncdc_size_q;

@@ -31,11 +31,12 @@ extern "C" __global__ void __launch_bounds__(128) gqa_attention_attention_bf16_q
     long long ncdc_size_q,
     long long ncdc_size_x,
     float ncdc_scale_log2) {
-  long long ncdc_rest = blockIdx.y;
-  const long long ncdc_i_r = ncdc_rest % ncdc_size_r;
-  ncdc_rest /= ncdc_size_r;
-  const long long ncdc_i_g = ncdc_rest % ncdc_size_g;
-  ncdc_rest /= ncdc_size_g;
+  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+  unsigned ncdc_rest = blockIdx.y;
+  const long long ncdc_i_r = ncdc_rest % unsigned(ncdc_size_r);
+  ncdc_rest /= unsigned(ncdc_size_r);
+  const long long ncdc_i_g = ncdc_rest % unsigned(ncdc_size_g);
+  ncdc_rest /= unsigned(ncdc_size_g);
   const long long ncdc_i_b = ncdc_rest;
   ncdc::attn::Slice<__nv_bfloat16> ncdc_slice;
   ncdc_slice.q = Q + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128;
@@ -48,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(128) gqa_attention_attention_bf16_q
   ncdc_slice.x_len = int(ncdc_size_x);
   ncdc_slice.scale_log2 = ncdc_scale_log2;
   const int ncdc_q_tile = int(blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, false, true>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128, 128, ncdc_q_tile);
 }
 NCDC_EXPORT_KERNEL(gqa_attention_attention_bf16_q64_x64_d128_w4_s2);

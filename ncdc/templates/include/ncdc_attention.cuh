@@ -6,10 +6,12 @@
 // P taken straight from the S accumulators: the C fragments of two 16x8 tiles are, element
 // for element, the A fragment of one 16x16 tile.
 //
-// Layouts. Q, K, V and O rows are contiguous along the head axis (d, d_v): 16-byte chunks.
-// In shared memory a row of C chunks (C a multiple of 8) stores chunk c at c ^ (row % 8),
-// so the 8 rows an ldmatrix reads and the 8 chunks a cp.async phase writes fall in 8
-// distinct groups of 4 banks: no bank conflicts either way.
+// Layouts. Q, K, V and O rows are contiguous along the head axis (d, d_v): 16-byte chunks,
+// C = head / 8 of them per row (C even: heads are multiples of 16). In shared memory a row
+// of C chunks, C a multiple of 8, stores chunk c at c ^ (row % 8); any other C pads the row
+// to C + 1 chunks, an odd pitch. Either way the 8 rows an ldmatrix phase reads fall in 8
+// distinct groups of 4 banks (no bank conflicts), and so do the 8 chunks of a cp.async
+// phase with the swizzle (the padded pitch costs at most a 2-way conflict at a row's end).
 //
 // Sizes: query and key counts are runtime ints (below 2^31 per (batch, head)); offsets
 // into the tensors are 64-bit.
@@ -24,6 +26,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 NCDC_DEVICE float neg_inf() { return __int_as_float(int(0xff800000u)); }
 NCDC_DEVICE int imin(int a, int b) { return a < b ? a : b; }
+
+// 1 / l of a softmax sum, 0 for a row with no visible key. l >= 1 otherwise (the row's max
+// adds 2^0), far inside __fdividef's range; an IEEE division would call a slow-path
+// subroutine whose saved registers ptxas reports as spills.
+NCDC_DEVICE float inverse_sum(float l) { return l > 0.0f ? __fdividef(1.0f, l) : 0.0f; }
 
 // 2^x; 2^-inf = 0. One MUFU instruction on the GPU.
 NCDC_DEVICE float exp2_fast(float x) {
@@ -54,11 +61,18 @@ struct Mma<__half> {
   static NCDC_DEVICE uint32_t pack(float lo, float hi) { return pack_f16x2(lo, hi); }
 };
 
-// Element offset of chunk `chunk` of row `row` in a swizzled tile of C chunks per row.
+// Chunks a shared-memory row of C chunks takes: C swizzled, or C + 1 (an odd pitch).
+template <int C>
+constexpr int row_chunks() {
+  return C % 8 == 0 ? C : C + 1;
+}
+
+// Element offset of chunk `chunk` of row `row` in a shared tile of C chunks per row.
 template <int C>
 NCDC_DEVICE int swizzle(int row, int chunk) {
-  static_assert(C % 8 == 0, "the swizzle needs rows of a multiple of 8 chunks (64 values)");
-  return row * C * 8 + ((chunk ^ (row & 7)) << 3);
+  static_assert(C % 2 == 0, "rows of whole 16-value mma steps (an even number of chunks)");
+  if (C % 8 == 0) return row * C * 8 + ((chunk ^ (row & 7)) << 3);
+  return (row * row_chunks<C>() + chunk) << 3;
 }
 
 // Shared-memory words read and written as plain 32- and 128-bit values.
@@ -121,13 +135,36 @@ NCDC_DEVICE void init_state(RowState<DV>& st) {
   }
 }
 
-// Q fragments of 16 rows starting at `row0` of a swizzled tile with SC chunks per row.
+// The mma A fragments of a warp's 16 query rows (rows row0.. of a shared tile of SC chunks
+// per row), one per 16 values of the head: held in registers (REG), or read from shared
+// memory at each use, which frees D / 4 registers per thread for large heads.
+template <class T, int D, int SC, bool REG>
+struct QFragments;
+
 template <class T, int D, int SC>
-NCDC_DEVICE void load_q_fragments(uint32_t (&qf)[D / 16][4], const T* qs, int row0, int lane) {
+struct QFragments<T, D, SC, true> {
+  uint32_t f[D / 16][4];
+  NCDC_DEVICE QFragments(const T* qs, int row0, int lane) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    ldmatrix_x4(qf[kk], qs + swizzle<SC>(row0 + (lane & 15), 2 * kk + (lane >> 4)));
-}
+    for (int kk = 0; kk < D / 16; ++kk)
+      ldmatrix_x4(f[kk], qs + swizzle<SC>(row0 + (lane & 15), 2 * kk + (lane >> 4)));
+  }
+  NCDC_DEVICE void get(int kk, uint32_t (&a)[4]) const {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = f[kk][i];
+  }
+};
+
+template <class T, int D, int SC>
+struct QFragments<T, D, SC, false> {
+  const T* qs;
+  int row, half;  // this lane's ldmatrix row, and its chunk within a 16-value step
+  NCDC_DEVICE QFragments(const T* tile, int row0, int lane)
+      : qs(tile), row(row0 + (lane & 15)), half(lane >> 4) {}
+  NCDC_DEVICE void get(int kk, uint32_t (&a)[4]) const {
+    ldmatrix_x4(a, qs + swizzle<SC>(row, 2 * kk + half));
+  }
+};
 
 // Masking of one step: key `j` is dropped for the lane's row r when j > limit[r].
 struct KeyMask {
@@ -139,9 +176,9 @@ struct KeyMask {
 // S = Q K^T over NK keys (smem rows krow0.. of a swizzled K tile of D / 8 chunks per row),
 // scaled to base 2 and masked, then the online-softmax update: on return s holds
 // P = 2^(S - m), and o and l are rescaled to the new running max.
-template <class T, int D, int DV, int NK>
-NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st,
-                            const uint32_t (&qf)[D / 16][4], const T* ks, int krow0,
+template <class T, int D, int DV, int NK, class QF>
+NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st, const QF& qf,
+                            const T* ks, int krow0,
                             const KeyMask& mask, float scale_log2, int lane) {
   static_assert(NK % 16 == 0, "keys per warp step: a multiple of 16");
 #pragma unroll
@@ -150,14 +187,16 @@ NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st,
     for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[4];
+    qf.get(kk, a);
 #pragma unroll
     for (int np = 0; np < NK / 16; ++np) {
       // matrices: keys +0..7 / +8..15 of the pair, d chunks 2kk / 2kk+1
       uint32_t b[4];
       const int row = krow0 + 16 * np + ((lane >> 4) << 3) + (lane & 7);
       ldmatrix_x4(b, ks + swizzle<D / 8>(row, 2 * kk + ((lane >> 3) & 1)));
-      Mma<T>::run(s[2 * np], qf[kk], b);
-      Mma<T>::run(s[2 * np + 1], qf[kk], b + 2);
+      Mma<T>::run(s[2 * np], a, b);
+      Mma<T>::run(s[2 * np + 1], a, b + 2);
     }
   }
   const int t = lane & 3;
@@ -252,16 +291,18 @@ struct Slice {
 // when j <= i + x_len - q_len; fully masked tiles are never loaded, and a warp skips the
 // math of tiles that are masked for all its rows.
 //
-// Shared memory (elements of T): Q [GQ][QC*8] (reused to stage O), K [2][SX][D],
-// V [2][SX][DV], QC = max(D, DV) / 8.
-template <class T, int D, int DV, int GQ, int SX, bool CAUSAL>
+// Shared memory (elements of T, rows of row_chunks<C>() chunks of 8): Q [GQ][QC] (reused
+// to stage O), K [2][SX][D / 8], V [2][SX][DV / 8], QC = max(D, DV) / 8. QREG: Q's mma
+// fragments in registers, else read from the Q tile at each step.
+template <class T, int D, int DV, int GQ, int SX, bool CAUSAL, bool QREG>
 NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, int q_tile) {
   constexpr int W = GQ / 16, THREADS = 32 * W;
   constexpr int QC = (D > DV ? D : DV) / 8;
+  constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
   static_assert(GQ % 16 == 0 && SX % 16 == 0, "tiles are multiples of 16");
   T* qs = dynamic_smem<T>();
-  T* ks = qs + GQ * QC * 8;
-  T* vs = ks + 2 * SX * D;
+  T* ks = qs + GQ * row_chunks<QC>() * 8;
+  T* vs = ks + 2 * KT;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int q0 = q_tile * GQ;
@@ -293,20 +334,19 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    uint32_t qf[D / 16][4];
-    load_q_fragments<T, D, QC>(qf, qs, 16 * warp, lane);
+    const QFragments<T, D, QC, QREG> qf(qs, 16 * warp, lane);
 
     for (int j = 0; j < tiles; ++j) {
       const int stage = j & 1;
       const int key0 = j * SX;
-      const T* kt = ks + stage * SX * D;
-      const T* vt = vs + stage * SX * DV;
+      const T* kt = ks + stage * KT;
+      const T* vt = vs + stage * VT;
       // K_j has landed (V_j may still be in flight); every warp is done with stage^1
       cp_async_wait<1>();
       __syncthreads();
       if (j + 1 < tiles) {
         const int next = key0 + SX;
-        load_tile<T, SX, D, D / 8, THREADS>(ks + (stage ^ 1) * SX * D, a.k + next * a.k_stride,
+        load_tile<T, SX, D, D / 8, THREADS>(ks + (stage ^ 1) * KT, a.k + next * a.k_stride,
                                             a.k_stride, a.x_len - next, tid);
       }
       cp_async_commit();
@@ -320,9 +360,8 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
       __syncthreads();
       if (j + 1 < tiles) {
         const int next = key0 + SX;
-        load_tile<T, SX, DV, DV / 8, THREADS>(vs + (stage ^ 1) * SX * DV,
-                                              a.v + next * a.v_stride, a.v_stride,
-                                              a.x_len - next, tid);
+        load_tile<T, SX, DV, DV / 8, THREADS>(vs + (stage ^ 1) * VT, a.v + next * a.v_stride,
+                                              a.v_stride, a.x_len - next, tid);
       }
       cp_async_commit();
       if (active) value_step<T, DV, SX>(st, s, vt, 0, lane);
@@ -333,10 +372,11 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
   // O / l, staged through this warp's own rows of the Q tile (no other warp reads them),
   // then stored as 16-byte rows; a row with no visible key has l = 0 and stores zeros.
   reduce_sums(st);
-  T* os = qs + 16 * warp * QC * 8;
+  __syncwarp();  // this warp's reads of its Q rows are done before O overwrites them
+  T* os = qs + 16 * warp * row_chunks<QC>() * 8;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float inv = st.l[r] > 0.0f ? 1.0f / st.l[r] : 0.0f;
+    const float inv = inverse_sum(st.l[r]);
 #pragma unroll
     for (int n = 0; n < DV / 8; ++n)
       smem_store_u32(os + swizzle<QC>(g + 8 * r, n) + 2 * t,
@@ -359,15 +399,17 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
 // per stage; warp w takes keys [w * SX / W, (w + 1) * SX / W) of each stage and keeps its
 // own (m, l, O), written unnormalised to the fp32 workspace as partial split * W + w:
 //   part_o[partial][q][DV], part_ml[partial][q][2] = (m in base 2, l).
-// Shared memory (elements of T): Q [16][D], K [2][SX][D], V [2][SX][DV].
-template <class T, int D, int DV, int SX, int W, bool CAUSAL>
+// Shared memory (elements of T, rows as in attention_forward): Q [16][D / 8],
+// K [2][SX][D / 8], V [2][SX][DV / 8].
+template <class T, int D, int DV, int SX, int W, bool CAUSAL, bool QREG>
 NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split, float* part_o,
                                 float* part_ml) {
   constexpr int THREADS = 32 * W, NK = SX / W;
+  constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
   static_assert(SX % (16 * W) == 0, "each warp takes a multiple of 16 keys per stage");
   T* qs = dynamic_smem<T>();
-  T* ks = qs + 16 * D;
-  T* vs = ks + 2 * SX * D;
+  T* ks = qs + 16 * row_chunks<D / 8>() * 8;
+  T* vs = ks + 2 * KT;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int shift = a.x_len - a.q_len;
@@ -396,8 +438,7 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    uint32_t qf[D / 16][4];
-    load_q_fragments<T, D, D / 8>(qf, qs, 0, lane);
+    const QFragments<T, D, D / 8, QREG> qf(qs, 0, lane);
 
     for (int j = 0; j < tiles; ++j) {
       const int stage = j & 1;
@@ -407,7 +448,7 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
       __syncthreads();
       if (j + 1 < tiles) {
         const int next = tile0 + SX;
-        load_tile<T, SX, D, D / 8, THREADS>(ks + (stage ^ 1) * SX * D, a.k + next * a.k_stride,
+        load_tile<T, SX, D, D / 8, THREADS>(ks + (stage ^ 1) * KT, a.k + next * a.k_stride,
                                             a.k_stride, end - next, tid);
       }
       cp_async_commit();
@@ -416,18 +457,17 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
       mask.key0 = key0;
       float s[NK / 8][4];
       if (active)
-        score_step<T, D, DV, NK>(s, st, qf, ks + stage * SX * D, warp * NK, mask, a.scale_log2,
+        score_step<T, D, DV, NK>(s, st, qf, ks + stage * KT, warp * NK, mask, a.scale_log2,
                                  lane);
       cp_async_wait<1>();
       __syncthreads();
       if (j + 1 < tiles) {
         const int next = tile0 + SX;
-        load_tile<T, SX, DV, DV / 8, THREADS>(vs + (stage ^ 1) * SX * DV,
-                                              a.v + next * a.v_stride, a.v_stride, end - next,
-                                              tid);
+        load_tile<T, SX, DV, DV / 8, THREADS>(vs + (stage ^ 1) * VT, a.v + next * a.v_stride,
+                                              a.v_stride, end - next, tid);
       }
       cp_async_commit();
-      if (active) value_step<T, DV, NK>(st, s, vs + stage * SX * DV, warp * NK, lane);
+      if (active) value_step<T, DV, NK>(st, s, vs + stage * VT, warp * NK, lane);
     }
     cp_async_wait<0>();
   }
@@ -451,7 +491,7 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
 // Decode, pass 2: merge the partials of one (batch..., head):
 //   m = max m_p, l = sum l_p 2^(m_p - m), O = sum O_p 2^(m_p - m) / l.
 // Warps first turn (m_p, l_p) into weights 2^(m_p - m) / l in shared memory (a row with
-// l = 0 gets weight 0 everywhere, so zeros), then threads sum 4 columns each.
+// l = 0 gets weight 0 everywhere, so zeros), then lanes sum 4 columns each.
 // Shared memory: float [q_len][partials].
 template <class T, int DV, int THREADS>
 NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, long long o_stride,
@@ -460,12 +500,14 @@ NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, l
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   for (int row = warp; row < q_len; row += THREADS / 32) {
     float m = neg_inf();
+#pragma unroll 1
     for (int p = lane; p < partials; p += 32)
       m = fmaxf(m, ld_global(part_ml + 2 * ((long long)p * q_len + row)));
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     const float base = m == neg_inf() ? 0.0f : m;
     float l = 0.0f;
+#pragma unroll 1
     for (int p = lane; p < partials; p += 32) {
       const long long at = 2 * ((long long)p * q_len + row);
       const float w = exp2_fast(ld_global(part_ml + at) - base);
@@ -474,27 +516,41 @@ NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, l
     }
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) l += __shfl_xor_sync(0xffffffffu, l, k);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = inverse_sum(l);
+#pragma unroll 1
     for (int p = lane; p < partials; p += 32) weight[row * partials + p] *= inv;
   }
   __syncthreads();
-  constexpr int V4 = DV / 4;
-  for (int i = tid; i < q_len * V4; i += THREADS) {
-    const int row = i / V4, c = 4 * (i % V4);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // a warp per row, 4 columns per lane (coalesced); no division by DV / 4 and no runtime
+  // column loop, either of which made ptxas spill for heads that are not powers of two
+  for (int row = warp; row < q_len; row += THREADS / 32) {
+    float acc[(DV + 127) / 128][4] = {};
+#pragma unroll 1
     for (int p = 0; p < partials; ++p) {
       const float w = weight[row * partials + p];
-      const uint4 v = ld_global_v16(part_o + ((long long)p * q_len + row) * DV + c);
-      // a partial with weight 0 may hold 0 * (large) but never NaN: it was written
-      acc[0] += w * __uint_as_float(v.x);
-      acc[1] += w * __uint_as_float(v.y);
-      acc[2] += w * __uint_as_float(v.z);
-      acc[3] += w * __uint_as_float(v.w);
+      const float* po = part_o + ((long long)p * q_len + row) * DV + 4 * lane;
+#pragma unroll
+      for (int cc = 0; cc < (DV + 127) / 128; ++cc) {
+        if (DV % 128 == 0 || 128 * cc + 4 * lane < DV) {
+          const uint4 v = ld_global_v16(po + 128 * cc);
+          // a partial with weight 0 may hold 0 * (large) but never NaN: it was written
+          acc[cc][0] += w * __uint_as_float(v.x);
+          acc[cc][1] += w * __uint_as_float(v.y);
+          acc[cc][2] += w * __uint_as_float(v.z);
+          acc[cc][3] += w * __uint_as_float(v.w);
+        }
+      }
     }
-    uint2 out;
-    out.x = Mma<T>::pack(acc[0], acc[1]);
-    out.y = Mma<T>::pack(acc[2], acc[3]);
-    st_global_v8(o + row * o_stride + c, out);
+#pragma unroll
+    for (int cc = 0; cc < (DV + 127) / 128; ++cc) {
+      const int c = 128 * cc + 4 * lane;
+      if (DV % 128 == 0 || c < DV) {
+        uint2 out;
+        out.x = Mma<T>::pack(acc[cc][0], acc[cc][1]);
+        out.y = Mma<T>::pack(acc[cc][2], acc[cc][3]);
+        st_global_v8(o + row * o_stride + c, out);
+      }
+    }
   }
 }
 
