@@ -117,7 +117,7 @@ def quantiles(times_ms: Sequence[float]) -> Timing:
     """Median, 20th and 80th percentile (linear interpolation, as `torch.quantile`).
 
     >>> quantiles([1.0, 2.0, 3.0, 4.0, 5.0])
-    Timing(median_ms=3.0, p20_ms=1.8, p80_ms=4.2, repetitions=5)
+    Timing(median_ms=3.0, p20_ms=1.8, p80_ms=4.2, repetitions=5, method='direct')
     """
     if not times_ms:
         raise ValueError("no times to summarise")
