@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "diagrams" / "softmax.yaml"
 SMALL = ["--set", "m=64", "--set", "n=256"]  # the CPU backend runs every GPU thread
-DATA_SUFFIXES = (".py", ".j2", ".cuh", ".h", ".yaml")
+DATA_SUFFIXES = (".py", ".j2", ".cuh", ".h", ".yaml", ".json")
 
 if int(version("setuptools").split(".")[0]) < 77:
     pytest.skip(
