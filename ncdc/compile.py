@@ -150,7 +150,7 @@ def check_arch_supports(plan: Plan, arch: str) -> None:
             raise UsageError(
                 problem,
                 where="--arch",
-                hint="fp8 mma.sync needs sm_89 or newer: --arch sm_89 or sm_90a",
+                hint="compile for an architecture that has it: a newer --arch, such as sm_90a",
             )
         allowed = ARCH_SMEM_PER_BLOCK.get(sm)
         c = kp.candidate

@@ -18,6 +18,7 @@ what launches.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -118,10 +119,7 @@ class Candidate:
 
     def with_registers(self, registers: int) -> Candidate:
         """The same candidate with the compiler's register count."""
-        return Candidate(
-            self.group, self.stream, self.warp_group, self.warp_stream, self.params,
-            self.launches, self.stages, self.splits, registers, self.rereads,
-        )  # fmt: skip
+        return dataclasses.replace(self, registers=registers)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; `candidate_from_dict` reads it back (tuning entries store this)."""

@@ -51,7 +51,6 @@ INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
 MMA_ROWS = 16  # queries per warp (the mma's m)
 STAGES = 2  # K/V chunks in flight: the ring is double-buffered
 DECODE_MAX_QUERIES = 16  # a query axis this short is a decode step: split the keys instead
-MAX_GRID_Y = MAX_GRID_YZ
 
 
 @dataclass(frozen=True)
@@ -299,11 +298,11 @@ FAMILY = AttentionFamily()
 
 def batch_count(at: Attention, axes: Mapping[str, int]) -> int:
     n = math.prod(axes[a] for a in at.batch)
-    if n > MAX_GRID_Y:
+    if n > MAX_GRID_YZ:
         split = max(at.batch, key=lambda a: axes[a])
         raise PlanError(
-            f"attention over {n} (batch, head) slices: more than the grid's {MAX_GRID_Y} rows",
-            hint=f"run it in parts, e.g. --set {split}={max(1, axes[split] * MAX_GRID_Y // n)}",
+            f"attention over {n} (batch, head) slices: more than the grid's {MAX_GRID_YZ} rows",
+            hint=f"run it in parts, e.g. --set {split}={max(1, axes[split] * MAX_GRID_YZ // n)}",
         )
     return n
 

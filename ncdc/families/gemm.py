@@ -194,7 +194,10 @@ class GemmFamily:
         dtypes = sorted({diagram.tensor(n).dtype for n in mm.inputs})
         fp8 = [t for t in dtypes if t.startswith("fp8")]
         if fp8 and sm < FP8_MIN_SM:
-            return f"{kp.kernel.name} multiplies {fp8[0]} on tensor cores, which sm_{sm} lacks"
+            return (
+                f"{kp.kernel.name} multiplies {fp8[0]} on tensor cores, which sm_{sm} lacks "
+                f"(fp8 mma.sync needs sm_{FP8_MIN_SM} or newer)"
+            )
         return ""
 
 
