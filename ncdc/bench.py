@@ -286,7 +286,7 @@ def peak_of(plan: Plan) -> float:
     the top level's bandwidth when memory-bound."""
     if plan.bound_kind == "compute":
         hw = plan.graph.hardware
-        undiscounted = replace(hw, mma_sync_share=1.0)
+        undiscounted = replace(hw, hmma_cycles=0.0)
         return dominant_rate(replace(plan, graph=replace(plan.graph, hardware=undiscounted)))
     return plan.graph.hardware.levels[0].bandwidth_bytes_per_s
 

@@ -80,7 +80,17 @@ def rank_buildable(
         raise _in_spec(error, diagram) from None
     if not abstract:
         check_renders(ranked[0])
+        ranked[0] = with_compiled_sass(ranked[0])
     return ranked, source
+
+
+def with_compiled_sass(plan: Plan) -> Plan:
+    """`plan` priced on the SASS of its kernels where `ncdc compile` has put them in the
+    compile cache (ncdc.sass.cached_mixes), on its families' estimates elsewhere."""
+    from ncdc.sass import cached_mixes
+    from ncdc.tiling import with_instructions
+
+    return with_instructions(plan, cached_mixes(plan))
 
 
 def plan_buildable_specs(

@@ -44,7 +44,7 @@ from typing import Any
 
 import ncdc
 from ncdc import nvrtc
-from ncdc.errors import UsageError
+from ncdc.errors import NcdcError, UsageError
 from ncdc.files import write_atomic
 
 FORMAT = 2  # bump when the json layout changes (2: an HMAC instead of a sha256)
@@ -299,6 +299,18 @@ def cached_compile(
         cache_write_failed(e)
         return nvrtc.compile_cuda(source, arch, **compile_kwargs)
     return module
+
+
+def find_cached(
+    source: str, arch: str, name: str, options: tuple[str, ...] = ()
+) -> nvrtc.CompiledModule | None:
+    """The module `cached_compile` would return from the cache for these arguments, or
+    None when it holds none (nothing is compiled; an unsigned entry is not returned)."""
+    try:
+        parts = key_parts(source, arch, options)
+        return _read_entry(entry_stem(name, arch, cache_key(parts)), parts)
+    except (OSError, ValueError, ImportError, NcdcError):  # no NVRTC, no cache: no entry
+        return None
 
 
 def _read_entry(stem: Path, parts: dict[str, Any]) -> nvrtc.CompiledModule | None:

@@ -191,7 +191,21 @@ def compile_plan(
     for i, per in enumerate(_reports_per_kernel(report)):
         kp = retime_kernel(plan, plan.kernels[i], max(k.registers for k in per))
         plan = with_kernel(plan, i, kp)
+    plan = _with_sass(plan, report)
     return dataclasses.replace(report, plan=plan, notes=tuple(notes), source=source)
+
+
+def _with_sass(plan: Plan, report: CompileReport) -> Plan:
+    """`plan` priced on its cubin's main loops (ncdc.sass.loop_mix) where the SASS tools
+    are installed; as it is otherwise."""
+    from ncdc import sass
+    from ncdc.tiling import with_instructions
+
+    if sass.find_tool("cuobjdump") is None or sass.find_tool("nvdisasm") is None:
+        return plan
+    functions = sass.split_functions(sass.disassemble(report.cubin))
+    names = [launch.kernel for launch in report.module.launches]
+    return with_instructions(plan, sass.mixes_by_kernel(plan, functions, names))
 
 
 def _settle_kernel(

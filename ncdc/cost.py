@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ncdc.errors import PlanError
 from ncdc.graph import Kernel, MemoryGraph, Partition
 from ncdc.hardware import Hardware
+from ncdc.issue import ISSUE, LoopMix, estimate_mix, issue_time_s
 from ncdc.launch import Candidate, Family
 from ncdc.occupancy import blocks_per_sm
 from ncdc.spec import DTYPE_BYTES, Diagram, Op
@@ -178,6 +179,7 @@ class KernelPlan:
     waves: int = 1
     unit: str = "tensor"  # the compute unit with the most time
     candidate: Candidate | None = None  # the launch that is priced and built (GPU plans)
+    instructions: LoopMix | None = None  # the main loop's issue slots the time counts
 
     @property
     def bound_kind(self) -> str:
@@ -773,12 +775,14 @@ def overlap_compute(compute: Mapping[str, float], softmax_chain: bool, streams: 
         >>> overlap_compute({"tensor": 1.0, "cuda": 0.25, "sfu": 0.25}, False, 1)
         1.0
     """
+    issue = compute.get(ISSUE, 0.0)
     if not softmax_chain or "tensor" not in compute:
         return max(compute.values(), default=0.0)
     mma = compute["tensor"]
-    softmax = sum(t for unit, t in compute.items() if unit != "tensor")
+    softmax = sum(t for unit, t in compute.items() if unit not in ("tensor", ISSUE))
     hidden = (streams - 1) / streams * min(mma, softmax) if streams > 1 else 0.0
-    return mma + softmax - hidden
+    # however many streams overlap, every instruction still takes an issue slot
+    return max(mma + softmax - hidden, issue)
 
 
 def warpgroups_per_sm(capacity: float, per_block: float, per_warpgroup: float) -> float:
@@ -846,7 +850,11 @@ def causal_imbalance(
 
 
 def time_kernel(
-    model: KernelModel, hw: Hardware, choice: TileChoice, occupancy: Occupancy = blocks_per_sm
+    model: KernelModel,
+    hw: Hardware,
+    choice: TileChoice,
+    occupancy: Occupancy = blocks_per_sm,
+    mix: LoopMix | None = None,
 ) -> KernelTiming:
     """Transfers, compute time per unit and launch of `model`'s kernel run with `choice` on
     `hw` (napkin-model.md 3 and 7). `occupancy` is `blocks_per_sm` or a memo of it.
@@ -862,7 +870,7 @@ def time_kernel(
     inner = choice.partitions[hw.block_level if c else levels[-1].name]
     groups, tile_padding, flops = model.tile_work(inner.group, inner.stream)
     grid, per_sm, waves, sm_slow, device_slow, padding = groups, 1, 1, 1.0, 1.0, 1.0
-    streams = 1
+    streams, balance = 1, 1.0
     if c is not None:
         per_sm, _ = occupancy(c.threads, min(c.registers, MAX_REGISTERS), c.smem_bytes, hw.limits)
         per_sm = max(per_sm, 1)
@@ -911,6 +919,11 @@ def time_kernel(
         compute[unit] = (
             compute.get(unit, 0.0) + float(n) / _rate(hw, unit, kind) * sm_slow * padding
         )
+    if mix is not None and c is not None:
+        # the main loops' instructions at the SMs' issue rate: a ceiling no overlap of warps
+        # passes (the busiest SM's share, with the padded tails it computes)
+        tensor = sum(float(n) for (unit, _), n in flops.items() if unit == "tensor")
+        compute[ISSUE] = issue_time_s(mix, tensor, hw) * padding * balance
     total = int(sum(flops.values()))
     serial = overlap_compute(compute, bool(model.online) and c is not None, streams)
     return KernelTiming(
@@ -943,10 +956,17 @@ def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[i
 
 
 def evaluate_kernel(
-    model: KernelModel, family: Family, hw: Hardware, choice: TileChoice
+    model: KernelModel,
+    family: Family,
+    hw: Hardware,
+    choice: TileChoice,
+    mix: LoopMix | None = None,
 ) -> KernelPlan:
-    """The cost of `model`'s kernel run with `choice` on `hw` (napkin-model.md 3-7)."""
-    timing = time_kernel(model, hw, choice)
+    """The cost of `model`'s kernel run with `choice` on `hw` (napkin-model.md 3-7); the
+    main loop's issue slots are `mix` (from the SASS), else the family's estimate."""
+    if mix is None:
+        mix = kernel_mix(model, family, hw, choice)
+    timing = time_kernel(model, hw, choice, mix=mix)
     c = choice.candidate
     level_costs = [_top_level(model, hw)]
     for level in hw.levels[1:]:
@@ -992,7 +1012,20 @@ def evaluate_kernel(
         waves=timing.waves,
         unit=unit,
         candidate=c,
+        instructions=mix if c is not None else None,
     )
+
+
+def kernel_mix(
+    model: KernelModel, family: Family, hw: Hardware, choice: TileChoice
+) -> LoopMix | None:
+    """The family's estimate of the main loop's issue slots for `choice`'s candidate
+    (ncdc.issue.estimate_mix), None on an abstract machine or without one."""
+    c = choice.candidate
+    if c is None:
+        return None
+    dtype = next((d for (unit, d) in model.flops_by_unit if unit == "tensor"), "")
+    return estimate_mix(family, c, model.sizes, dtype, hw)
 
 
 def _top_level(model: KernelModel, hw: Hardware) -> LevelCost:
@@ -1175,6 +1208,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 {"grid": list(s.grid), "block": list(s.block), "dynamic_smem_bytes": s.dynamic_smem}
                 for s in (k.candidate.launches if k.candidate else ())
             ],
+            "instructions": k.instructions.to_dict() if k.instructions else None,
         }
         for k in plan.kernels
     ]

@@ -52,6 +52,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "SM": ("SM", 1), "thread": ("thread", 1), "block": ("block", 1),
     "register": ("register", 1),
     "fraction": ("share", 1),
+    "cycle": ("cycle", 1),
     "s": ("s", 1), "ms": ("s", 1e-3), "us": ("s", 1e-6), "ns": ("s", 1e-9),
 }  # fmt: skip
 
@@ -75,6 +76,8 @@ OVERRIDE_FIELDS = ("capacity", "bandwidth")
 # A level whose capacity mirrors a launch limit: overriding one updates the other.
 MIRRORED_LIMITS = {"smem": "smem_per_block_bytes", "l2": "l2_bytes"}
 ACHIEVABLE_KEYS = ("clock", "bandwidth", "launch")  # the optional `achievable` block
+SUB_PARTITIONS = 4  # per SM on sm_80 .. sm_100: each has its own tensor pipe and scheduler
+HMMA_16816_FLOPS = 2 * 16 * 8 * 16
 
 
 @dataclass(frozen=True)
@@ -142,13 +145,32 @@ class Hardware:
     rates: dict[str, dict[str, float]] = field(hash=False)
     limits: Limits
     sources: dict[str, Source] = field(hash=False, repr=False)
-    # Share of the tensor peak that mma.sync, the instruction ncdc's kernels use, can reach.
-    # 1 where mma.sync is the full-rate path (Ampere, Ada); lower on Hopper, whose peak
-    # needs wgmma.
-    mma_sync_share: float = 1.0
+    # Cycles one sub-partition's tensor pipe takes per HMMA.16816 (16-bit inputs, fp32
+    # accumulate) issued by mma.sync, the instruction ncdc's kernels use; 0: the tensor
+    # peak's own pace (Ampere, Ada). More on Hopper, whose peak needs wgmma.
+    hmma_cycles: float = 0.0
     achievable: Achievable = field(default_factory=Achievable)
     # the clock each rate's peak was quoted at ("unit.kind" -> Hz), when not `clock_hz`
     quoted_hz: dict[str, float] = field(default_factory=dict, hash=False, repr=False)
+
+    @property
+    def mma_sync_share(self) -> float:
+        """The tensor peak's share that mma.sync's HMMAs reach: the peak's cycles per
+        HMMA.16816 on one sub-partition over `hmma_cycles` (1 where that is the peak's).
+
+        >>> round(load_hardware("h100").mma_sync_share, 3)   # 4 of 6 cycles
+        0.667
+        """
+        if not self.hmma_cycles or "bf16" not in self.rates.get("tensor", {}):
+            return 1.0
+        quoted = self.quoted_hz.get("tensor.bf16", self.clock_hz)
+        per_sub = self.rates["tensor"]["bf16"] / (self.limits.sms * quoted * SUB_PARTITIONS)
+        return min(1.0, HMMA_16816_FLOPS / per_sub / self.hmma_cycles)
+
+    @property
+    def achieved_clock_hz(self) -> float:
+        """The sustained SM clock (the datasheet clock where the profile gives none)."""
+        return self.achievable.clock_hz or self.clock_hz
 
     @property
     def launch_s(self) -> float:
@@ -366,13 +388,13 @@ class _Reader:
         self.sources[path] = Source(value, unit, source, kind)
         return value * UNITS[unit][1]
 
-    def share(self, node: Any) -> float:
-        """The optional `mma_sync_share`: a fraction in (0, 1], 1 when absent."""
+    def hmma(self, node: Any) -> float:
+        """The optional `hmma_cycles`: a positive number of cycles, 0 when absent."""
         if node is None:
-            return 1.0
-        value = self.quantity(node, "mma_sync_share", "share")
-        if value > 1:
-            self.fail("mma_sync_share.value", f"expected a share of at most 1, found {value:g}")
+            return 0.0
+        value = self.quantity(node, "hmma_cycles", "cycle")
+        if value <= 0:
+            self.fail("hmma_cycles.value", f"expected a positive number of cycles, found {value:g}")
         return value
 
     def integer(self, node: Any, path: str, dimension: str) -> int:
@@ -386,7 +408,7 @@ class _Reader:
             data,
             "",
             ("ncdc_hardware", "name", "title", "arch", "clock", "levels", "rates", "limits"),
-            ("mma_sync_share", "achievable"),
+            ("hmma_cycles", "achievable"),
         )
         if top["ncdc_hardware"] != FORMAT_VERSION:
             self.fail(
@@ -410,7 +432,7 @@ class _Reader:
             rates=self.rates(top["rates"]),
             limits=limits,
             sources=self.sources,
-            mma_sync_share=self.share(top.get("mma_sync_share")),
+            hmma_cycles=self.hmma(top.get("hmma_cycles")),
         )
         achievable = self.achievable(top.get("achievable"), hw)
         hw = dataclasses.replace(hw, achievable=achievable, quoted_hz=self.quoted(top, hw))

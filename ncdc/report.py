@@ -99,6 +99,12 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
             )
         head.add_row(f"kernel {k.kernel.name}", f"{k.family.name}: {tiles}")
         head.add_row("", launch)
+        if k.instructions is not None:
+            head.add_row(
+                "",
+                f"main loop: {k.instructions.slots_per_mma:.1f} issue slots per mma "
+                f"({k.instructions.source})",
+            )
     head.add_row("flops", format_count(plan.flops))
     head.add_row(
         "intensity",

@@ -31,8 +31,13 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ncdc.errors import CompileError
+
+if TYPE_CHECKING:
+    from ncdc.cost import Plan
+    from ncdc.issue import LoopMix
 
 TOOL_TIMEOUT_S = 120
 INSTRUCTION = re.compile(
@@ -149,14 +154,18 @@ def parse_sass(text: str) -> list[Instruction]:
 
 
 def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
-    """The body of the backward branch with the most tensor instructions (then the most
-    instructions); the whole listing when it has no loop."""
+    """The body of the backward branch with the most tensor instructions (then the fewest
+    instructions: the innermost; without tensor instructions, the most); the whole listing
+    when it has no loop."""
     best: list[Instruction] = list(instructions)
     best_key = (-1, -1)
     for i, ins in enumerate(instructions):
         if 0 <= ins.target < ins.addr:
             body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
-            key = (sum(x.kind == "tensor" for x in body), len(body))
+            tensor = sum(x.kind == "tensor" for x in body)
+            # of loops with the same tensor work, the innermost (an outer loop around it,
+            # such as one over tiles, holds the same MMAs and its own epilogue)
+            key = (tensor, -len(body) if tensor else len(body))
             if key > best_key:
                 best, best_key = body, key
     return best
@@ -230,3 +239,88 @@ def bound_to_dict(bound: LoopBound) -> dict[str, object]:
         "bound": bound.bound,
         "tensor_share": bound.tensor_share,
     }
+
+
+# ------------------------------------------------------------ the SASS in the plan's time
+
+
+def loop_mix(loop: Sequence[Instruction]) -> LoopMix:
+    """The main loop of one warp as the plan's time counts it (ncdc.issue): issue slots
+    per class and the tensor FLOPs of its HMMAs (by shape: m16n8k16 = 4096), on the path
+    a full tile takes (`full_tile_path`).
+
+        >>> text = "/*0100*/ HMMA.16816.F32.BF16 R8, R4, R6, R8 ; /*0110*/ @!P0 BRA 0x100 ;"
+        >>> mix = loop_mix(main_loop(parse_sass(text)))
+        >>> mix.slots, mix.tensor_flops, mix.source
+        (2.0, 4096.0, 'from the SASS')
+    """
+    from ncdc.issue import SASS, LoopMix
+
+    loop = full_tile_path(loop)
+    flops = 0.0
+    for ins in loop:
+        if ins.kind == "tensor":
+            shape = next((s for s in MMA_FLOPS if f".{s}" in ins.op), "16816")
+            flops += MMA_FLOPS[shape]
+    return LoopMix(count_classes(loop), flops, SASS)
+
+
+def cached_mixes(plan: Plan, arch: str = "") -> dict[int, LoopMix]:
+    """Kernel index -> its main loop's mix, for every kernel of `plan` whose cubin the
+    compile cache holds (put there by `ncdc compile` of this very plan for `arch`, the
+    profile's own by default); {} when none is compiled, the SASS tools are missing, or
+    the cache cannot be read. Nothing is compiled here."""
+    from ncdc.cache import find_cached
+    from ncdc.render import render_plan
+
+    hw = plan.graph.hardware
+    if not hw.is_gpu or find_tool("cuobjdump") is None or find_tool("nvdisasm") is None:
+        return {}
+    module = render_plan(plan)
+    found = find_cached(module.source, arch or hw.arch, module.cache_name)
+    if found is None:
+        return {}
+    try:
+        functions = split_functions(disassemble(found.cubin))
+    except (CompileError, OSError, subprocess.SubprocessError):
+        return {}
+    return mixes_by_kernel(plan, functions, [launch.kernel for launch in module.launches])
+
+
+def mixes_by_kernel(
+    plan: Plan, functions: Mapping[str, str], launches: Sequence[str]
+) -> dict[int, LoopMix]:
+    """Kernel index -> the mix of its first launch's function in `functions` (name -> its
+    SASS; `launches`: the module's kernel names in launch order), for the kernels whose
+    loop does tensor work (the others keep their estimate)."""
+    out: dict[int, LoopMix] = {}
+    first = 0
+    for i, kp in enumerate(plan.kernels):
+        c = kp.candidate
+        if c is None or first >= len(launches):
+            continue
+        name = launches[first]
+        first += len(c.launches)
+        if name in functions:
+            mix = loop_mix(main_loop(parse_sass(functions[name])))
+            if mix.tensor_flops:
+                out[i] = mix
+    return out
+
+
+def full_tile_path(loop: Sequence[Instruction]) -> list[Instruction]:
+    """The instructions of `loop` a full tile executes: a region that a forward branch
+    inside the loop jumps over and that loads from global memory one element at a time
+    (LDG, no cp.async, no MMA) is the guarded tail path, which a full tile skips."""
+    if not loop:
+        return []
+    end = loop[-1].addr
+    skipped: set[int] = set()
+    for i, ins in enumerate(loop):
+        if not ins.addr < ins.target <= end:
+            continue
+        region = [x for x in loop[i + 1 :] if x.addr < ins.target]
+        kinds = {x.kind for x in region}
+        if "global" in kinds and not kinds & {"tensor", "async_copy"}:
+            skipped |= {x.addr for x in region}
+    return [x for x in loop if x.addr not in skipped]

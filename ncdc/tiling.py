@@ -32,6 +32,7 @@ from ncdc.cost import (
     TileChoice,
     Unfused,
     evaluate_kernel,
+    kernel_mix,
     streamed_axes,
     summarize,
     time_kernel,
@@ -40,6 +41,7 @@ from ncdc.errors import PlanError
 from ncdc.families import classify_kernel, get_family
 from ncdc.graph import ON_CHIP, Kernel, MemoryGraph, Partition, build_graph
 from ncdc.hardware import Hardware
+from ncdc.issue import LoopMix
 from ncdc.launch import Candidate, Family
 from ncdc.occupancy import blocks_per_sm
 from ncdc.spec import Diagram
@@ -123,7 +125,21 @@ def retime_kernel(plan: Plan, kp: KernelPlan, registers: int) -> KernelPlan:
     hw = plan.graph.hardware
     model = KernelModel(plan.graph.diagram, kp.kernel)
     choice = TileChoice(kp.tiles, kp.block_tile, c.with_registers(registers))
-    return evaluate_kernel(model, kp.family, hw, choice)
+    return evaluate_kernel(model, kp.family, hw, choice, kp.instructions)
+
+
+def with_instructions(plan: Plan, mixes: Mapping[int, LoopMix]) -> Plan:
+    """`plan` with kernel i priced on the main-loop mix `mixes[i]` (counted from its
+    compiled SASS, ncdc.sass.loop_mix) instead of its family's estimate."""
+    if not mixes:
+        return plan
+    kernels = list(plan.kernels)
+    for i, mix in mixes.items():
+        kp = kernels[i]
+        model = KernelModel(plan.graph.diagram, kp.kernel)
+        choice = TileChoice(kp.tiles, kp.block_tile, kp.candidate)
+        kernels[i] = evaluate_kernel(model, kp.family, plan.graph.hardware, choice, mix)
+    return replace(summarize(plan.graph, tuple(kernels), plan.unfused), fixed=plan.fixed)
 
 
 def plan_from_candidates(
@@ -213,7 +229,10 @@ def _rank_kernel(
     if not choices:
         choices = _abstract_choices(model, hw, streams, fixed, top_k)
     # Rank by the times alone; only the best few become full plans.
-    timings = [time_kernel(model, hw, c, checker.occupancy) for c in choices]
+    timings = [
+        time_kernel(model, hw, c, checker.occupancy, kernel_mix(model, family, hw, c))
+        for c in choices
+    ]
     order = sorted(range(len(choices)), key=lambda i: _rank_key(choices[i], timings[i]))
     return [evaluate_kernel(model, family, hw, choices[i]) for i in order[:top_k]]
 

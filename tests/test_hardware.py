@@ -202,16 +202,20 @@ def test_sparse_rate_quoted_as_dense_is_rejected(tmp_path):
     assert "sparse" in line
 
 
-def test_mma_sync_share_is_optional_and_at_most_one(tmp_path):
-    # Hopper's tensor peak needs wgmma; ncdc's mma.sync kernels reach about 65% of it.
-    assert load_hardware("h100").mma_sync_share == 0.65
-    assert load_hardware("a100").mma_sync_share == 1.0  # mma.sync is Ampere's full-rate path
+def test_hmma_cycles_are_optional_and_positive(tmp_path):
+    # Hopper's tensor peak (1024 FLOPs per clock per sub-partition: an HMMA.16816 of 4096
+    # FLOPs every 4 cycles) needs wgmma; under mma.sync the profile's 6 cycles an HMMA give
+    # 4 / 6 of it. Ampere's mma.sync is its full-rate path: no key, share 1.
+    h100 = load_hardware("h100")
+    assert h100.hmma_cycles == 6
+    assert h100.mma_sync_share == pytest.approx(4 / 6, rel=1e-3)
+    assert load_hardware("a100").mma_sync_share == 1.0
     data = h100_data()
-    del data["mma_sync_share"]
+    del data["hmma_cycles"]
     write_profile(tmp_path, data)
     assert load_hardware(tmp_path / "my.yaml").mma_sync_share == 1.0
-    data["mma_sync_share"] = {"value": 1.5, "unit": "fraction", "source": "x", "kind": "measured"}
-    assert "expected a share of at most 1, found 1.5" in load_error(tmp_path, data)
+    data["hmma_cycles"] = {"value": 0, "unit": "cycle", "source": "x", "kind": "measured"}
+    assert "hmma_cycles.value: expected a positive number, found 0" in load_error(tmp_path, data)
 
 
 def test_peak_within_three_percent_passes_and_beyond_fails(tmp_path):

@@ -1,0 +1,124 @@
+"""Issue slots in the plan's time (ncdc.issue): the per-family estimate against the SASS of
+compiled kernels, the arithmetic of the issue time, and `ncdc cost` finding the SASS of a
+kernel `ncdc compile` has cached."""
+
+from __future__ import annotations
+
+import pytest
+
+from ncdc import sass
+from ncdc.cost import overlap_compute
+from ncdc.hardware import load_hardware
+from ncdc.issue import ESTIMATE, MMA_16816_FLOPS, SASS, LoopMix, issue_time_s
+from ncdc.spec import load_diagram
+from ncdc.tiling import plan_diagram
+
+TOOLS = sass.find_tool("nvdisasm") is not None and sass.find_tool("cuobjdump") is not None
+
+
+def test_issue_time_is_slots_over_four_per_clock_per_sm():
+    # One warp iteration: 8 HMMAs (8 x 4096 FLOPs) in 40 slots. 108 SMs x 1200 MHz (the
+    # A100's sustained clock) x 4 slots per clock = 518.4e9 slots/s; 1e6 iterations of 40
+    # slots take 40e6 / 518.4e9 s = 77.16 us.
+    hw = load_hardware("a100")
+    mix = LoopMix({"tensor": 8, "ldmatrix": 8, "integer": 24}, 8 * MMA_16816_FLOPS)
+    assert mix.slots_per_mma == 5.0
+    t = issue_time_s(mix, 1e6 * 8 * MMA_16816_FLOPS, hw)
+    assert t == pytest.approx(40e6 / (4 * 108 * 1.2e9))
+
+
+def test_overlap_across_warps_is_bounded_by_the_issue_rate():
+    # Many resident blocks hide the softmax under the MMAs (1.0 s), but not below the 1.4 s
+    # the SMs need to issue every instruction of both.
+    units = {"tensor": 1.0, "cuda": 0.3, "sfu": 0.2}
+    assert overlap_compute(units, True, 10**6) == pytest.approx(1.0, rel=1e-5)
+    assert overlap_compute({**units, "issue": 1.4}, True, 10**6) == 1.4
+    assert overlap_compute({**units, "issue": 1.4}, False, 1) == 1.4
+
+
+def test_fp8_mma_on_sm90_is_two_hmmas_and_four_fadds():
+    # Hopper has no fp8 mma.sync: per m16n8k32 ptxas emits two HMMA.16816 and four FADDs.
+    # Ada (sm_89) has the fp8 mma: one instruction. Warp tile 64 x 32, k tile 64: two k32
+    # steps of 4 x 4 MMAs.
+    axes = {"m": 512, "n": 512, "k": 512}
+    tiles = {"m": 128, "n": 128, "k": 64}
+    d = load_diagram("diagrams/fp8_matmul.yaml", axes)
+    hopper = plan_diagram(d, load_hardware("h200"), tiles).kernels[0]
+    ada = plan_diagram(d, load_hardware("l40s"), tiles).kernels[0]
+    assert hopper.instructions is not None and ada.instructions is not None
+    c = dict(hopper.candidate.params)
+    mmas = (64 // 32) * (c["bm"] // c["warps_m"] // 16) * (c["bn"] // c["warps_n"] // 8)
+    assert hopper.instructions.classes["tensor"] == 2 * mmas
+    assert hopper.instructions.classes["fp32"] == 4 * mmas
+    assert ada.instructions.classes["tensor"] == mmas and not ada.instructions.classes["fp32"]
+
+
+def test_a_guarded_tail_path_is_not_what_a_full_tile_issues():
+    # The loop (0x10 .. 0x70) copies with cp.async, or for a tail tile jumps over it to an
+    # element-wise LDG path; a full tile skips the LDG region (0x40 .. 0x50).
+    listing = """
+        /*0010*/                   LDGSTS.E.BYPASS.128 [R2], desc[UR4][R4.64] ;
+        /*0020*/                   HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        /*0030*/               @P1 BRA 0x60 ;
+        /*0040*/                   LDG.E.U16 R9, [R4.64] ;
+        /*0050*/                   STS.U16 [R3], R9 ;
+        /*0060*/                   IADD3 R3, R3, 0x20, RZ ;
+        /*0070*/              @!P0 BRA 0x10 ;
+    """
+    loop = sass.main_loop(sass.parse_sass(listing))
+    assert [i.addr for i in sass.full_tile_path(loop)] == [0x10, 0x20, 0x30, 0x60, 0x70]
+    mix = sass.loop_mix(loop)
+    assert (mix.slots, mix.tensor_flops, mix.source) == (5.0, 4096.0, SASS)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """Two plans compiled for sm_80 into a private compile cache: a GEMM and an attention."""
+    pytest.importorskip("cuda.bindings")
+    if not TOOLS:
+        pytest.skip("nvdisasm wheel not installed")
+    from ncdc.compile import compile_plan
+
+    mp = pytest.MonkeyPatch()
+    root = tmp_path_factory.mktemp("cache")
+    root.chmod(0o700)
+    mp.setenv("NCDC_CACHE", str(root))
+    a100 = load_hardware("a100")
+    gemm = plan_diagram(
+        load_diagram("diagrams/matmul.yaml", {"m": 256, "n": 256, "k": 256}), a100,
+        {"m": 128, "n": 128, "k": 32},
+    )  # fmt: skip
+    attn = plan_diagram(
+        load_diagram("diagrams/attention.yaml", {"b": 1, "h": 1, "q": 128, "x": 128, "d": 64}),
+        a100,
+    )
+    reports = [compile_plan(p, "sm_80") for p in (gemm, attn)]
+    yield [(p, r) for p, r in zip((gemm, attn), reports, strict=True)]
+    mp.undo()
+
+
+def test_the_family_estimate_is_within_15_percent_of_the_sass(compiled):
+    # The estimate (ncdc.issue.estimate_mix) counts what each template issues per warp and
+    # main-loop iteration; the SASS is ptxas's loop, on the path a full tile takes.
+    for plan, report in compiled:
+        est = plan.kernels[0].instructions
+        assert est is not None and est.source == ESTIMATE
+        loop = sass.main_loop(sass.parse_sass(sass.disassemble(report.cubin)))
+        counted = sass.loop_mix(loop)
+        assert counted.tensor_flops == est.tensor_flops
+        assert counted.slots_per_mma == pytest.approx(est.slots_per_mma, rel=0.15)
+
+
+def test_cost_prices_a_compiled_kernel_from_its_sass(compiled):
+    # `ncdc compile` put the cubins in the cache; `ncdc cost` of the same plan finds them
+    # and prices their main loops, and its JSON says so.
+    from ncdc.buildable import with_compiled_sass
+    from ncdc.cost import plan_to_dict
+
+    for plan, report in compiled:
+        assert report.plan.kernels[0].instructions.source == SASS
+        priced = with_compiled_sass(plan)
+        k = priced.kernels[0]
+        assert k.instructions is not None and k.instructions.source == SASS
+        assert plan_to_dict(priced)["kernels"][0]["instructions"]["source"] == SASS
+        assert k.compute["issue"] > 0
