@@ -724,7 +724,7 @@ class KernelTiming(NamedTuple):
     waves: int
     flops: int = 0  # FLOPs the kernel does (under a causal mask, only the key tiles it visits)
     padding: float = 1.0  # work done over useful work: padded tails and chunks
-    launch_s: float = 0.0  # from the launch to the first block running
+    launch_s: float = 0.0  # from each launch to its first block running, over the launches
     serial_s: float = 0.0  # the compute units' time as the kernel's structure overlaps them
 
     @property
@@ -928,7 +928,7 @@ def time_kernel(
     serial = overlap_compute(compute, bool(model.online) and c is not None, streams)
     return KernelTiming(
         tuple(transfers), compute, int(grid), per_sm, int(waves), total, padding,
-        hw.launch_s if c is not None else 0.0, serial,
+        hw.launch_s * len(c.launches) if c is not None else 0.0, serial,
     )  # fmt: skip
 
 
