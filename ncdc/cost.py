@@ -785,6 +785,64 @@ def overlap_compute(compute: Mapping[str, float], softmax_chain: bool, streams: 
     return max(mma + softmax - hidden, issue)
 
 
+# ------------------------------------------------- warp specialisation (model terms)
+
+
+def pipeline_time(
+    tiles: int, stages: int, load_s: float, compute_s: float, issue_s: float = 0.0
+) -> float:
+    """Seconds for `tiles` tiles through a producer/consumer pipeline of `stages` shared
+    buffers: a producer (a TMA or cp.async warp) fills a free buffer with the next tile in
+    `load_s`, the consumers compute on a full one in `compute_s`, and each waits for the
+    other through the buffers' barriers. One buffer serialises them: tiles x (load +
+    compute). With two or more the producer runs ahead and the slower side sets the pace:
+    the first load and the last compute are exposed, load + compute + (tiles - 1) x
+    max(load, compute). (Deterministic times: more stages only absorb jitter, which this
+    does not model.) `issue_s` is one tile's instructions at the SM's issue rate, producer
+    and consumers together: however they overlap, the pipeline is no faster than
+    tiles x issue_s.
+
+        >>> pipeline_time(4, 1, 1.0, 2.0)    # serial: 4 x 3
+        12.0
+        >>> pipeline_time(4, 2, 1.0, 2.0)    # 1 + 2 + 3 x 2: the consumers bound
+        9.0
+        >>> pipeline_time(4, 3, 3.0, 2.0)    # 3 + 2 + 3 x 3: the producer bounds
+        14.0
+        >>> pipeline_time(4, 2, 1.0, 2.0, issue_s=2.5)   # the issue slots bound
+        10.0
+    """
+    if tiles <= 0:
+        return 0.0
+    if stages <= 1:
+        overlapped = tiles * (load_s + compute_s)
+    else:
+        overlapped = load_s + compute_s + (tiles - 1) * max(load_s, compute_s)
+    return max(overlapped, tiles * issue_s)
+
+
+def pingpong_time(tiles: int, mma_s: float, other_s: float, issue_s: float = 0.0) -> float:
+    """Seconds for `tiles` tiles shared by a ping-pong pair of consumer warpgroups (as
+    FlashAttention-3 schedules them): each tile is `mma_s` on the tensor pipe, which the
+    pair shares, then `other_s` off it (the softmax, or an epilogue) on the warpgroup's own
+    chain; a named barrier hands the tensor pipe from one warpgroup to the other, so one's
+    softmax runs under the other's MMAs. In steady state a pair of tiles takes the longer
+    of the pipe's 2 x mma and one warpgroup's mma + other: per tile max(mma, (mma +
+    other) / 2). The last tile's `other_s` has no partner MMA to hide under. `issue_s` as
+    in `pipeline_time`.
+
+        >>> pingpong_time(8, 1.0, 0.5)   # tensor-bound: 8 x 1, then the last softmax
+        8.5
+        >>> pingpong_time(8, 1.0, 3.0)   # softmax-bound: 8 x (1 + 3) / 2 + 3
+        19.0
+        >>> pingpong_time(8, 1.0, 0.5, issue_s=1.25)
+        10.0
+    """
+    if tiles <= 0:
+        return 0.0
+    steady = tiles * max(mma_s, (mma_s + other_s) / 2) + other_s
+    return max(steady, tiles * issue_s)
+
+
 def warpgroups_per_sm(capacity: float, per_block: float, per_warpgroup: float) -> float:
     """Warpgroups one SM holds by one resource (the paper's sec. 5.6): what is left of the
     SM's `capacity` after a thread block's shared part, over each warpgroup's own part,
