@@ -857,6 +857,44 @@ def warpgroups_per_sm(capacity: float, per_block: float, per_warpgroup: float) -
     return (capacity - per_block) / per_warpgroup
 
 
+@dataclass(frozen=True)
+class WarpgroupBudget:
+    """What one thread block keeps for itself and what each of its warpgroups (4 warps,
+    128 threads) adds, in shared memory and in registers (bytes): the paper's M_TB and
+    M_WG per resource (sec. 5.6)."""
+
+    smem_block: float
+    smem_warpgroup: float
+    regs_block: float = 0.0
+    regs_warpgroup: float = 0.0
+
+
+WARPGROUP_THREADS = 128
+
+
+def warpgroups_fit(hw: Hardware, budget: WarpgroupBudget) -> tuple[int, dict[str, float]]:
+    """Warpgroups one SM of `hw` runs under `budget`: per resource (shared memory per SM,
+    the register file, threads) `warpgroups_per_sm`, and the whole number the tightest
+    allows; with the per-resource counts.
+
+        >>> from ncdc.hardware import load_hardware
+        >>> h100 = load_hardware("h100")   # 228 KiB of shared memory per SM
+        >>> n, per = warpgroups_fit(h100, WarpgroupBudget(48 * 1024, 48 * 1024))
+        >>> n, round(per["smem"], 2)
+        (3, 3.75)
+    """
+    lim = hw.limits
+    per = {
+        "smem": warpgroups_per_sm(lim.smem_per_sm_bytes, budget.smem_block, budget.smem_warpgroup),
+        "threads": lim.threads_per_sm / WARPGROUP_THREADS,
+    }
+    if budget.regs_warpgroup:
+        per["registers"] = warpgroups_per_sm(
+            lim.regs_per_sm * 4, budget.regs_block, budget.regs_warpgroup
+        )
+    return max(0, math.floor(min(per.values()))), per
+
+
 def block_makespan(works: list[int], slots: int) -> int:
     """Work units the busiest of `slots` block slots does when blocks of `works`, taken in
     launch order, each go to the slot that frees first (the block scheduler's greedy list

@@ -49,6 +49,9 @@ from ncdc.spec import Diagram
 if TYPE_CHECKING:
     import numpy as np
 
+STEP_EXACT = 32  # a continuous search tries every size up to this
+STEPS_PER_OCTAVE = 16  # and then this many a doubling
+
 
 def plan_diagram(
     diagram: Diagram,
@@ -56,8 +59,10 @@ def plan_diagram(
     tiles: Mapping[str, int] | None = None,
     *,
     compare_unfused: bool = False,
+    continuous: bool = False,
 ) -> Plan:
-    """The best plan for `diagram` on `hardware` by predicted time.
+    """The best plan for `diagram` on `hardware` by predicted time (`continuous`: on an
+    abstract profile, group and stream sizes off the powers of two too, `_steps`).
 
     `tiles` (axis -> size, from `--tile`) override the spec's `schedule.tiles`; both win
     over the search.
@@ -67,7 +72,9 @@ def plan_diagram(
         >>> plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200")).bound
         'hbm'
     """
-    return rank_tiles(diagram, hardware, 1, tiles, compare_unfused=compare_unfused)[0]
+    return rank_tiles(
+        diagram, hardware, 1, tiles, compare_unfused=compare_unfused, continuous=continuous
+    )[0]
 
 
 def rank_tiles(
@@ -78,6 +85,7 @@ def rank_tiles(
     *,
     compare_unfused: bool = False,
     model_only: bool = False,
+    continuous: bool = False,
 ) -> list[Plan]:
     """The `top_k` best plans, best first: plan i runs every kernel with its i-th best tiles
     (or its last, when a kernel has fewer). With `compare_unfused` (for a report that shows
@@ -85,7 +93,9 @@ def rank_tiles(
     family builds is priced by the model alone instead of refused."""
     fixed = _fixed_tiles(diagram, tiles)
     graph = build_graph(diagram, hardware)
-    per_kernel = [_rank_kernel(graph, k, fixed, top_k, model_only) for k in graph.kernels]
+    per_kernel = [
+        _rank_kernel(graph, k, fixed, top_k, model_only, continuous) for k in graph.kernels
+    ]
     count = min(top_k, max(len(r) for r in per_kernel))
     plans = []
     for i in range(count):
@@ -207,6 +217,7 @@ def _rank_kernel(
     fixed: Mapping[str, int],
     top_k: int,
     model_only: bool = False,
+    continuous: bool = False,
 ) -> list[KernelPlan]:
     """The `top_k` best plans of `kernel`. On a GPU, the candidates of its family; where no
     family builds it, a PlanError, or with `model_only` the abstract machine's search over
@@ -227,7 +238,7 @@ def _rank_kernel(
             raise
         family = _generic(kernel)
     if not choices:
-        choices = _abstract_choices(model, hw, streams, fixed, top_k)
+        choices = _abstract_choices(model, hw, streams, fixed, top_k, continuous)
     # Rank by the times alone; only the best few become full plans.
     timings = [
         time_kernel(model, hw, c, checker.occupancy, kernel_mix(model, family, hw, c))
@@ -260,11 +271,33 @@ def _powers(size: int) -> list[int]:
 # ------------------------------------------------------------------------ abstract machine
 
 
+def _steps(size: int) -> list[int]:
+    """Sizes a continuous search tries along an axis of `size`: every whole number up to
+    STEP_EXACT, then a geometric ladder of STEPS_PER_OCTAVE a doubling (each within 2^(1/16)
+    = 4.4% of the next), and the size itself.
+
+        >>> _steps(40)[:5], _steps(40)[-3:]
+        ([1, 2, 3, 4, 5], [36, 38, 40])
+    """
+    out = set(range(1, min(size, STEP_EXACT) + 1)) | {size}
+    i = 0
+    while (v := round(STEP_EXACT * 2 ** (i / STEPS_PER_OCTAVE))) < size:
+        out.add(v)
+        i += 1
+    return sorted(out)
+
+
 def _abstract_choices(
-    model: KernelModel, hw: Hardware, streams: tuple[str, ...], fixed: Mapping[str, int], top_k: int
+    model: KernelModel,
+    hw: Hardware,
+    streams: tuple[str, ...],
+    fixed: Mapping[str, int],
+    top_k: int,
+    continuous: bool = False,
 ) -> list[TileChoice]:
-    """Every power of two per woven and streamed axis, at every level below the top,
-    evaluated at once; the `top_k` that fit, by time then bytes then size."""
+    """Every power of two per woven and streamed axis (`continuous`: every `_steps` size),
+    at every level below the top, evaluated at once; the `top_k` that fit, by time then
+    bytes then size."""
     import numpy as np  # only this search is vectorised
 
     kernel = model.kernel
@@ -274,7 +307,8 @@ def _abstract_choices(
     for a in axes:
         size = model.sizes[a]
         whole = a in kernel.rows or (group_only and a in kernel.woven and a not in group_only)
-        options.append([fixed[a]] if a in fixed else [size] if whole else _powers(size))
+        ladder = _steps(size) if continuous else _powers(size)
+        options.append([fixed[a]] if a in fixed else [size] if whole else ladder)
     # One axis of the grid per tiled axis, broadcast against each other: the model's
     # arithmetic then runs on whole grids of candidates at once.
     grids = np.meshgrid(*[np.array(o, dtype=np.int64) for o in options], indexing="ij", sparse=True)
