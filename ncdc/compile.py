@@ -191,21 +191,23 @@ def compile_plan(
     for i, per in enumerate(_reports_per_kernel(report)):
         kp = retime_kernel(plan, plan.kernels[i], max(k.registers for k in per))
         plan = with_kernel(plan, i, kp)
-    plan = _with_sass(plan, report)
     return dataclasses.replace(report, plan=plan, notes=tuple(notes), source=source)
 
 
-def _with_sass(plan: Plan, report: CompileReport) -> Plan:
-    """`plan` priced on its cubin's main loops (ncdc.sass.loop_mix) where the SASS tools
-    are installed; as it is otherwise."""
+def priced_from_sass(report: CompileReport) -> CompileReport:
+    """`report` with its plan priced on the cubin's main loops (ncdc.sass.loop_mix) where
+    the SASS tools are installed (`ncdc compile` does this; the main loops are kept beside
+    the compile cache, so `ncdc cost` of the same plan finds them); as it is otherwise."""
     from ncdc import sass
     from ncdc.tiling import with_instructions
 
     if sass.find_tool("cuobjdump") is None or sass.find_tool("nvdisasm") is None:
-        return plan
-    functions = sass.split_functions(sass.disassemble(report.cubin))
+        return report
+    plan = report.plan
+    functions = sass.main_loops(report.cubin)
     names = [launch.kernel for launch in report.module.launches]
-    return with_instructions(plan, sass.mixes_by_kernel(plan, functions, names))
+    plan = with_instructions(plan, sass.mixes_by_kernel(plan, functions, names))
+    return dataclasses.replace(report, plan=plan)
 
 
 def _settle_kernel(
@@ -337,7 +339,7 @@ def compile_spec(
     # explicit beats tuned beats modelled
     arch = arch or default_arch(hardware)
     plan, source = choose_plan_source(diagram, hardware, tiles, arch=arch, use_tuned=use_tuned)
-    return compile_plan(plan, arch, use_cache=use_cache, source=source)
+    return priced_from_sass(compile_plan(plan, arch, use_cache=use_cache, source=source))
 
 
 def report_to_dict(report: CompileReport) -> dict[str, Any]:

@@ -22,6 +22,7 @@ loop's bound.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -281,10 +282,43 @@ def cached_mixes(plan: Plan, arch: str = "") -> dict[int, LoopMix]:
     if found is None:
         return {}
     try:
-        functions = split_functions(disassemble(found.cubin))
+        functions = main_loops(found.cubin)
     except (CompileError, OSError, subprocess.SubprocessError):
         return {}
     return mixes_by_kernel(plan, functions, [launch.kernel for launch in module.launches])
+
+
+def main_loops(cubin: bytes) -> dict[str, str]:
+    """Kernel name -> the SASS of its main loop, read once per cubin: kept, signed, in the
+    compile cache's folder (`<version>/sass/<sha256 of the cubin>.json`), so that pricing a
+    compiled plan again does not run cuobjdump again. An entry whose HMAC does not verify
+    is read afresh."""
+    import hashlib
+    import json
+
+    import ncdc
+    from ncdc.cache import sign, usable_dir, verify
+    from ncdc.files import write_atomic
+
+    folder = usable_dir(ncdc.__version__, "sass")
+    path = folder / f"{hashlib.sha256(cubin).hexdigest()}.json" if folder else None
+    if path is not None and path.exists():
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            body = json.dumps(entry["loops"], sort_keys=True).encode()
+            if verify(body, entry["hmac"]):
+                return {str(k): str(v) for k, v in entry["loops"].items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    loops = {}
+    for name, text in split_functions(disassemble(cubin)).items():
+        loop = main_loop(parse_sass(text))
+        loops[name] = "\n".join(f"/*{i.addr:04x}*/ {i.op} {i.args};" for i in loop)
+    if path is not None:
+        body = json.dumps(loops, sort_keys=True).encode()
+        with contextlib.suppress(OSError):  # unwritten: the next run reads the SASS again
+            write_atomic(path, json.dumps({"loops": loops, "hmac": sign(body)}).encode())
+    return loops
 
 
 def mixes_by_kernel(

@@ -4,6 +4,9 @@ kernel `ncdc compile` has cached."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from ncdc import sass
@@ -110,15 +113,38 @@ def test_the_family_estimate_is_within_15_percent_of_the_sass(compiled):
 
 
 def test_cost_prices_a_compiled_kernel_from_its_sass(compiled):
-    # `ncdc compile` put the cubins in the cache; `ncdc cost` of the same plan finds them
-    # and prices their main loops, and its JSON says so.
+    # `ncdc compile` prices its report from the cubin and leaves it in the cache; `ncdc
+    # cost` of the same plan finds it and prices its main loops, and its JSON says so.
     from ncdc.buildable import with_compiled_sass
+    from ncdc.compile import priced_from_sass
     from ncdc.cost import plan_to_dict
 
     for plan, report in compiled:
-        assert report.plan.kernels[0].instructions.source == SASS
+        assert priced_from_sass(report).plan.kernels[0].instructions.source == SASS
         priced = with_compiled_sass(plan)
         k = priced.kernels[0]
         assert k.instructions is not None and k.instructions.source == SASS
         assert plan_to_dict(priced)["kernels"][0]["instructions"]["source"] == SASS
         assert k.compute["issue"] > 0
+
+
+def test_a_cubin_is_disassembled_once(compiled, monkeypatch):
+    # The main loops are kept (signed) beside the compile cache: pricing the plan again
+    # reads them back without cuobjdump; a tampered entry is read afresh.
+    import json
+
+    _, report = compiled[0]
+    first = sass.main_loops(report.cubin)
+
+    def refuse(cubin: bytes) -> str:
+        raise AssertionError("disassembled again")
+
+    with monkeypatch.context() as m:
+        m.setattr(sass, "disassemble", refuse)
+        assert sass.main_loops(report.cubin) == first
+    root = Path(os.environ["NCDC_CACHE"])
+    (entry,) = [p for p in root.rglob("sass/*.json") if json.loads(p.read_text())["loops"] == first]
+    data = json.loads(entry.read_text())
+    data["loops"] = {k: "" for k in data["loops"]}
+    entry.write_text(json.dumps(data))
+    assert sass.main_loops(report.cubin) == first
