@@ -374,7 +374,8 @@ def cache_info() -> dict[str, Any]:
     for name, sub in SECTIONS.items():
         folder = root / (sub or ncdc.__version__)
         found = [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
-        entries = [p for p in found if p.suffix in (".json", ".so")]
+        # a cubin's kept main loops (ncdc.sass.main_loops, `sass/`) are not entries of it
+        entries = [p for p in found if p.suffix in (".json", ".so") and p.parent.name != "sass"]
         sections[name] = {
             "path": str(folder),
             "entries": len(entries),
