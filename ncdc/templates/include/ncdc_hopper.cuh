@@ -364,6 +364,201 @@ NCDC_DEVICE void wgmma_m64k32_e5m2(float* d, unsigned long long desc_a, unsigned
 #endif
 }
 
+
+// ---- the warp-specialised GEMM (templates/gemm_wgmma.cu.j2) ----------------------------------
+// 384 threads: warpgroup 0 produces (one thread issues the TMA loads of each stage into a
+// ring of STAGES slots), warpgroups 1 and 2 consume (each 64 rows of the BM = 128 block tile,
+// wgmma m64nBNk16 from 128-byte-swizzled descriptors). Full barriers count one arrival plus
+// the stage's bytes; empty barriers one arrival per consumer warp. Tiles are persistent:
+// block b runs tiles b, b + gridDim.x, ..., rasterised GROUP_M tile rows at a time.
+namespace wgmma_gemm {
+
+constexpr int kConsumers = 2;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * (40 + 2 * 232) <= 65536
+
+template <class T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  template <int N, int TB>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    wgmma_m64k16_bf16<N, 0, TB>(d, a, b, scale_d);
+  }
+};
+template <>
+struct Mma<__half> {
+  template <int N, int TB>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    wgmma_m64k16_f16<N, 0, TB>(d, a, b, scale_d);
+  }
+};
+
+template <class T, int BN_, int BK_, int STAGES_, bool B_K_>
+struct Config {
+  static constexpr int BM = 64 * kConsumers, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr bool B_K = B_K_;  // B's contiguous axis is k (else n)
+  static constexpr int ES = sizeof(T);
+  static constexpr int KSTEP = 16;                      // wgmma k for 16-bit inputs
+  static constexpr int SPAN = 128;                      // swizzle span: one row of the box
+  static constexpr int ROW = SPAN / ES;                 // values per 128-byte row
+  static constexpr int A_BYTES = BM * BK * ES, B_BYTES = BN * BK * ES;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES;  // + alignment to 1024
+  static_assert(BK * ES == SPAN, "a k tile is one 128-byte swizzle row");
+  static_assert(BN % ROW == 0, "an MN-major B tile is whole 128-byte blocks");
+};
+
+struct Problem {
+  long long m, n, k, batches;
+  int group_m;
+};
+
+// Tile `t` of the persistent sequence: batch z, tile row tm, tile column tn, rasterised in
+// groups of `group_m` tile rows so that consecutive blocks share A and B tiles in L2.
+NCDC_DEVICE void tile_of(long long t, long long tiles_m, long long tiles_n, int group_m,
+                         long long& z, long long& tm, long long& tn) {
+  long long per_batch = tiles_m * tiles_n;
+  z = t / per_batch;
+  long long r = t % per_batch, width = group_m * tiles_n;
+  long long first = r / width * group_m;
+  long long rows = tiles_m - first < group_m ? tiles_m - first : group_m;
+  tm = first + (r % width) % rows;
+  tn = (r % width) / rows;
+}
+
+NCDC_DEVICE unsigned char* aligned_smem() {
+  unsigned char* p = dynamic_smem<unsigned char>();
+  return p + ((1024 - smem_address(p) % 1024) % 1024);
+}
+
+template <class Cfg>
+NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigned char* smem,
+                         unsigned long long* full, unsigned long long* empty, const Problem& p,
+                         bool batched) {
+  long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
+  long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  int stage = 0;
+  unsigned phase = 0;
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    long long z, tm, tn;
+    tile_of(t, tiles_m, tiles_n, p.group_m, z, tm, tn);
+    int m0 = int(tm * Cfg::BM), n0 = int(tn * Cfg::BN), zi = int(z);
+    for (long long kt = 0; kt < k_tiles; ++kt) {
+      mbar_wait(&empty[stage], phase ^ 1u);  // the consumers released this slot
+      unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
+      unsigned char* b = a + Cfg::A_BYTES;
+      int k0 = int(kt * Cfg::BK);
+      mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
+      if (batched) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
+      else tma_load_2d(a, map_a, &full[stage], k0, m0);
+      if constexpr (Cfg::B_K) {
+        if (batched) tma_load_3d(b, map_b, &full[stage], k0, n0, zi);
+        else tma_load_2d(b, map_b, &full[stage], k0, n0);
+      } else {
+        for (int j = 0; j < Cfg::BN / Cfg::ROW; ++j) {  // 128-byte column blocks of B
+          unsigned char* bj = b + j * Cfg::BK * Cfg::SPAN;
+          if (batched) tma_load_3d(bj, map_b, &full[stage], n0 + j * Cfg::ROW, k0, zi);
+          else tma_load_2d(bj, map_b, &full[stage], n0 + j * Cfg::ROW, k0);
+        }
+      }
+      if (++stage == Cfg::STAGES) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  }
+}
+
+// The descriptors of k step `kk` of a stage: A K-major (rows of 128 bytes, 8-row groups 1024
+// apart); B K-major the same, or MN-major (k rows of 128 bytes, 8-k groups 1024 apart,
+// 128-byte column blocks BK * 128 apart).
+template <class Cfg>
+NCDC_DEVICE void stage_descriptors(unsigned char* a, unsigned char* b, int kk, int consumer,
+                                   unsigned long long& da, unsigned long long& db) {
+  da = smem_desc(a + consumer * 64 * Cfg::SPAN + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
+  if constexpr (Cfg::B_K) db = smem_desc(b + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
+  else db = smem_desc(b + kk * Cfg::KSTEP * Cfg::SPAN, Cfg::BK * Cfg::SPAN, 1024, kSwizzle128);
+}
+
+// A consumer warpgroup: waits for each stage, issues its wgmmas, keeps one k tile in
+// flight, releases the previous stage, and hands every accumulator to `out(z, row, col, v)`.
+template <class T, class Cfg, class Out>
+NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned long long* empty,
+                         const Problem& p, int consumer, const Out& out) {
+  long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
+  long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  int stage = 0, held = -1;
+  unsigned phase = 0;
+  float acc[Cfg::BN / 2];
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    long long z, tm, tn;
+    tile_of(t, tiles_m, tiles_n, p.group_m, z, tm, tn);
+    for (long long kt = 0; kt < k_tiles; ++kt) {
+      mbar_wait(&full[stage], phase);
+      unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
+      unsigned char* b = a + Cfg::A_BYTES;
+      wgmma_fence_operands<Cfg::BN / 2>(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::BK / Cfg::KSTEP; ++kk) {
+        unsigned long long da, db;
+        stage_descriptors<Cfg>(a, b, kk, consumer, da, db);
+        Mma<T>::template run<Cfg::BN, Cfg::B_K ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous k tile's wgmmas are done: release its stage
+      wgmma_fence_operands<Cfg::BN / 2>(acc);
+      if (held >= 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[held]);
+      }
+      held = stage;
+      if (++stage == Cfg::STAGES) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands<Cfg::BN / 2>(acc);
+    __syncwarp();
+    if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
+    held = -1;
+    long long row0 = tm * Cfg::BM + consumer * 64 + 16 * w + g, col0 = tn * Cfg::BN + 2 * q;
+#pragma unroll
+    for (int i = 0; i < Cfg::BN / 2; ++i) {
+      long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
+      if (row < p.m && col < p.n) out(z, row, col, acc[i]);
+    }
+  }
+}
+
+// The whole kernel body: barriers, the warp split and the register budgets.
+template <class T, class Cfg, class Out>
+NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Problem& p, bool batched,
+                     const Out& out) {
+  __shared__ unsigned long long full[Cfg::STAGES], empty[Cfg::STAGES];
+  unsigned char* smem = aligned_smem();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4 * kConsumers);  // one arrival per consumer warp
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  int group = threadIdx.x / 128;
+  if (group == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) produce<Cfg>(map_a, map_b, smem, full, empty, p, batched);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    consume<T, Cfg>(smem, full, empty, p, group - 1, out);
+  }
+}
+
+}  // namespace wgmma_gemm
+
 }  // namespace ncdc
 
 #endif  // NCDC_HOPPER_CUH
