@@ -188,7 +188,8 @@ class GemmFamily:
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
-            return gemm_wgmma.render(kp, plan)
+            ops = _operands(kp.family, kp.kernel, plan.graph.diagram)
+            return gemm_wgmma.render(kp, plan, ops, _epilogue(kp.kernel, plan.graph.diagram, ops))
         return _render(kp, plan)
 
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:

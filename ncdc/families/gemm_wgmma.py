@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec
 from ncdc.families.codegen import cpp_type, size_name
@@ -36,8 +36,32 @@ from ncdc.spec import DTYPE_BYTES, Diagram, Tensor
 
 if TYPE_CHECKING:
     from ncdc.cost import KernelModel, KernelPlan, Plan
-    from ncdc.families.gemm import Operands
     from ncdc.hardware import Hardware
+
+
+class Operands(Protocol):
+    """What this variant reads of the gemm family's operands (ncdc.families.gemm.Operands,
+    handed over by the family, which imports this module)."""
+
+    @property
+    def a(self) -> Tensor: ...
+    @property
+    def b(self) -> Tensor: ...
+    @property
+    def c(self) -> Tensor: ...
+    @property
+    def m(self) -> str: ...
+    @property
+    def n(self) -> str: ...
+    @property
+    def k(self) -> str: ...
+    @property
+    def batch(self) -> tuple[str, ...]: ...
+    @property
+    def a_k(self) -> bool: ...
+    @property
+    def b_k(self) -> bool: ...
+
 
 ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg are sm_90a features
 DTYPES = ("bf16", "fp16")  # wgmma k16 from descriptors; fp8 would need both operands K-major
@@ -188,21 +212,26 @@ def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, i
     )
 
 
-def render(kp: KernelPlan, plan: Plan) -> KernelSource:
-    """The wgmma GEMM of `kp.candidate`: template context, tensor maps and its launch."""
-    from ncdc.families.gemm import _epilogue, _operands, _pitch
+def _pitch(t: Tensor, axis: str) -> list[str] | None:
+    """Elements between neighbours along `axis` in `t` as size parameters to multiply;
+    None when `t` lacks the axis (the gemm template's convention)."""
+    if axis not in t.axes:
+        return None
+    return [size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]]
 
+
+def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) -> KernelSource:
+    """The wgmma GEMM of `kp.candidate`: template context, tensor maps and its launch;
+    `epilogue` is the gemm family's description of the fused ops."""
     d = plan.graph.diagram
     c = kp.candidate
     assert c is not None, "a GPU plan carries its candidate"
     mm = kp.kernel.ops[0]
-    ops = _operands(kp.family, kp.kernel, d)
     bn, bk, stages = c.param("bn"), c.param("bk"), c.param("stages")
     name = (
         f"{kp.kernel.name}_gemm_wgmma_{ops.a.dtype}_m{BM}_n{bn}_k{bk}_s{stages}"
         f"_b{'k' if ops.b_k else 'n'}_sm90a"
     )
-    epilogue = _epilogue(kp.kernel, d, ops)
     batch = ops.batch[0] if ops.batch else None
     for t in epilogue["operands"]:
         t["pitch_z"] = _pitch(d.tensor(t["name"]), batch) if batch else None
