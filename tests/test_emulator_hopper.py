@@ -277,3 +277,12 @@ def test_race_sanitizer_follows_mbarrier_phases(tmp_path: Path) -> None:
     np.testing.assert_array_equal(out, 6.0)
     with pytest.raises(CheckFailed, match="data race in kernel ring"):
         lib.launch("ring", 1, 64, [x, 6, 2, 2, out])
+    # A TMA box is written at its issue as far as TSan knows: readers after the full
+    # barrier's wait are ordered, readers before it race with the copy.
+    src = np.ones((ROWS, COLS), np.uint16)
+    spec = TensorMapSpec("src", "bf16", (COLS, ROWS), (COLS * 2,), (64, 8), 128)
+    tmap = encode_emulated_tensor_map(spec, argument=1)
+    box = np.zeros(1024, np.uint8)
+    lib.launch("tma_box", 1, 64, [tmap, src, 0, 0, 1024, 0, box], 3072)
+    with pytest.raises(CheckFailed, match="data race in kernel tma_box"):
+        lib.launch("tma_box", 1, 64, [tmap, src, 0, 0, 1024, 1, box], 3072)

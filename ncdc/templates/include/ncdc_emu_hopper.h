@@ -313,11 +313,11 @@ inline void tma_load(void* smem, const TensorMap* map, uint64_t* bar, const int3
   });
   count_read(read);
 #ifdef NCDC_TSAN
+  __tsan_write_range(dst, op.bytes.size());  // it may land any time before the phase completes
   {
-    Tracked kernel_access;  // the copy may land any time before the phase completes
-    __tsan_write_range(dst, op.bytes.size());
+    Untracked quiet;
+    hb_release(mbar_sync(bar, mbar_load(bar).phase));
   }
-  hb_release(mbar_sync(bar, mbar_load(bar).phase));
 #endif
   Untracked quiet;
   mbar_load(bar);  // the barrier must exist now
