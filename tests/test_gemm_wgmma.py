@@ -48,6 +48,8 @@ def wgmma_module(spec: str, sizes: dict[str, int], bn: int, stages: int, hw: Har
         ("batched_matmul.yaml", {"b": 2, "m": 40, "n": 72, "k": 88}, 64, 132),
         # bias and GELU fused; a 256-wide tile over n = 136
         ("mlp.yaml", {"m": 33, "n": 136, "k": 72}, 256, 132),
+        # fp8 e4m3 (wgmma k32) with per-tensor scales; k = 80 of a 128-wide k tile
+        ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 100, "n": 72, "k": 80}, 64, 132),
     ],
 )
 def test_wgmma_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: int) -> None:

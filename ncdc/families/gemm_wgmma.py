@@ -3,11 +3,12 @@ warpgroups and wgmma (templates/gemm_wgmma.cu.j2, wgmma_gemm in ncdc_hopper.cuh)
 
 One block of 384 threads runs 128 x BN output tiles persistently (tile b, b + grid, ...,
 rasterised GROUP_M tile rows at a time): warpgroup 0 drops to 40 registers (setmaxnreg) and
-one of its threads issues the TMA loads of each k tile (64 values of 16 bits: one 128-byte
-swizzle row) into a ring of `stages` slots; warpgroups 1 and 2 rise to 232 registers and
-each multiplies 64 rows with wgmma m64nBNk16 from 128-byte-swizzled descriptors, keeping one
-k tile in flight. Tails in m, n and k are TMA's out-of-bounds zeros; the epilogue applies
-the gemm family's fused ops to the accumulators and stores C directly (no TMA store).
+one of its threads issues the TMA loads of each k tile (one 128-byte swizzle row: 64 values
+of 16 bits or 128 of fp8) into a ring of `stages` slots; warpgroups 1 and 2 rise to 232
+registers and each multiplies 64 rows with wgmma m64nBNk16 (fp8: k32, QGMMA) from
+128-byte-swizzled descriptors, keeping one k tile in flight. Tails in m, n and k are TMA's
+out-of-bounds zeros; the epilogue applies the gemm family's fused ops to the accumulators
+and stores C directly (no TMA store).
 
 The candidates join the mma.sync ones on sm_90a profiles, and the model picks per shape.
 Their price: the model's usual traffic and tile padding, with the tensor rate at the full
@@ -64,7 +65,8 @@ class Operands(Protocol):
 
 
 ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg are sm_90a features
-DTYPES = ("bf16", "fp16")  # wgmma k16 from descriptors; fp8 would need both operands K-major
+DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")  # wgmma k16 / k32 from descriptors
+FP8 = ("fp8_e4m3", "fp8_e5m2")  # 8-bit operands exist only K-major: B must be k-contiguous
 BM = 128  # two consumer warpgroups of 64 rows
 SPAN = 128  # swizzle span in bytes: one k tile row
 THREADS = 384  # producer + two consumer warpgroups
@@ -91,9 +93,10 @@ def is_wgmma(c: Candidate) -> bool:
 
 def pipeline_share(hw: Hardware, dtype: str, bn: int, stages: int, loads: int) -> float:
     """The share of the tensor peak the ring sustains: per k tile a block needs the MMA
-    time of its 128 x bn x 64 tile, the producer's issue time (its `loads` TMA copies plus
-    an mbarrier wait and arrive) and, with `stages` slots in flight, one TMA latency per
-    `stages` k tiles; the slowest of the three sets the pace (Little's law).
+    time of its 128 x bn x bk tile (bk: 128 bytes of k), the producer's issue time (its
+    `loads` TMA copies plus an mbarrier wait and arrive) and, with `stages` slots in
+    flight, one TMA latency per `stages` k tiles; the slowest of the three sets the pace
+    (Little's law).
 
     >>> from ncdc.hardware import load_hardware
     >>> round(pipeline_share(load_hardware("h200"), "bf16", 128, 4, 3), 2)
@@ -120,9 +123,11 @@ def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
 
 
 def _runs(ops: Operands, d: Diagram) -> bool:
-    """Whether the template runs these operands: 16-bit inputs, A k-contiguous, at most one
-    batch axis held by A and B, strides TMA can take."""
+    """Whether the template runs these operands: 16-bit or fp8 inputs (fp8: B k-contiguous
+    too), A k-contiguous, at most one batch axis held by A and B, strides TMA can take."""
     if ops.a.dtype not in DTYPES or not ops.a_k or len(ops.batch) > 1:
+        return False
+    if ops.a.dtype in FP8 and not ops.b_k:
         return False
     if ops.batch and not (ops.batch[0] in ops.a.axes and ops.batch[0] in ops.b.axes):
         return False
@@ -169,7 +174,7 @@ def candidates(
             # the register level's tile is a warpgroup's: wgmma reads its A (64 rows) and
             # all of B from shared memory once per warpgroup, not once per warp
             warp_group = {**group, ops.m: BM // 2}
-            warp_stream = {**stream, ops.k: 16} if ops.k in stream else stream
+            warp_stream = {**stream, ops.k: 32 // esize} if ops.k in stream else stream
             shape = LaunchShape(grid, (THREADS, 1, 1), smem)
             out.append(
                 Candidate(

@@ -393,19 +393,36 @@ struct Mma<__half> {
   }
 };
 
+template <>
+struct Mma<__nv_fp8_e4m3> {
+  template <int N, int TB>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    static_assert(TB == 0, "8-bit wgmma operands are K-major");
+    wgmma_m64k32_e4m3<N>(d, a, b, scale_d);
+  }
+};
+template <>
+struct Mma<__nv_fp8_e5m2> {
+  template <int N, int TB>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    static_assert(TB == 0, "8-bit wgmma operands are K-major");
+    wgmma_m64k32_e5m2<N>(d, a, b, scale_d);
+  }
+};
+
 template <class T, int BN_, int BK_, int STAGES_, bool B_K_>
 struct Config {
   static constexpr int BM = 64 * kConsumers, BN = BN_, BK = BK_, STAGES = STAGES_;
   static constexpr bool B_K = B_K_;  // B's contiguous axis is k (else n)
   static constexpr int ES = sizeof(T);
-  static constexpr int KSTEP = 16;                      // wgmma k for 16-bit inputs
+  static constexpr int KSTEP = 32 / ES;                 // wgmma k: 16 (16-bit), 32 (fp8)
   static constexpr int SPAN = 128;                      // swizzle span: one row of the box
   static constexpr int ROW = SPAN / ES;                 // values per 128-byte row
   static constexpr int A_BYTES = BM * BK * ES, B_BYTES = BN * BK * ES;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
   static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES;  // + alignment to 1024
   static_assert(BK * ES == SPAN, "a k tile is one 128-byte swizzle row");
-  static_assert(BN % ROW == 0, "an MN-major B tile is whole 128-byte blocks");
+  static_assert(B_K || BN % ROW == 0, "an MN-major B tile is whole 128-byte blocks");
 };
 
 struct Problem {
