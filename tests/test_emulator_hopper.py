@@ -195,6 +195,26 @@ def test_tma_box_swizzle_and_out_of_bounds_fill(hopper: emulate.EmulatedModule, 
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("span", [0, 128])
+def test_tma_store_writes_the_box_in_bounds_only(hopper: emulate.EmulatedModule, span: int) -> None:
+    rng = np.random.default_rng()
+    inner = (span or 64) // 2
+    box = rng.integers(1, 2**15, size=(8, inner), dtype=np.uint16)  # the box, row major
+    image = np.zeros(inner * 16, np.uint8)
+    for r in range(8):
+        for c in range(inner):
+            place(image, 0, (r * inner + c) * 2, span, box[r, c].tobytes())
+    dst = np.full((ROWS, COLS), 0xABCD, np.uint16)
+    spec = TensorMapSpec("dst", "bf16", (COLS, ROWS), (COLS * 2,), (inner, 8), span)
+    tmap = encode_emulated_tensor_map(spec, argument=1)
+    c0, c1 = COLS - 8, ROWS - 5  # the last 8 columns and 5 rows are in bounds
+    traffic = hopper.launch("tma_store_box", 1, 64, [tmap, dst, c0, c1, image, image.size], 3072)
+    want = np.full((ROWS, COLS), 0xABCD, np.uint16)
+    want[c1:, c0:] = box[:5, :8]
+    np.testing.assert_array_equal(dst, want)
+    assert traffic.bytes_written == 5 * 8 * 2
+
+
 def test_tma_traffic_counts_only_in_bounds_bytes(hopper: emulate.EmulatedModule) -> None:
     src = np.zeros((ROWS, COLS), np.uint16)
     spec = TensorMapSpec("src", "bf16", (COLS, ROWS), (COLS * 2,), (64, 8), 128)

@@ -80,6 +80,22 @@ extern "C" __global__ void tma_box(const __grid_constant__ ncdc::TensorMap map, 
 }
 NCDC_EXPORT_KERNEL(tma_box);
 
+// The box in `image` (as TMA lays it out in shared memory) stored to `dst` at (c0, c1).
+extern "C" __global__ void tma_store_box(const __grid_constant__ ncdc::TensorMap map, void* dst,
+                                         int c0, int c1, const unsigned char* image, int box_bytes) {
+  (void)dst;  // the map's buffer
+  unsigned char* smem = smem_1024();
+  for (int i = threadIdx.x; i < box_bytes; i += blockDim.x) smem[i] = image[i];
+  ncdc::fence_proxy_async();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ncdc::tma_store_2d(&map, smem, c0, c1);
+    ncdc::tma_store_commit();
+    ncdc::tma_store_wait<0>();
+  }
+}
+NCDC_EXPORT_KERNEL(tma_store_box);
+
 // A producer warp and a consumer warp through a ring of `stages` slots of 32 floats, with
 // full and empty mbarriers: the consumer sums every slot. fault: 1 the producer waits for the
 // wrong empty parity (overwrites a slot not yet read), 2 the consumer skips the full wait.
