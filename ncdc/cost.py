@@ -1013,7 +1013,7 @@ def time_kernel(
     compute: dict[str, float] = {}
     for (unit, kind), n in flops.items():
         compute[unit] = (
-            compute.get(unit, 0.0) + float(n) / _rate(hw, unit, kind) * sm_slow * padding
+            compute.get(unit, 0.0) + float(n) / _rate(hw, unit, kind, c) * sm_slow * padding
         )
     if mix is not None and c is not None:
         # the main loops' instructions at the SMs' issue rate: a ceiling no overlap of warps
@@ -1142,10 +1142,15 @@ def _padding(model: KernelModel, g: Mapping[str, int], s: Mapping[str, int]) -> 
     return f
 
 
-def _rate(hw: Hardware, unit: str, kind: str) -> float:
+def _rate(hw: Hardware, unit: str, kind: str, c: Candidate | None = None) -> float:
     """The rate of `unit` for `kind`; a tensor type the GPU lacks (fp8 on an A100) runs at
-    its 16-bit rate, as the inputs are widened."""
+    its 16-bit rate, as the inputs are widened. A candidate whose family prices its own
+    tensor instruction (param `tensor_permille`: wgmma on Hopper) runs at that share of
+    the peak instead of the mma.sync share."""
     rates = hw.rates.get(unit, {})
+    own = dict(c.params).get("tensor_permille", 0) if c is not None else 0
+    if unit == "tensor" and own and kind in rates:
+        return hw.achieved_rate(unit, kind) * own / 1000
     if unit == "tensor":
         # ncdc's kernels issue mma.sync, which reaches only part of Hopper's peak.
         if kind.startswith("fp8") and hw.mma_sync_share < 1 and "fp16" in rates:

@@ -311,12 +311,17 @@ class EmulatedModule:
             dll = self._dll
             return _interruptible(lambda: _run(dll, kernel, g, b, int(dynamic_smem), values))
         assert self.sanitize is not None  # a plain library is loaded in this process
-        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        arrays = [a for a in args if isinstance(a, np.ndarray) and not _by_value_struct(a)]
         request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args))
         outputs, traffic = _run_sanitized(self.sanitize, kernel, request)
         for dst, src in zip(arrays, outputs, strict=True):
             dst[...] = src
         return traffic
+
+
+def _by_value_struct(a: np.ndarray) -> bool:
+    """A 0-d void array is a struct passed by value (a tensor map), not a buffer."""
+    return a.ndim == 0 and a.dtype.kind == "V"
 
 
 def _default_threads() -> None:
@@ -384,6 +389,10 @@ def _check_args(kernel: str, sig: list[str], args: Sequence[Any]) -> list[Any]:
             if isinstance(a, np.ndarray):
                 raise NcdcError(f"argument {i} of {kernel} is a {dtype} scalar, got an array")
             values.append(np.array(a, dtype=dtype))
+        elif code.startswith("b") and isinstance(a, np.ndarray) and _by_value_struct(a):
+            if a.nbytes != int(code[1:]):  # a struct by value: a tensor map's 128 bytes
+                raise NcdcError(f"argument {i} of {kernel} is {code[1:]} bytes, got {a.nbytes}")
+            values.append(a)
         else:
             raise NcdcError(
                 f"argument {i} of {kernel} has a by-value type the launcher cannot pass ({code})"

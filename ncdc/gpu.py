@@ -16,8 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from ncdc.arguments import scalar_argument
-from ncdc.errors import NoGpuError
+from ncdc.arguments import (
+    SWIZZLE_MODES,
+    TENSOR_MAP_DTYPES,
+    scalar_argument,
+    tensor_map_problem,
+)
+from ncdc.errors import NcdcError, NoGpuError
+from ncdc.families.base import Param, TensorMapSpec
 from ncdc.render import Launch, RenderedModule
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
@@ -66,13 +72,66 @@ def launch(cupy: Any, raw: Any, spec: Launch, device: MutableMapping[str, Any]) 
     fn = raw.get_function(spec.kernel)
     if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
         fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
-    args = []
-    for p in spec.params:
-        if p.kind in ("tensor", "workspace"):
-            args.append(device[p.name])
-        else:
-            args.append(scalar_argument(p))
+    args = [_argument(p, device) for p in spec.params]
     fn(spec.grid, spec.block, tuple(args), shared_mem=spec.dynamic_smem)
+
+
+def _argument(p: Param, device: Mapping[str, Any]) -> Any:
+    if p.kind in ("tensor", "workspace"):
+        return device[p.name]
+    if p.tensor_map is not None:
+        return tensor_map_argument(p.tensor_map, int(device[p.tensor_map.tensor].data.ptr))
+    return scalar_argument(p)
+
+
+# A 128-byte struct CuPy passes by value (a NumPy structured scalar): the CUtensorMap.
+TENSOR_MAP_DTYPE = np.dtype({"names": [f"w{i}" for i in range(16)], "formats": ["<u8"] * 16})
+_TENSOR_MAPS: dict[tuple[TensorMapSpec, int], Any] = {}
+
+
+def tensor_map_argument(spec: TensorMapSpec, address: int) -> Any:
+    """The CUtensorMap of `spec` over device memory at `address`, from the driver's
+    cuTensorMapEncodeTiled (cuda-bindings), cached per pointer and spec. Tile mode, no
+    interleave, 128-byte L2 promotion, zero out-of-bounds fill, unit element strides."""
+    key = (spec, address)
+    found = _TENSOR_MAPS.get(key)
+    if found is not None:
+        return found
+    problem = tensor_map_problem(spec, address)
+    if problem:
+        raise NcdcError(f"tensor map of {spec.tensor}: {problem}")
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        raise NoGpuError(
+            "cuda-bindings is not installed, so tensor maps cannot be encoded",
+            hint="pip install cuda-bindings, or use --backend cpu",
+        ) from None
+    rank = len(spec.dims)
+    try:
+        err, tmap = _encode_tiled(driver, spec, rank, address)
+    except Exception as e:  # no driver library: cuda-bindings raises its own loader errors
+        raise NoGpuError(f"cannot encode tensor maps: {e}", hint="use --backend cpu") from None
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise NcdcError(f"cuTensorMapEncodeTiled refused the map of {spec.tensor}: {err}")
+    words = [int(w) for w in tmap.opaque]
+    value = np.array(tuple(words), dtype=TENSOR_MAP_DTYPE)[()]
+    _TENSOR_MAPS[key] = value
+    return value
+
+
+def _encode_tiled(driver: Any, spec: TensorMapSpec, rank: int, address: int) -> Any:
+    return driver.cuTensorMapEncodeTiled(
+        driver.CUtensorMapDataType(TENSOR_MAP_DTYPES[spec.dtype]), rank, address,
+        [driver.cuuint64_t(d) for d in spec.dims],
+        [driver.cuuint64_t(s) for s in spec.strides],
+        [driver.cuuint32_t(b) for b in spec.box],
+        [driver.cuuint32_t(1)] * rank,
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle(SWIZZLE_MODES[spec.swizzle]),
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )  # fmt: skip
 
 
 def run_cuda(module: RenderedModule, buffers: MutableMapping[str, np.ndarray]) -> None:
@@ -105,12 +164,7 @@ def prepare_launches(
         fn = raw.get_function(spec.kernel)
         if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
             fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
-        args: list[Any] = []
-        for p in spec.params:
-            if p.kind in ("tensor", "workspace"):
-                args.append(device[p.name])
-            else:
-                args.append(scalar_argument(p))
+        args = [_argument(p, device) for p in spec.params]
         calls.append((fn, spec.grid, spec.block, tuple(args), spec.dynamic_smem))
 
     def run() -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ncdc.arguments import scalar_argument
+from ncdc.arguments import encode_emulated_tensor_map, scalar_argument, tensor_map_arguments
 from ncdc.errors import UsageError
 from ncdc.hardware import Hardware
 from ncdc.reference import evaluate, from_storage, make_inputs, to_storage
@@ -117,13 +117,17 @@ def allocate(module: RenderedModule, diagram: Diagram, inputs: Mapping[str, np.n
 
 
 def launch_args(launch: Launch, buffers: Mapping[str, np.ndarray]) -> list:
-    """The argument list of one launch, in its parameter order."""
-    return [_arg(p, buffers) for p in launch.params]
+    """The argument list of one launch, in its parameter order (the CPU backend's: a tensor
+    map names its buffer by parameter index, so it follows the buffer anywhere)."""
+    index = tensor_map_arguments(launch.params)
+    return [_arg(p, buffers, index) for p in launch.params]
 
 
-def _arg(p: Param, buffers: Mapping[str, np.ndarray]) -> object:
+def _arg(p: Param, buffers: Mapping[str, np.ndarray], index: Mapping[str, int]) -> object:
     if p.kind in ("tensor", "workspace"):
         return buffers[p.name]
+    if p.tensor_map is not None:
+        return encode_emulated_tensor_map(p.tensor_map, argument=index[p.tensor_map.tensor])
     return scalar_argument(p)
 
 

@@ -36,14 +36,29 @@ MMA_TILE = 16  # rows and columns of the smallest warp tile (mma m16, n8 x 2)
 
 
 @dataclass(frozen=True)
+class TensorMapSpec:
+    """The arguments of cuTensorMapEncodeTiled for one buffer (tile mode, no interleave, no
+    L2 promotion, zero out-of-bounds fill), innermost dimension first."""
+
+    tensor: str  # the buffer it maps: the name of a "tensor" Param of the same launch
+    dtype: str  # ncdc dtype
+    dims: tuple[int, ...]  # elements per dimension
+    strides: tuple[int, ...]  # bytes between consecutive indices of dimensions 1..rank-1
+    box: tuple[int, ...]  # the box one copy moves, elements per dimension
+    swizzle: int  # bytes of the shared-memory swizzle span: 0 (none), 32, 64 or 128
+
+
+@dataclass(frozen=True)
 class Param:
-    """One kernel parameter, in order: a buffer (by pointer) or a scalar (by value)."""
+    """One kernel parameter, in order: a buffer (by pointer), a scalar (by value), or a
+    tensor map (`kind` "tensormap", 128 bytes by value, encoded per launch from `tensor_map`)."""
 
     name: str  # the C++ parameter name: a validated spec identifier or a fixed name
-    kind: str  # "tensor" (a diagram tensor), "workspace" (scratch), or a SCALAR_KINDS entry
+    kind: str  # "tensor" (a diagram tensor), "workspace", "tensormap", or a SCALAR_KINDS entry
     dtype: str = ""  # ncdc dtype of a buffer
     value: int | float | None = None  # the value passed for a scalar
     writes: bool = False  # the kernel writes this buffer
+    tensor_map: TensorMapSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
+from ncdc.families import gemm_wgmma
 from ncdc.families.base import (
     MMA_TILE,
     KernelSource,
@@ -181,15 +182,22 @@ class GemmFamily:
                 group, stream, warp_group, warp_stream, params, (shape,), t.stages, 1,
                 _registers(t, threads, p, simt),
             )  # fmt: skip
-        return list(out.values())
+        # sm_90a: the TMA + wgmma variant competes with these (ncdc/families/gemm_wgmma.py)
+        hopper = gemm_wgmma.candidates(model, family, hw, streams, fixed, ops)
+        return list(out.values()) + hopper
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
+            ops = _operands(kp.family, kp.kernel, plan.graph.diagram)
+            return gemm_wgmma.render(kp, plan, ops, _epilogue(kp.kernel, plan.graph.diagram, ops))
         return _render(kp, plan)
 
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
         return [(family.axes("m")[-1], TILES["g_m"]), (family.axes("n")[-1], TILES["g_n"])]
 
     def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
+        if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
+            return gemm_wgmma.arch_problem(kp.kernel.name, sm)
         mm = kp.kernel.ops[0]
         dtypes = sorted({diagram.tensor(n).dtype for n in mm.inputs})
         fp8 = [t for t in dtypes if t.startswith("fp8")]

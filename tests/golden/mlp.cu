@@ -9,65 +9,65 @@
 // op      Z = add(H, bias)
 // op      Y = gelu(Z)
 // outputs Y
-// kernel  mlp: gemm, tiles m=256  n=128  k=64, 8 warps, 2 stages, grid 2048
-// predicted on h200: 862.5 us (tensor-bound), 5.5e+11 FLOP
+// kernel  mlp: gemm, tiles m=128  n=256  k=64, 12 warps, 3 stages, grid 132
+// predicted on h200: 660.8 us (l2-bound), 5.5e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- mlp_gemm_bf16_m256_n128_k64_w8_s2_ak_bn: H = contract(X, W, over=k) (+2 epilogue ops)
+// ---- mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a: H = contract(X, W, over=k) (+2 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
-#include "ncdc_gemm.cuh"
+#include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef X
 #undef W
 #undef bias
 #undef Y
 
-namespace ncdc_mlp_gemm_bf16_m256_n128_k64_w8_s2_ak_bn {
+namespace ncdc_mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a {
 
-// The ops after the contraction, applied to each accumulator in fp32 before the cast to C.
-// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
-// no diagram name meets a name of this code.
-struct ncdc_Epilogue {
+// The ops after the contraction, applied to each accumulator in fp32, then the store to C.
+// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed.
+struct ncdc_Out {
   float ncdc_scale;
+  __nv_bfloat16* Y;
+  long long ncdc_pitch_m_Y, ncdc_pitch_n_Y, ncdc_pitch_z_Y;
   const __nv_bfloat16* bias;
-  long long ncdc_pitch_m_bias, ncdc_pitch_n_bias;  // along the m and n of C (0: broadcast)
-  NCDC_DEVICE float operator()(float ncdc_acc, long long ncdc_row, long long ncdc_col) const {
+  long long ncdc_pitch_m_bias, ncdc_pitch_n_bias, ncdc_pitch_z_bias;  // 0: broadcast
+  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
     const float ncdc_v_H = ncdc_acc;
-    const float ncdc_v_Z = ncdc::op_add(ncdc_v_H, ncdc::to_float(ncdc::ld_global(bias + ncdc_row * ncdc_pitch_m_bias + ncdc_col * ncdc_pitch_n_bias)));
+    const float ncdc_v_Z = ncdc::op_add(ncdc_v_H, ncdc::to_float(ncdc::ld_global(bias + ncdc_z * ncdc_pitch_z_bias + ncdc_row * ncdc_pitch_m_bias + ncdc_col * ncdc_pitch_n_bias)));
     const float ncdc_v_Y = ncdc::op_gelu(ncdc_v_Z);
-    return ncdc_v_Y;
+    ncdc::st_global(Y + ncdc_z * ncdc_pitch_z_Y + ncdc_row * ncdc_pitch_m_Y + ncdc_col * ncdc_pitch_n_Y, ncdc::from_float<__nv_bfloat16>(ncdc_v_Y));
   }
 };
 
-}  // namespace ncdc_mlp_gemm_bf16_m256_n128_k64_w8_s2_ak_bn
+}  // namespace ncdc_mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a
 
-extern "C" __global__ void __launch_bounds__(256) mlp_gemm_bf16_m256_n128_k64_w8_s2_ak_bn(
+extern "C" __global__ void __launch_bounds__(384, 1) mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a(
     const __nv_bfloat16* __restrict__ X,
     const __nv_bfloat16* __restrict__ W,
     const __nv_bfloat16* __restrict__ bias,
     __nv_bfloat16* __restrict__ Y,
     long long ncdc_size_m,
     long long ncdc_size_n,
-    long long ncdc_size_k) {
-  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 256, 128, 64, 4, 2, 2, true, false>;
-  static_assert(ncdc_Tile::SMEM_BYTES == 108544, "the launch's dynamic shared memory");
-  const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_n, ncdc_size_k, ncdc_size_k, ncdc_size_n, ncdc_size_n, 1};
-  const long long ncdc_m0 = (long long)blockIdx.y * 256, ncdc_n0 = (long long)blockIdx.x * 128;
-  ncdc_mlp_gemm_bf16_m256_n128_k64_w8_s2_ak_bn::ncdc_Epilogue ncdc_epi;
-  ncdc_epi.ncdc_scale = 1.0f;
-  ncdc_Tile ncdc_tile;
-  // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
-  for (long long ncdc_z = blockIdx.z; ncdc_z < 1; ncdc_z += gridDim.z) {
-    long long ncdc_rest = ncdc_z;
-    long long ncdc_off_X = 0;
-    long long ncdc_off_W = 0;
-    long long ncdc_off_Y = 0;
-    long long ncdc_off_bias = 0;
-    ncdc_epi.bias = bias + ncdc_off_bias;
-    ncdc_epi.ncdc_pitch_m_bias = 0;
-    ncdc_epi.ncdc_pitch_n_bias = 1;
-    ncdc::gemm::run_mma(ncdc_tile, X + ncdc_off_X, W + ncdc_off_W, Y + ncdc_off_Y, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
-  }
+    long long ncdc_size_k,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_X,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_W) {
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false>;
+  static_assert(ncdc_Config::SMEM_BYTES == 148480, "the launch's dynamic shared memory");
+  (void)X;  // read through ncdc_tma_X; passed so that the CPU backend's map can name it
+  (void)W;
+  const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_n, ncdc_size_k, 1, 8};
+  ncdc_mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a::ncdc_Out ncdc_out;
+  ncdc_out.ncdc_scale = 1.0f;
+  ncdc_out.Y = Y;
+  ncdc_out.ncdc_pitch_m_Y = ncdc_size_n;
+  ncdc_out.ncdc_pitch_n_Y = 1;
+  ncdc_out.ncdc_pitch_z_Y = 0;
+  ncdc_out.bias = bias;
+  ncdc_out.ncdc_pitch_m_bias = 0;
+  ncdc_out.ncdc_pitch_n_bias = 1;
+  ncdc_out.ncdc_pitch_z_bias = 0;
+  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_X, &ncdc_tma_W, ncdc_problem, false, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(mlp_gemm_bf16_m256_n128_k64_w8_s2_ak_bn);
+NCDC_EXPORT_KERNEL(mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a);

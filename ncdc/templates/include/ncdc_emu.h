@@ -765,4 +765,6 @@ NCDC_EMU_EXPORT __attribute__((weak)) void* ncdc_emu_malloc(unsigned long long n
 }
 NCDC_EMU_EXPORT __attribute__((weak)) void ncdc_emu_free(void* p) { std::free(p); }
 
+#include "ncdc_emu_hopper.h"
+
 #endif  // NCDC_EMU_H

@@ -1,0 +1,553 @@
+// ncdc CPU emulation of the Hopper (sm_90a) asynchronous instructions: mbarrier, TMA tensor
+// copies (cp.async.bulk.tensor), wgmma (warpgroup MMA from shared-memory descriptors), named
+// barriers and setmaxnreg. Host C++17 only; included at the end of ncdc_emu.h.
+//
+// Semantics follow the PTX ISA (9.7.13.15 mbarrier, 9.7.9.25 cp.async.bulk.tensor, 9.7.15
+// wgmma, 9.7.13.4 bar/barrier, 9.7.19.5 setmaxnreg). What the emulator makes observable:
+//   * a TMA load lands when some thread waits on its mbarrier (try_wait/test_wait), never
+//     at the issue: a kernel that reads a stage before waiting for it reads stale bytes;
+//   * a wgmma.mma_async reads shared memory and writes its accumulators at the
+//     wgmma.wait_group that retires it, never earlier: a missing wait leaves the old values;
+//   * wgmma.mma_async without a wgmma.fence since the thread last waited is an error;
+//   * an mbarrier whose phase can never complete (a wrong parity, a missing arrive, more
+//     expected bytes than were copied) is a deadlock report naming the waiting thread;
+//   * under ThreadSanitizer an arrive releases and a successful wait acquires a sync object
+//     per mbarrier phase parity; a TMA write is marked at its issue, a wgmma read at its
+//     issue and again at its wait, so reading a stage before its full barrier, or refilling
+//     it before the consumers' empty arrive, is reported.
+// Swizzling is computed on address bits (Swizzle<B,4,3>: bits [4,4+B) ^= bits [7,7+B)), for
+// TMA and wgmma alike, as the hardware does on shared-window addresses.
+#pragma once
+#ifndef NCDC_EMU_HOPPER_H
+#define NCDC_EMU_HOPPER_H
+
+#include <deque>
+
+#include "ncdc_emu_types.h"
+
+#define __grid_constant__
+
+namespace ncdc {
+
+// A tensor map (CUtensorMap) as a kernel parameter: 128 opaque bytes. On the CPU the bytes
+// hold the fields of cuTensorMapEncodeTiled (ncdc.arguments.encode_emulated_tensor_map).
+struct TensorMap {
+  unsigned long long opaque[16];
+};
+
+namespace emu {
+
+// ---- the emulated tensor map -----------------------------------------------------------------
+constexpr uint64_t kTensorMapMagic = 0x50414d54434443ull;  // "NCDCTMAP" without the last byte
+constexpr uint64_t kAddressIsArgument = 1ull << 63;        // address holds a parameter index
+
+struct EmuTensorMap {
+  uint64_t magic;
+  uint64_t address;     // global address, or kAddressIsArgument | parameter index
+  uint32_t dtype;       // CUtensorMapDataType
+  uint32_t rank;        // 1..5
+  uint32_t interleave;  // CUtensorMapInterleave (only NONE is emulated)
+  uint32_t swizzle;     // CUtensorMapSwizzle: 0 none, 1 32B, 2 64B, 3 128B
+  uint32_t l2;          // CUtensorMapL2promotion (no effect)
+  uint32_t oob_fill;    // CUtensorMapFloatOOBfill: 0 zeros, 1 NaN (not emulated)
+  uint32_t elem_bytes;
+  uint32_t dims[5];
+  uint64_t strides[4];  // bytes, of dimensions 1..rank-1
+  uint16_t box[5];
+  uint8_t elem_strides[5];
+};
+static_assert(sizeof(EmuTensorMap) <= sizeof(TensorMap), "the emulated tensor map exceeds 128 bytes");
+
+inline void require_aligned(const void* p, unsigned n, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % n)
+    fail(std::string(what) + " is not " + std::to_string(n) + "-byte aligned");
+}
+
+inline const EmuTensorMap& tensor_map(const TensorMap* m) {
+  const auto* t = reinterpret_cast<const EmuTensorMap*>(m);
+  if (t->magic != kTensorMapMagic)
+    fail("cp.async.bulk.tensor with a tensor map that was not encoded for the CPU backend");
+  return *t;
+}
+
+inline unsigned char* tensor_base(const EmuTensorMap& t) {
+  if (!(t.address & kAddressIsArgument)) return reinterpret_cast<unsigned char*>(t.address);
+  auto i = static_cast<size_t>(t.address & ~kAddressIsArgument);
+  return *static_cast<unsigned char**>(tl_worker->launch->args[i]);
+}
+
+// Swizzle<B,4,3> of CUtensorMapSwizzle / the descriptor's mode, on an address.
+inline uintptr_t swizzle_address(uintptr_t a, unsigned bits) {
+  uintptr_t mask = (uintptr_t(1) << bits) - 1;
+  return a ^ (((a >> 7) & mask) << 4);
+}
+inline unsigned tma_swizzle_bits(uint32_t swizzle) { return swizzle; }  // 32B:1, 64B:2, 128B:3
+
+// ---- per-block state of the Hopper instructions ----------------------------------------------
+struct WgmmaOp {
+  uint64_t desc_a, desc_b;
+  float* d;
+  int n, k;
+  int elem;  // Elem of ncdc_mma.cuh: 0 bf16, 1 f16, 2 e4m3, 3 e5m2
+  int scale_d, neg_a, neg_b, trans_a, trans_b;
+};
+
+struct FiberHopper {
+  bool fenced = false;
+  std::vector<WgmmaOp> ops;
+  std::vector<size_t> group_ends;
+  uint64_t spun = 0;  // progress value at this fiber's last failed wait, 0 when not waiting
+  std::vector<std::pair<std::vector<unsigned char>, int>> stores;  // TMA stores, by group
+  std::vector<size_t> store_group_ends;
+};
+
+struct TmaLoad {  // a cp.async.bulk.tensor load not yet landed
+  uint64_t* bar;
+  unsigned char* dst;
+  std::vector<unsigned char> bytes;  // the box as it will land (read at the issue)
+};
+
+struct NamedBarrier {
+  unsigned arrived = 0, expected = 0, gen = 0;
+  char sync[2];
+};
+
+struct BlockHopper {
+  const Worker* worker = nullptr;
+  dim3 block;
+  uint64_t progress = 1;  // counts events that can unblock a waiting thread
+  std::vector<FiberHopper> fibers;
+  std::deque<TmaLoad> loads;
+  NamedBarrier bars[16];
+  unsigned regs[32] = {};  // setmaxnreg per warpgroup (0: not set)
+};
+
+inline thread_local BlockHopper tl_hopper;
+
+// The state of the current block (a fresh one the first time a block uses it).
+inline BlockHopper& hopper() {
+  BlockHopper& h = tl_hopper;
+  Worker* w = tl_worker;
+  if (h.worker != w || h.block.x != blockIdx.x || h.block.y != blockIdx.y || h.block.z != blockIdx.z) {
+    h.worker = w;
+    h.block = blockIdx;
+    h.fibers.assign(w->nthreads, FiberHopper{});
+    h.loads.clear();
+    for (auto& b : h.bars) b = NamedBarrier{};
+    for (auto& r : h.regs) r = 0;
+  }
+  return h;
+}
+inline FiberHopper& my_hopper() { return hopper().fibers[linear_tid()]; }
+
+// Yields until `ready()`; a wait that no running thread can end is a deadlock report.
+template <class Ready>
+inline void spin_until(Ready&& ready, const std::string& what) {
+  for (;;) {
+    if (ready()) {
+      Untracked quiet;
+      my_hopper().spun = 0;
+      return;
+    }
+    Untracked quiet;
+    BlockHopper& h = hopper();
+    Worker& w = *tl_worker;
+    h.fibers[w.current].spun = h.progress;
+    bool stuck = true;
+    for (unsigned i = 0; i < w.nthreads && stuck; ++i)
+      if (w.fibers[i].wait == Wait::kRun && h.fibers[i].spun != h.progress) stuck = false;
+    if (stuck) fail("deadlock: " + what + " can never complete (every other thread has exited or waits too)");
+    switch_to_scheduler();
+  }
+}
+
+// ---- mbarrier ----------------------------------------------------------------------------------
+// The 8 bytes of an mbarrier hold its state: bits 0-19 the expected arrival count, 20-39 the
+// pending arrivals, 40-61 the transaction count (signed), 62 the phase parity; bit 63 set
+// means "not initialised" (dynamic shared memory starts as 0xff bytes).
+struct MbarState {
+  uint32_t expected, pending;
+  int32_t tx;
+  uint32_t phase;
+};
+constexpr uint32_t kMbarMaxCount = (1u << 20) - 1;
+
+inline MbarState mbar_load(const uint64_t* bar) {
+  require_aligned(bar, 8, "mbarrier");
+  uint64_t v = *bar;
+  if ((v >> 63) || (v & kMbarMaxCount) == 0) fail("mbarrier used before mbarrier.init");
+  int32_t tx = static_cast<int32_t>(static_cast<uint32_t>(v >> 40 & 0x3fffff) << 10) >> 10;
+  return {uint32_t(v & kMbarMaxCount), uint32_t(v >> 20 & kMbarMaxCount), tx, uint32_t(v >> 62 & 1)};
+}
+inline void mbar_store(uint64_t* bar, const MbarState& s) {
+  *bar = uint64_t(s.expected) | uint64_t(s.pending) << 20 |
+         uint64_t(static_cast<uint32_t>(s.tx) & 0x3fffff) << 40 | uint64_t(s.phase) << 62;
+}
+inline void* mbar_sync(uint64_t* bar, uint32_t parity) { return reinterpret_cast<char*>(bar) + parity; }
+
+inline void mbar_init(uint64_t* bar, uint32_t count) {
+  Untracked quiet;
+  if (count == 0 || count > kMbarMaxCount) fail("mbarrier.init count must be 1 to 2^20-1");
+  BlockHopper& h = hopper();
+  require_aligned(bar, 8, "mbarrier");
+  for (auto it = h.loads.begin(); it != h.loads.end();)  // a re-initialised barrier forgets them
+    it = it->bar == bar ? h.loads.erase(it) : it + 1;
+  mbar_store(bar, {count, count, 0, 0});
+  ++h.progress;
+}
+
+// Completes the current phase when nothing is pending: pending arrivals and transactions.
+inline void mbar_settle(uint64_t* bar, MbarState& s) {
+  if (s.pending == 0 && s.tx == 0) {
+    s.phase ^= 1u;
+    s.pending = s.expected;
+  }
+  mbar_store(bar, s);
+  ++hopper().progress;
+}
+
+// mbarrier.arrive[.expect_tx]: adds `tx` expected bytes, then arrives `count` times.
+inline void mbar_arrive(uint64_t* bar, uint32_t count, int32_t tx) {
+  Untracked quiet;
+  MbarState s = mbar_load(bar);
+  hb_release(mbar_sync(bar, s.phase));
+  if (count > s.pending)
+    fail("mbarrier.arrive: " + std::to_string(count) + " arrivals but only " +
+         std::to_string(s.pending) + " pending in this phase");
+  s.tx += tx;
+  s.pending -= count;
+  mbar_settle(bar, s);
+}
+inline void mbar_expect_tx(uint64_t* bar, int32_t tx) {
+  Untracked quiet;
+  MbarState s = mbar_load(bar);
+  s.tx += tx;
+  mbar_settle(bar, s);
+}
+
+// Lands every pending TMA load of `bar` (their complete_tx), oldest first.
+inline void mbar_land(uint64_t* bar) {
+  BlockHopper& h = hopper();
+  for (auto it = h.loads.begin(); it != h.loads.end();) {
+    if (it->bar != bar) {
+      ++it;
+      continue;
+    }
+    std::memcpy(it->dst, it->bytes.data(), it->bytes.size());
+    MbarState s = mbar_load(bar);
+    s.tx -= static_cast<int32_t>(it->bytes.size());
+    it = h.loads.erase(it);
+    mbar_settle(bar, s);
+  }
+}
+
+// mbarrier.try_wait.parity / test_wait.parity: true once the phase of parity `parity` has
+// completed, i.e. the current phase has the other parity.
+inline bool mbar_test_parity(uint64_t* bar, uint32_t parity) {
+  bool done;
+  {
+    Untracked quiet;
+    mbar_land(bar);
+    done = mbar_load(bar).phase != (parity & 1u);
+  }
+  if (done) hb_acquire(mbar_sync(bar, parity & 1u));
+  return done;
+}
+inline void mbar_wait_parity(uint64_t* bar, uint32_t parity) {
+  spin_until([&] { return mbar_test_parity(bar, parity); },
+             "mbarrier wait for the phase of parity " + std::to_string(parity & 1u));
+}
+
+// ---- TMA (cp.async.bulk.tensor, tile mode) ------------------------------------------------------
+// Visits the box's elements in shared-memory order: f(smem offset before swizzling, global
+// address or null when out of bounds).
+template <class F>
+inline void tma_box(const EmuTensorMap& t, const int32_t* coords, F&& f) {
+  if (t.interleave != 0) fail("cp.async.bulk.tensor: interleaved tensor maps are not emulated");
+  for (unsigned d = 0; d < t.rank; ++d)
+    if (t.elem_strides[d] != 1) fail("cp.async.bulk.tensor: element strides other than 1 are not emulated");
+  unsigned char* base = tensor_base(t);
+  size_t total = 1;
+  for (unsigned d = 0; d < t.rank; ++d) total *= t.box[d];
+  for (size_t e = 0; e < total; ++e) {
+    size_t rest = e;
+    bool inside = true;
+    uint64_t off = 0;
+    for (unsigned d = 0; d < t.rank; ++d) {
+      int64_t c = int64_t(coords[d]) + int64_t(rest % t.box[d]);
+      rest /= t.box[d];
+      if (c < 0 || c >= int64_t(t.dims[d])) inside = false;
+      off += uint64_t(c) * (d == 0 ? t.elem_bytes : t.strides[d - 1]);
+    }
+    f(e * t.elem_bytes, inside ? base + off : nullptr);
+  }
+}
+
+inline size_t tma_box_bytes(const EmuTensorMap& t) {
+  size_t total = t.elem_bytes;
+  for (unsigned d = 0; d < t.rank; ++d) total *= t.box[d];
+  return total;
+}
+
+inline void tma_check_smem(const void* smem, const EmuTensorMap& t, const char* what) {
+  require_aligned(smem, t.swizzle ? 1024 : 128, what);
+}
+
+// cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes: the box at
+// `coords` (innermost first) into `smem`, out-of-bounds elements zero; completes its bytes on
+// `bar` when it lands.
+inline void tma_load(void* smem, const TensorMap* map, uint64_t* bar, const int32_t* coords) {
+  const EmuTensorMap& t = tensor_map(map);
+  tma_check_smem(smem, t, "cp.async.bulk.tensor shared destination");
+  if (t.oob_fill != 0) fail("cp.async.bulk.tensor: the NaN out-of-bounds fill is not emulated");
+  auto* dst = static_cast<unsigned char*>(smem);
+  TmaLoad op{bar, dst, std::vector<unsigned char>(tma_box_bytes(t), 0)};
+  unsigned bits = tma_swizzle_bits(t.swizzle);
+  uintptr_t origin = reinterpret_cast<uintptr_t>(dst);
+  size_t read = 0;
+  tma_box(t, coords, [&](size_t off, const unsigned char* src) {
+    if (!src) return;
+    uintptr_t at = swizzle_address(origin + off, bits) - origin;
+    std::memcpy(op.bytes.data() + at, src, t.elem_bytes);
+    read += t.elem_bytes;
+  });
+  count_read(read);
+#ifdef NCDC_TSAN
+  __tsan_write_range(dst, op.bytes.size());  // it may land any time before the phase completes
+  {
+    Untracked quiet;
+    hb_release(mbar_sync(bar, mbar_load(bar).phase));
+  }
+#endif
+  Untracked quiet;
+  mbar_load(bar);  // the barrier must exist now
+  hopper().loads.push_back(std::move(op));
+}
+
+// cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group: the box in `smem` to global
+// memory at `coords`, skipping out-of-bounds elements. The emulator reads shared memory at the
+// issue and writes global memory at cp.async.bulk.wait_group.
+inline void tma_store(const TensorMap* map, const void* smem, const int32_t* coords) {
+  const EmuTensorMap& t = tensor_map(map);
+  tma_check_smem(smem, t, "cp.async.bulk.tensor shared source");
+  const auto* src = static_cast<const unsigned char*>(smem);
+  unsigned bits = tma_swizzle_bits(t.swizzle);
+  uintptr_t origin = reinterpret_cast<uintptr_t>(src);
+  std::vector<unsigned char> plan;  // (global address, bytes) records
+  tma_box(t, coords, [&](size_t off, const unsigned char* dst) {
+    if (!dst) return;
+    uintptr_t at = swizzle_address(origin + off, bits) - origin;
+    auto addr = reinterpret_cast<uintptr_t>(dst);
+    const unsigned char* a = reinterpret_cast<const unsigned char*>(&addr);
+    plan.insert(plan.end(), a, a + sizeof addr);
+    plan.insert(plan.end(), src + at, src + at + t.elem_bytes);
+  });
+  Untracked quiet;
+  my_hopper().stores.emplace_back(std::move(plan), int(t.elem_bytes));
+}
+inline void tma_store_commit() {
+  Untracked quiet;
+  FiberHopper& f = my_hopper();
+  f.store_group_ends.push_back(f.stores.size());
+}
+// cp.async.bulk.wait_group[.read] n: performs the oldest store groups until n are pending.
+inline void tma_store_wait(unsigned n) {
+  FiberHopper& f = my_hopper();
+  size_t groups = f.store_group_ends.size();
+  if (groups <= n) return;
+  size_t end = f.store_group_ends[groups - n - 1];
+  size_t written = 0;
+  for (size_t i = 0; i < end; ++i) {
+    const auto& [plan, size] = f.stores[i];
+    for (size_t p = 0; p < plan.size(); p += sizeof(uintptr_t) + size_t(size)) {
+      uintptr_t addr;
+      std::memcpy(&addr, plan.data() + p, sizeof addr);
+      std::memcpy(reinterpret_cast<void*>(addr), plan.data() + p + sizeof addr, size_t(size));
+      written += size_t(size);
+    }
+  }
+  count_write(written);
+  Untracked quiet;
+  f.stores.erase(f.stores.begin(), f.stores.begin() + long(end));
+  f.store_group_ends.erase(f.store_group_ends.begin(), f.store_group_ends.begin() + long(groups - n));
+  for (auto& e : f.store_group_ends) e -= end;
+}
+
+// ---- named barriers (bar.sync / bar.arrive with an id and a thread count) --------------------
+inline NamedBarrier& named_barrier(unsigned id, unsigned count) {
+  if (id == 0 || id > 15) fail("named barrier id must be 1 to 15 (0 is __syncthreads)");
+  if (count == 0 || count % 32 || count > tl_worker->nthreads)
+    fail("named barrier thread count must be a multiple of 32, at most the block's threads");
+  NamedBarrier& b = hopper().bars[id];
+  if (b.arrived == 0) b.expected = count;
+  else if (b.expected != count)
+    fail("named barrier " + std::to_string(id) + " used with thread counts " +
+         std::to_string(b.expected) + " and " + std::to_string(count));
+  return b;
+}
+inline unsigned named_arrive(unsigned id, unsigned count) {
+  Untracked quiet;
+  NamedBarrier& b = named_barrier(id, count);
+  hb_release(&b.sync[b.gen & 1u]);
+  unsigned gen = b.gen;
+  if (++b.arrived == b.expected) {
+    b.arrived = 0;
+    ++b.gen;
+  }
+  ++hopper().progress;
+  return gen;
+}
+inline void named_sync(unsigned id, unsigned count) {
+  unsigned gen = named_arrive(id, count);
+  NamedBarrier* b = &hopper().bars[id];
+  spin_until([&] { Untracked quiet; return b->gen != gen; },
+             "bar.sync " + std::to_string(id) + ", " + std::to_string(count));
+  hb_acquire(&b->sync[gen & 1u]);
+}
+
+// ---- setmaxnreg ---------------------------------------------------------------------------------
+// Checks the count and that the block's warpgroups together fit the SM's 64K registers.
+inline void setmaxnreg(unsigned regs) {
+  Untracked quiet;
+  if (regs < 24 || regs > 256 || regs % 8)
+    fail("setmaxnreg count must be a multiple of 8 in [24, 256], got " + std::to_string(regs));
+  BlockHopper& h = hopper();
+  unsigned wg = linear_tid() / 128;
+  if (wg >= 32) fail("setmaxnreg: too many warpgroups");
+  h.regs[wg] = regs;
+  unsigned total = 0;
+  for (unsigned r : h.regs) total += r * 128;
+  if (total > 65536)
+    fail("setmaxnreg: the warpgroups ask for " + std::to_string(total) + " registers, over the SM's 65536");
+}
+
+// ---- wgmma --------------------------------------------------------------------------------------
+// The shared-memory matrix descriptor (PTX ISA 9.7.15.5.1): bits 0-13 start address >> 4,
+// 16-29 leading-dimension byte offset >> 4, 32-45 stride-dimension byte offset >> 4, 49-51
+// base offset, 62-63 swizzle (0 none, 1 128B, 2 64B, 3 32B).
+struct Descriptor {
+  const unsigned char* start;
+  uint32_t lbo, sbo;
+  unsigned swizzle_bytes;  // 0, 32, 64, 128
+};
+
+inline Descriptor decode_descriptor(uint64_t desc) {
+  Worker& w = *tl_worker;
+  uintptr_t field = uintptr_t(desc & 0x3fff) << 4;
+  auto lo = reinterpret_cast<uintptr_t>(w.dynamic_smem), hi = lo + w.launch->dynamic_smem;
+  uintptr_t window = lo & ~uintptr_t(0x3ffff);
+  uintptr_t at = window + field;
+  if (at < lo) at += 0x40000;
+  if (!w.dynamic_smem || at >= hi)
+    fail("wgmma descriptor start address is not in the block's dynamic shared memory");
+  if (desc >> 49 & 7) fail("wgmma descriptor base offset other than 0 is not emulated");
+  static constexpr unsigned kSwizzle[4] = {0, 128, 64, 32};
+  return {reinterpret_cast<const unsigned char*>(at), uint32_t(desc >> 16 & 0x3fff) << 4,
+          uint32_t(desc >> 32 & 0x3fff) << 4, kSwizzle[desc >> 62 & 3]};
+}
+
+// The address of element (mn, k) of a descriptor's matrix, by the canonical layouts of the
+// PTX ISA ("Shared Memory Matrix Layout"), with CuTe's reading of LBO and SBO:
+//   K-major, no swizzle: 8x16-byte core matrices; k chunks at LBO, 8-row groups at SBO;
+//   K-major, swizzle W:  rows of W bytes, 8-row groups at SBO (LBO unused);
+//   MN-major, no swizzle: 16-byte mn chunks at SBO, 8-k groups at LBO, k rows 16 bytes apart;
+//   MN-major, swizzle W:  W-byte mn blocks at LBO, k rows W bytes apart, 8-k groups at SBO.
+inline const unsigned char* operand_address(const Descriptor& d, int mn, int k, int esize, bool mn_major) {
+  uintptr_t off;
+  if (!mn_major) {
+    uint32_t kb = uint32_t(k * esize);
+    if (d.swizzle_bytes == 0) off = (mn % 8) * 16 + (mn / 8) * d.sbo + kb % 16 + (kb / 16) * d.lbo;
+    else off = (mn % 8) * d.swizzle_bytes + (mn / 8) * d.sbo + kb;
+  } else {
+    uint32_t mb = uint32_t(mn * esize);
+    if (d.swizzle_bytes == 0) off = mb % 16 + (mb / 16) * d.sbo + (k % 8) * 16 + (k / 8) * d.lbo;
+    else off = mb % d.swizzle_bytes + (mb / d.swizzle_bytes) * d.lbo + (k % 8) * d.swizzle_bytes + (k / 8) * d.sbo;
+  }
+  uintptr_t a = reinterpret_cast<uintptr_t>(d.start) + off;
+  unsigned bits = d.swizzle_bytes == 128 ? 3 : d.swizzle_bytes == 64 ? 2 : d.swizzle_bytes == 32 ? 1 : 0;
+  return reinterpret_cast<const unsigned char*>(swizzle_address(a, bits));
+}
+
+inline float wgmma_elem(const unsigned char* p, int elem) {
+  switch (elem) {
+    case 0: { uint16_t b; std::memcpy(&b, p, 2); return bits_float(uint32_t(b) << 16); }
+    case 1: { uint16_t b; std::memcpy(&b, p, 2); return decode(b, kHalf); }
+    case 2: return decode(*p, kE4m3);
+    default: return decode(*p, kE5m2);
+  }
+}
+
+// One thread's share of an m64nNkK wgmma: its accumulators, by the D fragment layout of
+// "Matrix Fragments for wgmma .m64nNk16" (and k32): with w = warp of the warpgroup, g = lane/4,
+// t = lane%4, element i is row 16w + g + 8*((i/2)%2), column 8*(i/4) + 2t + i%2.
+inline void wgmma_perform(const WgmmaOp& op, unsigned tid_in_group) {
+  Descriptor da = decode_descriptor(op.desc_a), db = decode_descriptor(op.desc_b);
+  int esize = op.elem >= 2 ? 1 : 2;
+  unsigned w = tid_in_group / 32, lane = tid_in_group % 32, g = lane / 4, t = lane % 4;
+  float a[2][32];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < op.k; ++k) {
+      float v = wgmma_elem(operand_address(da, int(16 * w + g + 8 * h), k, esize, op.trans_a), op.elem);
+      a[h][k] = op.neg_a ? -v : v;
+    }
+  for (int i = 0; i < op.n / 2; ++i) {
+    int h = (i / 2) % 2, col = 8 * (i / 4) + 2 * int(t) + i % 2;
+    float acc = 0.0f;
+    for (int k = 0; k < op.k; ++k) {
+      float b = wgmma_elem(operand_address(db, col, k, esize, op.trans_b), op.elem);
+      acc += a[h][k] * (op.neg_b ? -b : b);
+    }
+    op.d[i] = op.scale_d ? acc + op.d[i] : acc;
+  }
+}
+
+inline void wgmma_fence() {
+  Untracked quiet;
+  my_hopper().fenced = true;
+}
+
+// wgmma.mma_async: queued; shared memory is read and `d` written at the retiring wait_group.
+inline void wgmma_issue(const WgmmaOp& op) {
+  if (tl_worker->nthreads % 128)
+    fail("wgmma.mma_async needs whole warpgroups: the block has " + std::to_string(tl_worker->nthreads) + " threads");
+  {
+    Untracked quiet;
+    if (!my_hopper().fenced)
+      fail("wgmma.mma_async without a wgmma.fence before it (since the thread last waited)");
+  }
+#ifdef NCDC_TSAN
+  {
+    WgmmaOp probe = op;  // reads the operands now: the instruction may read them any time
+    std::vector<float> scratch(size_t(op.n / 2), 0.0f);
+    probe.d = scratch.data();
+    wgmma_perform(probe, linear_tid() % 128);
+  }
+#endif
+  Untracked quiet;
+  my_hopper().ops.push_back(op);
+}
+inline void wgmma_commit() {
+  Untracked quiet;
+  FiberHopper& f = my_hopper();
+  f.group_ends.push_back(f.ops.size());
+}
+// wgmma.wait_group n: retires the oldest groups until at most n are pending.
+inline void wgmma_wait(unsigned n) {
+  FiberHopper& f = my_hopper();
+  size_t groups = f.group_ends.size();
+  if (groups > n) {
+    size_t end = f.group_ends[groups - n - 1];
+    for (size_t i = 0; i < end; ++i) wgmma_perform(f.ops[i], linear_tid() % 128);
+    Untracked quiet;
+    f.ops.erase(f.ops.begin(), f.ops.begin() + long(end));
+    f.group_ends.erase(f.group_ends.begin(), f.group_ends.begin() + long(groups - n));
+    for (auto& e : f.group_ends) e -= end;
+  }
+  Untracked quiet;
+  f.fenced = false;
+}
+
+}  // namespace emu
+}  // namespace ncdc
+
+#endif  // NCDC_EMU_HOPPER_H

@@ -1,0 +1,581 @@
+// Hopper (sm_90a) device API: mbarriers, TMA tensor copies, wgmma from shared-memory
+// descriptors, named barriers and setmaxnreg; inline PTX on a GPU, the emulation of
+// ncdc_emu_hopper.h on a CPU. Include after ncdc_runtime.cuh. See docs/cpu-backend.md.
+//
+// The wgmma wrappers below the line "generated" are written out for n = 64, 128 and 256 (the
+// operand lists of inline PTX cannot be built by the preprocessor), in the PTX ISA syntax:
+//   wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 d, a-desc, b-desc, scale-d,
+//       imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b;
+#pragma once
+#ifndef NCDC_HOPPER_CUH
+#define NCDC_HOPPER_CUH
+
+namespace ncdc {
+
+#ifdef NCDC_GPU
+// CUtensorMap of the driver API (cuda.h is a host header NVRTC does not have): 128 opaque
+// bytes, 64-byte aligned, passed as a `const __grid_constant__` kernel parameter.
+struct alignas(64) TensorMap {
+  unsigned long long opaque[16];
+};
+#endif
+
+// The 32-bit shared-window address of a shared-memory pointer (on the CPU: the pointer's low
+// bits, which is all the swizzle and the descriptor's 14-bit field use).
+NCDC_DEVICE unsigned smem_address(const void* p) {
+#ifdef NCDC_GPU
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+#else
+  return static_cast<unsigned>(reinterpret_cast<uintptr_t>(p));
+#endif
+}
+
+// ---- mbarrier (PTX ISA 9.7.13.15) ----------------------------------------------------------
+NCDC_DEVICE void mbar_init(unsigned long long* bar, unsigned count) {
+#ifdef NCDC_GPU
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count));
+#else
+  emu::mbar_init(reinterpret_cast<uint64_t*>(bar), count);
+#endif
+}
+
+// Makes initialised mbarriers visible to the async proxy and the other threads (then
+// __syncthreads). On the CPU: nothing to order.
+NCDC_DEVICE void fence_barrier_init() {
+#ifdef NCDC_GPU
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// fence.proxy.async.shared::cta: orders this thread's generic-proxy shared-memory accesses
+// with later async-proxy ones (TMA, wgmma). On the CPU: not modelled (see docs).
+NCDC_DEVICE void fence_proxy_async() {
+#ifdef NCDC_GPU
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+NCDC_DEVICE void mbar_arrive(unsigned long long* bar) {
+#ifdef NCDC_GPU
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+#else
+  emu::mbar_arrive(reinterpret_cast<uint64_t*>(bar), 1, 0);
+#endif
+}
+
+// mbarrier.arrive.expect_tx: expects `bytes` more transaction bytes, then arrives.
+NCDC_DEVICE void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+#ifdef NCDC_GPU
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)),
+               "r"(bytes) : "memory");
+#else
+  emu::mbar_arrive(reinterpret_cast<uint64_t*>(bar), 1, static_cast<int32_t>(bytes));
+#endif
+}
+
+NCDC_DEVICE void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+#ifdef NCDC_GPU
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)),
+               "r"(bytes) : "memory");
+#else
+  emu::mbar_expect_tx(reinterpret_cast<uint64_t*>(bar), static_cast<int32_t>(bytes));
+#endif
+}
+
+// mbarrier.try_wait.parity: true once the phase of parity `parity` has completed.
+NCDC_DEVICE bool mbar_try_wait(unsigned long long* bar, unsigned parity) {
+#ifdef NCDC_GPU
+  unsigned done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done) : "r"(smem_address(bar)), "r"(parity) : "memory");
+  return done != 0;
+#else
+  return emu::mbar_test_parity(reinterpret_cast<uint64_t*>(bar), parity);
+#endif
+}
+
+// Waits until the phase of parity `parity` has completed.
+NCDC_DEVICE void mbar_wait(unsigned long long* bar, unsigned parity) {
+#ifdef NCDC_GPU
+  while (!mbar_try_wait(bar, parity)) {
+  }
+#else
+  emu::mbar_wait_parity(reinterpret_cast<uint64_t*>(bar), parity);
+#endif
+}
+
+// ---- TMA: cp.async.bulk.tensor, tile mode (PTX ISA 9.7.9.25) ---------------------------------
+// The box at (c0, c1[, c2]) (innermost first) into `smem`; its bytes complete on `bar`.
+NCDC_DEVICE void tma_load_2d(void* smem, const TensorMap* map, unsigned long long* bar, int c0, int c1) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n"
+      ::"r"(smem_address(smem)), "l"(reinterpret_cast<unsigned long long>(map)),
+      "r"(smem_address(bar)), "r"(c0), "r"(c1) : "memory");
+#else
+  int32_t c[2] = {c0, c1};
+  emu::tma_load(smem, map, reinterpret_cast<uint64_t*>(bar), c);
+#endif
+}
+
+NCDC_DEVICE void tma_load_3d(void* smem, const TensorMap* map, unsigned long long* bar, int c0, int c1,
+                             int c2) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n"
+      ::"r"(smem_address(smem)), "l"(reinterpret_cast<unsigned long long>(map)),
+      "r"(smem_address(bar)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+#else
+  int32_t c[3] = {c0, c1, c2};
+  emu::tma_load(smem, map, reinterpret_cast<uint64_t*>(bar), c);
+#endif
+}
+
+// The box in `smem` to global memory at (c0, c1); out-of-bounds elements are not written.
+// Shared writes before it need fence_proxy_async(); complete with tma_store_commit/wait.
+NCDC_DEVICE void tma_store_2d(const TensorMap* map, const void* smem, int c0, int c1) {
+#ifdef NCDC_GPU
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];\n"
+               ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_address(smem)), "r"(c0),
+               "r"(c1) : "memory");
+#else
+  int32_t c[2] = {c0, c1};
+  emu::tma_store(map, smem, c);
+#endif
+}
+
+NCDC_DEVICE void tma_store_commit() {
+#ifdef NCDC_GPU
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#else
+  emu::tma_store_commit();
+#endif
+}
+
+// cp.async.bulk.wait_group N: at most N store groups of this thread stay pending.
+template <int N>
+NCDC_DEVICE void tma_store_wait() {
+#ifdef NCDC_GPU
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+  emu::tma_store_wait(N);
+#endif
+}
+
+// ---- named barriers (bar.sync / bar.arrive a, b) --------------------------------------------
+// `count` threads (a multiple of 32) arrive at barrier `id` (1 to 15; 0 is __syncthreads).
+NCDC_DEVICE void named_bar_sync(unsigned id, unsigned count) {
+#ifdef NCDC_GPU
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#else
+  emu::named_sync(id, count);
+#endif
+}
+
+NCDC_DEVICE void named_bar_arrive(unsigned id, unsigned count) {
+#ifdef NCDC_GPU
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#else
+  emu::named_arrive(id, count);
+#endif
+}
+
+// ---- setmaxnreg (warpgroup-wide register budget) ---------------------------------------------
+template <int REGS>
+NCDC_DEVICE void setmaxnreg_inc() {
+#ifdef NCDC_GPU
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#else
+  emu::setmaxnreg(REGS);
+#endif
+}
+
+template <int REGS>
+NCDC_DEVICE void setmaxnreg_dec() {
+#ifdef NCDC_GPU
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+#else
+  emu::setmaxnreg(REGS);
+#endif
+}
+
+// ---- wgmma (PTX ISA 9.7.15) -------------------------------------------------------------------
+enum SmemSwizzle : unsigned { kSwizzleNone = 0, kSwizzle128 = 1, kSwizzle64 = 2, kSwizzle32 = 3 };
+
+// The shared-memory matrix descriptor: start address, leading and stride byte offsets, swizzle.
+NCDC_DEVICE unsigned long long smem_desc(const void* start, unsigned lbo, unsigned sbo, SmemSwizzle swizzle) {
+  return (static_cast<unsigned long long>((smem_address(start) & 0x3ffff) >> 4)) |
+         (static_cast<unsigned long long>((lbo >> 4) & 0x3fff) << 16) |
+         (static_cast<unsigned long long>((sbo >> 4) & 0x3fff) << 32) |
+         (static_cast<unsigned long long>(swizzle) << 62);
+}
+
+// wgmma.fence: before the first wgmma.mma_async, and after touching its registers.
+NCDC_DEVICE void wgmma_fence() {
+#ifdef NCDC_GPU
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  emu::wgmma_fence();
+#endif
+}
+
+NCDC_DEVICE void wgmma_commit() {
+#ifdef NCDC_GPU
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  emu::wgmma_commit();
+#endif
+}
+
+// wgmma.wait_group N: at most N of this warpgroup's committed groups stay in flight.
+template <int N>
+NCDC_DEVICE void wgmma_wait() {
+#ifdef NCDC_GPU
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#else
+  emu::wgmma_wait(N);
+#endif
+}
+
+// Keeps the compiler from moving accumulator accesses across the asynchronous wgmma.
+template <int COUNT>
+NCDC_DEVICE void wgmma_fence_operands(float* d) {
+#ifdef NCDC_GPU
+#pragma unroll
+  for (int i = 0; i < COUNT; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#else
+  (void)d;
+#endif
+}
+
+// ---- generated: wgmma.mma_async for n = 64, 128, 256 -----------------------------------------
+// D (+)= A * B, m64nNk16, bf16 from descriptors; TA/TB: 1 = the operand is MN-major.
+template <int N, int TA, int TB>
+NCDC_DEVICE void wgmma_m64k16_bf16(float* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 64, 128, 256");
+#ifdef NCDC_GPU
+  if constexpr (N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+  }
+  if constexpr (N == 128) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+  }
+  if constexpr (N == 256) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+  }
+#else
+  emu::wgmma_issue({desc_a, desc_b, d, N, 16, 0, scale_d, 0, 0, TA, TB});
+#endif
+}
+
+// D (+)= A * B, m64nNk16, f16 from descriptors; TA/TB: 1 = the operand is MN-major.
+template <int N, int TA, int TB>
+NCDC_DEVICE void wgmma_m64k16_f16(float* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 64, 128, 256");
+#ifdef NCDC_GPU
+  if constexpr (N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+  }
+  if constexpr (N == 128) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+  }
+  if constexpr (N == 256) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+  }
+#else
+  emu::wgmma_issue({desc_a, desc_b, d, N, 16, 1, scale_d, 0, 0, TA, TB});
+#endif
+}
+
+// D (+)= A * B, m64nNk32, e4m3 from descriptors; both operands K-major.
+template <int N>
+NCDC_DEVICE void wgmma_m64k32_e4m3(float* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 64, 128, 256");
+#ifdef NCDC_GPU
+  if constexpr (N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (N == 128) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (N == 256) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+#else
+  emu::wgmma_issue({desc_a, desc_b, d, N, 32, 2, scale_d, 0, 0, 0, 0});
+#endif
+}
+
+// D (+)= A * B, m64nNk32, e5m2 from descriptors; both operands K-major.
+template <int N>
+NCDC_DEVICE void wgmma_m64k32_e5m2(float* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 64, 128, 256");
+#ifdef NCDC_GPU
+  if constexpr (N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e5m2 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (N == 128) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (N == 256) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+#else
+  emu::wgmma_issue({desc_a, desc_b, d, N, 32, 3, scale_d, 0, 0, 0, 0});
+#endif
+}
+
+
+// ---- the warp-specialised GEMM (templates/gemm_wgmma.cu.j2) ----------------------------------
+// 384 threads: warpgroup 0 produces (one thread issues the TMA loads of each stage into a
+// ring of STAGES slots), warpgroups 1 and 2 consume (each 64 rows of the BM = 128 block tile,
+// wgmma m64nBNk16 from 128-byte-swizzled descriptors). Full barriers count one arrival plus
+// the stage's bytes; empty barriers one arrival per consumer warp. Tiles are persistent:
+// block b runs tiles b, b + gridDim.x, ..., rasterised GROUP_M tile rows at a time.
+namespace wgmma_gemm {
+
+constexpr int kConsumers = 2;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * (40 + 2 * 232) <= 65536
+
+template <class T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  template <int N, int TB>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    wgmma_m64k16_bf16<N, 0, TB>(d, a, b, scale_d);
+  }
+};
+template <>
+struct Mma<__half> {
+  template <int N, int TB>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    wgmma_m64k16_f16<N, 0, TB>(d, a, b, scale_d);
+  }
+};
+
+template <>
+struct Mma<__nv_fp8_e4m3> {
+  template <int N, int TB>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    static_assert(TB == 0, "8-bit wgmma operands are K-major");
+    wgmma_m64k32_e4m3<N>(d, a, b, scale_d);
+  }
+};
+template <>
+struct Mma<__nv_fp8_e5m2> {
+  template <int N, int TB>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    static_assert(TB == 0, "8-bit wgmma operands are K-major");
+    wgmma_m64k32_e5m2<N>(d, a, b, scale_d);
+  }
+};
+
+template <class T, int BN_, int BK_, int STAGES_, bool B_K_>
+struct Config {
+  static constexpr int BM = 64 * kConsumers, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr bool B_K = B_K_;  // B's contiguous axis is k (else n)
+  static constexpr int ES = sizeof(T);
+  static constexpr int KSTEP = 32 / ES;                 // wgmma k: 16 (16-bit), 32 (fp8)
+  static constexpr int SPAN = 128;                      // swizzle span: one row of the box
+  static constexpr int ROW = SPAN / ES;                 // values per 128-byte row
+  static constexpr int A_BYTES = BM * BK * ES, B_BYTES = BN * BK * ES;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES;  // + alignment to 1024
+  static_assert(BK * ES == SPAN, "a k tile is one 128-byte swizzle row");
+  static_assert(B_K || BN % ROW == 0, "an MN-major B tile is whole 128-byte blocks");
+};
+
+struct Problem {
+  long long m, n, k, batches;
+  int group_m;
+};
+
+// Tile `t` of the persistent sequence: batch z, tile row tm, tile column tn, rasterised in
+// groups of `group_m` tile rows so that consecutive blocks share A and B tiles in L2.
+NCDC_DEVICE void tile_of(long long t, long long tiles_m, long long tiles_n, int group_m,
+                         long long& z, long long& tm, long long& tn) {
+  long long per_batch = tiles_m * tiles_n;
+  z = t / per_batch;
+  long long r = t % per_batch, width = group_m * tiles_n;
+  long long first = r / width * group_m;
+  long long rows = tiles_m - first < group_m ? tiles_m - first : group_m;
+  tm = first + (r % width) % rows;
+  tn = (r % width) / rows;
+}
+
+NCDC_DEVICE unsigned char* aligned_smem() {
+  unsigned char* p = dynamic_smem<unsigned char>();
+  return p + ((1024 - smem_address(p) % 1024) % 1024);
+}
+
+template <class Cfg>
+NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigned char* smem,
+                         unsigned long long* full, unsigned long long* empty, const Problem& p,
+                         bool batched) {
+  long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
+  long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  int stage = 0;
+  unsigned phase = 0;
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    long long z, tm, tn;
+    tile_of(t, tiles_m, tiles_n, p.group_m, z, tm, tn);
+    int m0 = int(tm * Cfg::BM), n0 = int(tn * Cfg::BN), zi = int(z);
+    for (long long kt = 0; kt < k_tiles; ++kt) {
+      mbar_wait(&empty[stage], phase ^ 1u);  // the consumers released this slot
+      unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
+      unsigned char* b = a + Cfg::A_BYTES;
+      int k0 = int(kt * Cfg::BK);
+      mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
+      if (batched) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
+      else tma_load_2d(a, map_a, &full[stage], k0, m0);
+      if constexpr (Cfg::B_K) {
+        if (batched) tma_load_3d(b, map_b, &full[stage], k0, n0, zi);
+        else tma_load_2d(b, map_b, &full[stage], k0, n0);
+      } else {
+        for (int j = 0; j < Cfg::BN / Cfg::ROW; ++j) {  // 128-byte column blocks of B
+          unsigned char* bj = b + j * Cfg::BK * Cfg::SPAN;
+          if (batched) tma_load_3d(bj, map_b, &full[stage], n0 + j * Cfg::ROW, k0, zi);
+          else tma_load_2d(bj, map_b, &full[stage], n0 + j * Cfg::ROW, k0);
+        }
+      }
+      if (++stage == Cfg::STAGES) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  }
+}
+
+// The descriptors of k step `kk` of a stage: A K-major (rows of 128 bytes, 8-row groups 1024
+// apart); B K-major the same, or MN-major (k rows of 128 bytes, 8-k groups 1024 apart,
+// 128-byte column blocks BK * 128 apart).
+template <class Cfg>
+NCDC_DEVICE void stage_descriptors(unsigned char* a, unsigned char* b, int kk, int consumer,
+                                   unsigned long long& da, unsigned long long& db) {
+  da = smem_desc(a + consumer * 64 * Cfg::SPAN + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
+  if constexpr (Cfg::B_K) db = smem_desc(b + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
+  else db = smem_desc(b + kk * Cfg::KSTEP * Cfg::SPAN, Cfg::BK * Cfg::SPAN, 1024, kSwizzle128);
+}
+
+// A consumer warpgroup: waits for each stage, issues its wgmmas, keeps one k tile in
+// flight, releases the previous stage, and hands every accumulator to `out(z, row, col, v)`.
+template <class T, class Cfg, class Out>
+NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned long long* empty,
+                         const Problem& p, int consumer, const Out& out) {
+  long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
+  long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  int stage = 0, held = -1;
+  unsigned phase = 0;
+  float acc[Cfg::BN / 2];
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    long long z, tm, tn;
+    tile_of(t, tiles_m, tiles_n, p.group_m, z, tm, tn);
+    for (long long kt = 0; kt < k_tiles; ++kt) {
+      mbar_wait(&full[stage], phase);
+      unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
+      unsigned char* b = a + Cfg::A_BYTES;
+      wgmma_fence_operands<Cfg::BN / 2>(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::BK / Cfg::KSTEP; ++kk) {
+        unsigned long long da, db;
+        stage_descriptors<Cfg>(a, b, kk, consumer, da, db);
+        Mma<T>::template run<Cfg::BN, Cfg::B_K ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous k tile's wgmmas are done: release its stage
+      wgmma_fence_operands<Cfg::BN / 2>(acc);
+      if (held >= 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[held]);
+      }
+      held = stage;
+      if (++stage == Cfg::STAGES) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands<Cfg::BN / 2>(acc);
+    __syncwarp();
+    if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
+    held = -1;
+    long long row0 = tm * Cfg::BM + consumer * 64 + 16 * w + g, col0 = tn * Cfg::BN + 2 * q;
+#pragma unroll
+    for (int i = 0; i < Cfg::BN / 2; ++i) {
+      long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
+      if (row < p.m && col < p.n) out(z, row, col, acc[i]);
+    }
+  }
+}
+
+// The whole kernel body: barriers, the warp split and the register budgets.
+template <class T, class Cfg, class Out>
+NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Problem& p, bool batched,
+                     const Out& out) {
+  __shared__ unsigned long long full[Cfg::STAGES], empty[Cfg::STAGES];
+  unsigned char* smem = aligned_smem();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4 * kConsumers);  // one arrival per consumer warp
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  int group = threadIdx.x / 128;
+  if (group == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) produce<Cfg>(map_a, map_b, smem, full, empty, p, batched);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    consume<T, Cfg>(smem, full, empty, p, group - 1, out);
+  }
+}
+
+}  // namespace wgmma_gemm
+
+}  // namespace ncdc
+
+#endif  // NCDC_HOPPER_CUH

@@ -1,0 +1,112 @@
+"""The Hopper GEMM variant (ncdc/families/gemm_wgmma.py): rendered for sm_90a, run on the
+CPU backend at odd sizes through TMA's out-of-bounds fill, the ring wrapping and blocks
+running several persistent tiles, and chosen by the model where it is faster."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ncdc.cost import KernelModel, streamed_axes
+from ncdc.families import classify_kernel
+from ncdc.families.gemm import FAMILY
+from ncdc.families.gemm_wgmma import is_wgmma, pipeline_share
+from ncdc.graph import build_graph
+from ncdc.hardware import Hardware, load_hardware
+from ncdc.render import render_plan
+from ncdc.run import run_diagram
+from ncdc.spec import load_diagram
+from ncdc.tiling import plan_diagram, plan_from_candidates
+
+DIAGRAMS = Path(__file__).parent.parent / "diagrams"
+
+
+def one_sm(hw: Hardware) -> Hardware:
+    """`hw` with one SM: the persistent grid is one block that runs every tile."""
+    return dataclasses.replace(hw, limits=dataclasses.replace(hw.limits, sms=1))
+
+
+def wgmma_module(spec: str, sizes: dict[str, int], bn: int, stages: int, hw: Hardware):
+    d = load_diagram(DIAGRAMS / spec, sizes)
+    kernel = build_graph(d, hw).kernels[0]
+    family = classify_kernel(d, kernel)
+    cands = FAMILY.candidates(KernelModel(d, kernel), family, hw, streamed_axes(d, kernel), {})
+    pick = [c for c in cands if is_wgmma(c) and c.param("bn") == bn and c.param("stages") == stages]
+    assert len(pick) == 1
+    return d, render_plan(plan_from_candidates(d, hw, pick))
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes", "bn", "sms"),
+    [
+        # m, n and k tails; 5 k tiles through a ring of 3; one block runs both tiles
+        ("matmul.yaml", {"m": 77, "n": 200, "k": 264}, 128, 1),
+        # two batches, one tile each, two blocks
+        ("batched_matmul.yaml", {"b": 2, "m": 40, "n": 72, "k": 88}, 64, 132),
+        # bias and GELU fused; a 256-wide tile over n = 136
+        ("mlp.yaml", {"m": 33, "n": 136, "k": 72}, 256, 132),
+        # fp8 e4m3 (wgmma k32) with per-tensor scales; k = 80 of a 128-wide k tile
+        ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 100, "n": 72, "k": 80}, 64, 132),
+    ],
+)
+def test_wgmma_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: int) -> None:
+    hw = load_hardware("h200")
+    if sms == 1:
+        hw = one_sm(hw)
+    d, module = wgmma_module(spec, sizes, bn, 3, hw)
+    assert "wgmma" in module.launches[0].kernel
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok, [c for c in result.checks if not c.ok]
+
+
+def test_cuda_tensor_map_is_encoded_by_the_driver_and_cached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No GPU here: the driver call is replaced by one that records its arguments.
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from ncdc import gpu
+    from ncdc.families.base import TensorMapSpec
+
+    calls = []
+
+    class Map:
+        opaque = list(range(16))
+
+    def encode(*args: object) -> tuple:
+        calls.append(args)
+        return driver.CUresult.CUDA_SUCCESS, Map()
+
+    monkeypatch.setattr(driver, "cuTensorMapEncodeTiled", encode)
+    monkeypatch.setattr(gpu, "_TENSOR_MAPS", {})
+    spec = TensorMapSpec("A", "bf16", (136, 77, 2), (272, 272 * 77), (64, 128, 1), 128)
+    first = gpu.tensor_map_argument(spec, 0x10000)
+    again = gpu.tensor_map_argument(spec, 0x10000)
+    assert len(calls) == 1 and first is again and first.dtype.itemsize == 128
+    dtype, rank, address, dims, strides, box, estrides, _, swizzle, _, _ = calls[0]
+    assert (int(dtype), rank, address) == (9, 3, 0x10000)  # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+    assert [int(x) for x in dims] == [136, 77, 2] and [int(x) for x in strides] == [272, 20944]
+    assert [int(x) for x in box] == [64, 128, 1] and [int(x) for x in estrides] == [1, 1, 1]
+    assert int(swizzle) == 3  # CU_TENSOR_MAP_SWIZZLE_128B
+    with pytest.raises(Exception, match="not 16-byte aligned"):
+        gpu.tensor_map_argument(spec, 0x10008)
+
+
+def test_the_model_chooses_the_variant_per_shape() -> None:
+    # 4096^3 bf16: wgmma at the full peak beats mma.sync at 0.65 of it; 256^3: the 128-row
+    # tile pads and 4 tiles leave most SMs idle, so mma.sync's small tiles win; a100: no
+    # wgmma at all.
+    h200 = load_hardware("h200")
+    big = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), h200).kernels[0]
+    assert is_wgmma(big.candidate) and big.candidate.threads == 384
+    small = load_diagram(DIAGRAMS / "matmul.yaml", {"m": 256, "n": 256, "k": 256})
+    assert not is_wgmma(plan_diagram(small, h200).kernels[0].candidate)
+    a100 = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), load_hardware("a100"))
+    assert not is_wgmma(a100.kernels[0].candidate)
+    # the ring's pace: a 128-wide tile keeps the tensor cores fed with 3 stages, a 64-wide
+    # one needs 5 (Little's law on a 1000-cycle TMA latency)
+    assert pipeline_share(h200, "bf16", 128, 3, 3) == 1.0
+    assert pipeline_share(h200, "bf16", 64, 3, 2) < 0.7 < pipeline_share(h200, "bf16", 64, 5, 2)
