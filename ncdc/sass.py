@@ -327,7 +327,9 @@ def stream_path(loop: Sequence[Instruction]) -> list[Instruction]:
         if x.target in index and x.target < x.addr
     ]
     straight = {b for b in blocks if not any(lo <= b <= hi for lo, hi in inner)}
-    path = _best_path(blocks, successors, straight) or _best_path(blocks, successors, set(blocks))
+    path = _best_path(blocks, successors, straight)
+    if not any(_global_bytes(x) for b in path for x in blocks[b]):
+        path = _best_path(blocks, successors, set(blocks))  # a streamed row: its passes loop
     return [x for b in path or sorted(blocks) for x in blocks[b]]
 
 
