@@ -5,16 +5,19 @@ counts are worked out on paper, and on every family that uses shared memory."""
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_cli_contract import SOFTMAX, ncdc
 
 from ncdc import emulate
 from ncdc.emulate import Counters
 from ncdc.hardware import load_hardware
 from ncdc.render import render_plan
 from ncdc.run import device_aligned, run_diagram
+from ncdc.schema import load_schema, validate
 from ncdc.spec import load_diagram, load_diagram_text
 from ncdc.tiling import plan_diagram
 
@@ -173,3 +176,10 @@ def test_elementwise_is_coalesced() -> None:
         4,
     )  # 1024 bf16: 128 runs of 8, 4 warp-wide requests a tensor
     assert c.excess_sectors == 0 and c.shared_requests == 0
+
+
+def test_run_json_with_counters_follows_its_schema() -> None:
+    result = ncdc("run", SOFTMAX, "--set", "m=3", "--set", "n=64", "--counters", "--format", "json")
+    data = json.loads(result.stdout)
+    assert validate(data, load_schema("run")) == []
+    assert data["counters"]["bank_conflicts"] == 0 and data["counters"]["load_requests"] > 0

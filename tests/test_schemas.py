@@ -18,7 +18,6 @@ CASES = {
     "check": (("check", SOFTMAX), "check"),
     "cache info": (("cache", "info"), "cache"),
     "run": (("run", SOFTMAX, "--set", "m=3", "--set", "n=65"), "run"),
-    "run --counters": (("run", SOFTMAX, "--set", "m=3", "--set", "n=64", "--counters"), "run"),
 }
 
 
