@@ -328,7 +328,7 @@ def stream_path(loop: Sequence[Instruction]) -> list[Instruction]:
     ]
     straight = {b for b in blocks if not any(lo <= b <= hi for lo, hi in inner)}
     path = _best_path(blocks, successors, straight)
-    if not any(_global_bytes(x) for b in path for x in blocks[b]):
+    if not any(_is_global_load(x) for b in path for x in blocks[b]):
         path = _best_path(blocks, successors, set(blocks))  # a streamed row: its passes loop
     return [x for b in path or sorted(blocks) for x in blocks[b]]
 
