@@ -49,3 +49,16 @@ def test_grouped_order_wave_spans_eight_tile_rows() -> None:
     assert checker.wave_group(group, 132, 1, 8) == {"n": 17 * 128, "m": 2048}
     # a wave of whole groups (8 x 128 = 1024 blocks and more) is whole rows of tiles
     assert checker.wave_group(group, 1100, 1, 8) == checker.wave_group(group, 1100, 1)
+
+
+def test_fp8_is_priced_at_the_rate_its_mma_sync_runs() -> None:
+    # Hopper has no fp8 mma.sync: ptxas emits fp16 HMMAs for each m16n8k32 (see
+    # BENCHMARKS.md, "GEMM main loop, from the SASS"), so the fp8 GEMM's tensor time equals
+    # the bf16 one's; Ada (L40S, sm_89) runs native QMMA at twice the 16-bit rate.
+    def tensor_s(name: str, profile: str) -> float:
+        plan = plan_diagram(load_diagram(f"diagrams/{name}.yaml"), load_hardware(profile))
+        flops = sum(k.flops for k in plan.kernels)
+        return sum(k.compute["tensor"] for k in plan.kernels) / flops
+
+    assert abs(tensor_s("fp8_matmul", "h200") / tensor_s("matmul", "h200") - 1) < 0.05
+    assert tensor_s("fp8_matmul", "l40s") / tensor_s("matmul", "l40s") < 0.6
