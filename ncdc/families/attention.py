@@ -51,8 +51,9 @@ TILES: dict[str, tuple[int, ...]] = {
 }
 HEAD_STEP, HEAD_MIN, HEAD_MAX = 16, 32, 256  # head sizes: whole mma k-steps (compile-time)
 Q_REGISTER_HEAD = 128  # Q's fragments stay in registers up to this head; above, in SMEM
-# Above this head a causal kernel streams 16 keys a chunk: with 32, ptxas spilled at d = 208
-# (sm_89) and d = 240 (sm_89, sm_90a), 255 registers and up to 276 B; with 16, 222 and none.
+# Above this head a masked kernel (or one with a score functor) streams 16 keys a chunk:
+# causal with 32, ptxas spilled at d = 208 (sm_89) and d = 240 (sm_89, sm_90a), 255
+# registers and up to 276 B; with 16, 222 and none.
 CAUSAL_WIDE_HEAD = 192
 INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
 MMA_ROWS = 16  # queries per warp (the mma's m)
@@ -89,7 +90,7 @@ class Scores:
     batch: tuple[str, ...] = ()  # batch axes whose index a statement reads
     lo: tuple[str, ...] = ()  # C++: key j is seen by query i when j >= i + each of these
     hi: tuple[str, ...] = ()  # and j <= i + each of these
-    causal: bool = False  # some mask bounds the keys above (launch the longest tiles first)
+    bounded: bool = False  # some mask bounds the keys above: launch the longest tiles first
     window: bool = False  # a window mask
     lengths: str = ""  # the int32 lengths tensor of a varlen mask
     lengths_offset: str = "0"
@@ -137,7 +138,7 @@ class Attention:
             "q": self.q, "k": self.k, "v": self.v, "o": self.o,
             "batch": self.batch, "sizes": self.sizes,
             "q_axis": self.q_axis, "x_axis": self.x_axis,
-            "d": self.d, "d_v": self.d_v, "causal": self.causal or sc.causal,
+            "d": self.d, "d_v": self.d_v, "causal": self.causal or sc.bounded,
             "q_regs": q_in_registers(self.d),
             "offset": dict(self.offset), "stride": dict(self.stride),
             "statements": [{"out": st.out, "fn": st.fn, "args": st.args} for st in sc.statements],
@@ -263,7 +264,8 @@ def attention_registers(
 
     head = sum(model.sizes[a] for a in family.axes("d"))
     head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
-    p = DTYPE_BYTES[model.diagram.tensor(model.kernel.inputs[0]).dtype]
+    first = next(op for op in model.kernel.ops if op.kind == "contract")
+    p = DTYPE_BYTES[model.diagram.tensor(str(first.operands[0])).dtype]  # Q's (or K's)
     held = head if q_in_registers(head) else MMA_TILE
     fragments = -(-g_q * held * p // (4 * threads))
     return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
@@ -315,7 +317,9 @@ class AttentionFamily:
         batch = batch_count(at, axes)
         (q,), (x,) = family.axes("q"), family.axes("x")
         out = []
-        keys = (MMA_TILE,) if at.causal and max(at.d, at.d_v) > CAUSAL_WIDE_HEAD else TILES["s_x"]
+        sc = at.scores
+        masked = at.causal or sc.bounded or bool(sc.lo or sc.lengths) or not sc.plain
+        keys = (MMA_TILE,) if masked and max(at.d, at.d_v) > CAUSAL_WIDE_HEAD else TILES["s_x"]
         for g_q, s_x in itertools.product(
             mma_rows(q, TILES["g_q"], model.sizes[q], fixed),
             mma_rows(x, keys, model.sizes[x], fixed),
@@ -576,7 +580,7 @@ def read_scores(
         statements += op_statements(op, value, index, f"ncdc_e_{op.out}")
     return Scores(
         tuple(statements), value(logits), tuple(inputs.values()),
-        tuple(a for a in batch if a in needs_batch), sc.lo, sc.hi, sc.causal, sc.window,
+        tuple(a for a in batch if a in needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
         sc.lengths, sc.lengths_offset, sc.sequences,
     )  # fmt: skip
 
@@ -621,7 +625,7 @@ def _mask_bands(
             )
             own = [a for a in t_axes if a not in batch]
             sequences = own[0] if own else ""
-    return Scores(lo=tuple(lo), hi=tuple(hi), causal=bool(hi), window=window, lengths=lengths,
+    return Scores(lo=tuple(lo), hi=tuple(hi), bounded=bool(hi), window=window, lengths=lengths,
                   lengths_offset=lengths_offset, sequences=sequences)  # fmt: skip
 
 
