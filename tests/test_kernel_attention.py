@@ -285,6 +285,7 @@ def test_head_sizes_compile_without_spills(name: str, d: int) -> None:
     known = {
         96: "sm_90a: ptxas spills 8 B of the 8-warp q=128 x=32 tile at 128 registers",
         32: "sm_90a: ptxas spills 8 B of the 4-warp q=64 x=64 causal tile",
+        240: "sm_80: ptxas spills 24 B of the 4-warp q=64 x=16 causal tile (255 registers)",
     }
     if name == "attention_causal" and d in known:
         pytest.xfail(

@@ -148,6 +148,7 @@ class Attention:
             "score_batch": sc.batch, "band_lo": sc.lo, "band_hi": sc.hi,
             "lengths": sc.lengths, "lengths_offset": sc.lengths_offset,
             "sequences": sc.sequences, "lse": self.lse,
+            "upper": bool(sc.hi), "below": bool(sc.lo or sc.sequences),
         }  # fmt: skip
 
     def score_params(self) -> tuple[Param, ...]:
@@ -172,7 +173,7 @@ def variant_name(kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int,
         + ("" if q_in_registers(at.d) else "_qsmem")
         + ("_causal" if at.causal else "")
         + ("_window" if at.scores.window else "")
-        + ("_varlen" if at.scores.lengths else "")
+        + ("_packed" if at.scores.sequences else "_varlen" if at.scores.lengths else "")
         + ("" if at.scores.plain else "_scores")
         + ("_lse" if at.lse else "")
     )

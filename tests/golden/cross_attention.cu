@@ -48,10 +48,11 @@ extern "C" __global__ void __launch_bounds__(256) cross_attention_attention_fp16
   ncdc_slice.scale_log2 = ncdc_scale_log2;
   const ncdc::attn::PlainScores ncdc_scores;
   ncdc_slice.vis.x_end = ncdc_slice.x_len;
+  ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
   ncdc_slice.lse = nullptr;
   ncdc_slice.lse_stride = 0;
   const int ncdc_q_tile = int(blockIdx.x);
-  ncdc::attn::attention_forward<__half, 64, 64, 128, 80, true>(
+  ncdc::attn::attention_forward<__half, 64, 64, 128, 80, true, false, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 64 + ncdc_i_h * ncdc_size_q * 64, 64, ncdc_q_tile, ncdc_scores);
 }
 NCDC_EXPORT_KERNEL(cross_attention_attention_fp16_q128_x80_d64_w8_s2);

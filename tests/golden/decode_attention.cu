@@ -50,12 +50,13 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attent
   ncdc_slice.scale_log2 = ncdc_scale_log2;
   const ncdc::attn::PlainScores ncdc_scores;
   ncdc_slice.vis.x_end = ncdc_slice.x_len;
+  ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
   ncdc_slice.lse = nullptr;
   ncdc_slice.lse_stride = 0;
 
   // partials of this slice: gridDim.x splits x 4 warps, each [q][d_v] and [q][2]
   const long long ncdc_first = (long long)blockIdx.y * gridDim.x * 4 * ncdc_slice.q_len;
-  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 64, 4, true>(
+  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 64, 4, true, false, false>(
       ncdc_slice, int(blockIdx.x), int(ncdc_keys_per_split), ncdc_partial_o_decode_attention + ncdc_first * 128,
       ncdc_partial_ml_decode_attention + ncdc_first * 2, ncdc_scores);
 }

@@ -17,7 +17,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_varlen: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps, causal
+// ---- varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_packed: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps, causal
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -27,7 +27,7 @@
 #undef lens
 
 
-extern "C" __global__ void __launch_bounds__(128) varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_varlen(
+extern "C" __global__ void __launch_bounds__(128) varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_packed(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     const int* __restrict__ lens,
@@ -52,13 +52,14 @@ extern "C" __global__ void __launch_bounds__(128) varlen_attention_attention_bf1
   const ncdc::attn::PlainScores ncdc_scores;
   ncdc_slice.vis.hi = ncdc::attn::lmin(ncdc_slice.vis.hi, (ncdc_size_x - ncdc_size_q));
   ncdc_slice.vis.x_end = ncdc_slice.x_len;
+  ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
   ncdc_slice.vis.seg = lens + 0;
   ncdc_slice.vis.seg_n = int(ncdc_size_n);
   ncdc_slice.lse = nullptr;
   ncdc_slice.lse_stride = 0;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, true>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, true, true, true, false>(
       ncdc_slice, O + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_varlen);
+NCDC_EXPORT_KERNEL(varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_packed);

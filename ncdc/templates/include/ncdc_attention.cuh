@@ -182,6 +182,9 @@ struct Visible {
   int x_end = 0;
   const int* seg = nullptr;  // packed sequence lengths (int32), or none
   int seg_n = 0;
+  int hi32 = 0;  // hi clamped to [-(q_len + 1), x_len]: i + hi32 stays an int (set_hi32)
+
+  NCDC_DEVICE void set_hi32(int q_len, int x_len) { hi32 = int(lmax(lmin(hi, x_len), -(q_len + 1ll))); }
 
   // keys [first, last] of query i; last < first when it sees none
   NCDC_DEVICE void keys(int i, int& first, int& last) const {
@@ -206,6 +209,20 @@ struct Visible {
   }
 };
 
+// Visible::keys, with what the kernel's masks cannot do known at compile time: without a
+// lower bound (BELOW) the first key is 0, and without an upper one (UPPER) the last is
+// x_end - 1, so a plain or causal kernel keeps its limits as cheap as i + shift.
+template <bool UPPER, bool BELOW>
+NCDC_DEVICE void visible_keys(const Visible& v, int i, int& first, int& last) {
+  if (BELOW) {
+    v.keys(i, first, last);
+    return;
+  }
+  first = 0;
+  last = v.x_end - 1;
+  if (UPPER) last = imin(last, i + v.hi32);  // below -1 when none: still "no key"
+}
+
 // The logits as the diagram transforms them before its masks: the identity, or a functor
 // `float operator()(float s, int i, int j)` of the scaled logit s of query i and key j
 // (biases, soft-capping, position terms) generated for the kernel.
@@ -215,7 +232,9 @@ struct PlainScores {
 };
 
 // Masking of one step: key `j` is dropped for the lane's row r (query row[r]) when it lies
-// outside [lower[r], limit[r]].
+// outside [lower[r], limit[r]]. BELOW: some mask bounds the keys from below (a window, or
+// packed sequences); without one, lower is 0 and never compared (fewer live registers).
+template <bool BELOW>
 struct KeyMask {
   bool any;  // some key of the step may be dropped (x tail, split end or a mask's edge)
   int key0;  // global index of the step's first key
@@ -223,22 +242,26 @@ struct KeyMask {
   int limit[2];
   int row[2];
 
+  template <bool UPPER>
   NCDC_DEVICE void rows(const Visible& vis, int row0, int end) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       row[r] = row0 + 8 * r;
-      vis.keys(row[r], lower[r], limit[r]);
+      visible_keys<UPPER, BELOW>(vis, row[r], lower[r], limit[r]);
       limit[r] = imin(limit[r], end - 1);
     }
+  }
+  NCDC_DEVICE bool dropped(int j, int r) const {
+    return j > limit[r] || (BELOW && j < lower[r]);
   }
 };
 
 // S = Q K^T over NK keys (smem rows krow0.. of a swizzled K tile of D / 8 chunks per row),
 // scaled to base 2 and masked, then the online-softmax update: on return s holds
 // P = 2^(S - m), and o and l are rescaled to the new running max.
-template <class T, int D, int DV, int NK, class QF, class Scores>
+template <class T, int D, int DV, int NK, class QF, class Mask, class Scores>
 NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st, const QF& qf,
-                            const T* ks, int krow0, const KeyMask& mask, float scale_log2,
+                            const T* ks, int krow0, const Mask& mask, float scale_log2,
                             const Scores& scores, int lane) {
   static_assert(NK % 16 == 0, "keys per warp step: a multiple of 16");
 #pragma unroll
@@ -265,13 +288,13 @@ NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st, const QF& q
   for (int n = 0; n < NK / 8; ++n) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int j = mask.key0 + 8 * n + 2 * t + (i & 1);
       float v;
       if (Scores::kIdentity)
         v = s[n][i] * scale_log2;
       else  // the functor sees natural-log logits: a bias adds to s, not to s log2(e)
-        v = scores(s[n][i] * (scale_log2 * (1.0f / kLog2e)), mask.row[i >> 1], j) * kLog2e;
-      if (mask.any && (j > mask.limit[i >> 1] || j < mask.lower[i >> 1])) v = neg_inf();
+        v = scores(s[n][i] * (scale_log2 * (1.0f / kLog2e)), mask.row[i >> 1],
+                   mask.key0 + 8 * n + 2 * t + (i & 1)) * kLog2e;
+      if (mask.any && mask.dropped(mask.key0 + 8 * n + 2 * t + (i & 1), i >> 1)) v = neg_inf();
       s[n][i] = v;
       mx[i >> 1] = fmaxf(mx[i >> 1], v);
     }
@@ -367,8 +390,11 @@ NCDC_DEVICE float row_lse(float m, float l) {
 //
 // Shared memory (elements of T, rows of row_chunks<C>() chunks of 8): Q [GQ][QC] (reused
 // to stage O), K [2][SX][D / 8], V [2][SX][DV / 8], QC = max(D, DV) / 8. QREG: Q's mma
-// fragments in registers, else read from the Q tile at each step.
-template <class T, int D, int DV, int GQ, int SX, bool QREG, class Scores>
+// fragments in registers, else read from the Q tile at each step. BELOW: some query's keys
+// are bounded from below (KeyMask). LSE: write each row's log-sum-exp to a.lse (a flag, so
+// that a kernel without one keeps no pointer live through the key loop).
+template <class T, int D, int DV, int GQ, int SX, bool QREG, bool UPPER, bool BELOW, bool LSE,
+          class Scores>
 NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, int q_tile,
                                    const Scores& scores) {
   constexpr int W = GQ / 16, THREADS = 32 * W;
@@ -384,17 +410,19 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
 
   // key tiles [tile0, tile0 + tiles): those some query of the block sees
   int first_key, last_key, unused;
-  a.vis.keys(q0, first_key, unused);
-  a.vis.keys(imin(q0 + GQ, a.q_len) - 1, unused, last_key);
-  const int tile0 = first_key / SX;
+  visible_keys<UPPER, BELOW>(a.vis, q0, first_key, unused);
+  visible_keys<UPPER, BELOW>(a.vis, imin(q0 + GQ, a.q_len) - 1, unused, last_key);
+  const int tile0 = BELOW ? first_key / SX : 0;  // without a lower bound, first_key is 0
   const int tiles = last_key < first_key ? 0 : last_key / SX + 1 - tile0;
   const int wrow = q0 + 16 * warp;  // this warp's first query
-  KeyMask mask;
-  mask.rows(a.vis, wrow + g, a.x_len);
-  // the step needs no mask when its keys lie inside every row's interval
+  KeyMask<BELOW> mask;
+  mask.template rows<UPPER>(a.vis, wrow + g, a.x_len);
+  // the step needs no mask when its keys lie inside every row's interval. The last row is
+  // not clipped to q_len: its interval only widens the test (rows past q_len are never
+  // stored), and clipping it cost a causal d = 240 tile 26 registers and a spill.
   int top_first, top_last, bottom_first, bottom_last;  // of the warp's first and last rows
-  a.vis.keys(wrow, top_first, top_last);
-  a.vis.keys(imin(wrow + 15, a.q_len - 1), bottom_first, bottom_last);
+  visible_keys<UPPER, BELOW>(a.vis, wrow, top_first, top_last);
+  visible_keys<UPPER, BELOW>(a.vis, wrow + 15, bottom_first, bottom_last);
 
   RowState<DV> st;
   init_state(st);
@@ -425,8 +453,8 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
                                             a.k_stride, a.x_len - next, tid);
       }
       cp_async_commit();
-      const bool active = key0 <= bottom_last && key0 + SX - 1 >= top_first;
-      mask.any = key0 + SX - 1 > top_last || key0 < bottom_first;
+      const bool active = key0 <= bottom_last && (!BELOW || key0 + SX - 1 >= top_first);
+      mask.any = key0 + SX - 1 > top_last || (BELOW && key0 < bottom_first);
       mask.key0 = key0;
       float s[SX / 8][4];
       if (active) score_step<T, D, DV, SX>(s, st, qf, kt, 0, mask, a.scale_log2, scores, lane);
@@ -447,7 +475,7 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
   // O / l, staged through this warp's own rows of the Q tile (no other warp reads them),
   // then stored as 16-byte rows; a row with no visible key has l = 0 and stores zeros.
   reduce_sums(st);
-  if (a.lse != nullptr && t == 0) {
+  if (LSE && t == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r)
       if (mask.row[r] < a.q_len) st_global(a.lse + mask.row[r] * a.lse_stride, row_lse(st.m[r], st.l[r]));
@@ -481,7 +509,7 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
 //   part_o[partial][q][DV], part_ml[partial][q][2] = (m in base 2, l).
 // Shared memory (elements of T, rows as in attention_forward): Q [16][D / 8],
 // K [2][SX][D / 8], V [2][SX][DV / 8].
-template <class T, int D, int DV, int SX, int W, bool QREG, class Scores>
+template <class T, int D, int DV, int SX, int W, bool QREG, bool UPPER, bool BELOW, class Scores>
 NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split, float* part_o,
                                 float* part_ml, const Scores& scores) {
   constexpr int THREADS = 32 * W, NK = SX / W;
@@ -495,14 +523,15 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
 
   // this split's keys, cut to those some query sees (tiles stay aligned to the split)
   int first_key, last_key, top_last, bottom_first;
-  a.vis.keys(0, first_key, top_last);
-  a.vis.keys(imin(16, a.q_len) - 1, bottom_first, last_key);
+  visible_keys<UPPER, BELOW>(a.vis, 0, first_key, top_last);
+  visible_keys<UPPER, BELOW>(a.vis, imin(16, a.q_len) - 1, bottom_first, last_key);
   const int split0 = split * keys_per_split;
-  const int begin = first_key > split0 ? split0 + (first_key - split0) / SX * SX : split0;
+  const int begin =
+      BELOW && first_key > split0 ? split0 + (first_key - split0) / SX * SX : split0;
   const int end = imin(imin(a.x_len, split0 + keys_per_split), last_key + 1);
   const int tiles = end > begin ? (end - begin + SX - 1) / SX : 0;
-  KeyMask mask;
-  mask.rows(a.vis, g, end);
+  KeyMask<BELOW> mask;
+  mask.template rows<UPPER>(a.vis, g, end);
 
   RowState<DV> st;
   init_state(st);
@@ -530,8 +559,8 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
                                             a.k_stride, end - next, tid);
       }
       cp_async_commit();
-      const bool active = key0 < end && key0 + NK - 1 >= first_key;
-      mask.any = key0 + NK - 1 > imin(top_last, end - 1) || key0 < bottom_first;
+      const bool active = key0 < end && (!BELOW || key0 + NK - 1 >= first_key);
+      mask.any = key0 + NK - 1 > imin(top_last, end - 1) || (BELOW && key0 < bottom_first);
       mask.key0 = key0;
       float s[NK / 8][4];
       if (active)
