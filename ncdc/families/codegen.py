@@ -71,6 +71,8 @@ def op_statements(
     def arg(o: str | float) -> str:
         return value(o) if isinstance(o, str) else float_literal(o)
 
+    if op.kind == "index":
+        return [Statement(out, "op_id", (f"float({index(op.params['axis'])})",))]
     args = tuple(arg(o) for o in op.operands)
     scaled = args[0]
     steps: list[Statement] = []
@@ -78,10 +80,17 @@ def op_statements(
         return [Statement(out, f"op_{op.fn}", args)]
     if op.kind == "binary":
         return [Statement(out, f"op_{op.fn}", args)]
-    if op.kind == "mask":
+    if op.kind == "mask" and op.fn == "causal":
         q, k = op.params["query"], op.params["key"]
-        shift = f"{size_name(k)} - {size_name(q)}"
+        shift = f"{size_name(k)} - {size_name(q)}" if op.params.get("align") != "start" else "0"
         return [Statement(out, "op_causal", (args[0], index(q), index(k), shift))]
+    if op.kind == "mask":
+        raise PlanError(
+            f"no code for {op.fn} ({op.out}) outside fused attention",
+            hint=f"feed {op.out} to softmax over {op.params['key']} and a contraction over "
+            f"{op.params['key']} in the same kernel (remove it from schedule.materialize), "
+            "or write a causal mask",
+        )
     if op.kind == "cast":
         for i, factor in enumerate(op.scale):
             tmp = f"ncdc_scaled{i}_{op.out}"
