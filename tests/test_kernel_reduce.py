@@ -142,8 +142,8 @@ def test_vectors_and_a_middle_axis() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
-@pytest.mark.parametrize("name", ["column_softmax", "amax"])
-def test_library_reductions_compile_without_spills(name: str) -> None:
+@pytest.mark.parametrize("name", ["column_softmax", "amax", "add_rmsnorm"])
+def test_new_library_diagrams_compile_without_spills(name: str) -> None:
     from ncdc.nvrtc import compile_cuda
 
     module = render_plan(plan_diagram(load_diagram(f"diagrams/{name}.yaml"), H200))
