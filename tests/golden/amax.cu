@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) amax_reduce_fp32_t128_x1_h8
     long long ncdc_size_m,
     long long ncdc_size_n) {
   ncdc_amax_reduce_fp32_t128_x1_h8_s264_io ncdc_io{ {X, amax, ncdc_partial}, ncdc_size_m, ncdc_size_n };
-  ncdc::reduce::run<ncdc::rowwise::kMax, 128, 1, 8, 264>(ncdc_io, 1LL, ncdc_size_m * ncdc_size_n, ncdc_io.ncdc_t.ncdc_partial);
+  ncdc::reduce::run<ncdc::rowwise::kMax, 128, 1, 8, 264, 0, float>(ncdc_io, 1LL, ncdc_size_m * ncdc_size_n, ncdc_io.ncdc_t.ncdc_partial);
 }
 
 // The split partials merged in split order: one thread per kept index.
