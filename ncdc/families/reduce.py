@@ -198,7 +198,8 @@ def _candidate(
     registers: int,
 ) -> Candidate:
     """One launch: its block's share of each axis as the model counts it (tx kept indices
-    from the innermost kept axis out, the whole reduced range, or a split's share of it)."""
+    from the innermost kept axis out; a kept reduced axis whole, a removed one a pass at a
+    time)."""
     d, kernel = model.diagram, model.kernel
     threads, tx, splits = shape.threads, shape.tx, shape.splits
     kept, reduced = family.axes("kept"), family.axes("reduced")
@@ -210,8 +211,15 @@ def _candidate(
         group[a] = take
         left = max(1, -(-left // take))
     stream: dict[str, int] = {}
-    left = -(-math.prod(d.axes[a] for a in reduced) // splits)
+    # A reduced axis that the outputs keep (softmax, norms) is the block's whole where the
+    # block holds it (registers or shared memory), else one pass (threads / tx slices of
+    # hold values) at a time, as is one the outputs remove (streamed through the block).
+    held = shape.stage > 0 or passes == 1
+    left = threads // tx * shape.hold
     for a in reversed(reduced):
+        if a in kernel.woven and held:
+            group[a] = d.axes[a]
+            continue
         take = min(d.axes[a], left)
         (group if a in kernel.woven else stream)[a] = take
         left = max(1, -(-left // take))
