@@ -334,6 +334,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "vpt": vpt,
         "vec": vec,
         "streamed": passes == 2,
+        "whole": d.axes[row] % vec == 0,
         "threads": c.threads,
         "per_element": bool(outputs_elem),
         "per_row": bool(outputs_row),
@@ -347,6 +348,13 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "row_inputs": [t for t in kernel.inputs if t not in per_element],
         "row_statements": statements(row_pre),
         "source_loads": loads(source_stmts, value(src)),
+        "raw_loads": list(
+            dict.fromkeys(
+                loads(source_stmts, value(src))
+                + loads(finish_stmts, *(value(t) for t in outputs_elem))
+            )
+        ),
+        "ctypes": {t: cpp_type(d.tensor(t).dtype) for t in kernel.inputs},
         "source_statements": source_stmts,
         "source_value": value(src),
         "finish_hoisted": statements(hoisted),
