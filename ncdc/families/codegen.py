@@ -112,7 +112,8 @@ def check_dtypes(diagram: Diagram, names: Iterable[str]) -> None:
         if dtype == "int8":
             raise PlanError(
                 f"tensor {name} is int8, which the elementwise and row-wise kernels do not read",
-                hint="cast it to a floating-point type first",
+                hint=f"store it as fp16, which holds every int8 value exactly: {name}: "
+                f"{{axes: [{', '.join(diagram.tensor(name).axes)}], dtype: fp16}}",
             )
 
 
