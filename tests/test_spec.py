@@ -90,7 +90,7 @@ CASES = {
     "trailing_scale_not_contract": BASE.replace(
         "  - C = contract(A, B, over=k)\n", "  - D = contract(A, B, over=k)\n  - C = exp(D) * 2\n"
     ),
-    "scale_not_scalar": BASE.replace("over=k)", "over=k, scale=A)"),
+    "scale_not_result_axes": BASE.replace("over=k)", "over=k, scale=A)"),
     "schedule_unknown_key": BASE + "schedule: {tile: {m: 16}}\n",
     "schedule_group_and_stream": BASE + "schedule: {group: [k], stream: [k]}\n",
     "schedule_tile_too_big": BASE + "schedule: {tiles: {m: 128}}\n",
@@ -123,7 +123,7 @@ EXPECTED = {
     "axis_size_huge": "spec.yaml:3: axes.m: expected a size from 1 to 2147483647 for 'm', found 99999999999",
     "unknown_axis_in_input": "spec.yaml:5: inputs.A.axes[1]: unknown axis 'kk'; declared axes are m, n, k (hint: did you mean 'k'?)",
     "repeated_axis": "spec.yaml:5: inputs.A.axes: expected distinct axes, found ['m', 'm'] (hint: a tensor has each axis once)",
-    "unknown_dtype": "spec.yaml:5: inputs.A.dtype: unknown dtype 'bfloat16'; expected one of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8 (hint: did you mean 'bf16'?)",
+    "unknown_dtype": "spec.yaml:5: inputs.A.dtype: unknown dtype 'bfloat16'; expected one of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, int32 (hint: did you mean 'bf16'?)",
     "input_unknown_key": "spec.yaml:5: inputs.A.layout: unknown key 'layout'; expected one of axes, doc, dtype",
     "input_missing_dtype": "spec.yaml:5: inputs.A: missing key 'dtype' (hint: add `dtype:`; see docs/diagram-language.md)",
     "unknown_operation": "spec.yaml:8: ops[0]: unknown operation 'matmul'; expected one of abs, add, cast, causal, contract, div, exp, gelu, layernorm, log, log_softmax, logsumexp, max, mean, min, mul, neg, recip, relu, rmsnorm, rsqrt, sigmoid, silu, softmax, sqrt, square, sub, sum, tanh (hint: did you mean 'mul'?)",
@@ -147,7 +147,7 @@ EXPECTED = {
     "duplicate_key": "spec.yaml:3: name: duplicate key 'name' (hint: each key may appear once)",
     "alias": "spec.yaml:5: inputs.B: YAML anchors and aliases are not supported in diagrams (hint: write the value out in full)",
     "trailing_scale_not_contract": "spec.yaml:9: ops[1]: a trailing '* 2' is only allowed on contract (hint: scale in an op of its own: mul(X, 2))",
-    "scale_not_scalar": "spec.yaml:8: ops[0]: scale A must be a scalar (axes: []), found axes ['m', 'k'] (hint: per-tensor scales only)",
+    "scale_not_result_axes": "spec.yaml:8: ops[0]: scale A has axes ['m', 'k']; expected a scalar or axes of the result ['m', 'n'] (hint: per tensor `axes: []`, per row or column `axes: [m]`)",
     "schedule_unknown_key": "spec.yaml:10: schedule.tile: unknown key 'tile'; expected one of group, materialize, stream, tiles (hint: did you mean 'tiles'?)",
     "schedule_group_and_stream": "spec.yaml:10: schedule: axis 'k' is both grouped and streamed (hint: an axis is either grouped or streamed)",
     "schedule_tile_too_big": "spec.yaml:10: schedule.tiles.m: tile 128 is larger than axis 'm' (64) (hint: use at most 64)",
