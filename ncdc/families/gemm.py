@@ -62,7 +62,8 @@ SIMT_K = 8  # the fp32 path's k step
 SIMT_MAX_OUTPUTS = 64  # fp32 accumulators per thread before registers run out
 GATHER_MAX_OUTPUTS = 64  # the same for 8-bit operands whose fragments are gathered bytewise
 FP8_MIN_SM = 89  # mma.sync with e4m3/e5m2 operands starts with Ada (sm_89)
-INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp32")
+INT8_MIN_SM = 80  # mma.sync m16n8k32 .s8.s8.s32 starts with Ampere (sm_80)
+INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "fp32")
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,11 @@ class GemmFamily:
                 f"{kp.kernel.name} multiplies {fp8[0]} on tensor cores, which sm_{sm} lacks "
                 f"(fp8 mma.sync needs sm_{FP8_MIN_SM} or newer)"
             )
+        if "int8" in dtypes and sm < INT8_MIN_SM:
+            return (
+                f"{kp.kernel.name} multiplies int8 on tensor cores with the m16n8k32 shape, "
+                f"which sm_{sm} lacks (it needs sm_{INT8_MIN_SM} or newer)"
+            )
         return ""
 
 
@@ -228,9 +234,10 @@ def _mma_tiles(
     bm, bn = pow2(max(g_m, MMA_TILE)), pow2(max(g_n, MMA_TILE))
     mma_k = MMA_K[p]
     bk = pow2(max(s_k, mma_k))
-    if p == 1 and not (ops.a_k and ops.b_k):
+    if p == 1 and (ops.a.dtype == "int8" or not (ops.a_k and ops.b_k)):
         # 8-bit fragments gathered byte by byte (no ldmatrix .trans for 8-bit data) need
-        # more registers: at most 64 accumulators per thread, or ptxas spills.
+        # more registers: at most 64 accumulators per thread, or ptxas spills. So do int8's
+        # (128 int32 accumulators a thread spilled 20-24 B on sm_80 and sm_90a).
         while bm * bn > GATHER_MAX_OUTPUTS * 32 * warps:
             bm, bn = (bm // 2, bn) if bm > bn else (bm, bn // 2)
     best: tuple[tuple[int, float], GemmTiles] | None = None
@@ -364,7 +371,7 @@ def _operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
     if a.dtype != b.dtype or a.dtype not in INPUT_DTYPES:
         raise PlanError(
             f"no GEMM kernel for {a.name} ({a.dtype}) times {b.name} ({b.dtype})",
-            hint="both operands bf16, fp16, fp8_e4m3, fp8_e5m2 or fp32 (cast one first)",
+            hint="both operands bf16, fp16, fp8_e4m3, fp8_e5m2, int8 or fp32 (cast one first)",
         )
     outs = kernel.outputs
     if len(outs) != 1 or outs[0] != kernel.ops[-1].out:
@@ -404,11 +411,13 @@ def _value(name: str) -> str:
 def _epilogue(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
     """The contraction's scale and the ops after it, as data the template unrolls."""
     mm = kernel.ops[0]
+    # Scalars multiply into one factor; a per-row or per-column scale is read per output.
+    scalars = [f for f in mm.scale if not isinstance(f, str) or not d.tensor(f).axes]
     scale = [
         {"kind": "tensor", "name": f}
         if isinstance(f, str)
         else {"kind": "number", "name": _literal(f)}
-        for f in mm.scale
+        for f in scalars
     ]
     operands: dict[str, dict[str, Any]] = {}
     chain = {mm.out}
@@ -428,6 +437,13 @@ def _epilogue(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
         }
         return {"kind": "tensor", "name": x}
 
+    vectors = [str(f) for f in mm.scale if isinstance(f, str) and d.tensor(f).axes]
+    first = f"ncdc_scaled_{mm.out}" if vectors else _value(mm.out)
+    src = {"kind": "value", "name": first}
+    for i, name in enumerate(vectors):
+        out = _value(mm.out) if i == len(vectors) - 1 else f"ncdc_scaled{i}_{mm.out}"
+        steps.append({"out": out, "fn": "mul", "cast": "", "args": [src, arg(name)]})
+        src = {"kind": "value", "name": out}
     for op in kernel.ops[1:]:
         if op.kind == "cast":
             src = arg(op.operands[0])
@@ -443,10 +459,12 @@ def _epilogue(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
         else:
             raise PlanError(f"no GEMM epilogue for {op.fn} ({op.out})")
         chain.add(op.out)
+    exact = ops.c.dtype == "int32" and ops.a.dtype == "int8" and not mm.scale and not steps
     return {
         "scale": scale,
         "scaled": bool(scale),
-        "product": _value(mm.out),
+        "first": first,
+        "exact": "true" if exact else "false",
         "steps": steps,
         "operands": list(operands.values()),
         "result": _value(kernel.ops[-1].out),

@@ -29,6 +29,8 @@ namespace ncdc_mlp_gemm_bf16_m256_n128_k64_w8_s2_ak_bn {
 // Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
 // no diagram name meets a name of this code.
 struct ncdc_Epilogue {
+  // The int32 accumulator stored as it is (no float round trip): an int32 C, nothing after.
+  static constexpr bool EXACT = false;
   float ncdc_scale;
   const __nv_bfloat16* bias;
   long long ncdc_pitch_m_bias, ncdc_pitch_n_bias;  // along the m and n of C (0: broadcast)

@@ -2,7 +2,7 @@
 // BK chunks through a STAGES-deep cp.async pipeline in shared memory.
 //
 //   * 16-bit and 8-bit inputs: `MmaTile`, warps on mma.sync (m16n8k16, or m16n8k32 for e4m3 /
-//     e5m2) with fp32 accumulators, fragments from ldmatrix (.trans for the operand whose
+//     e5m2 / int8) with fp32 accumulators (int32 for int8), fragments from ldmatrix (.trans for the operand whose
 //     contiguous axis is not k; 8-bit data has no transposing ldmatrix, so those fragments
 //     are gathered byte by byte from shared memory).
 //   * fp32 inputs: `SimtTile`, FFMA on CUDA cores with a TM x TN register tile per thread
@@ -80,10 +80,12 @@ NCDC_DEVICE void load_tile(T* smem, const T* g, long long ld, long long row0, lo
 }
 
 // ---- tensor-core instruction per input type ------------------------------------------------
+// Acc: the accumulator type (fp32, or int32 for int8 inputs).
 template <class T>
 struct Mma;
 template <>
 struct Mma<__nv_bfloat16> {
+  using Acc = float;
   static constexpr int K = 16;
   static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
     mma_m16n8k16_bf16(d, a, b, d);
@@ -91,6 +93,7 @@ struct Mma<__nv_bfloat16> {
 };
 template <>
 struct Mma<__half> {
+  using Acc = float;
   static constexpr int K = 16;
   static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
     mma_m16n8k16_f16(d, a, b, d);
@@ -101,6 +104,7 @@ struct Mma<__half> {
 #if !defined(NCDC_GPU) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890)
 template <>
 struct Mma<__nv_fp8_e4m3> {
+  using Acc = float;
   static constexpr int K = 32;
   static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
     mma_m16n8k32_e4m3(d, a, b, d);
@@ -108,12 +112,22 @@ struct Mma<__nv_fp8_e4m3> {
 };
 template <>
 struct Mma<__nv_fp8_e5m2> {
+  using Acc = float;
   static constexpr int K = 32;
   static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
     mma_m16n8k32_e5m2(d, a, b, d);
   }
 };
 #endif
+// int8: exact int32 accumulation (sm_80 and later).
+template <>
+struct Mma<signed char> {
+  using Acc = int;
+  static constexpr int K = 32;
+  static NCDC_DEVICE void run(int* d, const uint32_t* a, const uint32_t* b) {
+    mma_m16n8k32_s8(d, a, b, d);
+  }
+};
 
 // Four bytes of column `col` of a byte matrix in shared memory (pitch ld), rows row..row+3,
 // packed low to high: an 8-bit fragment register read across the contiguous axis.
@@ -130,6 +144,7 @@ struct MmaTile {
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
   static constexpr int MI = WM / 16, NI = WN / 8;             // mma tiles per warp
+  using Acc = typename Mma<T>::Acc;
   static constexpr int KSTEP = Mma<T>::K;
   static constexpr int PAD = 16 / int(sizeof(T));
   static constexpr int A_ROWS = A_K ? BM : BK, A_COLS = A_K ? BK : BM, A_LD = A_COLS + PAD;
@@ -142,7 +157,7 @@ struct MmaTile {
   static_assert(BK % KSTEP == 0, "k tile is a multiple of the mma k");
   static_assert(STAGES >= 2, "the pipeline has at least two stages");
 
-  float acc[MI][NI][4];
+  Acc acc[MI][NI][4];
 
   NCDC_DEVICE void clear() {
 #pragma unroll
@@ -150,7 +165,7 @@ struct MmaTile {
 #pragma unroll
       for (int j = 0; j < NI; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = Acc(0);
   }
 
   // Issues the copies of k tile `k0` into pipeline slot `stage`.
@@ -365,40 +380,49 @@ NCDC_DEVICE void store_one(TC* p, float v) {
   st_global(p, from_float<TC>(v));
 }
 
-// Two adjacent outputs of C at (row, col) and (row, col + 1), already through the epilogue
-// when `Epi` says so; one vector store when C's n pitch is 1 and the pair is aligned.
-template <class TC, class Epi>
+// The stored value of one accumulator: through the epilogue in fp32 (an int32 accumulator
+// converted first: exact below 2^24, the dequantised GEMM), or, when `Epi::EXACT` (an int32
+// C with nothing after the contraction), the accumulator itself.
+template <class TC, class Epi, class Acc>
+NCDC_DEVICE TC output_value(const Epi& epi, Acc a, long long row, long long col) {
+  if constexpr (Epi::EXACT) return TC(a);
+  else return from_float<TC>(epi(float(a), row, col));
+}
+
+// Two adjacent outputs of C at (row, col) and (row, col + 1), through the epilogue; one
+// vector store when C's n pitch is 1 and the pair is aligned.
+template <class TC, class Epi, class Acc>
 NCDC_DEVICE void store_pair(TC* C, const Shape& s, bool vec_c, const Epi& epi, long long row,
-                            long long col, float a0, float a1) {
+                            long long col, Acc a0, Acc a1) {
   using W = typename Word<sizeof(TC)>::type;
   if (row >= s.m || col >= s.n) return;
   TC* p = C + row * s.ldc_m + col * s.ldc_n;
-  const float v0 = epi(a0, row, col);
+  const TC c0 = output_value<TC>(epi, a0, row, col);
   if (col + 1 >= s.n) {
-    store_one(p, v0);
+    st_global(p, c0);
     return;
   }
-  const float v1 = epi(a1, row, col + 1);
+  const TC c1 = output_value<TC>(epi, a1, row, col + 1);
   if constexpr (sizeof(TC) >= 2) {
     if (vec_c) {
-      const TC c0 = from_float<TC>(v0), c1 = from_float<TC>(v1);
       const W w0 = *reinterpret_cast<const W*>(&c0), w1 = *reinterpret_cast<const W*>(&c1);
       if constexpr (sizeof(TC) == 2) st_global_v4(p, uint32_t(w0) | uint32_t(w1) << 16);
       else st_global_v8(p, make_uint2(w0, w1));
       return;
     }
   }
-  store_one(p, v0);
-  store_one(p + s.ldc_n, v1);
+  st_global(p, c0);
+  st_global(p + s.ldc_n, c1);
 }
 
 // One block tile of C = epi(A B) on tensor cores.
 template <class Tile, class T, class TC, class Epi>
 NCDC_DEVICE void run_mma(Tile& tile, const T* A, const T* B, TC* C, const Shape& s,
                          long long m0, long long n0, const Epi& epi) {
+  using Acc = typename Tile::Acc;
   mainloop(tile, A, B, s, m0, n0);
   const bool vec_c = s.ldc_n == 1 && s.ldc_m % 2 == 0 && is_aligned(C, 2 * sizeof(TC));
-  tile.for_each_pair(m0, n0, [&](long long row, long long col, float a0, float a1) {
+  tile.for_each_pair(m0, n0, [&](long long row, long long col, Acc a0, Acc a1) {
     store_pair(C, s, vec_c, epi, row, col, a0, a1);
   });
 }
