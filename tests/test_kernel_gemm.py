@@ -95,6 +95,16 @@ def test_matmul_bf16_odd_sizes(m: int, n: int, k: int) -> None:
     assert_close(run_gemm(diagram("matmul", m=m, n=n, k=k), SMALL, stages=2))
 
 
+@pytest.mark.parametrize(
+    "n,k,suffix", [(72, 40, ""), (72, 37, "_ua"), (77, 40, "_ub"), (77, 37, "_uab")]
+)
+def test_unaligned_rows_choose_the_element_wise_variant(n: int, k: int, suffix: str) -> None:
+    # bf16 rows of 40 or 72 values are whole 16-byte chunks; of 37 or 77 they are not.
+    plan = plan_diagram(diagram("matmul", m=100, n=n, k=k), HW)
+    kernel = GEMM.render(plan.kernels[0], plan).launches[0].kernel
+    assert kernel.endswith("_ak_bn" + suffix), kernel
+
+
 def test_matmul_bf16_deeper_pipeline_and_larger_tile() -> None:
     d = diagram("matmul", m=96, n=80, k=200)
     assert_close(run_gemm(d, {"m": 64, "n": 64, "k": 32}, warps=4, stages=4))
@@ -252,3 +262,34 @@ def test_full_size_kernels_compile_without_spills(arch: str) -> None:
         res = cached_compile(_source(ks), arch, name=kernel).resources[kernel]
         assert res.spill_stores_bytes == 0 and res.spill_loads_bytes == 0, res
         assert res.registers <= 255
+
+
+H200 = load_hardware("h200")
+# Issue slots per HMMA in the k loop: 1 for the HMMA, 0.25 for its share of the ldmatrix of a
+# 64 x 64 warp tile, and the copies, pointer steps, barrier and branch of one k tile.
+MAX_ISSUE_PER_MMA = 2.5
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bindings") is None,
+    reason="cuda.bindings (NVRTC) is not installed",
+)
+@pytest.mark.parametrize("name", ["matmul", "mlp"])
+def test_main_loop_issues_few_instructions_per_mma(name: str) -> None:
+    """The k loop of the library GEMMs on the H200 profile, read from the SASS: copies are
+    pointer increments and cp.async with byte counts worked out once per block tile, so the
+    loop issues at most MAX_ISSUE_PER_MMA instructions per HMMA (about 8 before)."""
+    from ncdc import sass
+    from ncdc.cache import cached_compile
+
+    if sass.find_tool("cuobjdump") is None or sass.find_tool("nvdisasm") is None:
+        pytest.skip("cuobjdump and nvdisasm are not installed")
+    plan = plan_diagram(diagram(name), H200)
+    (ks,) = [GEMM.render(kp, plan) for kp in plan.kernels]
+    kernel = ks.launches[0].kernel
+    cubin = cached_compile(_source(ks), "sm_90a", name=kernel).cubin
+    loop = sass.main_loop(sass.parse_sass(sass.disassemble(cubin)))
+    mix = sass.count_classes(loop)
+    assert mix["tensor"] >= 64, mix
+    assert len(loop) <= MAX_ISSUE_PER_MMA * mix["tensor"], mix
+    assert mix["global"] == 0 and mix["fp16"] == 0, "the epilogue is outside the k loop"

@@ -155,6 +155,7 @@ class GemmFamily:
         )
         other = tuple(a for a in kernel.woven if a not in (ops.m, ops.n))
         batches = math.prod(d.axes[a] for a in ops.batch)
+        vec = (("vec_a", int(_whole_chunks(ops.a, d))), ("vec_b", int(_whole_chunks(ops.b, d))))
         out: dict[tuple, Candidate] = {}
         for g_m, g_n, s_k, warps, stages in itertools.product(
             rounded_options(ops.m, TILES["g_m"], sizes[ops.m], fixed, MMA_TILE),
@@ -168,7 +169,7 @@ class GemmFamily:
                 if simt
                 else _mma_tiles(g_m, g_n, s_k, warps, stages, p, ops)
             )
-            params = _params(t, simt)
+            params = _params(t, simt) + vec
             if params in out:
                 continue
             group = {**ones(other, fixed), ops.m: t.bm, ops.n: t.bn}
@@ -216,6 +217,13 @@ def _params(t: GemmTiles, simt: bool) -> tuple[tuple[str, int], ...]:
         ("warps_m", t.warps_m), ("warps_n", t.warps_n), ("stages", t.stages),
         ("tm", t.tm), ("tn", t.tn),
     )  # fmt: skip
+
+
+def _whole_chunks(t: Tensor, d: Diagram) -> bool:
+    """Whether every row of `t` starts on a 16-byte boundary at the planned sizes (every
+    pitch is a multiple of its contiguous axis's size): the kernel then copies it with
+    16-byte cp.async, a variant fixed at compile time."""
+    return d.axes[t.axes[-1]] * DTYPE_BYTES[t.dtype] % 16 == 0
 
 
 def _tiles_of(c: Candidate) -> GemmTiles:
@@ -302,6 +310,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         f"{kp.kernel.name}_gemm_{ops.a.dtype}_m{tiles.bm}_n{tiles.bn}_k{tiles.bk}"
         f"_w{tiles.warps}_s{tiles.stages}_a{'k' if ops.a_k else 'm'}_b{'k' if ops.b_k else 'n'}"
     )
+    vec_a, vec_b = bool(c.param("vec_a")), bool(c.param("vec_b"))
+    if not (vec_a and vec_b):  # the variant loading element by element names its operands
+        name += "_u" + ("" if vec_a else "a") + ("" if vec_b else "b")
     epilogue = _epilogue(kp.kernel, d, ops)
     axes = [a for a in kp.kernel.axes if a in d.axes]
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
@@ -323,6 +334,8 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "tn": tiles.tn,
         "a_k": "true" if ops.a_k else "false",
         "b_k": "true" if ops.b_k else "false",
+        "vec_a": "true" if vec_a else "false",
+        "vec_b": "true" if vec_b else "false",
         "smem_bytes": c.smem_bytes,
         "a": {"name": ops.a.name, "ctype": cpp_type(ops.a.dtype)},
         "b": {"name": ops.b.name, "ctype": cpp_type(ops.b.dtype)},
@@ -339,6 +352,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "ldc_m": _pitch(ops.c, ops.m),
         "ldc_n": _pitch(ops.c, ops.n),
         "batches": " * ".join(size_name(a) for a in ops.batch) or "1",
+        "z_loop": c.main.grid[2] < math.prod(d.axes[a] for a in ops.batch),
         "offsets": list(dict.fromkeys(t.name for t in tensors)),
         "batch": [
             {

@@ -58,7 +58,9 @@ extern "C" __global__ void __launch_bounds__(256) attention_unfused_0_S_gemm_bf1
   ncdc_epi.ncdc_scale = 1.0f * 0.08838834764831845f;
   ncdc_Tile ncdc_tile;
   // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
-  for (long long ncdc_z = blockIdx.z; ncdc_z < ncdc_size_b * ncdc_size_h; ncdc_z += gridDim.z) {
+  // A loop over z only where the batches outnumber the grid's z limit: otherwise its body
+  // would hold the k loop and nothing would tell the two apart in the SASS.
+  if (const long long ncdc_z = blockIdx.z; ncdc_z < ncdc_size_b * ncdc_size_h) {
     long long ncdc_rest = ncdc_z;
     long long ncdc_off_Q = 0;
     long long ncdc_off_K = 0;
@@ -77,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(256) attention_unfused_0_S_gemm_bf1
       ncdc_off_K += ncdc_i * ncdc_size_h * ncdc_size_x * ncdc_size_d;
       ncdc_off_S += ncdc_i * ncdc_size_h * ncdc_size_q * ncdc_size_x;
     }
-    ncdc::gemm::run_mma(ncdc_tile, Q + ncdc_off_Q, K + ncdc_off_K, S + ncdc_off_S, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
+    ncdc::gemm::run_mma<true, true>(ncdc_tile, Q + ncdc_off_Q, K + ncdc_off_K, S + ncdc_off_S, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
   }
 }
 NCDC_EXPORT_KERNEL(attention_unfused_0_S_gemm_bf16_m128_n256_k64_w8_s2_ak_bk);
@@ -203,7 +205,9 @@ extern "C" __global__ void __launch_bounds__(256) attention_unfused_2_O_gemm_bf1
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_Tile ncdc_tile;
   // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
-  for (long long ncdc_z = blockIdx.z; ncdc_z < ncdc_size_b * ncdc_size_h; ncdc_z += gridDim.z) {
+  // A loop over z only where the batches outnumber the grid's z limit: otherwise its body
+  // would hold the k loop and nothing would tell the two apart in the SASS.
+  if (const long long ncdc_z = blockIdx.z; ncdc_z < ncdc_size_b * ncdc_size_h) {
     long long ncdc_rest = ncdc_z;
     long long ncdc_off_P = 0;
     long long ncdc_off_V = 0;
@@ -222,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(256) attention_unfused_2_O_gemm_bf1
       ncdc_off_V += ncdc_i * ncdc_size_h * ncdc_size_x * ncdc_size_d;
       ncdc_off_O += ncdc_i * ncdc_size_h * ncdc_size_q * ncdc_size_d;
     }
-    ncdc::gemm::run_mma(ncdc_tile, P + ncdc_off_P, V + ncdc_off_V, O + ncdc_off_O, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
+    ncdc::gemm::run_mma<true, true>(ncdc_tile, P + ncdc_off_P, V + ncdc_off_V, O + ncdc_off_O, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
   }
 }
 NCDC_EXPORT_KERNEL(attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn);

@@ -13,10 +13,12 @@
 // number of 16-byte chunks apart, so the 8 row addresses of an ldmatrix (and the chunks a warp
 // writes with cp.async) fall in 8 different bank groups.
 //
-// Tails: any m, n, k works. Chunks past an edge are zero-filled by cp.async (src_bytes 0..16);
-// when a row is not 16-byte aligned (a leading dimension that is not a multiple of 16 bytes,
-// or a misaligned base) the block loads that operand element by element instead, chosen at
-// run time. Rows and columns of C past the edges are never stored.
+// Tails: any m, n, k works. Chunks past an edge are zero-filled by cp.async (src_bytes 0..16),
+// with the byte counts worked out once per block tile (`TileCopy`). An operand whose rows are
+// not whole 16-byte chunks at the planned sizes (a leading dimension that is no multiple of
+// 16 bytes) is a separate variant of the kernel, chosen at compile time (VEC_A, VEC_B false):
+// it loads that operand element by element. Rows and columns of C past the edges are never
+// stored.
 #pragma once
 #ifndef NCDC_GEMM_CUH
 #define NCDC_GEMM_CUH
@@ -46,38 +48,124 @@ struct Shape {
   long long ldc_m, ldc_n;
 };
 
-// Copies the ROWS x COLS tile at (row0, col0) of a rows x cols matrix (pitch ld, columns
-// contiguous) into shared memory (pitch LD). `vec`: 16-byte cp.async with zero fill past the
-// edges (rows must be 16-byte aligned); otherwise element loads, zeros past the edges.
-template <class T, int ROWS, int COLS, int LD, int THREADS>
-NCDC_DEVICE void load_tile(T* smem, const T* g, long long ld, long long row0, long long col0,
-                           long long rows, long long cols, bool vec) {
+// One operand's copies into shared memory, set up once per block tile. The operand tile is
+// ROWS x COLS (COLS contiguous) at (row0, col0) of a rows x cols matrix with pitch ld, stored
+// with pitch LD; its k axis is the columns (K_COLS) or the rows. Each thread copies the same
+// 16-byte chunk column of every ROW_STEP-th row (its slots), so one pointer, one pitch and the
+// slots' byte counts (16, fewer at the m or n edge, 0 past it) serve every whole k tile: a k
+// tile's copies are pointer increments and cp.async, nothing else. The one k tile that ends
+// past k (loaded first, see `mainloop`) takes `load_tail`, which bounds both axes.
+// VEC: 16-byte cp.async (rows 16-byte aligned, a compile-time promise of the variant);
+// otherwise element loads, any alignment.
+template <class T, int ROWS, int COLS, int LD, int THREADS, bool K_COLS, bool VEC>
+struct TileCopy {
   using W = typename Word<sizeof(T)>::type;
-  constexpr int V = 16 / int(sizeof(T));
-  constexpr int PER_ROW = COLS / V;
+  static constexpr int V = 16 / int(sizeof(T));
+  static constexpr int PER_ROW = COLS / V;
+  static constexpr int ROW_STEP = THREADS / PER_ROW;
+  static constexpr int SLOTS = (ROWS + ROW_STEP - 1) / ROW_STEP;
+  static constexpr int STEP = K_COLS ? COLS : ROWS;  // the k tile
   static_assert(COLS % V == 0 && THREADS % PER_ROW == 0, "a row is whole chunks, rows whole warps");
-  // Each thread copies the same chunk column of every ROW_STEP-th row: one pointer, one
-  // column bound, and a row bound per copy.
-  constexpr int ROW_STEP = THREADS / PER_ROW;
-  const int r0 = int(threadIdx.x) / PER_ROW, cc = (int(threadIdx.x) % PER_ROW) * V;
-  const long long gc = col0 + cc, left = cols - gc;
-  const int in_cols = left <= 0 ? 0 : (left < V ? int(left) : V);
-  const T* src = g + (row0 + r0) * ld + gc;
-  T* dst = smem + r0 * LD + cc;
+
+  const T* src;        // slot 0's chunk in the next whole k tile
+  long long pitch;     // ROW_STEP rows of global memory, in elements
+  long long advance;   // one k tile, in elements
+  int dst;             // slot 0's chunk in a stage, in elements
+  int r0, cc;          // slot 0's tile row and column
+  int bytes[SLOTS];    // each slot's bytes in a whole k tile
+  bool live;           // this thread has slot 0 (false only where ROW_STEP > ROWS)
+
+  NCDC_DEVICE TileCopy(const T* g, long long ld, long long row0, long long col0, long long rows,
+                       long long cols) {
+    r0 = int(threadIdx.x) / PER_ROW;
+    cc = (int(threadIdx.x) % PER_ROW) * V;
+    live = ROWS % ROW_STEP == 0 || r0 < ROWS;
+    src = g + (row0 + r0) * ld + col0 + cc;
+    pitch = ROW_STEP * ld;
+    advance = K_COLS ? STEP : STEP * ld;
+    dst = r0 * LD + cc;
+    // In a whole k tile only the m or n axis can end: the rows (K_COLS) or the columns.
+    const long long left = cols - (col0 + cc);
+    const int in_cols = K_COLS ? V : (left <= 0 ? 0 : (left < V ? int(left) : V));
 #pragma unroll
-  for (int i = 0; i < (ROWS + ROW_STEP - 1) / ROW_STEP; ++i) {
-    if (ROWS % ROW_STEP != 0 && r0 + i * ROW_STEP >= ROWS) break;
-    const int n = row0 + r0 + i * ROW_STEP < rows ? in_cols : 0;
-    if (vec) {
-      cp_async_16_zfill(dst + i * ROW_STEP * LD, n ? src + i * ROW_STEP * ld : g, n * int(sizeof(T)));
-    } else {
-      W* d = reinterpret_cast<W*>(dst + i * ROW_STEP * LD);
-      const W* s = reinterpret_cast<const W*>(src + i * ROW_STEP * ld);
-#pragma unroll
-      for (int e = 0; e < V; ++e) d[e] = e < n ? ld_global(s + e) : W(0);
+    for (int i = 0; i < SLOTS; ++i) {
+      const bool row_in = !K_COLS || row0 + r0 + i * ROW_STEP < rows;
+      bytes[i] = row_in ? in_cols * int(sizeof(T)) : 0;
     }
   }
-}
+
+  static NCDC_DEVICE void copy(T* d, const T* s, int n) {
+    if constexpr (VEC) {
+      cp_async_16_zfill(d, s, n);
+    } else {
+      W* dw = reinterpret_cast<W*>(d);
+      const W* sw = reinterpret_cast<const W*>(s);
+#pragma unroll
+      for (int e = 0; e < V; ++e) dw[e] = e * int(sizeof(T)) < n ? ld_global(sw + e) : W(0);
+    }
+  }
+
+  // Issues the copies of the next whole k tile into `stage` and steps to the one after.
+  NCDC_DEVICE void load(T* stage) {
+    if (!live) return;
+    const T* s = src;
+#pragma unroll
+    for (int i = 0; i < SLOTS; ++i) {
+      if (ROWS % ROW_STEP != 0 && r0 + i * ROW_STEP >= ROWS) break;
+      copy(stage + dst + i * ROW_STEP * LD, s, bytes[i]);
+      s += pitch;
+    }
+    src += advance;
+  }
+
+  // Issues the copies of the k tile at offset k0 (its end past k: zeros beyond) into `stage`.
+  NCDC_DEVICE void load_tail(T* stage, const T* g, long long ld, long long row0, long long col0,
+                             long long rows, long long cols) const {
+    if (!live) return;
+    const long long left = cols - (col0 + cc);
+    const int in_cols = left <= 0 ? 0 : (left < V ? int(left) : V);
+#pragma unroll
+    for (int i = 0; i < SLOTS; ++i) {
+      if (ROWS % ROW_STEP != 0 && r0 + i * ROW_STEP >= ROWS) break;
+      const long long row = row0 + r0 + i * ROW_STEP;
+      const int n = row < rows ? in_cols * int(sizeof(T)) : 0;
+      copy(stage + dst + i * ROW_STEP * LD, n ? g + row * ld + col0 + cc : g, n);
+    }
+  }
+};
+
+// The A and B copies of one block tile (m0, n0) of a tile type: `load` the next whole k tile,
+// `load_tail` the partial one at k0.
+template <class Tile, class T, bool VEC_A, bool VEC_B>
+struct Copies {
+  using A = TileCopy<T, Tile::A_ROWS, Tile::A_COLS, Tile::A_LD, Tile::THREADS, Tile::A_K_, VEC_A>;
+  using B = TileCopy<T, Tile::B_ROWS, Tile::B_COLS, Tile::B_LD, Tile::THREADS, Tile::B_K_, VEC_B>;
+  A a;
+  B b;
+
+  // Copies start at k offset k0 (the first whole k tile).
+  NCDC_DEVICE Copies(const T* ga, const T* gb, const Shape& s, long long m0, long long n0,
+                     long long k0)
+      : a(ga, s.lda, Tile::A_K_ ? m0 : k0, Tile::A_K_ ? k0 : m0, Tile::A_K_ ? s.m : s.k,
+          Tile::A_K_ ? s.k : s.m),
+        b(gb, s.ldb, Tile::B_K_ ? n0 : k0, Tile::B_K_ ? k0 : n0, Tile::B_K_ ? s.n : s.k,
+          Tile::B_K_ ? s.k : s.n) {}
+
+  NCDC_DEVICE void load(T* smem, int stage) {
+    a.load(smem + stage * Tile::A_STAGE);
+    b.load(smem + Tile::PIPE * Tile::A_STAGE + stage * Tile::B_STAGE);
+  }
+
+  NCDC_DEVICE void load_tail(T* smem, int stage, const T* ga, const T* gb, const Shape& s,
+                             long long m0, long long n0, long long k0) const {
+    T* sa = smem + stage * Tile::A_STAGE;
+    T* sb = smem + Tile::PIPE * Tile::A_STAGE + stage * Tile::B_STAGE;
+    if (Tile::A_K_) a.load_tail(sa, ga, s.lda, m0, k0, s.m, s.k);
+    else a.load_tail(sa, ga, s.lda, k0, m0, s.k, s.m);
+    if (Tile::B_K_) b.load_tail(sb, gb, s.ldb, n0, k0, s.n, s.k);
+    else b.load_tail(sb, gb, s.ldb, k0, n0, s.k, s.n);
+  }
+};
 
 // ---- tensor-core instruction per input type ------------------------------------------------
 // Acc: the accumulator type (fp32, or int32 for int8 inputs).
@@ -153,6 +241,7 @@ struct MmaTile {
   static constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * int(sizeof(T));
   static constexpr bool BYTES8 = sizeof(T) == 1;
   static constexpr int K_TILE = BK, PIPE = STAGES;
+  static constexpr bool A_K_ = A_K, B_K_ = B_K;
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile is a multiple of 16 x 16");
   static_assert(BK % KSTEP == 0, "k tile is a multiple of the mma k");
   static_assert(STAGES >= 2, "the pipeline has at least two stages");
@@ -166,17 +255,6 @@ struct MmaTile {
       for (int j = 0; j < NI; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = Acc(0);
-  }
-
-  // Issues the copies of k tile `k0` into pipeline slot `stage`.
-  static NCDC_DEVICE void load(T* smem, int stage, const T* A, const T* B, const Shape& s,
-                               long long m0, long long n0, long long k0, bool vec_a, bool vec_b) {
-    T* sa = smem + stage * A_STAGE;
-    T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
-    if (A_K) load_tile<T, A_ROWS, A_COLS, A_LD, THREADS>(sa, A, s.lda, m0, k0, s.m, s.k, vec_a);
-    else load_tile<T, A_ROWS, A_COLS, A_LD, THREADS>(sa, A, s.lda, k0, m0, s.k, s.m, vec_a);
-    if (B_K) load_tile<T, B_ROWS, B_COLS, B_LD, THREADS>(sb, B, s.ldb, n0, k0, s.n, s.k, vec_b);
-    else load_tile<T, B_ROWS, B_COLS, B_LD, THREADS>(sb, B, s.ldb, k0, n0, s.k, s.n, vec_b);
   }
 
   // A fragment (16 x KSTEP) at warp row m, k offset kk.
@@ -274,9 +352,10 @@ struct MmaTile {
 // ---- CUDA-core tile (fp32) -------------------------------------------------------------------
 // Thread (tx, ty) owns rows ty + TY*i and columns tx + TX*j: the shared-memory reads of a warp
 // are then broadcasts or consecutive words, and its stores to C consecutive columns.
-template <int BM, int BN, int BK, int THREADS, int TM, int TN, int STAGES, bool A_K, bool B_K>
+template <int BM, int BN, int BK, int NTHREADS, int TM, int TN, int STAGES, bool A_K, bool B_K>
 struct SimtTile {
   using T = float;
+  static constexpr int THREADS = NTHREADS;
   static constexpr int TX = BN / TN, TY = BM / TM;
   static constexpr int PAD = 4;
   static constexpr int A_ROWS = A_K ? BM : BK, A_COLS = A_K ? BK : BM, A_LD = A_COLS + PAD;
@@ -285,6 +364,7 @@ struct SimtTile {
   static constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * int(sizeof(T));
   static_assert(TX * TY == THREADS && TX * TN == BN && TY * TM == BM, "thread tile covers the block");
   static constexpr int K_TILE = BK, PIPE = STAGES;
+  static constexpr bool A_K_ = A_K, B_K_ = B_K;
   static_assert(BK % 8 == 0, "k tile is a multiple of 8");
 
   float acc[TM][TN];
@@ -294,16 +374,6 @@ struct SimtTile {
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
-  }
-
-  static NCDC_DEVICE void load(T* smem, int stage, const T* A, const T* B, const Shape& s,
-                               long long m0, long long n0, long long k0, bool vec_a, bool vec_b) {
-    T* sa = smem + stage * A_STAGE;
-    T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
-    if (A_K) load_tile<T, A_ROWS, A_COLS, A_LD, THREADS>(sa, A, s.lda, m0, k0, s.m, s.k, vec_a);
-    else load_tile<T, A_ROWS, A_COLS, A_LD, THREADS>(sa, A, s.lda, k0, m0, s.k, s.m, vec_a);
-    if (B_K) load_tile<T, B_ROWS, B_COLS, B_LD, THREADS>(sb, B, s.ldb, n0, k0, s.n, s.k, vec_b);
-    else load_tile<T, B_ROWS, B_COLS, B_LD, THREADS>(sb, B, s.ldb, k0, n0, s.k, s.n, vec_b);
   }
 
   NCDC_DEVICE void compute(const T* smem, int stage) {
@@ -344,28 +414,29 @@ struct SimtTile {
 // ---- the block's work --------------------------------------------------------------------------
 
 // Runs the k loop of the block tile at (m0, n0): STAGES-1 k tiles in flight while one is
-// multiplied; one barrier per k tile (it also frees the slot the next copy overwrites).
-template <class Tile, class T>
+// multiplied; one barrier per k tile (it also frees the slot the next copy overwrites). The
+// k tile that ends past k, if any, is loaded first, so every copy the loop issues is of a
+// whole k tile (the sums over k are taken in another order, which fp32 accumulation allows).
+template <bool VEC_A, bool VEC_B, class Tile, class T>
 NCDC_DEVICE void mainloop(Tile& tile, const T* A, const T* B, const Shape& s, long long m0,
                           long long n0) {
   constexpr int bk = Tile::K_TILE, stages = Tile::PIPE;
   T* smem = dynamic_smem<T>();
-  constexpr int V = 16 / int(sizeof(T));
-  const bool vec_a = is_aligned(A, 16) && s.lda % V == 0;
-  const bool vec_b = is_aligned(B, 16) && s.ldb % V == 0;
   const int ktiles = int((s.k + bk - 1) / bk);  // k < 2^31
+  const int tail = int(s.k % bk != 0);
+  Copies<Tile, T, VEC_A, VEC_B> copies(A, B, s, m0, n0, 0);
   tile.clear();
 #pragma unroll
   for (int st = 0; st < stages - 1; ++st) {
-    if (st < ktiles) Tile::load(smem, st, A, B, s, m0, n0, st * (long long)bk, vec_a, vec_b);
+    if (st == 0 && tail) copies.load_tail(smem, 0, A, B, s, m0, n0, (ktiles - 1) * (long long)bk);
+    else if (st < ktiles) copies.load(smem, st);
     cp_async_commit();
   }
   int read = 0, write = stages - 1;  // pipeline slots: multiplied now, filled now
   for (int kt = 0; kt < ktiles; ++kt) {
     cp_async_wait<stages - 2>();
     __syncthreads();
-    const int next = kt + stages - 1;
-    if (next < ktiles) Tile::load(smem, write, A, B, s, m0, n0, next * (long long)bk, vec_a, vec_b);
+    if (kt + stages - 1 < ktiles) copies.load(smem, write);
     cp_async_commit();
     tile.compute(smem, read);
     read = read + 1 == stages ? 0 : read + 1;
@@ -416,11 +487,11 @@ NCDC_DEVICE void store_pair(TC* C, const Shape& s, bool vec_c, const Epi& epi, l
 }
 
 // One block tile of C = epi(A B) on tensor cores.
-template <class Tile, class T, class TC, class Epi>
+template <bool VEC_A, bool VEC_B, class Tile, class T, class TC, class Epi>
 NCDC_DEVICE void run_mma(Tile& tile, const T* A, const T* B, TC* C, const Shape& s,
                          long long m0, long long n0, const Epi& epi) {
   using Acc = typename Tile::Acc;
-  mainloop(tile, A, B, s, m0, n0);
+  mainloop<VEC_A, VEC_B>(tile, A, B, s, m0, n0);
   const bool vec_c = s.ldc_n == 1 && s.ldc_m % 2 == 0 && is_aligned(C, 2 * sizeof(TC));
   tile.for_each_pair(m0, n0, [&](long long row, long long col, Acc a0, Acc a1) {
     store_pair(C, s, vec_c, epi, row, col, a0, a1);
@@ -428,10 +499,10 @@ NCDC_DEVICE void run_mma(Tile& tile, const T* A, const T* B, TC* C, const Shape&
 }
 
 // One block tile of C = epi(A B) on CUDA cores.
-template <class Tile, class TC, class Epi>
+template <bool VEC_A, bool VEC_B, class Tile, class TC, class Epi>
 NCDC_DEVICE void run_simt(Tile& tile, const float* A, const float* B, TC* C, const Shape& s,
                           long long m0, long long n0, const Epi& epi) {
-  mainloop(tile, A, B, s, m0, n0);
+  mainloop<VEC_A, VEC_B>(tile, A, B, s, m0, n0);
   tile.for_each(m0, n0, [&](long long row, long long col, float a) {
     if (row < s.m && col < s.n) store_one(C + row * s.ldc_m + col * s.ldc_n, epi(a, row, col));
   });
