@@ -61,9 +61,52 @@ def test_dequantise_per_row_then_requantise_saturating() -> None:
     assert check.scale in (127, 128) and check.max_abs_error <= 1, check
 
 
+def test_swiglu_mlp_odd_sizes() -> None:
+    # silu(G) * U in the U GEMM's epilogue, G read back from memory (rounded to bf16 there,
+    # as the reference rounds a saved result); f = 100 and d = 72 leave tails in every GEMM.
+    checks = run_library("swiglu_mlp", m=37, d=72, f=100)
+    assert checks["Y"].ok, checks["Y"]
+
+
+SWIGLU = (ROOT / "diagrams" / "swiglu_mlp.yaml").read_text().split("schedule:")[0]
+
+
+@pytest.mark.parametrize(
+    "saved, hint",
+    [
+        ("", "[G, H]"),  # one kernel of three contractions
+        ("H", "[G, H]"),  # G and U in one kernel
+        ("G, U", "[G, U, H]"),  # the down GEMM would compute its own operand H
+    ],
+)
+def test_swiglu_refusal_names_the_results_to_save(saved: str, hint: str) -> None:
+    from ncdc.buildable import check_buildable
+    from ncdc.errors import PlanError
+
+    text = SWIGLU + (f"schedule: {{materialize: [{saved}]}}\n" if saved else "")
+    with pytest.raises(PlanError) as info:
+        check_buildable(load_diagram_text(text), H200)
+    assert f"schedule: {{materialize: {hint}}}" in info.value.line()
+
+
+def test_a_kernel_runs_after_the_kernel_whose_result_it_reads() -> None:
+    # Saving U (not G): silu(G) * U runs in the G GEMM's epilogue, which begins before U's
+    # kernel in op order but reads U, so it must launch after it.
+    text = (
+        SWIGLU.replace("name: swiglu_mlp", "name: swiglu_u") + "schedule: {materialize: [U, H]}\n"
+    )
+    d = load_diagram_text(text, sizes={"m": 37, "d": 72, "f": 100})
+    module = render_plan(plan_diagram(d, H200))
+    assert [launch.kernel.split("_gemm")[0] for launch in module.launches] == [
+        "swiglu_u_0_U", "swiglu_u_1_H", "swiglu_u_2_Y",
+    ]  # fmt: skip
+    result = run_diagram(d, module, backend="cpu", seed=1)
+    assert all(c.ok for c in result.checks), result.checks
+
+
 # ---- NVRTC at full size: the kernel `ncdc cost` prices is the one that compiles clean ----
 
-LIBRARY = ("int8_matmul", "int8_quantize")
+LIBRARY = ("int8_quantize", "swiglu_mlp")  # int8_matmul: test_kernel_gemm.py
 
 
 @pytest.mark.skipif(

@@ -42,7 +42,7 @@ from ncdc.families.base import (
 )
 from ncdc.families.codegen import cpp_type, size_name
 from ncdc.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
-from ncdc.spec import DTYPE_BYTES, Diagram, Tensor
+from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
 
 if TYPE_CHECKING:
     from ncdc.cost import KernelModel, KernelPlan, Plan
@@ -116,13 +116,17 @@ class GemmFamily:
             return None
         chain = {mm.out}
         for op in kernel.ops[1:]:
-            if op.kind not in ("map", "binary", "cast") or not chain & set(op.inputs):
+            if op.kind not in ("map", "binary", "cast"):
                 return None
-            # An epilogue keeps the tile of the result: other operands broadcast into it.
+            # An epilogue keeps the tile of the result: other operands broadcast into it. An
+            # op may read only such side operands (silu(G) of a saved gate G, for SwiGLU):
+            # it is computed per output element like the rest.
             for name in op.inputs:
                 if name not in chain and not set(diagram.tensor(name).axes) <= set(mm.axes):
                     return None
             chain.add(op.out)
+        if kernel.ops[-1].out != mm.out and not _reaches(kernel.ops, mm.out):
+            return None
         a, b = (diagram.tensor(n).axes for n in operands)
         out = mm.axes
         roles = {
@@ -209,6 +213,15 @@ class GemmFamily:
 
 
 FAMILY = GemmFamily()
+
+
+def _reaches(ops: tuple[Op, ...], name: str) -> bool:
+    """Whether the last of `ops` depends on the result `name` (the epilogue is one chain)."""
+    found = {name}
+    for op in ops:
+        if found & set(op.inputs):
+            found.add(op.out)
+    return ops[-1].out in found
 
 
 def _params(t: GemmTiles, simt: bool) -> tuple[tuple[str, int], ...]:
