@@ -125,3 +125,49 @@ def test_library_diagrams_compile_without_spills(arch: str) -> None:
         for launch in module.launches:
             res = compiled.resources[launch.kernel]
             assert res.spill_stores_bytes == 0 and res.spill_loads_bytes == 0, (name, res)
+
+
+# ---- the model prices these paths --------------------------------------------------------
+
+
+def _model(name: str, **sizes: int):
+    from ncdc.cost import KernelModel
+    from ncdc.graph import build_graph
+    from ncdc.spec import load_diagram
+
+    d = load_diagram(ROOT / "diagrams" / f"{name}.yaml", sizes)
+    (kernel,) = build_graph(d, H200).kernels
+    return d, KernelModel(d, kernel)
+
+
+def test_int8_runs_at_the_int8_rate_and_weight_only_at_the_bf16_rate() -> None:
+    from ncdc.cost import contract_unit
+
+    d, _ = _model("int8_matmul")
+    assert contract_unit(d, d.ops[0]) == ("tensor", "int8")
+    d, _ = _model("w8a16_matmul")
+    assert contract_unit(d, d.ops[0]) == ("tensor", "bf16")
+
+
+def test_int8_bytes_and_scales_traffic() -> None:
+    # int8_matmul at m = n = k = 64: A and B 64 * 64 one byte each, sa and sb 64 fp32 each,
+    # C 64 * 64 bf16: 4096 + 4096 + 256 + 256 + 8192 bytes through HBM at least once.
+    _, model = _model("int8_matmul", m=64, n=64, k=64)
+    assert model.top_bytes == 4096 + 4096 + 256 + 256 + 8192
+    # w8a16 at m = 16, n = 256, k = 64: X 16 * 64 bf16, W 256 * 64 int8, s 256 fp32, C bf16.
+    _, model = _model("w8a16_matmul", m=16, n=256, k=64)
+    assert model.top_bytes == 2048 + 16384 + 1024 + 8192
+
+
+def test_weight_only_widening_is_priced_per_block_row() -> None:
+    # 2 m n k = 2 * 32 * 256 * 64 tensor FLOPs; the per-column scale is one multiply per
+    # output (32 * 256); every block along m widens all 256 * 64 weights it reads, at
+    # WIDEN_OPS_PER_VALUE (2) each: m tiles of 32 -> 1 block row, of 16 -> 2.
+    from ncdc.cost import WIDEN_OPS_PER_VALUE
+
+    _, model = _model("w8a16_matmul", m=32, n=256, k=64)
+    whole = model.tile_flops({"m": 32, "n": 128}, {"k": 64})
+    half = model.tile_flops({"m": 16, "n": 128}, {"k": 64})
+    assert whole[("tensor", "bf16")] == 2 * 32 * 256 * 64
+    assert whole[("cuda", "fp32")] == 32 * 256 + 256 * 64 * WIDEN_OPS_PER_VALUE
+    assert half[("cuda", "fp32")] == 32 * 256 + 2 * 256 * 64 * WIDEN_OPS_PER_VALUE

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from ncdc.spec import Diagram, load_diagram, load_diagram_text
 from ncdc.tiling import plan_diagram
 
 HW = load_hardware("h100")
+ROOT_DIAGRAMS = Path(__file__).resolve().parents[1] / "diagrams"
 # Allowed error relative to the largest |reference|: 16-bit outputs carry one rounding
 # (2^-9 relative) on top of fp32 accumulation; fp8 products are exact in the mma, so an fp8
 # GEMM with a bf16 output has the same bound; fp32 differs only by summation order.
@@ -233,10 +235,27 @@ def test_int8_gathered_fragments_int32_exact_or_dequantised(scale: str, dtype: s
     assert_close(check)
 
 
+def test_weight_only_int8_k_contiguous_weights_odd_sizes() -> None:
+    # bf16 x int8: W widened to bf16 in registers, per-column scale in the epilogue; k = 70
+    # leaves a partial k tile and rows that are not 16-byte aligned for X.
+    d = diagram("w8a16_matmul", m=37, n=40, k=70)
+    assert_close(run_gemm(d, {"m": 32, "n": 32, "k": 32}))
+
+
+def test_weight_only_int8_n_contiguous_weights_fp16() -> None:
+    # W over [k, n]: each fragment register pairs two k rows of one column.
+    text = (ROOT_DIAGRAMS / "w8a16_matmul.yaml").read_text()
+    text = text.replace("axes: [n, k], dtype: int8", "axes: [k, n], dtype: int8")
+    text = text.replace("dtype: bf16, doc: activations", "dtype: fp16, doc: activations")
+    d = load_diagram_text(text, sizes={"m": 33, "n": 48, "k": 80})
+    assert_close(run_gemm(d, {"m": 32, "n": 32, "k": 32}))
+
+
 # ---- NVRTC at full size -------------------------------------------------------------------
 
 GEMM_DIAGRAMS = (
     "matmul", "batched_matmul", "mlp", "fp8_matmul", "attention_unfused", "int8_matmul",
+    "w8a16_matmul",
 )  # fmt: skip
 
 

@@ -64,6 +64,8 @@ GATHER_MAX_OUTPUTS = 64  # the same for 8-bit operands whose fragments are gathe
 FP8_MIN_SM = 89  # mma.sync with e4m3/e5m2 operands starts with Ada (sm_89)
 INT8_MIN_SM = 80  # mma.sync m16n8k32 .s8.s8.s32 starts with Ampere (sm_80)
 INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "fp32")
+# Weight-only GEMMs: an A type and the narrower B types widened to it in the main loop.
+WIDENED = {"bf16": ("int8",), "fp16": ("int8",)}
 
 
 @dataclass(frozen=True)
@@ -292,11 +294,12 @@ def _simt_tiles(g_m: int, g_n: int, s_k: int, warps: int, stages: int) -> GemmTi
 
 def _smem_bytes(t: GemmTiles, ops: Operands, p: int) -> int:
     """Dynamic shared memory: STAGES copies of the A and B tiles, rows padded by 16 bytes
-    (the same formula as MmaTile / SimtTile::SMEM_BYTES; the template checks it)."""
-    pad = 16 // p
+    (the same formula as MmaTile / SimtTile::SMEM_BYTES; the template checks it). B keeps
+    its own type (int8 weights under 16-bit activations)."""
+    pb = DTYPE_BYTES[ops.b.dtype]
     a_rows, a_cols = (t.bm, t.bk) if ops.a_k else (t.bk, t.bm)
     b_rows, b_cols = (t.bn, t.bk) if ops.b_k else (t.bk, t.bn)
-    return t.stages * (a_rows * (a_cols + pad) + b_rows * (b_cols + pad)) * p
+    return t.stages * (a_rows * (a_cols + 16 // p) * p + b_rows * (b_cols + 16 // pb) * pb)
 
 
 def _registers(t: GemmTiles, threads: int, p: int, simt: bool) -> int:
@@ -319,8 +322,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     ops = _operands(kp.family, kp.kernel, d)
     tiles = _tiles_of(c)
     simt = bool(c.param("simt"))
+    types = ops.a.dtype if ops.a.dtype == ops.b.dtype else f"{ops.a.dtype}_{ops.b.dtype}"
     name = (
-        f"{kp.kernel.name}_gemm_{ops.a.dtype}_m{tiles.bm}_n{tiles.bn}_k{tiles.bk}"
+        f"{kp.kernel.name}_gemm_{types}_m{tiles.bm}_n{tiles.bn}_k{tiles.bk}"
         f"_w{tiles.warps}_s{tiles.stages}_a{'k' if ops.a_k else 'm'}_b{'k' if ops.b_k else 'n'}"
     )
     vec_a, vec_b = bool(c.param("vec_a")), bool(c.param("vec_b"))
@@ -395,10 +399,18 @@ def _operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
         )
     a_name, b_name = (o for o in mm.operands if isinstance(o, str))
     a, b = d.tensor(a_name), d.tensor(b_name)
-    if a.dtype != b.dtype or a.dtype not in INPUT_DTYPES:
+    if a.dtype in WIDENED and b.dtype in WIDENED[a.dtype]:
+        pass  # weight-only int8: B widened to A's type in the main loop
+    elif b.dtype in WIDENED and a.dtype in WIDENED[b.dtype]:
         raise PlanError(
             f"no GEMM kernel for {a.name} ({a.dtype}) times {b.name} ({b.dtype})",
-            hint="both operands bf16, fp16, fp8_e4m3, fp8_e5m2, int8 or fp32 (cast one first)",
+            hint=f"list the int8 weights second: contract({b.name}, {a.name}, ...)",
+        )
+    elif a.dtype != b.dtype or a.dtype not in INPUT_DTYPES:
+        raise PlanError(
+            f"no GEMM kernel for {a.name} ({a.dtype}) times {b.name} ({b.dtype})",
+            hint="both operands bf16, fp16, fp8_e4m3, fp8_e5m2, int8 or fp32, or bf16 or "
+            "fp16 times int8 weights (cast one first)",
         )
     outs = kernel.outputs
     if len(outs) != 1 or outs[0] != kernel.ops[-1].out:

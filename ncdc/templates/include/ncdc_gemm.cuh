@@ -139,27 +139,33 @@ struct TileCopy {
 template <class Tile, class T, bool VEC_A, bool VEC_B>
 struct Copies {
   using A = TileCopy<T, Tile::A_ROWS, Tile::A_COLS, Tile::A_LD, Tile::THREADS, Tile::A_K_, VEC_A>;
-  using B = TileCopy<T, Tile::B_ROWS, Tile::B_COLS, Tile::B_LD, Tile::THREADS, Tile::B_K_, VEC_B>;
+  using TB = typename Tile::TypeB;  // B's storage type (int8 weights under 16-bit A)
+  using B = TileCopy<TB, Tile::B_ROWS, Tile::B_COLS, Tile::B_LD, Tile::THREADS, Tile::B_K_, VEC_B>;
   A a;
   B b;
 
   // Copies start at k offset k0 (the first whole k tile).
-  NCDC_DEVICE Copies(const T* ga, const T* gb, const Shape& s, long long m0, long long n0,
+  NCDC_DEVICE Copies(const T* ga, const TB* gb, const Shape& s, long long m0, long long n0,
                      long long k0)
       : a(ga, s.lda, Tile::A_K_ ? m0 : k0, Tile::A_K_ ? k0 : m0, Tile::A_K_ ? s.m : s.k,
           Tile::A_K_ ? s.k : s.m),
         b(gb, s.ldb, Tile::B_K_ ? n0 : k0, Tile::B_K_ ? k0 : n0, Tile::B_K_ ? s.n : s.k,
           Tile::B_K_ ? s.k : s.n) {}
 
-  NCDC_DEVICE void load(T* smem, int stage) {
-    a.load(smem + stage * Tile::A_STAGE);
-    b.load(smem + Tile::PIPE * Tile::A_STAGE + stage * Tile::B_STAGE);
+  // B's slots follow all of A's.
+  static NCDC_DEVICE TB* stage_b(T* smem, int stage) {
+    return reinterpret_cast<TB*>(smem + Tile::PIPE * Tile::A_STAGE) + stage * Tile::B_STAGE;
   }
 
-  NCDC_DEVICE void load_tail(T* smem, int stage, const T* ga, const T* gb, const Shape& s,
+  NCDC_DEVICE void load(T* smem, int stage) {
+    a.load(smem + stage * Tile::A_STAGE);
+    b.load(stage_b(smem, stage));
+  }
+
+  NCDC_DEVICE void load_tail(T* smem, int stage, const T* ga, const TB* gb, const Shape& s,
                              long long m0, long long n0, long long k0) const {
     T* sa = smem + stage * Tile::A_STAGE;
-    T* sb = smem + Tile::PIPE * Tile::A_STAGE + stage * Tile::B_STAGE;
+    TB* sb = stage_b(smem, stage);
     if (Tile::A_K_) a.load_tail(sa, ga, s.lda, m0, k0, s.m, s.k);
     else a.load_tail(sa, ga, s.lda, k0, m0, s.k, s.m);
     if (Tile::B_K_) b.load_tail(sb, gb, s.ldb, n0, k0, s.n, s.k);
@@ -225,21 +231,42 @@ NCDC_DEVICE uint32_t gather_bytes(const void* smem, int ld, int row, int col) {
          uint32_t(s[3 * ld]) << 24;
 }
 
+// Two int8 weights as the 16-bit pair of an mma fragment register (low half = lo): exact,
+// as every int8 is a bf16 and an fp16 value.
+template <class T>
+NCDC_DEVICE uint32_t widen_int8_pair(signed char lo, signed char hi);
+template <>
+NCDC_DEVICE uint32_t widen_int8_pair<__nv_bfloat16>(signed char lo, signed char hi) {
+  return pack_bf16x2(float(lo), float(hi));
+}
+template <>
+NCDC_DEVICE uint32_t widen_int8_pair<__half>(signed char lo, signed char hi) {
+  return pack_f16x2(float(lo), float(hi));
+}
+
 // ---- tensor-core tile ------------------------------------------------------------------------
 // A_K: A's contiguous axis is k (else m). B_K: B's contiguous axis is k (else n).
-template <class T, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool A_K, bool B_K>
+// TB: B's storage type. TB = T runs on T's tensor cores; TB = int8 with a 16-bit T is the
+// weight-only GEMM: B stays int8 in shared memory (half the bytes of a 16-bit B) and each
+// fragment is widened to T in registers (dequantised in the main loop: the per-column scale
+// is exact to apply after the sum, in the epilogue).
+template <class T, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool A_K, bool B_K,
+          class TB = T>
 struct MmaTile {
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
   static constexpr int MI = WM / 16, NI = WN / 8;             // mma tiles per warp
   using Acc = typename Mma<T>::Acc;
   static constexpr int KSTEP = Mma<T>::K;
-  static constexpr int PAD = 16 / int(sizeof(T));
+  static constexpr int PAD = 16 / int(sizeof(T)), B_PAD = 16 / int(sizeof(TB));
   static constexpr int A_ROWS = A_K ? BM : BK, A_COLS = A_K ? BK : BM, A_LD = A_COLS + PAD;
-  static constexpr int B_ROWS = B_K ? BN : BK, B_COLS = B_K ? BK : BN, B_LD = B_COLS + PAD;
+  static constexpr int B_ROWS = B_K ? BN : BK, B_COLS = B_K ? BK : BN, B_LD = B_COLS + B_PAD;
   static constexpr int A_STAGE = A_ROWS * A_LD, B_STAGE = B_ROWS * B_LD;
-  static constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * int(sizeof(T));
+  static constexpr int SMEM_BYTES = STAGES * (A_STAGE * int(sizeof(T)) + B_STAGE * int(sizeof(TB)));
   static constexpr bool BYTES8 = sizeof(T) == 1;
+  static constexpr bool WIDEN_B = sizeof(TB) < sizeof(T);  // int8 weights, 16-bit activations
+  using TypeB = TB;
+  static_assert(!WIDEN_B || (sizeof(T) == 2 && sizeof(TB) == 1), "B widens from int8 to 16 bits");
   static constexpr int K_TILE = BK, PIPE = STAGES;
   static constexpr bool A_K_ = A_K, B_K_ = B_K;
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile is a multiple of 16 x 16");
@@ -272,10 +299,27 @@ struct MmaTile {
     }
   }
 
+  // Pipeline slot `stage` of B in shared memory, after every slot of A.
+  static NCDC_DEVICE const TB* stage_b(const T* smem, int stage) {
+    return reinterpret_cast<const TB*>(smem + STAGES * A_STAGE) + stage * B_STAGE;
+  }
+
   // B fragments of two n8 tiles (KSTEP x 16) at warp column n, k offset kk.
-  static NCDC_DEVICE void frag_b(uint32_t* b0, uint32_t* b1, const T* sb, int n, int kk, int lane) {
+  static NCDC_DEVICE void frag_b(uint32_t* b0, uint32_t* b1, const TB* sb, int n, int kk, int lane) {
     const int r = lane & 7, j = lane >> 3;
-    if constexpr (B_K || !BYTES8) {
+    if constexpr (WIDEN_B) {
+      // Register h of an n8 tile holds rows (k) 2t + 8h and 2t + 8h + 1 of column (n) g.
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = kk + 2 * t + 8 * h;
+        const int i0 = B_K ? (n + g) * B_LD + k : k * B_LD + n + g;
+        const int i1 = B_K ? (n + 8 + g) * B_LD + k : k * B_LD + n + 8 + g;
+        const int next = B_K ? 1 : B_LD;  // the following k
+        b0[h] = widen_int8_pair<T>(sb[i0], sb[i0 + next]);
+        b1[h] = widen_int8_pair<T>(sb[i1], sb[i1 + next]);
+      }
+    } else if constexpr (B_K || !BYTES8) {
       uint32_t x[4];
       if constexpr (B_K) ldmatrix_x4(x, sb + (n + r + 8 * (j >> 1)) * B_LD + kk + (KSTEP / 2) * (j & 1));
       else ldmatrix_x4_trans(x, sb + (kk + r + 8 * (j & 1)) * B_LD + n + 8 * (j >> 1));
@@ -298,7 +342,7 @@ struct MmaTile {
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
     const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
     const T* sa = smem + stage * A_STAGE;
-    const T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
+    const TB* sb = stage_b(smem, stage);
     // Byte-gathered fragments: one k step at a time, or the loads of all steps stay live.
     constexpr int UNROLL = (BYTES8 && !(A_K && B_K)) ? 1 : BK / KSTEP;
 #pragma unroll UNROLL
@@ -355,6 +399,7 @@ struct MmaTile {
 template <int BM, int BN, int BK, int NTHREADS, int TM, int TN, int STAGES, bool A_K, bool B_K>
 struct SimtTile {
   using T = float;
+  using TypeB = float;
   static constexpr int THREADS = NTHREADS;
   static constexpr int TX = BN / TN, TY = BM / TM;
   static constexpr int PAD = 4;
@@ -418,8 +463,8 @@ struct SimtTile {
 // k tile that ends past k, if any, is loaded first, so every copy the loop issues is of a
 // whole k tile (the sums over k are taken in another order, which fp32 accumulation allows).
 template <bool VEC_A, bool VEC_B, class Tile, class T>
-NCDC_DEVICE void mainloop(Tile& tile, const T* A, const T* B, const Shape& s, long long m0,
-                          long long n0) {
+NCDC_DEVICE void mainloop(Tile& tile, const T* A, const typename Tile::TypeB* B, const Shape& s,
+                          long long m0, long long n0) {
   constexpr int bk = Tile::K_TILE, stages = Tile::PIPE;
   T* smem = dynamic_smem<T>();
   const int ktiles = int((s.k + bk - 1) / bk);  // k < 2^31
@@ -488,7 +533,7 @@ NCDC_DEVICE void store_pair(TC* C, const Shape& s, bool vec_c, const Epi& epi, l
 
 // One block tile of C = epi(A B) on tensor cores.
 template <bool VEC_A, bool VEC_B, class Tile, class T, class TC, class Epi>
-NCDC_DEVICE void run_mma(Tile& tile, const T* A, const T* B, TC* C, const Shape& s,
+NCDC_DEVICE void run_mma(Tile& tile, const T* A, const typename Tile::TypeB* B, TC* C, const Shape& s,
                          long long m0, long long n0, const Epi& epi) {
   using Acc = typename Tile::Acc;
   mainloop<VEC_A, VEC_B>(tile, A, B, s, m0, n0);
