@@ -96,6 +96,12 @@ MAX_REGISTERS = 255
 # / 132 SMs ~ 22 KB for HBM), that is 8 warps with 2-4 KiB of 16-byte loads each. See
 # docs/cost-model.md, "Latency hiding".
 SATURATION_WARPS = 8
+# The latency a GEMM's cp.async ring must cover: a k tile's copies are waited for at one
+# barrier, so the slowest of them counts, from HBM under the load of every SM. ~600 ns idle
+# (Chips and Cheese, "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023), about twice
+# that with the memory busy; CUTLASS's sm_80 tensor-op GEMMs run 3-5 stages of 32-64 deep
+# k tiles, which covers about this. See docs/cost-model.md, "Pipeline stages".
+PIPELINE_LATENCY_S = 1.2e-6
 
 
 # ------------------------------------------------------------------------------ values
@@ -780,6 +786,25 @@ def latency_efficiency(warps_per_sm: float) -> float:
     return min(1.0, warps_per_sm / SATURATION_WARPS)
 
 
+def pipeline_stall(stages: int, blocks: int, tile_s: float, tiles: int) -> float:
+    """How much slower than its rates an SM multiplies when a k loop of `tiles` k tiles with
+    `stages` pipeline slots waits for its copies: `stages - 1` k tiles are in flight while
+    one is multiplied, and `blocks` resident blocks take turns, so a copy has
+    (stages - 1) x blocks x `tile_s` (one block's k tile at the SM's rate) to arrive, and
+    needs PIPELINE_LATENCY_S (Little's law). The first `stages - 1` tiles are the fill, whose
+    latency no depth hides (it is not priced); each later tile waits the shortfall.
+
+        >>> pipeline_stall(2, 1, 0.6e-6, 8), pipeline_stall(3, 1, 0.6e-6, 8)
+        (1.875, 1.0)
+        >>> pipeline_stall(2, 1, 0.6e-6, 1), pipeline_stall(1, 1, 1.0, 8)
+        (1.0, 1.0)
+    """
+    if stages < 2 or tile_s <= 0 or tiles < stages:
+        return 1.0
+    per_tile = max(1.0, PIPELINE_LATENCY_S / ((stages - 1) * blocks * tile_s))
+    return 1.0 + (per_tile - 1.0) * (tiles - (stages - 1)) / tiles
+
+
 def overlap_compute(compute: Mapping[str, float], softmax_chain: bool, streams: int) -> float:
     """The compute units' time as the kernel's structure overlaps them.
 
@@ -933,9 +958,14 @@ def time_kernel(
         )
     compute: dict[str, float] = {}
     for (unit, kind), n in flops.items():
-        compute[unit] = (
-            compute.get(unit, 0.0) + float(n) / _rate(hw, unit, kind) * sm_slow * padding
-        )
+        compute[unit] = compute.get(unit, 0.0) + float(n) / _rate(hw, unit, kind)
+    stall = 1.0
+    if c is not None and c.stages > 1 and not model.online:
+        # a GEMM's cp.async ring (attention's double buffer is priced by its warps)
+        chunks = math.prod(_ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
+        tile_s = max(compute.values(), default=0.0) * hw.limits.sms / (groups * c.splits * chunks)
+        stall = pipeline_stall(c.stages, streams, tile_s, int(chunks))
+    compute = {unit: t * sm_slow * padding * stall for unit, t in compute.items()}
     total = int(sum(flops.values()))
     serial = overlap_compute(compute, bool(model.online) and c is not None, streams)
     return KernelTiming(

@@ -55,7 +55,7 @@ TILES: dict[str, tuple[int, ...]] = {
     "s_k": (16, 32, 64),  # chunk of the contracted axis per pipeline stage
     "s_k_fp8": (32, 64, 128),  # the same for 8-bit inputs (mma k32)
     "warps": (4, 8),  # arranged over the block tile; warp tile >= 16 x 16
-    "stages": (2, 3, 4),  # cp.async pipeline depth in shared memory
+    "stages": (2, 3, 4, 5),  # cp.async pipeline depth in shared memory (pipeline_stall)
 }
 MMA_K = {1: 32, 2: 16}  # mma.sync k per bytes per input value
 SIMT_K = 8  # the fp32 path's k step
