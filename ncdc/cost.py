@@ -204,6 +204,19 @@ class Unfused:
 
 
 @dataclass(frozen=True)
+class BreakOption:
+    """One place to end kernels: the results saved to the top level besides the outputs
+    (none: one fused kernel where the graph allows), and what the model says of it."""
+
+    saved: tuple[str, ...]
+    top_bytes: int  # what its kernels read and write at the top level, at the least
+    predicted_time_s: float | None  # None where it does not build or was not planned
+    least_time_s: float = 0.0  # its top-level bytes at the achieved bandwidth, and launches
+    problem: str = ""  # why it does not build, or why it was not planned
+    chosen: bool = False
+
+
+@dataclass(frozen=True)
 class Plan:
     """A diagram's plan: one KernelPlan per kernel, and the totals over them."""
 
@@ -217,6 +230,8 @@ class Plan:
     bound: str
     unfused: Unfused | None = None
     fixed: Mapping[str, int] = field(hash=False, default_factory=dict)  # tiles the user set
+    # the kernel breaks the model weighed where the spec wrote none (ncdc.tiling)
+    breaks: tuple[BreakOption, ...] = ()
 
     @property
     def bound_kind(self) -> str:
@@ -1233,6 +1248,18 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         }
         for k in plan.kernels
     ]
+    if plan.breaks:
+        out["breaks"] = [
+            {
+                "saved": list(b.saved),
+                "hbm_bytes": b.top_bytes,
+                "predicted_time_s": b.predicted_time_s,
+                "least_time_s": b.least_time_s,
+                "problem": b.problem,
+                "chosen": b.chosen,
+            }
+            for b in plan.breaks
+        ]
     if plan.unfused is not None:
         out["unfused"] = {
             "hbm_bytes": plan.unfused.top_bytes,

@@ -2,7 +2,8 @@
 
 Tensors get a home level (inputs, outputs and materialised intermediates live at the top
 level, HBM on a GPU; fused intermediates never leave the chip), operations are grouped
-into kernels (a kernel ends wherever an intermediate is saved to the top level), and each
+into kernels (a kernel ends wherever the schedule saves a result to the top level; an
+output that later ops read stays in its kernel, which writes it and goes on), and each
 kernel knows which axes it can partition into groups (the axes of its outputs) and which
 it consumes inside (the axes it can stream). The cost model fills in the group and stream
 sizes per level.
@@ -99,17 +100,19 @@ def build_graph(diagram: Diagram, hardware: Hardware) -> MemoryGraph:
             role = "intermediate"
         home = top if role == "input" or t.name in saved else ON_CHIP
         tensors[t.name] = TensorNode(t, role, home, diagram.size(t))
-    groups = _split_kernels(diagram, saved)
+    # A kernel ends only where the schedule saves a result: an output that later ops read
+    # stays in its kernel, which writes it and goes on (several outputs from one kernel).
+    groups = _split_kernels(diagram, set(diagram.schedule.materialize))
     kernels = tuple(_kernel(diagram, ops, saved, i, len(groups)) for i, ops in enumerate(groups))
     return MemoryGraph(diagram, hardware, tensors, kernels)
 
 
-def _split_kernels(diagram: Diagram, saved: set[str]) -> list[list[Op]]:
-    """Connected groups of operations joined by intermediates that stay on chip."""
+def _split_kernels(diagram: Diagram, breaks: set[str]) -> list[list[Op]]:
+    """Connected groups of operations joined by results that are not kernel breaks."""
     kernel_of: dict[str, int] = {}
     groups: list[list[Op]] = []
     for op in diagram.ops:  # topological order, so producers come first
-        joined = {kernel_of[n] for n in op.inputs if n in kernel_of and n not in saved}
+        joined = {kernel_of[n] for n in op.inputs if n in kernel_of and n not in breaks}
         if not joined:
             groups.append([op])
             index = len(groups) - 1

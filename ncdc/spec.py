@@ -179,6 +179,9 @@ class Schedule:
     stream: tuple[str, ...] = ()  # axes to feed in chunks through an accumulator
     tiles: Mapping[str, int] = field(default_factory=dict)  # fixed group/stream sizes
     materialize: tuple[str, ...] = ()  # intermediates saved to the top level (kernel breaks)
+    # The spec wrote `materialize` (even an empty list): its kernel breaks are obeyed, not
+    # chosen by the model (ncdc.tiling.choose_breaks).
+    breaks_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -827,17 +830,22 @@ class _Validator:
             value.get("materialize", []), ("schedule", "materialize"), "intermediates"
         )
         results = {op.out for op in ops}
+        # an output that later ops read may be a kernel break too
+        read = {n for op in ops for n in op.inputs}
+        breakable = {r for r in results if r not in outputs or r in read}
         for i, name in enumerate(mat):
-            if name not in results or name in outputs:
-                inner = sorted(results - set(outputs))
+            if name not in breakable:
+                inner = sorted(breakable)
                 raise self.fail(
                     ("schedule", "materialize", i),
                     f"'{name}' is not an intermediate result; expected one of {_names(inner)}"
                     if inner
                     else f"'{name}' is not an intermediate result, and this diagram has none",
-                    "materialize names results that are neither inputs nor outputs",
+                    "materialize names intermediates, or outputs that later ops read",
                 )
-        return Schedule(lists["group"], lists["stream"], dict(tiles), tuple(mat))
+        return Schedule(
+            lists["group"], lists["stream"], dict(tiles), tuple(mat), "materialize" in value
+        )
 
     def check_used(self, inputs: list[Tensor], ops: list[Op], outputs: tuple) -> None:
         used = {n for op in ops for n in op.inputs}

@@ -152,7 +152,7 @@ EXPECTED = {
     "schedule_group_and_stream": "spec.yaml:10: schedule: axis 'k' is both grouped and streamed (hint: an axis is either grouped or streamed)",
     "schedule_tile_too_big": "spec.yaml:10: schedule.tiles.m: tile 128 is larger than axis 'm' (64) (hint: use at most 64)",
     "schedule_tile_zero": "spec.yaml:10: schedule.tiles.m: expected a positive whole tile size, found 0",
-    "materialize_output": "spec.yaml:10: schedule.materialize[0]: 'C' is not an intermediate result, and this diagram has none (hint: materialize names results that are neither inputs nor outputs)",
+    "materialize_output": "spec.yaml:10: schedule.materialize[0]: 'C' is not an intermediate result, and this diagram has none (hint: materialize names intermediates, or outputs that later ops read)",
     "causal_same_axes": "spec.yaml:9: ops[1]: causal needs two different axes for query and key",
     "norm_weight_axes": "spec.yaml:9: ops[1]: weight A has axes ['m', 'k']; expected only the normalised axes ['n']",
     "op_not_text": "spec.yaml:8: ops[0]: expected an operation like 'Y = exp(X)', found a list (hint: quote it if it contains a colon)",
