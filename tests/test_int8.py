@@ -105,18 +105,19 @@ def test_a_kernel_runs_after_the_kernel_whose_result_it_reads() -> None:
     text = (
         SWIGLU.replace("name: swiglu_mlp", "name: swiglu_u") + "schedule: {materialize: [U, H]}\n"
     )
-    d = load_diagram_text(text, sizes={"m": 37, "d": 72, "f": 100})
+    d = load_diagram_text(text)
     module = render_plan(plan_diagram(d, H200))
     assert [launch.kernel.split("_gemm")[0] for launch in module.launches] == [
         "swiglu_u_0_U", "swiglu_u_1_H", "swiglu_u_2_Y",
     ]  # fmt: skip
-    result = run_diagram(d, module, backend="cpu", seed=1)
-    assert all(c.ok for c in result.checks), result.checks
 
 
 # ---- NVRTC at full size: the kernel `ncdc cost` prices is the one that compiles clean ----
 
-LIBRARY = ("int8_quantize", "swiglu_mlp")  # int8_matmul: test_kernel_gemm.py
+# int8_matmul and w8a16_matmul compile in test_kernel_gemm.py; swiglu_mlp's G and Y kernels
+# are plain bf16 GEMMs (as mlp's): here the row-wise quantisation and the side-operand
+# epilogue.
+COMPILED = {"int8_quantize": ("int8_quantize",), "swiglu_mlp": ("swiglu_mlp_1_H",)}
 
 
 @pytest.mark.skipif(
@@ -124,17 +125,24 @@ LIBRARY = ("int8_quantize", "swiglu_mlp")  # int8_matmul: test_kernel_gemm.py
     reason="cuda.bindings (NVRTC) is not installed",
 )
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_library_diagrams_compile_without_spills(arch: str) -> None:
+def test_library_kernels_compile_without_spills(arch: str) -> None:
     from ncdc.cache import cached_compile
+    from ncdc.families import get_family
+    from ncdc.render import template_env
     from ncdc.spec import load_diagram
 
-    for name in LIBRARY:
+    for name, kernels in COMPILED.items():
         plan = plan_diagram(load_diagram(ROOT / "diagrams" / f"{name}.yaml"), H200)
-        module = render_plan(plan)
-        compiled = cached_compile(module.source, arch, name=name)
-        for launch in module.launches:
-            res = compiled.resources[launch.kernel]
-            assert res.spill_stores_bytes == 0 and res.spill_loads_bytes == 0, (name, res)
+        for kp in plan.kernels:
+            if kp.kernel.name not in kernels:
+                continue
+            ks = get_family(kp.family.name).render(kp, plan)
+            body = template_env().get_template(ks.template).render(**ks.context)
+            exports = "".join(f"NCDC_EXPORT_KERNEL({la.kernel});\n" for la in ks.launches)
+            source = '#include "ncdc_runtime.cuh"\n\n' + body + exports
+            kernel = ks.launches[0].kernel
+            res = cached_compile(source, arch, name=kernel).resources[kernel]
+            assert res.spill_stores_bytes == 0 and res.spill_loads_bytes == 0, (kernel, res)
 
 
 # ---- the model prices these paths --------------------------------------------------------
