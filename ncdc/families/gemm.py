@@ -189,7 +189,7 @@ class GemmFamily:
                 group, stream, warp_group, warp_stream, params, (shape,), t.stages, 1,
                 _registers(t, threads, p, simt),
             )  # fmt: skip
-        return list(out.values())
+        return _within_block_level(model, hw, list(out.values()))
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         return _render(kp, plan)
@@ -215,6 +215,19 @@ class GemmFamily:
 
 
 FAMILY = GemmFamily()
+
+
+def _within_block_level(model: KernelModel, hw: Hardware, found: list[Candidate]) -> list[Candidate]:
+    """The candidates whose inputs the model holds within the block level. The model counts
+    an epilogue operand over the output tile (the saved gate of SwiGLU) as held there whole,
+    though the kernel reads it straight into registers: a tile it would overflow is left
+    out, so that the plan's residency stays within capacity; all of them when none fit."""
+    capacity = hw.level(hw.block_level).capacity_bytes
+    fit = [
+        c for c in found
+        if model.resident(c.group, c.stream, c.stages, True)[1] <= capacity
+    ]  # fmt: skip
+    return fit or found
 
 
 def _reaches(ops: tuple[Op, ...], name: str) -> bool:
