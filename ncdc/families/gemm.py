@@ -217,7 +217,9 @@ class GemmFamily:
 FAMILY = GemmFamily()
 
 
-def _within_block_level(model: KernelModel, hw: Hardware, found: list[Candidate]) -> list[Candidate]:
+def _within_block_level(
+    model: KernelModel, hw: Hardware, found: list[Candidate]
+) -> list[Candidate]:
     """The candidates whose inputs the model holds within the block level. The model counts
     an epilogue operand over the output tile (the saved gate of SwiGLU) as held there whole,
     though the kernel reads it straight into registers: a tile it would overflow is left
