@@ -327,6 +327,14 @@ def run(
     hw: HwOpt = None,
     no_tuned: NoTunedOpt = False,
     fmt: FormatOpt = "table",
+    counters: Annotated[
+        bool,
+        typer.Option(
+            "--counters",
+            help="cpu backend: count global sectors and shared-memory bank conflicts per "
+            "warp-wide access, beside the ideal.",
+        ),
+    ] = False,
 ) -> None:
     """Run a diagram's kernels, compare with a float64 reference; exit 1 on a mismatch."""
     from ncdc.run import memory_limit, run_spec
@@ -336,7 +344,7 @@ def run(
         spec, load_machine(hardware, hw), backend=backend, seed=seed, sanitize=sanitize,
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
         max_memory=memory_limit(max_memory) if max_memory is not None else None,
-        use_tuned=not no_tuned,
+        use_tuned=not no_tuned, counters=counters,
     )  # fmt: skip
     emit(outcome.to_dict(), fmt, lambda: run_table(outcome))
     if not outcome.result.ok:

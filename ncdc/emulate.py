@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +83,60 @@ _ERR_LEN = 1024
 
 
 @dataclass(frozen=True)
+class Counters:
+    """Warp-wide requests a launch issued and what they cost, beside the fewest possible for
+    the same bytes (docs/cpu-backend.md, "Access counters"): 32-byte sectors per global
+    load (cp.async's reads included) and store, shared-memory wavefronts per access
+    (ldmatrix, cp.async's writes, `ld_shared`/`st_shared`). Zero when not asked for.
+
+        >>> c = Counters(4, 16, 16, 2, 16, 8, 2, 9, 8)
+        >>> c.excess_sectors, c.bank_conflicts
+        (8, 1)
+    """
+
+    load_requests: int = 0
+    load_sectors: int = 0
+    load_ideal_sectors: int = 0
+    store_requests: int = 0
+    store_sectors: int = 0
+    store_ideal_sectors: int = 0
+    shared_requests: int = 0
+    shared_wavefronts: int = 0
+    shared_ideal_wavefronts: int = 0
+
+    def __add__(self, other: Counters) -> Counters:
+        pairs = zip(astuple(self), astuple(other), strict=True)
+        return Counters(*(a + b for a, b in pairs))
+
+    @property
+    def excess_sectors(self) -> int:
+        """Sectors beyond the ideal: 0 when every global access is fully coalesced."""
+        return (
+            self.load_sectors + self.store_sectors
+            - self.load_ideal_sectors - self.store_ideal_sectors
+        )  # fmt: skip
+
+    @property
+    def bank_conflicts(self) -> int:
+        """Wavefronts beyond the ideal: 0 when no shared-memory access conflicts."""
+        return self.shared_wavefronts - self.shared_ideal_wavefronts
+
+
+@dataclass(frozen=True)
 class Traffic:
-    """Global-memory bytes a launch issued (loads, stores, cp.async, atomics), before caches."""
+    """Global-memory bytes a launch issued (loads, stores, cp.async, atomics), before caches,
+    and its access counters when the launch asked for them."""
 
     bytes_read: int
     bytes_written: int
+    counters: Counters = Counters()
 
     def __add__(self, other: Traffic) -> Traffic:
-        return Traffic(self.bytes_read + other.bytes_read, self.bytes_written + other.bytes_written)
+        return Traffic(
+            self.bytes_read + other.bytes_read,
+            self.bytes_written + other.bytes_written,
+            self.counters + other.counters,
+        )
 
 
 def include_dir() -> Path:
@@ -298,21 +344,25 @@ class EmulatedModule:
         block: int | Sequence[int],
         args: Sequence[Any],
         dynamic_smem: int = 0,
+        counters: bool = False,
     ) -> Traffic:
         """Run `kernel` over `grid` x `block`; arrays are device memory, written in place.
 
         Arrays must be contiguous; scalars are passed by value with the kernel's parameter
         type (a NumPy scalar must match it exactly; a Python number is converted).
+        `counters`: also count sectors and bank conflicts (slower: every access is logged).
         """
         g, b = _dim3(grid), _dim3(block)
         _default_threads()
         if self._dll is not None:
             values = _check_args(kernel, self.signature(kernel), args)
             dll = self._dll
-            return _interruptible(lambda: _run(dll, kernel, g, b, int(dynamic_smem), values))
+            return _interruptible(
+                lambda: _run(dll, kernel, g, b, int(dynamic_smem), values, counters)
+            )
         assert self.sanitize is not None  # a plain library is loaded in this process
         arrays = [a for a in args if isinstance(a, np.ndarray)]
-        request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args))
+        request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args), counters)
         outputs, traffic = _run_sanitized(self.sanitize, kernel, request)
         for dst, src in zip(arrays, outputs, strict=True):
             dst[...] = src
@@ -398,6 +448,7 @@ def _run(
     block: tuple[int, int, int],
     smem: int,
     values: list[Any],
+    counters: bool = False,
 ) -> Traffic:
     """Call the library's launch entry; arrays are passed by pointer, 0-d arrays by value."""
     n = len(values)
@@ -414,7 +465,7 @@ def _run(
     fn = getattr(dll, f"ncdc_launch_{kernel}")
     fn.restype = ctypes.c_int
     range_arr = (ctypes.c_ulonglong * max(len(ranges), 1))(*ranges)
-    traffic = (ctypes.c_ulonglong * 2)()
+    traffic = (ctypes.c_ulonglong * 11)(int(counters))
     err = ctypes.create_string_buffer(_ERR_LEN)
     rc = fn(
         (ctypes.c_uint * 3)(*grid),
@@ -429,7 +480,7 @@ def _run(
     )
     if rc != 0:
         raise NcdcError(err.value.decode(errors="replace"))
-    return Traffic(int(traffic[0]), int(traffic[1]))
+    return Traffic(int(traffic[0]), int(traffic[1]), Counters(*(int(t) for t in traffic[2:])))
 
 
 # ---- sanitized runs: a subprocess with the sanitizer's runtime preloaded ----------------------
@@ -483,7 +534,7 @@ def _run_sanitized(
         outputs, traffic, error = pickle.loads(response.read_bytes())
     if error:
         raise NcdcError(error)
-    return outputs, Traffic(*traffic)
+    return outputs, traffic
 
 
 def _failure_tail(sanitize: str, kernel: str, stderr: str) -> NcdcError:
@@ -547,12 +598,12 @@ def _tsan_access(m: re.Match[str], names: dict[str, str]) -> tuple[str, str, str
 
 def _sanitized_child(request: str, response: str) -> None:
     """Runs in the subprocess: device buffers are malloc'd inside the library (redzones)."""
-    library, kernel, grid, block, smem, args = pickle.loads(Path(request).read_bytes())
+    library, kernel, grid, block, smem, args, counters = pickle.loads(Path(request).read_bytes())
     dll = ctypes.CDLL(library)
     try:
         values = _check_args(kernel, _signature(dll, Path(library), kernel), args)
     except NcdcError as e:
-        Path(response).write_bytes(pickle.dumps(([], (0, 0), e.line())))
+        Path(response).write_bytes(pickle.dumps(([], Traffic(0, 0), e.line())))
         return
     dll.ncdc_emu_malloc.restype = ctypes.c_void_p
     dll.ncdc_emu_malloc.argtypes = [ctypes.c_ulonglong]
@@ -568,10 +619,9 @@ def _sanitized_child(request: str, response: str) -> None:
         buffers.append((ptr, v))
         array_t = ctypes.c_ubyte * v.nbytes
         device.append(np.frombuffer(array_t.from_address(ptr), dtype=v.dtype).reshape(v.shape))
-    error, traffic = "", (0, 0)
+    error, traffic = "", Traffic(0, 0)
     try:
-        t = _run(dll, kernel, grid, block, smem, device)
-        traffic = (t.bytes_read, t.bytes_written)
+        traffic = _run(dll, kernel, grid, block, smem, device, counters)
     except NcdcError as e:
         error = e.line()
     outputs = [d.copy() for d in device if d.ndim != 0]

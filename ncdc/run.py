@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from ncdc.hardware import Hardware
 from ncdc.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.render import Launch, Param, RenderedModule, Workspace
 from ncdc.spec import Diagram, load_diagram, load_diagram_text
+
+if TYPE_CHECKING:
+    from ncdc.emulate import Counters, Traffic
 
 BACKENDS = ("cpu", "cuda")
 
@@ -77,6 +80,7 @@ class RunResult:
     bytes_read: int  # global-memory traffic the kernels issued (CPU backend; 0 on CUDA)
     bytes_written: int
     seconds: float  # wall time of building (or loading) and running the kernels
+    counters: Counters | None = None  # CPU backend with counters: sectors and wavefronts
 
     @property
     def ok(self) -> bool:
@@ -109,12 +113,25 @@ def allocate(module: RenderedModule, diagram: Diagram, inputs: Mapping[str, np.n
             continue  # a fused intermediate never exists in global memory
         shape = tuple(diagram.axes[a] for a in t.axes)
         if t.name in inputs:
-            buffers[t.name] = np.ascontiguousarray(to_storage(inputs[t.name], t.dtype))
+            buffers[t.name] = device_aligned(to_storage(inputs[t.name], t.dtype))
         else:
-            buffers[t.name] = to_storage(np.full(shape, np.nan), t.dtype)
+            buffers[t.name] = device_aligned(to_storage(np.full(shape, np.nan), t.dtype))
     for w in module.workspace:
-        buffers[w.name] = to_storage(np.full(w.values, np.nan), w.dtype)
+        buffers[w.name] = device_aligned(to_storage(np.full(w.values, np.nan), w.dtype))
     return buffers
+
+
+DEVICE_ALIGNMENT = 256  # bytes: what cudaMalloc returns (CUDA C++ Programming Guide)
+
+
+def device_aligned(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of `a` starting on a DEVICE_ALIGNMENT boundary, as a GPU buffer
+    does, so that the CPU backend's sector counts are those of the GPU."""
+    raw = np.empty(a.nbytes + DEVICE_ALIGNMENT, dtype=np.uint8)
+    skip = -raw.ctypes.data % DEVICE_ALIGNMENT
+    out = raw[skip : skip + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
 
 
 def launch_args(launch: Launch, buffers: Mapping[str, np.ndarray]) -> list:
@@ -283,18 +300,28 @@ def check_emulation_fits(
 def run_diagram(
     diagram: Diagram, module: RenderedModule, *, backend: str = "cpu", seed: int = 0,
     sanitize: str | None = None, estimate: EmulationEstimate | None = None,
+    counters: bool = False,
 ) -> RunResult:  # fmt: skip
-    """Run `module` (rendered from `diagram`) on `backend` and check every output."""
+    """Run `module` (rendered from `diagram`) on `backend` and check every output;
+    `counters` (cpu backend): also count global sectors and shared-memory wavefronts."""
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend '{backend}'; expected one of {', '.join(BACKENDS)}")
+    if counters and backend != "cpu":
+        raise UsageError(
+            "access counters come from the CPU emulator", where="--counters",
+            hint="run with --backend cpu, or drop --counters",
+        )  # fmt: skip
     inputs = make_inputs(diagram, seed)
     stored = {p.name for launch in module.launches for p in launch.params if p.kind == "tensor"}
     expected = evaluate(diagram, inputs, stored - set(inputs))
     buffers = allocate(module, diagram, inputs)
     start = time.perf_counter()
+    counted = None
     if backend == "cpu":
         with _progress(estimate.seconds if estimate else 0.0):
-            read, written = _run_cpu(module, buffers, sanitize)
+            traffic = _run_cpu(module, buffers, sanitize, counters)
+        read, written = traffic.bytes_read, traffic.bytes_written
+        counted = traffic.counters if counters else None
     else:
         from ncdc.gpu import run_cuda
 
@@ -306,22 +333,22 @@ def run_diagram(
         dtype = diagram.tensor(name).dtype
         got = from_storage(buffers[name], dtype)
         checks.append(compare(name, dtype, got, expected[name]))
-    return RunResult(backend, tuple(checks), read, written, seconds)
+    return RunResult(backend, tuple(checks), read, written, seconds, counted)
 
 
-def _run_cpu(module: RenderedModule, buffers: dict, sanitize: str | None) -> tuple[int, int]:
-    from ncdc.emulate import build
+def _run_cpu(
+    module: RenderedModule, buffers: dict, sanitize: str | None, counters: bool = False
+) -> Traffic:
+    from ncdc.emulate import Traffic, build
 
     lib = build(module.source, sanitize=sanitize)
-    read = written = 0
+    total = Traffic(0, 0)
     for launch in module.launches:
-        traffic = lib.launch(
+        total += lib.launch(
             launch.kernel, launch.grid, launch.block, launch_args(launch, buffers),
-            dynamic_smem=launch.dynamic_smem,
+            dynamic_smem=launch.dynamic_smem, counters=counters,
         )  # fmt: skip
-        read += traffic.bytes_read
-        written += traffic.bytes_written
-    return read, written
+    return total
 
 
 @contextlib.contextmanager
@@ -369,14 +396,20 @@ class RunOutcome:
             },
             "seconds": r.seconds,
             "tiles_from": self.tiles_from,
+            "counters": counters_to_dict(r.counters) if r.counters else None,
         }
+
+
+def counters_to_dict(c: Counters) -> dict[str, Any]:
+    """The access counters beside their ideal, JSON-ready."""
+    return {**asdict(c), "excess_sectors": c.excess_sectors, "bank_conflicts": c.bank_conflicts}
 
 
 def run_spec(
     spec: Path, hardware: Hardware, *, backend: str = "cpu", seed: int = 0,
     sanitize: str | None = None, sizes: Mapping[str, int] | None = None,
     tiles: Mapping[str, int] | None = None, max_memory: int | None = None,
-    use_tuned: bool = True,
+    use_tuned: bool = True, counters: bool = False,
 ) -> RunOutcome:  # fmt: skip
     """Plan, render and run a spec, or run a `.cu` that `ncdc compile` wrote.
 
@@ -413,8 +446,9 @@ def run_spec(
         limit = memory_limit(None) if max_memory is None else max_memory
         check_emulation_fits(estimate, limit, compiled=spec.suffix == ".cu")
     result = run_diagram(
-        diagram, module, backend=backend, seed=seed, sanitize=sanitize, estimate=estimate
-    )
+        diagram, module, backend=backend, seed=seed, sanitize=sanitize, estimate=estimate,
+        counters=counters,
+    )  # fmt: skip
     boundary, predicted = on_chip_boundary(cost, hardware)
     return RunOutcome(diagram, module, result, boundary, predicted, tiles_from)
 

@@ -176,6 +176,14 @@ def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
             f"{format_bytes(r.bytes_written, digits=1)} written = {issued:,} B; model across "
             f"{outcome.boundary}: {outcome.predicted_bytes:,} B (ratio {ratio:.3f})"
         )
+    if (c := r.counters) is not None:
+        table.caption = f"{table.caption or ''}" + (
+            f"\nglobal loads: {c.load_requests:,} warp requests, {c.load_sectors:,} sectors "
+            f"(ideal {c.load_ideal_sectors:,}); stores: {c.store_requests:,}, "
+            f"{c.store_sectors:,} sectors (ideal {c.store_ideal_sectors:,}); shared: "
+            f"{c.shared_requests:,} requests, {c.shared_wavefronts:,} wavefronts (ideal "
+            f"{c.shared_ideal_wavefronts:,}: {c.bank_conflicts:,} from bank conflicts)"
+        )
     return table
 
 

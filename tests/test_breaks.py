@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ncdc.buildable import check_buildable
 from ncdc.cost import plan_to_dict
 from ncdc.errors import PlanError
 from ncdc.hardware import load_hardware
@@ -95,7 +96,7 @@ def test_an_explicit_schedule_is_obeyed_and_its_refusal_names_what_to_save() -> 
 
 def test_two_row_ops_on_one_intermediate() -> None:
     # Two reductions of one map: one kernel runs one row op. Without a schedule ncdc saves
-    # A; with materialize: [] the refusal says so, and its hint, followed, runs.
+    # A; with materialize: [] the refusal says so, and its hint, followed, plans and runs.
     chosen = plan_diagram(load_diagram_text(TWO_STATS), H200)
     assert chosen.graph.diagram.schedule.materialize == ("A",)
     text = TWO_STATS + "schedule: {materialize: []}\n"
@@ -105,3 +106,47 @@ def test_two_row_ops_on_one_intermediate() -> None:
     d = load_diagram_text(_follow(text, refused.value.hint))
     result = run_diagram(d, render_plan(plan_diagram(d, H200)), backend="cpu", seed=1)
     assert result.ok, result.checks
+
+
+INT8_ROWS = """
+ncdc: 1
+name: q
+axes: {m: 37, n: 45}
+inputs:
+  X: {axes: [m, n], dtype: int8}
+ops:
+  - Y = softmax(X, over=m, dtype=fp32)
+outputs: [Y]
+"""
+
+STRIDED_BIAS = """
+ncdc: 1
+name: sb
+axes: {m: 37, n: 45}
+inputs:
+  X: {axes: [m, n], dtype: bf16}
+  B: {axes: [n, m], dtype: bf16}
+ops:
+  - Z = add(X, B)
+  - Y = softmax(Z, over=n)
+outputs: [Y]
+"""
+
+
+def test_the_int8_hint_is_followed() -> None:
+    # The row kernels read no int8: the hint stores X as fp16 (exact for int8 values);
+    # written so, the diagram plans and renders.
+    with pytest.raises(PlanError) as refused:
+        plan_diagram(load_diagram_text(INT8_ROWS), H200)
+    hint = refused.value.hint
+    found = re.search(r"X: (\{axes: \[m, n\], dtype: fp16\})$", hint)
+    assert found, hint
+    d = load_diagram_text(INT8_ROWS.replace("{axes: [m, n], dtype: int8}", found.group(1)))
+    check_buildable(d, H200)
+
+
+def test_a_row_operand_strided_along_the_row_runs_in_the_reduction_kernel() -> None:
+    # softmax over n, last in X but not in the bias B[n, m]: once refused ("put n last"),
+    # now read strided by the reduction family (test_kernel_reduce runs it).
+    plan = check_buildable(load_diagram_text(STRIDED_BIAS), H200)
+    assert [kp.family.name for kp in plan.kernels] == ["reduce"]

@@ -89,56 +89,53 @@ outputs: [{outputs}]
 """
 
 
-@pytest.mark.parametrize("dtype, plan_m", [("bf16", 64), ("fp32", 4096)])
-def test_column_ops_match_numpy(dtype: str, plan_m: int) -> None:
-    # Over m of X[m, n]: built for columns of 64 (held in registers: one pass) and of 4096
-    # (read again for the output: two passes; the reductions split over blocks); each
+@pytest.mark.parametrize("dtype, plan_m, stage", [("fp32", 4096, True), ("bf16", 65536, False)])
+def test_column_ops_match_numpy(dtype: str, plan_m: int, stage: bool) -> None:
+    # Over m of X[m, n]: built for columns of 4096 (held in shared memory between the
+    # statistics and the output) and of 65536 (too long for shared memory: read again for
+    # the output; the reductions split; test_vectors_... holds a column in registers); each
     # build runs columns shorter and longer than a thread's share, and column counts that
     # leave a block's last warp partial. (A split reduction's partials are sized for the
     # planned columns: the runs take no more.)
+    plan = plan_diagram(load_diagram_text(column_spec(dtype), sizes={"m": plan_m, "n": 130}), H200)
+    softmax = plan.kernels[0].candidate
+    assert (softmax.param("stage") > 0) == stage and softmax.rereads == (
+        () if stage else (("X", 1),)
+    )
     for got, want in run_at(column_spec(dtype), {"m": plan_m, "n": 130}, ODD):
         close(got, want, dtype)
 
 
-WHOLE = """
+MIXED = """
 ncdc: 1
-name: whole
-axes: {m: 8, n: 8}
-inputs: {X: {axes: [m, n], dtype: bf16}}
-ops: ["A = abs(X)", "r0 = max(A, over=[m, n], dtype=fp32)", "r1 = sum(X, over=[m, n], dtype=fp32)",
-  "r2 = mean(X, over=[m, n], dtype=fp32)", "r3 = logsumexp(X, over=[m, n], dtype=fp32)"]
-outputs: [r0, r1, r2, r3]
-"""
-
-
-def test_whole_tensor_reductions_to_a_scalar() -> None:
-    # Built at 4096 x 4096, where each reduction splits over blocks and a second kernel
-    # merges the fp32 partials in order; run where most splits get nothing. The same
-    # inputs twice give the same bits: the merge order is fixed.
-    plan = plan_diagram(load_diagram_text(WHOLE, sizes={"m": 4096, "n": 4096}), H200)
-    assert all(kp.candidate.splits > 1 for kp in plan.kernels)
-    runs = run_at(WHOLE, {"m": 4096, "n": 4096}, [*ODD[:3], ODD[0]])
-    for got, want in runs:
-        close(got, want, "fp32")
-    assert all(runs[0][0][r].tobytes() == runs[-1][0][r].tobytes() for r in runs[0][0])
-
-
-VECTOR = """
-ncdc: 1
-name: vec
+name: mixed
 axes: {b: 3, m: 8, n: 8}
-inputs: {X: {axes: [b, m, n], dtype: bf16}, c: {axes: [n], dtype: bf16}}
+inputs: {X: {axes: [b, m, n], dtype: bf16}, c: {axes: [n], dtype: bf16},
+  Bt: {axes: [b, n, m], dtype: bf16}}
 ops: ["s = sum(X, over=[b, m], dtype=fp32)", "t = mul(s, c)", "u = max(X, over=[m, n])",
-  "Y = softmax(X, over=m)"]
-outputs: [t, u, Y]
+  "Y = softmax(X, over=m)", "Z = add(X, Bt)", "Y2 = softmax(Z, over=n)", "A = abs(X)", "r0 = max(A, over=[b, m, n], dtype=fp32)",
+  "r1 = sum(X, over=[b, m, n], dtype=fp32)", "r2 = mean(X, over=[b, m, n], dtype=fp32)",
+  "r3 = logsumexp(X, over=[b, m, n], dtype=fp32)"]
+outputs: [t, u, Y, Y2, r0, r1, r2, r3]
 """
+BUILT = {"b": 3, "m": 64, "n": 4096}
 
 
-def test_vectors_and_a_middle_axis() -> None:
+def test_vectors_scalars_and_a_middle_axis() -> None:
     # sum over the leading axes (kept n contiguous: coalesced) then a per-column map; max
-    # over the trailing axes, one value per b; softmax over the middle axis m.
-    for got, want in run_at(VECTOR, {"b": 3, "m": 64, "n": 64}, [{"b": 3, "m": 37, "n": 45}]):
+    # over the trailing axes, one value per b; softmax over the middle axis m (a column
+    # held in registers); softmax over n, last in X but not in Bt, read strided; and
+    # whole-tensor reductions to a scalar, split over blocks whose
+    # fp32 partials a second kernel merges in order, run where most splits get nothing.
+    # The same inputs twice give the same bits: the merge order is fixed.
+    plan = plan_diagram(load_diagram_text(MIXED, sizes=BUILT), H200)
+    splits = {kp.kernel.outputs[0]: kp.candidate.splits for kp in plan.kernels}
+    assert all(splits[r] > 1 for r in ("r0", "r1", "r2", "r3")), splits
+    odd = {"b": 3, "m": 37, "n": 45}
+    runs = run_at(MIXED, BUILT, [odd, {"b": 1, "m": 3, "n": 1001}, odd])
+    for got, want in runs:
         close(got, want, "bf16")
+    assert all(runs[0][0][r].tobytes() == runs[-1][0][r].tobytes() for r in ("r1", "r3"))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")

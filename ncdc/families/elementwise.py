@@ -187,6 +187,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "kernel": name,
         "threads": threads,
         "vec": vec,
+        "vpt": c.param("vpt"),
         "axes": [{"name": a, "size": size_name(a), "index": index[a]} for a in reversed(axes)],
         "inner": inner,
         "inputs": [access(n) for n in kernel.inputs],

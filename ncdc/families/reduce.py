@@ -6,10 +6,11 @@ case, one axis that is last in memory; this one takes the rest.
 The operand is seen as kept x reduced, each flattened in the operand's memory order. A
 block of `threads` is `tx` kept indices (consecutive addresses when the operand's last axis
 is kept: coalesced across it) by threads / tx slices of the reduced range; a thread takes
-`hold` values at a time and keeps them in registers when its share is one such chunk, else
-reads them again for the output. A reduction with few kept indices splits its range over
-`splits` blocks, whose fp32 partials a second kernel merges in a fixed order (deterministic);
-see templates/include/ncdc_reduce.cuh.
+`hold` values at a time and keeps them in registers when its share is one such chunk; a
+longer share is held in shared memory (`stage`, with fewer kept indices a block) or read
+again for the output, whichever the model prices faster. A reduction with few kept indices
+splits its range over `splits` blocks, whose fp32 partials a second kernel merges in a
+fixed order (deterministic); see templates/include/ncdc_reduce.cuh.
 
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
@@ -45,9 +47,9 @@ from ncdc.families.codegen import (
     op_statements,
     size_name,
 )
-from ncdc.families.rowwise import KINDS, MAX_GRID, ROW_KINDS
+from ncdc.families.rowwise import KINDS, MAX_GRID, ROW_KINDS, rows_contiguous
 from ncdc.launch import Candidate, Family, LaunchShape
-from ncdc.spec import Diagram, Op, Tensor
+from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
 
 if TYPE_CHECKING:
     from ncdc.cost import KernelModel, KernelPlan, Plan
@@ -62,6 +64,7 @@ HOLD = 8  # values of its share a thread holds in registers at a time
 MERGE_THREADS = 256
 MAX_SPLITS = 65535  # grid.y
 SPLIT_WAVES = 2  # a split reduction launches about this many blocks per SM
+SECTOR = 32  # bytes of one DRAM/L2 sector: a staged block reads at least this much a row
 PARTIAL = "ncdc_partial"  # the fp32 workspace of split partials: (max or mean, sum, count)
 
 
@@ -83,7 +86,7 @@ class ReduceFamily:
         for op in rowops:
             if set(op.over) != over or _operand(diagram, op).axes != src.axes:
                 return None
-        if len(over) == 1 and src.axes[-1] in over:
+        if len(over) == 1 and src.axes[-1] in over and rows_contiguous(diagram, kernel, *over):
             return None  # the row-wise family's
         if any(not set(diagram.tensor(n).axes) <= set(src.axes) for n in _names(kernel)):
             return None
@@ -107,26 +110,47 @@ class ReduceFamily:
         kept_n = math.prod(d.axes[a] for a in kept)
         red_n = math.prod(d.axes[a] for a in reduced)
         src = _operand(d, rowop)
-        tx = min(COALESCE, pow2(kept_n)) if src.axes[-1] in kept else 1
+        wide = min(COALESCE, pow2(kept_n)) if src.axes[-1] in kept else 1
         per_element = _per_element_outputs(d, kernel, reduced)
         registers = estimate_registers(HOLD * max(len(kernel.inputs), 1), 1, 0)
-        blocks_x = -(-kept_n // tx)
+        stage_bytes = DTYPE_BYTES[_stage_dtype(d, kernel, rowop)]
+        # Held in shared memory: as few kept indices as still fill a 32-byte sector of the
+        # narrowest per-element tensor a row (the model counts bytes, not sectors).
+        narrowest = min(
+            DTYPE_BYTES[d.tensor(n).dtype]
+            for n in _names(kernel)
+            if n in per_element or n == src.name
+        )
+        staged_tx = sorted(
+            {t for t in (wide, 16, 8) if t <= wide and t * narrowest >= SECTOR} | {wide}
+        )
         out: list[Candidate] = []
         for threads in TILES["threads"]:
-            if threads % tx or threads > hw.limits.threads_per_block:
+            if threads > hw.limits.threads_per_block:
                 continue
-            ty = threads // tx
-            hold = min(HOLD, pow2(-(-red_n // ty)))
-            chunks = -(-red_n // (ty * hold))
-            split_opts = [1]
-            if not per_element and blocks_x < hw.limits.sms * SPLIT_WAVES and chunks > 1:
-                want = -(-hw.limits.sms * SPLIT_WAVES // blocks_x)
-                split_opts.append(min(want, chunks, MAX_SPLITS))
-            for splits in sorted(set(split_opts)):
-                passes = 2 if per_element and chunks > 1 else 1
-                out.append(
-                    _candidate(model, family, hw, threads, tx, hold, splits, passes, registers)
-                )
+            for tx in staged_tx if per_element else [wide]:
+                if threads % tx:
+                    continue
+                ty = threads // tx
+                hold = min(HOLD, pow2(-(-red_n // ty)))
+                chunks = -(-red_n // (ty * hold))
+                blocks_x = -(-kept_n // tx)
+                split_opts = [1]
+                if not per_element and blocks_x < hw.limits.sms * SPLIT_WAVES and chunks > 1:
+                    want = -(-hw.limits.sms * SPLIT_WAVES // blocks_x)
+                    split_opts.append(min(want, chunks, MAX_SPLITS))
+                stage_opts = [0]
+                if per_element and chunks > 1:
+                    stage_opts.append(red_n)  # the columns held in shared memory
+                for splits in sorted(set(split_opts)):
+                    for stage in stage_opts:
+                        if tx != wide and not stage:
+                            continue  # a narrower block only pays where it is staged
+                        shape = _Shape(threads, tx, hold, splits, stage, stage * tx * stage_bytes)
+                        if _smem(shape) > hw.limits.smem_per_block_bytes:
+                            continue
+                        passes = 2 if per_element and chunks > 1 and not stage else 1
+                        out.append(_candidate(model, family, hw, shape, passes, registers))
         return out
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
@@ -141,20 +165,43 @@ class ReduceFamily:
 FAMILY = ReduceFamily()
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """A block's arrangement: see the module docstring."""
+
+    threads: int
+    tx: int
+    hold: int
+    splits: int
+    stage: int  # reduced values of each kept index held in shared memory (0: read again)
+    stage_bytes: int
+
+
+def _smem(shape: _Shape) -> int:
+    """Dynamic shared memory: the partial and merged statistics, then the staged columns."""
+    return 4 * (3 * shape.threads + 3 * shape.tx) + shape.stage_bytes
+
+
+def _stage_dtype(d: Diagram, kernel: Kernel, rowop: Op) -> str:
+    """What staged values are held as: the operand's own type where it is an input (exact),
+    else fp32."""
+    src = _operand(d, rowop)
+    return src.dtype if src.name in kernel.inputs else "fp32"
+
+
 def _candidate(
     model: KernelModel,
     family: Family,
     hw: Hardware,
-    threads: int,
-    tx: int,
-    hold: int,
-    splits: int,
+    shape: _Shape,
     passes: int,
     registers: int,
 ) -> Candidate:
     """One launch: its block's share of each axis as the model counts it (tx kept indices
-    from the innermost kept axis out, the whole reduced range, or a split's share of it)."""
+    from the innermost kept axis out; a kept reduced axis whole, a removed one a pass at a
+    time)."""
     d, kernel = model.diagram, model.kernel
+    threads, tx, splits = shape.threads, shape.tx, shape.splits
     kept, reduced = family.axes("kept"), family.axes("reduced")
     kept_n = math.prod(d.axes[a] for a in kept)
     group: dict[str, int] = {}
@@ -164,13 +211,20 @@ def _candidate(
         group[a] = take
         left = max(1, -(-left // take))
     stream: dict[str, int] = {}
-    left = -(-math.prod(d.axes[a] for a in reduced) // splits)
+    # A reduced axis that the outputs keep (softmax, norms) is the block's whole where the
+    # block holds it (registers or shared memory), else one pass (threads / tx slices of
+    # hold values) at a time, as is one the outputs remove (streamed through the block).
+    held = shape.stage > 0 or passes == 1
+    left = threads // tx * shape.hold
     for a in reversed(reduced):
+        if a in kernel.woven and held:
+            group[a] = d.axes[a]
+            continue
         take = min(d.axes[a], left)
         (group if a in kernel.woven else stream)[a] = take
         left = max(1, -(-left // take))
     group = {a: group.get(a, 1) for a in kernel.woven}
-    smem = 4 * (3 * threads + 3 * tx)
+    smem = _smem(shape)
     grid = min(MAX_GRID, -(-kept_n // tx))
     shapes = [LaunchShape((grid, splits, 1), (threads, 1, 1), smem)]
     if splits > 1:
@@ -181,8 +235,9 @@ def _candidate(
     params = (
         ("threads", threads),
         ("tx", tx),
-        ("hold", hold),
+        ("hold", shape.hold),
         ("splits", splits),
+        ("stage", shape.stage),
         ("passes", passes),
     )
     return Candidate(
@@ -343,7 +398,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     threads, tx, hold, splits = (c.param(p) for p in ("threads", "tx", "hold", "splits"))
     out_dtype = d.tensor(kernel.outputs[0]).dtype.replace("_", "")
     streamed = "_p2" if c.param("passes") == 2 else ""
-    name = f"{kernel.name}_reduce_{out_dtype}_t{threads}_x{tx}_h{hold}_s{splits}{streamed}"
+    stage = c.param("stage")
+    staged = "_smem" if stage else ""
+    name = f"{kernel.name}_reduce_{out_dtype}_t{threads}_x{tx}_h{hold}_s{splits}{streamed}{staged}"
     merge_name = f"{kernel.name}_reduce_merge_{out_dtype}" if splits > 1 else ""
     kept_n = math.prod(d.axes[a] for a in kept)
     tensor_params = [
@@ -376,6 +433,8 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "tx": tx,
         "hold": hold,
         "splits": splits,
+        "stage_rows": stage,
+        "stage_ctype": cpp_type(_stage_dtype(d, kernel, rowop)),
         "per_element": bool(outputs_elem),
         "per_row": bool(outputs_row),
         "kept_axes": [{"index": index[a], "size": size_name(a)} for a in reversed(kept)],

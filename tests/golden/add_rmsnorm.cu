@@ -55,8 +55,7 @@ struct ncdc_add_rmsnorm_rowwise_bf16_r1_t128_v4_io {
     if (ncdc_n > kStageCols) return;
     unsigned char* ncdc_p = ncdc::dynamic_smem<unsigned char>();
     __nv_bfloat16* ncdc_s_W = reinterpret_cast<__nv_bfloat16*>(ncdc_p + 0);
-    for (long long ncdc_c = threadIdx.x; ncdc_c < ncdc_n; ncdc_c += 128)
-      ncdc_s_W[ncdc_c] = ncdc::ld_global(ncdc_t.W + ncdc_c);
+    ncdc::rowwise::stage_copy<128>(ncdc_s_W, ncdc_t.W, ncdc_n);
     ncdc_w_W = ncdc_s_W;
     __syncthreads();
   }
@@ -83,6 +82,59 @@ struct ncdc_add_rmsnorm_rowwise_bf16_r1_t128_v4_io {
       const float ncdc_e_H = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
       ncdc_x[ncdc_j] = ncdc_e_H;
     }
+  }
+
+  // The vector path of a row whose runs are all whole (its length a multiple of V, every
+  // pointer aligned): the raw bits of one run of each tensor the row op and its outputs
+  // read, fetched for every run of the row before any is used (the weights too, before
+  // the reduction), so the 16-byte loads are in flight together.
+  template <int ncdc_V>
+  struct Raw {
+    ncdc::Packed<ncdc_V, __nv_bfloat16> X;
+    ncdc::Packed<ncdc_V, __nv_bfloat16> R;
+    ncdc::Packed<ncdc_V, __nv_bfloat16> W;
+  };
+  template <int ncdc_V>
+  NCDC_DEVICE void fetch(long long ncdc_c0, Raw<ncdc_V>& ncdc_raw) const {
+    ncdc::fetch_vec(ncdc_t.X + ncdc_o_X + ncdc_c0, ncdc_raw.X);
+    ncdc::fetch_vec(ncdc_t.R + ncdc_o_R + ncdc_c0, ncdc_raw.R);
+    if (ncdc_w_W) ncdc::fetch_shared(ncdc_w_W + ncdc_c0, ncdc_raw.W);
+    else ncdc::fetch_vec(ncdc_t.W + ncdc_o_W + ncdc_c0, ncdc_raw.W);
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void source_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              float (&ncdc_x)[ncdc_V]) const {
+    float ncdc_a_X[ncdc_V];
+    ncdc::unpack(ncdc_raw.X, ncdc_a_X);
+    float ncdc_a_R[ncdc_V];
+    ncdc::unpack(ncdc_raw.R, ncdc_a_R);
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+      const float ncdc_e_H = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      ncdc_x[ncdc_j] = ncdc_e_H;
+    }
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void finish_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              const float (&ncdc_y)[ncdc_V], float ncdc_stat) const {
+    float ncdc_a_X[ncdc_V];
+    ncdc::unpack(ncdc_raw.X, ncdc_a_X);
+    float ncdc_a_R[ncdc_V];
+    ncdc::unpack(ncdc_raw.R, ncdc_a_R);
+    float ncdc_a_W[ncdc_V];
+    ncdc::unpack(ncdc_raw.W, ncdc_a_W);
+    float ncdc_s_H[ncdc_V];
+    float ncdc_s_Y[ncdc_V];
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+      const float ncdc_weighted_Y = ncdc::op_mul(ncdc_y[ncdc_j], ncdc_a_W[ncdc_j]);
+      const float ncdc_e_Y = ncdc::op_id(ncdc_weighted_Y);
+      const float ncdc_e_H = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      ncdc_s_H[ncdc_j] = ncdc_e_H;
+      ncdc_s_Y[ncdc_j] = ncdc_e_Y;
+    }
+    ncdc::store_cols(ncdc_t.H + ncdc_o_H, ncdc_c, ncdc_s_H);
+    ncdc::store_cols(ncdc_t.Y + ncdc_o_Y, ncdc_c, ncdc_s_Y);
   }
 
   // The outputs at columns ncdc_c from the row op's result ncdc_y there (ncdc_stat: a
@@ -128,6 +180,6 @@ extern "C" __global__ void __launch_bounds__(128, 1) add_rmsnorm_rowwise_bf16_r1
     long long ncdc_size_n) {
   ncdc_add_rmsnorm_rowwise_bf16_r1_t128_v4_io ncdc_io{ {X, R, W, H, Y}, ncdc_size_m, ncdc_size_n };
   ncdc_io.stage(ncdc_size_n);
-  ncdc::rowwise::run<ncdc::rowwise::kRmsnorm, 1, 128, 4, 8, false>(ncdc_io, ncdc_size_m, ncdc_size_n);
+  ncdc::rowwise::run<ncdc::rowwise::kRmsnorm, 1, 128, 4, 8, false, true>(ncdc_io, ncdc_size_m, ncdc_size_n);
 }
 NCDC_EXPORT_KERNEL(add_rmsnorm_rowwise_bf16_r1_t128_v4);

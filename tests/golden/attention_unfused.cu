@@ -130,6 +130,40 @@ struct ncdc_attention_unfused_1_P_rowwise_bf16_r1_t128_v4_io {
     }
   }
 
+  // The vector path of a row whose runs are all whole (its length a multiple of V, every
+  // pointer aligned): the raw bits of one run of each tensor the row op and its outputs
+  // read, fetched for every run of the row before any is used (the weights too, before
+  // the reduction), so the 16-byte loads are in flight together.
+  template <int ncdc_V>
+  struct Raw {
+    ncdc::Packed<ncdc_V, __nv_bfloat16> S;
+  };
+  template <int ncdc_V>
+  NCDC_DEVICE void fetch(long long ncdc_c0, Raw<ncdc_V>& ncdc_raw) const {
+    ncdc::fetch_vec(ncdc_t.S + ncdc_o_S + ncdc_c0, ncdc_raw.S);
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void source_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              float (&ncdc_x)[ncdc_V]) const {
+    float ncdc_a_S[ncdc_V];
+    ncdc::unpack(ncdc_raw.S, ncdc_a_S);
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+      ncdc_x[ncdc_j] = ncdc_a_S[ncdc_j];
+    }
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void finish_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              const float (&ncdc_y)[ncdc_V], float ncdc_stat) const {
+    float ncdc_s_P[ncdc_V];
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+      const float ncdc_e_P = ncdc::op_id(ncdc_y[ncdc_j]);
+      ncdc_s_P[ncdc_j] = ncdc_e_P;
+    }
+    ncdc::store_cols(ncdc_t.P + ncdc_o_P, ncdc_c, ncdc_s_P);
+  }
+
   // The outputs at columns ncdc_c from the row op's result ncdc_y there (ncdc_stat: a
   // reduction's).
   template <int ncdc_V>
@@ -160,7 +194,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) attention_unfused_1_P_rowwi
     long long ncdc_size_x) {
   ncdc_attention_unfused_1_P_rowwise_bf16_r1_t128_v4_io ncdc_io{ {S, P}, ncdc_size_b, ncdc_size_h, ncdc_size_q, ncdc_size_x };
   ncdc_io.stage(ncdc_size_x);
-  ncdc::rowwise::run<ncdc::rowwise::kSoftmax, 1, 128, 4, 8, false>(ncdc_io, ncdc_size_b * ncdc_size_h * ncdc_size_q, ncdc_size_x);
+  ncdc::rowwise::run<ncdc::rowwise::kSoftmax, 1, 128, 4, 8, false, true>(ncdc_io, ncdc_size_b * ncdc_size_h * ncdc_size_q, ncdc_size_x);
 }
 NCDC_EXPORT_KERNEL(attention_unfused_1_P_rowwise_bf16_r1_t128_v4);
 // ---- attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn: O = contract(P, V, over=x) (+0 epilogue ops)

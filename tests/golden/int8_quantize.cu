@@ -64,6 +64,45 @@ struct ncdc_int8_quantize_rowwise_int8_r4_t64_v4_io {
     }
   }
 
+  // The vector path of a row whose runs are all whole (its length a multiple of V, every
+  // pointer aligned): the raw bits of one run of each tensor the row op and its outputs
+  // read, fetched for every run of the row before any is used (the weights too, before
+  // the reduction), so the 16-byte loads are in flight together.
+  template <int ncdc_V>
+  struct Raw {
+    ncdc::Packed<ncdc_V, __nv_bfloat16> X;
+  };
+  template <int ncdc_V>
+  NCDC_DEVICE void fetch(long long ncdc_c0, Raw<ncdc_V>& ncdc_raw) const {
+    ncdc::fetch_vec(ncdc_t.X + ncdc_o_X + ncdc_c0, ncdc_raw.X);
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void source_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              float (&ncdc_x)[ncdc_V]) const {
+    float ncdc_a_X[ncdc_V];
+    ncdc::unpack(ncdc_raw.X, ncdc_a_X);
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+      const float ncdc_e_A = ncdc::op_abs(ncdc_a_X[ncdc_j]);
+      ncdc_x[ncdc_j] = ncdc_e_A;
+    }
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void finish_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              const float (&ncdc_y)[ncdc_V], float ncdc_stat) const {
+    const float ncdc_r_inv = ncdc::op_div(127.0f, ncdc_stat);
+    float ncdc_a_X[ncdc_V];
+    ncdc::unpack(ncdc_raw.X, ncdc_a_X);
+    float ncdc_s_Q[ncdc_V];
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+      const float ncdc_scaled0_Q = ncdc::op_mul(ncdc_a_X[ncdc_j], ncdc_r_inv);
+      const float ncdc_e_Q = ncdc::op_cast<signed char>(ncdc_scaled0_Q);
+      ncdc_s_Q[ncdc_j] = ncdc_e_Q;
+    }
+    ncdc::store_cols(ncdc_t.Q + ncdc_o_Q, ncdc_c, ncdc_s_Q);
+  }
+
   // The outputs at columns ncdc_c from the row op's result ncdc_y there (ncdc_stat: a
   // reduction's).
   template <int ncdc_V>
@@ -99,6 +138,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) int8_quantize_rowwise_int8_
     long long ncdc_size_k) {
   ncdc_int8_quantize_rowwise_int8_r4_t64_v4_io ncdc_io{ {X, Q, s}, ncdc_size_m, ncdc_size_k };
   ncdc_io.stage(ncdc_size_k);
-  ncdc::rowwise::run<ncdc::rowwise::kMax, 4, 64, 4, 16, false>(ncdc_io, ncdc_size_m, ncdc_size_k);
+  ncdc::rowwise::run<ncdc::rowwise::kMax, 4, 64, 4, 16, false, true>(ncdc_io, ncdc_size_m, ncdc_size_k);
 }
 NCDC_EXPORT_KERNEL(int8_quantize_rowwise_int8_r4_t64_v4);

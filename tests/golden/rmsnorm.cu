@@ -47,8 +47,7 @@ struct ncdc_rmsnorm_rowwise_bf16_r2_t128_v4_io {
     if (ncdc_n > kStageCols) return;
     unsigned char* ncdc_p = ncdc::dynamic_smem<unsigned char>();
     __nv_bfloat16* ncdc_s_W = reinterpret_cast<__nv_bfloat16*>(ncdc_p + 0);
-    for (long long ncdc_c = threadIdx.x; ncdc_c < ncdc_n; ncdc_c += 256)
-      ncdc_s_W[ncdc_c] = ncdc::ld_global(ncdc_t.W + ncdc_c);
+    ncdc::rowwise::stage_copy<256>(ncdc_s_W, ncdc_t.W, ncdc_n);
     ncdc_w_W = ncdc_s_W;
     __syncthreads();
   }
@@ -70,6 +69,46 @@ struct ncdc_rmsnorm_rowwise_bf16_r2_t128_v4_io {
     for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
       ncdc_x[ncdc_j] = ncdc_a_X[ncdc_j];
     }
+  }
+
+  // The vector path of a row whose runs are all whole (its length a multiple of V, every
+  // pointer aligned): the raw bits of one run of each tensor the row op and its outputs
+  // read, fetched for every run of the row before any is used (the weights too, before
+  // the reduction), so the 16-byte loads are in flight together.
+  template <int ncdc_V>
+  struct Raw {
+    ncdc::Packed<ncdc_V, __nv_bfloat16> X;
+    ncdc::Packed<ncdc_V, __nv_bfloat16> W;
+  };
+  template <int ncdc_V>
+  NCDC_DEVICE void fetch(long long ncdc_c0, Raw<ncdc_V>& ncdc_raw) const {
+    ncdc::fetch_vec(ncdc_t.X + ncdc_o_X + ncdc_c0, ncdc_raw.X);
+    if (ncdc_w_W) ncdc::fetch_shared(ncdc_w_W + ncdc_c0, ncdc_raw.W);
+    else ncdc::fetch_vec(ncdc_t.W + ncdc_o_W + ncdc_c0, ncdc_raw.W);
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void source_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              float (&ncdc_x)[ncdc_V]) const {
+    float ncdc_a_X[ncdc_V];
+    ncdc::unpack(ncdc_raw.X, ncdc_a_X);
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+      ncdc_x[ncdc_j] = ncdc_a_X[ncdc_j];
+    }
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void finish_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              const float (&ncdc_y)[ncdc_V], float ncdc_stat) const {
+    float ncdc_a_W[ncdc_V];
+    ncdc::unpack(ncdc_raw.W, ncdc_a_W);
+    float ncdc_s_Y[ncdc_V];
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+      const float ncdc_weighted_Y = ncdc::op_mul(ncdc_y[ncdc_j], ncdc_a_W[ncdc_j]);
+      const float ncdc_e_Y = ncdc::op_id(ncdc_weighted_Y);
+      ncdc_s_Y[ncdc_j] = ncdc_e_Y;
+    }
+    ncdc::store_cols(ncdc_t.Y + ncdc_o_Y, ncdc_c, ncdc_s_Y);
   }
 
   // The outputs at columns ncdc_c from the row op's result ncdc_y there (ncdc_stat: a
@@ -105,6 +144,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) rmsnorm_rowwise_bf16_r2_t12
     long long ncdc_size_n) {
   ncdc_rmsnorm_rowwise_bf16_r2_t128_v4_io ncdc_io{ {X, W, Y}, ncdc_size_m, ncdc_size_n };
   ncdc_io.stage(ncdc_size_n);
-  ncdc::rowwise::run<ncdc::rowwise::kRmsnorm, 2, 128, 4, 8, false>(ncdc_io, ncdc_size_m, ncdc_size_n);
+  ncdc::rowwise::run<ncdc::rowwise::kRmsnorm, 2, 128, 4, 8, false, true>(ncdc_io, ncdc_size_m, ncdc_size_n);
 }
 NCDC_EXPORT_KERNEL(rmsnorm_rowwise_bf16_r2_t128_v4);

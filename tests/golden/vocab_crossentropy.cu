@@ -55,6 +55,36 @@ struct ncdc_vocab_crossentropy_rowwise_fp32_r1_t1024_v4_p2_io {
     }
   }
 
+  // The vector path of a row whose runs are all whole (its length a multiple of V, every
+  // pointer aligned): the raw bits of one run of each tensor the row op and its outputs
+  // read, fetched for every run of the row before any is used (the weights too, before
+  // the reduction), so the 16-byte loads are in flight together.
+  template <int ncdc_V>
+  struct Raw {
+    ncdc::Packed<ncdc_V, __nv_bfloat16> Z;
+  };
+  template <int ncdc_V>
+  NCDC_DEVICE void fetch(long long ncdc_c0, Raw<ncdc_V>& ncdc_raw) const {
+    ncdc::fetch_vec(ncdc_t.Z + ncdc_o_Z + ncdc_c0, ncdc_raw.Z);
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void source_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              float (&ncdc_x)[ncdc_V]) const {
+    float ncdc_a_Z[ncdc_V];
+    ncdc::unpack(ncdc_raw.Z, ncdc_a_Z);
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+      ncdc_x[ncdc_j] = ncdc_a_Z[ncdc_j];
+    }
+  }
+  template <int ncdc_V>
+  NCDC_DEVICE void finish_raw(const ncdc::Cols& ncdc_c, const Raw<ncdc_V>& ncdc_raw,
+                              const float (&ncdc_y)[ncdc_V], float ncdc_stat) const {
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
+    }
+  }
+
   // The outputs at columns ncdc_c from the row op's result ncdc_y there (ncdc_stat: a
   // reduction's).
   template <int ncdc_V>
@@ -80,6 +110,6 @@ extern "C" __global__ void __launch_bounds__(1024, 1) vocab_crossentropy_rowwise
     long long ncdc_size_v) {
   ncdc_vocab_crossentropy_rowwise_fp32_r1_t1024_v4_p2_io ncdc_io{ {Z, lse}, ncdc_size_t, ncdc_size_v };
   ncdc_io.stage(ncdc_size_v);
-  ncdc::rowwise::run<ncdc::rowwise::kLogsumexp, 1, 1024, 4, 8, true>(ncdc_io, ncdc_size_t, ncdc_size_v);
+  ncdc::rowwise::run<ncdc::rowwise::kLogsumexp, 1, 1024, 4, 8, true, true>(ncdc_io, ncdc_size_t, ncdc_size_v);
 }
 NCDC_EXPORT_KERNEL(vocab_crossentropy_rowwise_fp32_r1_t1024_v4_p2);

@@ -128,6 +128,40 @@ NCDC_DEVICE void load_vec(const T* p, float (&v)[V]) {
   }
 }
 
+// The raw bits of V consecutive elements of T (V * sizeof(T) a multiple of 16 bytes): what
+// a vector load leaves in registers before any value is converted. Split loads (fetch_vec
+// now, unpack later) let a thread issue every 16-byte load of its row before the first
+// use, so they are in flight together instead of one round trip each.
+template <int V, class T>
+struct Packed {
+  static constexpr int kVectors = V * int(sizeof(T)) / 16;
+  static_assert(V * int(sizeof(T)) % 16 == 0, "Packed holds whole 16-byte vectors");
+  uint4 q[kVectors];
+};
+template <int V, class T>
+NCDC_DEVICE void fetch_vec(const T* p, Packed<V, T>& r) {
+#pragma unroll
+  for (int i = 0; i < Packed<V, T>::kVectors; ++i) r.q[i] = ld_global_v16(p + i * (16 / int(sizeof(T))));
+}
+// fetch_vec from shared memory (p 16-byte aligned there).
+template <int V, class T>
+NCDC_DEVICE void fetch_shared(const T* p, Packed<V, T>& r) {
+#pragma unroll
+  for (int i = 0; i < Packed<V, T>::kVectors; ++i) r.q[i] = ld_shared_v16(p + i * (16 / int(sizeof(T))));
+}
+template <int V, class T>
+NCDC_DEVICE void unpack(const Packed<V, T>& r, float (&v)[V]) {
+  constexpr int kSize = int(sizeof(T));
+  constexpr int kPer = 16 / kSize;
+  constexpr uint32_t kMask = kSize == 4 ? 0xffffffffu : (1u << (8 * kSize)) - 1u;
+#pragma unroll
+  for (int i = 0; i < Packed<V, T>::kVectors; ++i) {
+    const uint32_t w[4] = {r.q[i].x, r.q[i].y, r.q[i].z, r.q[i].w};
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) v[i * kPer + e] = Bits<T>::get(w[e * kSize / 4] >> (8 * (e * kSize % 4)) & kMask);
+  }
+}
+
 // Store V floats as consecutive elements of T at p (aligned as for load_vec).
 template <int V, class T>
 NCDC_DEVICE void store_vec(T* p, const float (&v)[V]) {
@@ -235,14 +269,26 @@ namespace elementwise {
 // tensor) from multiples of V; when the innermost size is not a multiple of V, the runs
 // that cross the end of a row (at most one per row) go one element at a time and every
 // other run stays a vector, so broadcast operands are still one value per run.
-template <int THREADS, int V, class Io>
+// A thread's VPT runs of one pass go in split form (every 16-byte load first, then the
+// math and the stores), so its loads are in flight together rather than one round trip
+// per run; the scalar and row-crossing tails stay as they were.
+template <int THREADS, int V, int VPT, class Io>
 NCDC_DEVICE void run(const Io& io, long long total, long long inner) {
   const long long stride = (long long)gridDim.x * THREADS;
   const long long first = (long long)blockIdx.x * THREADS + threadIdx.x;
   if (!io.aligned() || inner < V) {
     for (long long e = first; e < total; e += stride) io.template apply<1>(e);
   } else if (inner % V == 0) {
-    for (long long v = first; v < total / V; v += stride) io.template apply<V>(v * V);
+    const long long vectors = total / V;
+    for (long long v = first; v < vectors; v += stride * VPT) {
+      typename Io::template Raw<V> raw[VPT];
+#pragma unroll
+      for (int u = 0; u < VPT; ++u)
+        if (v + u * stride < vectors) io.fetch((v + u * stride) * V, raw[u]);
+#pragma unroll
+      for (int u = 0; u < VPT; ++u)
+        if (v + u * stride < vectors) io.apply_raw((v + u * stride) * V, raw[u]);
+    }
   } else {
     for (long long v = first; v < (total + V - 1) / V; v += stride) {
       const long long e = v * V;

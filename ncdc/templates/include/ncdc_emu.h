@@ -161,6 +161,25 @@ struct CopyOp {  // one pending cp.async
   uint32_t src_bytes;
 };
 
+// One access a thread made, kept until its warp's accesses are grouped into requests.
+struct Access {
+  uint64_t addr;
+  uint32_t bytes;  // bytes it moves (a zero-filling cp.async may read fewer than its size)
+  uint8_t space;   // Space
+  uint8_t size;    // the instruction's width in bytes: 1, 2, 4, 8 or 16
+};
+enum Space : uint8_t { kGlobalLoad, kGlobalStore, kShared, kLdmatrix, kSpaces };
+
+// Warp-wide request counts: global sectors and shared-memory wavefronts, each beside the
+// fewest the same bytes could take (see docs/cpu-backend.md, "Access counters").
+struct Counters {
+  uint64_t load_requests = 0, load_sectors = 0, load_ideal = 0;  // global loads, cp.async reads
+  uint64_t store_requests = 0, store_sectors = 0, store_ideal = 0;
+  uint64_t shared_requests = 0, shared_wavefronts = 0, shared_ideal = 0;
+  static constexpr int kCount = 9;
+  uint64_t* begin() { return &load_requests; }
+};
+
 struct Fiber {
   Context ctx;
 #ifdef NCDC_ASAN
@@ -176,6 +195,7 @@ struct Fiber {
   std::vector<CopyOp> copies;         // issued cp.async, oldest first, from copy_head
   std::vector<size_t> group_ends;     // end index in `copies` of each committed group
   size_t copy_head = 0, group_head = 0;
+  std::vector<Access> accesses;       // since the warp's last grouping (counting launches)
 };
 
 struct WarpSlot {
@@ -205,6 +225,8 @@ struct Launch {
   std::atomic<uint64_t> next_block{0};
   std::atomic<bool> failed{false};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
+  bool counting = false;  // record accesses per warp (sectors, wavefronts)
+  Counters counters;      // summed over the workers under error_lock
   std::string error;
   std::atomic_flag error_lock = ATOMIC_FLAG_INIT;
   void set_error(const std::string& msg) {
@@ -232,6 +254,7 @@ struct Worker {
   size_t stack_size = 0, stacks_bytes = 0;
   unsigned char* dynamic_smem = nullptr;
   uint64_t bytes_read = 0, bytes_written = 0;
+  Counters counters;
 #ifdef NCDC_ASAN
   void* fake_stack = nullptr;
   const void* sched_bottom = nullptr;
@@ -317,6 +340,8 @@ inline unsigned lane_id() { return tl_worker->current & 31u; }
 inline Warp& my_warp() { return tl_worker->warps[tl_worker->current >> 5]; }
 
 inline void mark_pending_copies();
+inline void count_warp_requests(Worker& w, unsigned warp);
+inline void count_block_requests(Worker& w);
 
 // Block barrier (bar.sync 0): released when every thread of the block has arrived.
 inline void sync_block() {
@@ -325,6 +350,7 @@ inline void sync_block() {
   char* sync = &w.block_sync[w.block_gen & 1u];
   hb_release(sync);
   if (++w.block_arrived == w.nthreads) {
+    count_block_requests(w);
     w.block_arrived = 0;
     ++w.block_gen;
     for (auto& f : w.fibers)
@@ -359,6 +385,7 @@ inline unsigned warp_collective(unsigned mask, const void* in, size_t in_bytes, 
     }
     hb_release(&warp.sync[parity]);
     mark_pending_copies();
+    if (w.launch->counting && mask == warp.exists) count_warp_requests(w, w.current >> 5);
     warp.arrived &= ~mask;
     ++warp.gen;
     unsigned base = w.current & ~31u;
@@ -401,6 +428,9 @@ inline void count_write(size_t n) {
   Untracked quiet;
   tl_worker->bytes_written += n;
 }
+// Per-warp access counters (sectors, wavefronts): recorded only when the launch asks.
+inline void count_global(const void* p, size_t n, bool write);
+inline void count_shared(const void* p, size_t n);
 inline bool is_global(const void* p) {
   auto a = reinterpret_cast<uint64_t>(p);
   const Launch* l = tl_worker->launch;
@@ -433,6 +463,11 @@ inline void copy_issue(void* dst, const void* src, uint32_t size, uint32_t src_b
   if (src_bytes > size) fail("cp.async src_bytes larger than the copy size");
   count_read(src_bytes);
   Untracked quiet;
+  if (tl_worker->launch->counting) {  // its global read and its shared-memory write
+    auto& log = self().accesses;
+    if (src_bytes) log.push_back({reinterpret_cast<uint64_t>(src), src_bytes, kGlobalLoad, uint8_t(size)});
+    log.push_back({reinterpret_cast<uint64_t>(dst), size, kShared, uint8_t(size)});
+  }
   self().copies.push_back({dst, src, size, src_bytes});
   mark_in_flight(self().copies.back());
 }
@@ -458,6 +493,118 @@ inline void copy_wait(unsigned n) {
     f.copies.erase(f.copies.begin(), f.copies.begin() + static_cast<long>(f.copy_head));
     f.copy_head = 0;
   }
+}
+
+// ---- access counters ---------------------------------------------------------------------
+// A thread's accesses are logged as it runs; when its warp meets (a collective of the whole
+// warp, a block barrier, the block's end) the lanes' logs are matched into warp-wide
+// requests: the i-th access of a given space and width of each lane is one instruction.
+// That is exact for uniform control flow; lanes that skip an access in divergent code are
+// matched by order.
+inline void record(const void* p, size_t n, Space space) {
+  Untracked quiet;
+  if (!tl_worker->launch->counting) return;
+  self().accesses.push_back({reinterpret_cast<uint64_t>(p), uint32_t(n), space, uint8_t(n)});
+}
+inline void count_global(const void* p, size_t n, bool write) {
+  if (write) count_write(n);
+  else count_read(n);
+  record(p, n, write ? kGlobalStore : kGlobalLoad);
+}
+inline void count_shared(const void* p, size_t n) { record(p, n, kShared); }
+// One lane's row address of an ldmatrix (16 bytes of one 8x8 matrix).
+inline void count_ldmatrix(const void* row) { record(row, 16, kLdmatrix); }
+
+struct LaneAccess {
+  unsigned lane;
+  uint64_t addr;
+  uint32_t bytes;
+};
+
+// Bytes of the distinct addresses of a request (lanes that read the same address share it).
+inline uint64_t unique_bytes(std::vector<LaneAccess> lanes) {
+  std::sort(lanes.begin(), lanes.end(), [](const LaneAccess& a, const LaneAccess& b) { return a.addr < b.addr; });
+  uint64_t bytes = 0, end = 0;
+  for (const auto& a : lanes) {  // the union of [addr, addr + bytes)
+    uint64_t lo = std::max(a.addr, end), hi = a.addr + a.bytes;
+    if (hi > lo) bytes += hi - lo;
+    end = std::max(end, hi);
+  }
+  return bytes;
+}
+
+// Global memory: the 32-byte sectors one warp-wide instruction touches.
+inline void count_global_request(uint64_t* c, const std::vector<LaneAccess>& lanes) {
+  std::vector<uint64_t> sectors;
+  for (const auto& a : lanes)
+    for (uint64_t s = a.addr / 32; a.bytes && s <= (a.addr + a.bytes - 1) / 32; ++s) sectors.push_back(s);
+  std::sort(sectors.begin(), sectors.end());
+  c[0] += 1;  // requests, sectors, ideal sectors
+  c[1] += uint64_t(std::unique(sectors.begin(), sectors.end()) - sectors.begin());
+  c[2] += (unique_bytes(lanes) + 31) / 32;
+}
+
+// Shared memory: 32 banks of 4 bytes; a request of `size`-byte accesses is processed in
+// phases of 128 / size lanes (a whole warp up to 4 bytes, half a warp for 8, a quarter for
+// 16: one ldmatrix matrix). A phase takes as many wavefronts as the most distinct 4-byte
+// words any one bank holds among its lanes' accesses (the same word is a broadcast).
+inline void count_shared_request(Counters& c, const std::vector<LaneAccess>& lanes, unsigned size) {
+  const unsigned per_phase = size <= 4 ? 32u : 128u / size;
+  c.shared_requests += 1;
+  for (unsigned phase = 0; phase < 32 / per_phase; ++phase) {
+    std::vector<LaneAccess> mine;
+    for (const auto& a : lanes)
+      if (a.lane / per_phase == phase) mine.push_back(a);
+    if (mine.empty()) continue;
+    std::vector<uint64_t> words;
+    for (const auto& a : mine)
+      for (uint64_t w = a.addr / 4; w <= (a.addr + a.bytes - 1) / 4; ++w) words.push_back(w);
+    std::sort(words.begin(), words.end());
+    words.erase(std::unique(words.begin(), words.end()), words.end());
+    unsigned per_bank[32] = {};
+    unsigned most = 0;
+    for (uint64_t w : words) most = std::max(most, ++per_bank[w % 32]);
+    c.shared_wavefronts += most;
+    c.shared_ideal += (unique_bytes(mine) + 127) / 128;
+  }
+}
+
+inline void count_warp_requests(Worker& w, unsigned warp) {
+  struct Item {
+    unsigned key, ordinal, lane;
+    Access a;
+  };
+  std::vector<Item> items;
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    unsigned t = warp * 32 + lane;
+    if (t >= w.nthreads) break;
+    unsigned seen[kSpaces * 32] = {};
+    auto& log = w.fibers[t].accesses;
+    for (const Access& a : log) {
+      unsigned key = a.space * 32u + a.size;
+      items.push_back({key, seen[key]++, lane, a});
+    }
+    log.clear();
+  }
+  std::sort(items.begin(), items.end(), [](const Item& x, const Item& y) {
+    return x.key != y.key ? x.key < y.key : x.ordinal != y.ordinal ? x.ordinal < y.ordinal : x.lane < y.lane;
+  });
+  std::vector<LaneAccess> lanes;
+  for (size_t i = 0; i < items.size();) {
+    size_t j = i;
+    lanes.clear();
+    for (; j < items.size() && items[j].key == items[i].key && items[j].ordinal == items[i].ordinal; ++j)
+      lanes.push_back({items[j].lane, items[j].a.addr, items[j].a.bytes});
+    const Access& a = items[i].a;
+    if (a.space == kGlobalLoad) count_global_request(&w.counters.load_requests, lanes);
+    else if (a.space == kGlobalStore) count_global_request(&w.counters.store_requests, lanes);
+    else count_shared_request(w.counters, lanes, a.size);
+    i = j;
+  }
+}
+inline void count_block_requests(Worker& w) {
+  if (!w.launch->counting) return;
+  for (unsigned warp = 0; warp < w.warps.size(); ++warp) count_warp_requests(w, warp);
 }
 
 // ---- running a launch -------------------------------------------------------------------------
@@ -535,6 +682,7 @@ inline void run_block(Worker& w, const dim3& bidx) {
   for (unsigned i = 0; i < w.nthreads; ++i) {
     Fiber& f = w.fibers[i];
     f.wait = Wait::kRun;
+    f.accesses.clear();
 #ifdef NCDC_ASAN
     __asan_unpoison_memory_region(f.stack, w.stack_size);  // frames abandoned by the last block
 #endif
@@ -568,6 +716,7 @@ inline void run_block(Worker& w, const dim3& bidx) {
 #endif
       if (w.abort) return;
     }
+    if (w.done == w.nthreads) count_block_requests(w);
     if (!ran) {
       l.set_error("deadlock in kernel " + std::string(l.kernel_name) + " block " + fmt_dim(bidx) +
                   ": " + describe_deadlock(w));
@@ -639,6 +788,12 @@ inline void worker_main(Launch& l) {
   }
   l.bytes_read += w.bytes_read;
   l.bytes_written += w.bytes_written;
+  if (l.counting) {
+    while (l.error_lock.test_and_set()) {
+    }
+    for (int i = 0; i < Counters::kCount; ++i) l.counters.begin()[i] += w.counters.begin()[i];
+    l.error_lock.clear();
+  }
   std::free(w.dynamic_smem);
 #ifdef NCDC_ASAN
   for (auto& f : w.fibers) __asan_unpoison_memory_region(f.stack, w.stack_size);
@@ -658,6 +813,8 @@ inline void asan_report(const char*) {
 }
 #endif
 
+// traffic (11 values): on entry, traffic[0] != 0 asks for the access counters; on return,
+// bytes read and written, then the Counters in their order (0 unless asked).
 inline int launch(const char* name, const void* kernel, Invoker invoke, const unsigned* grid,
                   const unsigned* block, unsigned long long smem, void** args,
                   const unsigned long long* ranges, int nranges, unsigned long long* traffic,
@@ -675,6 +832,7 @@ inline int launch(const char* name, const void* kernel, Invoker invoke, const un
   l.dynamic_smem = smem;
   l.ranges = reinterpret_cast<const uint64_t*>(ranges);
   l.nranges = nranges;
+  l.counting = traffic[0] != 0;
   uint64_t nblocks = uint64_t(l.grid.x) * l.grid.y * l.grid.z;
   uint64_t nthreads = uint64_t(l.block.x) * l.block.y * l.block.z;
   if (nblocks == 0 || nthreads == 0 || nthreads > 1024) {
@@ -697,6 +855,7 @@ inline int launch(const char* name, const void* kernel, Invoker invoke, const un
   }
   traffic[0] = l.bytes_read;
   traffic[1] = l.bytes_written;
+  for (int i = 0; i < Counters::kCount; ++i) traffic[2 + i] = l.counters.begin()[i];
   if (l.failed) {
     std::snprintf(err, size_t(errlen), "%s", l.error.c_str());
     return 1;

@@ -18,14 +18,14 @@ inline void check_aligned(const void* p, unsigned n, const char* what) {
 template <class T>
 NCDC_DEVICE T ld_global(const T* p) {
 #ifndef NCDC_GPU
-  emu::count_read(sizeof(T));
+  emu::count_global(p, sizeof(T), false);
 #endif
   return *p;
 }
 template <class T>
 NCDC_DEVICE void st_global(T* p, T v) {
 #ifndef NCDC_GPU
-  emu::count_write(sizeof(T));
+  emu::count_global(p, sizeof(T), true);
 #endif
   *p = v;
 }
@@ -44,7 +44,7 @@ template <int N>
 NCDC_DEVICE typename Vec<N>::type ld_global_vec(const void* p) {
 #ifndef NCDC_GPU
   emu::check_aligned(p, N, "ld_global_vec");
-  emu::count_read(N);
+  emu::count_global(p, N, false);
 #endif
   return *reinterpret_cast<const typename Vec<N>::type*>(p);
 }
@@ -52,7 +52,7 @@ template <int N>
 NCDC_DEVICE void st_global_vec(void* p, typename Vec<N>::type v) {
 #ifndef NCDC_GPU
   emu::check_aligned(p, N, "st_global_vec");
-  emu::count_write(N);
+  emu::count_global(p, N, true);
 #endif
   *reinterpret_cast<typename Vec<N>::type*>(p) = v;
 }
@@ -62,6 +62,37 @@ NCDC_DEVICE uint4 ld_global_v16(const void* p) { return ld_global_vec<16>(p); }
 NCDC_DEVICE void st_global_v4(void* p, uint32_t v) { st_global_vec<4>(p, v); }
 NCDC_DEVICE void st_global_v8(void* p, uint2 v) { st_global_vec<8>(p, v); }
 NCDC_DEVICE void st_global_v16(void* p, uint4 v) { st_global_vec<16>(p, v); }
+
+// Shared memory through these helpers (and ldmatrix, cp.async) is what the emulator's
+// bank-conflict counter sees; a plain dereference is not counted.
+template <class T>
+NCDC_DEVICE T ld_shared(const T* p) {
+#ifndef NCDC_GPU
+  emu::count_shared(p, sizeof(T));
+#endif
+  return *p;
+}
+template <class T>
+NCDC_DEVICE void st_shared(T* p, T v) {
+#ifndef NCDC_GPU
+  emu::count_shared(p, sizeof(T));
+#endif
+  *p = v;
+}
+NCDC_DEVICE uint4 ld_shared_v16(const void* p) {
+#ifndef NCDC_GPU
+  emu::check_aligned(p, 16, "ld_shared_v16");
+  emu::count_shared(p, 16);
+#endif
+  return *reinterpret_cast<const uint4*>(p);
+}
+NCDC_DEVICE void st_shared_v16(void* p, uint4 v) {
+#ifndef NCDC_GPU
+  emu::check_aligned(p, 16, "st_shared_v16");
+  emu::count_shared(p, 16);
+#endif
+  *reinterpret_cast<uint4*>(p) = v;
+}
 
 // cp.async: copy N bytes global -> shared, asynchronously; src_bytes < N zero-fills the tail
 // and src_bytes == 0 reads nothing. The copy lands only when its group is waited for.

@@ -22,7 +22,10 @@ namespace emu {
 // (trans: column l/4, rows 2*(l%4) and +1).
 template <int NMAT, bool TRANS>
 inline void ldmatrix(uint32_t* regs, const void* row_ptr) {
-  if (lane_id() < 8 * NMAT) check_aligned(row_ptr, 16, "ldmatrix row address");
+  if (lane_id() < 8 * NMAT) {
+    check_aligned(row_ptr, 16, "ldmatrix row address");
+    count_ldmatrix(row_ptr);
+  }
   uint64_t addr = reinterpret_cast<uint64_t>(row_ptr);
   unsigned parity = warp_collective(0xffffffffu, &addr, sizeof addr, [](WarpSlot* s) {
     const uint16_t* rows[32];

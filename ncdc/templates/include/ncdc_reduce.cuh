@@ -9,7 +9,8 @@
 // element h of chunk c being j = ((c * SPLITS + g) * HOLD + h) * TY + ty, for split g
 // (blockIdx.y); when its share fits in one chunk the values stay in registers between the
 // statistics and the output, else the output pass reads them again. The TY partial
-// statistics are merged through shared memory in the order of ty, and SPLITS > 1 blocks
+// statistics are merged through shared memory in the order of ty (a longer share may be
+// held in shared memory instead of read again: STAGE_ROWS), and SPLITS > 1 blocks
 // per kept index (reductions only) write fp32 partials that a second kernel merges in the
 // order of g: the result does not depend on scheduling.
 //
@@ -93,7 +94,7 @@ NCDC_DEVICE Running get(const float* p) { return Running{p[0], p[1], p[2]}; }
 // One block of TX kept indices. Dynamic shared memory: 3 * THREADS floats of partial
 // statistics, then 3 * TX of the merged ones. `partial` (SPLITS > 1): 3 floats per (split,
 // kept index).
-template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, class Io>
+template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, class Io>
 NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, long long kb) {
   constexpr int TY = THREADS / TX;
   const int tx = int(threadIdx.x) % TX;
@@ -104,6 +105,11 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
   io.begin(active ? k : 0);
   const long long per_chunk = (long long)SPLITS * HOLD * TY;
   const long long chunks = (n + per_chunk - 1) / per_chunk;
+  float* smem = dynamic_smem<float>();
+  // The block's columns in shared memory, element (j, tx) at j * TX + tx (a warp's 32
+  // threads touch 32 consecutive words), when they fit where the plan put them.
+  StageT* stage = reinterpret_cast<StageT*>(smem + 3 * THREADS + 3 * TX);
+  const bool staged = STAGE_ROWS > 0 && n <= STAGE_ROWS && chunks > 1;
   Running r = start<KIND>();
   float x[HOLD];
   int count = 0;
@@ -117,11 +123,11 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
       if (j < n) {
         x[h] = io.source(j);
         count = h + 1;
+        if (STAGE_ROWS > 0 && staged) stage[j * TX + tx] = from_float<StageT>(x[h]);
       }
     }
     rowwise::accumulate<KIND, HOLD>(r, x, count);
   }
-  float* smem = dynamic_smem<float>();
   put(smem + 3 * threadIdx.x, r);
   __syncthreads();
   if (ty == 0) {
@@ -152,7 +158,10 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
           const long long j0 = c * HOLD * TY + ty;
           for (int h = 0; h < HOLD; ++h) {
             const long long j = j0 + (long long)h * TY;
-            if (j < n) io.finish(j, rowwise::finish_value<KIND>(s, io.source(j)), s.stat);
+            if (j >= n) continue;
+            // each thread reads back only what it staged itself: no barrier needed
+            const float v = STAGE_ROWS > 0 && staged ? to_float(stage[j * TX + tx]) : io.source(j);
+            io.finish(j, rowwise::finish_value<KIND>(s, v), s.stat);
           }
         }
       }
@@ -166,10 +175,12 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
 
 // The first kernel: a grid-stride loop over blocks of TX kept indices (every thread of a
 // block runs the same iterations, so its barriers are uniform).
-template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, class Io>
+// STAGE_ROWS > 0: columns of up to that length are held in shared memory as StageT
+// between the statistics and the output, instead of being read again from global memory.
+template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, class Io>
 NCDC_DEVICE void run(Io& io, long long kept, long long n, float* partial) {
   for (long long kb = blockIdx.x; kb * TX < kept; kb += gridDim.x)
-    run_block<KIND, THREADS, TX, HOLD, SPLITS>(io, kept, n, partial, kb);
+    run_block<KIND, THREADS, TX, HOLD, SPLITS, STAGE_ROWS, StageT>(io, kept, n, partial, kb);
 }
 
 // The second kernel of SPLITS > 1: one thread per kept index merges its partials in split

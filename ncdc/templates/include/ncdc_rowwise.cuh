@@ -88,6 +88,14 @@ struct Layout {
     head = int((V - (r * n) % V) % V);
     body = (n - head) / V;
   }
+  // Every run of every row whole or empty: the vector path with n a multiple of V (then the
+  // head is empty and each row starts V-aligned), which `run` takes with split loads.
+  NCDC_DEVICE bool whole() const { return vec && n % V == 0; }
+  // Run k of a pass when whole(): V columns from `c0`, or none past the row's end.
+  NCDC_DEVICE Cols whole_cols(long long chunk, int k) const {
+    const long long q = chunk * kRuns + (long long)k * TPR + t;
+    return Cols{q * V, 1, q < n / V ? V : 0, q < n / V};
+  }
   // Runs of one row: whole ones, then the head and the tail when n is not a multiple of V.
   NCDC_DEVICE long long runs() const { return vec ? n / V + (n % V ? 2 : 0) : (n + V - 1) / V; }
   NCDC_DEVICE bool resident() const { return runs() <= kRuns; }
@@ -127,7 +135,23 @@ struct Layout {
 template <int V, class T>
 NCDC_DEVICE void load_cols_shared(const T* p, const Cols& c, float (&v)[V]) {
 #pragma unroll
-  for (int j = 0; j < V; ++j) v[j] = j < c.count ? to_float(p[c.c0 + j * c.step]) : 0.0f;
+  for (int j = 0; j < V; ++j) v[j] = j < c.count ? to_float(ld_shared(p + c.c0 + j * c.step)) : 0.0f;
+}
+
+// A block's copy of n elements (a weight over the row axis) into shared memory: 16-byte
+// vectors, four in flight per thread, when the source is aligned; a scalar tail after them.
+template <int THREADS, class T>
+NCDC_DEVICE void stage_copy(T* dst, const T* src, long long n) {
+  constexpr int kPer = 16 / int(sizeof(T));
+  long long done = 0;
+  if (aligned16(src)) {
+    const long long vectors = n / kPer;
+#pragma unroll 4
+    for (long long i = threadIdx.x; i < vectors; i += THREADS)
+      st_shared_v16(dst + i * kPer, ld_global_v16(src + i * kPer));
+    done = vectors * kPer;
+  }
+  for (long long c = done + threadIdx.x; c < n; c += THREADS) st_shared(dst + c, ld_global(src + c));
 }
 
 // Statistics of one row, and the row op's value of an element from them.
@@ -308,7 +332,11 @@ NCDC_DEVICE Stats merge(const Running& r, long long n, float eps, int& parity) {
 // past the last row computes on nothing and stores nothing.
 // STREAMED: the plan's rows are longer than a group holds, and the kernel has only the
 // two-pass path (the register-resident one would cost registers it never uses).
-template <int KIND, int ROWS, int TPR, int VPT, int V, bool STREAMED, class Io>
+// WHOLE: the plan's row length is a multiple of V, and the resident path is the one with
+// split loads (Layout::whole); a row of another length at run time takes the two-pass path
+// then. Compiling both resident paths into one kernel costs it registers (ptxas allocates
+// for the union).
+template <int KIND, int ROWS, int TPR, int VPT, int V, bool STREAMED, bool WHOLE, class Io>
 NCDC_DEVICE void run(Io& io, long long rows, long long n) {
   using L = Layout<ROWS, TPR, VPT, V>;
   L layout{int(threadIdx.x) % TPR, n >= V && io.aligned(), n};
@@ -320,7 +348,30 @@ NCDC_DEVICE void run(Io& io, long long rows, long long n) {
     io.begin_row(active ? r : 0);
     layout.start_row(active ? r : 0);
     Stats s;
-    if (!STREAMED && layout.resident()) {
+    if (!STREAMED && WHOLE && layout.resident() && layout.whole()) {
+      // Every 16-byte load of the row (and of the weights) first, then their values.
+      float x[VPT][V];
+      int count[VPT];
+      typename Io::template Raw<V> raw[VPT];
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        count[k] = active ? layout.whole_cols(0, k).count : 0;
+        if (count[k] > 0) io.fetch(layout.whole_cols(0, k).c0, raw[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        if (count[k] > 0) io.source_raw(layout.whole_cols(0, k), raw[k], x[k]);
+        else
+#pragma unroll
+          for (int j = 0; j < V; ++j) x[k][j] = 0.0f;
+      }
+      s = stats_resident<KIND, ROWS, TPR, VPT, V>(x, count, n, Io::kEps, parity);
+      if constexpr (Io::kPerElement) {
+#pragma unroll
+        for (int k = 0; k < VPT; ++k)
+          if (count[k] > 0) io.finish_raw(layout.whole_cols(0, k), raw[k], x[k], s.stat);
+      }
+    } else if (!STREAMED && !WHOLE && layout.resident()) {
       float x[VPT][V];
       int count[VPT];  // columns by recomputation below: holding the Cols would cost registers
 #pragma unroll
