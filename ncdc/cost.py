@@ -55,6 +55,7 @@ CUDA_FLOPS_PER_VALUE: dict[str, int] = {
     "log": 1,
     "relu": 1,
     "gelu": 8,
+    "gelu_tanh": 6,  # x / (1 + exp(-2 u)), u = c (x + 0.044715 x^3): the cubic, the divide
     "silu": 4,
     "sigmoid": 4,
     "tanh": 2,
@@ -82,7 +83,7 @@ CUDA_FLOPS_PER_VALUE: dict[str, int] = {
 }
 # Exponentials per element on the special-function units.
 SFU_PER_VALUE = {
-    "exp": 1, "gelu": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1,
+    "exp": 1, "gelu": 1, "gelu_tanh": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1,
     "log_softmax": 1, "logsumexp": 1,
 }  # fmt: skip
 REGISTER_OVERHEAD = 40  # addresses, loop counters, softmax state: a kernel's fixed registers

@@ -218,6 +218,10 @@ _UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "log": np.log,
     "relu": lambda x: np.maximum(x, 0.0),
     "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    # gelu(x, approximate=tanh): Hendrycks and Gimpel (2016), as PyTorch and GPT-2 write it
+    "gelu_tanh": lambda x: (
+        0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    ),
     "silu": lambda x: x / (1.0 + np.exp(-x)),
     "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "tanh": np.tanh,

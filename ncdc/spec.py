@@ -96,6 +96,7 @@ def _sig(kind: str, operands: int, keywords: str, required: str = "") -> OpSigna
 OPERATIONS: dict[str, OpSignature] = {
     "contract": _sig("contract", 2, "over scale dtype"),
     **{name: _sig("map", 1, "dtype") for name in UNARY_MAPS},
+    "gelu": _sig("map", 1, "dtype approximate"),
     **{name: _sig("binary", 2, "dtype") for name in BINARY_MAPS},
     "sum": _sig("reduce", 1, "over dtype", "over"),
     "mean": _sig("reduce", 1, "over dtype", "over"),
@@ -108,6 +109,8 @@ OPERATIONS: dict[str, OpSignature] = {
     "cast": _sig("cast", 1, "to scale", "to"),
     "causal": _sig("mask", 1, "query key", "query key"),
 }
+# gelu's `approximate=` (PyTorch's spelling) -> the op it stands for
+GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
 # `max` with one operand and `over:` is a reduction; with two operands, elementwise.
 _REDUCE_MAX = _sig("reduce", 1, "over dtype", "over")
 
@@ -637,6 +640,7 @@ class _Validator:
         params: dict[str, Any] = {}
         scale: tuple[str | float, ...] = ()
         kind = sig.kind
+        fn = st.fn
 
         if kind == "contract":
             a, b = tensor(st.args[0], "first operand"), tensor(st.args[1], "second operand")
@@ -703,6 +707,16 @@ class _Validator:
                 if params["query"] == params["key"]:
                     raise self.fail(path, "causal needs two different axes for query and key")
             dtype = out_dtype or src.dtype
+            if st.fn == "gelu" and "approximate" in st.kwargs:
+                form = st.kwargs["approximate"]
+                if form not in GELU_APPROXIMATIONS:
+                    raise self.fail(
+                        path,
+                        f"gelu approximate={_shown(form)}; expected "
+                        f"{_names(sorted(GELU_APPROXIMATIONS))}",
+                        f"e.g. gelu({src.name}, approximate=tanh)",
+                    )
+                fn = GELU_APPROXIMATIONS[form]
             if kind == "cast":
                 dtype = self.dtype(st.kwargs["to"], path)
                 params["to"] = dtype
@@ -720,7 +734,7 @@ class _Validator:
             red_axes = ()
         return Op(
             out=st.out,
-            fn=st.fn,
+            fn=fn,
             kind=kind,
             operands=operands,
             over=red_axes,

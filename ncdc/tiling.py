@@ -565,7 +565,8 @@ class _Checker:
         block = Partition(c.group, c.stream)
         parts = {hw.block_level: block, hw.register_level: Partition(c.warp_group, c.warp_stream)}
         if self.l2_capacity is not None:
-            wave = self.wave_group(c.group, lim.sms * per_sm, c.splits)
+            group_m = dict(c.params).get("group_m", 0)
+            wave = self.wave_group(c.group, lim.sms * per_sm, c.splits, group_m)
             _, wave_bytes = model.tile_resident(wave, c.stream, c.stages)
             fits = wave_bytes <= self.l2_capacity
             parts[self.cache_level] = Partition(wave, c.stream) if fits else block
@@ -573,16 +574,37 @@ class _Checker:
             parts[name] = block
         return TileChoice(parts, {**c.group, **c.stream}, c), ()
 
-    def wave_group(self, group: Mapping[str, int], wave: int, splits: int) -> dict[str, int]:
+    def wave_group(
+        self, group: Mapping[str, int], wave: int, splits: int, group_m: int = 0
+    ) -> dict[str, int]:
         """Union tile of the first `wave` blocks in raster order (the last woven axis
-        fastest): what one wave of blocks, running at once, loads through L2."""
-        key = (tuple(map(group.__getitem__, self.model.kernel.woven)), wave, splits)
+        fastest): what one wave of blocks, running at once, loads through L2. With
+        `group_m` (a GEMM's grouped order), runs of consecutive blocks walk `group_m` tiles
+        of the second-last woven axis before the next tile of the last: a wave smaller
+        than one group spans `group_m` tiles along it and the columns it reaches; one of
+        whole groups is whole rows of tiles, as in row order."""
+        woven = self.model.kernel.woven
+        key = (tuple(map(group.__getitem__, woven)), wave, splits, group_m)
         found = self._waves.get(key)
         if found is None:
             model = self.model
             left = max(wave // splits, 1)
             found = {}
-            for a in reversed(model.kernel.woven):
+            axes = list(reversed(woven))
+            if group_m and len(axes) >= 2:
+                n, m = axes[0], axes[1]
+                count_n = -(-model.sizes[n] // group[n])
+                count_m = -(-model.sizes[m] // group[m])
+                if left >= group_m * count_n:  # whole groups: rows of tiles, as in row order
+                    rows, cols = min(count_m, -(-left // count_n)), count_n
+                else:  # part of one group: its rows, and the columns the wave reaches
+                    rows = min(count_m, group_m)
+                    cols = min(count_n, -(-left // rows))
+                found[n] = min(cols * group[n], model.sizes[n])
+                found[m] = min(rows * group[m], model.sizes[m])
+                left = max(-(-left // (count_m * count_n)), 1)
+                axes = axes[2:]
+            for a in axes:
                 count = -(-model.sizes[a] // group[a])
                 take = min(count, left)
                 found[a] = min(take * group[a], model.sizes[a])

@@ -25,9 +25,40 @@ def test_pipeline_stall_is_latency_over_the_tiles_in_flight() -> None:
 
 
 def test_matmul_on_h200_takes_a_three_stage_ring() -> None:
-    # 128 x 256 x 64 bf16 k tile: 2 * 128 * 256 * 64 FLOPs at 4096 FLOP/clock/SM x 0.65
+    # 256 x 128 x 64 bf16 k tile: 2 * 256 * 128 * 64 FLOPs at 4096 FLOP/clock/SM x 0.65
     # (mma.sync's share) x 1.98 GHz = 0.8 us; 2 stages cover 0.8 of 1.2 us, 3 cover 1.6.
     plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), H200)
     (kp,) = plan.kernels
     assert kp.candidate is not None
     assert kp.candidate.param("bk") == 64 and kp.candidate.stages == 3
+
+
+def test_grouped_order_wave_spans_eight_tile_rows() -> None:
+    # mlp (m 4096, n 16384) in 256 x 128 tiles: 16 x 128 tiles. 132 blocks in row order
+    # cover 2 tile rows (512 rows of C) across all 128 columns; in groups of 8 tile rows
+    # they cover 8 tile rows (2048) of the first ceil(132 / 8) = 17 columns (2176).
+    from ncdc.cost import KernelModel
+    from ncdc.graph import build_graph
+    from ncdc.tiling import _Checker
+
+    d = load_diagram("diagrams/mlp.yaml")
+    (kernel,) = build_graph(d, H200).kernels
+    checker = _Checker(KernelModel(d, kernel), H200)
+    group = {"m": 256, "n": 128}
+    assert checker.wave_group(group, 132, 1) == {"n": 16384, "m": 512}
+    assert checker.wave_group(group, 132, 1, 8) == {"n": 17 * 128, "m": 2048}
+    # a wave of whole groups (8 x 128 = 1024 blocks and more) is whole rows of tiles
+    assert checker.wave_group(group, 1100, 1, 8) == checker.wave_group(group, 1100, 1)
+
+
+def test_fp8_is_priced_at_the_rate_its_mma_sync_runs() -> None:
+    # Hopper has no fp8 mma.sync: ptxas emits fp16 HMMAs for each m16n8k32 (see
+    # BENCHMARKS.md, "GEMM main loop, from the SASS"), so the fp8 GEMM's tensor time equals
+    # the bf16 one's; Ada (L40S, sm_89) runs native QMMA at twice the 16-bit rate.
+    def tensor_s(name: str, profile: str) -> float:
+        plan = plan_diagram(load_diagram(f"diagrams/{name}.yaml"), load_hardware(profile))
+        flops = sum(k.flops for k in plan.kernels)
+        return sum(k.compute["tensor"] for k in plan.kernels) / flops
+
+    assert abs(tensor_s("fp8_matmul", "h200") / tensor_s("matmul", "h200") - 1) < 0.05
+    assert tensor_s("fp8_matmul", "l40s") / tensor_s("matmul", "l40s") < 0.6

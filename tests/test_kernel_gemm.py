@@ -120,6 +120,22 @@ def test_mlp_bias_gelu_epilogue() -> None:
     assert_close(run_gemm(diagram("mlp", m=65, n=72, k=40), {"m": 64, "n": 32, "k": 32}))
 
 
+def test_tanh_gelu_epilogue_matches_its_reference() -> None:
+    # gelu(approximate=tanh) in the epilogue, at sizes with m, n and k tails; the reference
+    # evaluates the same tanh formula (it differs from erf's gelu by up to ~1e-3).
+    d = load_diagram("tests/specs/gemm_gelu_tanh.yaml", {"m": 70, "n": 136, "k": 56})
+    assert d.ops[-1].fn == "gelu_tanh"
+    assert_close(run_gemm(d, {"m": 64, "n": 64, "k": 32}))
+
+
+def test_gelu_approximate_must_be_none_or_tanh() -> None:
+    from ncdc.errors import NcdcError
+
+    text = Path("tests/specs/gemm_gelu_tanh.yaml").read_text().replace("=tanh)", "=cubic)")
+    with pytest.raises(NcdcError, match="expected none, tanh"):
+        load_diagram_text(text)
+
+
 @pytest.mark.parametrize("m,n,k", [(64, 64, 64), (33, 48, 70)])
 def test_fp8_matmul_with_scales(m: int, n: int, k: int) -> None:
     # e4m3 inputs, scales sa and sb read from memory, bf16 output.

@@ -158,8 +158,9 @@ def test_memoised_search_checks_and_times_every_candidate_as_a_fresh_model_does(
             assert c.smem_bytes == 0 or smem <= c.smem_bytes <= 2 * smem
             per_sm = blocks_per_sm(c.threads, c.registers, c.smem_bytes, hw.limits)
             wave = _Checker(fresh, hw).wave_group(
-                block.group, hw.limits.sms * per_sm[0], choice.splits
-            )
+                block.group, hw.limits.sms * per_sm[0], choice.splits,
+                dict(c.params).get("group_m", 0),
+            )  # fmt: skip
             fits = (
                 fresh.resident(wave, block.stream, choice.stages)[1]
                 <= hw.level("l2").capacity_bytes

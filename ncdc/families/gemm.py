@@ -57,6 +57,7 @@ TILES: dict[str, tuple[int, ...]] = {
     "warps": (4, 8),  # arranged over the block tile; warp tile >= 16 x 16
     "stages": (2, 3, 4, 5),  # cp.async pipeline depth in shared memory (pipeline_stall)
 }
+GROUP_M = 8  # tile rows a run of consecutive blocks walks down (grouped order, L2 reuse)
 MMA_K = {1: 32, 2: 16}  # mma.sync k per bytes per input value
 SIMT_K = 8  # the fp32 path's k step
 SIMT_MAX_OUTPUTS = 64  # fp32 accumulators per thread before registers run out
@@ -175,7 +176,7 @@ class GemmFamily:
                 if simt
                 else _mma_tiles(g_m, g_n, s_k, warps, stages, p, ops)
             )
-            params = _params(t, simt) + vec
+            params = _params(t, simt) + vec + (("group_m", GROUP_M),)
             if params in out:
                 continue
             group = {**ones(other, fixed), ops.m: t.bm, ops.n: t.bn}
@@ -362,6 +363,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "warps_m": tiles.warps_m,
         "warps_n": tiles.warps_n,
         "stages": tiles.stages,
+        "group_m": c.param("group_m"),
         "tm": tiles.tm,
         "tn": tiles.tn,
         "a_k": "true" if ops.a_k else "false",

@@ -47,7 +47,9 @@ extern "C" __global__ void __launch_bounds__(256) batched_matmul_gemm_bf16_m128_
   using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 128, 256, 64, 2, 4, 3, true, false>;
   static_assert(ncdc_Tile::SMEM_BYTES == 156672, "the launch's dynamic shared memory");
   const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_n, ncdc_size_k, ncdc_size_k, ncdc_size_n, ncdc_size_n, 1};
-  const long long ncdc_m0 = (long long)blockIdx.y * 128, ncdc_n0 = (long long)blockIdx.x * 256;
+  long long ncdc_tile_m, ncdc_tile_n;
+  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
+  const long long ncdc_m0 = ncdc_tile_m * 128, ncdc_n0 = ncdc_tile_n * 256;
   ncdc_batched_matmul_gemm_bf16_m128_n256_k64_w8_s3_ak_bn::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_Tile ncdc_tile;

@@ -58,7 +58,9 @@ extern "C" __global__ void __launch_bounds__(256) int8_matmul_gemm_int8_m128_n12
   using ncdc_Tile = ncdc::gemm::MmaTile<signed char, 128, 128, 128, 2, 4, 3, true, true>;
   static_assert(ncdc_Tile::SMEM_BYTES == 110592, "the launch's dynamic shared memory");
   const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_n, ncdc_size_k, ncdc_size_k, ncdc_size_k, ncdc_size_n, 1};
-  const long long ncdc_m0 = (long long)blockIdx.y * 128, ncdc_n0 = (long long)blockIdx.x * 128;
+  long long ncdc_tile_m, ncdc_tile_n;
+  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
+  const long long ncdc_m0 = ncdc_tile_m * 128, ncdc_n0 = ncdc_tile_n * 128;
   ncdc_int8_matmul_gemm_int8_m128_n128_k128_w8_s3_ak_bk::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_Tile ncdc_tile;

@@ -55,7 +55,9 @@ extern "C" __global__ void __launch_bounds__(256) mlp_gemm_bf16_m256_n128_k64_w8
   using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 256, 128, 64, 4, 2, 3, true, false>;
   static_assert(ncdc_Tile::SMEM_BYTES == 162816, "the launch's dynamic shared memory");
   const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_n, ncdc_size_k, ncdc_size_k, ncdc_size_n, ncdc_size_n, 1};
-  const long long ncdc_m0 = (long long)blockIdx.y * 256, ncdc_n0 = (long long)blockIdx.x * 128;
+  long long ncdc_tile_m, ncdc_tile_n;
+  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
+  const long long ncdc_m0 = ncdc_tile_m * 256, ncdc_n0 = ncdc_tile_n * 128;
   ncdc_mlp_gemm_bf16_m256_n128_k64_w8_s3_ak_bn::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_Tile ncdc_tile;

@@ -14,7 +14,7 @@
 // outputs Y
 // kernel  swiglu_mlp_0_G: gemm, tiles m=128  f=128  d=64, 4 warps, 3 stages, grid 2752
 // kernel  swiglu_mlp_1_H: gemm, tiles m=128  f=128  d=64, 4 warps, 3 stages, grid 2752
-// kernel  swiglu_mlp_2_Y: gemm, tiles m=128  d=256  f=64, 8 warps, 3 stages, grid 512
+// kernel  swiglu_mlp_2_Y: gemm, tiles m=256  d=128  f=64, 8 warps, 3 stages, grid 512
 // predicted on h200: 1782.6 us (tensor-bound), 1.11e+12 FLOP
 
 #include "ncdc_runtime.cuh"
@@ -54,7 +54,9 @@ extern "C" __global__ void __launch_bounds__(128) swiglu_mlp_0_G_gemm_bf16_m128_
   using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 128, 128, 64, 2, 2, 3, true, false>;
   static_assert(ncdc_Tile::SMEM_BYTES == 107520, "the launch's dynamic shared memory");
   const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_f, ncdc_size_d, ncdc_size_d, ncdc_size_f, ncdc_size_f, 1};
-  const long long ncdc_m0 = (long long)blockIdx.y * 128, ncdc_n0 = (long long)blockIdx.x * 128;
+  long long ncdc_tile_m, ncdc_tile_n;
+  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
+  const long long ncdc_m0 = ncdc_tile_m * 128, ncdc_n0 = ncdc_tile_n * 128;
   ncdc_swiglu_mlp_0_G_gemm_bf16_m128_n128_k64_w4_s3_ak_bn::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_Tile ncdc_tile;
@@ -111,7 +113,9 @@ extern "C" __global__ void __launch_bounds__(128) swiglu_mlp_1_H_gemm_bf16_m128_
   using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 128, 128, 64, 2, 2, 3, true, false>;
   static_assert(ncdc_Tile::SMEM_BYTES == 107520, "the launch's dynamic shared memory");
   const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_f, ncdc_size_d, ncdc_size_d, ncdc_size_f, ncdc_size_f, 1};
-  const long long ncdc_m0 = (long long)blockIdx.y * 128, ncdc_n0 = (long long)blockIdx.x * 128;
+  long long ncdc_tile_m, ncdc_tile_n;
+  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
+  const long long ncdc_m0 = ncdc_tile_m * 128, ncdc_n0 = ncdc_tile_n * 128;
   ncdc_swiglu_mlp_1_H_gemm_bf16_m128_n128_k64_w4_s3_ak_bn::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_Tile ncdc_tile;
@@ -131,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(128) swiglu_mlp_1_H_gemm_bf16_m128_
   }
 }
 NCDC_EXPORT_KERNEL(swiglu_mlp_1_H_gemm_bf16_m128_n128_k64_w4_s3_ak_bn);
-// ---- swiglu_mlp_2_Y_gemm_bf16_m128_n256_k64_w8_s3_ak_bn: Y = contract(H, Wd, over=f) (+0 epilogue ops)
+// ---- swiglu_mlp_2_Y_gemm_bf16_m256_n128_k64_w8_s3_ak_bn: Y = contract(H, Wd, over=f) (+0 epilogue ops)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -139,7 +143,7 @@ NCDC_EXPORT_KERNEL(swiglu_mlp_1_H_gemm_bf16_m128_n128_k64_w4_s3_ak_bn);
 #undef Wd
 #undef Y
 
-namespace ncdc_swiglu_mlp_2_Y_gemm_bf16_m128_n256_k64_w8_s3_ak_bn {
+namespace ncdc_swiglu_mlp_2_Y_gemm_bf16_m256_n128_k64_w8_s3_ak_bn {
 
 // The ops after the contraction, applied to each accumulator in fp32 before the cast to C.
 // Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
@@ -154,20 +158,22 @@ struct ncdc_Epilogue {
   }
 };
 
-}  // namespace ncdc_swiglu_mlp_2_Y_gemm_bf16_m128_n256_k64_w8_s3_ak_bn
+}  // namespace ncdc_swiglu_mlp_2_Y_gemm_bf16_m256_n128_k64_w8_s3_ak_bn
 
-extern "C" __global__ void __launch_bounds__(256) swiglu_mlp_2_Y_gemm_bf16_m128_n256_k64_w8_s3_ak_bn(
+extern "C" __global__ void __launch_bounds__(256) swiglu_mlp_2_Y_gemm_bf16_m256_n128_k64_w8_s3_ak_bn(
     const __nv_bfloat16* __restrict__ H,
     const __nv_bfloat16* __restrict__ Wd,
     __nv_bfloat16* __restrict__ Y,
     long long ncdc_size_m,
     long long ncdc_size_d,
     long long ncdc_size_f) {
-  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 128, 256, 64, 2, 4, 3, true, false>;
-  static_assert(ncdc_Tile::SMEM_BYTES == 156672, "the launch's dynamic shared memory");
+  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 256, 128, 64, 4, 2, 3, true, false>;
+  static_assert(ncdc_Tile::SMEM_BYTES == 162816, "the launch's dynamic shared memory");
   const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_d, ncdc_size_f, ncdc_size_f, ncdc_size_d, ncdc_size_d, 1};
-  const long long ncdc_m0 = (long long)blockIdx.y * 128, ncdc_n0 = (long long)blockIdx.x * 256;
-  ncdc_swiglu_mlp_2_Y_gemm_bf16_m128_n256_k64_w8_s3_ak_bn::ncdc_Epilogue ncdc_epi;
+  long long ncdc_tile_m, ncdc_tile_n;
+  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
+  const long long ncdc_m0 = ncdc_tile_m * 256, ncdc_n0 = ncdc_tile_n * 128;
+  ncdc_swiglu_mlp_2_Y_gemm_bf16_m256_n128_k64_w8_s3_ak_bn::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_Tile ncdc_tile;
   // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
@@ -181,4 +187,4 @@ extern "C" __global__ void __launch_bounds__(256) swiglu_mlp_2_Y_gemm_bf16_m128_
     ncdc::gemm::run_mma<true, true>(ncdc_tile, H + ncdc_off_H, Wd + ncdc_off_Wd, Y + ncdc_off_Y, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
   }
 }
-NCDC_EXPORT_KERNEL(swiglu_mlp_2_Y_gemm_bf16_m128_n256_k64_w8_s3_ak_bn);
+NCDC_EXPORT_KERNEL(swiglu_mlp_2_Y_gemm_bf16_m256_n128_k64_w8_s3_ak_bn);

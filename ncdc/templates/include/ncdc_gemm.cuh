@@ -19,6 +19,10 @@
 // 16 bytes) is a separate variant of the kernel, chosen at compile time (VEC_A, VEC_B false):
 // it loads that operand element by element. Rows and columns of C past the edges are never
 // stored.
+//
+// Epilogue: tensor-core tiles pass C through shared memory (`store_staged`), so every store
+// of a whole row run is one 16-byte st.global; tiles are assigned to blocks in grouped order
+// (`grouped_tile`) for L2 reuse.
 #pragma once
 #ifndef NCDC_GEMM_CUH
 #define NCDC_GEMM_CUH
@@ -269,6 +273,7 @@ struct MmaTile {
   static_assert(!WIDEN_B || (sizeof(T) == 2 && sizeof(TB) == 1), "B widens from int8 to 16 bits");
   static constexpr int K_TILE = BK, PIPE = STAGES;
   static constexpr bool A_K_ = A_K, B_K_ = B_K;
+  static constexpr int BM_ = BM, BN_ = BN;
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile is a multiple of 16 x 16");
   static_assert(BK % KSTEP == 0, "k tile is a multiple of the mma k");
   static_assert(STAGES >= 2, "the pipeline has at least two stages");
@@ -531,16 +536,84 @@ NCDC_DEVICE void store_pair(TC* C, const Shape& s, bool vec_c, const Epi& epi, l
   st_global(p + s.ldc_n, c1);
 }
 
+// C through shared memory: each warp writes its accumulators, already through the epilogue
+// and converted to TC, into a BM x BN tile (rows padded by 16 bytes: the 8 rows a warp
+// writes at once fall in 8 different bank groups); then the block stores whole 16-byte
+// runs of C rows, coalesced. Needs the tile to fit in the mainloop's shared memory.
+template <class Tile, class TC>
+struct StagedC {
+  static constexpr int V = 16 / int(sizeof(TC));
+  static constexpr int LD = Tile::BN_ + V;
+  static constexpr int BYTES = Tile::BM_ * LD * int(sizeof(TC));
+  static constexpr bool FITS = BYTES <= Tile::SMEM_BYTES;
+};
+
+template <class Tile, class TC, class Epi>
+NCDC_DEVICE void store_staged(const Tile& tile, TC* C, const Shape& s, const Epi& epi,
+                              long long m0, long long n0) {
+  using W = typename Word<sizeof(TC)>::type;
+  using S = StagedC<Tile, TC>;
+  TC* smem = dynamic_smem<TC>();
+  using Acc = typename Tile::Acc;
+  tile.for_each_pair(0, 0, [&](long long r, long long c, Acc a0, Acc a1) {
+    const long long row = m0 + r, col = n0 + c;
+    const bool in = row < s.m;
+    const TC zero = from_float<TC>(0.0f);
+    const TC c0 = in && col < s.n ? output_value<TC>(epi, a0, row, col) : zero;
+    const TC c1 = in && col + 1 < s.n ? output_value<TC>(epi, a1, row, col + 1) : zero;
+    W* d = reinterpret_cast<W*>(smem + r * S::LD + c);
+    d[0] = *reinterpret_cast<const W*>(&c0);
+    d[1] = *reinterpret_cast<const W*>(&c1);
+  });
+  __syncthreads();
+  const bool vec_c = s.ldc_n == 1 && s.ldc_m % S::V == 0 && is_aligned(C, 16);
+  constexpr int PER_ROW = Tile::BN_ / S::V, CHUNKS = Tile::BM_ * PER_ROW;
+  for (int i = int(threadIdx.x); i < CHUNKS; i += Tile::THREADS) {
+    const int r = i / PER_ROW, c = (i % PER_ROW) * S::V;
+    const long long row = m0 + r, col = n0 + c;
+    if (row >= s.m || col >= s.n) continue;
+    const TC* src = smem + r * S::LD + c;
+    TC* dst = C + row * s.ldc_m + col * s.ldc_n;
+    if (vec_c && col + S::V <= s.n) {
+      st_global_v16(dst, *reinterpret_cast<const uint4*>(src));
+    } else {
+      const int n = int(s.n - col < S::V ? s.n - col : S::V);
+      for (int e = 0; e < n; ++e) st_global(dst + e * s.ldc_n, src[e]);
+    }
+  }
+  __syncthreads();  // shared memory is free for the block's next tile
+}
+
+// The block tile of block (blockIdx.x, blockIdx.y), in grouped order for L2 reuse: blocks
+// run in launch order (x fastest), and consecutive blocks walk GROUP_M tile rows down one
+// tile column before the next column, so a wave shares a few A row panels and B column
+// panels instead of sweeping one row of tiles across all of B (Triton's grouped ordering).
+// The grid is the plain (n tiles, m tiles); only the assignment changes.
+template <int GROUP_M>
+NCDC_DEVICE void grouped_tile(long long& tile_m, long long& tile_n) {
+  const long long tiles_n = gridDim.x, tiles_m = gridDim.y;
+  const long long pid = (long long)blockIdx.y * tiles_n + blockIdx.x;
+  const long long per_group = GROUP_M * tiles_n;
+  const long long first_m = pid / per_group * GROUP_M;
+  const long long rows = tiles_m - first_m < GROUP_M ? tiles_m - first_m : GROUP_M;
+  tile_m = first_m + pid % per_group % rows;
+  tile_n = pid % per_group / rows;
+}
+
 // One block tile of C = epi(A B) on tensor cores.
 template <bool VEC_A, bool VEC_B, class Tile, class T, class TC, class Epi>
 NCDC_DEVICE void run_mma(Tile& tile, const T* A, const typename Tile::TypeB* B, TC* C, const Shape& s,
                          long long m0, long long n0, const Epi& epi) {
   using Acc = typename Tile::Acc;
   mainloop<VEC_A, VEC_B>(tile, A, B, s, m0, n0);
-  const bool vec_c = s.ldc_n == 1 && s.ldc_m % 2 == 0 && is_aligned(C, 2 * sizeof(TC));
-  tile.for_each_pair(m0, n0, [&](long long row, long long col, Acc a0, Acc a1) {
-    store_pair(C, s, vec_c, epi, row, col, a0, a1);
-  });
+  if constexpr (StagedC<Tile, TC>::FITS) {
+    store_staged(tile, C, s, epi, m0, n0);
+  } else {
+    const bool vec_c = s.ldc_n == 1 && s.ldc_m % 2 == 0 && is_aligned(C, 2 * sizeof(TC));
+    tile.for_each_pair(m0, n0, [&](long long row, long long col, Acc a0, Acc a1) {
+      store_pair(C, s, vec_c, epi, row, col, a0, a1);
+    });
+  }
 }
 
 // One block tile of C = epi(A B) on CUDA cores.
