@@ -43,6 +43,10 @@ if TYPE_CHECKING:
     from fractions import Fraction
 
 FORMAT = "ncdc.cost/1"
+# CUDA-core operations per weight value a weight-only GEMM widens in its main loop (int8 ->
+# 16 bits in registers): the integer-to-float conversion and half a pack of two into bf16x2
+# or f16x2, rounded up. Each block widens its own copy of the weight tiles it reads.
+WIDEN_OPS_PER_VALUE = 2
 IN_PLACE_KINDS = ("map", "binary", "cast", "mask", "softmax", "norm")
 
 # CUDA-core FLOPs per element of each non-contraction operation (our count: the arithmetic
@@ -303,6 +307,7 @@ class KernelModel:
             diagram.size(diagram.tensor(n)) * DTYPE_BYTES[diagram.tensor(n).dtype] for n in names
         )
         self.flops_by_unit = _flops(diagram, kernel)
+        self.widened = _widened(diagram, kernel)
         # A causal or window mask whose key axis the kernel reduces: key tiles that every
         # query of a query tile masks are skipped, along with the work and the loads over
         # that axis. (A varlen mask's lengths are data: priced dense, an upper bound.)
@@ -404,14 +409,17 @@ class KernelModel:
         self, g: Mapping[str, int], s: Mapping[str, int]
     ) -> dict[tuple[str, str], float]:
         """FLOPs per (unit, kind) that groups of g with chunks s do: under a causal mask,
-        the work over the key axis only for the key chunks a group visits."""
-        if not self.mask:
-            return dict(self.flops_by_unit)
-        kept = self.mask_fraction(g, s)
-        return {
-            unit: n - self.keyed_flops.get(unit, 0) * (1 - kept)
-            for unit, n in self.flops_by_unit.items()
-        }
+        the work over the key axis only for the key chunks a group visits; a weight-only
+        GEMM's widening of its weights, once per group along the activations' own axes."""
+        out = dict(self.flops_by_unit)
+        if self.mask:
+            kept = self.mask_fraction(g, s)
+            out = {unit: n - self.keyed_flops.get(unit, 0) * (1 - kept) for unit, n in out.items()}
+        for values, axes in self.widened:
+            blocks = math.prod(_ceil_div(self.sizes[a], g.get(a, self.sizes[a])) for a in axes)
+            key = ("cuda", "fp32")
+            out[key] = out.get(key, 0) + values * blocks * WIDEN_OPS_PER_VALUE
+        return out
 
     def resident(
         self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int = 1, inputs_only: bool = False
@@ -560,15 +568,32 @@ def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str
 
 
 def contract_unit(diagram: Diagram, op: Op) -> tuple[str, str]:
-    """(unit, kind) that runs a contraction: tensor cores at the inputs' type, or CUDA cores
-    in fp32 when an input is fp32."""
+    """(unit, kind) that runs a contraction: tensor cores at the inputs' type (two 8-bit
+    inputs at the 8-bit rate; 16-bit activations times int8 weights at the 16-bit rate,
+    the weights widened first), or CUDA cores in fp32 when an input is fp32."""
     dtypes = [diagram.tensor(n).dtype for n in op.operands if isinstance(n, str)]
     if "fp32" in dtypes:
         return "cuda", "fp32"
-    narrow = [d for d in dtypes if DTYPE_BYTES[d] == 1]
-    if narrow:
-        return "tensor", narrow[0]
+    wide = [d for d in dtypes if DTYPE_BYTES[d] > 1]
+    if wide:
+        return "tensor", wide[0]
     return "tensor", dtypes[0]
+
+
+def _widened(diagram: Diagram, kernel: Kernel) -> list[tuple[int, tuple[str, ...]]]:
+    """Per weight-only contraction of the kernel (a 16-bit operand times an 8-bit one): the
+    8-bit operand's values, and the axes only the other operand has (a group widens the
+    weights once for its tile along them)."""
+    out = []
+    for op in kernel.ops:
+        if op.kind != "contract":
+            continue
+        a, b = (diagram.tensor(n) for n in op.operands if isinstance(n, str))
+        if {DTYPE_BYTES[a.dtype], DTYPE_BYTES[b.dtype]} != {1, 2}:
+            continue
+        narrow, wide = (a, b) if DTYPE_BYTES[a.dtype] == 1 else (b, a)
+        out.append((diagram.size(narrow), tuple(x for x in wide.axes if x not in narrow.axes)))
+    return out
 
 
 def _flops(

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ncdc.errors import PlanError
 from ncdc.hardware import Hardware
 from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
 
@@ -125,7 +126,29 @@ def _split_kernels(diagram: Diagram, breaks: set[str]) -> list[list[Op]]:
                         kernel_of[name] = index
             groups[index].append(op)
         kernel_of[op.out] = index
-    return [g for g in groups if g]
+    return _in_dependency_order([g for g in groups if g])
+
+
+def _in_dependency_order(groups: list[list[Op]]) -> list[list[Op]]:
+    """The kernels ordered so each runs after those whose saved results it reads; otherwise
+    in the order of their first operations. A merged group can read a result saved by a
+    group begun after it (silu(G) * U with U saved: the G group reads U)."""
+    made = {op.out: i for i, g in enumerate(groups) for op in g}
+    needs = [
+        {made[n] for op in g for n in op.inputs if n in made and made[n] != i}
+        for i, g in enumerate(groups)
+    ]
+    order: list[int] = []
+    while len(order) < len(groups):
+        ready = [i for i in range(len(groups)) if i not in order and needs[i] <= set(order)]
+        if not ready:
+            stuck = [groups[i][-1].out for i in range(len(groups)) if i not in order]
+            raise PlanError(
+                f"the kernels saving {', '.join(stuck)} each read a result the other saves",
+                hint=f"save more intermediates: schedule: {{materialize: [{', '.join(stuck)}]}}",
+            )
+        order.append(ready[0])
+    return [groups[i] for i in order]
 
 
 def _kernel(diagram: Diagram, ops: list[Op], saved: set[str], index: int, count: int) -> Kernel:

@@ -2,7 +2,7 @@
 
 It shares no code with the kernels, so a wrong template cannot pass by agreeing with
 itself. Values are float64 throughout; inputs are rounded to their dtype when they are made,
-explicit casts round to the cast's dtype (with fp8 saturation), and every materialised
+explicit casts round to the cast's dtype (fp8 and integers saturating), and every materialised
 result (an output, or an intermediate a kernel saves to global memory) is rounded to its
 stored dtype, as the kernel that stores it and the kernel that reads it back see it. A
 fused intermediate, which never leaves the chip, is not rounded.
@@ -22,7 +22,7 @@ from functools import cache
 
 import numpy as np
 
-from ncdc.spec import Diagram, Op
+from ncdc.spec import INTEGER_DTYPES, Diagram, Op
 
 # --------------------------------------------------------------------------------------
 # Low-precision formats: rounding (to nearest, ties to even) and storage as raw bits.
@@ -84,11 +84,17 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
         return round_bf16(x)
     if dtype in FP8_MAX:
         return round_fp8(x, dtype)
-    if dtype == "int8":
-        return np.clip(np.rint(x), -128, 127)
-    if dtype == "int32":
-        return np.clip(np.rint(x), -(2**31), 2**31 - 1)
+    if dtype in INTEGER_DTYPES:
+        return round_int(x, dtype)
     raise ValueError(dtype)
+
+
+def round_int(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round to the nearest integer, ties to even, saturating to the type's range; NaN gives
+    0 (the hardware's cvt.rni.sat.s8.f32 and cvt.rni.sat.s32.f32)."""
+    lo, hi = INTEGER_DTYPES[dtype]
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.isnan(x), 0.0, np.clip(np.rint(np.nan_to_num(x)), lo, hi))
 
 
 def to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -111,10 +117,11 @@ def _to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
         idx = np.searchsorted(values, np.abs(np.nan_to_num(r)))
         bits = codes[np.clip(idx, 0, len(codes) - 1)] | np.where(np.signbit(r), 0x80, 0)
         return np.where(np.isnan(r), 0x7F, bits).astype(np.uint8)
-    if dtype == "int8":
-        return np.clip(np.rint(x), -128, 127).astype(np.int8)
-    if dtype == "int32":
-        return np.clip(np.rint(x), -(2**31), 2**31 - 1).astype(np.int32)
+    if dtype in INTEGER_DTYPES:
+        # NaN, which no integer holds, stores as the type's minimum: outputs are poisoned with
+        # NaN before a run, and an element left unwritten then reads far from any result.
+        lo = INTEGER_DTYPES[dtype][0]
+        return np.where(np.isnan(x), lo, round_int(x, dtype)).astype(storage_dtype(dtype))
     raise ValueError(dtype)
 
 
@@ -124,7 +131,7 @@ def from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype in ("fp32", "fp16", "int8", "int32"):
+    if dtype in ("fp32", "fp16", *INTEGER_DTYPES):
         return a.astype(np.float64)
     if dtype == "bf16":
         return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -153,9 +160,10 @@ def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
     """Fresh random inputs (float64 values already rounded to each input's dtype).
 
     Scalars (per-tensor scales) are drawn from [0.5, 2]; tensors from a normal
-    distribution, wider for 8-bit types so their range is used. Lengths (the int32
-    `lengths` of a varlen mask) are drawn from 0 to the axis they measure, and always include
-    a 0 and a 1 when there are enough of them; packed lengths add up to at most the axis.
+    distribution, wider for fp8 so its range is used; integer tensors from [-100,
+    100). Lengths (the int32 `lengths` of a varlen mask) are drawn from 0 to the axis
+    they measure, and always include a 0 and a 1 when there are enough of them; packed
+    lengths add up to at most the axis.
     """
     rng = np.random.default_rng(seed)
     lengths = {
@@ -170,7 +178,7 @@ def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
             x = _random_lengths(rng, shape, *lengths[t.name])
         elif not shape:
             x = rng.uniform(0.5, 2.0, size=())
-        elif t.dtype == "int8":
+        elif t.dtype in INTEGER_DTYPES:
             x = rng.integers(-100, 100, size=shape).astype(np.float64)
         else:
             x = rng.standard_normal(shape) * (8.0 if t.dtype in FP8_MAX else 1.0)
@@ -228,10 +236,12 @@ def _aligned(x: np.ndarray, axes: tuple[str, ...], target: tuple[str, ...]) -> n
     return x.reshape(shape)
 
 
-def _scale(op: Op, env: Mapping[str, np.ndarray]) -> float:
-    s = 1.0
+def _scale(op: Op, env: Mapping[str, np.ndarray], axes_of: Mapping[str, tuple[str, ...]],
+           out_axes: tuple[str, ...]) -> np.ndarray | float:  # fmt: skip
+    """The product of `op`'s scale factors, broadcast against its result over `out_axes`."""
+    s: np.ndarray | float = 1.0
     for f in op.scale:
-        s *= float(env[f]) if isinstance(f, str) else f
+        s = s * (_aligned(env[f], axes_of[f], out_axes) if isinstance(f, str) else f)
     return s
 
 
@@ -301,7 +311,8 @@ def _evaluate_op(
                 "".join(letters[x] for x in axes_of[b]),  # type: ignore[index]
                 "".join(letters[x] for x in out_axes),
             )
-            return np.einsum(spec, env[a], env[b], optimize=True) * _scale(op, env)
+            product = np.einsum(spec, env[a], env[b], optimize=True)
+            return product * _scale(op, env, axes_of, out_axes)
         if op.kind == "map":
             return _UNARY[op.fn](env[op.operands[0]])
         if op.kind == "binary":
@@ -320,7 +331,7 @@ def _evaluate_op(
         if op.kind == "norm":
             return _norm(op, x, over, env, axes_of, src_axes)
         if op.kind == "cast":
-            return round_to(x * _scale(op, env), op.params["to"])
+            return round_to(x * _scale(op, env, axes_of, src_axes), op.params["to"])
         if op.kind == "mask":
             return np.where(_masked(op, x, src_axes, env, axes_of), -np.inf, x)
     raise ValueError(f"no reference for {op.kind}")

@@ -44,10 +44,17 @@ DTYPE_BYTES: dict[str, int] = {
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
     "int8": 1,
-    "int32": 4,  # integer inputs such as per-sequence lengths (not computed with)
+    "int32": 4,
 }
+# Integer dtypes. A value stored as one is rounded to the nearest integer (ties to even) and
+# saturated to the type's range, as cvt.rni.sat does; NaN stores as 0. int8 x int8
+# contractions accumulate exactly in int32 on tensor cores (wrapping past 2^31, as mma.sync
+# .s32 does without .satfinite); every other operation computes in fp32.
+INTEGER_DTYPES: dict[str, tuple[int, int]] = {"int8": (-128, 127), "int32": (-(2**31), 2**31 - 1)}
 # Which dtype wins when operands of an elementwise operation differ.
-_DTYPE_RANK = {"fp32": 5, "bf16": 4, "fp16": 4, "fp8_e4m3": 2, "fp8_e5m2": 2, "int8": 1, "int32": 0}
+_DTYPE_RANK = {
+    "fp32": 5, "bf16": 4, "fp16": 4, "int32": 3, "fp8_e4m3": 2, "fp8_e5m2": 2, "int8": 1,
+}  # fmt: skip
 
 MAX_AXIS_SIZE = 2**31 - 1
 MAX_NAME_LENGTH = 48
@@ -670,9 +677,9 @@ class _Validator:
                 )
             out_axes = tuple(x for x in a.axes + b.axes if x not in red)
             out_axes = tuple(dict.fromkeys(out_axes))
-            scale = self.scales(st, path, known)
+            scale = self.scales(st, path, known, out_axes)
             operands: tuple[str | float, ...] = (a.name, b.name)
-            dtype = out_dtype or _contract_dtype(a.dtype, b.dtype)
+            dtype = out_dtype or _contract_dtype(a.dtype, b.dtype, bool(scale))
             red_axes = red
         elif kind == "index":
             (axis,) = st.args
@@ -719,7 +726,7 @@ class _Validator:
             if kind == "cast":
                 dtype = self.dtype(st.kwargs["to"], path)
                 params["to"] = dtype
-                scale = self.scales(st, path, known)
+                scale = self.scales(st, path, known, out_axes)
         else:  # binary
             tensors = [tensor(arg, "operand") for arg in st.args if isinstance(arg, str)]
             if not tensors:
@@ -829,7 +836,10 @@ class _Validator:
             raise self.fail(path, f"expected a finite number for {what}, found {value}")
         return float(value)
 
-    def scales(self, st: _Statement, path: YamlPath, known: dict[str, Tensor]) -> tuple:
+    def scales(
+        self, st: _Statement, path: YamlPath, known: dict[str, Tensor], axes: tuple[str, ...]
+    ) -> tuple:
+        """The factors of `scale=`: numbers, or tensors over some of the result's `axes`."""
         raw = st.kwargs.get("scale", [])
         items = raw if isinstance(raw, list) else [raw]
         if st.trailing_scale is not None:
@@ -844,11 +854,12 @@ class _Validator:
                         f"unknown scale tensor '{item}'",
                         "declare it as an input with `axes: []`",
                     )
-                if t.axes:
+                if not set(t.axes) <= set(axes):
                     raise self.fail(
                         path,
-                        f"scale {item} must be a scalar (axes: []), found axes {list(t.axes)}",
-                        "per-tensor scales only",
+                        f"scale {item} has axes {list(t.axes)}; expected a scalar or axes of "
+                        f"the result {list(axes)}",
+                        "per tensor `axes: []`, per row or column `axes: [m]`",
                     )
                 out.append(item)
             else:
@@ -960,8 +971,11 @@ _EXAMPLES = {
 }
 
 
-def _contract_dtype(a: str, b: str) -> str:
-    """Contractions of 8-bit inputs give fp32 unless told; otherwise the wider input type."""
+def _contract_dtype(a: str, b: str, scaled: bool) -> str:
+    """Contractions of 8-bit inputs give fp32 unless told (int8 x int8: its exact int32
+    accumulator, unless scaled); otherwise the wider input type."""
+    if a == b == "int8" and not scaled:
+        return "int32"
     if DTYPE_BYTES[a] == 1 and DTYPE_BYTES[b] == 1:
         return "fp32"
     return max((a, b), key=_DTYPE_RANK.__getitem__)

@@ -35,7 +35,6 @@ REASONS = {
     "attention_fp32": "expected Q, K, V and O all of one type among bf16, fp16",
     "attention_scale_tensor": "the generator covers a constant scale (a number)",
     "matmul_fp16_bf16": "no GEMM kernel for A (fp16) times B (bf16)",
-    "relu_int8": "tensor X is int8, which the elementwise and row-wise kernels do not read",
 }
 
 

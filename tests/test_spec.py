@@ -90,7 +90,7 @@ CASES = {
     "trailing_scale_not_contract": BASE.replace(
         "  - C = contract(A, B, over=k)\n", "  - D = contract(A, B, over=k)\n  - C = exp(D) * 2\n"
     ),
-    "scale_not_scalar": BASE.replace("over=k)", "over=k, scale=A)"),
+    "scale_not_result_axes": BASE.replace("over=k)", "over=k, scale=A)"),
     "schedule_unknown_key": BASE + "schedule: {tile: {m: 16}}\n",
     "schedule_group_and_stream": BASE + "schedule: {group: [k], stream: [k]}\n",
     "schedule_tile_too_big": BASE + "schedule: {tiles: {m: 128}}\n",
@@ -147,7 +147,7 @@ EXPECTED = {
     "duplicate_key": "spec.yaml:3: name: duplicate key 'name' (hint: each key may appear once)",
     "alias": "spec.yaml:5: inputs.B: YAML anchors and aliases are not supported in diagrams (hint: write the value out in full)",
     "trailing_scale_not_contract": "spec.yaml:9: ops[1]: a trailing '* 2' is only allowed on contract (hint: scale in an op of its own: mul(X, 2))",
-    "scale_not_scalar": "spec.yaml:8: ops[0]: scale A must be a scalar (axes: []), found axes ['m', 'k'] (hint: per-tensor scales only)",
+    "scale_not_result_axes": "spec.yaml:8: ops[0]: scale A has axes ['m', 'k']; expected a scalar or axes of the result ['m', 'n'] (hint: per tensor `axes: []`, per row or column `axes: [m]`)",
     "schedule_unknown_key": "spec.yaml:10: schedule.tile: unknown key 'tile'; expected one of group, materialize, stream, tiles (hint: did you mean 'tiles'?)",
     "schedule_group_and_stream": "spec.yaml:10: schedule: axis 'k' is both grouped and streamed (hint: an axis is either grouped or streamed)",
     "schedule_tile_too_big": "spec.yaml:10: schedule.tiles.m: tile 128 is larger than axis 'm' (64) (hint: use at most 64)",

@@ -97,9 +97,10 @@ def op_statements(
             steps.append(Statement(tmp, "op_mul", (scaled, arg(factor))))
             scaled = tmp
         dtype = op.params["to"]
-        if dtype not in CPP_TYPES or dtype == "int8":
+        if dtype not in CPP_TYPES:
             raise PlanError(
-                f"no code for a cast to {dtype}", hint="cast to fp32, bf16, fp16 or fp8"
+                f"no code for a cast to {dtype}",
+                hint=f"cast to one of {', '.join(CPP_TYPES)}",
             )
         steps.append(Statement(out, f"op_cast<{cpp_type(dtype)}>", (scaled,)))
         return steps
@@ -107,13 +108,14 @@ def op_statements(
 
 
 def check_dtypes(diagram: Diagram, names: Iterable[str]) -> None:
+    """Refuse a tensor whose dtype has no C++ storage type (every dtype a spec names has
+    one; integers are read exactly and computed on in fp32)."""
     for name in names:
         dtype = diagram.tensor(name).dtype
-        if dtype == "int8":
+        if dtype not in CPP_TYPES:
             raise PlanError(
-                f"tensor {name} is int8, which the elementwise and row-wise kernels do not read",
-                hint=f"store it as fp16, which holds every int8 value exactly: {name}: "
-                f"{{axes: [{', '.join(diagram.tensor(name).axes)}], dtype: fp16}}",
+                f"tensor {name} is {dtype}, which the generated kernels do not read",
+                hint=f"use one of {', '.join(CPP_TYPES)}",
             )
 
 
