@@ -247,6 +247,36 @@ def test_decode_several_queries_and_d128() -> None:
     _assert_ok(check)
 
 
+@pytest.mark.parametrize(
+    "q, x, suffix, blocks, splits",
+    [
+        # the query axis is the longer of r and q; the other is packed beside it
+        (1, 70, "_s2", 2, 2),  # r = 4 rows of one query each: nothing left to pack
+        (3, 33, "_h3", 2, 1),  # 4 heads (the rows' axis) x 3 queries packed: 12 rows
+        (5, 40, "_h2", 4, 1),  # 5 queries x 4 heads do not fit: blocks of 2 heads, 10 rows
+    ],
+)
+def test_decode_packs_query_heads_of_a_group(
+    q: int, x: int, suffix: str, blocks: int, splits: int
+) -> None:
+    sizes = {"b": 1, "g": 2, "r": 4, "q": q, "x": x, "d": 64}
+    check, _, module, _ = _run("decode_q4_gqa", sizes, {"x": 32}, splits=splits)
+    first, merge = module.launches
+    assert first.kernel.endswith(suffix) and first.grid[:2] == (splits, blocks)
+    assert merge.grid[1] == first.grid[1]
+    _assert_ok(check)
+
+
+def test_decode_ring_stages_priced_as_built() -> None:
+    # the model's stages are the ring the kernel allocates: Q plus stages x (K, V) chunks
+    plan = plan_diagram(load_diagram(SPECS / "decode_gqa_long.yaml"), HW)
+    c = plan.kernels[0].candidate
+    assert c is not None and c.stages >= 3
+    s_x = c.param("s_x")
+    assert c.main.dynamic_smem == 2 * (16 * 128 + c.stages * s_x * 2 * 128)
+    assert render_plan(plan).launches[0].kernel.endswith(f"_s{c.stages}")
+
+
 def test_decode_causal_and_large_logits() -> None:
     sizes = {"b": 1, "h": 1, "q": 5, "x": 150, "d": 64}
     diagram = load_diagram(DIAGRAMS / "attention_causal.yaml", sizes)

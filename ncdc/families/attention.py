@@ -92,12 +92,15 @@ class Attention:
         }  # fmt: skip
 
 
-def variant_name(kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int, warps: int) -> str:
+def variant_name(
+    kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int, warps: int,
+    stages: int = STAGES,
+) -> str:  # fmt: skip
     """A name that carries every parameter of the variant (FlashInfer style)."""
     return (
         f"{kernel.name}_{family}_{at.dtype}_q{g_q}_x{s_x}_d{at.d}"
         + (f"_dv{at.d_v}" if at.d_v != at.d else "")
-        + f"_w{warps}_s{STAGES}"
+        + f"_w{warps}_s{stages}"
         + ("" if q_in_registers(at.d) else "_qsmem")
         + ("_causal" if at.causal else "")
     )
@@ -116,9 +119,9 @@ def row_values(head: int) -> int:
     return 8 * (chunks if chunks % 8 == 0 else chunks + 1)
 
 
-def attention_smem(at: Attention, q_rows: int, q_head: int, s_x: int) -> int:
-    """Bytes of the Q tile of q_rows rows of q_head values and the 2-stage K and V rings."""
-    rows = q_rows * row_values(q_head) + STAGES * s_x * (row_values(at.d) + row_values(at.d_v))
+def attention_smem(at: Attention, q_rows: int, q_head: int, s_x: int, stages: int = STAGES) -> int:
+    """Bytes of the Q tile of q_rows rows of q_head values and the K and V rings."""
+    rows = q_rows * row_values(q_head) + stages * s_x * (row_values(at.d) + row_values(at.d_v))
     return rows * DTYPE_BYTES[at.dtype]
 
 

@@ -166,11 +166,13 @@ struct QFragments<T, D, SC, false> {
   }
 };
 
-// Masking of one step: key `j` is dropped for the lane's row r when j > limit[r].
+// Masking of one step: key `j` is dropped for the lane's row g (g + 8) when j > limit0
+// (limit1). Two scalars, not an array: ptxas kept a 2-int array on the stack.
 struct KeyMask {
   bool any;  // some key of the step may be dropped (x tail, split end or causal diagonal)
   int key0;  // global index of the step's first key
-  int limit[2];
+  int limit0, limit1;
+  NCDC_DEVICE int limit(int r) const { return r ? limit1 : limit0; }
 };
 
 // S = Q K^T over NK keys (smem rows krow0.. of a swizzled K tile of D / 8 chunks per row),
@@ -206,7 +208,7 @@ NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st, const QF& q
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float v = s[n][i] * scale_log2;
-      if (mask.any && mask.key0 + 8 * n + 2 * t + (i & 1) > mask.limit[i >> 1]) v = neg_inf();
+      if (mask.any && mask.key0 + 8 * n + 2 * t + (i & 1) > mask.limit(i >> 1)) v = neg_inf();
       s[n][i] = v;
       mx[i >> 1] = fmaxf(mx[i >> 1], v);
     }
@@ -315,11 +317,11 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
   }
   const int wrow = q0 + 16 * warp;  // this warp's first query
   KeyMask mask;
-  mask.limit[0] = a.x_len - 1;
-  mask.limit[1] = a.x_len - 1;
+  mask.limit0 = a.x_len - 1;
+  mask.limit1 = a.x_len - 1;
   if (CAUSAL) {
-    mask.limit[0] = imin(mask.limit[0], wrow + g + shift);
-    mask.limit[1] = imin(mask.limit[1], wrow + g + 8 + shift);
+    mask.limit0 = imin(mask.limit0, wrow + g + shift);
+    mask.limit1 = imin(mask.limit1, wrow + g + 8 + shift);
   }
   const int warp_first = CAUSAL ? imin(a.x_len - 1, wrow + shift) : a.x_len - 1;
   const int warp_last = CAUSAL ? imin(a.x_len - 1, wrow + 15 + shift) : a.x_len - 1;
@@ -394,63 +396,93 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
 }
 
 // ---------------------------------------------------------------------------------------
-// Decode, pass 1: the q <= 16 queries of one (batch..., head), padded to one 16-row mma
-// block, against keys [split * keys_per_split, +keys_per_split). The block streams SX keys
-// per stage; warp w takes keys [w * SX / W, (w + 1) * SX / W) of each stage and keeps its
-// own (m, l, O), written unnormalised to the fp32 workspace as partial split * W + w:
-//   part_o[partial][q][DV], part_ml[partial][q][2] = (m in base 2, l).
+// Decode, pass 1: the rows of one (batch..., K/V head) against keys [split *
+// keys_per_split, +keys_per_split). The rows are the q <= 16 queries of `heads` query heads
+// that share the K/V head (a GQA group packed into the mma's 16 rows: row r is query
+// r % q_len of head r / q_len), padded to 16. The block streams SX keys per stage through
+// a STAGES-deep cp.async ring (STAGES - 1 tiles in flight while one is used); warp w takes
+// keys [w * SX / W, (w + 1) * SX / W) of each stage and keeps its own (m, l, O), written
+// unnormalised to the fp32 workspace as partial split * W + w:
+//   part_o[partial][row][DV], part_ml[partial][row][2] = (m in base 2, l).
 // Shared memory (elements of T, rows as in attention_forward): Q [16][D / 8],
-// K [2][SX][D / 8], V [2][SX][DV / 8].
-template <class T, int D, int DV, int SX, int W, bool CAUSAL, bool QREG>
-NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split, float* part_o,
-                                float* part_ml) {
+// K [STAGES][SX][D / 8], V [STAGES][SX][DV / 8].
+struct Packing {
+  int heads;                          // query heads in the rows (1: no packing)
+  long long q_head_stride, o_head_stride;  // elements between those heads in Q and O
+};
+
+// Keys [key0, key0 + SX) of K and V (rows at or past `end` zero-filled) into one ring stage.
+template <class T, int SX, int D, int DV, int THREADS>
+NCDC_DEVICE void load_kv(T* ks, T* vs, const Slice<T>& a, int key0, int end, int tid) {
+  load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + key0 * a.k_stride, a.k_stride, end - key0, tid);
+  load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + key0 * a.v_stride, a.v_stride, end - key0,
+                                        tid);
+}
+
+template <class T, int D, int DV, int SX, int W, int STAGES, bool CAUSAL, bool QREG>
+NCDC_DEVICE void decode_partial(const Slice<T>& a, const Packing& pk, int split,
+                                int keys_per_split, float* part_o, float* part_ml) {
   constexpr int THREADS = 32 * W, NK = SX / W;
   constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
   static_assert(SX % (16 * W) == 0, "each warp takes a multiple of 16 keys per stage");
+  static_assert(STAGES >= 2, "a ring of at least two stages");
   T* qs = dynamic_smem<T>();
   T* ks = qs + 16 * row_chunks<D / 8>() * 8;
-  T* vs = ks + 2 * KT;
+  T* vs = ks + STAGES * KT;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int shift = a.x_len - a.q_len;
+  const int rows = pk.heads * a.q_len;
 
   const int begin = split * keys_per_split;
   const int end = imin(a.x_len, begin + keys_per_split);
   const int tiles = end > begin ? (end - begin + SX - 1) / SX : 0;
   KeyMask mask;
-  mask.limit[0] = end - 1;
-  mask.limit[1] = end - 1;
+  mask.limit0 = end - 1;
+  mask.limit1 = end - 1;
   if (CAUSAL) {
-    mask.limit[0] = imin(mask.limit[0], g + shift);
-    mask.limit[1] = imin(mask.limit[1], g + 8 + shift);
+    // row r holds query r % q_len; padding rows (r >= rows) are never stored
+    mask.limit0 = imin(mask.limit0, g % a.q_len + shift);
+    mask.limit1 = imin(mask.limit1, (g + 8) % a.q_len + shift);
   }
   const int first_limit = CAUSAL ? imin(end - 1, shift) : end - 1;
 
   RowState<DV> st;
   init_state(st);
   if (tiles > 0) {
-    load_tile<T, 16, D, D / 8, THREADS>(qs, a.q, a.q_stride, a.q_len, tid);
-    load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + begin * a.k_stride, a.k_stride, end - begin,
-                                        tid);
-    cp_async_commit();
-    load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + begin * a.v_stride, a.v_stride,
-                                          end - begin, tid);
-    cp_async_commit();
-    cp_async_wait<1>();
+    // the Q rows (16-byte chunks of the packed heads' queries) join the first group
+#pragma unroll
+    for (int i0 = 0; i0 < 16 * (D / 8); i0 += THREADS) {
+      const int i = i0 + tid;
+      if ((16 * (D / 8)) % THREADS == 0 || i < 16 * (D / 8)) {
+        const int row = i / (D / 8), chunk = i % (D / 8);
+        const bool ok = row < rows;
+        const int head = row / a.q_len;  // rows < 16: no 64-bit division
+        const T* src = ok ? a.q + head * pk.q_head_stride + (row - head * a.q_len) * a.q_stride +
+                                chunk * 8
+                          : a.q;
+        cp_async_16_zfill(qs + swizzle<D / 8>(row, chunk), src, ok ? 16 : 0);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < tiles)
+        load_kv<T, SX, D, DV, THREADS>(ks + s * KT, vs + s * VT, a, begin + s * SX, end, tid);
+      cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
     __syncthreads();
     const QFragments<T, D, D / 8, QREG> qf(qs, 0, lane);
 
     for (int j = 0; j < tiles; ++j) {
-      const int stage = j & 1;
-      const int tile0 = begin + j * SX;
-      const int key0 = tile0 + warp * NK;
-      cp_async_wait<1>();
+      const int stage = j % STAGES, fill = (j + STAGES - 1) % STAGES;  // read, loaded
+      const int key0 = begin + j * SX + warp * NK;
+      // tile j has landed; every warp is done with tile j - 1, whose stage is `fill`
+      cp_async_wait<STAGES - 2>();
       __syncthreads();
-      if (j + 1 < tiles) {
-        const int next = tile0 + SX;
-        load_tile<T, SX, D, D / 8, THREADS>(ks + (stage ^ 1) * KT, a.k + next * a.k_stride,
-                                            a.k_stride, end - next, tid);
-      }
+      if (j + STAGES - 1 < tiles)
+        load_kv<T, SX, D, DV, THREADS>(ks + fill * KT, vs + fill * VT, a,
+                                       begin + (j + STAGES - 1) * SX, end, tid);
       cp_async_commit();
       const bool active = key0 < end;
       mask.any = key0 + NK - 1 > first_limit;
@@ -459,14 +491,6 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
       if (active)
         score_step<T, D, DV, NK>(s, st, qf, ks + stage * KT, warp * NK, mask, a.scale_log2,
                                  lane);
-      cp_async_wait<1>();
-      __syncthreads();
-      if (j + 1 < tiles) {
-        const int next = tile0 + SX;
-        load_tile<T, SX, DV, DV / 8, THREADS>(vs + (stage ^ 1) * VT, a.v + next * a.v_stride,
-                                              a.v_stride, end - next, tid);
-      }
-      cp_async_commit();
       if (active) value_step<T, DV, NK>(st, s, vs + stage * VT, warp * NK, lane);
     }
     cp_async_wait<0>();
@@ -477,8 +501,8 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = g + 8 * r;
-    if (row < a.q_len) {
-      const long long at = partial * a.q_len + row;
+    if (row < rows) {
+      const long long at = partial * rows + row;
       float* po = part_o + at * DV + 2 * t;
 #pragma unroll
       for (int n = 0; n < DV / 8; ++n)
@@ -488,28 +512,30 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
   }
 }
 
-// Decode, pass 2: merge the partials of one (batch..., head):
+// Decode, pass 2: merge the partials of one (batch..., K/V head)'s rows:
 //   m = max m_p, l = sum l_p 2^(m_p - m), O = sum O_p 2^(m_p - m) / l.
 // Warps first turn (m_p, l_p) into weights 2^(m_p - m) / l in shared memory (a row with
-// l = 0 gets weight 0 everywhere, so zeros), then lanes sum 4 columns each.
-// Shared memory: float [q_len][partials].
+// l = 0 gets weight 0 everywhere, so zeros), then lanes sum 4 columns each; row r is
+// stored as query r % q_len of packed head r / q_len.
+// Shared memory: float [rows][partials].
 template <class T, int DV, int THREADS>
 NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, long long o_stride,
-                              int q_len, int partials) {
+                              int q_len, const Packing& pk, int partials) {
   float* weight = dynamic_smem<float>();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  for (int row = warp; row < q_len; row += THREADS / 32) {
+  const int rows = pk.heads * q_len;
+  for (int row = warp; row < rows; row += THREADS / 32) {
     float m = neg_inf();
 #pragma unroll 1
     for (int p = lane; p < partials; p += 32)
-      m = fmaxf(m, ld_global(part_ml + 2 * ((long long)p * q_len + row)));
+      m = fmaxf(m, ld_global(part_ml + 2 * ((long long)p * rows + row)));
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     const float base = m == neg_inf() ? 0.0f : m;
     float l = 0.0f;
 #pragma unroll 1
     for (int p = lane; p < partials; p += 32) {
-      const long long at = 2 * ((long long)p * q_len + row);
+      const long long at = 2 * ((long long)p * rows + row);
       const float w = exp2_fast(ld_global(part_ml + at) - base);
       weight[row * partials + p] = w;
       l += ld_global(part_ml + at + 1) * w;
@@ -523,12 +549,12 @@ NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, l
   __syncthreads();
   // a warp per row, 4 columns per lane (coalesced); no division by DV / 4 and no runtime
   // column loop, either of which made ptxas spill for heads that are not powers of two
-  for (int row = warp; row < q_len; row += THREADS / 32) {
+  for (int row = warp; row < rows; row += THREADS / 32) {
     float acc[(DV + 127) / 128][4] = {};
 #pragma unroll 1
     for (int p = 0; p < partials; ++p) {
       const float w = weight[row * partials + p];
-      const float* po = part_o + ((long long)p * q_len + row) * DV + 4 * lane;
+      const float* po = part_o + ((long long)p * rows + row) * DV + 4 * lane;
 #pragma unroll
       for (int cc = 0; cc < (DV + 127) / 128; ++cc) {
         if (DV % 128 == 0 || 128 * cc + 4 * lane < DV) {
@@ -541,6 +567,7 @@ NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, l
         }
       }
     }
+    T* out_row = o + (row / q_len) * pk.o_head_stride + (row % q_len) * o_stride;
 #pragma unroll
     for (int cc = 0; cc < (DV + 127) / 128; ++cc) {
       const int c = 128 * cc + 4 * lane;
@@ -548,7 +575,7 @@ NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, l
         uint2 out;
         out.x = Mma<T>::pack(acc[cc][0], acc[cc][1]);
         out.y = Mma<T>::pack(acc[cc][2], acc[cc][3]);
-        st_global_v8(o + row * o_stride + c, out);
+        st_global_v8(out_row + c, out);
       }
     }
   }
