@@ -1,10 +1,12 @@
 """The fused attention family: FlashAttention-2 order, keys streamed through shared memory.
 
-`templates/attention.cu.j2`: one block per (batch..., g_q queries), one warp per 16 queries,
-K and V streamed in chunks of s_x keys through a 2-stage cp.async ring, online softmax in
-registers (device code in `templates/include/ncdc_attention.cuh`). The roles (query, key,
-head and batch axes) and the checks of what the template covers are shared with the decode
-family (ncdc.families.decode), which runs the same diagrams when the query axis is short.
+`templates/attention.cu.j2`: one block per (batch..., g_q queries), one warp per 16 or 32
+queries (warp_q), K and V streamed in chunks of s_x keys through a 2- or 3-stage cp.async
+ring, online softmax in registers with the scale folded into the exponent, the tiles that
+need no mask in a loop of their own (device code in `templates/include/ncdc_attention.cuh`).
+The roles (query, key, head and batch axes) and the checks of what the template covers are
+shared with the decode family (ncdc.families.decode), which runs the same diagrams when the
+query axis is short.
 
 Tensors are addressed from the diagram's axis order (row-major); the head axes must be the
 last axis of Q, K, V and O, so that rows are contiguous 16-byte chunks. Problem sizes are
@@ -38,12 +40,18 @@ if TYPE_CHECKING:
     from ncdc.hardware import Hardware
 
 TILES: dict[str, tuple[int, ...]] = {
-    "g_q": (64, 128),  # queries per block; one warp per 16 queries
+    "g_q": (64, 128),  # queries per block
     "s_x": (32, 64, 128),  # keys per streamed chunk
-    "stages": (2,),  # K/V chunks double-buffered
+    # queries per warp: 32 (two mma row blocks) share each K and V fragment read from
+    # SMEM, half the ldmatrix per mma of 16; where O (d_v <= WIDE_WARP_HEAD) and Q's
+    # fragments (d <= Q_REGISTER_HEAD / 2) fit registers
+    "warp_q": (16, 32),
+    "stages": (2, 3),  # K/V chunks in the cp.async ring (stages - 1 in flight)
 }
 HEAD_STEP, HEAD_MIN, HEAD_MAX = 16, 32, 256  # head sizes: whole mma k-steps (compile-time)
-Q_REGISTER_HEAD = 128  # Q's fragments stay in registers up to this head; above, in SMEM
+Q_REGISTER_HEAD = 128  # Q's fragments (head x rows / 16) stay in registers up to this; above, SMEM
+WIDE_WARP_HEAD = 128  # a warp of 32 queries holds O (d_v / 2 fp32 per thread) up to this head
+WIDE_WARPS = 4  # warps of 32 queries come 4 to a block
 # Above this head a causal kernel streams 16 keys a chunk: with 32, ptxas spilled at d = 208
 # (sm_89) and d = 240 (sm_89, sm_90a), 255 registers and up to 276 B; with 16, 222 and none.
 CAUSAL_WIDE_HEAD = 192
@@ -80,36 +88,37 @@ class Attention:
     def size_params(self, axes: Mapping[str, int]) -> tuple[Param, ...]:
         return tuple(Param(size_name(a), "int64", value=axes[a]) for a in self.sizes)
 
-    def context(self) -> dict[str, object]:
+    def context(self, warp_q: int = 16) -> dict[str, object]:
         return {
             "T": cpp_type(self.dtype),
             "q": self.q, "k": self.k, "v": self.v, "o": self.o,
             "batch": self.batch, "sizes": self.sizes,
             "q_axis": self.q_axis, "x_axis": self.x_axis,
             "d": self.d, "d_v": self.d_v, "causal": self.causal,
-            "q_regs": q_in_registers(self.d),
+            "q_regs": q_in_registers(self.d, warp_q),
             "offset": dict(self.offset), "stride": dict(self.stride),
         }  # fmt: skip
 
 
 def variant_name(
     kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int, warps: int,
-    stages: int = STAGES,
+    stages: int = STAGES, warp_q: int = 16,
 ) -> str:  # fmt: skip
     """A name that carries every parameter of the variant (FlashInfer style)."""
     return (
         f"{kernel.name}_{family}_{at.dtype}_q{g_q}_x{s_x}_d{at.d}"
         + (f"_dv{at.d_v}" if at.d_v != at.d else "")
         + f"_w{warps}_s{stages}"
-        + ("" if q_in_registers(at.d) else "_qsmem")
+        + ("" if q_in_registers(at.d, warp_q) else "_qsmem")
         + ("_causal" if at.causal else "")
     )
 
 
-def q_in_registers(d: int) -> bool:
+def q_in_registers(d: int, warp_q: int = 16) -> bool:
     """Whether Q's mma fragments are held in registers for the whole key loop (d / 4 per
-    thread) or read from the Q tile at each step, which keeps large heads from spilling."""
-    return d <= Q_REGISTER_HEAD
+    thread for each 16 rows of the warp) or read from the Q tile at each step, which keeps
+    large heads (and 32-row warps of d = 128) from spilling."""
+    return d * warp_q // 16 <= Q_REGISTER_HEAD
 
 
 def row_values(head: int) -> int:
@@ -183,7 +192,7 @@ def attention_group(
 
 
 def attention_registers(
-    model: KernelModel, family: Family, g_q: int, s_x: int, threads: int
+    model: KernelModel, family: Family, g_q: int, s_x: int, threads: int, warp_q: int = 16
 ) -> int:
     """fp32 accumulators (O and the scores of one chunk) and the Q fragments per thread
     (all of them when held in registers, else the one in use)."""
@@ -192,7 +201,7 @@ def attention_registers(
     head = sum(model.sizes[a] for a in family.axes("d"))
     head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
     p = DTYPE_BYTES[model.diagram.tensor(model.kernel.inputs[0]).dtype]
-    held = head if q_in_registers(head) else MMA_TILE
+    held = head if q_in_registers(head, warp_q) else MMA_TILE
     fragments = -(-g_q * held * p // (4 * threads))
     return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
 
@@ -243,22 +252,38 @@ class AttentionFamily:
         batch = batch_count(at, axes)
         (q,), (x,) = family.axes("q"), family.axes("x")
         out = []
-        keys = (MMA_TILE,) if at.causal and max(at.d, at.d_v) > CAUSAL_WIDE_HEAD else TILES["s_x"]
-        for g_q, s_x in itertools.product(
+        keys = TILES["s_x"]
+        if max(at.d, at.d_v) > CAUSAL_WIDE_HEAD:
+            # O takes d_v / 2 registers a thread: with 64 keys, d = 256 spilled 36 B (sm_90a)
+            keys = (MMA_TILE,) if at.causal else (MMA_TILE, 2 * MMA_TILE)
+        for g_q, s_x, warp_q, stages in itertools.product(
             mma_rows(q, TILES["g_q"], model.sizes[q], fixed),
             mma_rows(x, keys, model.sizes[x], fixed),
+            TILES["warp_q"],
+            TILES["stages"],
         ):
-            warps = g_q // MMA_ROWS
+            # 32 rows a warp where O fits and Q's fragments stay in registers (read from
+            # SMEM at each step, Q would cost back the ldmatrix the shared K/V saves), in
+            # blocks of 4 warps: in 2-warp blocks ptxas capped itself at 128 registers and
+            # spilled (causal d = 32, sm_89)
+            wide = warp_q > MMA_ROWS
+            if wide and (
+                g_q < WIDE_WARPS * warp_q
+                or at.d_v > WIDE_WARP_HEAD
+                or not q_in_registers(at.d, warp_q)
+            ):
+                continue
+            warps = g_q // warp_q
             threads = 32 * warps
-            smem = attention_smem(at, g_q, max(at.d, at.d_v), s_x)  # Q, then O
+            smem = attention_smem(at, g_q, max(at.d, at.d_v), s_x, stages)  # Q, then O
             group = attention_group(model, family, g_q, fixed)
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
             shape = LaunchShape((-(-axes[q] // g_q), batch, 1), (threads, 1, 1), smem)
             out.append(
                 Candidate(
-                    group, stream, {**group, q: MMA_ROWS}, stream,
-                    (("g_q", g_q), ("s_x", s_x)), (shape,), STAGES, 1,
-                    attention_registers(model, family, g_q, s_x, threads),
+                    group, stream, {**group, q: warp_q}, stream,
+                    (("g_q", g_q), ("s_x", s_x), ("warp_q", warp_q)), (shape,), stages, 1,
+                    attention_registers(model, family, g_q, s_x, threads, warp_q),
                 )
             )  # fmt: skip
         return out
@@ -268,8 +293,8 @@ class AttentionFamily:
         c = kp.candidate
         assert c is not None, "a GPU plan carries its candidate"
         at = read_attention(kp.family, kp.kernel, diagram)
-        g_q, s_x, warps = c.param("g_q"), c.param("s_x"), c.warps
-        name = variant_name(kp.kernel, "attention", at, g_q, s_x, warps)
+        g_q, s_x, warp_q, warps = c.param("g_q"), c.param("s_x"), c.param("warp_q"), c.warps
+        name = variant_name(kp.kernel, "attention", at, g_q, s_x, warps, c.stages, warp_q)
         params = (
             Param(at.q, "tensor", at.dtype),
             Param(at.k, "tensor", at.dtype),
@@ -279,13 +304,15 @@ class AttentionFamily:
             Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e)),
         )
         context = {
-            **at.context(),
+            **at.context(warp_q),
             "kernel": name,
             "threads": c.threads,
             "g_q": g_q,
             "s_x": s_x,
+            "row_blocks": warp_q // MMA_ROWS,
+            "stages": c.stages,
             "summary": f"fused attention, {g_q} queries per block, keys streamed {s_x} at a "
-            f"time through a {STAGES}-stage cp.async ring, {warps} warps"
+            f"time through a {c.stages}-stage cp.async ring, {warps} warps of {warp_q} queries"
             + (", causal" if at.causal else ""),
         }
         return KernelSource("attention.cu.j2", context, (Launch.of(name, c.main, params),))

@@ -14,7 +14,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- mla_attention_attention_bf16_q128_x32_d192_dv128_w8_s2_qsmem: fused attention, 128 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 8 warps
+// ---- mla_attention_attention_bf16_q128_x32_d192_dv128_w8_s2_qsmem: fused attention, 128 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 8 warps of 16 queries
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -46,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(256) mla_attention_attention_bf16_q
   ncdc_slice.x_len = int(ncdc_size_x);
   ncdc_slice.scale_log2 = ncdc_scale_log2;
   const int ncdc_q_tile = int(blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 192, 128, 128, 32, false, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 192, 128, 128, 32, 1, 2, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile);
 }
 NCDC_EXPORT_KERNEL(mla_attention_attention_bf16_q128_x32_d192_dv128_w8_s2_qsmem);
