@@ -1113,7 +1113,10 @@ def time_kernel(
         if model.mask and c.splits == 1:
             balance *= _causal_balance(model, inner, grid, sms * streams)
         sm_slow = balance / latency_efficiency(resident)
-        device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps / sms)
+        # Little's law for the device's levels: the loads in flight per SM. A streamed
+        # attention ring keeps stages - 1 chunks in flight for each block (one is read)
+        ahead = max(1, c.stages - 1) if model.online else 1
+        device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps * ahead / sms)
         padding = tile_padding
     transfers = []
     for upper, lower in zip(levels, levels[1:], strict=False):
