@@ -1177,8 +1177,12 @@ def _rate(hw: Hardware, unit: str, kind: str, c: Candidate | None = None) -> flo
     """The rate of `unit` for `kind`; a tensor type the GPU lacks (fp8 on an A100) runs at
     its 16-bit rate, as the inputs are widened. A candidate whose family prices its own
     tensor instruction (param `tensor_permille`: wgmma on Hopper) runs at that share of
-    the peak instead of the mma.sync share."""
+    the peak instead of the mma.sync share; one with param `cuda_cores` at the fp32 CUDA-core
+    rate."""
     rates = hw.rates.get(unit, {})
+    if unit == "tensor" and c is not None and dict(c.params).get("cuda_cores"):
+        # a family that runs its contraction as fp32 FMAs on CUDA cores (GEMV)
+        return hw.achieved_rate("cuda", "fp32")
     own = dict(c.params).get("tensor_permille", 0) if c is not None else 0
     if unit == "tensor" and own and kind in rates:
         return hw.achieved_rate(unit, kind) * own / 1000

@@ -57,7 +57,7 @@ def test_corpus_covers_every_family_and_enough_specs() -> None:
         for p in SPECS
         for kp in plan_diagram(load_diagram(p), load_hardware("h200")).kernels
     }
-    assert families == {"gemm", "attention", "decode_attention", "rowwise", "elementwise"}
+    assert families == {"gemm", "gemv", "attention", "decode_attention", "rowwise", "elementwise"}
 
 
 @pytest.mark.parametrize("profile", GPUS)
