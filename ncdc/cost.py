@@ -1043,8 +1043,9 @@ def time_kernel(
     if c is not None and c.stages > 1 and not model.online:
         # a GEMM's cp.async ring (attention's double buffer is priced by its warps)
         chunks = math.prod(_ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
-        tile_s = max(compute.values(), default=0.0) * hw.limits.sms / (groups * c.splits * chunks)
-        stall = pipeline_stall(c.stages, streams, tile_s, int(chunks))
+        # every group's k tiles are done once, split or not; a split's loop runs its share
+        tile_s = max(compute.values(), default=0.0) * hw.limits.sms / (groups * chunks)
+        stall = pipeline_stall(c.stages, streams, tile_s, int(_ceil_div(chunks, c.splits)))
     compute = {unit: t * sm_slow * padding * stall for unit, t in compute.items()}
     if mix is not None and c is not None:
         # the main loops' instructions at the SMs' issue rate: a ceiling no overlap of warps
