@@ -95,11 +95,13 @@ class GemvFamily:
         vec = VECTOR_BYTES // p if inner % (VECTOR_BYTES // p) == 0 else 1
         other = tuple(a for a in kernel.woven if a not in (g.m, g.n))
         out: list[Candidate] = []
+        # x's V values per step in one load too: its rows k-contiguous (and, as W's, aligned)
+        x_vec = int(vec > 1 and g.x.axes[-1] == g.k)
         if g.w_k:
             for warps, unroll in itertools.product(TILES["warps"], TILES["unroll"]):
                 grid = -(-n_len // warps)
                 chunk = 32 * vec * unroll
-                params = _params(1, rows, vec, unroll, warps, 0, 0)
+                params = _params(1, rows, vec, unroll, warps, 0, 0) + (("x_vec", x_vec),)
                 out.append(
                     self._candidate(model, g, other, fixed, streams, params, warps, chunk,
                                     LaunchShape((grid, 1, 1), (32 * warps, 1, 1), 0),
@@ -279,7 +281,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     layout = "kc" if w_k else "nc"
     name = (
         f"{kp.kernel.name}_gemv_{g.w.dtype}_r{prm['rows']}_{layout}_v{prm['vec']}"
-        f"_u{prm['unroll']}_w{prm['warps']}" + ("" if w_k else f"_c{prm['ct']}")
+        f"_u{prm['unroll']}_w{prm['warps']}"
+        + ("" if w_k else f"_c{prm['ct']}")
+        + ("_xv" if prm.get("x_vec") else "")
     )
     axes = [a for a in kp.kernel.axes if a in d.axes]
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
@@ -298,6 +302,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "warps": prm["warps"],
         "ct": prm["ct"],
         "ks": prm["ks"],
+        "x_vec": "true" if prm.get("x_vec") else "false",
         "smem_bytes": c.smem_bytes,
         "w": {"name": g.w.name},
         "x": {"name": g.x.name},

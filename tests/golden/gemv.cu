@@ -11,7 +11,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- gemv_gemv_bf16_r1_kc_v8_u4_w8: y = contract(x, W, over=k) (+0 epilogue ops), W streamed in 8-element loads, 4 in flight per thread, fp32 sums
+// ---- gemv_gemv_bf16_r1_kc_v8_u4_w8_xv: y = contract(x, W, over=k) (+0 epilogue ops), W streamed in 8-element loads, 4 in flight per thread, fp32 sums
 #include "ncdc_elementwise.cuh"
 #include "ncdc_gemv.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -19,7 +19,7 @@
 #undef W
 #undef y
 
-namespace ncdc_gemv_gemv_bf16_r1_kc_v8_u4_w8 {
+namespace ncdc_gemv_gemv_bf16_r1_kc_v8_u4_w8_xv {
 
 // The ops after the contraction, applied to each sum in fp32 before the cast to C.
 struct ncdc_Epilogue {
@@ -30,17 +30,17 @@ struct ncdc_Epilogue {
   }
 };
 
-}  // namespace ncdc_gemv_gemv_bf16_r1_kc_v8_u4_w8
+}  // namespace ncdc_gemv_gemv_bf16_r1_kc_v8_u4_w8_xv
 
-extern "C" __global__ void __launch_bounds__(256) gemv_gemv_bf16_r1_kc_v8_u4_w8(
+extern "C" __global__ void __launch_bounds__(256) gemv_gemv_bf16_r1_kc_v8_u4_w8_xv(
     const __nv_bfloat16* __restrict__ x,
     const __nv_bfloat16* __restrict__ W,
     __nv_bfloat16* __restrict__ y,
     long long ncdc_size_n,
     long long ncdc_size_k) {
   const ncdc::gemv::Shape ncdc_shape{ncdc_size_n, ncdc_size_k, ncdc_size_k, 1, 0, 1, 0, 1};
-  ncdc_gemv_gemv_bf16_r1_kc_v8_u4_w8::ncdc_Epilogue ncdc_epi;
+  ncdc_gemv_gemv_bf16_r1_kc_v8_u4_w8_xv::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
-  ncdc::gemv::run_kc<1, 8, 4, 8>(W, x, y, ncdc_shape, ncdc_epi);
+  ncdc::gemv::run_kc<1, 8, 4, 8, true>(W, x, y, ncdc_shape, ncdc_epi);
 }
-NCDC_EXPORT_KERNEL(gemv_gemv_bf16_r1_kc_v8_u4_w8);
+NCDC_EXPORT_KERNEL(gemv_gemv_bf16_r1_kc_v8_u4_w8_xv);

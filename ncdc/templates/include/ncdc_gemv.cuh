@@ -3,7 +3,8 @@
 //
 // Memory-bound: every value of W is used R times, so the kernel is a stream of 16-byte loads
 // of W (several per thread issued before the first is used, so they are in flight together),
-// fp32 fused multiply-adds against X (small, read with scalar loads that stay in L1), and a
+// fp32 fused multiply-adds against X (small, it stays in L1: vector loads where its rows are
+// k-contiguous and aligned like W's, else scalar ones), and a
 // reduction over k. Two layouts of W:
 //   k contiguous (W[n, k]): one warp per column n of C; each lane reads V consecutive k of the
 //     row per step, the warp covers 32 V of k, and a shuffle tree sums the lanes.
@@ -30,8 +31,9 @@ NCDC_DEVICE void store_one(TC* p, float v) {
   st_global(p, from_float<TC>(v));
 }
 
-// One warp per column of C: W k-contiguous.
-template <int R, int V, int U, int WARPS, class TW, class TX, class TC, class Epi>
+// One warp per column of C: W k-contiguous. XV: X's rows are k-contiguous and 16-byte
+// aligned too, so its V values per step are one vector load.
+template <int R, int V, int U, int WARPS, bool XV, class TW, class TX, class TC, class Epi>
 NCDC_DEVICE void run_kc(const TW* W, const TX* X, TC* C, const Shape& s, const Epi& epi) {
   const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
   const long long col = (long long)blockIdx.x * WARPS + warp;
@@ -60,8 +62,15 @@ NCDC_DEVICE void run_kc(const TW* W, const TX* X, TC* C, const Shape& s, const E
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const TX* x = X + r * s.x_m + k * s.x_k;
+        if constexpr (XV) {
+          float xv[V];
+          load_vec<V>(x, xv);
 #pragma unroll
-        for (int j = 0; j < V; ++j) acc[r] = fmaf(wv[u][j], to_float(ld_global(x + j * s.x_k)), acc[r]);
+          for (int j = 0; j < V; ++j) acc[r] = fmaf(wv[u][j], xv[j], acc[r]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) acc[r] = fmaf(wv[u][j], to_float(ld_global(x + j * s.x_k)), acc[r]);
+        }
       }
     }
   }
