@@ -10,7 +10,7 @@ rebuilds launches exactly what was timed. `ncdc tune` (ncdc.tune) writes the ent
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
     >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
-    {'m': 256, 'n': 128, 'k': 64}
+    {'m': 128, 'n': 256, 'k': 64}
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def choose_plan(
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
     >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
-    {'m': 256, 'n': 128, 'k': 64}
+    {'m': 128, 'n': 256, 'k': 64}
     """
     return choose_plan_source(
         diagram, hardware, tiles, arch=arch, device=device, use_tuned=use_tuned

@@ -1352,7 +1352,7 @@ def dominant_rate(plan: Plan) -> float:
         model_flops = _kernel_flops(plan.graph.diagram, k.kernel)
         for (unit, kind), n in model_flops.items():
             if unit != "sfu" and n > best[0]:
-                best = (n, _rate(hw, unit, kind))
+                best = (n, _rate(hw, unit, kind, k.candidate))
     return best[1]
 
 

@@ -136,6 +136,12 @@ class _Labels:
         (0, 22, "middle"),
         (9, 28, "start"),
         (9, -20, "start"),
+        (-9, 28, "end"),
+        (-9, -20, "end"),
+        (0, -26, "middle"),
+        (0, 36, "middle"),
+        (-9, 41, "end"),
+        (-9, -34, "end"),
     )
 
     def __init__(self) -> None:
@@ -309,6 +315,10 @@ def _points(
     shown = [
         (axes.px(x), axes.py(y), text, colour) for x, y, text, colour in points if math.isfinite(x)
     ]
+    if len(shown) > 1 and shown[1][2] == "unfused (model)":
+        (fx, fy, _, _), (ux, uy, _, _) = shown[0], shown[1]
+        if math.hypot(ux - fx, uy - fy) < 24:  # fusion moves the point less than a label
+            del shown[1]
     if len(shown) > 1 and shown[1][2] == "unfused (model)":
         (fx, fy, _, _), (ux, uy, _, _) = shown[0], shown[1]
         items.append(Path(((ux, uy), (fx, fy)), MUTED, 1.2, "3 3", arrow=True, css="fusion"))
