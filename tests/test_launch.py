@@ -25,7 +25,13 @@ from ncdc.tiling import plan_diagram
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = sorted((ROOT / "diagrams").glob("*.yaml")) + sorted((ROOT / "tests/specs").glob("*.yaml"))
 GPUS = [name for name in list_profiles() if load_hardware(name).is_gpu]
-FP8 = {"fp8_matmul", "gemm_fp8_kmajor", "gemm_fp8_e4m3_scaled", "gemm_fp8_e5m2_scaled", "gemm_fp8_e4m3_transposed"}
+FP8 = {
+    "fp8_matmul",
+    "gemm_fp8_kmajor",
+    "gemm_fp8_e4m3_scaled",
+    "gemm_fp8_e5m2_scaled",
+    "gemm_fp8_e4m3_transposed",
+}
 
 
 def _launches(plan: Plan) -> list[tuple]:
