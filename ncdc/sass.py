@@ -2,13 +2,14 @@
 
 `cuobjdump -sass` (with `nvdisasm`, both from NVIDIA's pip wheels `nvidia-cuda-cuobjdump`
 and `nvidia-cuda-nvdisasm`, the `nvrtc` extra; no toolkit, no GPU) lists the machine code.
-The main loop is the backward branch whose body holds the most tensor instructions (the
-most instructions when none has any). Its instructions are counted by class, and the
-counts become cycles per iteration of one SM, with one warp per sub-partition doing the
-loop: issue (one instruction per clock per sub-partition), the tensor pipe, the MUFU
-(special-function) pipe and shared memory (128 B per clock per SM). The largest is the
-loop's bound. A loop with no tensor instruction is read along `stream_path` (the row a
-planned size runs), with its global bytes and serialised load round trips (`round_trips`).
+The main loop is the innermost backward branch that does tensor work, of several the one
+with the most tensor FLOPs (`main_loop`; the longest loop when none has any). Its
+instructions are counted by class, and the counts become cycles per iteration of one SM,
+with one warp per sub-partition doing the loop: issue (one instruction per clock per
+sub-partition), the tensor pipe, the MUFU (special-function) pipe and shared memory (128 B
+per clock per SM). The largest is the loop's bound. A loop with no tensor instruction is
+read along `stream_path` (the row a planned size runs), with its global bytes and
+serialised load round trips (`round_trips`).
 
     >>> text = '''
     ...         /*0100*/                   LDSM.16.M88.4 R4, [R2] ;
@@ -519,9 +520,9 @@ def cached_mixes(plan: Plan, arch: str = "") -> dict[int, LoopMix]:
 
 def main_loops(cubin: bytes) -> dict[str, str]:
     """Kernel name -> the SASS of its main loop, read once per cubin: kept, signed, in the
-    compile cache's folder (`<version>/sass/<sha256 of the cubin>.json`), so that pricing a
-    compiled plan again does not run cuobjdump again. An entry whose HMAC does not verify
-    is read afresh."""
+    compile cache's folder (`<version>/sass/<sha256 of the cubin and LOOP_RULE>.json`), so
+    that pricing a compiled plan again does not run cuobjdump again. An entry whose HMAC
+    does not verify is read afresh."""
     import hashlib
     import json
 
