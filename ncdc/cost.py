@@ -43,6 +43,10 @@ if TYPE_CHECKING:
     from fractions import Fraction
 
 FORMAT = "ncdc.cost/1"
+# CUDA-core operations per weight value a weight-only GEMM widens in its main loop (int8 ->
+# 16 bits in registers): the integer-to-float conversion and half a pack of two into bf16x2
+# or f16x2, rounded up. Each block widens its own copy of the weight tiles it reads.
+WIDEN_OPS_PER_VALUE = 2
 IN_PLACE_KINDS = ("map", "binary", "cast", "mask", "softmax", "norm")
 
 # CUDA-core FLOPs per element of each non-contraction operation (our count: the arithmetic
@@ -77,6 +81,9 @@ CUDA_FLOPS_PER_VALUE: dict[str, int] = {
     "rmsnorm": 5,  # square, sum, scale, weight, ...
     "cast": 2,  # scale and convert
     "causal": 1,  # compare and select
+    "window": 2,  # two compares and a select
+    "varlen": 2,
+    "index": 0,  # an index the kernel has: no arithmetic
 }
 # Exponentials per element on the special-function units.
 SFU_PER_VALUE = {
@@ -203,6 +210,19 @@ class Unfused:
 
 
 @dataclass(frozen=True)
+class BreakOption:
+    """One place to end kernels: the results saved to the top level besides the outputs
+    (none: one fused kernel where the graph allows), and what the model says of it."""
+
+    saved: tuple[str, ...]
+    top_bytes: int  # what its kernels read and write at the top level, at the least
+    predicted_time_s: float | None  # None where it does not build or was not planned
+    least_time_s: float = 0.0  # its top-level bytes at the achieved bandwidth, and launches
+    problem: str = ""  # why it does not build, or why it was not planned
+    chosen: bool = False
+
+
+@dataclass(frozen=True)
 class Plan:
     """A diagram's plan: one KernelPlan per kernel, and the totals over them."""
 
@@ -216,6 +236,8 @@ class Plan:
     bound: str
     unfused: Unfused | None = None
     fixed: Mapping[str, int] = field(hash=False, default_factory=dict)  # tiles the user set
+    # the kernel breaks the model weighed where the spec wrote none (ncdc.tiling)
+    breaks: tuple[BreakOption, ...] = ()
 
     @property
     def bound_kind(self) -> str:
@@ -285,10 +307,12 @@ class KernelModel:
             diagram.size(diagram.tensor(n)) * DTYPE_BYTES[diagram.tensor(n).dtype] for n in names
         )
         self.flops_by_unit = _flops(diagram, kernel)
-        # A causal mask whose key axis the kernel reduces: key tiles that every query of a
-        # query tile masks are skipped, along with the work and the loads over that axis.
-        self.mask = _causal_axes(kernel)
-        key = self.mask[1] if self.mask else None
+        self.widened = _widened(diagram, kernel)
+        # A causal or window mask whose key axis the kernel reduces: key tiles that every
+        # query of a query tile masks are skipped, along with the work and the loads over
+        # that axis. (A varlen mask's lengths are data: priced dense, an upper bound.)
+        self.mask = _mask_band(kernel, self.sizes)
+        key = self.mask.key if self.mask else None
         self.keyed_flops = _flops(diagram, kernel, key) if key else {}
         self._keyed = [key is not None and key in axes for _, axes, _ in self.inputs]
         self._tile_transfers: dict[tuple[int, ...], tuple[int, int]] = {}
@@ -343,7 +367,7 @@ class KernelModel:
         on the key chunk under a causal mask)."""
         key = tuple(map(g.__getitem__, self.kernel.woven))
         if self.mask:
-            key += ((s or {}).get(self.mask[1], 0),)
+            key += ((s or {}).get(self.mask.key, 0),)
         if key not in self._tile_transfers:
             values, nbytes = self.transfer(g, s)
             self._tile_transfers[key] = (int(values), int(nbytes))
@@ -365,32 +389,37 @@ class KernelModel:
 
     def mask_fraction(self, g: Mapping[str, Any], s: Mapping[str, Any] | None) -> Any:
         """Share of the dense work over the key axis that groups of g, streaming keys in
-        chunks of s, do under the causal mask (1 without one): `causal_fraction`."""
+        chunks of s, do under a causal or window mask (1 without one): `band_fraction`."""
         if not self.mask:
             return 1
-        query, key = self.mask
+        query, key, lo, hi = self.mask
         queries, keys = self.sizes[query], self.sizes[key]
         g_q = g.get(query, queries)
         s_x = (s or {}).get(key, keys)
         if hasattr(g_q, "shape") or hasattr(s_x, "shape"):
             import numpy as np  # only a vectorised search passes arrays
 
-            each = np.frompyfunc(lambda a, b: causal_fraction(queries, keys, int(a), int(b)), 2, 1)
+            each = np.frompyfunc(
+                lambda a, b: band_fraction(queries, keys, int(a), int(b), lo, hi), 2, 1
+            )
             return each(g_q, s_x).astype(np.float64)
-        return causal_fraction(queries, keys, int(g_q), int(s_x))
+        return band_fraction(queries, keys, int(g_q), int(s_x), lo, hi)
 
     def tile_flops(
         self, g: Mapping[str, int], s: Mapping[str, int]
     ) -> dict[tuple[str, str], float]:
         """FLOPs per (unit, kind) that groups of g with chunks s do: under a causal mask,
-        the work over the key axis only for the key chunks a group visits."""
-        if not self.mask:
-            return dict(self.flops_by_unit)
-        kept = self.mask_fraction(g, s)
-        return {
-            unit: n - self.keyed_flops.get(unit, 0) * (1 - kept)
-            for unit, n in self.flops_by_unit.items()
-        }
+        the work over the key axis only for the key chunks a group visits; a weight-only
+        GEMM's widening of its weights, once per group along the activations' own axes."""
+        out = dict(self.flops_by_unit)
+        if self.mask:
+            kept = self.mask_fraction(g, s)
+            out = {unit: n - self.keyed_flops.get(unit, 0) * (1 - kept) for unit, n in out.items()}
+        for values, axes in self.widened:
+            blocks = math.prod(_ceil_div(self.sizes[a], g.get(a, self.sizes[a])) for a in axes)
+            key = ("cuda", "fp32")
+            out[key] = out.get(key, 0) + values * blocks * WIDEN_OPS_PER_VALUE
+        return out
 
     def resident(
         self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int = 1, inputs_only: bool = False
@@ -539,15 +568,32 @@ def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str
 
 
 def contract_unit(diagram: Diagram, op: Op) -> tuple[str, str]:
-    """(unit, kind) that runs a contraction: tensor cores at the inputs' type, or CUDA cores
-    in fp32 when an input is fp32."""
+    """(unit, kind) that runs a contraction: tensor cores at the inputs' type (two 8-bit
+    inputs at the 8-bit rate; 16-bit activations times int8 weights at the 16-bit rate,
+    the weights widened first), or CUDA cores in fp32 when an input is fp32."""
     dtypes = [diagram.tensor(n).dtype for n in op.operands if isinstance(n, str)]
     if "fp32" in dtypes:
         return "cuda", "fp32"
-    narrow = [d for d in dtypes if DTYPE_BYTES[d] == 1]
-    if narrow:
-        return "tensor", narrow[0]
+    wide = [d for d in dtypes if DTYPE_BYTES[d] > 1]
+    if wide:
+        return "tensor", wide[0]
     return "tensor", dtypes[0]
+
+
+def _widened(diagram: Diagram, kernel: Kernel) -> list[tuple[int, tuple[str, ...]]]:
+    """Per weight-only contraction of the kernel (a 16-bit operand times an 8-bit one): the
+    8-bit operand's values, and the axes only the other operand has (a group widens the
+    weights once for its tile along them)."""
+    out = []
+    for op in kernel.ops:
+        if op.kind != "contract":
+            continue
+        a, b = (diagram.tensor(n) for n in op.operands if isinstance(n, str))
+        if {DTYPE_BYTES[a.dtype], DTYPE_BYTES[b.dtype]} != {1, 2}:
+            continue
+        narrow, wide = (a, b) if DTYPE_BYTES[a.dtype] == 1 else (b, a)
+        out.append((diagram.size(narrow), tuple(x for x in wide.axes if x not in narrow.axes)))
+    return out
 
 
 def _flops(
@@ -571,8 +617,8 @@ def _flops(
             add(contract_unit(diagram, op), 2 * result * k)
             add(("cuda", "fp32"), result * len(op.scale))
             continue
-        source = next(o for o in op.operands if isinstance(o, str))
-        count = diagram.size(diagram.tensor(source)) if op.kind == "reduce" else result
+        source = next((o for o in op.operands if isinstance(o, str)), None)
+        count = diagram.size(diagram.tensor(source)) if source and op.kind == "reduce" else result
         fn = op.fn
         add(("cuda", "fp32"), count * CUDA_FLOPS_PER_VALUE.get(fn, 1))
         add(("sfu", "exp"), count * SFU_PER_VALUE.get(fn, 0))
@@ -582,19 +628,83 @@ def _flops(
 # ------------------------------------------------------------------------- causal masks
 
 
-def _causal_axes(kernel: Kernel) -> tuple[str, str] | None:
-    """(query axis, key axis) of a causal mask whose key axis the kernel reduces (the
+class Band(NamedTuple):
+    """Keys j that query i may see under a kernel's causal and window masks: i + lo <= j
+    <= i + hi, None for an unbounded side (the masks' intersection, at the model's sizes)."""
+
+    query: str
+    key: str
+    lo: int | None
+    hi: int | None
+
+
+def _mask_band(kernel: Kernel, sizes: Mapping[str, int]) -> Band | None:
+    """The band of the causal and window masks whose key axis the kernel reduces (the
     streamed key axis of attention) and whose query axis it weaves, else None."""
+    band = None
     for op in kernel.ops:
-        if op.kind != "mask":
+        if op.kind != "mask" or op.fn not in ("causal", "window"):
             continue
         query, key = op.params.get("query"), op.params.get("key")
-        if query in kernel.woven and key in kernel.reduced:
-            return query, key
-    return None
+        if query not in kernel.woven or key not in kernel.reduced:
+            continue
+        shift = sizes[key] - sizes[query] if op.params.get("align", "end") == "end" else 0
+        lo = shift - op.params["left"] if op.fn == "window" else None
+        hi = shift + op.params["right"] if op.fn == "window" else shift
+        if band is not None and (band.query, band.key) == (query, key):
+            lo = lo if band.lo is None else band.lo if lo is None else max(lo, band.lo)
+            hi = hi if band.hi is None else band.hi if hi is None else min(hi, band.hi)
+        band = Band(str(query), str(key), lo, hi)
+    return band
+
+
+def band_tiles(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None
+) -> tuple[tuple[int, int], ...]:
+    """(key chunks, keys loaded) of each query tile under the band i + lo <= j <= i + hi:
+    tile t (queries t g_q .. its last, clipped to the axis) loads the chunks of s_x keys from
+    the one holding its first query's first key to the one holding its last query's last
+    key, as the kernel does (`Visible` in ncdc_attention.cuh); the last chunk stops at the
+    key axis's end.
+
+        >>> band_tiles(256, 256, 64, 64, None, 0)     # causal: 1, 2, 3, 4 chunks
+        ((1, 64), (2, 128), (3, 192), (4, 256))
+        >>> band_tiles(256, 256, 64, 64, -63, 0)      # a window of 64 keys: 1 or 2 chunks
+        ((1, 64), (2, 128), (2, 128), (2, 128))
+    """
+    out = []
+    for t in range(-(-queries // g_q)):
+        a, b = t * g_q, min((t + 1) * g_q, queries) - 1
+        first = 0 if lo is None else min(max(a + lo, 0), keys)
+        last = keys - 1 if hi is None else max(min(b + hi, keys - 1), -1)
+        if last < first:
+            out.append((0, 0))
+            continue
+        c0, c1 = first // s_x, last // s_x
+        out.append((c1 - c0 + 1, min(keys, (c1 + 1) * s_x) - c0 * s_x))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=4096)
+def band_fraction(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None
+) -> Fraction:
+    """Share of the dense (query tile, key) work a kernel does under the band i + lo <= j
+    <= i + hi when it skips the key chunks no query of a tile sees (`band_tiles`): the
+    keys loaded summed over the tiles, over tiles x keys. A sliding window's share falls
+    as the keys grow: its work grows with the window, not with the keys.
+
+        >>> band_fraction(256, 256, 64, 64, -63, 0)
+        Fraction(7, 16)
+        >>> round(float(band_fraction(32768, 32768, 128, 64, -4095, 0)), 4)  # Mistral's
+        0.1208
+    """
+    from fractions import Fraction  # only masked kernels need it: not on every start-up
+
+    tiles = band_tiles(queries, keys, g_q, s_x, lo, hi)
+    return Fraction(sum(n for _, n in tiles), len(tiles) * keys)
+
+
 def causal_fraction(queries: int, keys: int, g_q: int, s_x: int) -> Fraction:
     """Share of the dense (query tile, key) work a causal kernel does when it skips the key
     chunks that every query of a tile masks.
@@ -610,16 +720,7 @@ def causal_fraction(queries: int, keys: int, g_q: int, s_x: int) -> Fraction:
         >>> causal_fraction(1, 4096, 16, 64)    # one decode query sees every key
         Fraction(1, 1)
     """
-    shift = keys - queries
-    tiles = -(-queries // g_q)
-    loaded = 0
-    for t in range(tiles):
-        last = min((t + 1) * g_q, queries) - 1 + shift
-        if last >= 0:
-            loaded += min(keys, (last // s_x + 1) * s_x)
-    from fractions import Fraction  # only causal kernels need it: not on every start-up
-
-    return Fraction(loaded, tiles * keys)
+    return band_fraction(queries, keys, g_q, s_x, None, keys - queries)
 
 
 # ----------------------------------------------------------------------------- streaming
@@ -940,7 +1041,6 @@ def block_makespan(works: list[int], slots: int) -> int:
     return max(free)
 
 
-@functools.lru_cache(maxsize=256)
 def causal_imbalance(
     queries: int, keys: int, g_q: int, s_x: int, batches: int, slots: int, longest_first: bool
 ) -> float:
@@ -953,13 +1053,18 @@ def causal_imbalance(
         >>> round(causal_imbalance(4096, 4096, 128, 64, 32, 108, True), 3)  # 32 heads, A100
         1.112
     """
-    shift = keys - queries
-    tiles = -(-queries // g_q)
-    chunks = -(-keys // s_x)
-    per_tile = []
-    for t in range(tiles):
-        last = min((t + 1) * g_q, queries) - 1 + shift
-        per_tile.append(0 if last < 0 else min(chunks, last // s_x + 1))
+    return band_imbalance(queries, keys, g_q, s_x, None, keys - queries, batches, slots,
+                          longest_first)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def band_imbalance(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None,
+    batches: int, slots: int, longest_first: bool,
+) -> float:  # fmt: skip
+    """`causal_imbalance` under the band i + lo <= j <= i + hi (`band_tiles`)."""
+    per_tile = [n for n, _ in band_tiles(queries, keys, g_q, s_x, lo, hi)]
+    tiles = len(per_tile)
     if longest_first:
         per_tile.reverse()
     total = sum(per_tile) * batches
@@ -1063,12 +1168,12 @@ def _causal_balance(model: KernelModel, inner: Partition, grid: int, slots: int)
     """`causal_imbalance` for a causal kernel's block tile; the blocks over the other woven
     axes (batch, heads) are grid / query tiles."""
     assert model.mask is not None
-    query, key = model.mask
+    query, key, lo, hi = model.mask
     queries, keys = model.sizes[query], model.sizes[key]
     g_q = inner.group.get(query, queries)
     s_x = inner.stream.get(key, keys)
     tiles = -(-queries // g_q)
-    return causal_imbalance(queries, keys, g_q, s_x, max(1, grid // tiles), slots, True)
+    return band_imbalance(queries, keys, g_q, s_x, lo, hi, max(1, grid // tiles), slots, True)
 
 
 def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[int, int]:
@@ -1344,6 +1449,18 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         }
         for k in plan.kernels
     ]
+    if plan.breaks:
+        out["breaks"] = [
+            {
+                "saved": list(b.saved),
+                "hbm_bytes": b.top_bytes,
+                "predicted_time_s": b.predicted_time_s,
+                "least_time_s": b.least_time_s,
+                "problem": b.problem,
+                "chosen": b.chosen,
+            }
+            for b in plan.breaks
+        ]
     if plan.unfused is not None:
         out["unfused"] = {
             "hbm_bytes": plan.unfused.top_bytes,

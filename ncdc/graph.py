@@ -2,7 +2,8 @@
 
 Tensors get a home level (inputs, outputs and materialised intermediates live at the top
 level, HBM on a GPU; fused intermediates never leave the chip), operations are grouped
-into kernels (a kernel ends wherever an intermediate is saved to the top level), and each
+into kernels (a kernel ends wherever the schedule saves a result to the top level; an
+output that later ops read stays in its kernel, which writes it and goes on), and each
 kernel knows which axes it can partition into groups (the axes of its outputs) and which
 it consumes inside (the axes it can stream). The cost model fills in the group and stream
 sizes per level.
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ncdc.errors import PlanError
 from ncdc.hardware import Hardware
 from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
 
@@ -98,17 +100,19 @@ def build_graph(diagram: Diagram, hardware: Hardware) -> MemoryGraph:
             role = "intermediate"
         home = top if role == "input" or t.name in saved else ON_CHIP
         tensors[t.name] = TensorNode(t, role, home, diagram.size(t))
-    groups = _split_kernels(diagram, saved)
+    # A kernel ends only where the schedule saves a result: an output that later ops read
+    # stays in its kernel, which writes it and goes on (several outputs from one kernel).
+    groups = _split_kernels(diagram, set(diagram.schedule.materialize))
     kernels = tuple(_kernel(diagram, ops, saved, i, len(groups)) for i, ops in enumerate(groups))
     return MemoryGraph(diagram, hardware, tensors, kernels)
 
 
-def _split_kernels(diagram: Diagram, saved: set[str]) -> list[list[Op]]:
-    """Connected groups of operations joined by intermediates that stay on chip."""
+def _split_kernels(diagram: Diagram, breaks: set[str]) -> list[list[Op]]:
+    """Connected groups of operations joined by results that are not kernel breaks."""
     kernel_of: dict[str, int] = {}
     groups: list[list[Op]] = []
     for op in diagram.ops:  # topological order, so producers come first
-        joined = {kernel_of[n] for n in op.inputs if n in kernel_of and n not in saved}
+        joined = {kernel_of[n] for n in op.inputs if n in kernel_of and n not in breaks}
         if not joined:
             groups.append([op])
             index = len(groups) - 1
@@ -122,7 +126,29 @@ def _split_kernels(diagram: Diagram, saved: set[str]) -> list[list[Op]]:
                         kernel_of[name] = index
             groups[index].append(op)
         kernel_of[op.out] = index
-    return [g for g in groups if g]
+    return _in_dependency_order([g for g in groups if g])
+
+
+def _in_dependency_order(groups: list[list[Op]]) -> list[list[Op]]:
+    """The kernels ordered so each runs after those whose saved results it reads; otherwise
+    in the order of their first operations. A merged group can read a result saved by a
+    group begun after it (silu(G) * U with U saved: the G group reads U)."""
+    made = {op.out: i for i, g in enumerate(groups) for op in g}
+    needs = [
+        {made[n] for op in g for n in op.inputs if n in made and made[n] != i}
+        for i, g in enumerate(groups)
+    ]
+    order: list[int] = []
+    while len(order) < len(groups):
+        ready = [i for i in range(len(groups)) if i not in order and needs[i] <= set(order)]
+        if not ready:
+            stuck = [groups[i][-1].out for i in range(len(groups)) if i not in order]
+            raise PlanError(
+                f"the kernels saving {', '.join(stuck)} each read a result the other saves",
+                hint=f"save more intermediates: schedule: {{materialize: [{', '.join(stuck)}]}}",
+            )
+        order.append(ready[0])
+    return [groups[i] for i in order]
 
 
 def _kernel(diagram: Diagram, ops: list[Op], saved: set[str], index: int, count: int) -> Kernel:

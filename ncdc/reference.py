@@ -2,7 +2,7 @@
 
 It shares no code with the kernels, so a wrong template cannot pass by agreeing with
 itself. Values are float64 throughout; inputs are rounded to their dtype when they are made,
-explicit casts round to the cast's dtype (with fp8 saturation), and every materialised
+explicit casts round to the cast's dtype (fp8 and integers saturating), and every materialised
 result (an output, or an intermediate a kernel saves to global memory) is rounded to its
 stored dtype, as the kernel that stores it and the kernel that reads it back see it. A
 fused intermediate, which never leaves the chip, is not rounded.
@@ -22,7 +22,7 @@ from functools import cache
 
 import numpy as np
 
-from ncdc.spec import Diagram, Op
+from ncdc.spec import INTEGER_DTYPES, Diagram, Op
 
 # --------------------------------------------------------------------------------------
 # Low-precision formats: rounding (to nearest, ties to even) and storage as raw bits.
@@ -84,9 +84,17 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
         return round_bf16(x)
     if dtype in FP8_MAX:
         return round_fp8(x, dtype)
-    if dtype == "int8":
-        return np.clip(np.rint(x), -128, 127)
+    if dtype in INTEGER_DTYPES:
+        return round_int(x, dtype)
     raise ValueError(dtype)
+
+
+def round_int(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round to the nearest integer, ties to even, saturating to the type's range; NaN gives
+    0 (the hardware's cvt.rni.sat.s8.f32 and cvt.rni.sat.s32.f32)."""
+    lo, hi = INTEGER_DTYPES[dtype]
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.isnan(x), 0.0, np.clip(np.rint(np.nan_to_num(x)), lo, hi))
 
 
 def to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -109,8 +117,11 @@ def _to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
         idx = np.searchsorted(values, np.abs(np.nan_to_num(r)))
         bits = codes[np.clip(idx, 0, len(codes) - 1)] | np.where(np.signbit(r), 0x80, 0)
         return np.where(np.isnan(r), 0x7F, bits).astype(np.uint8)
-    if dtype == "int8":
-        return np.clip(np.rint(x), -128, 127).astype(np.int8)
+    if dtype in INTEGER_DTYPES:
+        # NaN, which no integer holds, stores as the type's minimum: outputs are poisoned with
+        # NaN before a run, and an element left unwritten then reads far from any result.
+        lo = INTEGER_DTYPES[dtype][0]
+        return np.where(np.isnan(x), lo, round_int(x, dtype)).astype(storage_dtype(dtype))
     raise ValueError(dtype)
 
 
@@ -120,7 +131,7 @@ def from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype in ("fp32", "fp16", "int8"):
+    if dtype in ("fp32", "fp16", *INTEGER_DTYPES):
         return a.astype(np.float64)
     if dtype == "bf16":
         return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -137,7 +148,7 @@ def storage_dtype(dtype: str) -> np.dtype:
     """The NumPy dtype that holds `dtype`'s bits."""
     return np.dtype(
         {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8_e4m3": np.uint8,
-         "fp8_e5m2": np.uint8, "int8": np.int8}[dtype]
+         "fp8_e5m2": np.uint8, "int8": np.int8, "int32": np.int32}[dtype]
     )  # fmt: skip
 
 
@@ -149,20 +160,52 @@ def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
     """Fresh random inputs (float64 values already rounded to each input's dtype).
 
     Scalars (per-tensor scales) are drawn from [0.5, 2]; tensors from a normal
-    distribution, wider for 8-bit types so their range is used.
+    distribution, wider for fp8 so its range is used; integer tensors from [-100,
+    100). Lengths (the int32 `lengths` of a varlen mask) are drawn from 0 to the axis
+    they measure, and always include a 0 and a 1 when there are enough of them; packed
+    lengths add up to at most the axis.
     """
     rng = np.random.default_rng(seed)
+    lengths = {
+        op.params["lengths"]: (diagram.axes[op.params["key"]], _packed(diagram, op))
+        for op in diagram.ops
+        if op.fn == "varlen"
+    }
     out = {}
     for t in diagram.inputs:
         shape = tuple(diagram.axes[a] for a in t.axes)
-        if not shape:
+        if t.name in lengths:
+            x = _random_lengths(rng, shape, *lengths[t.name])
+        elif not shape:
             x = rng.uniform(0.5, 2.0, size=())
-        elif t.dtype == "int8":
+        elif t.dtype in INTEGER_DTYPES:
             x = rng.integers(-100, 100, size=shape).astype(np.float64)
         else:
             x = rng.standard_normal(shape) * (8.0 if t.dtype in FP8_MAX else 1.0)
         out[t.name] = round_to(x, t.dtype)
     return out
+
+
+def _packed(diagram: Diagram, op: Op) -> bool:
+    """Whether a varlen mask's lengths run along an axis of their own: sequences packed."""
+    source = diagram.tensor(str(op.operands[0])).axes
+    return any(a not in source for a in diagram.tensor(op.params["lengths"]).axes)
+
+
+def _random_lengths(
+    rng: np.random.Generator, shape: tuple[int, ...], tokens: int, packed: bool
+) -> np.ndarray:
+    """Lengths over `shape`, each from 0 to `tokens`, a 0 and a 1 among the first; the
+    lengths of sequences packed along the last axis add up to at most `tokens`."""
+    x = rng.integers(0, tokens + 1, size=shape).astype(np.float64)
+    flat = x.reshape(-1)
+    flat[: min(2, flat.size)] = [0, min(1, tokens)][: min(2, flat.size)]
+    if packed:  # halve the longest until the row fits
+        rows = x.reshape(-1, shape[-1])
+        for row in rows:
+            while row.sum() > tokens:
+                row[np.argmax(row)] //= 2
+    return x
 
 
 def evaluate(
@@ -193,10 +236,12 @@ def _aligned(x: np.ndarray, axes: tuple[str, ...], target: tuple[str, ...]) -> n
     return x.reshape(shape)
 
 
-def _scale(op: Op, env: Mapping[str, np.ndarray]) -> float:
-    s = 1.0
+def _scale(op: Op, env: Mapping[str, np.ndarray], axes_of: Mapping[str, tuple[str, ...]],
+           out_axes: tuple[str, ...]) -> np.ndarray | float:  # fmt: skip
+    """The product of `op`'s scale factors, broadcast against its result over `out_axes`."""
+    s: np.ndarray | float = 1.0
     for f in op.scale:
-        s *= float(env[f]) if isinstance(f, str) else f
+        s = s * (_aligned(env[f], axes_of[f], out_axes) if isinstance(f, str) else f)
     return s
 
 
@@ -256,6 +301,8 @@ def _evaluate_op(
 ) -> np.ndarray:
     out_axes = op.axes
     with np.errstate(all="ignore"):
+        if op.kind == "index":
+            return np.arange(d.axes[op.params["axis"]], dtype=np.float64)
         if op.kind == "contract":
             a, b = op.operands
             letters = {ax: chr(ord("a") + i) for i, ax in enumerate(d.axes)}
@@ -264,7 +311,8 @@ def _evaluate_op(
                 "".join(letters[x] for x in axes_of[b]),  # type: ignore[index]
                 "".join(letters[x] for x in out_axes),
             )
-            return np.einsum(spec, env[a], env[b], optimize=True) * _scale(op, env)
+            product = np.einsum(spec, env[a], env[b], optimize=True)
+            return product * _scale(op, env, axes_of, out_axes)
         if op.kind == "map":
             return _UNARY[op.fn](env[op.operands[0]])
         if op.kind == "binary":
@@ -283,9 +331,9 @@ def _evaluate_op(
         if op.kind == "norm":
             return _norm(op, x, over, env, axes_of, src_axes)
         if op.kind == "cast":
-            return round_to(x * _scale(op, env), op.params["to"])
+            return round_to(x * _scale(op, env, axes_of, src_axes), op.params["to"])
         if op.kind == "mask":
-            return _causal(x, src_axes, op.params["query"], op.params["key"])
+            return np.where(_masked(op, x, src_axes, env, axes_of), -np.inf, x)
     raise ValueError(f"no reference for {op.kind}")
 
 
@@ -318,11 +366,45 @@ def _norm(op: Op, x: np.ndarray, over: tuple[int, ...], env: dict, axes_of: Mapp
     return y
 
 
-def _causal(x: np.ndarray, axes: tuple[str, ...], query: str, key: str) -> np.ndarray:
-    """-inf where key j comes after query i, aligned at the end: j > i + (keys - queries)."""
+def _masked(
+    op: Op, x: np.ndarray, axes: tuple[str, ...], env: dict, axes_of: Mapping
+) -> np.ndarray:
+    """Where a mask drops S[..., i, j] (broadcastable against x over `axes`).
+
+    causal: j > i + shift; window: j outside [i + shift - left, i + shift + right]; shift is
+    keys - queries aligned at the end (the default), 0 at the start. varlen, padded (lengths
+    over batch axes): j >= L; packed (lengths along an axis of their own): i and j in
+    different sequences, sequence s taking [sum L[:s], sum L[:s+1]) of both axes, and every
+    index past the last sequence in none."""
+    query, key = op.params["query"], op.params["key"]
     nq, nk = x.shape[axes.index(query)], x.shape[axes.index(key)]
     i = np.arange(nq)[:, None]
     j = np.arange(nk)[None, :]
-    masked = j > i + (nk - nq)
-    mask = _aligned(masked, (query, key), axes)
-    return np.where(mask, -np.inf, x)
+    if op.fn in ("causal", "window"):
+        shift = nk - nq if op.params["align"] == "end" else 0
+        if op.fn == "causal":
+            return _aligned(j > i + shift, (query, key), axes)
+        left, right = op.params["left"], op.params["right"]
+        return _aligned((j < i + shift - left) | (j > i + shift + right), (query, key), axes)
+    name = op.params["lengths"]
+    lengths, own = env[name].astype(np.int64), axes_of[name]
+    batch = tuple(a for a in own if a in axes)
+    if len(batch) == len(own):  # padded: one length per batch entry
+        full = _aligned(lengths, batch, axes)
+        return _aligned(j, (query, key), axes) >= full
+    ends = np.cumsum(lengths, axis=-1)  # packed: sequence s ends at ends[..., s]
+    starts = ends - lengths
+    seq_i = _sequence(np.arange(nq), starts, ends)  # [..., nq]: sequence of each index
+    seq_j = _sequence(np.arange(nk), starts, ends)
+    si = _aligned(seq_i, (*batch, query), axes)
+    sj = _aligned(seq_j, (*batch, key), axes)
+    return (si != sj) | (si < 0)
+
+
+def _sequence(index: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The sequence holding each index (over the batch axes of starts, then the index),
+    -1 past the last sequence."""
+    at = index[..., None, :]
+    inside = (at >= starts[..., :, None]) & (at < ends[..., :, None])
+    seq = np.argmax(inside, axis=-2)
+    return np.where(inside.any(axis=-2), seq, -1)

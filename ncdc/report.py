@@ -130,6 +130,8 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
             f"{plan.unfused.ratio:.1f}x {hw.levels[0].name} traffic",
         )
     parts: list = [head, _transfer_table(plan)]
+    if len(plan.breaks) > 1:
+        parts.append(_breaks_table(plan))
     if runners_up:
         parts.append(_runners_up(plan, runners_up))
     return Group(*parts)
@@ -152,6 +154,28 @@ def _transfer_table(plan: Plan) -> Table:
             f"{format_rate(t.bandwidth_bytes_per_s, 'B/s')} "
             f"({format_rate(hw.bandwidth(t.upper), 'B/s')})",
             format_time(t.time_s),
+        )
+    return table
+
+
+def _breaks_table(plan: Plan) -> Table:
+    """The kernel breaks the model weighed (the spec wrote none): the chosen one marked,
+    each with its cost or why it was left."""
+    from rich.table import Table
+
+    top = plan.graph.hardware.levels[0].name
+    table = Table(title="kernel breaks (saved results)", title_justify="left")
+    for name in ("saved", f"{top} bytes", "predicted", "", "note"):
+        table.add_column(name, justify="right" if name in (f"{top} bytes", "predicted") else "left")
+    for b in plan.breaks:
+        saved = ", ".join(b.saved) if b.saved else "none (fused)"
+        time = (
+            format_time(b.predicted_time_s)
+            if b.predicted_time_s is not None
+            else f">= {format_time(b.least_time_s)}"
+        )
+        table.add_row(
+            saved, format_bytes(b.top_bytes), time, "chosen" if b.chosen else "", b.problem
         )
     return table
 

@@ -50,6 +50,7 @@ TOLERANCE = {
     "fp8_e4m3": 7e-2,
     "fp8_e5m2": 1.3e-1,
     "int8": 1.0 / 64,
+    "int32": 0.0,  # int8 x int8 accumulates exactly
 }
 
 

@@ -44,9 +44,17 @@ DTYPE_BYTES: dict[str, int] = {
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
     "int8": 1,
+    "int32": 4,
 }
+# Integer dtypes. A value stored as one is rounded to the nearest integer (ties to even) and
+# saturated to the type's range, as cvt.rni.sat does; NaN stores as 0. int8 x int8
+# contractions accumulate exactly in int32 on tensor cores (wrapping past 2^31, as mma.sync
+# .s32 does without .satfinite); every other operation computes in fp32.
+INTEGER_DTYPES: dict[str, tuple[int, int]] = {"int8": (-128, 127), "int32": (-(2**31), 2**31 - 1)}
 # Which dtype wins when operands of an elementwise operation differ.
-_DTYPE_RANK = {"fp32": 5, "bf16": 4, "fp16": 4, "fp8_e4m3": 2, "fp8_e5m2": 2, "int8": 1}
+_DTYPE_RANK = {
+    "fp32": 5, "bf16": 4, "fp16": 4, "int32": 3, "fp8_e4m3": 2, "fp8_e5m2": 2, "int8": 1,
+}  # fmt: skip
 
 MAX_AXIS_SIZE = 2**31 - 1
 MAX_NAME_LENGTH = 48
@@ -74,7 +82,7 @@ REDUCTIONS = ("sum", "max", "mean")
 class OpSignature:
     """What an operation accepts: its kind, how many operands, which keyword arguments."""
 
-    kind: str  # contract | map | binary | reduce | softmax | norm | cast | mask
+    kind: str  # contract | map | binary | reduce | softmax | norm | cast | mask | index
     operands: int
     keywords: frozenset[str]
     required: frozenset[str] = frozenset()
@@ -99,10 +107,21 @@ OPERATIONS: dict[str, OpSignature] = {
     "layernorm": _sig("norm", 1, "over weight bias eps dtype", "over"),
     "rmsnorm": _sig("norm", 1, "over weight eps dtype", "over"),
     "cast": _sig("cast", 1, "to scale", "to"),
-    "causal": _sig("mask", 1, "query key", "query key"),
+    "causal": _sig("mask", 1, "query key align", "query key"),
+    # key j kept for query i when i + shift - left <= j <= i + shift + right (see MASK_ALIGN)
+    "window": _sig("mask", 1, "query key left right align", "query key left"),
+    # per-sequence lengths (int32): padded (over batch axes) or packed (over a sequence axis)
+    "varlen": _sig("mask", 1, "query key lengths", "query key lengths"),
+    # I = index(q): the position i along axis q, as a value (ALiBi's j - i is sub(J, I))
+    "index": _sig("index", 1, "dtype"),
 }
 # gelu's `approximate=` (PyTorch's spelling) -> the op it stands for
 GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
+
+# Where a causal or window mask puts its diagonal when the query and key axes differ in
+# size: `end` (bottom-right, key i + x - q for query i, so a decode step sees every key) or
+# `start` (top-left, key i for query i).
+MASK_ALIGN = ("end", "start")
 # `max` with one operand and `over:` is a reduction; with two operands, elementwise.
 _REDUCE_MAX = _sig("reduce", 1, "over dtype", "over")
 
@@ -148,7 +167,7 @@ class Op:
     axes: tuple[str, ...]  # axes of the result, in order
     dtype: str  # dtype of the result
     scale: tuple[str | float, ...] = ()  # factors multiplied into the result
-    params: Mapping[str, Any] = field(default_factory=dict)  # eps, weight, bias, to, query, key
+    params: Mapping[str, Any] = field(default_factory=dict)  # eps, weight, bias, to, query, key...
     line: int = 0
     text: str = ""
 
@@ -157,7 +176,7 @@ class Op:
         """Every tensor this operation reads: operands, weights, biases, scale tensors."""
         names = [o for o in self.operands if isinstance(o, str)]
         names += [s for s in self.scale if isinstance(s, str)]
-        names += [self.params[k] for k in ("weight", "bias") if k in self.params]
+        names += [self.params[k] for k in ("weight", "bias", "lengths") if k in self.params]
         return tuple(dict.fromkeys(names))
 
     @property
@@ -174,6 +193,9 @@ class Schedule:
     stream: tuple[str, ...] = ()  # axes to feed in chunks through an accumulator
     tiles: Mapping[str, int] = field(default_factory=dict)  # fixed group/stream sizes
     materialize: tuple[str, ...] = ()  # intermediates saved to the top level (kernel breaks)
+    # The spec wrote `materialize` (even an empty list): its kernel breaks are obeyed, not
+    # chosen by the model (ncdc.tiling.choose_breaks).
+    breaks_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -587,7 +609,8 @@ class _Validator:
                 )
         for key in sig.required:
             if key not in st.kwargs:
-                raise self.fail(path, f"{st.fn} needs '{key}='", f"e.g. {_EXAMPLES[sig.kind]}")
+                example = _EXAMPLES.get(st.fn, _EXAMPLES.get(sig.kind, ""))
+                raise self.fail(path, f"{st.fn} needs '{key}='", f"e.g. {example}")
         if st.trailing_scale is not None and sig.kind != "contract":
             raise self.fail(
                 path,
@@ -654,10 +677,19 @@ class _Validator:
                 )
             out_axes = tuple(x for x in a.axes + b.axes if x not in red)
             out_axes = tuple(dict.fromkeys(out_axes))
-            scale = self.scales(st, path, known)
+            scale = self.scales(st, path, known, out_axes)
             operands: tuple[str | float, ...] = (a.name, b.name)
-            dtype = out_dtype or _contract_dtype(a.dtype, b.dtype)
+            dtype = out_dtype or _contract_dtype(a.dtype, b.dtype, bool(scale))
             red_axes = red
+        elif kind == "index":
+            (axis,) = st.args
+            if not isinstance(axis, str):
+                raise self.fail(path, f"expected an axis name for index, found {_shown(axis)}",
+                                "e.g. I = index(q)")  # fmt: skip
+            self.known_axis(axis, axes, path)
+            operands, red_axes, out_axes = (), (), (axis,)
+            params = {"axis": axis}
+            dtype = out_dtype or "int32"  # ranks below every float: sub(J, I) * slope is bf16
         elif kind in ("map", "softmax", "norm", "mask", "cast", "reduce"):
             src = tensor(st.args[0], "operand")
             operands = (src.name,)
@@ -679,22 +711,7 @@ class _Validator:
                             )
                         params[key] = w.name
             if kind == "mask":
-                for key in ("query", "key"):
-                    ax = st.kwargs[key]
-                    if not isinstance(ax, str):
-                        raise self.fail(
-                            path, f"expected an axis name for '{key}', found {_shown(ax)}"
-                        )
-                    self.known_axis(ax, axes, path)
-                    if ax not in src.axes:
-                        raise self.fail(
-                            path,
-                            f"causal {key} axis '{ax}' is not an axis of {src.name} "
-                            f"{list(src.axes)}",
-                        )
-                    params[key] = ax
-                if params["query"] == params["key"]:
-                    raise self.fail(path, "causal needs two different axes for query and key")
+                params = self.mask_params(st, path, src, known, axes)
             dtype = out_dtype or src.dtype
             if st.fn == "gelu" and "approximate" in st.kwargs:
                 form = st.kwargs["approximate"]
@@ -709,7 +726,7 @@ class _Validator:
             if kind == "cast":
                 dtype = self.dtype(st.kwargs["to"], path)
                 params["to"] = dtype
-                scale = self.scales(st, path, known)
+                scale = self.scales(st, path, known, out_axes)
         else:  # binary
             tensors = [tensor(arg, "operand") for arg in st.args if isinstance(arg, str)]
             if not tensors:
@@ -735,6 +752,80 @@ class _Validator:
             text=st.text,
         )
 
+    def mask_params(
+        self,
+        st: _Statement,
+        path: YamlPath,
+        src: Tensor,
+        known: dict[str, Tensor],
+        axes: Mapping[str, int],
+    ) -> dict[str, Any]:
+        """query and key axes of a mask, its alignment, window extents and lengths tensor."""
+        params: dict[str, Any] = {}
+        for key in ("query", "key"):
+            ax = st.kwargs[key]
+            if not isinstance(ax, str):
+                raise self.fail(path, f"expected an axis name for '{key}', found {_shown(ax)}")
+            self.known_axis(ax, axes, path)
+            if ax not in src.axes:
+                raise self.fail(
+                    path,
+                    f"{st.fn} {key} axis '{ax}' is not an axis of {src.name} {list(src.axes)}",
+                    f"choose one of {_names(src.axes)}",
+                )
+            params[key] = ax
+        if params["query"] == params["key"]:
+            raise self.fail(path, f"{st.fn} needs two different axes for query and key")
+        if st.fn in ("causal", "window"):
+            align = st.kwargs.get("align", "end")
+            if align not in MASK_ALIGN:
+                raise self.fail(
+                    path,
+                    f"expected align=end or align=start, found {_shown(align)}",
+                    "end: the last query sees the last key (bottom-right); start: top-left",
+                )
+            params["align"] = align
+        if st.fn == "window":
+            for key, default in (("left", None), ("right", 0)):
+                n = st.kwargs.get(key, default)
+                if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_AXIS_SIZE:
+                    raise self.fail(
+                        path,
+                        f"expected a whole number of keys from 0 to {MAX_AXIS_SIZE} for "
+                        f"'{key}', found {_shown(n)}",
+                        "e.g. window(S, query=q, key=x, left=4095): the key itself and "
+                        "the 4095 before it",
+                    )
+                params[key] = n
+        if st.fn == "varlen":
+            name = st.kwargs["lengths"]
+            lengths = known.get(name) if isinstance(name, str) else None
+            if lengths is None:
+                raise self.fail(
+                    path,
+                    f"expected a lengths tensor for 'lengths', found {_shown(name)}",
+                    "declare it as an input: L: {axes: [b], dtype: int32}",
+                )
+            if lengths.dtype != "int32":
+                raise self.fail(
+                    path,
+                    f"lengths {lengths.name} is {lengths.dtype}; expected int32",
+                    f"declare it as {lengths.name}: {{axes: {list(lengths.axes)}, dtype: int32}}",
+                )
+            own = [a for a in lengths.axes if a not in src.axes]
+            rows = {params["query"], params["key"]} & set(lengths.axes)
+            if len(own) > 1 or rows or (own and own[0] != lengths.axes[-1]):
+                raise self.fail(
+                    path,
+                    f"lengths {lengths.name} has axes {list(lengths.axes)}; expected batch "
+                    f"axes of {src.name} (padded sequences), then at most one axis of its "
+                    "own (sequences packed along the query and key axes)",
+                    f"e.g. {lengths.name}: {{axes: [b], dtype: int32}}, or axes: [n] with "
+                    "`n` the number of packed sequences",
+                )
+            params["lengths"] = lengths.name
+        return params
+
     def number(self, value: Any, path: YamlPath, what: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(path, f"expected a number for {what}, found {_shown(value)}")
@@ -745,7 +836,10 @@ class _Validator:
             raise self.fail(path, f"expected a finite number for {what}, found {value}")
         return float(value)
 
-    def scales(self, st: _Statement, path: YamlPath, known: dict[str, Tensor]) -> tuple:
+    def scales(
+        self, st: _Statement, path: YamlPath, known: dict[str, Tensor], axes: tuple[str, ...]
+    ) -> tuple:
+        """The factors of `scale=`: numbers, or tensors over some of the result's `axes`."""
         raw = st.kwargs.get("scale", [])
         items = raw if isinstance(raw, list) else [raw]
         if st.trailing_scale is not None:
@@ -760,11 +854,12 @@ class _Validator:
                         f"unknown scale tensor '{item}'",
                         "declare it as an input with `axes: []`",
                     )
-                if t.axes:
+                if not set(t.axes) <= set(axes):
                     raise self.fail(
                         path,
-                        f"scale {item} must be a scalar (axes: []), found axes {list(t.axes)}",
-                        "per-tensor scales only",
+                        f"scale {item} has axes {list(t.axes)}; expected a scalar or axes of "
+                        f"the result {list(axes)}",
+                        "per tensor `axes: []`, per row or column `axes: [m]`",
                     )
                 out.append(item)
             else:
@@ -829,17 +924,22 @@ class _Validator:
             value.get("materialize", []), ("schedule", "materialize"), "intermediates"
         )
         results = {op.out for op in ops}
+        # an output that later ops read may be a kernel break too
+        read = {n for op in ops for n in op.inputs}
+        breakable = {r for r in results if r not in outputs or r in read}
         for i, name in enumerate(mat):
-            if name not in results or name in outputs:
-                inner = sorted(results - set(outputs))
+            if name not in breakable:
+                inner = sorted(breakable)
                 raise self.fail(
                     ("schedule", "materialize", i),
                     f"'{name}' is not an intermediate result; expected one of {_names(inner)}"
                     if inner
                     else f"'{name}' is not an intermediate result, and this diagram has none",
-                    "materialize names results that are neither inputs nor outputs",
+                    "materialize names intermediates, or outputs that later ops read",
                 )
-        return Schedule(lists["group"], lists["stream"], dict(tiles), tuple(mat))
+        return Schedule(
+            lists["group"], lists["stream"], dict(tiles), tuple(mat), "materialize" in value
+        )
 
     def check_used(self, inputs: list[Tensor], ops: list[Op], outputs: tuple) -> None:
         used = {n for op in ops for n in op.inputs}
@@ -865,12 +965,17 @@ _EXAMPLES = {
     "norm": "Y = layernorm(X, over=n, weight=W, bias=B)",
     "cast": "Y = cast(X, to=fp8_e4m3, scale=s)",
     "mask": "M = causal(S, query=q, key=x)",
+    "window": "M = window(S, query=q, key=x, left=4095)",
+    "varlen": "M = varlen(S, query=q, key=x, lengths=L)",
     "contract": "C = contract(A, B, over=k)",
 }
 
 
-def _contract_dtype(a: str, b: str) -> str:
-    """Contractions of 8-bit inputs give fp32 unless told; otherwise the wider input type."""
+def _contract_dtype(a: str, b: str, scaled: bool) -> str:
+    """Contractions of 8-bit inputs give fp32 unless told (int8 x int8: its exact int32
+    accumulator, unless scaled); otherwise the wider input type."""
+    if a == b == "int8" and not scaled:
+        return "int32"
     if DTYPE_BYTES[a] == 1 and DTYPE_BYTES[b] == 1:
         return "fp32"
     return max((a, b), key=_DTYPE_RANK.__getitem__)
@@ -915,7 +1020,7 @@ _TOKEN = re.compile(
 )
 
 
-_TENSOR_KEYWORDS = ("weight", "bias", "scale")  # keyword arguments that name tensors
+_TENSOR_KEYWORDS = ("weight", "bias", "scale", "lengths")  # keyword arguments that name tensors
 
 
 @dataclass(frozen=True)
@@ -929,6 +1034,8 @@ class _Statement:
 
     def names(self) -> list[str]:
         """Tensor names this statement reads (not axis or dtype names: `over=m`, `to=bf16`)."""
+        if self.fn == "index":
+            return []  # its operand is an axis
         found = [a for a in self.args if isinstance(a, str)]
         for key, v in self.kwargs.items():
             if key not in _TENSOR_KEYWORDS:

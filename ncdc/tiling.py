@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ncdc.cost import (
     MAX_REGISTERS,
+    BreakOption,
     KernelModel,
     KernelPlan,
     KernelTiming,
@@ -92,15 +93,19 @@ def rank_tiles(
     it), the first plan carries the unfused comparison. With `model_only`, a kernel no
     family builds is priced by the model alone instead of refused."""
     fixed = _fixed_tiles(diagram, tiles)
+    diagram, breaks = (diagram, ()) if model_only else choose_breaks(diagram, hardware, fixed)
     graph = build_graph(diagram, hardware)
-    per_kernel = [
-        _rank_kernel(graph, k, fixed, top_k, model_only, continuous) for k in graph.kernels
-    ]
+    try:
+        per_kernel = [
+            _rank_kernel(graph, k, fixed, top_k, model_only, continuous) for k in graph.kernels
+        ]
+    except PlanError as error:
+        raise _with_break_hint(error, diagram, hardware, fixed) from None
     count = min(top_k, max(len(r) for r in per_kernel))
     plans = []
     for i in range(count):
         chosen = tuple(r[min(i, len(r) - 1)] for r in per_kernel)
-        plans.append(replace(summarize(graph, chosen), fixed=fixed))
+        plans.append(replace(summarize(graph, chosen), fixed=fixed, breaks=breaks))
     if compare_unfused:
         plans[0] = with_unfused(plans[0])
     return plans
@@ -157,6 +162,7 @@ def plan_from_candidates(
 ) -> Plan:
     """The plan that runs kernel i with `candidates[i]` (a tuned entry rebuilt), checked
     against `hardware` as a search checks it; PlanError when one no longer fits."""
+    diagram, _ = choose_breaks(diagram, hardware, {})
     graph = build_graph(diagram, hardware)
     if len(candidates) != len(graph.kernels) or not hardware.is_gpu:
         raise PlanError(
@@ -198,12 +204,141 @@ def _unfused(diagram: Diagram, hardware: Hardware, fused: Plan) -> Unfused | Non
         stream=(),
         tiles={},
         group=(),
+        breaks_given=True,
     )
     try:
         plan = plan_diagram(replace(diagram, schedule=schedule), hardware)
     except PlanError:
         return None
     return Unfused(plan.top_bytes, plan.predicted_time_s, plan.top_bytes / fused.top_bytes)
+
+
+# ---------------------------------------------------------------------------- kernel breaks
+
+MAX_BREAK_SETS = 64  # sets of saved results weighed, fewest saves first
+
+
+def breakable_results(diagram: Diagram) -> list[str]:
+    """Results a kernel may end at: those another op reads (an intermediate, or an output
+    that later ops read too)."""
+    read = {n for op in diagram.ops for n in op.inputs}
+    return [op.out for op in diagram.ops if op.out in read]
+
+
+def with_breaks(diagram: Diagram, saved: Sequence[str]) -> Diagram:
+    """`diagram` with its kernels ending exactly at `saved` (the schedule's materialize)."""
+    schedule = replace(diagram.schedule, materialize=tuple(saved), breaks_given=True)
+    return replace(diagram, schedule=schedule)
+
+
+def choose_breaks(
+    diagram: Diagram, hardware: Hardware, fixed: Mapping[str, int]
+) -> tuple[Diagram, tuple[BreakOption, ...]]:
+    """Where the spec writes no `materialize` on a GPU: every legal set of results to save
+    (`breakable_results`, fewest first, up to MAX_BREAK_SETS), each priced by the model as
+    the sum of its kernels' best plans, the cheapest that builds chosen (ties: fewer
+    saves). A set whose least possible time (its top-level bytes at the achieved bandwidth
+    plus a launch per kernel) is above the best so far is not planned. Returns the diagram
+    with the chosen breaks and every option weighed; the diagram unchanged (and no
+    options) where the spec wrote its breaks, on a machine that is not a GPU, or where
+    nothing builds (planning it then says why).
+
+        >>> from ncdc.spec import load_diagram
+        >>> from ncdc.hardware import load_hardware
+        >>> d, options = choose_breaks(load_diagram("diagrams/add_rmsnorm.yaml"),
+        ...                            load_hardware("h200"), {})
+        >>> [(o.saved, o.chosen) for o in options]
+        [((), True), (('H',), False)]
+    """
+    if diagram.schedule.breaks_given or not hardware.is_gpu:
+        return diagram, ()
+    return _weigh_breaks(diagram, hardware, fixed, ())
+
+
+def _break_sets(diagram: Diagram, base: tuple[str, ...]) -> list[tuple[str, ...]]:
+    from itertools import combinations
+
+    free = [r for r in breakable_results(diagram) if r not in base]
+    sets: list[tuple[str, ...]] = []
+    for size in range(len(free) + 1):
+        for extra in combinations(free, size):
+            sets.append((*base, *extra))
+            if len(sets) == MAX_BREAK_SETS:
+                return sets
+    return sets
+
+
+def _weigh_breaks(
+    diagram: Diagram, hardware: Hardware, fixed: Mapping[str, int], base: tuple[str, ...]
+) -> tuple[Diagram, tuple[BreakOption, ...]]:
+    top = hardware.levels[0].name
+    bandwidth = hardware.achieved_bandwidth(top)
+    least: list[tuple[float, int, tuple[str, ...], MemoryGraph]] = []
+    for saved in _break_sets(diagram, base):
+        graph = build_graph(with_breaks(diagram, saved), hardware)
+        nbytes = sum(KernelModel(graph.diagram, k).top_bytes for k in graph.kernels)
+        time = nbytes / bandwidth + hardware.launch_s * len(graph.kernels)
+        least.append((time, nbytes, saved, graph))
+    least.sort(key=lambda x: (x[0], len(x[2])))
+    memo: dict[tuple, float] = {}
+    options: list[BreakOption] = []
+    best: BreakOption | None = None
+    for bound, nbytes, saved, graph in least:
+        if (
+            best is not None
+            and best.predicted_time_s is not None
+            and bound >= best.predicted_time_s
+        ):
+            options.append(
+                BreakOption(
+                    saved, nbytes, None, bound, "not planned: its traffic alone takes longer"
+                )
+            )
+            continue
+        try:
+            time = sum(_kernel_time(graph, k, fixed, memo) for k in graph.kernels)
+        except PlanError as error:
+            options.append(BreakOption(saved, nbytes, None, bound, error.message.split("; ")[0]))
+            continue
+        option = BreakOption(saved, nbytes, time, bound)
+        options.append(option)
+        if best is None or best.predicted_time_s is None or time < best.predicted_time_s:
+            best = option
+    if best is None:
+        return diagram, ()
+    ordered = sorted(options, key=lambda o: (len(o.saved), o.saved))
+    marked = tuple(replace(o, chosen=o is best) for o in ordered)
+    return with_breaks(diagram, best.saved), marked
+
+
+def _kernel_time(
+    graph: MemoryGraph, kernel: Kernel, fixed: Mapping[str, int], memo: dict[tuple, float]
+) -> float:
+    """The best predicted time of `kernel`, remembered by what it computes and saves (the
+    same kernel recurs in many sets of breaks)."""
+    key = (tuple(op.out for op in kernel.ops), kernel.inputs, kernel.outputs)
+    if key not in memo:
+        memo[key] = _rank_kernel(graph, kernel, fixed, 1)[0].predicted_time_s
+    return memo[key]
+
+
+def _with_break_hint(
+    error: PlanError, diagram: Diagram, hardware: Hardware, fixed: Mapping[str, int]
+) -> PlanError:
+    """A refusal of the spec's own breaks, with a hint naming the results whose saving
+    makes it build (the cheapest such set that keeps what the spec saves), where one does."""
+    if not diagram.schedule.breaks_given or not hardware.is_gpu:
+        return error
+    base = tuple(diagram.schedule.materialize)
+    chosen, options = _weigh_breaks(diagram, hardware, fixed, base)
+    if not options or chosen.schedule.materialize == base:
+        return error
+    saved = ", ".join(chosen.schedule.materialize)
+    return PlanError(
+        error.message,
+        where=error.where,
+        hint=f"save these results: schedule: {{materialize: [{saved}]}}",
+    )
 
 
 def _generic(kernel: Kernel) -> Family:

@@ -26,10 +26,12 @@ from ncdc.spec import Diagram, load_diagram, load_diagram_text
 from ncdc.tiling import plan_diagram
 
 HW = load_hardware("h100")
+ROOT_DIAGRAMS = Path(__file__).resolve().parents[1] / "diagrams"
 # Allowed error relative to the largest |reference|: 16-bit outputs carry one rounding
 # (2^-9 relative) on top of fp32 accumulation; fp8 products are exact in the mma, so an fp8
 # GEMM with a bf16 output has the same bound; fp32 differs only by summation order.
-TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-5}
+# int8 x int8 sums exactly in int32, so an int32 output matches exactly.
+TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-5, "int32": 0.0}
 
 
 def _source(ks: KernelSource) -> str:
@@ -212,9 +214,65 @@ outputs: [C]
         assert_close(run_gemm(d, {"m": 32, "n": 64, "k": 16}))
 
 
+def test_int8_matmul_per_row_and_per_column_scales_odd_sizes() -> None:
+    # int32 accumulators dequantised by sa[m] and sb[n] in the epilogue; k = 70 is a partial
+    # k tile and 70-byte rows, which are not 16-byte aligned (the element-wise load path).
+    d = diagram("int8_matmul", m=33, n=40, k=70)
+    assert_close(run_gemm(d, {"m": 32, "n": 32, "k": 32}))
+
+
+INT8_LAYOUTS = """
+ncdc: 1
+name: int8_layouts
+axes: {m: 4096, n: 4096, k: 4096}
+inputs:
+  A: {axes: [k, m], dtype: int8}
+  B: {axes: [k, n], dtype: int8}
+ops:
+  - C = contract(A, B, over=k%(scale)s)
+outputs: [C]
+"""
+
+
+@pytest.mark.parametrize(
+    "scale, dtype",
+    [("", "int32"), (", scale=[s], dtype=fp16", "fp16")],
+)
+def test_int8_gathered_fragments_int32_exact_or_dequantised(scale: str, dtype: str) -> None:
+    # m-contiguous A and n-contiguous B: 8-bit fragments gathered byte by byte. With no
+    # scale the int32 accumulator is stored as it is and must match exactly; k = 200 is
+    # several k tiles and a partial one.
+    text = INT8_LAYOUTS % {"scale": scale}
+    if scale:
+        text = text.replace("inputs:\n", "inputs:\n  s: {axes: [], dtype: fp32}\n")
+    d = load_diagram_text(text, sizes={"m": 37, "n": 41, "k": 200 if not scale else 70})
+    check = run_gemm(d, {"m": 32, "n": 32, "k": 32})
+    assert check.dtype == dtype
+    assert_close(check)
+
+
+def test_weight_only_int8_k_contiguous_weights_odd_sizes() -> None:
+    # bf16 x int8: W widened to bf16 in registers, per-column scale in the epilogue; k = 70
+    # leaves a partial k tile and rows that are not 16-byte aligned for X.
+    d = diagram("w8a16_matmul", m=37, n=40, k=70)
+    assert_close(run_gemm(d, {"m": 32, "n": 32, "k": 32}))
+
+
+def test_weight_only_int8_n_contiguous_weights_fp16() -> None:
+    # W over [k, n]: each fragment register pairs two k rows of one column.
+    text = (ROOT_DIAGRAMS / "w8a16_matmul.yaml").read_text()
+    text = text.replace("axes: [n, k], dtype: int8", "axes: [k, n], dtype: int8")
+    text = text.replace("dtype: bf16, doc: activations", "dtype: fp16, doc: activations")
+    d = load_diagram_text(text, sizes={"m": 33, "n": 48, "k": 80})
+    assert_close(run_gemm(d, {"m": 32, "n": 32, "k": 32}))
+
+
 # ---- NVRTC at full size -------------------------------------------------------------------
 
-GEMM_DIAGRAMS = ("matmul", "batched_matmul", "mlp", "fp8_matmul", "attention_unfused")
+GEMM_DIAGRAMS = (
+    "matmul", "batched_matmul", "mlp", "fp8_matmul", "attention_unfused", "int8_matmul",
+    "w8a16_matmul",
+)  # fmt: skip
 
 
 @pytest.mark.skipif(
@@ -233,7 +291,7 @@ def test_full_size_kernels_compile_without_spills(arch: str) -> None:
         for kp in plan.kernels:
             if kp.family.name == "gemm":
                 sources.append(GEMM.render(kp, plan))
-    assert len(sources) >= 5
+    assert len(sources) >= 6
     for ks in sources:
         kernel = ks.launches[0].kernel
         res = cached_compile(_source(ks), arch, name=kernel).resources[kernel]

@@ -31,10 +31,31 @@ def test_e5m2_saturates_and_nan_stays():
     assert got[0] == 57344.0 and got[1] == 57344.0 and np.isnan(got[2])
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int32"])
 def test_storage_round_trip(dtype):
     x = round_to(np.random.default_rng(0).standard_normal(100) * 4, dtype)
     assert np.array_equal(from_storage(to_storage(x, dtype), dtype), x)
+
+
+@pytest.mark.parametrize(
+    "dtype, x, want",
+    [
+        # round to nearest, ties to even, then saturate; NaN to 0 (cvt.rni.sat)
+        ("int8", [2.5, 3.5, -2.5, 126.6, 127.5, 300.0, -128.4, -1000.0, np.nan],
+         [2, 4, -2, 127, 127, 127, -128, -128, 0]),
+        ("int32", [0.5, 1.5, -7.5, 3e9, -3e9, np.nan],
+         [0, 2, -8, 2**31 - 1, -(2**31), 0]),
+    ],
+)  # fmt: skip
+def test_integer_rounding_saturates(dtype, x, want):
+    assert round_to(np.array(x), dtype).tolist() == want
+    assert from_storage(to_storage(round_to(np.array(x), dtype), dtype), dtype).tolist() == want
+
+
+def test_an_unwritten_integer_reads_as_the_minimum():
+    # Outputs are poisoned with NaN; an integer buffer holds its type's minimum instead.
+    assert to_storage(np.array([np.nan]), "int8").tolist() == [-128]
+    assert to_storage(np.array([np.nan]), "int32").tolist() == [-(2**31)]
 
 
 def test_bf16_ties_to_even():
@@ -140,7 +161,7 @@ def test_an_fp32_output_after_a_saved_bf16_intermediate_meets_the_fp32_tolerance
     assert check.ok and check.max_rel_error < 1e-6, check
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int32"])
 def test_a_scalar_is_stored_as_a_0d_array(dtype):
     # A kernel writes a scalar output through a pointer: its buffer must be an array.
     stored = to_storage(np.float64(1.5), dtype)

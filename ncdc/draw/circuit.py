@@ -321,7 +321,8 @@ def _place(view: CircuitView, top: float) -> tuple[dict[str, _Bundle], list[_Box
             bundles[n] = _Bundle(n, column, y0, count[n])
             floor = bundles[n].bottom + GAP + HEAD
         ops = [i for i in op_col if op_col[i] == column + 1]
-        ops.sort(key=lambda i: min(bundles[e.tensor].y0 for e in view.ops[i].inputs))
+        # an op with no inputs (index) sorts first
+        ops.sort(key=lambda i: min((bundles[e.tensor].y0 for e in view.ops[i].inputs), default=top))
         floor = top
         for i in ops:
             box = _box(view, i, column + 1, bundles, floor, count)
@@ -351,16 +352,16 @@ def _box(
     ov = view.ops[index]
     counts = [count[e.tensor] for e in ov.inputs]
     offsets = _stack_offsets(counts)
-    p0 = max(bundles[ov.inputs[0].tensor].y0, floor)
+    p0 = max(bundles[ov.inputs[0].tensor].y0, floor) if ov.inputs else floor
     ports_in = tuple(
         tuple(p0 + off + j * PITCH for j in range(n))
         for off, n in zip(offsets, counts, strict=True)
     )
-    last_in = ports_in[-1][-1]
+    last_in = ports_in[-1][-1] if ports_in else p0
     n_out = count[ov.op.out]
     span_out = (n_out - 1) * PITCH
     first_out = p0 + max((last_in - p0 - span_out) / 2, 0)
-    if len(ov.inputs) == 1 or n_out == counts[0]:
+    if len(ov.inputs) <= 1 or n_out == counts[0]:
         first_out = p0  # a row-wise operation keeps its wires straight
     ports_out = tuple(first_out + j * PITCH for j in range(n_out))
     bottom = max(last_in, ports_out[-1]) + BOX_PAD

@@ -17,7 +17,7 @@ template and one device header (docs/architecture.md).
 from __future__ import annotations
 
 from ncdc.errors import PlanError
-from ncdc.families import attention, decode, elementwise, gemm, rowwise
+from ncdc.families import attention, decode, elementwise, gemm, reduce, rowwise
 from ncdc.families.base import KernelFamily
 from ncdc.graph import Kernel
 from ncdc.launch import Family
@@ -25,12 +25,20 @@ from ncdc.spec import Diagram
 
 FAMILIES: dict[str, KernelFamily] = {
     f.name: f
-    for f in (gemm.FAMILY, attention.FAMILY, decode.FAMILY, rowwise.FAMILY, elementwise.FAMILY)
+    for f in (
+        gemm.FAMILY,
+        attention.FAMILY,
+        decode.FAMILY,
+        rowwise.FAMILY,
+        reduce.FAMILY,
+        elementwise.FAMILY,
+    )
 }
 SUPPORTED = (
     "a contraction with elementwise ops after it (GEMM); contract, softmax, contract "
     "(attention); one softmax, norm or reduction over a tensor's last axis with elementwise "
-    "ops around it (row-wise); elementwise ops alone"
+    "ops around it (row-wise); one over any other axes, to a scalar or a vector (reduce); "
+    "elementwise ops alone"
 )
 
 
@@ -56,15 +64,58 @@ def classify_kernel(diagram: Diagram, kernel: Kernel) -> Family:
             return found
     listing = ", ".join(f"{op.fn} ({op.out})" for op in kernel.ops)
     inner = [op.out for op in kernel.ops[:-1] if op.out not in kernel.outputs]
-    hint = _row_axis_hint(diagram, kernel) or (
-        f"save an intermediate to split the kernel: schedule: {{materialize: [{inner[0]}]}}"
-        if inner
-        else "write the diagram as one of those"
+    hint = (
+        _row_axis_hint(diagram, kernel)
+        or _contraction_hint(diagram, kernel)
+        or (
+            f"save an intermediate to split the kernel: schedule: {{materialize: [{inner[0]}]}}"
+            if inner
+            else "write the diagram as one of those"
+        )
     )
     raise PlanError(
         f"no kernel family for ops {listing} in kernel {kernel.name}; the families cover "
         f"{SUPPORTED}",
         hint=hint,
+    )
+
+
+def _contraction_hint(diagram: Diagram, kernel: Kernel) -> str:
+    """The results to save when a kernel holds contractions no GEMM runs: a GEMM's epilogue
+    runs after its one contraction, so an operand a contraction reads must be saved when this
+    kernel computes it (H of a down projection), and of two contractions an epilogue
+    combines, every one but the last (the gate G of SwiGLU: silu(G) * U then runs in the U
+    GEMM's epilogue, reading G).
+
+        schedule: {materialize: [G, H]}     # SwiGLU: gate GEMM, U GEMM + silu(G) * U, down
+    """
+    contracts = [op for op in kernel.ops if op.kind == "contract"]
+    if not contracts:
+        return ""
+    computed = {op.out for op in kernel.ops}
+    save: list[str] = []
+    for op in contracts:
+        save += [o for o in op.inputs if o in computed]
+    # Which contractions each result depends on, inside this kernel.
+    depends: dict[str, list[str]] = {}
+    for op in kernel.ops:
+        if op.kind == "contract":
+            depends[op.out] = [op.out]
+            continue
+        got = [c for o in op.inputs for c in depends.get(o, [])]
+        depends[op.out] = list(dict.fromkeys(got))
+        if len(depends[op.out]) > 1:
+            save += depends[op.out][:-1]
+            depends[op.out] = depends[op.out][-1:]
+    if not save:
+        return ""
+    order = {op.out: i for i, op in enumerate(diagram.ops)}
+    names = sorted(
+        {*diagram.schedule.materialize, *save} - set(diagram.outputs), key=order.__getitem__
+    )
+    return (
+        "a GEMM kernel runs one contraction and the elementwise ops after it; save the "
+        f"results that split them: schedule: {{materialize: [{', '.join(names)}]}}"
     )
 
 

@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
 from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param, no_arch_problem, round_up
-from ncdc.families.codegen import ELEMENTWISE_KINDS, cpp_type, size_name
+from ncdc.families.codegen import (
+    ELEMENTWISE_KINDS,
+    Statement,
+    cpp_type,
+    needed_ops,
+    op_statements,
+    size_name,
+)
 from ncdc.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
 from ncdc.spec import DTYPE_BYTES, Diagram, Op
 
@@ -44,13 +51,54 @@ TILES: dict[str, tuple[int, ...]] = {
 }
 HEAD_STEP, HEAD_MIN, HEAD_MAX = 16, 32, 256  # head sizes: whole mma k-steps (compile-time)
 Q_REGISTER_HEAD = 128  # Q's fragments stay in registers up to this head; above, in SMEM
-# Above this head a causal kernel streams 16 keys a chunk: with 32, ptxas spilled at d = 208
-# (sm_89) and d = 240 (sm_89, sm_90a), 255 registers and up to 276 B; with 16, 222 and none.
+# Above this head a masked kernel (or one with a score functor) streams 16 keys a chunk:
+# causal with 32, ptxas spilled at d = 208 (sm_89) and d = 240 (sm_89, sm_90a), 255
+# registers and up to 276 B; with 16, 222 and none.
 CAUSAL_WIDE_HEAD = 192
 INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
 MMA_ROWS = 16  # queries per warp (the mma's m)
 STAGES = 2  # K/V chunks in flight: the ring is double-buffered
 DECODE_MAX_QUERIES = 16  # a query axis this short is a decode step: split the keys instead
+SCORE_KINDS = (*ELEMENTWISE_KINDS, "index")  # what the score path runs between S and softmax
+
+
+def is_lse(op: Op, soft: Op) -> bool:
+    """Whether `op` is the log-sum-exp of the softmax's logits over its axis."""
+    return op.fn == "logsumexp" and op.over == soft.over and op.operands == soft.operands
+
+
+@dataclass(frozen=True)
+class ScoreInput:
+    """A tensor the logits read at each (query, key): a bias, a per-head slope."""
+
+    name: str
+    dtype: str
+    offset: str  # C++ offset of the (batch...) slice from the batch indices
+    q_pitch: str  # elements between neighbours along the query axis; 0 when it has none
+    x_pitch: str
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What the diagram does to the scaled logits S before softmax: elementwise statements
+    (biases, soft-capping, position terms) and masks, each mask a band of keys around the
+    diagonal or per-sequence lengths (`Visible` in ncdc_attention.cuh)."""
+
+    statements: tuple[Statement, ...] = ()  # computing `result` from ncdc_s, ncdc_i, ncdc_j
+    result: str = "ncdc_s"
+    inputs: tuple[ScoreInput, ...] = ()
+    batch: tuple[str, ...] = ()  # batch axes whose index a statement reads
+    lo: tuple[str, ...] = ()  # C++: key j is seen by query i when j >= i + each of these
+    hi: tuple[str, ...] = ()  # and j <= i + each of these
+    bounded: bool = False  # some mask bounds the keys above: launch the longest tiles first
+    window: bool = False  # a window mask
+    lengths: str = ""  # the int32 lengths tensor of a varlen mask
+    lengths_offset: str = "0"
+    sequences: str = ""  # the axis along which sequences are packed; "" for padded ones
+
+    @property
+    def plain(self) -> bool:
+        return not self.statements
 
 
 @dataclass(frozen=True)
@@ -71,25 +119,49 @@ class Attention:
     scale: float  # multiplied into the logits
     offset: Mapping[str, str]  # tensor -> C++ offset of the slice from the batch indices
     stride: Mapping[str, str]  # tensor -> C++ row pitch (along q or x), in elements
+    scores: Scores = Scores()
+    lse: str = ""  # the fp32 log-sum-exp output over (batch..., q), or none
 
     @property
     def sizes(self) -> tuple[str, ...]:
         """The runtime size parameters, in parameter order."""
-        return (*self.batch, self.q_axis, self.x_axis)
+        packed = (self.scores.sequences,) if self.scores.sequences else ()
+        return (*self.batch, self.q_axis, self.x_axis, *packed)
 
     def size_params(self, axes: Mapping[str, int]) -> tuple[Param, ...]:
         return tuple(Param(size_name(a), "int64", value=axes[a]) for a in self.sizes)
 
     def context(self) -> dict[str, object]:
+        sc = self.scores
         return {
             "T": cpp_type(self.dtype),
             "q": self.q, "k": self.k, "v": self.v, "o": self.o,
             "batch": self.batch, "sizes": self.sizes,
             "q_axis": self.q_axis, "x_axis": self.x_axis,
-            "d": self.d, "d_v": self.d_v, "causal": self.causal,
+            "d": self.d, "d_v": self.d_v, "causal": self.causal or sc.bounded,
             "q_regs": q_in_registers(self.d),
             "offset": dict(self.offset), "stride": dict(self.stride),
+            "statements": [{"out": st.out, "fn": st.fn, "args": st.args} for st in sc.statements],
+            "score_result": sc.result,
+            "score_inputs": [{"name": t.name, "ctype": cpp_type(t.dtype), "offset": t.offset,
+                              "q_pitch": t.q_pitch, "x_pitch": t.x_pitch} for t in sc.inputs],
+            "score_batch": sc.batch, "band_lo": sc.lo, "band_hi": sc.hi,
+            "lengths": sc.lengths, "lengths_offset": sc.lengths_offset,
+            "sequences": sc.sequences, "lse": self.lse,
+            "upper": bool(sc.hi), "below": bool(sc.lo or sc.sequences),
         }  # fmt: skip
+
+    def score_params(self) -> tuple[Param, ...]:
+        """The tensors the score path reads: biases and slopes, then the lengths."""
+        sc = self.scores
+        out = [Param(t.name, "tensor", t.dtype) for t in sc.inputs]
+        if sc.lengths:
+            out.append(Param(sc.lengths, "tensor", "int32"))
+        return tuple(out)
+
+    def lse_params(self) -> tuple[Param, ...]:
+        """The log-sum-exp output, when the diagram has one."""
+        return (Param(self.lse, "tensor", "fp32", writes=True),) if self.lse else ()
 
 
 def variant_name(kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int, warps: int) -> str:
@@ -100,6 +172,10 @@ def variant_name(kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int,
         + f"_w{warps}_s{STAGES}"
         + ("" if q_in_registers(at.d) else "_qsmem")
         + ("_causal" if at.causal else "")
+        + ("_window" if at.scores.window else "")
+        + ("_packed" if at.scores.sequences else "_varlen" if at.scores.lengths else "")
+        + ("" if at.scores.plain else "_scores")
+        + ("_lse" if at.lse else "")
     )
 
 
@@ -141,8 +217,9 @@ def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ..
     if second.over != (x,) or soft[0].out not in second.inputs or x in first.over:
         return None
     for op in kernel.ops:
-        if op not in (first, second, soft[0]) and op.kind not in ELEMENTWISE_KINDS:
-            return None
+        if op in (first, second, soft[0]) or op.kind in SCORE_KINDS or is_lse(op, soft[0]):
+            continue
+        return None
     operands = [o for o in first.operands if isinstance(o, str)]
     if len(operands) != 2:
         return None
@@ -188,7 +265,8 @@ def attention_registers(
 
     head = sum(model.sizes[a] for a in family.axes("d"))
     head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
-    p = DTYPE_BYTES[model.diagram.tensor(model.kernel.inputs[0]).dtype]
+    first = next(op for op in model.kernel.ops if op.kind == "contract")
+    p = DTYPE_BYTES[model.diagram.tensor(str(first.operands[0])).dtype]  # Q's (or K's)
     held = head if q_in_registers(head) else MMA_TILE
     fragments = -(-g_q * held * p // (4 * threads))
     return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
@@ -240,7 +318,9 @@ class AttentionFamily:
         batch = batch_count(at, axes)
         (q,), (x,) = family.axes("q"), family.axes("x")
         out = []
-        keys = (MMA_TILE,) if at.causal and max(at.d, at.d_v) > CAUSAL_WIDE_HEAD else TILES["s_x"]
+        sc = at.scores
+        masked = at.causal or sc.bounded or bool(sc.lo or sc.lengths) or not sc.plain
+        keys = (MMA_TILE,) if masked and max(at.d, at.d_v) > CAUSAL_WIDE_HEAD else TILES["s_x"]
         for g_q, s_x in itertools.product(
             mma_rows(q, TILES["g_q"], model.sizes[q], fixed),
             mma_rows(x, keys, model.sizes[x], fixed),
@@ -272,6 +352,8 @@ class AttentionFamily:
             Param(at.k, "tensor", at.dtype),
             Param(at.v, "tensor", at.dtype),
             Param(at.o, "tensor", at.dtype, writes=True),
+            *at.score_params(),
+            *at.lse_params(),
             *at.size_params(diagram.axes),
             Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e)),
         )
@@ -322,21 +404,24 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
     contracts = [op for op in kernel.ops if op.kind == "contract"]
     first, second = contracts
     soft = next(op for op in kernel.ops if op.kind == "softmax")
-    unfused = f"or run it unfused: schedule: {{materialize: [{first.out}, {soft.out}]}}"
-    causal = False
-    for op in kernel.ops:
-        if op.kind == "mask" and op.fn == "causal":
-            if (op.params.get("query"), op.params.get("key")) != (q_axis, x_axis):
-                raise PlanError(
-                    _unsupported(kernel, op, f"a causal mask over ({q_axis}, {x_axis})"),
-                    hint=f"write causal({op.inputs[0]}, query={q_axis}, key={x_axis}), " + unfused,
-                )
-            causal = True
-        elif op.kind not in ("contract", "softmax"):
-            raise PlanError(
-                _unsupported(kernel, op, "contract, causal, softmax, contract"),
-                hint=f"remove {op.out} = {op.fn}(...), " + unfused,
-            )
+    lse_op = next((op for op in kernel.ops if is_lse(op, soft)), None)
+    extra = [n for n in kernel.outputs if n not in (second.out, getattr(lse_op, "out", None))]
+    if extra:
+        raise PlanError(
+            f"attention kernel {kernel.name} saves {extra[0]}; the fused kernel saves only its "
+            f"output {second.out} and the log-sum-exp of the logits",
+            hint=f"remove {extra[0]} from outputs, or save it in a kernel of its own: "
+            f"schedule: {{materialize: [{extra[0]}]}}",
+        )
+    if lse_op is not None and lse_op.dtype != "fp32":
+        raise PlanError(
+            f"attention kernel {kernel.name}: the log-sum-exp {lse_op.out} is "
+            f"{lse_op.dtype}; the fused kernel writes it in fp32",
+            hint=f"write {lse_op.out} = logsumexp({soft.operands[0]}, over={x_axis}, dtype=fp32)",
+        )
+    batch = tuple(roles["batch"])
+    scores = read_scores(kernel, diagram, first, soft, batch, q_axis, x_axis)
+    causal = any(op.fn == "causal" for op in kernel.ops)
     if second.scale:
         raise PlanError(
             _unsupported(kernel, second, "a scale on the first contraction only"),
@@ -355,17 +440,21 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
     if x_axis in diagram.tensor(q_name).axes:  # contract(K, Q): the same logits
         q_name, k_name = k_name, q_name
     v_name = next(o for o in second.operands if isinstance(o, str) and o != soft.out)
-    (o_name,) = kernel.outputs
+    o_name = second.out
     names = {"Q": q_name, "K": k_name, "V": v_name, "O": o_name}
     dtype = diagram.tensor(q_name).dtype
     for role, n in names.items():
         t = diagram.tensor(n)
         if t.dtype != dtype or dtype not in INPUT_DTYPES:
+            want = dtype if dtype in INPUT_DTYPES else "bf16"
             raise PlanError(
                 f"attention kernel {kernel.name}: {role} ({n}) is {t.dtype}; expected Q, K, "
                 f"V and O all of one type among {', '.join(INPUT_DTYPES)}",
-                hint=f"store {n} as {dtype if dtype in INPUT_DTYPES else 'bf16'}: "
-                f"inputs: {{{n}: {{dtype: {dtype if dtype in INPUT_DTYPES else 'bf16'}}}}}",
+                hint=f"write {second.out} = contract({', '.join(map(str, second.operands))}, "
+                f"over={x_axis}, dtype={want})"
+                if role == "O"
+                else f"store {n} as {want}: "
+                f"inputs: {{{n}: {{axes: [{', '.join(t.axes)}], dtype: {want}}}}}",
             )
     d, d_v = diagram.axes[d_axis], diagram.axes[dv_axis]
     for axis, size in ((d_axis, d), (dv_axis, d_v)):
@@ -378,7 +467,6 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
                 if size < HEAD_MAX
                 else f"split the head into heads of at most {HEAD_MAX}",
             )
-    batch = tuple(roles["batch"])
     row_axis = {"Q": q_axis, "K": x_axis, "V": x_axis, "O": q_axis}
     head_axis = {"Q": d_axis, "K": d_axis, "V": dv_axis, "O": dv_axis}
     fixed = {d_axis: str(d), dv_axis: str(d_v)}
@@ -396,8 +484,150 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
         terms = [f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes]
         offset[n] = " + ".join(terms) or "0"
         stride[n] = pitch[row_axis[role]]
+    if lse_op is not None:  # over (batch..., q) in any order
+        axes = lse_op.axes
+        pitch = {a: _pitch(axes, a, fixed) for a in axes}
+        offset[lse_op.out] = (
+            " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes) or "0"
+        )
+        stride[lse_op.out] = pitch[q_axis]
     return Attention(q_name, k_name, v_name, o_name, batch, q_axis, x_axis, d, d_v, dtype,
-                      causal, scale, offset, stride)  # fmt: skip
+                      causal, scale, offset, stride, scores,
+                      lse_op.out if lse_op else "")  # fmt: skip
+
+
+def read_scores(
+    kernel: Kernel, diagram: Diagram, first: Op, soft: Op, batch: tuple[str, ...],
+    q_axis: str, x_axis: str,
+) -> Scores:  # fmt: skip
+    """The score path from the logits S = first to the softmax's operand: masks last (each
+    reading the one before, the first reading the transformed logits), and before them the
+    elementwise ops and indices, compiled to statements over the scaled logit `ncdc_s` of
+    query `ncdc_i` and key `ncdc_j`. PlanError, with what to write instead, for what the
+    score path cannot run."""
+    unfused = f"or run it unfused: schedule: {{materialize: [{first.out}, {soft.out}]}}"
+    masks: list[Op] = []
+    name = str(soft.operands[0])
+    by_out = {op.out: op for op in kernel.ops}
+    while name in by_out and by_out[name].kind == "mask":
+        masks.insert(0, by_out[name])
+        name = str(by_out[name].operands[0])
+    logits = name  # what the masks read: S, or S transformed
+    allowed = {*batch, q_axis, x_axis}
+    for op in kernel.ops:
+        if op.kind == "mask" and op not in masks:
+            raise PlanError(
+                _unsupported(kernel, op, "masks applied last, just before softmax"),
+                hint=f"apply {op.fn} to the logits softmax reads: write the other operations "
+                f"first, then {op.out} = {op.fn}(<their result>, ...), " + unfused,
+            )
+        if op.kind in SCORE_KINDS and not set(op.axes) <= allowed:
+            axis = next(a for a in op.axes if a not in allowed)
+            raise PlanError(
+                _unsupported(kernel, op, f"logits over ({', '.join(sorted(allowed))})"),
+                hint=f"drop the axis {axis} from {op.out}'s operands, " + unfused,
+            )
+    sc = _mask_bands(diagram, kernel, masks, batch, q_axis, x_axis, unfused)
+    chain = needed_ops(kernel.ops, [logits], [*kernel.inputs, first.out])
+    for op in kernel.ops:
+        if op.kind in SCORE_KINDS and op not in masks and op not in chain:
+            raise PlanError(
+                _unsupported(kernel, op, "elementwise operations on the logits only"),
+                hint=f"remove {op.out} = {op.fn}(...) from the kernel (compute it beforehand "
+                f"and pass it as an input), " + unfused,
+            )
+    if not chain:
+        return sc
+    produced = {op.out for op in chain}
+    inputs: dict[str, ScoreInput] = {}
+    needs_batch: list[str] = []
+
+    def value(n: str) -> str:
+        if n == first.out:
+            return "ncdc_s"
+        if n in produced:
+            return f"ncdc_e_{n}"
+        t = diagram.tensor(n)
+        if t.dtype not in ("fp32", "fp16", "bf16") or not set(t.axes) <= allowed:
+            raise PlanError(
+                f"attention kernel {kernel.name}: the logits read {n} ({t.dtype}, axes "
+                f"{list(t.axes)}); expected a bf16, fp16 or fp32 tensor over "
+                f"({', '.join(sorted(allowed))})",
+                hint=f"declare {n} as fp32 over some of those axes, " + unfused,
+            )
+        if n not in inputs:
+            pitch = {a: _pitch(t.axes, a, {}) for a in t.axes}
+            inputs[n] = ScoreInput(
+                n, t.dtype,
+                " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in t.axes) or "0",
+                pitch.get(q_axis, "0"), pitch.get(x_axis, "0"),
+            )  # fmt: skip
+        terms = [f"ncdc_p_{n}"]  # a broadcast axis (pitch 0) adds no term
+        terms += [f"ncdc_i * ncdc_q_{n}"] if inputs[n].q_pitch != "0" else []
+        terms += [f"ncdc_j * ncdc_x_{n}"] if inputs[n].x_pitch != "0" else []
+        at = " + ".join(terms)
+        return f"ncdc::to_float(ncdc::ld_global({at}))"
+
+    def index(axis: str) -> str:
+        if axis == q_axis:
+            return "ncdc_i"
+        if axis == x_axis:
+            return "ncdc_j"
+        needs_batch.append(axis)
+        return f"ncdc_b_{axis}"
+
+    statements: list[Statement] = []
+    for op in chain:
+        statements += op_statements(op, value, index, f"ncdc_e_{op.out}")
+    return Scores(
+        tuple(statements), value(logits), tuple(inputs.values()),
+        tuple(a for a in batch if a in needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
+        sc.lengths, sc.lengths_offset, sc.sequences,
+    )  # fmt: skip
+
+
+def _mask_bands(
+    diagram: Diagram,
+    kernel: Kernel, masks: list[Op], batch: tuple[str, ...], q_axis: str, x_axis: str,
+    unfused: str,
+) -> Scores:  # fmt: skip
+    """The masks as bands i + lo <= j <= i + hi (C++ over the sizes) and lengths."""
+    lo: list[str] = []
+    hi: list[str] = []
+    lengths, lengths_offset, sequences = "", "0", ""
+    window = False
+    for op in masks:
+        if (op.params.get("query"), op.params.get("key")) != (q_axis, x_axis):
+            raise PlanError(
+                _unsupported(kernel, op, f"a mask over ({q_axis}, {x_axis})"),
+                hint=f"write {op.fn}({op.operands[0]}, query={q_axis}, key={x_axis}), " + unfused,
+            )
+        if op.fn in ("causal", "window"):
+            shift = (
+                f"(ncdc_size_{x_axis} - ncdc_size_{q_axis})" if op.params["align"] == "end" else "0"
+            )
+            if op.fn == "causal":
+                hi.append(shift)
+            else:
+                window = True
+                lo.append(f"{shift} - {op.params['left']}ll")
+                hi.append(f"{shift} + {op.params['right']}ll")
+        elif op.fn == "varlen":
+            if lengths:
+                raise PlanError(
+                    _unsupported(kernel, op, "one varlen mask"),
+                    hint=f"remove {op.out} = varlen(...): one lengths tensor per kernel",
+                )
+            lengths = op.params["lengths"]
+            t_axes = diagram.tensor(lengths).axes
+            pitch = {a: _pitch(t_axes, a, {}) for a in t_axes}
+            lengths_offset = (
+                " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in t_axes) or "0"
+            )
+            own = [a for a in t_axes if a not in batch]
+            sequences = own[0] if own else ""
+    return Scores(lo=tuple(lo), hi=tuple(hi), bounded=bool(hi), window=window, lengths=lengths,
+                  lengths_offset=lengths_offset, sequences=sequences)  # fmt: skip
 
 
 def _pitch(axes: tuple[str, ...], axis: str, fixed: Mapping[str, str]) -> str:

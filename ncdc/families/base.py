@@ -29,6 +29,7 @@ CPP_TYPES: dict[str, str] = {
     "fp8_e4m3": "__nv_fp8_e4m3",
     "fp8_e5m2": "__nv_fp8_e5m2",
     "int8": "signed char",
+    "int32": "int",
 }
 SCALAR_KINDS = ("int32", "int64", "float32")
 VECTOR_BYTES = 16  # one global load or store instruction's widest access

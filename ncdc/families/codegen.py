@@ -71,6 +71,8 @@ def op_statements(
     def arg(o: str | float) -> str:
         return value(o) if isinstance(o, str) else float_literal(o)
 
+    if op.kind == "index":
+        return [Statement(out, "op_id", (f"float({index(op.params['axis'])})",))]
     args = tuple(arg(o) for o in op.operands)
     scaled = args[0]
     steps: list[Statement] = []
@@ -78,19 +80,27 @@ def op_statements(
         return [Statement(out, f"op_{op.fn}", args)]
     if op.kind == "binary":
         return [Statement(out, f"op_{op.fn}", args)]
-    if op.kind == "mask":
+    if op.kind == "mask" and op.fn == "causal":
         q, k = op.params["query"], op.params["key"]
-        shift = f"{size_name(k)} - {size_name(q)}"
+        shift = f"{size_name(k)} - {size_name(q)}" if op.params.get("align") != "start" else "0"
         return [Statement(out, "op_causal", (args[0], index(q), index(k), shift))]
+    if op.kind == "mask":
+        raise PlanError(
+            f"no code for {op.fn} ({op.out}) outside fused attention",
+            hint=f"feed {op.out} to softmax over {op.params['key']} and a contraction over "
+            f"{op.params['key']} in the same kernel (remove it from schedule.materialize), "
+            "or write a causal mask",
+        )
     if op.kind == "cast":
         for i, factor in enumerate(op.scale):
             tmp = f"ncdc_scaled{i}_{op.out}"
             steps.append(Statement(tmp, "op_mul", (scaled, arg(factor))))
             scaled = tmp
         dtype = op.params["to"]
-        if dtype not in CPP_TYPES or dtype == "int8":
+        if dtype not in CPP_TYPES:
             raise PlanError(
-                f"no code for a cast to {dtype}", hint="cast to fp32, bf16, fp16 or fp8"
+                f"no code for a cast to {dtype}",
+                hint=f"cast to one of {', '.join(CPP_TYPES)}",
             )
         steps.append(Statement(out, f"op_cast<{cpp_type(dtype)}>", (scaled,)))
         return steps
@@ -98,12 +108,14 @@ def op_statements(
 
 
 def check_dtypes(diagram: Diagram, names: Iterable[str]) -> None:
+    """Refuse a tensor whose dtype has no C++ storage type (every dtype a spec names has
+    one; integers are read exactly and computed on in fp32)."""
     for name in names:
         dtype = diagram.tensor(name).dtype
-        if dtype == "int8":
+        if dtype not in CPP_TYPES:
             raise PlanError(
-                f"tensor {name} is int8, which the elementwise and row-wise kernels do not read",
-                hint="cast it to a floating-point type first",
+                f"tensor {name} is {dtype}, which the generated kernels do not read",
+                hint=f"use one of {', '.join(CPP_TYPES)}",
             )
 
 

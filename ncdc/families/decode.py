@@ -130,6 +130,7 @@ class DecodeFamily:
             Workspace(part_ml, "fp32", batch * partials * q_len * 2),
         )
         sizes = at.size_params(diagram.axes)
+        lse = at.lse_params()
         scale = Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e))
         launches = (
             Launch.of(
@@ -141,6 +142,7 @@ class DecodeFamily:
                     Param(at.v, "tensor", at.dtype),
                     Param(part_o, "workspace", "fp32", writes=True),
                     Param(part_ml, "workspace", "fp32", writes=True),
+                    *at.score_params(),
                     *sizes,
                     scale,
                     Param("ncdc_keys_per_split", "int64", value=c.param("keys_per_split")),
@@ -153,6 +155,7 @@ class DecodeFamily:
                     Param(part_o, "workspace", "fp32"),
                     Param(part_ml, "workspace", "fp32"),
                     Param(at.o, "tensor", at.dtype, writes=True),
+                    *lse,
                     *sizes,
                     Param("ncdc_partials", "int64", value=partials),
                 ),

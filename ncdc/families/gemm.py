@@ -43,7 +43,7 @@ from ncdc.families.base import (
 )
 from ncdc.families.codegen import cpp_type, size_name
 from ncdc.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
-from ncdc.spec import DTYPE_BYTES, Diagram, Tensor
+from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
 
 if TYPE_CHECKING:
     from ncdc.cost import KernelModel, KernelPlan, Plan
@@ -64,7 +64,10 @@ SIMT_K = 8  # the fp32 path's k step
 SIMT_MAX_OUTPUTS = 64  # fp32 accumulators per thread before registers run out
 GATHER_MAX_OUTPUTS = 64  # the same for 8-bit operands whose fragments are gathered bytewise
 FP8_MIN_SM = 89  # mma.sync with e4m3/e5m2 operands starts with Ada (sm_89)
-INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp32")
+INT8_MIN_SM = 80  # mma.sync m16n8k32 .s8.s8.s32 starts with Ampere (sm_80)
+INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "fp32")
+# Weight-only GEMMs: an A type and the narrower B types widened to it in the main loop.
+WIDENED = {"bf16": ("int8",), "fp16": ("int8",)}
 
 
 @dataclass(frozen=True)
@@ -117,13 +120,17 @@ class GemmFamily:
             return None
         chain = {mm.out}
         for op in kernel.ops[1:]:
-            if op.kind not in ("map", "binary", "cast") or not chain & set(op.inputs):
+            if op.kind not in ("map", "binary", "cast"):
                 return None
-            # An epilogue keeps the tile of the result: other operands broadcast into it.
+            # An epilogue keeps the tile of the result: other operands broadcast into it. An
+            # op may read only such side operands (silu(G) of a saved gate G, for SwiGLU):
+            # it is computed per output element like the rest.
             for name in op.inputs:
                 if name not in chain and not set(diagram.tensor(name).axes) <= set(mm.axes):
                     return None
             chain.add(op.out)
+        if kernel.ops[-1].out != mm.out and not _reaches(kernel.ops, mm.out):
+            return None
         a, b = (diagram.tensor(n).axes for n in operands)
         out = mm.axes
         roles = {
@@ -186,7 +193,7 @@ class GemmFamily:
             )  # fmt: skip
         # sm_90a: the TMA + wgmma variant competes with these (ncdc/families/gemm_wgmma.py)
         hopper = gemm_wgmma.candidates(model, family, hw, streams, fixed, ops)
-        return list(out.values()) + hopper
+        return _within_block_level(model, hw, list(out.values())) + hopper
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
@@ -208,10 +215,39 @@ class GemmFamily:
                 f"{kp.kernel.name} multiplies {fp8[0]} on tensor cores, which sm_{sm} lacks "
                 f"(fp8 mma.sync needs sm_{FP8_MIN_SM} or newer)"
             )
+        if "int8" in dtypes and sm < INT8_MIN_SM:
+            return (
+                f"{kp.kernel.name} multiplies int8 on tensor cores with the m16n8k32 shape, "
+                f"which sm_{sm} lacks (it needs sm_{INT8_MIN_SM} or newer)"
+            )
         return ""
 
 
 FAMILY = GemmFamily()
+
+
+def _within_block_level(
+    model: KernelModel, hw: Hardware, found: list[Candidate]
+) -> list[Candidate]:
+    """The candidates whose inputs the model holds within the block level. The model counts
+    an epilogue operand over the output tile (the saved gate of SwiGLU) as held there whole,
+    though the kernel reads it straight into registers: a tile it would overflow is left
+    out, so that the plan's residency stays within capacity; all of them when none fit."""
+    capacity = hw.level(hw.block_level).capacity_bytes
+    fit = [
+        c for c in found
+        if model.resident(c.group, c.stream, c.stages, True)[1] <= capacity
+    ]  # fmt: skip
+    return fit or found
+
+
+def _reaches(ops: tuple[Op, ...], name: str) -> bool:
+    """Whether the last of `ops` depends on the result `name` (the epilogue is one chain)."""
+    found = {name}
+    for op in ops:
+        if found & set(op.inputs):
+            found.add(op.out)
+    return ops[-1].out in found
 
 
 def _params(t: GemmTiles, simt: bool) -> tuple[tuple[str, int], ...]:
@@ -245,9 +281,10 @@ def _mma_tiles(
     bm, bn = pow2(max(g_m, MMA_TILE)), pow2(max(g_n, MMA_TILE))
     mma_k = MMA_K[p]
     bk = pow2(max(s_k, mma_k))
-    if p == 1 and not (ops.a_k and ops.b_k):
+    if p == 1 and (ops.a.dtype == "int8" or not (ops.a_k and ops.b_k)):
         # 8-bit fragments gathered byte by byte (no ldmatrix .trans for 8-bit data) need
-        # more registers: at most 64 accumulators per thread, or ptxas spills.
+        # more registers: at most 64 accumulators per thread, or ptxas spills. So do int8's
+        # (128 int32 accumulators a thread spilled 20-24 B on sm_80 and sm_90a).
         while bm * bn > GATHER_MAX_OUTPUTS * 32 * warps:
             bm, bn = (bm // 2, bn) if bm > bn else (bm, bn // 2)
     best: tuple[tuple[int, float], GemmTiles] | None = None
@@ -281,11 +318,12 @@ def _simt_tiles(g_m: int, g_n: int, s_k: int, warps: int, stages: int) -> GemmTi
 
 def _smem_bytes(t: GemmTiles, ops: Operands, p: int) -> int:
     """Dynamic shared memory: STAGES copies of the A and B tiles, rows padded by 16 bytes
-    (the same formula as MmaTile / SimtTile::SMEM_BYTES; the template checks it)."""
-    pad = 16 // p
+    (the same formula as MmaTile / SimtTile::SMEM_BYTES; the template checks it). B keeps
+    its own type (int8 weights under 16-bit activations)."""
+    pb = DTYPE_BYTES[ops.b.dtype]
     a_rows, a_cols = (t.bm, t.bk) if ops.a_k else (t.bk, t.bm)
     b_rows, b_cols = (t.bn, t.bk) if ops.b_k else (t.bk, t.bn)
-    return t.stages * (a_rows * (a_cols + pad) + b_rows * (b_cols + pad)) * p
+    return t.stages * (a_rows * (a_cols + 16 // p) * p + b_rows * (b_cols + 16 // pb) * pb)
 
 
 def _registers(t: GemmTiles, threads: int, p: int, simt: bool) -> int:
@@ -308,8 +346,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     ops = _operands(kp.family, kp.kernel, d)
     tiles = _tiles_of(c)
     simt = bool(c.param("simt"))
+    types = ops.a.dtype if ops.a.dtype == ops.b.dtype else f"{ops.a.dtype}_{ops.b.dtype}"
     name = (
-        f"{kp.kernel.name}_gemm_{ops.a.dtype}_m{tiles.bm}_n{tiles.bn}_k{tiles.bk}"
+        f"{kp.kernel.name}_gemm_{types}_m{tiles.bm}_n{tiles.bn}_k{tiles.bk}"
         f"_w{tiles.warps}_s{tiles.stages}_a{'k' if ops.a_k else 'm'}_b{'k' if ops.b_k else 'n'}"
     )
     vec_a, vec_b = bool(c.param("vec_a")), bool(c.param("vec_b"))
@@ -385,10 +424,18 @@ def _operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
         )
     a_name, b_name = (o for o in mm.operands if isinstance(o, str))
     a, b = d.tensor(a_name), d.tensor(b_name)
-    if a.dtype != b.dtype or a.dtype not in INPUT_DTYPES:
+    if a.dtype in WIDENED and b.dtype in WIDENED[a.dtype]:
+        pass  # weight-only int8: B widened to A's type in the main loop
+    elif b.dtype in WIDENED and a.dtype in WIDENED[b.dtype]:
         raise PlanError(
             f"no GEMM kernel for {a.name} ({a.dtype}) times {b.name} ({b.dtype})",
-            hint="both operands bf16, fp16, fp8_e4m3, fp8_e5m2 or fp32 (cast one first)",
+            hint=f"list the int8 weights second: contract({b.name}, {a.name}, ...)",
+        )
+    elif a.dtype != b.dtype or a.dtype not in INPUT_DTYPES:
+        raise PlanError(
+            f"no GEMM kernel for {a.name} ({a.dtype}) times {b.name} ({b.dtype})",
+            hint="both operands bf16, fp16, fp8_e4m3, fp8_e5m2, int8 or fp32, or bf16 or "
+            "fp16 times int8 weights (cast one first)",
         )
     outs = kernel.outputs
     if len(outs) != 1 or outs[0] != kernel.ops[-1].out:
@@ -428,11 +475,13 @@ def _value(name: str) -> str:
 def _epilogue(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
     """The contraction's scale and the ops after it, as data the template unrolls."""
     mm = kernel.ops[0]
+    # Scalars multiply into one factor; a per-row or per-column scale is read per output.
+    scalars = [f for f in mm.scale if not isinstance(f, str) or not d.tensor(f).axes]
     scale = [
         {"kind": "tensor", "name": f}
         if isinstance(f, str)
         else {"kind": "number", "name": _literal(f)}
-        for f in mm.scale
+        for f in scalars
     ]
     operands: dict[str, dict[str, Any]] = {}
     chain = {mm.out}
@@ -452,6 +501,13 @@ def _epilogue(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
         }
         return {"kind": "tensor", "name": x}
 
+    vectors = [str(f) for f in mm.scale if isinstance(f, str) and d.tensor(f).axes]
+    first = f"ncdc_scaled_{mm.out}" if vectors else _value(mm.out)
+    src = {"kind": "value", "name": first}
+    for i, name in enumerate(vectors):
+        out = _value(mm.out) if i == len(vectors) - 1 else f"ncdc_scaled{i}_{mm.out}"
+        steps.append({"out": out, "fn": "mul", "cast": "", "args": [src, arg(name)]})
+        src = {"kind": "value", "name": out}
     for op in kernel.ops[1:]:
         if op.kind == "cast":
             src = arg(op.operands[0])
@@ -467,10 +523,12 @@ def _epilogue(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
         else:
             raise PlanError(f"no GEMM epilogue for {op.fn} ({op.out})")
         chain.add(op.out)
+    exact = ops.c.dtype == "int32" and ops.a.dtype == "int8" and not mm.scale and not steps
     return {
         "scale": scale,
         "scaled": bool(scale),
-        "product": _value(mm.out),
+        "first": first,
+        "exact": "true" if exact else "false",
         "steps": steps,
         "operands": list(operands.values()),
         "result": _value(kernel.ops[-1].out),

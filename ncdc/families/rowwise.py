@@ -87,6 +87,8 @@ class RowwiseFamily:
             src = diagram.tensor(next(o for o in op.operands if isinstance(o, str)))
             if op.over != row or len(row) != 1 or src.axes[-1] != row[0]:
                 return None
+        if not rows_contiguous(diagram, kernel, row[0]):
+            return None  # the reduction family's (strided over the row axis)
         for op in kernel.ops:
             if op not in rowops and op.kind not in ELEMENTWISE_KINDS:
                 return None
@@ -151,6 +153,12 @@ class RowwiseFamily:
 
 
 FAMILY = RowwiseFamily()
+
+
+def rows_contiguous(d: Diagram, kernel: Kernel, row: str) -> bool:
+    """Every tensor of the kernel over the row axis has it last (read in 16-byte runs)."""
+    names = (*kernel.inputs, *(op.out for op in kernel.ops))
+    return all(d.tensor(n).axes[-1] == row for n in names if row in d.tensor(n).axes)
 
 
 def _row_op(d: Diagram, kernel: Kernel, row: str) -> Op:

@@ -30,6 +30,8 @@ namespace ncdc_attention_unfused_0_S_gemm_bf16_m256_n128_k64_w8_s2_ak_bk {
 // Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
 // no diagram name meets a name of this code.
 struct ncdc_Epilogue {
+  // The int32 accumulator stored as it is (no float round trip): an int32 C, nothing after.
+  static constexpr bool EXACT = false;
   float ncdc_scale;
   NCDC_DEVICE float operator()(float ncdc_acc, long long ncdc_row, long long ncdc_col) const {
     const float ncdc_v_S = ncdc_acc * ncdc_scale;
@@ -211,6 +213,8 @@ namespace ncdc_attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn {
 // Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
 // no diagram name meets a name of this code.
 struct ncdc_Epilogue {
+  // The int32 accumulator stored as it is (no float round trip): an int32 C, nothing after.
+  static constexpr bool EXACT = false;
   float ncdc_scale;
   NCDC_DEVICE float operator()(float ncdc_acc, long long ncdc_row, long long ncdc_col) const {
     const float ncdc_v_O = ncdc_acc;

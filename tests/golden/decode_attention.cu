@@ -22,6 +22,7 @@
 #undef V
 #undef O
 
+
 extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attention_bf16_q16_x64_d128_w4_s2(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, float* __restrict__ ncdc_partial_o_decode_attention,
@@ -47,11 +48,17 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attent
   ncdc_slice.q_len = int(ncdc_size_q);
   ncdc_slice.x_len = int(ncdc_size_x);
   ncdc_slice.scale_log2 = ncdc_scale_log2;
+  const ncdc::attn::PlainScores ncdc_scores;
+  ncdc_slice.vis.x_end = ncdc_slice.x_len;
+  ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
+  ncdc_slice.lse = nullptr;
+  ncdc_slice.lse_stride = 0;
+
   // partials of this slice: gridDim.x splits x 4 warps, each [q][d_v] and [q][2]
   const long long ncdc_first = (long long)blockIdx.y * gridDim.x * 4 * ncdc_slice.q_len;
-  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 64, 4, false, true>(
+  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 64, 4, true, false, false>(
       ncdc_slice, int(blockIdx.x), int(ncdc_keys_per_split), ncdc_partial_o_decode_attention + ncdc_first * 128,
-      ncdc_partial_ml_decode_attention + ncdc_first * 2);
+      ncdc_partial_ml_decode_attention + ncdc_first * 2, ncdc_scores);
 }
 
 extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_merge_bf16_d128(
@@ -71,7 +78,8 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_merge_
   const long long ncdc_first = (long long)blockIdx.y * ncdc_partials * ncdc_size_q;
   ncdc::attn::decode_merge<__nv_bfloat16, 128, 128>(
       ncdc_partial_o_decode_attention + ncdc_first * 128, ncdc_partial_ml_decode_attention + ncdc_first * 2, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128,
-      128, int(ncdc_size_q), int(ncdc_partials));
+      128, int(ncdc_size_q), int(ncdc_partials),
+      nullptr, 0);
 }
 NCDC_EXPORT_KERNEL(decode_attention_decode_attention_bf16_q16_x64_d128_w4_s2);
 NCDC_EXPORT_KERNEL(decode_attention_decode_merge_bf16_d128);

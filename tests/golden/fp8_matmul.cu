@@ -29,6 +29,8 @@ namespace ncdc_fp8_matmul_gemm_fp8_e4m3_m256_n64_k128_w8_s2_ak_bn {
 // Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
 // no diagram name meets a name of this code.
 struct ncdc_Epilogue {
+  // The int32 accumulator stored as it is (no float round trip): an int32 C, nothing after.
+  static constexpr bool EXACT = false;
   float ncdc_scale;
   NCDC_DEVICE float operator()(float ncdc_acc, long long ncdc_row, long long ncdc_col) const {
     const float ncdc_v_C = ncdc_acc * ncdc_scale;

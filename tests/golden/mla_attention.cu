@@ -22,6 +22,7 @@
 #undef V
 #undef O
 
+
 extern "C" __global__ void __launch_bounds__(256) mla_attention_attention_bf16_q128_x32_d192_dv128_w8_s2_qsmem(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
@@ -45,8 +46,13 @@ extern "C" __global__ void __launch_bounds__(256) mla_attention_attention_bf16_q
   ncdc_slice.q_len = int(ncdc_size_q);
   ncdc_slice.x_len = int(ncdc_size_x);
   ncdc_slice.scale_log2 = ncdc_scale_log2;
+  const ncdc::attn::PlainScores ncdc_scores;
+  ncdc_slice.vis.x_end = ncdc_slice.x_len;
+  ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
+  ncdc_slice.lse = nullptr;
+  ncdc_slice.lse_stride = 0;
   const int ncdc_q_tile = int(blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 192, 128, 128, 32, false, false>(
-      ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile);
+  ncdc::attn::attention_forward<__nv_bfloat16, 192, 128, 128, 32, false, false, false, false>(
+      ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
 NCDC_EXPORT_KERNEL(mla_attention_attention_bf16_q128_x32_d192_dv128_w8_s2_qsmem);

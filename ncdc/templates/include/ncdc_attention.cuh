@@ -26,6 +26,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 NCDC_DEVICE float neg_inf() { return __int_as_float(int(0xff800000u)); }
 NCDC_DEVICE int imin(int a, int b) { return a < b ? a : b; }
+NCDC_DEVICE int imax(int a, int b) { return a > b ? a : b; }
+NCDC_DEVICE long long lmin(long long a, long long b) { return a < b ? a : b; }
+NCDC_DEVICE long long lmax(long long a, long long b) { return a > b ? a : b; }
 
 // 1 / l of a softmax sum, 0 for a row with no visible key. l >= 1 otherwise (the row's max
 // adds 2^0), far inside __fdividef's range; an IEEE division would call a slow-path
@@ -166,20 +169,100 @@ struct QFragments<T, D, SC, false> {
   }
 };
 
-// Masking of one step: key `j` is dropped for the lane's row r when j > limit[r].
+// Which keys a query sees: one interval of keys per query i, the intersection of a band
+// i + lo <= j <= i + hi (causal and window masks; +-kUnbounded when there is none), the
+// keys before x_end (the key axis, or a padded sequence's length) and, when sequences are
+// packed, the keys of i's own sequence (sequence s takes [sum seg[:s], sum seg[:s+1]) of
+// both axes; an index past the last sequence sees none). Both ends of the interval grow
+// with i, so a tile of queries [i0, i1] sees only keys in [first(i0), last(i1)].
+constexpr long long kUnbounded = 1ll << 40;
+
+struct Visible {
+  long long lo = -kUnbounded, hi = kUnbounded;
+  int x_end = 0;
+  const int* seg = nullptr;  // packed sequence lengths (int32), or none
+  int seg_n = 0;
+  int hi32 = 0;  // hi clamped to [-(q_len + 1), x_len]: i + hi32 stays an int (set_hi32)
+
+  NCDC_DEVICE void set_hi32(int q_len, int x_len) { hi32 = int(lmax(lmin(hi, x_len), -(q_len + 1ll))); }
+
+  // keys [first, last] of query i; last < first when it sees none
+  NCDC_DEVICE void keys(int i, int& first, int& last) const {
+    long long f = i + lo, l = i + hi;
+    if (seg != nullptr) {
+      long long start = 0, s0 = -1, s1 = -1;
+#pragma unroll 1
+      for (int s = 0; s < seg_n; ++s) {
+        const int len = ld_global(seg + s);
+        const long long end = start + (len > 0 ? len : 0);
+        if (i >= start && i < end) s0 = start, s1 = end;
+        start = end;
+      }
+      if (s0 < 0) s0 = start, s1 = start;  // past the last sequence: nothing, and monotone
+      f = f > s0 ? f : s0;
+      l = l < s1 - 1 ? l : s1 - 1;
+    }
+    f = f < 0 ? 0 : f > x_end ? x_end : f;
+    l = l > x_end - 1 ? x_end - 1 : l < -1 ? -1 : l;
+    first = int(f);
+    last = int(l);
+  }
+};
+
+// Visible::keys, with what the kernel's masks cannot do known at compile time: without a
+// lower bound (BELOW) the first key is 0, and without an upper one (UPPER) the last is
+// x_end - 1, so a plain or causal kernel keeps its limits as cheap as i + shift.
+template <bool UPPER, bool BELOW>
+NCDC_DEVICE void visible_keys(const Visible& v, int i, int& first, int& last) {
+  if (BELOW) {
+    v.keys(i, first, last);
+    return;
+  }
+  first = 0;
+  last = v.x_end - 1;
+  if (UPPER) last = imin(last, i + v.hi32);  // below -1 when none: still "no key"
+}
+
+// The logits as the diagram transforms them before its masks: the identity, or a functor
+// `float operator()(float s, int i, int j)` of the scaled logit s of query i and key j
+// (biases, soft-capping, position terms) generated for the kernel.
+struct PlainScores {
+  static constexpr bool kIdentity = true;
+  NCDC_DEVICE float operator()(float s, int, int) const { return s; }
+};
+
+// Masking of one step: key `j` is dropped for the lane's row r (query row[r]) when it lies
+// outside [lower[r], limit[r]]. BELOW: some mask bounds the keys from below (a window, or
+// packed sequences); without one, lower is 0 and never compared (fewer live registers).
+template <bool BELOW>
 struct KeyMask {
-  bool any;  // some key of the step may be dropped (x tail, split end or causal diagonal)
+  bool any;  // some key of the step may be dropped (x tail, split end or a mask's edge)
   int key0;  // global index of the step's first key
+  int lower[2];
   int limit[2];
+  int row[2];
+
+  template <bool UPPER>
+  NCDC_DEVICE void rows(const Visible& vis, int row0, int end) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row[r] = row0 + 8 * r;
+      visible_keys<UPPER, BELOW>(vis, row[r], lower[r], limit[r]);
+      limit[r] = imin(limit[r], end - 1);
+    }
+  }
+  NCDC_DEVICE bool dropped(int j, int r) const {
+    return j > limit[r] || (BELOW && j < lower[r]);
+  }
 };
 
 // S = Q K^T over NK keys (smem rows krow0.. of a swizzled K tile of D / 8 chunks per row),
 // scaled to base 2 and masked, then the online-softmax update: on return s holds
 // P = 2^(S - m), and o and l are rescaled to the new running max.
-template <class T, int D, int DV, int NK, class QF>
+template <class T, int D, int DV, int NK, class QF, class Mask, class Scores>
 NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st, const QF& qf,
-                            const T* ks, int krow0,
-                            const KeyMask& mask, float scale_log2, int lane) {
+                            const T* ks, int krow0, const Mask& mask, float scale_log2,
+                            const Scores& scores, int lane) {
   static_assert(NK % 16 == 0, "keys per warp step: a multiple of 16");
 #pragma unroll
   for (int n = 0; n < NK / 8; ++n)
@@ -205,8 +288,13 @@ NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st, const QF& q
   for (int n = 0; n < NK / 8; ++n) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      float v = s[n][i] * scale_log2;
-      if (mask.any && mask.key0 + 8 * n + 2 * t + (i & 1) > mask.limit[i >> 1]) v = neg_inf();
+      float v;
+      if (Scores::kIdentity)
+        v = s[n][i] * scale_log2;
+      else  // the functor sees natural-log logits: a bias adds to s, not to s log2(e)
+        v = scores(s[n][i] * (scale_log2 * (1.0f / kLog2e)), mask.row[i >> 1],
+                   mask.key0 + 8 * n + 2 * t + (i & 1)) * kLog2e;
+      if (mask.any && mask.dropped(mask.key0 + 8 * n + 2 * t + (i & 1), i >> 1)) v = neg_inf();
       s[n][i] = v;
       mx[i >> 1] = fmaxf(mx[i >> 1], v);
     }
@@ -283,19 +371,32 @@ struct Slice {
   long long q_stride, k_stride, v_stride;
   int q_len, x_len;
   float scale_log2;  // the logits' scale times log2(e)
+  Visible vis;       // the keys each query sees (x_end is x_len without a length mask)
+  float* lse;        // the log-sum-exp of each query's logits (natural log), or none
+  long long lse_stride;
 };
+
+// The log-sum-exp of a row from its running max m (base 2) and sum l: (m + log2 l) ln 2,
+// -inf for a row that saw no key (log 0).
+NCDC_DEVICE float row_lse(float m, float l) {
+  return l > 0.0f ? (m + log2f(l)) * 0.6931471805599453f : neg_inf();
+}
 
 // ---------------------------------------------------------------------------------------
 // Fused forward: one block per (batch..., GQ queries), one warp per 16 of them; K and V
-// stream through a 2-stage cp.async ring of SX keys. Causal: key j is visible to query i
-// when j <= i + x_len - q_len; fully masked tiles are never loaded, and a warp skips the
-// math of tiles that are masked for all its rows.
+// stream through a 2-stage cp.async ring of SX keys. Query i sees the keys a.vis gives it
+// (causal: j <= i + x_len - q_len); tiles no query of the block sees are never loaded, and
+// a warp skips the math of tiles that are masked for all its rows.
 //
 // Shared memory (elements of T, rows of row_chunks<C>() chunks of 8): Q [GQ][QC] (reused
 // to stage O), K [2][SX][D / 8], V [2][SX][DV / 8], QC = max(D, DV) / 8. QREG: Q's mma
-// fragments in registers, else read from the Q tile at each step.
-template <class T, int D, int DV, int GQ, int SX, bool CAUSAL, bool QREG>
-NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, int q_tile) {
+// fragments in registers, else read from the Q tile at each step. BELOW: some query's keys
+// are bounded from below (KeyMask). LSE: write each row's log-sum-exp to a.lse (a flag, so
+// that a kernel without one keeps no pointer live through the key loop).
+template <class T, int D, int DV, int GQ, int SX, bool QREG, bool UPPER, bool BELOW, bool LSE,
+          class Scores>
+NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, int q_tile,
+                                   const Scores& scores) {
   constexpr int W = GQ / 16, THREADS = 32 * W;
   constexpr int QC = (D > DV ? D : DV) / 8;
   constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
@@ -306,31 +407,33 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int q0 = q_tile * GQ;
-  const int shift = a.x_len - a.q_len;  // causal diagonal: key q + shift for query q
 
-  int tiles = (a.x_len + SX - 1) / SX;
-  if (CAUSAL) {
-    const int last_key = imin(q0 + GQ, a.q_len) - 1 + shift;
-    tiles = last_key < 0 ? 0 : imin(tiles, last_key / SX + 1);
-  }
+  // key tiles [tile0, tile0 + tiles): those some query of the block sees
+  int first_key, last_key, unused;
+  visible_keys<UPPER, BELOW>(a.vis, q0, first_key, unused);
+  visible_keys<UPPER, BELOW>(a.vis, imin(q0 + GQ, a.q_len) - 1, unused, last_key);
+  const int tile0 = BELOW ? first_key / SX : 0;  // without a lower bound, first_key is 0
+  const int tiles = last_key < first_key ? 0 : last_key / SX + 1 - tile0;
   const int wrow = q0 + 16 * warp;  // this warp's first query
-  KeyMask mask;
-  mask.limit[0] = a.x_len - 1;
-  mask.limit[1] = a.x_len - 1;
-  if (CAUSAL) {
-    mask.limit[0] = imin(mask.limit[0], wrow + g + shift);
-    mask.limit[1] = imin(mask.limit[1], wrow + g + 8 + shift);
-  }
-  const int warp_first = CAUSAL ? imin(a.x_len - 1, wrow + shift) : a.x_len - 1;
-  const int warp_last = CAUSAL ? imin(a.x_len - 1, wrow + 15 + shift) : a.x_len - 1;
+  KeyMask<BELOW> mask;
+  mask.template rows<UPPER>(a.vis, wrow + g, a.x_len);
+  // the step needs no mask when its keys lie inside every row's interval. The last row is
+  // not clipped to q_len: its interval only widens the test (rows past q_len are never
+  // stored), and clipping it cost a causal d = 240 tile 26 registers and a spill.
+  int top_first, top_last, bottom_first, bottom_last;  // of the warp's first and last rows
+  visible_keys<UPPER, BELOW>(a.vis, wrow, top_first, top_last);
+  visible_keys<UPPER, BELOW>(a.vis, wrow + 15, bottom_first, bottom_last);
 
   RowState<DV> st;
   init_state(st);
   if (tiles > 0) {
+    const int k0 = tile0 * SX;
     load_tile<T, GQ, D, QC, THREADS>(qs, a.q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
-    load_tile<T, SX, D, D / 8, THREADS>(ks, a.k, a.k_stride, a.x_len, tid);
+    load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + k0 * a.k_stride, a.k_stride, a.x_len - k0,
+                                        tid);
     cp_async_commit();
-    load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v, a.v_stride, a.x_len, tid);
+    load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + k0 * a.v_stride, a.v_stride, a.x_len - k0,
+                                          tid);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
@@ -338,7 +441,7 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
 
     for (int j = 0; j < tiles; ++j) {
       const int stage = j & 1;
-      const int key0 = j * SX;
+      const int key0 = (tile0 + j) * SX;
       const T* kt = ks + stage * KT;
       const T* vt = vs + stage * VT;
       // K_j has landed (V_j may still be in flight); every warp is done with stage^1
@@ -350,11 +453,11 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
                                             a.k_stride, a.x_len - next, tid);
       }
       cp_async_commit();
-      const bool active = key0 <= warp_last;
-      mask.any = key0 + SX - 1 > warp_first;
+      const bool active = key0 <= bottom_last && (!BELOW || key0 + SX - 1 >= top_first);
+      mask.any = key0 + SX - 1 > top_last || (BELOW && key0 < bottom_first);
       mask.key0 = key0;
       float s[SX / 8][4];
-      if (active) score_step<T, D, DV, SX>(s, st, qf, kt, 0, mask, a.scale_log2, lane);
+      if (active) score_step<T, D, DV, SX>(s, st, qf, kt, 0, mask, a.scale_log2, scores, lane);
       // V_j has landed (K_{j+1} may still be in flight)
       cp_async_wait<1>();
       __syncthreads();
@@ -372,6 +475,11 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
   // O / l, staged through this warp's own rows of the Q tile (no other warp reads them),
   // then stored as 16-byte rows; a row with no visible key has l = 0 and stores zeros.
   reduce_sums(st);
+  if (LSE && t == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (mask.row[r] < a.q_len) st_global(a.lse + mask.row[r] * a.lse_stride, row_lse(st.m[r], st.l[r]));
+  }
   __syncwarp();  // this warp's reads of its Q rows are done before O overwrites them
   T* os = qs + 16 * warp * row_chunks<QC>() * 8;
 #pragma unroll
@@ -401,9 +509,9 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
 //   part_o[partial][q][DV], part_ml[partial][q][2] = (m in base 2, l).
 // Shared memory (elements of T, rows as in attention_forward): Q [16][D / 8],
 // K [2][SX][D / 8], V [2][SX][DV / 8].
-template <class T, int D, int DV, int SX, int W, bool CAUSAL, bool QREG>
+template <class T, int D, int DV, int SX, int W, bool QREG, bool UPPER, bool BELOW, class Scores>
 NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split, float* part_o,
-                                float* part_ml) {
+                                float* part_ml, const Scores& scores) {
   constexpr int THREADS = 32 * W, NK = SX / W;
   constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
   static_assert(SX % (16 * W) == 0, "each warp takes a multiple of 16 keys per stage");
@@ -412,19 +520,18 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
   T* vs = ks + 2 * KT;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int shift = a.x_len - a.q_len;
 
-  const int begin = split * keys_per_split;
-  const int end = imin(a.x_len, begin + keys_per_split);
+  // this split's keys, cut to those some query sees (tiles stay aligned to the split)
+  int first_key, last_key, top_last, bottom_first;
+  visible_keys<UPPER, BELOW>(a.vis, 0, first_key, top_last);
+  visible_keys<UPPER, BELOW>(a.vis, imin(16, a.q_len) - 1, bottom_first, last_key);
+  const int split0 = split * keys_per_split;
+  const int begin =
+      BELOW && first_key > split0 ? split0 + (first_key - split0) / SX * SX : split0;
+  const int end = imin(imin(a.x_len, split0 + keys_per_split), last_key + 1);
   const int tiles = end > begin ? (end - begin + SX - 1) / SX : 0;
-  KeyMask mask;
-  mask.limit[0] = end - 1;
-  mask.limit[1] = end - 1;
-  if (CAUSAL) {
-    mask.limit[0] = imin(mask.limit[0], g + shift);
-    mask.limit[1] = imin(mask.limit[1], g + 8 + shift);
-  }
-  const int first_limit = CAUSAL ? imin(end - 1, shift) : end - 1;
+  KeyMask<BELOW> mask;
+  mask.template rows<UPPER>(a.vis, g, end);
 
   RowState<DV> st;
   init_state(st);
@@ -452,13 +559,13 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
                                             a.k_stride, end - next, tid);
       }
       cp_async_commit();
-      const bool active = key0 < end;
-      mask.any = key0 + NK - 1 > first_limit;
+      const bool active = key0 < end && (!BELOW || key0 + NK - 1 >= first_key);
+      mask.any = key0 + NK - 1 > imin(top_last, end - 1) || (BELOW && key0 < bottom_first);
       mask.key0 = key0;
       float s[NK / 8][4];
       if (active)
         score_step<T, D, DV, NK>(s, st, qf, ks + stage * KT, warp * NK, mask, a.scale_log2,
-                                 lane);
+                                 scores, lane);
       cp_async_wait<1>();
       __syncthreads();
       if (j + 1 < tiles) {
@@ -492,10 +599,11 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
 //   m = max m_p, l = sum l_p 2^(m_p - m), O = sum O_p 2^(m_p - m) / l.
 // Warps first turn (m_p, l_p) into weights 2^(m_p - m) / l in shared memory (a row with
 // l = 0 gets weight 0 everywhere, so zeros), then lanes sum 4 columns each.
-// Shared memory: float [q_len][partials].
+// The log-sum-exp of each row goes to lse (when not null). Shared memory: float
+// [q_len][partials].
 template <class T, int DV, int THREADS>
 NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, long long o_stride,
-                              int q_len, int partials) {
+                              int q_len, int partials, float* lse, long long lse_stride) {
   float* weight = dynamic_smem<float>();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   for (int row = warp; row < q_len; row += THREADS / 32) {
@@ -516,6 +624,7 @@ NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, l
     }
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) l += __shfl_xor_sync(0xffffffffu, l, k);
+    if (lse != nullptr && lane == 0) st_global(lse + row * lse_stride, row_lse(m, l));
     const float inv = inverse_sum(l);
 #pragma unroll 1
     for (int p = lane; p < partials; p += 32) weight[row * partials + p] *= inv;

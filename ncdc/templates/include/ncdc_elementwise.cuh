@@ -89,6 +89,16 @@ struct Bits<__nv_fp8_e5m2> {
   }
   static NCDC_DEVICE uint32_t put(float x) { return from_float<__nv_fp8_e5m2>(x).__x; }
 };
+template <>
+struct Bits<signed char> {
+  static NCDC_DEVICE float get(uint32_t w) { return float((signed char)(w & 0xffu)); }
+  static NCDC_DEVICE uint32_t put(float x) { return uint8_t(from_float<signed char>(x)); }
+};
+template <>
+struct Bits<int> {
+  static NCDC_DEVICE float get(uint32_t w) { return float(int(w)); }
+  static NCDC_DEVICE uint32_t put(float x) { return uint32_t(from_float<int>(x)); }
+};
 
 // ---- runs of elements --------------------------------------------------------------------
 // Load V consecutive elements of T at p (p aligned to V * sizeof(T), or to 16 bytes when

@@ -140,6 +140,13 @@ inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : 
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+// cvt.rni.s32.f32: to nearest even, saturating to the int range, NaN to 0.
+inline int __float2int_rn(float x) {
+  if (x != x) return 0;
+  if (x <= -2147483648.0f) return int(0x80000000u);
+  if (x >= 2147483648.0f) return 0x7fffffff;
+  return int(nearbyintf(x));
+}
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __clz(int x) { return x ? __builtin_clz(unsigned(x)) : 32; }
 inline int __ffs(int x) { return __builtin_ffs(x); }

@@ -2,7 +2,7 @@
 // BK chunks through a STAGES-deep cp.async pipeline in shared memory.
 //
 //   * 16-bit and 8-bit inputs: `MmaTile`, warps on mma.sync (m16n8k16, or m16n8k32 for e4m3 /
-//     e5m2) with fp32 accumulators, fragments from ldmatrix (.trans for the operand whose
+//     e5m2 / int8) with fp32 accumulators (int32 for int8), fragments from ldmatrix (.trans for the operand whose
 //     contiguous axis is not k; 8-bit data has no transposing ldmatrix, so those fragments
 //     are gathered byte by byte from shared memory).
 //   * fp32 inputs: `SimtTile`, FFMA on CUDA cores with a TM x TN register tile per thread
@@ -143,27 +143,33 @@ struct TileCopy {
 template <class Tile, class T, bool VEC_A, bool VEC_B>
 struct Copies {
   using A = TileCopy<T, Tile::A_ROWS, Tile::A_COLS, Tile::A_LD, Tile::THREADS, Tile::A_K_, VEC_A>;
-  using B = TileCopy<T, Tile::B_ROWS, Tile::B_COLS, Tile::B_LD, Tile::THREADS, Tile::B_K_, VEC_B>;
+  using TB = typename Tile::TypeB;  // B's storage type (int8 weights under 16-bit A)
+  using B = TileCopy<TB, Tile::B_ROWS, Tile::B_COLS, Tile::B_LD, Tile::THREADS, Tile::B_K_, VEC_B>;
   A a;
   B b;
 
   // Copies start at k offset k0 (the first whole k tile).
-  NCDC_DEVICE Copies(const T* ga, const T* gb, const Shape& s, long long m0, long long n0,
+  NCDC_DEVICE Copies(const T* ga, const TB* gb, const Shape& s, long long m0, long long n0,
                      long long k0)
       : a(ga, s.lda, Tile::A_K_ ? m0 : k0, Tile::A_K_ ? k0 : m0, Tile::A_K_ ? s.m : s.k,
           Tile::A_K_ ? s.k : s.m),
         b(gb, s.ldb, Tile::B_K_ ? n0 : k0, Tile::B_K_ ? k0 : n0, Tile::B_K_ ? s.n : s.k,
           Tile::B_K_ ? s.k : s.n) {}
 
-  NCDC_DEVICE void load(T* smem, int stage) {
-    a.load(smem + stage * Tile::A_STAGE);
-    b.load(smem + Tile::PIPE * Tile::A_STAGE + stage * Tile::B_STAGE);
+  // B's slots follow all of A's.
+  static NCDC_DEVICE TB* stage_b(T* smem, int stage) {
+    return reinterpret_cast<TB*>(smem + Tile::PIPE * Tile::A_STAGE) + stage * Tile::B_STAGE;
   }
 
-  NCDC_DEVICE void load_tail(T* smem, int stage, const T* ga, const T* gb, const Shape& s,
+  NCDC_DEVICE void load(T* smem, int stage) {
+    a.load(smem + stage * Tile::A_STAGE);
+    b.load(stage_b(smem, stage));
+  }
+
+  NCDC_DEVICE void load_tail(T* smem, int stage, const T* ga, const TB* gb, const Shape& s,
                              long long m0, long long n0, long long k0) const {
     T* sa = smem + stage * Tile::A_STAGE;
-    T* sb = smem + Tile::PIPE * Tile::A_STAGE + stage * Tile::B_STAGE;
+    TB* sb = stage_b(smem, stage);
     if (Tile::A_K_) a.load_tail(sa, ga, s.lda, m0, k0, s.m, s.k);
     else a.load_tail(sa, ga, s.lda, k0, m0, s.k, s.m);
     if (Tile::B_K_) b.load_tail(sb, gb, s.ldb, n0, k0, s.n, s.k);
@@ -172,10 +178,12 @@ struct Copies {
 };
 
 // ---- tensor-core instruction per input type ------------------------------------------------
+// Acc: the accumulator type (fp32, or int32 for int8 inputs).
 template <class T>
 struct Mma;
 template <>
 struct Mma<__nv_bfloat16> {
+  using Acc = float;
   static constexpr int K = 16;
   static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
     mma_m16n8k16_bf16(d, a, b, d);
@@ -183,6 +191,7 @@ struct Mma<__nv_bfloat16> {
 };
 template <>
 struct Mma<__half> {
+  using Acc = float;
   static constexpr int K = 16;
   static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
     mma_m16n8k16_f16(d, a, b, d);
@@ -193,6 +202,7 @@ struct Mma<__half> {
 #if !defined(NCDC_GPU) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890)
 template <>
 struct Mma<__nv_fp8_e4m3> {
+  using Acc = float;
   static constexpr int K = 32;
   static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
     mma_m16n8k32_e4m3(d, a, b, d);
@@ -200,12 +210,22 @@ struct Mma<__nv_fp8_e4m3> {
 };
 template <>
 struct Mma<__nv_fp8_e5m2> {
+  using Acc = float;
   static constexpr int K = 32;
   static NCDC_DEVICE void run(float* d, const uint32_t* a, const uint32_t* b) {
     mma_m16n8k32_e5m2(d, a, b, d);
   }
 };
 #endif
+// int8: exact int32 accumulation (sm_80 and later).
+template <>
+struct Mma<signed char> {
+  using Acc = int;
+  static constexpr int K = 32;
+  static NCDC_DEVICE void run(int* d, const uint32_t* a, const uint32_t* b) {
+    mma_m16n8k32_s8(d, a, b, d);
+  }
+};
 
 // Four bytes of column `col` of a byte matrix in shared memory (pitch ld), rows row..row+3,
 // packed low to high: an 8-bit fragment register read across the contiguous axis.
@@ -215,20 +235,42 @@ NCDC_DEVICE uint32_t gather_bytes(const void* smem, int ld, int row, int col) {
          uint32_t(s[3 * ld]) << 24;
 }
 
+// Two int8 weights as the 16-bit pair of an mma fragment register (low half = lo): exact,
+// as every int8 is a bf16 and an fp16 value.
+template <class T>
+NCDC_DEVICE uint32_t widen_int8_pair(signed char lo, signed char hi);
+template <>
+NCDC_DEVICE uint32_t widen_int8_pair<__nv_bfloat16>(signed char lo, signed char hi) {
+  return pack_bf16x2(float(lo), float(hi));
+}
+template <>
+NCDC_DEVICE uint32_t widen_int8_pair<__half>(signed char lo, signed char hi) {
+  return pack_f16x2(float(lo), float(hi));
+}
+
 // ---- tensor-core tile ------------------------------------------------------------------------
 // A_K: A's contiguous axis is k (else m). B_K: B's contiguous axis is k (else n).
-template <class T, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool A_K, bool B_K>
+// TB: B's storage type. TB = T runs on T's tensor cores; TB = int8 with a 16-bit T is the
+// weight-only GEMM: B stays int8 in shared memory (half the bytes of a 16-bit B) and each
+// fragment is widened to T in registers (dequantised in the main loop: the per-column scale
+// is exact to apply after the sum, in the epilogue).
+template <class T, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES, bool A_K, bool B_K,
+          class TB = T>
 struct MmaTile {
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;  // warp tile
   static constexpr int MI = WM / 16, NI = WN / 8;             // mma tiles per warp
+  using Acc = typename Mma<T>::Acc;
   static constexpr int KSTEP = Mma<T>::K;
-  static constexpr int PAD = 16 / int(sizeof(T));
+  static constexpr int PAD = 16 / int(sizeof(T)), B_PAD = 16 / int(sizeof(TB));
   static constexpr int A_ROWS = A_K ? BM : BK, A_COLS = A_K ? BK : BM, A_LD = A_COLS + PAD;
-  static constexpr int B_ROWS = B_K ? BN : BK, B_COLS = B_K ? BK : BN, B_LD = B_COLS + PAD;
+  static constexpr int B_ROWS = B_K ? BN : BK, B_COLS = B_K ? BK : BN, B_LD = B_COLS + B_PAD;
   static constexpr int A_STAGE = A_ROWS * A_LD, B_STAGE = B_ROWS * B_LD;
-  static constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * int(sizeof(T));
+  static constexpr int SMEM_BYTES = STAGES * (A_STAGE * int(sizeof(T)) + B_STAGE * int(sizeof(TB)));
   static constexpr bool BYTES8 = sizeof(T) == 1;
+  static constexpr bool WIDEN_B = sizeof(TB) < sizeof(T);  // int8 weights, 16-bit activations
+  using TypeB = TB;
+  static_assert(!WIDEN_B || (sizeof(T) == 2 && sizeof(TB) == 1), "B widens from int8 to 16 bits");
   static constexpr int K_TILE = BK, PIPE = STAGES;
   static constexpr bool A_K_ = A_K, B_K_ = B_K;
   static constexpr int BM_ = BM, BN_ = BN;
@@ -236,7 +278,7 @@ struct MmaTile {
   static_assert(BK % KSTEP == 0, "k tile is a multiple of the mma k");
   static_assert(STAGES >= 2, "the pipeline has at least two stages");
 
-  float acc[MI][NI][4];
+  Acc acc[MI][NI][4];
 
   NCDC_DEVICE void clear() {
 #pragma unroll
@@ -244,7 +286,7 @@ struct MmaTile {
 #pragma unroll
       for (int j = 0; j < NI; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = Acc(0);
   }
 
   // A fragment (16 x KSTEP) at warp row m, k offset kk.
@@ -262,10 +304,27 @@ struct MmaTile {
     }
   }
 
+  // Pipeline slot `stage` of B in shared memory, after every slot of A.
+  static NCDC_DEVICE const TB* stage_b(const T* smem, int stage) {
+    return reinterpret_cast<const TB*>(smem + STAGES * A_STAGE) + stage * B_STAGE;
+  }
+
   // B fragments of two n8 tiles (KSTEP x 16) at warp column n, k offset kk.
-  static NCDC_DEVICE void frag_b(uint32_t* b0, uint32_t* b1, const T* sb, int n, int kk, int lane) {
+  static NCDC_DEVICE void frag_b(uint32_t* b0, uint32_t* b1, const TB* sb, int n, int kk, int lane) {
     const int r = lane & 7, j = lane >> 3;
-    if constexpr (B_K || !BYTES8) {
+    if constexpr (WIDEN_B) {
+      // Register h of an n8 tile holds rows (k) 2t + 8h and 2t + 8h + 1 of column (n) g.
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int k = kk + 2 * t + 8 * h;
+        const int i0 = B_K ? (n + g) * B_LD + k : k * B_LD + n + g;
+        const int i1 = B_K ? (n + 8 + g) * B_LD + k : k * B_LD + n + 8 + g;
+        const int next = B_K ? 1 : B_LD;  // the following k
+        b0[h] = widen_int8_pair<T>(sb[i0], sb[i0 + next]);
+        b1[h] = widen_int8_pair<T>(sb[i1], sb[i1 + next]);
+      }
+    } else if constexpr (B_K || !BYTES8) {
       uint32_t x[4];
       if constexpr (B_K) ldmatrix_x4(x, sb + (n + r + 8 * (j >> 1)) * B_LD + kk + (KSTEP / 2) * (j & 1));
       else ldmatrix_x4_trans(x, sb + (kk + r + 8 * (j & 1)) * B_LD + n + 8 * (j >> 1));
@@ -288,7 +347,7 @@ struct MmaTile {
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
     const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
     const T* sa = smem + stage * A_STAGE;
-    const T* sb = smem + STAGES * A_STAGE + stage * B_STAGE;
+    const TB* sb = stage_b(smem, stage);
     // Byte-gathered fragments: one k step at a time, or the loads of all steps stay live.
     constexpr int UNROLL = (BYTES8 && !(A_K && B_K)) ? 1 : BK / KSTEP;
 #pragma unroll UNROLL
@@ -345,6 +404,7 @@ struct MmaTile {
 template <int BM, int BN, int BK, int NTHREADS, int TM, int TN, int STAGES, bool A_K, bool B_K>
 struct SimtTile {
   using T = float;
+  using TypeB = float;
   static constexpr int THREADS = NTHREADS;
   static constexpr int TX = BN / TN, TY = BM / TM;
   static constexpr int PAD = 4;
@@ -408,8 +468,8 @@ struct SimtTile {
 // k tile that ends past k, if any, is loaded first, so every copy the loop issues is of a
 // whole k tile (the sums over k are taken in another order, which fp32 accumulation allows).
 template <bool VEC_A, bool VEC_B, class Tile, class T>
-NCDC_DEVICE void mainloop(Tile& tile, const T* A, const T* B, const Shape& s, long long m0,
-                          long long n0) {
+NCDC_DEVICE void mainloop(Tile& tile, const T* A, const typename Tile::TypeB* B, const Shape& s,
+                          long long m0, long long n0) {
   constexpr int bk = Tile::K_TILE, stages = Tile::PIPE;
   T* smem = dynamic_smem<T>();
   const int ktiles = int((s.k + bk - 1) / bk);  // k < 2^31
@@ -441,31 +501,39 @@ NCDC_DEVICE void store_one(TC* p, float v) {
   st_global(p, from_float<TC>(v));
 }
 
-// Two adjacent outputs of C at (row, col) and (row, col + 1), already through the epilogue
-// when `Epi` says so; one vector store when C's n pitch is 1 and the pair is aligned.
-template <class TC, class Epi>
+// The stored value of one accumulator: through the epilogue in fp32 (an int32 accumulator
+// converted first: exact below 2^24, the dequantised GEMM), or, when `Epi::EXACT` (an int32
+// C with nothing after the contraction), the accumulator itself.
+template <class TC, class Epi, class Acc>
+NCDC_DEVICE TC output_value(const Epi& epi, Acc a, long long row, long long col) {
+  if constexpr (Epi::EXACT) return TC(a);
+  else return from_float<TC>(epi(float(a), row, col));
+}
+
+// Two adjacent outputs of C at (row, col) and (row, col + 1), through the epilogue; one
+// vector store when C's n pitch is 1 and the pair is aligned.
+template <class TC, class Epi, class Acc>
 NCDC_DEVICE void store_pair(TC* C, const Shape& s, bool vec_c, const Epi& epi, long long row,
-                            long long col, float a0, float a1) {
+                            long long col, Acc a0, Acc a1) {
   using W = typename Word<sizeof(TC)>::type;
   if (row >= s.m || col >= s.n) return;
   TC* p = C + row * s.ldc_m + col * s.ldc_n;
-  const float v0 = epi(a0, row, col);
+  const TC c0 = output_value<TC>(epi, a0, row, col);
   if (col + 1 >= s.n) {
-    store_one(p, v0);
+    st_global(p, c0);
     return;
   }
-  const float v1 = epi(a1, row, col + 1);
+  const TC c1 = output_value<TC>(epi, a1, row, col + 1);
   if constexpr (sizeof(TC) >= 2) {
     if (vec_c) {
-      const TC c0 = from_float<TC>(v0), c1 = from_float<TC>(v1);
       const W w0 = *reinterpret_cast<const W*>(&c0), w1 = *reinterpret_cast<const W*>(&c1);
       if constexpr (sizeof(TC) == 2) st_global_v4(p, uint32_t(w0) | uint32_t(w1) << 16);
       else st_global_v8(p, make_uint2(w0, w1));
       return;
     }
   }
-  store_one(p, v0);
-  store_one(p + s.ldc_n, v1);
+  st_global(p, c0);
+  st_global(p + s.ldc_n, c1);
 }
 
 // C through shared memory: each warp writes its accumulators, already through the epilogue
@@ -486,11 +554,13 @@ NCDC_DEVICE void store_staged(const Tile& tile, TC* C, const Shape& s, const Epi
   using W = typename Word<sizeof(TC)>::type;
   using S = StagedC<Tile, TC>;
   TC* smem = dynamic_smem<TC>();
-  tile.for_each_pair(0, 0, [&](long long r, long long c, float a0, float a1) {
+  using Acc = typename Tile::Acc;
+  tile.for_each_pair(0, 0, [&](long long r, long long c, Acc a0, Acc a1) {
     const long long row = m0 + r, col = n0 + c;
     const bool in = row < s.m;
-    const TC c0 = from_float<TC>(in && col < s.n ? epi(a0, row, col) : 0.0f);
-    const TC c1 = from_float<TC>(in && col + 1 < s.n ? epi(a1, row, col + 1) : 0.0f);
+    const TC zero = from_float<TC>(0.0f);
+    const TC c0 = in && col < s.n ? output_value<TC>(epi, a0, row, col) : zero;
+    const TC c1 = in && col + 1 < s.n ? output_value<TC>(epi, a1, row, col + 1) : zero;
     W* d = reinterpret_cast<W*>(smem + r * S::LD + c);
     d[0] = *reinterpret_cast<const W*>(&c0);
     d[1] = *reinterpret_cast<const W*>(&c1);
@@ -532,14 +602,15 @@ NCDC_DEVICE void grouped_tile(long long& tile_m, long long& tile_n) {
 
 // One block tile of C = epi(A B) on tensor cores.
 template <bool VEC_A, bool VEC_B, class Tile, class T, class TC, class Epi>
-NCDC_DEVICE void run_mma(Tile& tile, const T* A, const T* B, TC* C, const Shape& s,
+NCDC_DEVICE void run_mma(Tile& tile, const T* A, const typename Tile::TypeB* B, TC* C, const Shape& s,
                          long long m0, long long n0, const Epi& epi) {
+  using Acc = typename Tile::Acc;
   mainloop<VEC_A, VEC_B>(tile, A, B, s, m0, n0);
   if constexpr (StagedC<Tile, TC>::FITS) {
     store_staged(tile, C, s, epi, m0, n0);
   } else {
     const bool vec_c = s.ldc_n == 1 && s.ldc_m % 2 == 0 && is_aligned(C, 2 * sizeof(TC));
-    tile.for_each_pair(m0, n0, [&](long long row, long long col, float a0, float a1) {
+    tile.for_each_pair(m0, n0, [&](long long row, long long col, Acc a0, Acc a1) {
       store_pair(C, s, vec_c, epi, row, col, a0, a1);
     });
   }

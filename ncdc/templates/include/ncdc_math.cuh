@@ -11,8 +11,11 @@ NCDC_DEVICE float to_float(__half x) { return __half2float(x); }
 NCDC_DEVICE float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 NCDC_DEVICE float to_float(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
 NCDC_DEVICE float to_float(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
+NCDC_DEVICE float to_float(signed char x) { return float(x); }
+NCDC_DEVICE float to_float(int x) { return float(x); }  // exact below 2^24, then to nearest even
 
-// from_float<T>(x): round to nearest even; fp8 saturates to the largest finite value.
+// from_float<T>(x): round to nearest even; fp8 saturates to the largest finite value; the
+// integers saturate to their range and take NaN to 0 (cvt.rni.s32.f32 saturates by default).
 template <class T>
 NCDC_DEVICE T from_float(float x);
 template <>
@@ -25,6 +28,13 @@ template <>
 NCDC_DEVICE __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float x) { return __nv_fp8_e4m3(x); }
 template <>
 NCDC_DEVICE __nv_fp8_e5m2 from_float<__nv_fp8_e5m2>(float x) { return __nv_fp8_e5m2(x); }
+template <>
+NCDC_DEVICE int from_float<int>(float x) { return __float2int_rn(x); }
+template <>
+NCDC_DEVICE signed char from_float<signed char>(float x) {
+  const int v = __float2int_rn(x);
+  return (signed char)(v < -128 ? -128 : (v > 127 ? 127 : v));
+}
 
 // Two floats packed as one 32-bit b16x2 register (low half = a), as mma fragments hold them.
 NCDC_DEVICE uint32_t pack_bf16x2(float a, float b) {

@@ -6,7 +6,8 @@
 //   A (16 x K, row major): register i holds row g + 8*(i%2), columns t*p + (K/2)*(i/2) + 0..p-1
 //   B (K x 8, column):     register j holds rows t*p + (K/2)*j + 0..p-1, column g
 //   C, D (16 x 8, fp32):   element i is row g + 8*(i/2), column 2*t + i%2
-// Lower elements sit in the lower bits of a register.
+// Lower elements sit in the lower bits of a register. int8 (m16n8k32 .s8.s8.s32, sm_80 on)
+// has the fp8 layouts, p = 4, with int32 C and D.
 #pragma once
 #ifndef NCDC_MMA_CUH
 #define NCDC_MMA_CUH
@@ -53,37 +54,48 @@ inline void ldmatrix(uint32_t* regs, const void* row_ptr) {
   std::memcpy(regs, my_warp().slots[parity][lane_id()].out, sizeof(uint32_t) * NMAT);
 }
 
-enum class Elem { kBf16, kF16, kE4m3, kE5m2, kTf32 };
+enum class Elem { kBf16, kF16, kE4m3, kE5m2, kTf32, kS8 };
+
+// What the emulated mma computes in: float, or for int8 a 64-bit integer wrapped to int32 at
+// the end (the PTX ISA's .s32 accumulation is exact modulo 2^32 without .satfinite).
+template <Elem E>
+using MmaNum = std::conditional_t<E == Elem::kS8, long long, float>;
 
 template <Elem E>
-inline float decode_elem(uint32_t reg, int e) {
-  if constexpr (E == Elem::kBf16) return bits_float((reg >> (16 * e) & 0xffffu) << 16);
+inline MmaNum<E> decode_elem(uint32_t reg, int e) {
+  if constexpr (E == Elem::kS8) return (long long)(int8_t)(uint8_t)(reg >> (8 * e) & 0xffu);
+  else if constexpr (E == Elem::kBf16) return bits_float((reg >> (16 * e) & 0xffffu) << 16);
   else if constexpr (E == Elem::kF16) return decode(reg >> (16 * e) & 0xffffu, kHalf);
   else if constexpr (E == Elem::kE4m3) return decode(reg >> (8 * e) & 0xffu, kE4m3);
   else if constexpr (E == Elem::kE5m2) return decode(reg >> (8 * e) & 0xffu, kE5m2);
   else return bits_float(reg & 0xffffe000u);  // tf32 keeps the top 19 bits
 }
 
+template <class Acc>
 struct MmaIn {
   uint32_t a[4];
   uint32_t b[2];
-  float c[4];
+  Acc c[4];
 };
 
-// D = A * B + C for one m16n8kK tile: products are exact in fp32, sums in fp32 over k.
-template <Elem E, int K>
-inline void mma_sync(float* d, const uint32_t* a, const uint32_t* b, const float* c) {
-  constexpr int P = (E == Elem::kE4m3 || E == Elem::kE5m2) ? 4 : (E == Elem::kTf32 ? 1 : 2);
+// D = A * B + C for one m16n8kK tile: products are exact in fp32, sums in fp32 over k; for
+// int8, exact integer sums wrapped to int32.
+template <Elem E, int K, class Acc>
+inline void mma_sync(Acc* d, const uint32_t* a, const uint32_t* b, const Acc* c) {
+  using Num = MmaNum<E>;
+  constexpr int P = (E == Elem::kE4m3 || E == Elem::kE5m2 || E == Elem::kS8) ? 4 : (E == Elem::kTf32 ? 1 : 2);
   constexpr int NA = 16 * K / (32 * P), NB = 8 * K / (32 * P);
-  MmaIn in{};
+  using In = MmaIn<Acc>;
+  In in{};
   std::memcpy(in.a, a, sizeof(uint32_t) * NA);
   std::memcpy(in.b, b, sizeof(uint32_t) * NB);
   std::memcpy(in.c, c, sizeof in.c);
-  static_assert(sizeof(MmaIn) <= sizeof(WarpSlot::in), "mma fragments exceed the warp slot");
+  static_assert(sizeof(In) <= sizeof(WarpSlot::in), "mma fragments exceed the warp slot");
   unsigned parity = warp_collective(0xffffffffu, &in, sizeof in, [](WarpSlot* s) {
-    float A[16][K], B[K][8], C[16][8];
+    Num A[16][K], B[K][8];
+    Acc C[16][8];
     for (int l = 0; l < 32; ++l) {
-      MmaIn x;
+      In x;
       std::memcpy(&x, s[l].in, sizeof x);
       int g = l / 4, t = l % 4;
       for (int i = 0; i < NA; ++i)
@@ -94,17 +106,18 @@ inline void mma_sync(float* d, const uint32_t* a, const uint32_t* b, const float
     }
     for (int l = 0; l < 32; ++l) {
       int g = l / 4, t = l % 4;
-      float out[4];
+      Acc out[4];
       for (int i = 0; i < 4; ++i) {
         int r = g + 8 * (i / 2), col = 2 * t + i % 2;
-        float acc = 0.0f;
+        Num acc = 0;
         for (int k = 0; k < K; ++k) acc += A[r][k] * B[k][col];
-        out[i] = acc + C[r][col];
+        if constexpr (E == Elem::kS8) out[i] = Acc(uint32_t(uint64_t(acc + C[r][col])));
+        else out[i] = acc + C[r][col];
       }
       std::memcpy(s[l].out, out, sizeof out);
     }
   });
-  std::memcpy(d, my_warp().slots[parity][lane_id()].out, 4 * sizeof(float));
+  std::memcpy(d, my_warp().slots[parity][lane_id()].out, 4 * sizeof(Acc));
 }
 
 }  // namespace emu
@@ -207,6 +220,18 @@ NCDC_DEVICE void mma_m16n8k8_bf16(float* d, const uint32_t* a, const uint32_t* b
       : "r"(a[0]), "r"(a[1]), "r"(b[0]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 #else
   emu::mma_sync<emu::Elem::kBf16, 8>(d, a, b, c);
+#endif
+}
+// int8 tensor cores (m16n8k32 with int32 accumulators) exist from sm_80.
+NCDC_DEVICE void mma_m16n8k32_s8(int* d, const uint32_t* a, const uint32_t* b, const int* c) {
+#ifdef NCDC_GPU
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+               "{%8, %9}, {%10, %11, %12, %13};\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]),
+                 "r"(c[1]), "r"(c[2]), "r"(c[3]));
+#else
+  emu::mma_sync<emu::Elem::kS8, 32>(d, a, b, c);
 #endif
 }
 // fp8 tensor cores exist from sm_89: on an older target these are not declared, so a kernel

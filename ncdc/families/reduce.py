@@ -1,0 +1,462 @@
+"""The reduction family: softmax, log-softmax, norms and sum/max/mean/logsumexp over any
+axes of their operand (a column softmax of X[m, n] over m, a whole-tensor max to a scalar),
+with elementwise ops before and after them fused in. The row-wise family takes the common
+case, one axis that is last in memory; this one takes the rest.
+
+The operand is seen as kept x reduced, each flattened in the operand's memory order. A
+block of `threads` is `tx` kept indices (consecutive addresses when the operand's last axis
+is kept: coalesced across it) by threads / tx slices of the reduced range; a thread takes
+`hold` values at a time and keeps them in registers when its share is one such chunk; a
+longer share is held in shared memory (`stage`, with fewer kept indices a block) or read
+again for the output, whichever the model prices faster. A reduction with few kept indices
+splits its range over `splits` blocks, whose fp32 partials a second kernel merges in a
+fixed order (deterministic); see templates/include/ncdc_reduce.cuh.
+
+    >>> from ncdc.spec import load_diagram
+    >>> from ncdc.hardware import load_hardware
+    >>> from ncdc.tiling import plan_diagram
+    >>> plan = plan_diagram(load_diagram("diagrams/amax.yaml"), load_hardware("h200"))
+    >>> [launch.kernel for launch in FAMILY.render(plan.kernels[0], plan).launches]
+    ... # doctest: +ELLIPSIS
+    ['amax_reduce_fp32_t..._x1_h..._s...', 'amax_reduce_merge_fp32']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ncdc.errors import PlanError
+from ncdc.families.base import (
+    KernelSource,
+    Launch,
+    Param,
+    Workspace,
+    no_arch_problem,
+    pow2,
+)
+from ncdc.families.codegen import (
+    ELEMENTWISE_KINDS,
+    Statement,
+    check_dtypes,
+    cpp_type,
+    float_literal,
+    needed_ops,
+    op_statements,
+    size_name,
+)
+from ncdc.families.rowwise import KINDS, MAX_GRID, ROW_KINDS, rows_contiguous
+from ncdc.launch import Candidate, Family, LaunchShape
+from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
+
+if TYPE_CHECKING:
+    from ncdc.cost import KernelModel, KernelPlan, Plan
+    from ncdc.graph import Kernel
+    from ncdc.hardware import Hardware
+
+TILES: dict[str, tuple[int, ...]] = {
+    "threads": (128, 256, 512),  # threads per block: tx kept indices by threads / tx slices
+}
+COALESCE = 32  # kept indices a block takes across the contiguous axis: one warp's width
+HOLD = 8  # values of its share a thread holds in registers at a time
+MERGE_THREADS = 256
+MAX_SPLITS = 65535  # grid.y
+SPLIT_WAVES = 2  # a split reduction launches about this many blocks per SM
+SECTOR = 32  # bytes of one DRAM/L2 sector: a staged block reads at least this much a row
+PARTIAL = "ncdc_partial"  # the fp32 workspace of split partials: (max or mean, sum, count)
+
+
+class ReduceFamily:
+    """One softmax, norm or reduction over any axes of its operand, maps around it."""
+
+    name = "reduce"
+    tiles: Mapping[str, tuple[int, ...]] = TILES
+    baseline = ""
+
+    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
+        if any(op.kind == "contract" for op in kernel.ops):
+            return None
+        rowops = [op for op in kernel.ops if op.kind in ROW_KINDS]
+        if not rowops or any(op.kind not in (*ROW_KINDS, *ELEMENTWISE_KINDS) for op in kernel.ops):
+            return None
+        src = _operand(diagram, rowops[0])
+        over = set(rowops[0].over)
+        for op in rowops:
+            if set(op.over) != over or _operand(diagram, op).axes != src.axes:
+                return None
+        if len(over) == 1 and src.axes[-1] in over and rows_contiguous(diagram, kernel, *over):
+            return None  # the row-wise family's
+        if any(not set(diagram.tensor(n).axes) <= set(src.axes) for n in _names(kernel)):
+            return None
+        kept = tuple(a for a in src.axes if a not in over)
+        reduced = tuple(a for a in src.axes if a in over)
+        return Family(self.name, {"kept": kept, "reduced": reduced}, TILES)
+
+    def candidates(
+        self,
+        model: KernelModel,
+        family: Family,
+        hw: Hardware,
+        streams: tuple[str, ...],
+        fixed: Mapping[str, int],
+    ) -> list[Candidate]:
+        from ncdc.cost import estimate_registers
+
+        d, kernel = model.diagram, model.kernel
+        rowop = _row_op(d, kernel)
+        kept, reduced = family.axes("kept"), family.axes("reduced")
+        kept_n = math.prod(d.axes[a] for a in kept)
+        red_n = math.prod(d.axes[a] for a in reduced)
+        src = _operand(d, rowop)
+        wide = min(COALESCE, pow2(kept_n)) if src.axes[-1] in kept else 1
+        per_element = _per_element_outputs(d, kernel, reduced)
+        registers = estimate_registers(HOLD * max(len(kernel.inputs), 1), 1, 0)
+        stage_bytes = DTYPE_BYTES[_stage_dtype(d, kernel, rowop)]
+        # Held in shared memory: as few kept indices as still fill a 32-byte sector of the
+        # narrowest per-element tensor a row (the model counts bytes, not sectors).
+        narrowest = min(
+            DTYPE_BYTES[d.tensor(n).dtype]
+            for n in _names(kernel)
+            if n in per_element or n == src.name
+        )
+        staged_tx = sorted(
+            {t for t in (wide, 16, 8) if t <= wide and t * narrowest >= SECTOR} | {wide}
+        )
+        out: list[Candidate] = []
+        for threads in TILES["threads"]:
+            if threads > hw.limits.threads_per_block:
+                continue
+            for tx in staged_tx if per_element else [wide]:
+                if threads % tx:
+                    continue
+                ty = threads // tx
+                hold = min(HOLD, pow2(-(-red_n // ty)))
+                chunks = -(-red_n // (ty * hold))
+                blocks_x = -(-kept_n // tx)
+                split_opts = [1]
+                if not per_element and blocks_x < hw.limits.sms * SPLIT_WAVES and chunks > 1:
+                    want = -(-hw.limits.sms * SPLIT_WAVES // blocks_x)
+                    split_opts.append(min(want, chunks, MAX_SPLITS))
+                stage_opts = [0]
+                if per_element and chunks > 1:
+                    stage_opts.append(red_n)  # the columns held in shared memory
+                for splits in sorted(set(split_opts)):
+                    for stage in stage_opts:
+                        if tx != wide and not stage:
+                            continue  # a narrower block only pays where it is staged
+                        shape = _Shape(threads, tx, hold, splits, stage, stage * tx * stage_bytes)
+                        if _smem(shape) > hw.limits.smem_per_block_bytes:
+                            continue
+                        passes = 2 if per_element and chunks > 1 and not stage else 1
+                        out.append(_candidate(model, family, hw, shape, passes, registers))
+        return out
+
+    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        return _render(kp, plan)
+
+    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
+        return []
+
+    arch_problem = staticmethod(no_arch_problem)
+
+
+FAMILY = ReduceFamily()
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A block's arrangement: see the module docstring."""
+
+    threads: int
+    tx: int
+    hold: int
+    splits: int
+    stage: int  # reduced values of each kept index held in shared memory (0: read again)
+    stage_bytes: int
+
+
+def _smem(shape: _Shape) -> int:
+    """Dynamic shared memory: the partial and merged statistics, then the staged columns."""
+    return 4 * (3 * shape.threads + 3 * shape.tx) + shape.stage_bytes
+
+
+def _stage_dtype(d: Diagram, kernel: Kernel, rowop: Op) -> str:
+    """What staged values are held as: the operand's own type where it is an input (exact),
+    else fp32."""
+    src = _operand(d, rowop)
+    return src.dtype if src.name in kernel.inputs else "fp32"
+
+
+def _candidate(
+    model: KernelModel,
+    family: Family,
+    hw: Hardware,
+    shape: _Shape,
+    passes: int,
+    registers: int,
+) -> Candidate:
+    """One launch: its block's share of each axis as the model counts it (tx kept indices
+    from the innermost kept axis out; a kept reduced axis whole, a removed one a pass at a
+    time)."""
+    d, kernel = model.diagram, model.kernel
+    threads, tx, splits = shape.threads, shape.tx, shape.splits
+    kept, reduced = family.axes("kept"), family.axes("reduced")
+    kept_n = math.prod(d.axes[a] for a in kept)
+    group: dict[str, int] = {}
+    left = tx
+    for a in reversed(kept):
+        take = min(d.axes[a], left)
+        group[a] = take
+        left = max(1, -(-left // take))
+    stream: dict[str, int] = {}
+    # A reduced axis that the outputs keep (softmax, norms) is the block's whole where the
+    # block holds it (registers or shared memory), else one pass (threads / tx slices of
+    # hold values) at a time, as is one the outputs remove (streamed through the block).
+    held = shape.stage > 0 or passes == 1
+    left = threads // tx * shape.hold
+    for a in reversed(reduced):
+        if a in kernel.woven and held:
+            group[a] = d.axes[a]
+            continue
+        take = min(d.axes[a], left)
+        (group if a in kernel.woven else stream)[a] = take
+        left = max(1, -(-left // take))
+    group = {a: group.get(a, 1) for a in kernel.woven}
+    smem = _smem(shape)
+    grid = min(MAX_GRID, -(-kept_n // tx))
+    shapes = [LaunchShape((grid, splits, 1), (threads, 1, 1), smem)]
+    if splits > 1:
+        shapes.append(LaunchShape((-(-kept_n // MERGE_THREADS), 1, 1), (MERGE_THREADS, 1, 1)))
+    rowop = _row_op(d, kernel)
+    rereads = tuple((n, 1) for n in _source_inputs(kernel, rowop)) if passes == 2 else ()
+    budget = min(registers, hw.limits.regs_per_sm // threads // 8 * 8)
+    params = (
+        ("threads", threads),
+        ("tx", tx),
+        ("hold", shape.hold),
+        ("splits", splits),
+        ("stage", shape.stage),
+        ("passes", passes),
+    )
+    return Candidate(
+        group, stream, group, stream, params, tuple(shapes), 1, splits, budget, rereads
+    )
+
+
+def _operand(d: Diagram, op: Op) -> Tensor:
+    return d.tensor(next(o for o in op.operands if isinstance(o, str)))
+
+
+def _names(kernel: Kernel) -> tuple[str, ...]:
+    return (*kernel.inputs, *(op.out for op in kernel.ops))
+
+
+def _per_element_outputs(d: Diagram, kernel: Kernel, reduced: tuple[str, ...]) -> list[str]:
+    return [n for n in kernel.outputs if set(d.tensor(n).axes) & set(reduced)]
+
+
+def _row_op(d: Diagram, kernel: Kernel) -> Op:
+    """The kernel's one reduction, softmax or norm; PlanError for what the template
+    cannot run."""
+    rowops = [op for op in kernel.ops if op.kind in ROW_KINDS]
+    if len(rowops) != 1:
+        raise PlanError(
+            f"kernel {kernel.name} has {len(rowops)} row operations; the reduction kernel runs one",
+            hint=f"save {rowops[0].out} from its own kernel: "
+            f"schedule: {{materialize: [{rowops[0].out}]}}",
+        )
+    check_dtypes(d, (*kernel.inputs, *kernel.outputs))
+    return rowops[0]
+
+
+def _source_inputs(kernel: Kernel, rowop: Op) -> list[str]:
+    """The inputs the op's operand is computed from (what an output pass reads again)."""
+    src = rowop.operands[0]
+    assert isinstance(src, str)
+    ops = needed_ops([op for op in kernel.ops if op is not rowop], [src], kernel.inputs)
+    used = {src} | {n for op in ops for n in op.inputs}
+    return [n for n in kernel.inputs if n in used]
+
+
+def _strides(d: Diagram, axes: tuple[str, ...]) -> dict[str, str]:
+    """Each axis's stride in a row-major tensor over `axes`, as a C++ product."""
+    return {a: " * ".join(size_name(b) for b in axes[i + 1 :]) for i, a in enumerate(axes)}
+
+
+def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
+    """The reduction kernel of `kp.candidate` (and its merge): context and launches."""
+    d = plan.graph.diagram
+    kernel = kp.kernel
+    c = kp.candidate
+    assert c is not None, "a GPU plan carries its candidate"
+    kept, reduced = kp.family.axes("kept"), kp.family.axes("reduced")
+    rowop = _row_op(d, kernel)
+    names = _names(kernel)
+    per_element = {n for n in names if set(d.tensor(n).axes) & set(reduced)}
+    after = {rowop.out}
+    for op in kernel.ops:
+        if set(op.inputs) & after:
+            after.add(op.out)
+    elem_ops = [op for op in kernel.ops if op is not rowop]
+
+    def value(name: str) -> str:
+        if name == rowop.out:
+            return "ncdc_stat" if rowop.kind == "reduce" else f"ncdc_e_{name}"
+        if name in per_element:
+            return f"ncdc_a_{name}" if name in kernel.inputs else f"ncdc_e_{name}"
+        return f"ncdc_r_{name}"
+
+    index = {a: f"ncdc_i_{a}" for a in (*kept, *reduced)}
+
+    def statements(ops: list[Op]) -> list[Statement]:
+        out: list[Statement] = []
+        for op in ops:
+            out += op_statements(op, value, lambda a: index[a], value(op.out))
+        return out
+
+    def reduced_offset(name: str) -> str:
+        """The offset of tensor `name` at reduced index ncdc_j, past its kept offset: one
+        multiply where its reduced axes lie together in the operand's order."""
+        t_axes = d.tensor(name).axes
+        strides = _strides(d, t_axes)
+        mine = tuple(a for a in t_axes if a in reduced)
+        if not mine:
+            return "0"
+        start = t_axes.index(mine[0])
+        together = (
+            mine == tuple(a for a in reduced if a in mine)
+            and t_axes[start : start + len(mine)] == mine
+        )
+        if together and mine == reduced:
+            stride = strides[mine[-1]]
+            return f"ncdc_j * {stride}" if stride else "ncdc_j"
+        terms = [f"{index[a]} * {strides[a]}" if strides[a] else index[a] for a in mine]
+        return " + ".join(terms)
+
+    def kept_offset(name: str) -> str:
+        t_axes = d.tensor(name).axes
+        strides = _strides(d, t_axes)
+        terms = [
+            f"{index[a]} * {strides[a]}" if strides[a] else index[a] for a in t_axes if a in kept
+        ]
+        return " + ".join(terms) or "0"
+
+    src = rowop.operands[0]
+    assert isinstance(src, str)
+    inputs = set(kernel.inputs)
+    row_pre = [op for op in elem_ops if op.out not in per_element and op.out not in after]
+    source_ops = needed_ops(elem_ops, [src], inputs | {op.out for op in row_pre})
+    outputs_elem = [n for n in kernel.outputs if n in per_element]
+    outputs_row = [n for n in kernel.outputs if n not in per_element]
+    known = inputs | {op.out for op in row_pre} | {rowop.out}
+    finish_ops = needed_ops(elem_ops, outputs_elem, known)
+    finish_row_ops = needed_ops(elem_ops, outputs_row, known)
+    weight = rowop.params.get("weight") if rowop.kind == "norm" else None
+    bias = rowop.params.get("bias") if rowop.kind == "norm" else None
+    finish_stmts: list[Statement] = []
+    if rowop.kind != "reduce":
+        y = "ncdc_y"
+        if weight:
+            finish_stmts.append(
+                Statement(f"ncdc_weighted_{rowop.out}", "op_mul", (y, value(weight)))
+            )
+            y = f"ncdc_weighted_{rowop.out}"
+        if bias:
+            finish_stmts.append(Statement(f"ncdc_biased_{rowop.out}", "op_add", (y, value(bias))))
+            y = f"ncdc_biased_{rowop.out}"
+        finish_stmts.append(Statement(value(rowop.out), "op_id", (y,)))
+    hoisted = [op for op in finish_ops if op.out not in per_element]
+    finish_stmts += statements([op for op in finish_ops if op.out in per_element])
+    source_stmts = statements(source_ops)
+
+    def loads(stmts: list[Statement], *extra: str) -> list[dict[str, str]]:
+        used = " ".join([*(" ".join(s.args) for s in stmts), *extra]).split()
+        used_set = {w.strip("(),") for w in used}
+        return [
+            {"name": n, "expr": reduced_offset(n)}
+            for n in kernel.inputs
+            if n in per_element and value(n) in used_set
+        ]
+
+    def needs_indices(exprs: list[str]) -> list[dict[str, str]]:
+        text = " ".join(exprs)
+        if not any(f"{index[a]}" in text for a in reduced):
+            return []
+        # outermost axis last: it needs no division
+        return [{"index": index[a], "size": size_name(a)} for a in reversed(reduced)]
+
+    source_loads = loads(source_stmts, value(src))
+    finish_loads = loads(finish_stmts, *(value(t) for t in outputs_elem))
+    stores = [{"name": t, "value": value(t), "expr": reduced_offset(t)} for t in outputs_elem]
+    source_text = [t["expr"] for t in source_loads] + [a for s in source_stmts for a in s.args]
+    finish_text = [t["expr"] for t in (*finish_loads, *stores)] + [
+        a for s in finish_stmts for a in s.args
+    ]
+    touched = list(dict.fromkeys((*kernel.inputs, *kernel.outputs)))
+    threads, tx, hold, splits = (c.param(p) for p in ("threads", "tx", "hold", "splits"))
+    out_dtype = d.tensor(kernel.outputs[0]).dtype.replace("_", "")
+    streamed = "_p2" if c.param("passes") == 2 else ""
+    stage = c.param("stage")
+    staged = "_smem" if stage else ""
+    name = f"{kernel.name}_reduce_{out_dtype}_t{threads}_x{tx}_h{hold}_s{splits}{streamed}{staged}"
+    merge_name = f"{kernel.name}_reduce_merge_{out_dtype}" if splits > 1 else ""
+    kept_n = math.prod(d.axes[a] for a in kept)
+    tensor_params = [
+        Param(t, "tensor", d.tensor(t).dtype, writes=t in kernel.outputs) for t in touched
+    ]
+    workspace: tuple[Workspace, ...] = ()
+    if splits > 1:
+        tensor_params.append(Param(PARTIAL, "workspace", "fp32", writes=True))
+        workspace = (Workspace(PARTIAL, "fp32", 3 * splits * kept_n),)
+    sizes = [Param(size_name(a), "int64", value=d.axes[a]) for a in (*kept, *reduced)]
+    params = [*tensor_params, *sizes]
+    eps = rowop.params.get("eps", 1e-5) if rowop.kind == "norm" else 0.0
+    context: dict[str, Any] = {
+        "kernel": name,
+        "merge_kernel": merge_name,
+        "merge_threads": MERGE_THREADS,
+        "doc": "; ".join(op.text for op in kernel.ops),
+        "params": [
+            {
+                "name": p.name,
+                "tensor": p.kind in ("tensor", "workspace"),
+                "writes": p.writes,
+                "ctype": cpp_type(p.dtype) if p.kind in ("tensor", "workspace") else "long long",
+            }
+            for p in params
+        ],
+        "kind": KINDS[rowop.fn],
+        "eps": float_literal(eps),
+        "threads": threads,
+        "tx": tx,
+        "hold": hold,
+        "splits": splits,
+        "stage_rows": stage,
+        "stage_ctype": cpp_type(_stage_dtype(d, kernel, rowop)),
+        "per_element": bool(outputs_elem),
+        "per_row": bool(outputs_row),
+        "kept_axes": [{"index": index[a], "size": size_name(a)} for a in reversed(kept)],
+        "kept_count": " * ".join(size_name(a) for a in kept) or "1LL",
+        "reduced_count": " * ".join(size_name(a) for a in reduced),
+        "partial_arg": f"ncdc_io.ncdc_t.{PARTIAL}" if splits > 1 else "nullptr",
+        "offsets": [{"name": t, "expr": kept_offset(t)} for t in touched],
+        "row_inputs": [t for t in kernel.inputs if t not in per_element],
+        "row_statements": statements(row_pre),
+        "source_indices": needs_indices(source_text),
+        "source_loads": source_loads,
+        "source_statements": source_stmts,
+        "source_value": value(src),
+        "finish_indices": needs_indices(finish_text),
+        "finish_hoisted": statements(hoisted),
+        "finish_loads": finish_loads,
+        "finish_statements": finish_stmts,
+        "stores": stores,
+        "finish_row_statements": statements(finish_row_ops),
+        "row_stores": [{"name": t, "value": value(t)} for t in outputs_row],
+    }
+    launches = [Launch.of(name, c.main, params)]
+    if splits > 1:
+        launches.append(Launch.of(merge_name, c.launches[1], params))
+    return KernelSource("reduce.cu.j2", context, tuple(launches), workspace)

@@ -1,0 +1,202 @@
+// Reductions, softmax and norms over any axes of a tensor: a column softmax of X[m, n] over
+// m, a whole-tensor max to a scalar, a sum over the leading axes to a vector.
+//
+// The operand is seen as KEPT x N: k flattens the axes the op keeps, j the axes it reduces
+// (each in the operand's memory order, so consecutive k, or consecutive j when the operand's
+// last axis is reduced, are consecutive addresses). A block of THREADS threads is TX kept
+// indices (threadIdx.x % TX, coalesced across the kept axis when it is the contiguous one)
+// by TY = THREADS / TX slices of the reduced range. A thread takes HOLD values at a time,
+// element h of chunk c being j = ((c * SPLITS + g) * HOLD + h) * TY + ty, for split g
+// (blockIdx.y); when its share fits in one chunk the values stay in registers between the
+// statistics and the output, else the output pass reads them again. The TY partial
+// statistics are merged through shared memory in the order of ty (a longer share may be
+// held in shared memory instead of read again: STAGE_ROWS), and SPLITS > 1 blocks
+// per kept index (reductions only) write fp32 partials that a second kernel merges in the
+// order of g: the result does not depend on scheduling.
+//
+// The statistics are rowwise's (`Running`, `accumulate`, `Stats`, `finish_value`); the
+// `Io` class from the template knows the tensors: `begin(k)`, `source(j)`, `finish(j, y,
+// stat)` per element and `finish_row(stat)` per kept index.
+#pragma once
+#ifndef NCDC_REDUCE_CUH
+#define NCDC_REDUCE_CUH
+
+namespace ncdc {
+namespace reduce {
+
+using rowwise::Running;
+using rowwise::Stats;
+
+template <int KIND>
+NCDC_DEVICE Running start() {
+  return Running{KIND == rowwise::kMax || rowwise::kExpSum<KIND> ? negative_infinity() : 0.0f, 0.0f, 0.0f};
+}
+
+// a <- the statistics of a's values and b's together.
+template <int KIND>
+NCDC_DEVICE void combine(Running& a, const Running& b) {
+  if constexpr (rowwise::kExpSum<KIND>) {
+    const float m = fmaxf(a.m, b.m);
+    const float base = m == negative_infinity() ? 0.0f : m;
+    const float sa = a.m == negative_infinity() ? 0.0f : a.s * expf(a.m - base);
+    const float sb = b.m == negative_infinity() ? 0.0f : b.s * expf(b.m - base);
+    // a NaN sum stays NaN (the max ignores NaN, as rowwise's does)
+    a.s = (a.s != a.s ? a.s : sa) + (b.s != b.s ? b.s : sb);
+    a.m = m;
+  } else if constexpr (KIND == rowwise::kLayernorm) {
+    if (b.c == 0.0f) return;
+    if (a.c == 0.0f) {
+      a = b;
+      return;
+    }
+    // Chan et al.: the merged mean and sum of squared deviations, exactly.
+    const float c = a.c + b.c;
+    const float d = b.m - a.m;
+    a.m += d * (b.c / c);
+    a.s += b.s + d * d * (a.c * b.c / c);
+    a.c = c;
+  } else if constexpr (KIND == rowwise::kMax) {
+    a.m = op_max(a.m, b.m);
+  } else {
+    a.s += b.s;
+  }
+}
+
+template <int KIND>
+NCDC_DEVICE Stats final_stats(const Running& r, long long n, float eps) {
+  Stats s;
+  if constexpr (rowwise::kExpSum<KIND>) {
+    s.a = r.m == negative_infinity() ? 0.0f : r.m;
+    if constexpr (KIND == rowwise::kSoftmax) s.b = rowwise::softmax_inverse(r.s);
+    else if constexpr (KIND == rowwise::kLogSoftmax) s.b = logf(r.s);
+    else s.stat = s.a + logf(r.s);
+  } else if constexpr (KIND == rowwise::kLayernorm) {
+    s.a = r.m;
+    s.b = rsqrtf(r.s * rowwise::fast_rcp(float(n)) + eps);
+  } else if constexpr (KIND == rowwise::kRmsnorm) {
+    s.b = rsqrtf(r.s * rowwise::fast_rcp(float(n)) + eps);
+  } else if constexpr (KIND == rowwise::kMax) {
+    s.stat = r.m;
+  } else {
+    s.stat = r.s;
+    if constexpr (KIND == rowwise::kMean) s.stat *= rowwise::fast_rcp(float(n));
+  }
+  return s;
+}
+
+NCDC_DEVICE void put(float* p, const Running& r) {
+  p[0] = r.m;
+  p[1] = r.s;
+  p[2] = r.c;
+}
+NCDC_DEVICE Running get(const float* p) { return Running{p[0], p[1], p[2]}; }
+
+// One block of TX kept indices. Dynamic shared memory: 3 * THREADS floats of partial
+// statistics, then 3 * TX of the merged ones. `partial` (SPLITS > 1): 3 floats per (split,
+// kept index).
+template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, class Io>
+NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, long long kb) {
+  constexpr int TY = THREADS / TX;
+  const int tx = int(threadIdx.x) % TX;
+  const int ty = int(threadIdx.x) / TX;
+  const long long k = kb * TX + tx;
+  const bool active = k < kept;
+  const long long g = blockIdx.y;
+  io.begin(active ? k : 0);
+  const long long per_chunk = (long long)SPLITS * HOLD * TY;
+  const long long chunks = (n + per_chunk - 1) / per_chunk;
+  float* smem = dynamic_smem<float>();
+  // The block's columns in shared memory, element (j, tx) at j * TX + tx (a warp's 32
+  // threads touch 32 consecutive words), when they fit where the plan put them.
+  StageT* stage = reinterpret_cast<StageT*>(smem + 3 * THREADS + 3 * TX);
+  const bool staged = STAGE_ROWS > 0 && n <= STAGE_ROWS && chunks > 1;
+  Running r = start<KIND>();
+  float x[HOLD];
+  int count = 0;
+  for (long long c = 0; c < chunks && active; ++c) {
+    const long long j0 = (c * SPLITS + g) * HOLD * TY + ty;
+    count = 0;
+#pragma unroll
+    for (int h = 0; h < HOLD; ++h) {
+      const long long j = j0 + (long long)h * TY;
+      x[h] = 0.0f;
+      if (j < n) {
+        x[h] = io.source(j);
+        count = h + 1;
+        if (STAGE_ROWS > 0 && staged) stage[j * TX + tx] = from_float<StageT>(x[h]);
+      }
+    }
+    rowwise::accumulate<KIND, HOLD>(r, x, count);
+  }
+  put(smem + 3 * threadIdx.x, r);
+  __syncthreads();
+  if (ty == 0) {
+    Running all = get(smem + 3 * tx);
+    for (int y = 1; y < TY; ++y) combine<KIND>(all, get(smem + 3 * (y * TX + tx)));
+    if constexpr (SPLITS > 1) {
+      if (active) put(partial + 3 * (g * kept + k), all);
+    } else {
+      const Stats s = final_stats<KIND>(all, n, Io::kEps);
+      smem[3 * THREADS + 3 * tx] = s.a;
+      smem[3 * THREADS + 3 * tx + 1] = s.b;
+      smem[3 * THREADS + 3 * tx + 2] = s.stat;
+    }
+  }
+  __syncthreads();  // the partials are read before the next kept block rewrites them
+  if constexpr (SPLITS == 1) {
+    Stats s;
+    s.a = smem[3 * THREADS + 3 * tx];
+    s.b = smem[3 * THREADS + 3 * tx + 1];
+    s.stat = smem[3 * THREADS + 3 * tx + 2];
+    if constexpr (Io::kPerElement) {
+      if (chunks == 1 && active) {
+#pragma unroll
+        for (int h = 0; h < HOLD; ++h)
+          if (h < count) io.finish(ty + (long long)h * TY, rowwise::finish_value<KIND>(s, x[h]), s.stat);
+      } else {
+        for (long long c = 0; c < chunks && active; ++c) {
+          const long long j0 = c * HOLD * TY + ty;
+          for (int h = 0; h < HOLD; ++h) {
+            const long long j = j0 + (long long)h * TY;
+            if (j >= n) continue;
+            // each thread reads back only what it staged itself: no barrier needed
+            const float v = STAGE_ROWS > 0 && staged ? to_float(stage[j * TX + tx]) : io.source(j);
+            io.finish(j, rowwise::finish_value<KIND>(s, v), s.stat);
+          }
+        }
+      }
+    }
+    if constexpr (Io::kPerRow) {
+      if (active && ty == 0) io.finish_row(s.stat);
+    }
+    __syncthreads();  // the merged statistics are read before the next kept block's
+  }
+}
+
+// The first kernel: a grid-stride loop over blocks of TX kept indices (every thread of a
+// block runs the same iterations, so its barriers are uniform).
+// STAGE_ROWS > 0: columns of up to that length are held in shared memory as StageT
+// between the statistics and the output, instead of being read again from global memory.
+template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, class Io>
+NCDC_DEVICE void run(Io& io, long long kept, long long n, float* partial) {
+  for (long long kb = blockIdx.x; kb * TX < kept; kb += gridDim.x)
+    run_block<KIND, THREADS, TX, HOLD, SPLITS, STAGE_ROWS, StageT>(io, kept, n, partial, kb);
+}
+
+// The second kernel of SPLITS > 1: one thread per kept index merges its partials in split
+// order and writes the per-kept outputs.
+template <int KIND, int SPLITS, class Io>
+NCDC_DEVICE void merge(Io& io, long long kept, long long n, const float* partial) {
+  for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < kept;
+       k += (long long)gridDim.x * blockDim.x) {
+    io.begin(k);
+    Running all = get(partial + 3 * k);
+    for (int g = 1; g < SPLITS; ++g) combine<KIND>(all, get(partial + 3 * ((long long)g * kept + k)));
+    io.finish_row(final_stats<KIND>(all, n, Io::kEps).stat);
+  }
+}
+
+}  // namespace reduce
+}  // namespace ncdc
+
+#endif  // NCDC_REDUCE_CUH
