@@ -55,12 +55,14 @@ ATTENTION_INTEGER_FIXED = 78
 # k tile's ring indices; fragment addresses are loop-invariant (kept in registers), so the
 # integer work is a fixed part (ring slot, k offset, predicates: 30) and 3.5 per 16-byte
 # cp.async (its global pointer's increment and swizzled shared address), the least-squares
-# fit of nine kernels, each within 12% of its SASS (tests/test_issue.py). An operand whose
-# rows are not 16-byte aligned (the `_ua` / `_ub` / `_uab` kernels) is staged element by
-# element: per element a thread holds, one LDG, one STS and 1.75 integer (its address
-# and bounds predicate), fit to the 64 x 64 x 32 kernels.
+# fit of nine kernels (each one's slots within 5% of its SASS: tests/test_issue.py). An
+# operand whose rows are not 16-byte aligned (the `_ua` / `_ub` / `_uab` kernels) is staged
+# element by element: per element a thread holds, one LDG, one STS and 1.75 integer (its
+# address and bounds predicate), fit to the 64 x 64 x 32 kernels. 8-bit inputs (IMMA.16832, k tiles
+# 64 and 128) have a smaller fixed part, GEMM_INTEGER_FIXED_8BIT.
 GEMM_FIXED = {"barrier": 2, "control": 2, "smem": 3}
 GEMM_INTEGER_FIXED = 30
+GEMM_INTEGER_FIXED_8BIT = 15  # the same fit over six int8 kernels (sm_80, sm_90a), each within 6%
 GEMM_INTEGER_PER_COPY = 3.5
 GEMM_INTEGER_PER_ELEMENT = 1.75
 # Per k tile (128 bytes of k: four wgmma m64nNk16, or k32 for fp8) of one consumer warp
@@ -161,7 +163,8 @@ def estimate_mix(
         wm, wn = params["bm"] // params["warps_m"], params["bn"] // params["warps_n"]
         steps = params["bk"] // k_step
         mmas = steps * (wm // 16) * (wn // 8)
-        split = p == 1 and hw.arch.startswith("sm_90")  # ptxas: two fp16 HMMAs + four FADDs
+        # no fp8 mma.sync on sm_90: ptxas emits two fp16 HMMAs and four FADDs (int8 has IMMA)
+        split = dtype.startswith("fp8") and hw.arch.startswith("sm_90")
         ldsm = steps * (wm // 16 + wn // 16)
         extent = {"a": params["bm"], "b": params["bn"]}
         staged = [extent[x] for x in "ab" if params.get(f"vec_{x}", 1)]
@@ -174,7 +177,7 @@ def estimate_mix(
             "async_copy": copies + 1,  # and the group's commit
             "global": elements,
             "fp32": 4 * mmas if split else 0,
-            "integer": GEMM_INTEGER_FIXED
+            "integer": (GEMM_INTEGER_FIXED if p == 2 else GEMM_INTEGER_FIXED_8BIT)
             + GEMM_INTEGER_PER_COPY * copies
             + GEMM_INTEGER_PER_ELEMENT * elements,
             **GEMM_FIXED,

@@ -75,10 +75,9 @@ def test_a_guarded_tail_path_is_not_what_a_full_tile_issues():
 
 
 # The library's diagrams whose main loops the issue term prices, on the two profiles: the
-# h200 GEMMs run the wgmma variant, the a100 ones mma.sync.
-LIBRARY = [
-    (p, d) for p in ("h200", "a100") for d in ("matmul", "mlp", "batched_matmul", "attention")
-]
+# h200 bf16 GEMMs run the wgmma variant, the a100 ones and the int8 GEMMs mma.sync.
+NAMES = ("matmul", "mlp", "batched_matmul", "attention", "int8_matmul")
+LIBRARY = [(p, d) for p in ("h200", "a100") for d in NAMES]
 
 
 @pytest.fixture(scope="module")
