@@ -1113,7 +1113,10 @@ def time_kernel(
         if model.mask and c.splits == 1:
             balance *= _causal_balance(model, inner, grid, sms * streams)
         sm_slow = balance / latency_efficiency(resident)
-        device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps / sms)
+        # Little's law for the device's levels: the loads in flight per SM. A streamed
+        # attention ring keeps stages - 1 chunks in flight for each block (one is read)
+        ahead = max(1, c.stages - 1) if model.online else 1
+        device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps * ahead / sms)
         padding = tile_padding
     transfers = []
     for upper, lower in zip(levels, levels[1:], strict=False):
@@ -1148,8 +1151,9 @@ def time_kernel(
     if c is not None and c.stages > 1 and not model.online:
         # a GEMM's cp.async ring (attention's double buffer is priced by its warps)
         chunks = math.prod(_ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
-        tile_s = max(compute.values(), default=0.0) * hw.limits.sms / (groups * c.splits * chunks)
-        stall = pipeline_stall(c.stages, streams, tile_s, int(chunks))
+        # every group's k tiles are done once, split or not; a split's loop runs its share
+        tile_s = max(compute.values(), default=0.0) * hw.limits.sms / (groups * chunks)
+        stall = pipeline_stall(c.stages, streams, tile_s, int(_ceil_div(chunks, c.splits)))
     compute = {unit: t * sm_slow * padding * stall for unit, t in compute.items()}
     if mix is not None and c is not None:
         # the main loops' instructions at the SMs' issue rate: a ceiling no overlap of warps
@@ -1282,8 +1286,12 @@ def _rate(hw: Hardware, unit: str, kind: str, c: Candidate | None = None) -> flo
     """The rate of `unit` for `kind`; a tensor type the GPU lacks (fp8 on an A100) runs at
     its 16-bit rate, as the inputs are widened. A candidate whose family prices its own
     tensor instruction (param `tensor_permille`: wgmma on Hopper) runs at that share of
-    the peak instead of the mma.sync share."""
+    the peak instead of the mma.sync share; one with param `cuda_cores` at the fp32 CUDA-core
+    rate."""
     rates = hw.rates.get(unit, {})
+    if unit == "tensor" and c is not None and dict(c.params).get("cuda_cores"):
+        # a family that runs its contraction as fp32 FMAs on CUDA cores (GEMV)
+        return hw.achieved_rate("cuda", "fp32")
     own = dict(c.params).get("tensor_permille", 0) if c is not None else 0
     if unit == "tensor" and own and kind in rates:
         return hw.achieved_rate(unit, kind) * own / 1000

@@ -157,7 +157,7 @@ def estimate_mix(
         }
         flops = 2.0 * WGMMA_CONSUMER_ROWS * params["bn"] * params["bk"]
         return LoopMix(classes, flops, ESTIMATE)
-    if family.name == "gemm" and not params.get("simt", 1):
+    if family.name in ("gemm", "gemv") and not params.get("simt", 1):  # gemv: its GEMMs
         p = 1 if dtype.startswith("fp8") or dtype == "int8" else 2
         k_step = 32 if p == 1 else 16
         wm, wn = params["bm"] // params["warps_m"], params["bn"] // params["warps_n"]

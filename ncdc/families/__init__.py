@@ -17,7 +17,7 @@ template and one device header (docs/architecture.md).
 from __future__ import annotations
 
 from ncdc.errors import PlanError
-from ncdc.families import attention, decode, elementwise, gemm, reduce, rowwise
+from ncdc.families import attention, decode, elementwise, gemm, gemv, reduce, rowwise
 from ncdc.families.base import KernelFamily
 from ncdc.graph import Kernel
 from ncdc.launch import Family
@@ -26,6 +26,7 @@ from ncdc.spec import Diagram
 FAMILIES: dict[str, KernelFamily] = {
     f.name: f
     for f in (
+        gemv.FAMILY,
         gemm.FAMILY,
         attention.FAMILY,
         decode.FAMILY,
@@ -35,7 +36,8 @@ FAMILIES: dict[str, KernelFamily] = {
     )
 }
 SUPPORTED = (
-    "a contraction with elementwise ops after it (GEMM); contract, softmax, contract "
+    "a contraction with elementwise ops after it (GEMM, or GEMV for a vector or at most "
+    "8 rows); contract, softmax, contract "
     "(attention); one softmax, norm or reduction over a tensor's last axis with elementwise "
     "ops around it (row-wise); one over any other axes, to a scalar or a vector (reduce); "
     "elementwise ops alone"

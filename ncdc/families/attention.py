@@ -1,10 +1,12 @@
 """The fused attention family: FlashAttention-2 order, keys streamed through shared memory.
 
-`templates/attention.cu.j2`: one block per (batch..., g_q queries), one warp per 16 queries,
-K and V streamed in chunks of s_x keys through a 2-stage cp.async ring, online softmax in
-registers (device code in `templates/include/ncdc_attention.cuh`). The roles (query, key,
-head and batch axes) and the checks of what the template covers are shared with the decode
-family (ncdc.families.decode), which runs the same diagrams when the query axis is short.
+`templates/attention.cu.j2`: one block per (batch..., g_q queries), one warp per 16 or 32
+queries (warp_q), K and V streamed in chunks of s_x keys through a 2- or 3-stage cp.async
+ring, online softmax in registers with the scale folded into the exponent, the tiles that
+need no mask in a loop of their own (device code in `templates/include/ncdc_attention.cuh`).
+The roles (query, key, head and batch axes) and the checks of what the template covers are
+shared with the decode family (ncdc.families.decode), which runs the same diagrams when the
+query axis is short.
 
 Tensors are addressed from the diagram's axis order (row-major); the head axes must be the
 last axis of Q, K, V and O, so that rows are contiguous 16-byte chunks. Problem sizes are
@@ -45,12 +47,19 @@ if TYPE_CHECKING:
     from ncdc.hardware import Hardware
 
 TILES: dict[str, tuple[int, ...]] = {
-    "g_q": (64, 128),  # queries per block; one warp per 16 queries
+    "g_q": (64, 128),  # queries per block
     "s_x": (32, 64, 128),  # keys per streamed chunk
-    "stages": (2,),  # K/V chunks double-buffered
+    # queries per warp: 32 (two mma row blocks) share each K and V fragment read from
+    # SMEM, half the ldmatrix per mma of 16; where O (d_v <= WIDE_WARP_HEAD) and Q's
+    # fragments (d <= Q_REGISTER_HEAD / 2) fit registers
+    "warp_q": (16, 32),
+    "stages": (2, 3),  # K/V chunks in the cp.async ring (stages - 1 in flight)
 }
 HEAD_STEP, HEAD_MIN, HEAD_MAX = 16, 32, 256  # head sizes: whole mma k-steps (compile-time)
-Q_REGISTER_HEAD = 128  # Q's fragments stay in registers up to this head; above, in SMEM
+Q_REGISTER_HEAD = 128  # Q's fragments (head x rows / 16) stay in registers up to this; above, SMEM
+WIDE_WARP_HEAD = 128  # a warp of 32 queries holds O (d_v / 2 fp32 per thread) up to this head
+WIDE_WARPS = 4  # warps of 32 queries come 4 to a block
+WIDE_WARP_KEYS = 64  # and take at most this many keys a chunk (the scores: s_x / 4 a thread)
 # Above this head a masked kernel (or one with a score functor) streams 16 keys a chunk:
 # causal with 32, ptxas spilled at d = 208 (sm_89) and d = 240 (sm_89, sm_90a), 255
 # registers and up to 276 B; with 16, 222 and none.
@@ -131,7 +140,7 @@ class Attention:
     def size_params(self, axes: Mapping[str, int]) -> tuple[Param, ...]:
         return tuple(Param(size_name(a), "int64", value=axes[a]) for a in self.sizes)
 
-    def context(self) -> dict[str, object]:
+    def context(self, warp_q: int = 16) -> dict[str, object]:
         sc = self.scores
         return {
             "T": cpp_type(self.dtype),
@@ -139,7 +148,7 @@ class Attention:
             "batch": self.batch, "sizes": self.sizes,
             "q_axis": self.q_axis, "x_axis": self.x_axis,
             "d": self.d, "d_v": self.d_v, "causal": self.causal or sc.bounded,
-            "q_regs": q_in_registers(self.d),
+            "q_regs": q_in_registers(self.d, warp_q),
             "offset": dict(self.offset), "stride": dict(self.stride),
             "statements": [{"out": st.out, "fn": st.fn, "args": st.args} for st in sc.statements],
             "score_result": sc.result,
@@ -164,13 +173,16 @@ class Attention:
         return (Param(self.lse, "tensor", "fp32", writes=True),) if self.lse else ()
 
 
-def variant_name(kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int, warps: int) -> str:
+def variant_name(
+    kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int, warps: int,
+    stages: int = STAGES, warp_q: int = 16,
+) -> str:  # fmt: skip
     """A name that carries every parameter of the variant (FlashInfer style)."""
     return (
         f"{kernel.name}_{family}_{at.dtype}_q{g_q}_x{s_x}_d{at.d}"
         + (f"_dv{at.d_v}" if at.d_v != at.d else "")
-        + f"_w{warps}_s{STAGES}"
-        + ("" if q_in_registers(at.d) else "_qsmem")
+        + f"_w{warps}_s{stages}"
+        + ("" if q_in_registers(at.d, warp_q) else "_qsmem")
         + ("_causal" if at.causal else "")
         + ("_window" if at.scores.window else "")
         + ("_packed" if at.scores.sequences else "_varlen" if at.scores.lengths else "")
@@ -179,10 +191,11 @@ def variant_name(kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int,
     )
 
 
-def q_in_registers(d: int) -> bool:
+def q_in_registers(d: int, warp_q: int = 16) -> bool:
     """Whether Q's mma fragments are held in registers for the whole key loop (d / 4 per
-    thread) or read from the Q tile at each step, which keeps large heads from spilling."""
-    return d <= Q_REGISTER_HEAD
+    thread for each 16 rows of the warp) or read from the Q tile at each step, which keeps
+    large heads (and 32-row warps of d = 128) from spilling."""
+    return d * warp_q // 16 <= Q_REGISTER_HEAD
 
 
 def row_values(head: int) -> int:
@@ -192,9 +205,9 @@ def row_values(head: int) -> int:
     return 8 * (chunks if chunks % 8 == 0 else chunks + 1)
 
 
-def attention_smem(at: Attention, q_rows: int, q_head: int, s_x: int) -> int:
-    """Bytes of the Q tile of q_rows rows of q_head values and the 2-stage K and V rings."""
-    rows = q_rows * row_values(q_head) + STAGES * s_x * (row_values(at.d) + row_values(at.d_v))
+def attention_smem(at: Attention, q_rows: int, q_head: int, s_x: int, stages: int = STAGES) -> int:
+    """Bytes of the Q tile of q_rows rows of q_head values and the K and V rings."""
+    rows = q_rows * row_values(q_head) + stages * s_x * (row_values(at.d) + row_values(at.d_v))
     return rows * DTYPE_BYTES[at.dtype]
 
 
@@ -257,7 +270,7 @@ def attention_group(
 
 
 def attention_registers(
-    model: KernelModel, family: Family, g_q: int, s_x: int, threads: int
+    model: KernelModel, family: Family, g_q: int, s_x: int, threads: int, warp_q: int = 16
 ) -> int:
     """fp32 accumulators (O and the scores of one chunk) and the Q fragments per thread
     (all of them when held in registers, else the one in use)."""
@@ -267,7 +280,7 @@ def attention_registers(
     head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
     first = next(op for op in model.kernel.ops if op.kind == "contract")
     p = DTYPE_BYTES[model.diagram.tensor(str(first.operands[0])).dtype]  # Q's (or K's)
-    held = head if q_in_registers(head) else MMA_TILE
+    held = head if q_in_registers(head, warp_q) else MMA_TILE
     fragments = -(-g_q * held * p // (4 * threads))
     return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
 
@@ -320,22 +333,44 @@ class AttentionFamily:
         out = []
         sc = at.scores
         masked = at.causal or sc.bounded or bool(sc.lo or sc.lengths) or not sc.plain
-        keys = (MMA_TILE,) if masked and max(at.d, at.d_v) > CAUSAL_WIDE_HEAD else TILES["s_x"]
-        for g_q, s_x in itertools.product(
+        keys = TILES["s_x"]
+        if max(at.d, at.d_v) > CAUSAL_WIDE_HEAD:
+            # O takes d_v / 2 registers a thread: with 64 keys, d = 256 spilled 36 B (sm_90a)
+            keys = (MMA_TILE,) if masked else (MMA_TILE, 2 * MMA_TILE)
+        plain_rows = sc.plain and not (sc.lo or sc.sequences)
+        for g_q, s_x, warp_q, stages in itertools.product(
             mma_rows(q, TILES["g_q"], model.sizes[q], fixed),
             mma_rows(x, keys, model.sizes[x], fixed),
+            TILES["warp_q"],
+            TILES["stages"],
         ):
-            warps = g_q // MMA_ROWS
+            # 32 rows a warp where O fits and Q's fragments stay in registers (read from
+            # SMEM at each step, Q would cost back the ldmatrix the shared K/V saves), in
+            # blocks of 4 warps: in 2-warp blocks ptxas capped itself at 128 registers and
+            # spilled (causal d = 32, sm_89); with chunks of at most WIDE_WARP_KEYS (80 keys
+            # of d = 64 spilled 24 B, sm_90a); and only where the masks bound keys from above
+            # at most, with no score functor (a lower bound and the functor's row indices
+            # cost registers per block)
+            wide = warp_q > MMA_ROWS
+            if wide and (
+                g_q < WIDE_WARPS * warp_q
+                or s_x > WIDE_WARP_KEYS
+                or not plain_rows
+                or at.d_v > WIDE_WARP_HEAD
+                or not q_in_registers(at.d, warp_q)
+            ):
+                continue
+            warps = g_q // warp_q
             threads = 32 * warps
-            smem = attention_smem(at, g_q, max(at.d, at.d_v), s_x)  # Q, then O
+            smem = attention_smem(at, g_q, max(at.d, at.d_v), s_x, stages)  # Q, then O
             group = attention_group(model, family, g_q, fixed)
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
             shape = LaunchShape((-(-axes[q] // g_q), batch, 1), (threads, 1, 1), smem)
             out.append(
                 Candidate(
-                    group, stream, {**group, q: MMA_ROWS}, stream,
-                    (("g_q", g_q), ("s_x", s_x)), (shape,), STAGES, 1,
-                    attention_registers(model, family, g_q, s_x, threads),
+                    group, stream, {**group, q: warp_q}, stream,
+                    (("g_q", g_q), ("s_x", s_x), ("warp_q", warp_q)), (shape,), stages, 1,
+                    attention_registers(model, family, g_q, s_x, threads, warp_q),
                 )
             )  # fmt: skip
         return out
@@ -345,8 +380,8 @@ class AttentionFamily:
         c = kp.candidate
         assert c is not None, "a GPU plan carries its candidate"
         at = read_attention(kp.family, kp.kernel, diagram)
-        g_q, s_x, warps = c.param("g_q"), c.param("s_x"), c.warps
-        name = variant_name(kp.kernel, "attention", at, g_q, s_x, warps)
+        g_q, s_x, warp_q, warps = c.param("g_q"), c.param("s_x"), c.param("warp_q"), c.warps
+        name = variant_name(kp.kernel, "attention", at, g_q, s_x, warps, c.stages, warp_q)
         params = (
             Param(at.q, "tensor", at.dtype),
             Param(at.k, "tensor", at.dtype),
@@ -358,13 +393,15 @@ class AttentionFamily:
             Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e)),
         )
         context = {
-            **at.context(),
+            **at.context(warp_q),
             "kernel": name,
             "threads": c.threads,
             "g_q": g_q,
             "s_x": s_x,
+            "row_blocks": warp_q // MMA_ROWS,
+            "stages": c.stages,
             "summary": f"fused attention, {g_q} queries per block, keys streamed {s_x} at a "
-            f"time through a {STAGES}-stage cp.async ring, {warps} warps"
+            f"time through a {c.stages}-stage cp.async ring, {warps} warps of {warp_q} queries"
             + (", causal" if at.causal else ""),
         }
         return KernelSource("attention.cu.j2", context, (Launch.of(name, c.main, params),))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
-from ncdc.families import gemm_wgmma
+from ncdc.families import gemm_splitk, gemm_wgmma
 from ncdc.families.base import (
     MMA_TILE,
     KernelSource,
@@ -193,9 +193,15 @@ class GemmFamily:
             )  # fmt: skip
         # sm_90a: the TMA + wgmma variant competes with these (ncdc/families/gemm_wgmma.py)
         hopper = gemm_wgmma.candidates(model, family, hw, streams, fixed, ops)
-        return _within_block_level(model, hw, list(out.values())) + hopper
+        # a grid too small for the GPU: k split across blocks (ncdc/families/gemm_splitk.py)
+        kept = _within_block_level(model, hw, list(out.values()))
+        split = gemm_splitk.candidates(model, hw, fixed, ops, kept)
+        return kept + hopper + split
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        if kp.candidate is not None and gemm_splitk.is_splitk(kp.candidate):
+            ops = _operands(kp.family, kp.kernel, plan.graph.diagram)
+            return gemm_splitk.render(kp, plan, ops, _epilogue(kp.kernel, plan.graph.diagram, ops))
         if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
             ops = _operands(kp.family, kp.kernel, plan.graph.diagram)
             return gemm_wgmma.render(kp, plan, ops, _epilogue(kp.kernel, plan.graph.diagram, ops))

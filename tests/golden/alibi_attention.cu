@@ -21,7 +21,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- alibi_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps, causal
+// ---- alibi_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
 #include "ncdc_elementwise.cuh"
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -81,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(128) alibi_attention_attention_bf16
   ncdc_slice.lse_stride = 0;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, true, true, false, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, true, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
 NCDC_EXPORT_KERNEL(alibi_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores);

@@ -14,7 +14,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- cross_attention_attention_fp16_q128_x80_d64_w8_s2: fused attention, 128 queries per block, keys streamed 80 at a time through a 2-stage cp.async ring, 8 warps
+// ---- cross_attention_attention_fp16_q128_x80_d64_w8_s2: fused attention, 128 queries per block, keys streamed 80 at a time through a 2-stage cp.async ring, 8 warps of 16 queries
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -52,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(256) cross_attention_attention_fp16
   ncdc_slice.lse = nullptr;
   ncdc_slice.lse_stride = 0;
   const int ncdc_q_tile = int(blockIdx.x);
-  ncdc::attn::attention_forward<__half, 64, 64, 128, 80, true, false, false, false>(
+  ncdc::attn::attention_forward<__half, 64, 64, 128, 80, 1, 2, true, false, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 64 + ncdc_i_h * ncdc_size_q * 64, 64, ncdc_q_tile, ncdc_scores);
 }
 NCDC_EXPORT_KERNEL(cross_attention_attention_fp16_q128_x80_d64_w8_s2);

@@ -9,12 +9,12 @@
 // op      P = softmax(S, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  decode_attention: decode_attention, tiles b=1  h=1  q=16  d=128  x=64, 4 warps, 2 stages, grid 2048
-// predicted on h200: 1107.9 us (hbm-bound), 4.35e+09 FLOP
+// kernel  decode_attention: decode_attention, tiles b=1  h=1  q=16  d=128  x=32, 2 warps, 3 stages, grid 512
+// predicted on h200: 1107.3 us (hbm-bound), 4.35e+09 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- decode_attention_decode_attention_bf16_q16_x64_d128_w4_s2: decode attention, up to 16 queries against keys split across blocks, 64 keys per stage (16 per warp), 2-stage cp.async; partials in fp32, merged by a second kernel
+// ---- decode_attention_decode_attention_bf16_q16_x32_d128_w2_s3: decode attention, up to 16 rows (1 query heads of 1 queries) against keys split across blocks, 32 keys per stage (16 per warp), 3-stage cp.async; partials in fp32, merged by a second kernel
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -23,7 +23,7 @@
 #undef O
 
 
-extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attention_bf16_q16_x64_d128_w4_s2(
+extern "C" __global__ void __launch_bounds__(64) decode_attention_decode_attention_bf16_q16_x32_d128_w2_s3(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, float* __restrict__ ncdc_partial_o_decode_attention,
     float* __restrict__ ncdc_partial_ml_decode_attention,
@@ -32,11 +32,16 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attent
     long long ncdc_size_q,
     long long ncdc_size_x,
     float ncdc_scale_log2, long long ncdc_keys_per_split) {
-  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call.
+  // The packed axis counts blocks of 1 query heads; its index is the first of them.
   unsigned ncdc_rest = blockIdx.y;
-  const long long ncdc_i_h = ncdc_rest % unsigned(ncdc_size_h);
+  const long long ncdc_i_h = (long long)(ncdc_rest % unsigned(ncdc_size_h)) * 1;
   ncdc_rest /= unsigned(ncdc_size_h);
-  const long long ncdc_i_b = ncdc_rest;
+  const long long ncdc_i_b = (long long)ncdc_rest * 1;
+  ncdc::attn::Packing ncdc_pack;
+  ncdc_pack.heads = 1;
+  ncdc_pack.q_head_stride = 0;
+  ncdc_pack.o_head_stride = 0;
 
   ncdc::attn::Slice<__nv_bfloat16> ncdc_slice;
   ncdc_slice.q = Q + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128;
@@ -54,10 +59,11 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attent
   ncdc_slice.lse = nullptr;
   ncdc_slice.lse_stride = 0;
 
-  // partials of this slice: gridDim.x splits x 4 warps, each [q][d_v] and [q][2]
-  const long long ncdc_first = (long long)blockIdx.y * gridDim.x * 4 * ncdc_slice.q_len;
-  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 64, 4, true, false, false>(
-      ncdc_slice, int(blockIdx.x), int(ncdc_keys_per_split), ncdc_partial_o_decode_attention + ncdc_first * 128,
+  // partials of this slice: gridDim.x splits x 2 warps, each [rows][d_v] and
+  // [rows][2], rows = 1 heads x q
+  const long long ncdc_first = (long long)blockIdx.y * gridDim.x * 2 * 1 * ncdc_slice.q_len;
+  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 32, 2, 3, true, false, false>(
+      ncdc_slice, ncdc_pack, int(blockIdx.x), int(ncdc_keys_per_split), ncdc_partial_o_decode_attention + ncdc_first * 128,
       ncdc_partial_ml_decode_attention + ncdc_first * 2, ncdc_scores);
 }
 
@@ -69,17 +75,22 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_merge_
     long long ncdc_size_q,
     long long ncdc_size_x,
     long long ncdc_partials) {
-  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call.
+  // The packed axis counts blocks of 1 query heads; its index is the first of them.
   unsigned ncdc_rest = blockIdx.y;
-  const long long ncdc_i_h = ncdc_rest % unsigned(ncdc_size_h);
+  const long long ncdc_i_h = (long long)(ncdc_rest % unsigned(ncdc_size_h)) * 1;
   ncdc_rest /= unsigned(ncdc_size_h);
-  const long long ncdc_i_b = ncdc_rest;
+  const long long ncdc_i_b = (long long)ncdc_rest * 1;
+  ncdc::attn::Packing ncdc_pack;
+  ncdc_pack.heads = 1;
+  ncdc_pack.q_head_stride = 0;
+  ncdc_pack.o_head_stride = 0;
 
-  const long long ncdc_first = (long long)blockIdx.y * ncdc_partials * ncdc_size_q;
+  const long long ncdc_first = (long long)blockIdx.y * ncdc_partials * 1 * ncdc_size_q;
   ncdc::attn::decode_merge<__nv_bfloat16, 128, 128>(
       ncdc_partial_o_decode_attention + ncdc_first * 128, ncdc_partial_ml_decode_attention + ncdc_first * 2, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128,
-      128, int(ncdc_size_q), int(ncdc_partials),
+      128, int(ncdc_size_q), ncdc_pack, int(ncdc_partials),
       nullptr, 0);
 }
-NCDC_EXPORT_KERNEL(decode_attention_decode_attention_bf16_q16_x64_d128_w4_s2);
+NCDC_EXPORT_KERNEL(decode_attention_decode_attention_bf16_q16_x32_d128_w2_s3);
 NCDC_EXPORT_KERNEL(decode_attention_decode_merge_bf16_d128);

@@ -14,7 +14,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- mla_attention_attention_bf16_q128_x32_d192_dv128_w8_s2_qsmem: fused attention, 128 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 8 warps
+// ---- mla_attention_attention_bf16_q128_x32_d192_dv128_w8_s2_qsmem: fused attention, 128 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 8 warps of 16 queries
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -52,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(256) mla_attention_attention_bf16_q
   ncdc_slice.lse = nullptr;
   ncdc_slice.lse_stride = 0;
   const int ncdc_q_tile = int(blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 192, 128, 128, 32, false, false, false, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 192, 128, 128, 32, 1, 2, false, false, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
 NCDC_EXPORT_KERNEL(mla_attention_attention_bf16_q128_x32_d192_dv128_w8_s2_qsmem);

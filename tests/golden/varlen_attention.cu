@@ -17,7 +17,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_packed: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps, causal
+// ---- varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_packed: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -59,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(128) varlen_attention_attention_bf1
   ncdc_slice.lse_stride = 0;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, true, true, true, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, true, true, false>(
       ncdc_slice, O + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
 NCDC_EXPORT_KERNEL(varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_packed);

@@ -7,12 +7,12 @@
 // input   s[n] fp32
 // op      C = contract(X, W, over=k, scale=s, dtype=bf16)
 // outputs C
-// kernel  w8a16_matmul: gemm, tiles m=16  n=128  k=64, 8 warps, 5 stages, grid 64
-// predicted on h200: 40.4 us (tensor-bound), 2.28e+09 FLOP
+// kernel  w8a16_matmul: gemm, tiles m=16  n=128  k=64, 8 warps, 3 stages, grid 256
+// predicted on h200: 24.4 us (hbm-bound), 2.28e+09 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- w8a16_matmul_gemm_bf16_int8_m16_n128_k64_w8_s5_ak_bk: C = contract(X, W, over=k, scale=s, dtype=bf16) (+0 epilogue ops)
+// ---- w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s3_ak_bk: C = contract(X, W, over=k, scale=s, dtype=bf16) (+0 epilogue ops), k split 4 ways (2048 per split), fp32 partials merged in order
 #include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -21,14 +21,10 @@
 #undef s
 #undef C
 
-namespace ncdc_w8a16_matmul_gemm_bf16_int8_m16_n128_k64_w8_s5_ak_bk {
+namespace ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s3_ak_bk {
 
-// The ops after the contraction, applied to each accumulator in fp32 before the cast to C.
-// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
-// no diagram name meets a name of this code.
+// The ops after the contraction, applied to each merged sum in fp32 before the cast to C.
 struct ncdc_Epilogue {
-  // The int32 accumulator stored as it is (no float round trip): an int32 C, nothing after.
-  static constexpr bool EXACT = false;
   float ncdc_scale;
   const float* s;
   long long ncdc_pitch_m_s, ncdc_pitch_n_s;  // along the m and n of C (0: broadcast)
@@ -39,38 +35,60 @@ struct ncdc_Epilogue {
   }
 };
 
-}  // namespace ncdc_w8a16_matmul_gemm_bf16_int8_m16_n128_k64_w8_s5_ak_bk
+// A split's partial sums go to the workspace as they are.
+struct ncdc_Partial {
+  NCDC_DEVICE float operator()(float ncdc_acc, long long, long long) const { return ncdc_acc; }
+};
 
-extern "C" __global__ void __launch_bounds__(256) w8a16_matmul_gemm_bf16_int8_m16_n128_k64_w8_s5_ak_bk(
+}  // namespace ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s3_ak_bk
+
+// Split blockIdx.z sums k in [z * k_per_split, (z + 1) * k_per_split) of one block tile into
+// its fp32 slice of the workspace (4 slices of m x n).
+extern "C" __global__ void __launch_bounds__(256) w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s3_ak_bk(
     const __nv_bfloat16* __restrict__ X,
     const signed char* __restrict__ W,
     const float* __restrict__ s,
+    float* __restrict__ ncdc_partials_w8a16_matmul,
+    long long ncdc_size_m,
+    long long ncdc_size_n,
+    long long ncdc_size_k,
+    long long ncdc_k_per_split) {
+using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 16, 128, 64, 1, 8, 3, true, true>;
+  static_assert(ncdc_Tile::SMEM_BYTES == 37632, "the launch's dynamic shared memory");
+  const long long ncdc_k0 = (long long)blockIdx.z * ncdc_k_per_split;
+  const long long ncdc_k_left = ncdc_size_k - ncdc_k0;
+  const long long ncdc_k_len = ncdc_k_left < ncdc_k_per_split ? ncdc_k_left : ncdc_k_per_split;
+  const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_n, ncdc_k_len, ncdc_size_k, ncdc_size_k, ncdc_size_n, 1};
+  long long ncdc_tile_m, ncdc_tile_n;
+  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
+  ncdc_Tile ncdc_tile;
+  ncdc::gemm::run_mma<true, true>(ncdc_tile, X + ncdc_k0 * (1), W + ncdc_k0 * (1), ncdc_partials_w8a16_matmul + (long long)blockIdx.z * ncdc_size_m * ncdc_size_n, ncdc_shape, ncdc_tile_m * 16, ncdc_tile_n * 128, ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s3_ak_bk::ncdc_Partial{});
+}
+
+// C = epilogue(the splits' partials summed in split order): the same sum on every run.
+extern "C" __global__ void __launch_bounds__(256) w8a16_matmul_gemm_splitk_merge_bf16(
+    const __nv_bfloat16* __restrict__ X,
+    const signed char* __restrict__ W,
+    const float* __restrict__ s,
+    const float* __restrict__ ncdc_partials_w8a16_matmul,
     __nv_bfloat16* __restrict__ C,
     long long ncdc_size_m,
     long long ncdc_size_n,
-    long long ncdc_size_k) {
-  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 16, 128, 64, 1, 8, 5, true, true, signed char>;
-  static_assert(ncdc_Tile::SMEM_BYTES == 62720, "the launch's dynamic shared memory");
-  const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_n, ncdc_size_k, ncdc_size_k, ncdc_size_k, ncdc_size_n, 1};
-  long long ncdc_tile_m, ncdc_tile_n;
-  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
-  const long long ncdc_m0 = ncdc_tile_m * 16, ncdc_n0 = ncdc_tile_n * 128;
-  ncdc_w8a16_matmul_gemm_bf16_int8_m16_n128_k64_w8_s5_ak_bk::ncdc_Epilogue ncdc_epi;
+    long long ncdc_size_k,
+    long long ncdc_splits) {
+ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s3_ak_bk::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
-  ncdc_Tile ncdc_tile;
-  // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
-  // A loop over z only where the batches outnumber the grid's z limit: otherwise its body
-  // would hold the k loop and nothing would tell the two apart in the SASS.
-  if (const long long ncdc_z = blockIdx.z; ncdc_z < 1) {
-    long long ncdc_rest = ncdc_z;
-    long long ncdc_off_X = 0;
-    long long ncdc_off_W = 0;
-    long long ncdc_off_C = 0;
-    long long ncdc_off_s = 0;
-    ncdc_epi.s = s + ncdc_off_s;
-    ncdc_epi.ncdc_pitch_m_s = 0;
-    ncdc_epi.ncdc_pitch_n_s = 1;
-    ncdc::gemm::run_mma<true, true>(ncdc_tile, X + ncdc_off_X, W + ncdc_off_W, C + ncdc_off_C, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
+  ncdc_epi.s = s;
+  ncdc_epi.ncdc_pitch_m_s = 0;
+  ncdc_epi.ncdc_pitch_n_s = 1;
+  const long long ncdc_total = ncdc_size_m * ncdc_size_n;
+  for (long long ncdc_i = (long long)blockIdx.x * 256 + threadIdx.x; ncdc_i < ncdc_total;
+       ncdc_i += (long long)gridDim.x * 256) {
+    const long long ncdc_row = ncdc_i / ncdc_size_n, ncdc_col = ncdc_i % ncdc_size_n;
+    float ncdc_sum = 0.0f;
+    for (long long ncdc_s = 0; ncdc_s < ncdc_splits; ++ncdc_s) ncdc_sum += ncdc::ld_global(ncdc_partials_w8a16_matmul + ncdc_s * ncdc_total + ncdc_i);
+    ncdc::gemm::store_one(C + ncdc_row * (ncdc_size_n) + ncdc_col * (1), ncdc_epi(ncdc_sum, ncdc_row, ncdc_col));
   }
 }
-NCDC_EXPORT_KERNEL(w8a16_matmul_gemm_bf16_int8_m16_n128_k64_w8_s5_ak_bk);
+NCDC_EXPORT_KERNEL(w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s3_ak_bk);
+NCDC_EXPORT_KERNEL(w8a16_matmul_gemm_splitk_merge_bf16);

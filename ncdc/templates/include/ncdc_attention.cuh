@@ -1,7 +1,7 @@
 // Fused attention on tensor cores: the FlashAttention-2 forward pass and split-key decode.
 //
-// Both kernels share one warp-level step: 16 query rows (Q held in registers as mma A
-// fragments) against a chunk of keys in shared memory. S = Q K^T with mma.m16n8k16, the
+// Both kernels share one warp-level step: 16 or 32 query rows (Q held in registers as mma
+// A fragments, or read from shared memory) against a chunk of keys in shared memory. S = Q K^T with mma.m16n8k16, the
 // online softmax in registers (running max m and sum l per row, base 2), then O += P V with
 // P taken straight from the S accumulators: the C fragments of two 16x8 tiles are, element
 // for element, the A fragment of one 16x16 tile.
@@ -98,74 +98,99 @@ NCDC_DEVICE uint4 smem_load_u128(const void* p) {
 
 // cp.async of rows [0, ROWS) x columns [0, COLS) of a row-major global tile into a
 // swizzled shared tile with SC chunks per row; rows at or past `valid` are zero-filled and
-// read nothing. Consecutive threads copy consecutive 16-byte chunks: coalesced.
+// read nothing (src-size 0: the address is not dereferenced, as CUTLASS's zfill copies).
+// Consecutive threads copy consecutive 16-byte chunks: coalesced. When the threads cover
+// whole rows (THREADS a multiple of the chunks per row) each thread keeps one column and
+// steps its source pointer by a fixed number of rows: one 64-bit add per copy, instead of
+// an address computed from the row and column each time.
 template <class T, int ROWS, int COLS, int SC, int THREADS>
 NCDC_DEVICE void load_tile(T* smem, const T* gmem, long long row_stride, int valid, int tid) {
   constexpr int C = COLS / 8;
-  constexpr int TOTAL = ROWS * C;
+  if constexpr (THREADS % C == 0) {
+    constexpr int R = THREADS / C;  // rows one pass of the threads covers
+    const int row0 = tid / C, chunk = tid % C;
+    const T* src = gmem + row0 * row_stride + chunk * 8;
+    const long long step = R * row_stride;
 #pragma unroll
-  for (int i0 = 0; i0 < TOTAL; i0 += THREADS) {
-    const int i = i0 + tid;
-    if (TOTAL % THREADS == 0 || i < TOTAL) {
-      const int row = i / C, chunk = i % C;
-      const bool ok = row < valid;
-      const T* src = ok ? gmem + row * row_stride + chunk * 8 : gmem;
-      cp_async_16_zfill(smem + swizzle<SC>(row, chunk), src, ok ? 16 : 0);
+    for (int i = 0; i < (ROWS + R - 1) / R; ++i) {
+      const int row = row0 + i * R;
+      if (ROWS % R == 0 || row < ROWS)
+        cp_async_16_zfill(smem + swizzle<SC>(row, chunk), src, row < valid ? 16 : 0);
+      src += step;
+    }
+  } else {
+    constexpr int TOTAL = ROWS * C;
+#pragma unroll
+    for (int i0 = 0; i0 < TOTAL; i0 += THREADS) {
+      const int i = i0 + tid;
+      if (TOTAL % THREADS == 0 || i < TOTAL) {
+        const int row = i / C, chunk = i % C;
+        const bool ok = row < valid;
+        const T* src = ok ? gmem + row * row_stride + chunk * 8 : gmem;
+        cp_async_16_zfill(smem + swizzle<SC>(row, chunk), src, ok ? 16 : 0);
+      }
     }
   }
 }
 
-// The running state of one warp's 16 query rows: this lane holds rows g and g + 8
-// (g = lane / 4) of the output accumulator, their running max (base 2) and its partial
-// running sum (the 4 lanes of a row sum different columns; reduced at the end).
-template <int DV>
+// The running state of a warp's MB blocks of 16 query rows: in block b this lane holds rows
+// g and g + 8 (g = lane / 4) of the output accumulator, their running max (base 2, scaled)
+// and its partial running sum (the 4 lanes of a row sum different columns; reduced at the
+// end). Two blocks (32 rows) share every K and V fragment a warp reads: half the ldmatrix
+// per mma of one block.
+template <int DV, int MB = 1>
 struct RowState {
-  float o[DV / 8][4];
-  float m[2];
-  float l[2];
+  float o[MB][DV / 8][4];
+  float m[MB][2];
+  float l[MB][2];
 };
 
-template <int DV>
-NCDC_DEVICE void init_state(RowState<DV>& st) {
+template <int DV, int MB>
+NCDC_DEVICE void init_state(RowState<DV, MB>& st) {
 #pragma unroll
-  for (int n = 0; n < DV / 8; ++n)
+  for (int b = 0; b < MB; ++b) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) st.o[n][i] = 0.0f;
+    for (int n = 0; n < DV / 8; ++n)
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    st.m[r] = neg_inf();
-    st.l[r] = 0.0f;
+      for (int i = 0; i < 4; ++i) st.o[b][n][i] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      st.m[b][r] = neg_inf();
+      st.l[b][r] = 0.0f;
+    }
   }
 }
 
-// The mma A fragments of a warp's 16 query rows (rows row0.. of a shared tile of SC chunks
-// per row), one per 16 values of the head: held in registers (REG), or read from shared
-// memory at each use, which frees D / 4 registers per thread for large heads.
-template <class T, int D, int SC, bool REG>
+// The mma A fragments of a warp's MB blocks of 16 query rows (rows row0.. of a shared tile
+// of SC chunks per row), one per 16 values of the head: held in registers (REG), or read
+// from shared memory at each use, which frees MB * D / 4 registers per thread.
+template <class T, int D, int SC, int MB, bool REG>
 struct QFragments;
 
-template <class T, int D, int SC>
-struct QFragments<T, D, SC, true> {
-  uint32_t f[D / 16][4];
+template <class T, int D, int SC, int MB>
+struct QFragments<T, D, SC, MB, true> {
+  uint32_t f[MB][D / 16][4];
   NCDC_DEVICE QFragments(const T* qs, int row0, int lane) {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      ldmatrix_x4(f[kk], qs + swizzle<SC>(row0 + (lane & 15), 2 * kk + (lane >> 4)));
-  }
-  NCDC_DEVICE void get(int kk, uint32_t (&a)[4]) const {
+    for (int b = 0; b < MB; ++b)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = f[kk][i];
+      for (int kk = 0; kk < D / 16; ++kk)
+        ldmatrix_x4(f[b][kk], qs + swizzle<SC>(row0 + 16 * b + (lane & 15), 2 * kk + (lane >> 4)));
+  }
+  NCDC_DEVICE void get(int b, int kk, uint32_t (&a)[4]) const {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = f[b][kk][i];
   }
 };
 
-template <class T, int D, int SC>
-struct QFragments<T, D, SC, false> {
+template <class T, int D, int SC, int MB>
+struct QFragments<T, D, SC, MB, false> {
   const T* qs;
-  int row, half;  // this lane's ldmatrix row, and its chunk within a 16-value step
+  int row, half;  // this lane's ldmatrix row in block 0, and its chunk within a 16-value step
   NCDC_DEVICE QFragments(const T* tile, int row0, int lane)
       : qs(tile), row(row0 + (lane & 15)), half(lane >> 4) {}
-  NCDC_DEVICE void get(int kk, uint32_t (&a)[4]) const {
-    ldmatrix_x4(a, qs + swizzle<SC>(row, 2 * kk + half));
+  NCDC_DEVICE void get(int b, int kk, uint32_t (&a)[4]) const {
+    ldmatrix_x4(a, qs + swizzle<SC>(row + 16 * b, 2 * kk + half));
   }
 };
 
@@ -231,135 +256,168 @@ struct PlainScores {
   NCDC_DEVICE float operator()(float s, int, int) const { return s; }
 };
 
-// Masking of one step: key `j` is dropped for the lane's row r (query row[r]) when it lies
-// outside [lower[r], limit[r]]. BELOW: some mask bounds the keys from below (a window, or
-// packed sequences); without one, lower is 0 and never compared (fewer live registers).
-template <bool BELOW>
+// Masking of one step: key `j` is dropped for row g (r = 0) or g + 8 (r = 1) of block b
+// (query row[b][r]) when it lies outside [lower[b][r], limit[b][r]]. BELOW: some mask bounds
+// the keys from below (a window, or packed sequences); without one, lower is 0 and never
+// compared (fewer live registers).
+template <int MB = 1, bool BELOW = false>
 struct KeyMask {
   bool any;  // some key of the step may be dropped (x tail, split end or a mask's edge)
   int key0;  // global index of the step's first key
-  int lower[2];
-  int limit[2];
-  int row[2];
+  int lower[MB][2];
+  int limit[MB][2];
+  int row[MB][2];
 
+  // block b's row r is query i: its keys, cut to those before `end`
   template <bool UPPER>
-  NCDC_DEVICE void rows(const Visible& vis, int row0, int end) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      row[r] = row0 + 8 * r;
-      visible_keys<UPPER, BELOW>(vis, row[r], lower[r], limit[r]);
-      limit[r] = imin(limit[r], end - 1);
-    }
+  NCDC_DEVICE void set(const Visible& vis, int b, int r, int i, int end) {
+    row[b][r] = i;
+    visible_keys<UPPER, BELOW>(vis, i, lower[b][r], limit[b][r]);
+    limit[b][r] = imin(limit[b][r], end - 1);
   }
-  NCDC_DEVICE bool dropped(int j, int r) const {
-    return j > limit[r] || (BELOW && j < lower[r]);
+  NCDC_DEVICE bool dropped(int j, int b, int r) const {
+    return j > limit[b][r] || (BELOW && j < lower[b][r]);
   }
 };
 
 // S = Q K^T over NK keys (smem rows krow0.. of a swizzled K tile of D / 8 chunks per row),
-// scaled to base 2 and masked, then the online-softmax update: on return s holds
-// P = 2^(S - m), and o and l are rescaled to the new running max.
-template <class T, int D, int DV, int NK, class QF, class Mask, class Scores>
-NCDC_DEVICE void score_step(float (&s)[NK / 8][4], RowState<DV>& st, const QF& qf,
+// masked where MASKED (and mask.any), then the online-softmax update in base 2. Plain
+// scores (Scores::kIdentity) fold the scale into the exponent, p = 2^(s * scale_log2 - m)
+// (one FFMA), the max taken over the raw scores (scale_log2 > 0: a negative scale was moved
+// into Q). A score functor sees the natural-log logit s * scale (-Q times |scale|), and
+// its result, in base 2, is what the max and exponent take. On return s holds P, and o and
+// l are rescaled to the new running max; O only when some row's max moved.
+template <class T, int D, int DV, int NK, int MB, bool MASKED, class QF, class Mask, class Scores>
+NCDC_DEVICE void score_step(float (&s)[MB][NK / 8][4], RowState<DV, MB>& st, const QF& qf,
                             const T* ks, int krow0, const Mask& mask, float scale_log2,
                             const Scores& scores, int lane) {
   static_assert(NK % 16 == 0, "keys per warp step: a multiple of 16");
 #pragma unroll
-  for (int n = 0; n < NK / 8; ++n)
+  for (int b = 0; b < MB; ++b)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+    for (int n = 0; n < NK / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[b][n][i] = 0.0f;
+  // this lane's K row within a 16-key pair and its chunk within a 16-value step
+  const int krow = krow0 + ((lane >> 4) << 3) + (lane & 7), khalf = (lane >> 3) & 1;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    uint32_t a[4];
-    qf.get(kk, a);
+    uint32_t a[MB][4];
+#pragma unroll
+    for (int b = 0; b < MB; ++b) qf.get(b, kk, a[b]);
 #pragma unroll
     for (int np = 0; np < NK / 16; ++np) {
       // matrices: keys +0..7 / +8..15 of the pair, d chunks 2kk / 2kk+1
-      uint32_t b[4];
-      const int row = krow0 + 16 * np + ((lane >> 4) << 3) + (lane & 7);
-      ldmatrix_x4(b, ks + swizzle<D / 8>(row, 2 * kk + ((lane >> 3) & 1)));
-      Mma<T>::run(s[2 * np], a, b);
-      Mma<T>::run(s[2 * np + 1], a, b + 2);
+      uint32_t f[4];
+      ldmatrix_x4(f, ks + swizzle<D / 8>(krow + 16 * np, 2 * kk + khalf));
+#pragma unroll
+      for (int b = 0; b < MB; ++b) {
+        Mma<T>::run(s[b][2 * np], a[b], f);
+        Mma<T>::run(s[b][2 * np + 1], a[b], f + 2);
+      }
     }
   }
   const int t = lane & 3;
-  float mx[2] = {neg_inf(), neg_inf()};
+  // the scale the max and the exponent take: folded for plain scores, else applied
+  const float fold = Scores::kIdentity ? scale_log2 : 1.0f;
 #pragma unroll
-  for (int n = 0; n < NK / 8; ++n) {
+  for (int b = 0; b < MB; ++b) {
+    float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float v;
-      if (Scores::kIdentity)
-        v = s[n][i] * scale_log2;
-      else  // the functor sees natural-log logits: a bias adds to s, not to s log2(e)
-        v = scores(s[n][i] * (scale_log2 * (1.0f / kLog2e)), mask.row[i >> 1],
-                   mask.key0 + 8 * n + 2 * t + (i & 1)) * kLog2e;
-      if (mask.any && mask.dropped(mask.key0 + 8 * n + 2 * t + (i & 1), i >> 1)) v = neg_inf();
-      s[n][i] = v;
-      mx[i >> 1] = fmaxf(mx[i >> 1], v);
+    for (int n = 0; n < NK / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = mask.key0 + 8 * n + 2 * t + (i & 1);
+        float v = s[b][n][i];
+        if (!Scores::kIdentity)  // the functor sees natural-log logits: a bias adds to s
+          v = scores(v * (scale_log2 * (1.0f / kLog2e)), mask.row[b][i >> 1], j) * kLog2e;
+        if (MASKED && mask.any && mask.dropped(j, b, i >> 1)) v = neg_inf();
+        s[b][n][i] = v;
+        mx[i >> 1] = fmaxf(mx[i >> 1], v);
+      }
     }
-  }
-  float base[2], alpha[2];
+    float base[2], alpha[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    const float m_new = fmaxf(st.m[r], mx[r]);
-    // a row with every key so far masked keeps m = -inf: subtract 0 so no -inf - -inf
-    base[r] = m_new == neg_inf() ? 0.0f : m_new;
-    alpha[r] = exp2_fast(st.m[r] - base[r]);
-    st.m[r] = m_new;
-    st.l[r] *= alpha[r];
-  }
-#pragma unroll
-  for (int n = 0; n < NK / 8; ++n) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float p = exp2_fast(s[n][i] - base[i >> 1]);
-      s[n][i] = p;
-      st.l[i >> 1] += p;
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(st.m[b][r], mx[r] * fold);
+      // a row with every key so far masked keeps m = -inf: subtract 0 so no -inf - -inf
+      base[r] = m_new == neg_inf() ? 0.0f : m_new;
+      alpha[r] = exp2_fast(st.m[b][r] - base[r]);
+      st.m[b][r] = m_new;
+      st.l[b][r] *= alpha[r];
     }
-  }
 #pragma unroll
-  for (int n = 0; n < DV / 8; ++n) {
-    st.o[n][0] *= alpha[0];
-    st.o[n][1] *= alpha[0];
-    st.o[n][2] *= alpha[1];
-    st.o[n][3] *= alpha[1];
+    for (int n = 0; n < NK / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float p = exp2_fast(fmaf(s[b][n][i], fold, -base[i >> 1]));
+        s[b][n][i] = p;
+        st.l[b][i >> 1] += p;
+      }
+    }
+    // once the maxima settle (most tiles), alpha = 1 for every row of the warp: skip O
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int n = 0; n < DV / 8; ++n) {
+        st.o[b][n][0] *= alpha[0];
+        st.o[b][n][1] *= alpha[0];
+        st.o[b][n][2] *= alpha[1];
+        st.o[b][n][3] *= alpha[1];
+      }
+    }
   }
 }
 
 // O += P V over NK keys (smem rows krow0.. of a swizzled V tile of DV / 8 chunks per row).
-template <class T, int DV, int NK>
-NCDC_DEVICE void value_step(RowState<DV>& st, const float (&s)[NK / 8][4], const T* vs,
+template <class T, int DV, int NK, int MB>
+NCDC_DEVICE void value_step(RowState<DV, MB>& st, const float (&s)[MB][NK / 8][4], const T* vs,
                             int krow0, int lane) {
+  const int vrow = krow0 + (((lane >> 3) & 1) << 3) + (lane & 7), vhalf = lane >> 4;
 #pragma unroll
   for (int kk = 0; kk < NK / 16; ++kk) {
-    uint32_t a[4];
-    a[0] = Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    uint32_t a[MB][4];
+#pragma unroll
+    for (int b = 0; b < MB; ++b) {
+      a[b][0] = Mma<T>::pack(s[b][2 * kk][0], s[b][2 * kk][1]);
+      a[b][1] = Mma<T>::pack(s[b][2 * kk][2], s[b][2 * kk][3]);
+      a[b][2] = Mma<T>::pack(s[b][2 * kk + 1][0], s[b][2 * kk + 1][1]);
+      a[b][3] = Mma<T>::pack(s[b][2 * kk + 1][2], s[b][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int np = 0; np < DV / 16; ++np) {
       // matrices (transposed): keys +0..7 / +8..15, d_v chunks 2np / 2np+1
-      uint32_t b[4];
-      const int row = krow0 + 16 * kk + (((lane >> 3) & 1) << 3) + (lane & 7);
-      ldmatrix_x4_trans(b, vs + swizzle<DV / 8>(row, 2 * np + (lane >> 4)));
-      Mma<T>::run(st.o[2 * np], a, b);
-      Mma<T>::run(st.o[2 * np + 1], a, b + 2);
+      uint32_t f[4];
+      ldmatrix_x4_trans(f, vs + swizzle<DV / 8>(vrow + 16 * kk, 2 * np + vhalf));
+#pragma unroll
+      for (int b = 0; b < MB; ++b) {
+        Mma<T>::run(st.o[b][2 * np], a[b], f);
+        Mma<T>::run(st.o[b][2 * np + 1], a[b], f + 2);
+      }
     }
   }
 }
 
 // The running sums of a row, added over the 4 lanes that share it.
-template <int DV>
-NCDC_DEVICE void reduce_sums(RowState<DV>& st) {
+template <int DV, int MB>
+NCDC_DEVICE void reduce_sums(RowState<DV, MB>& st) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 1);
-    st.l[r] += __shfl_xor_sync(0xffffffffu, st.l[r], 2);
-  }
+  for (int b = 0; b < MB; ++b)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      st.l[b][r] += __shfl_xor_sync(0xffffffffu, st.l[b][r], 1);
+      st.l[b][r] += __shfl_xor_sync(0xffffffffu, st.l[b][r], 2);
+    }
+}
+
+// Flip the sign of a shared tile's values (16-bit floats: the top bit of each half), so a
+// negative logit scale becomes a positive one on -Q.
+template <int ROWS, int SC, int THREADS>
+NCDC_DEVICE void negate_tile(void* tile, int tid) {
+  uint32_t* w = static_cast<uint32_t*>(tile);
+  constexpr int WORDS = ROWS * row_chunks<SC>() * 4;
+  for (int i = tid; i < WORDS; i += THREADS) smem_store_u32(w + i, w[i] ^ 0x80008000u);
 }
 
 // One (batch..., head) slice of the tensors; row strides in elements.
@@ -382,118 +440,161 @@ NCDC_DEVICE float row_lse(float m, float l) {
   return l > 0.0f ? (m + log2f(l)) * 0.6931471805599453f : neg_inf();
 }
 
+// The scale a step multiplies into the exponent: |scale log2 e|, at least 1e-30 so that a
+// masked -inf times it stays -inf (a zero scale gives the same uniform softmax). A negative
+// scale is carried by -Q (negate_tile), so that the max over raw scores is the max of the
+// scaled ones.
+NCDC_DEVICE float positive_scale(float scale_log2) { return fmaxf(fabsf(scale_log2), 1e-30f); }
+
+// Keys [key0, key0 + SX) of K and V (rows at or past `end` zero-filled) into one ring stage.
+template <class T, int SX, int D, int DV, int THREADS>
+NCDC_DEVICE void load_kv(T* ks, T* vs, const Slice<T>& a, int key0, int end, int tid) {
+  load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + key0 * a.k_stride, a.k_stride, end - key0, tid);
+  load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + key0 * a.v_stride, a.v_stride, end - key0,
+                                        tid);
+}
+
 // ---------------------------------------------------------------------------------------
-// Fused forward: one block per (batch..., GQ queries), one warp per 16 of them; K and V
-// stream through a 2-stage cp.async ring of SX keys. Query i sees the keys a.vis gives it
-// (causal: j <= i + x_len - q_len); tiles no query of the block sees are never loaded, and
-// a warp skips the math of tiles that are masked for all its rows.
+// Fused forward: one block per (batch..., GQ queries), one warp per 16 * MB of them; K and
+// V stream through a STAGES-deep cp.async ring of SX keys (one commit group per chunk,
+// STAGES - 1 in flight while one is read). Query i sees the keys a.vis gives it (causal:
+// j <= i + x_len - q_len); tiles no query of the block sees are never loaded, and a warp
+// skips the math of tiles that are masked for all its rows. Without a lower bound on the
+// keys (!BELOW) the tiles every row of the block sees whole (all of them but the x tail,
+// or those left of the causal diagonal) come first and run in a loop with no mask code;
+// the rest run in a second loop that masks. With one (windows, packed sequences) masked
+// tiles lie on both sides, and every tile runs in the masked loop.
 //
 // Shared memory (elements of T, rows of row_chunks<C>() chunks of 8): Q [GQ][QC] (reused
-// to stage O), K [2][SX][D / 8], V [2][SX][DV / 8], QC = max(D, DV) / 8. QREG: Q's mma
-// fragments in registers, else read from the Q tile at each step. BELOW: some query's keys
-// are bounded from below (KeyMask). LSE: write each row's log-sum-exp to a.lse (a flag, so
-// that a kernel without one keeps no pointer live through the key loop).
-template <class T, int D, int DV, int GQ, int SX, bool QREG, bool UPPER, bool BELOW, bool LSE,
-          class Scores>
-NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, int q_tile,
+// to stage O), K [STAGES][SX][D / 8], V [STAGES][SX][DV / 8], QC = max(D, DV) / 8. QREG:
+// Q's mma fragments in registers, else read from the Q tile at each step. BELOW: some
+// query's keys are bounded from below (KeyMask). LSE: write each row's log-sum-exp to
+// a.lse (a flag, so that a kernel without one keeps no pointer live through the key loop).
+template <class T, int D, int DV, int GQ, int SX, int MB, int STAGES, bool QREG, bool UPPER,
+          bool BELOW, bool LSE, class Scores>
+NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_stride, int q_tile,
                                    const Scores& scores) {
-  constexpr int W = GQ / 16, THREADS = 32 * W;
+  constexpr int WQ = 16 * MB, W = GQ / WQ, THREADS = 32 * W;
   constexpr int QC = (D > DV ? D : DV) / 8;
   constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
-  static_assert(GQ % 16 == 0 && SX % 16 == 0, "tiles are multiples of 16");
+  static_assert(GQ % WQ == 0 && SX % 16 == 0, "tiles are multiples of 16 (a warp's rows)");
+  static_assert(STAGES >= 2, "a ring of at least two stages");
   T* qs = dynamic_smem<T>();
   T* ks = qs + GQ * row_chunks<QC>() * 8;
-  T* vs = ks + 2 * KT;
+  T* vs = ks + STAGES * KT;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int q0 = q_tile * GQ;
+  const float scale_log2 = positive_scale(a.scale_log2);
 
   // key tiles [tile0, tile0 + tiles): those some query of the block sees
-  int first_key, last_key, unused;
-  visible_keys<UPPER, BELOW>(a.vis, q0, first_key, unused);
+  int first_key, last_key, unused, block_last;
+  visible_keys<UPPER, BELOW>(a.vis, q0, first_key, block_last);
   visible_keys<UPPER, BELOW>(a.vis, imin(q0 + GQ, a.q_len) - 1, unused, last_key);
   const int tile0 = BELOW ? first_key / SX : 0;  // without a lower bound, first_key is 0
   const int tiles = last_key < first_key ? 0 : last_key / SX + 1 - tile0;
-  const int wrow = q0 + 16 * warp;  // this warp's first query
-  KeyMask<BELOW> mask;
-  mask.template rows<UPPER>(a.vis, wrow + g, a.x_len);
-  // the step needs no mask when its keys lie inside every row's interval. The last row is
+  // tiles [0, clear) every row of the block sees whole (the keys the first row sees grow
+  // with the row); none with a lower bound
+  const int clear = BELOW || block_last < 0 ? 0 : imin(tiles, (block_last + 1) / SX);
+  const int wrow = q0 + WQ * warp;  // this warp's first query
+  KeyMask<MB, BELOW> mask;
+#pragma unroll
+  for (int b = 0; b < MB; ++b)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      mask.template set<UPPER>(a.vis, b, r, wrow + 16 * b + g + 8 * r, a.x_len);
+  // a step needs no mask when its keys lie inside every row's interval. The last row is
   // not clipped to q_len: its interval only widens the test (rows past q_len are never
   // stored), and clipping it cost a causal d = 240 tile 26 registers and a spill.
   int top_first, top_last, bottom_first, bottom_last;  // of the warp's first and last rows
   visible_keys<UPPER, BELOW>(a.vis, wrow, top_first, top_last);
-  visible_keys<UPPER, BELOW>(a.vis, wrow + 15, bottom_first, bottom_last);
+  visible_keys<UPPER, BELOW>(a.vis, wrow + WQ - 1, bottom_first, bottom_last);
 
-  RowState<DV> st;
+  RowState<DV, MB> st;
   init_state(st);
   if (tiles > 0) {
     const int k0 = tile0 * SX;
     load_tile<T, GQ, D, QC, THREADS>(qs, a.q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
-    load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + k0 * a.k_stride, a.k_stride, a.x_len - k0,
-                                        tid);
-    cp_async_commit();
-    load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + k0 * a.v_stride, a.v_stride, a.x_len - k0,
-                                          tid);
-    cp_async_commit();
-    cp_async_wait<1>();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < tiles)
+        load_kv<T, SX, D, DV, THREADS>(ks + s * KT, vs + s * VT, a, k0 + s * SX, a.x_len, tid);
+      cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
     __syncthreads();
-    const QFragments<T, D, QC, QREG> qf(qs, 16 * warp, lane);
+    if (a.scale_log2 < 0.0f) {
+      negate_tile<GQ, QC, THREADS>(qs, tid);
+      __syncthreads();
+    }
+    const QFragments<T, D, QC, MB, QREG> qf(qs, WQ * warp, lane);
 
-    for (int j = 0; j < tiles; ++j) {
-      const int stage = j & 1;
-      const int key0 = (tile0 + j) * SX;
-      const T* kt = ks + stage * KT;
-      const T* vt = vs + stage * VT;
-      // K_j has landed (V_j may still be in flight); every warp is done with stage^1
-      cp_async_wait<1>();
-      __syncthreads();
-      if (j + 1 < tiles) {
-        const int next = key0 + SX;
-        load_tile<T, SX, D, D / 8, THREADS>(ks + (stage ^ 1) * KT, a.k + next * a.k_stride,
-                                            a.k_stride, a.x_len - next, tid);
+    // pass 0: the clear tiles [0, clear), no mask; pass 1: [clear, tiles), masked
+#pragma unroll
+    for (int pass = 0; pass < 2; ++pass) {
+      const bool masked = pass == 1;
+      for (int j = masked ? clear : 0; j < (masked ? tiles : clear); ++j) {
+        const int stage = j % STAGES, fill = (j + STAGES - 1) % STAGES;  // read, loaded
+        const int key0 = k0 + j * SX;
+        // tile j has landed; every warp is done with tile j - 1, whose stage is `fill`
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (j + STAGES - 1 < tiles)
+          load_kv<T, SX, D, DV, THREADS>(ks + fill * KT, vs + fill * VT, a,
+                                         k0 + (j + STAGES - 1) * SX, a.x_len, tid);
+        cp_async_commit();
+        float s[MB][SX / 8][4];
+        if (!masked) {
+          mask.key0 = key0;
+          score_step<T, D, DV, SX, MB, false>(s, st, qf, ks + stage * KT, 0, mask, scale_log2,
+                                              scores, lane);
+          value_step<T, DV, SX, MB>(st, s, vs + stage * VT, 0, lane);
+        } else if (key0 <= bottom_last && (!BELOW || key0 + SX - 1 >= top_first)) {
+          mask.any = key0 + SX - 1 > top_last || (BELOW && key0 < bottom_first);
+          mask.key0 = key0;
+          score_step<T, D, DV, SX, MB, true>(s, st, qf, ks + stage * KT, 0, mask, scale_log2,
+                                             scores, lane);
+          value_step<T, DV, SX, MB>(st, s, vs + stage * VT, 0, lane);
+        }
       }
-      cp_async_commit();
-      const bool active = key0 <= bottom_last && (!BELOW || key0 + SX - 1 >= top_first);
-      mask.any = key0 + SX - 1 > top_last || (BELOW && key0 < bottom_first);
-      mask.key0 = key0;
-      float s[SX / 8][4];
-      if (active) score_step<T, D, DV, SX>(s, st, qf, kt, 0, mask, a.scale_log2, scores, lane);
-      // V_j has landed (K_{j+1} may still be in flight)
-      cp_async_wait<1>();
-      __syncthreads();
-      if (j + 1 < tiles) {
-        const int next = key0 + SX;
-        load_tile<T, SX, DV, DV / 8, THREADS>(vs + (stage ^ 1) * VT, a.v + next * a.v_stride,
-                                              a.v_stride, a.x_len - next, tid);
-      }
-      cp_async_commit();
-      if (active) value_step<T, DV, SX>(st, s, vt, 0, lane);
     }
     cp_async_wait<0>();
   }
 
+  // the O pointer passes an empty asm after the loop: without it ptxas (sm_80, causal
+  // d = 128, 168 registers) kept its high half on the stack through the loop (4 B spilled)
+  T* o = o_slice;
+#ifdef NCDC_GPU
+  asm volatile("" : "+l"(o));
+#endif
   // O / l, staged through this warp's own rows of the Q tile (no other warp reads them),
   // then stored as 16-byte rows; a row with no visible key has l = 0 and stores zeros.
   reduce_sums(st);
   if (LSE && t == 0) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      if (mask.row[r] < a.q_len) st_global(a.lse + mask.row[r] * a.lse_stride, row_lse(st.m[r], st.l[r]));
+    for (int b = 0; b < MB; ++b)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = wrow + 16 * b + g + 8 * r;
+        if (qi < a.q_len) st_global(a.lse + qi * a.lse_stride, row_lse(st.m[b][r], st.l[b][r]));
+      }
   }
   __syncwarp();  // this warp's reads of its Q rows are done before O overwrites them
-  T* os = qs + 16 * warp * row_chunks<QC>() * 8;
+  T* os = qs + WQ * warp * row_chunks<QC>() * 8;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float inv = inverse_sum(st.l[r]);
+  for (int b = 0; b < MB; ++b)
 #pragma unroll
-    for (int n = 0; n < DV / 8; ++n)
-      smem_store_u32(os + swizzle<QC>(g + 8 * r, n) + 2 * t,
-                     Mma<T>::pack(st.o[n][2 * r] * inv, st.o[n][2 * r + 1] * inv));
-  }
+    for (int r = 0; r < 2; ++r) {
+      const float inv = inverse_sum(st.l[b][r]);
+#pragma unroll
+      for (int n = 0; n < DV / 8; ++n)
+        smem_store_u32(os + swizzle<QC>(16 * b + g + 8 * r, n) + 2 * t,
+                       Mma<T>::pack(st.o[b][n][2 * r] * inv, st.o[b][n][2 * r + 1] * inv));
+    }
   __syncwarp();
   constexpr int VC = DV / 8;
 #pragma unroll
-  for (int i0 = 0; i0 < 16 * VC; i0 += 32) {
+  for (int i0 = 0; i0 < WQ * VC; i0 += 32) {
     const int i = i0 + lane, row = i / VC, chunk = i % VC;
     const int qi = wrow + row;
     if (qi < a.q_len)
@@ -502,24 +603,38 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o, long long o_stride, 
 }
 
 // ---------------------------------------------------------------------------------------
-// Decode, pass 1: the q <= 16 queries of one (batch..., head), padded to one 16-row mma
-// block, against keys [split * keys_per_split, +keys_per_split). The block streams SX keys
-// per stage; warp w takes keys [w * SX / W, (w + 1) * SX / W) of each stage and keeps its
-// own (m, l, O), written unnormalised to the fp32 workspace as partial split * W + w:
-//   part_o[partial][q][DV], part_ml[partial][q][2] = (m in base 2, l).
+// Decode, pass 1: the rows of one (batch..., K/V head) against keys [split *
+// keys_per_split, +keys_per_split). The rows are the q <= 16 queries of `heads` query heads
+// that share the K/V head (a GQA group packed into the mma's 16 rows: row r is query
+// r % q_len of head r / q_len; only plain or causal kernels pack: a score functor, a
+// bias or the log-sum-exp address one head), padded to 16. The keys are cut to those some
+// query sees (a.vis; tiles stay aligned to the split). The block streams SX keys per stage through
+// a STAGES-deep cp.async ring (STAGES - 1 tiles in flight while one is used); warp w takes
+// keys [w * SX / W, (w + 1) * SX / W) of each stage and keeps its own (m, l, O), written
+// unnormalised to the fp32 workspace as partial split * W + w:
+//   part_o[partial][row][DV], part_ml[partial][row][2] = (m in base 2, l).
 // Shared memory (elements of T, rows as in attention_forward): Q [16][D / 8],
-// K [2][SX][D / 8], V [2][SX][DV / 8].
-template <class T, int D, int DV, int SX, int W, bool QREG, bool UPPER, bool BELOW, class Scores>
-NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split, float* part_o,
-                                float* part_ml, const Scores& scores) {
+// K [STAGES][SX][D / 8], V [STAGES][SX][DV / 8].
+struct Packing {
+  int heads;                          // query heads in the rows (1: no packing)
+  long long q_head_stride, o_head_stride;  // elements between those heads in Q and O
+};
+
+template <class T, int D, int DV, int SX, int W, int STAGES, bool QREG, bool UPPER, bool BELOW,
+          class Scores>
+NCDC_DEVICE void decode_partial(const Slice<T>& a, const Packing& pk, int split,
+                                int keys_per_split, float* part_o, float* part_ml,
+                                const Scores& scores) {
   constexpr int THREADS = 32 * W, NK = SX / W;
   constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
   static_assert(SX % (16 * W) == 0, "each warp takes a multiple of 16 keys per stage");
+  static_assert(STAGES >= 2, "a ring of at least two stages");
   T* qs = dynamic_smem<T>();
   T* ks = qs + 16 * row_chunks<D / 8>() * 8;
-  T* vs = ks + 2 * KT;
+  T* vs = ks + STAGES * KT;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
+  const int rows = pk.heads * a.q_len;
 
   // this split's keys, cut to those some query sees (tiles stay aligned to the split)
   int first_key, last_key, top_last, bottom_first;
@@ -530,51 +645,61 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
       BELOW && first_key > split0 ? split0 + (first_key - split0) / SX * SX : split0;
   const int end = imin(imin(a.x_len, split0 + keys_per_split), last_key + 1);
   const int tiles = end > begin ? (end - begin + SX - 1) / SX : 0;
-  KeyMask<BELOW> mask;
-  mask.template rows<UPPER>(a.vis, g, end);
+  const float scale_log2 = positive_scale(a.scale_log2);
+  // row r holds query r % q_len; padding rows (r >= rows) are never stored
+  KeyMask<1, BELOW> mask;
+  mask.template set<UPPER>(a.vis, 0, 0, g % a.q_len, end);
+  mask.template set<UPPER>(a.vis, 0, 1, (g + 8) % a.q_len, end);
 
-  RowState<DV> st;
+  RowState<DV, 1> st;
   init_state(st);
   if (tiles > 0) {
-    load_tile<T, 16, D, D / 8, THREADS>(qs, a.q, a.q_stride, a.q_len, tid);
-    load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + begin * a.k_stride, a.k_stride, end - begin,
-                                        tid);
-    cp_async_commit();
-    load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + begin * a.v_stride, a.v_stride,
-                                          end - begin, tid);
-    cp_async_commit();
-    cp_async_wait<1>();
+    // the Q rows (16-byte chunks of the packed heads' queries) join the first group
+#pragma unroll
+    for (int i0 = 0; i0 < 16 * (D / 8); i0 += THREADS) {
+      const int i = i0 + tid;
+      if ((16 * (D / 8)) % THREADS == 0 || i < 16 * (D / 8)) {
+        const int row = i / (D / 8), chunk = i % (D / 8);
+        const bool ok = row < rows;
+        const int head = row / a.q_len;  // rows < 16: no 64-bit division
+        const T* src = ok ? a.q + head * pk.q_head_stride + (row - head * a.q_len) * a.q_stride +
+                                chunk * 8
+                          : a.q;
+        cp_async_16_zfill(qs + swizzle<D / 8>(row, chunk), src, ok ? 16 : 0);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < tiles)
+        load_kv<T, SX, D, DV, THREADS>(ks + s * KT, vs + s * VT, a, begin + s * SX, end, tid);
+      cp_async_commit();
+    }
+    cp_async_wait<STAGES - 2>();
     __syncthreads();
-    const QFragments<T, D, D / 8, QREG> qf(qs, 0, lane);
+    if (a.scale_log2 < 0.0f) {
+      negate_tile<16, D / 8, THREADS>(qs, tid);
+      __syncthreads();
+    }
+    const QFragments<T, D, D / 8, 1, QREG> qf(qs, 0, lane);
 
     for (int j = 0; j < tiles; ++j) {
-      const int stage = j & 1;
-      const int tile0 = begin + j * SX;
-      const int key0 = tile0 + warp * NK;
-      cp_async_wait<1>();
+      const int stage = j % STAGES, fill = (j + STAGES - 1) % STAGES;  // read, loaded
+      const int key0 = begin + j * SX + warp * NK;
+      // tile j has landed; every warp is done with tile j - 1, whose stage is `fill`
+      cp_async_wait<STAGES - 2>();
       __syncthreads();
-      if (j + 1 < tiles) {
-        const int next = tile0 + SX;
-        load_tile<T, SX, D, D / 8, THREADS>(ks + (stage ^ 1) * KT, a.k + next * a.k_stride,
-                                            a.k_stride, end - next, tid);
-      }
+      if (j + STAGES - 1 < tiles)
+        load_kv<T, SX, D, DV, THREADS>(ks + fill * KT, vs + fill * VT, a,
+                                       begin + (j + STAGES - 1) * SX, end, tid);
       cp_async_commit();
       const bool active = key0 < end && (!BELOW || key0 + NK - 1 >= first_key);
       mask.any = key0 + NK - 1 > imin(top_last, end - 1) || (BELOW && key0 < bottom_first);
       mask.key0 = key0;
-      float s[NK / 8][4];
+      float s[1][NK / 8][4];
       if (active)
-        score_step<T, D, DV, NK>(s, st, qf, ks + stage * KT, warp * NK, mask, a.scale_log2,
-                                 scores, lane);
-      cp_async_wait<1>();
-      __syncthreads();
-      if (j + 1 < tiles) {
-        const int next = tile0 + SX;
-        load_tile<T, SX, DV, DV / 8, THREADS>(vs + (stage ^ 1) * VT, a.v + next * a.v_stride,
-                                              a.v_stride, end - next, tid);
-      }
-      cp_async_commit();
-      if (active) value_step<T, DV, NK>(st, s, vs + stage * VT, warp * NK, lane);
+        score_step<T, D, DV, NK, 1, true>(s, st, qf, ks + stage * KT, warp * NK, mask,
+                                          scale_log2, scores, lane);
+      if (active) value_step<T, DV, NK, 1>(st, s, vs + stage * VT, warp * NK, lane);
     }
     cp_async_wait<0>();
   }
@@ -584,40 +709,42 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, int split, int keys_per_split
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = g + 8 * r;
-    if (row < a.q_len) {
-      const long long at = partial * a.q_len + row;
+    if (row < rows) {
+      const long long at = partial * rows + row;
       float* po = part_o + at * DV + 2 * t;
 #pragma unroll
       for (int n = 0; n < DV / 8; ++n)
-        st_global(reinterpret_cast<float2*>(po + 8 * n), make_float2(st.o[n][2 * r], st.o[n][2 * r + 1]));
-      if (t == 0) st_global(reinterpret_cast<float2*>(part_ml + 2 * at), make_float2(st.m[r], st.l[r]));
+        st_global(reinterpret_cast<float2*>(po + 8 * n), make_float2(st.o[0][n][2 * r], st.o[0][n][2 * r + 1]));
+      if (t == 0) st_global(reinterpret_cast<float2*>(part_ml + 2 * at), make_float2(st.m[0][r], st.l[0][r]));
     }
   }
 }
 
-// Decode, pass 2: merge the partials of one (batch..., head):
+// Decode, pass 2: merge the partials of one (batch..., K/V head)'s rows:
 //   m = max m_p, l = sum l_p 2^(m_p - m), O = sum O_p 2^(m_p - m) / l.
 // Warps first turn (m_p, l_p) into weights 2^(m_p - m) / l in shared memory (a row with
-// l = 0 gets weight 0 everywhere, so zeros), then lanes sum 4 columns each.
-// The log-sum-exp of each row goes to lse (when not null). Shared memory: float
-// [q_len][partials].
+// l = 0 gets weight 0 everywhere, so zeros), then lanes sum 4 columns each; row r is
+// stored as query r % q_len of packed head r / q_len. The log-sum-exp of each row goes to
+// lse (when not null; only unpacked kernels have one). Shared memory: float [rows][partials].
 template <class T, int DV, int THREADS>
 NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, long long o_stride,
-                              int q_len, int partials, float* lse, long long lse_stride) {
+                              int q_len, const Packing& pk, int partials, float* lse,
+                              long long lse_stride) {
   float* weight = dynamic_smem<float>();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  for (int row = warp; row < q_len; row += THREADS / 32) {
+  const int rows = pk.heads * q_len;
+  for (int row = warp; row < rows; row += THREADS / 32) {
     float m = neg_inf();
 #pragma unroll 1
     for (int p = lane; p < partials; p += 32)
-      m = fmaxf(m, ld_global(part_ml + 2 * ((long long)p * q_len + row)));
+      m = fmaxf(m, ld_global(part_ml + 2 * ((long long)p * rows + row)));
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     const float base = m == neg_inf() ? 0.0f : m;
     float l = 0.0f;
 #pragma unroll 1
     for (int p = lane; p < partials; p += 32) {
-      const long long at = 2 * ((long long)p * q_len + row);
+      const long long at = 2 * ((long long)p * rows + row);
       const float w = exp2_fast(ld_global(part_ml + at) - base);
       weight[row * partials + p] = w;
       l += ld_global(part_ml + at + 1) * w;
@@ -632,12 +759,12 @@ NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, l
   __syncthreads();
   // a warp per row, 4 columns per lane (coalesced); no division by DV / 4 and no runtime
   // column loop, either of which made ptxas spill for heads that are not powers of two
-  for (int row = warp; row < q_len; row += THREADS / 32) {
+  for (int row = warp; row < rows; row += THREADS / 32) {
     float acc[(DV + 127) / 128][4] = {};
 #pragma unroll 1
     for (int p = 0; p < partials; ++p) {
       const float w = weight[row * partials + p];
-      const float* po = part_o + ((long long)p * q_len + row) * DV + 4 * lane;
+      const float* po = part_o + ((long long)p * rows + row) * DV + 4 * lane;
 #pragma unroll
       for (int cc = 0; cc < (DV + 127) / 128; ++cc) {
         if (DV % 128 == 0 || 128 * cc + 4 * lane < DV) {
@@ -650,6 +777,7 @@ NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, l
         }
       }
     }
+    T* out_row = o + (row / q_len) * pk.o_head_stride + (row % q_len) * o_stride;
 #pragma unroll
     for (int cc = 0; cc < (DV + 127) / 128; ++cc) {
       const int c = 128 * cc + 4 * lane;
@@ -657,7 +785,7 @@ NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, l
         uint2 out;
         out.x = Mma<T>::pack(acc[cc][0], acc[cc][1]);
         out.y = Mma<T>::pack(acc[cc][2], acc[cc][3]);
-        st_global_v8(o + row * o_stride + c, out);
+        st_global_v8(out_row + c, out);
       }
     }
   }
