@@ -35,19 +35,49 @@ ESTIMATE = "per-family estimate"
 SASS = "from the SASS"
 
 # Per-warp instructions of the FA2-order softmax step of ncdc's attention template
-# (templates/include/ncdc_attention.cuh), per score a thread holds: scale, running max,
-# the tail mask's compare and select, exp2's argument, the exponential's sum, and the
-# packing of P to 16 bits every two scores; per output value, the rescale by exp(m_old -
-# m_new). Checked against the SASS of compiled kernels (tests/test_issue.py).
-SOFTMAX_FP32_PER_SCORE = 7
-SOFTMAX_FIXED = {"shuffle": 4, "barrier": 4, "control": 8, "smem": 6}
-# Per k-tile of ncdc's GEMM template (templates/include/ncdc_gemm.cuh): wait for the
-# cp.async group, the block barrier, the loop branch. Per fragment load or 16-byte copy,
-# the integer work of its swizzled address and its bounds predicate (IMAD, IADD3, LEA,
-# ISETP, SEL), and one LDS of the staged operand beside each ldmatrix: what ptxas emits for
-# the template, 7 and 1 within 15% over tiles 64 x 64 to 256 x 128 (tests/test_issue.py).
-GEMM_FIXED = {"barrier": 2, "control": 6}
-GEMM_INTEGER_PER_ACCESS = 7
+# (templates/include/ncdc_attention.cuh), per score a thread holds: the running max, exp2's
+# argument (the scale folded into one FFMA) and the exponential's sum, and the packing of
+# P to 16 bits every two scores; per output value, the rescale by exp(m_old - m_new), and
+# per row the max and sum updates. Per key chunk: the ring's wait and barrier, the loop
+# branches, three LDS of the ring's indices, the row reductions' shuffles. The integer work
+# (cp.async pointers stepped by rows, the ring stage, the tail's key bound) is about
+# constant: 126 and 164 in the d = 128 kernels of 32 and 64 keys (sm_90a, sm_80), the
+# constant is their mean. Counted in the SASS of compiled kernels (tests/test_issue.py):
+# the totals within 5%.
+SOFTMAX_FP32_PER_SCORE = 3
+SOFTMAX_FP32_FIXED = 16
+SOFTMAX_FIXED = {"shuffle": 4, "barrier": 2, "control": 4, "smem": 3}
+ATTENTION_INTEGER = 145
+# Per k-tile of ncdc's mma.sync GEMM template (templates/include/ncdc_gemm.cuh), counted
+# in the SASS ptxas emits for it (sm_80 and sm_90a, bf16; tiles 64 x 64 x 32 to 256 x 128
+# x 64, warp tiles 32 x 32 to 64 x 64): the cp.async group's commit (LDGDEPBAR, with the
+# copies) and wait plus the block barrier, the loop's counter and branch, three LDS of the
+# k tile's ring indices; fragment addresses are loop-invariant (kept in registers), so the
+# integer work is a fixed part (ring slot, k offset, predicates: 30) and 3.5 per 16-byte
+# cp.async (its global pointer's increment and swizzled shared address), the least-squares
+# fit of nine kernels (each one's slots within 5% of its SASS: tests/test_issue.py). An
+# operand whose rows are not 16-byte aligned (the `_ua` / `_ub` / `_uab` kernels) is staged
+# element by element: per element a thread holds, one LDG, one STS and 1.75 integer (its
+# address and bounds predicate), fit to the 64 x 64 x 32 kernels. 8-bit inputs (IMMA.16832, k tiles
+# 64 and 128) have a smaller fixed part, GEMM_INTEGER_FIXED_8BIT.
+GEMM_FIXED = {"barrier": 2, "control": 2, "smem": 3}
+GEMM_INTEGER_FIXED = 30
+GEMM_INTEGER_FIXED_8BIT = 15  # the same fit over six int8 kernels (sm_80, sm_90a), each within 6%
+GEMM_INTEGER_PER_COPY = 3.5
+GEMM_INTEGER_PER_ELEMENT = 1.75
+# Per k tile (128 bytes of k: four wgmma m64nNk16, or k32 for fp8) of one consumer warp
+# of the Hopper GEMM (templates/gemm_wgmma.cu.j2, wgmma_gemm in ncdc_hopper.cuh), counted
+# in its SASS on sm_90a: the full barrier's try-wait (SYNCS.PHASECHK), the empty barrier's
+# arrive, WARPGROUP.ARRIVE (wgmma.fence) and WARPGROUP.DEPBAR (commit and wait for one in
+# flight); the loop's branches; and the integer and uniform work of building each wgmma's
+# two shared-memory descriptors (12 each) and the ring's slot, phase and barrier
+# addresses (38). The producer warp (one thread issuing the TMA copies and mbarrier
+# operations, about 70 slots per k tile for a block of 8 consumer warps issuing 8 x 98)
+# is left out: its slots are a tenth of the consumers' and overlap them.
+WGMMA_PER_TILE = {"barrier": 4, "control": 4}
+WGMMA_INTEGER_PER_MMA = 12
+WGMMA_INTEGER_FIXED = 38
+WGMMA_CONSUMER_ROWS = 16  # rows of the 128 x bn tile one consumer warp accumulates
 
 
 @dataclass(frozen=True)
@@ -105,52 +135,72 @@ def estimate_mix(
     GEMM (one k-tile of `bk` per iteration, warp tile wm x wn, k step 16 for 16-bit
     inputs and 32 for 8-bit ones): (wm / 16)(wn / 8) HMMAs per k step (two HMMAs and four
     FADDs for an fp8 step on sm_90, which has no fp8 mma.sync), wm / 16 + wn / 16
-    ldmatrix.x4 (and as many LDS), the tile's 16-byte cp.async chunks over the threads,
-    GEMM_INTEGER_PER_ACCESS per fragment load and copy, and GEMM_FIXED. Attention (one key chunk of
-    `s_x` per iteration, 16 query rows per warp): (d / 16)(s_x / 8) + (s_x / 16)(d_v / 8)
+    ldmatrix.x4, the tile's 16-byte cp.async chunks over the threads (an unaligned
+    operand's elements instead, one LDG and STS each), the integer work of GEMM_INTEGER_*,
+    and GEMM_FIXED. The Hopper GEMM (param `wgmma`; one k tile of 128 bytes per iteration
+    of a consumer warp, which accumulates 16 rows of the 128 x bn tile): bk / 16 wgmmas
+    (k32 for fp8), WGMMA_INTEGER_* and WGMMA_PER_TILE. Attention (one key chunk of
+    `s_x` per iteration, 16 query rows a warp): (d / 16)(s_x / 8) + (s_x / 16)(d_v / 8)
     HMMAs, as many ldmatrix.x4 for K and V over 16 x 16 blocks, the chunk's cp.async,
-    SOFTMAX_FP32_PER_SCORE per score a thread holds plus the rescale of its output,
-    one exponential per score, and SOFTMAX_FIXED.
+    SOFTMAX_FP32_PER_SCORE per score a thread holds plus the rescale of its output and
+    SOFTMAX_FP32_FIXED, one exponential per score, ATTENTION_INTEGER and SOFTMAX_FIXED; a
+    warp of 32 query rows (param `warp_q`) does twice the MMAs on the same K/V fragments.
     """
     params = dict(c.params)
     threads = c.threads
+    if family.name == "gemm" and params.get("wgmma", 0):
+        wgmmas = params["bk"] // (32 if dtype.startswith("fp8") else 16)
+        classes: dict[str, float] = {
+            "tensor": wgmmas,
+            "integer": WGMMA_INTEGER_PER_MMA * wgmmas + WGMMA_INTEGER_FIXED,
+            **WGMMA_PER_TILE,
+        }
+        flops = 2.0 * WGMMA_CONSUMER_ROWS * params["bn"] * params["bk"]
+        return LoopMix(classes, flops, ESTIMATE)
     if family.name in ("gemm", "gemv") and not params.get("simt", 1):  # gemv: its GEMMs
         p = 1 if dtype.startswith("fp8") or dtype == "int8" else 2
         k_step = 32 if p == 1 else 16
         wm, wn = params["bm"] // params["warps_m"], params["bn"] // params["warps_n"]
         steps = params["bk"] // k_step
         mmas = steps * (wm // 16) * (wn // 8)
-        split = p == 1 and hw.arch.startswith("sm_90")  # ptxas: two fp16 HMMAs + four FADDs
+        # no fp8 mma.sync on sm_90: ptxas emits two fp16 HMMAs and four FADDs (int8 has IMMA)
+        split = dtype.startswith("fp8") and hw.arch.startswith("sm_90")
         ldsm = steps * (wm // 16 + wn // 16)
-        copies = math.ceil((params["bm"] + params["bn"]) * params["bk"] * p / 16 / threads)
+        extent = {"a": params["bm"], "b": params["bn"]}
+        staged = [extent[x] for x in "ab" if params.get(f"vec_{x}", 1)]
+        elementwise = [extent[x] for x in "ab" if not params.get(f"vec_{x}", 1)]
+        copies = math.ceil(sum(staged) * params["bk"] * p / 16 / threads)
+        elements = math.ceil(sum(elementwise) * params["bk"] / threads)
         classes = {
             "tensor": mmas * (2 if split else 1),
             "ldmatrix": ldsm,
-            "async_copy": copies,
+            "async_copy": copies + 1,  # and the group's commit
+            "global": elements,
             "fp32": 4 * mmas if split else 0,
-            "smem": ldsm,
-            "integer": GEMM_INTEGER_PER_ACCESS * (ldsm + copies),
+            "integer": (GEMM_INTEGER_FIXED if p == 2 else GEMM_INTEGER_FIXED_8BIT)
+            + GEMM_INTEGER_PER_COPY * copies
+            + GEMM_INTEGER_PER_ELEMENT * elements,
             **GEMM_FIXED,
         }
+        classes["smem"] += elements
         return LoopMix(classes, 2.0 * wm * wn * params["bk"], ESTIMATE)
     if family.name == "attention":
         d = math.prod(sizes[a] for a in family.axes("d"))
         d_v = math.prod(sizes[a] for a in family.axes("d_v"))
         s_x = params["s_x"]
-        rows = 16
+        rows = params.get("warp_q", 16)  # query rows of one warp (16 or 32)
+        # K and V fragments: one ldmatrix.x4 per 16 x 16 block, shared by a warp's rows
         ldsm = (d // 16) * (s_x // 16) + (s_x // 16) * (d_v // 16)
         copies = math.ceil(s_x * (d + d_v) * 2 / 16 / threads)
         scores = rows * s_x // 32  # per thread
         classes = {
-            "tensor": (d // 16) * (s_x // 8) + (s_x // 16) * (d_v // 8),
+            "tensor": rows // 16 * ((d // 16) * (s_x // 8) + (s_x // 16) * (d_v // 8)),
             "ldmatrix": ldsm,
-            "async_copy": copies,
-            "fp32": SOFTMAX_FP32_PER_SCORE * scores + rows * d_v // 32,
+            "async_copy": copies + 1,  # and the chunk's commit
+            "fp32": SOFTMAX_FP32_PER_SCORE * scores + rows * d_v // 32 + SOFTMAX_FP32_FIXED,
             "fp16": scores // 2,
             "mufu": scores + 2,
-            # two address updates per ldmatrix (swizzled row, chunk), one per copy, and the
-            # loop's fixed indices (chunk pointers, the ring stage, the tail's key bound)
-            "integer": 2 * ldsm + copies + 64,
+            "integer": ATTENTION_INTEGER,
             **SOFTMAX_FIXED,
         }
         return LoopMix(classes, 2.0 * rows * s_x * (d + d_v), ESTIMATE)

@@ -2,13 +2,14 @@
 
 `cuobjdump -sass` (with `nvdisasm`, both from NVIDIA's pip wheels `nvidia-cuda-cuobjdump`
 and `nvidia-cuda-nvdisasm`, the `nvrtc` extra; no toolkit, no GPU) lists the machine code.
-The main loop is the backward branch whose body holds the most tensor instructions (the
-most instructions when none has any). Its instructions are counted by class, and the
-counts become cycles per iteration of one SM, with one warp per sub-partition doing the
-loop: issue (one instruction per clock per sub-partition), the tensor pipe, the MUFU
-(special-function) pipe and shared memory (128 B per clock per SM). The largest is the
-loop's bound. A loop with no tensor instruction is read along `stream_path` (the row a
-planned size runs), with its global bytes and serialised load round trips (`round_trips`).
+The main loop is the innermost backward branch that does tensor work, of several the one
+with the most tensor FLOPs (`main_loop`; the longest loop when none has any). Its
+instructions are counted by class, and the counts become cycles per iteration of one SM,
+with one warp per sub-partition doing the loop: issue (one instruction per clock per
+sub-partition), the tensor pipe, the MUFU (special-function) pipe and shared memory (128 B
+per clock per SM). The largest is the loop's bound. A loop with no tensor instruction is
+read along `stream_path` (the row a planned size runs), with its global bytes and
+serialised load round trips (`round_trips`).
 
     >>> text = '''
     ...         /*0100*/                   LDSM.16.M88.4 R4, [R2] ;
@@ -42,8 +43,9 @@ if TYPE_CHECKING:
     from ncdc.issue import LoopMix
 
 TOOL_TIMEOUT_S = 120
+LOOP_RULE = 2  # the version of `main_loop`'s choice, in the key of the loops it keeps
 INSTRUCTION = re.compile(
-    r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P[T\d]+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)"
+    r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P[T\d]+\s+)?(?P<op>[A-Z][A-Z0-9_.]*(?:x\d+[A-Z0-9_.]*)*)"
     r"(?P<args>[^;]*);"
 )
 # opcode (before the first dot) -> class; anything else is integer and address arithmetic
@@ -59,7 +61,9 @@ CLASSES: dict[str, str] = {
     ),
     **dict.fromkeys(("HADD2", "HMUL2", "HFMA2", "HMNMX2", "HSETP2", "F2FP"), "fp16"),
     "MUFU": "mufu",
-    **dict.fromkeys(("BAR", "SYNCS", "WARPSYNC", "DEPBAR", "MEMBAR", "ARRIVES"), "barrier"),
+    **dict.fromkeys(
+        ("BAR", "SYNCS", "WARPSYNC", "DEPBAR", "MEMBAR", "ARRIVES", "WARPGROUP"), "barrier"
+    ),
     **dict.fromkeys(("BRA", "EXIT", "BSSY", "BSYNC", "CALL", "RET", "NOP", "YIELD"), "control"),
     "SHFL": "shuffle",
 }
@@ -71,6 +75,11 @@ SUB_PARTITIONS = 4  # per SM on sm_80 .. sm_90: each issues one warp instruction
 MUFU_LANES = 4  # per sub-partition (16 per SM)
 SMEM_BYTES_PER_CLOCK = 128  # per SM
 MMA_FLOPS = {"16816": 2 * 16 * 8 * 16, "1688": 2 * 16 * 8 * 8, "16832": 2 * 16 * 8 * 32}
+# wgmma (HGMMA, QGMMA, IGMMA): the shape MxNxK is the warpgroup's; each of its 4 warps issues
+# the instruction, and together they compute M x N x K (PTX ISA, "Asynchronous Warpgroup
+# Level Matrix Multiply-Accumulate Instructions"): a warp's share is a quarter.
+WARPGROUP_WARPS = 4
+WGMMA_SHAPE = re.compile(r"\.(\d+)x(\d+)x(\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,24 @@ class Instruction:
     @property
     def kind(self) -> str:
         return CLASSES.get(self.opcode, "integer")
+
+
+def mma_flops(ins: Instruction) -> int:
+    """The tensor FLOPs one warp's tensor instruction does, from its opcode's shape: an
+    HMMA.16816 4096; an HGMMA.64x256x16 (the warpgroup's 64 x 256 x 16) a quarter of
+    2 x 64 x 256 x 16, 131072; 0 for any other instruction.
+
+        >>> mma_flops(parse_sass("/*0f00*/ HGMMA.64x256x16.F32.BF16 R24, gdesc[UR16], R24 ;")[0])
+        131072
+    """
+    if ins.kind != "tensor":
+        return 0
+    if ins.opcode.endswith("GMMA"):
+        shape = WGMMA_SHAPE.search(ins.op)
+        if shape:
+            m, n, k = (int(x) for x in shape.groups())
+            return 2 * m * n * k // WARPGROUP_WARPS
+    return MMA_FLOPS[_mma_shape(ins)]
 
 
 @dataclass(frozen=True)
@@ -177,21 +204,39 @@ def parse_sass(text: str) -> list[Instruction]:
 
 
 def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
-    """The body of the backward branch with the most tensor instructions (then the fewest
-    instructions: the innermost; without tensor instructions, the most); the whole listing
-    when it has no loop."""
-    best: list[Instruction] = list(instructions)
-    best_key = (-1, -1)
+    """The body of the innermost backward branch that does tensor work, of several the one
+    with the most tensor FLOPs (`mma_flops`), then the fewest instructions; without tensor
+    instructions, the longest loop; the whole listing when it has no loop. An outer loop
+    (over tiles, around a k loop) holds the k loop's MMAs, a peeled iteration's and its own
+    epilogue: it is never the main loop where an inner one does tensor work.
+
+        >>> text = '''
+        ...   /*0000*/                  HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        ...   /*0010*/                  HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        ...   /*0020*/                  IADD3 R1, R1, 0x1, RZ ;
+        ...   /*0030*/              @P0 BRA 0x10 ;
+        ...   /*0040*/                  STG.E [R2.64], R24 ;
+        ...   /*0050*/              @P1 BRA 0x0 ;
+        ... '''
+        >>> [i.addr for i in main_loop(parse_sass(text))]
+        [16, 32, 48]
+    """
+    loops = []
     for i, ins in enumerate(instructions):
         if 0 <= ins.target < ins.addr:
             body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
-            tensor = sum(x.kind == "tensor" for x in body)
-            # of loops with the same tensor work, the innermost (an outer loop around it,
-            # such as one over tiles, holds the same MMAs and its own epilogue)
-            key = (tensor, -len(body) if tensor else len(body))
-            if key > best_key:
-                best, best_key = body, key
-    return best
+            loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
+    tensor = [lp for lp in loops if lp[3]]
+    if tensor:
+        innermost = [
+            lp
+            for lp in tensor
+            if not any(o is not lp and lp[0] <= o[0] and o[1] <= lp[1] for o in tensor)
+        ]
+        return max(innermost, key=lambda lp: (lp[3], -len(lp[2])))[2]
+    if loops:
+        return max(loops, key=lambda lp: len(lp[2]))[2]
+    return list(instructions)
 
 
 def count_classes(instructions: Sequence[Instruction]) -> dict[str, int]:
@@ -225,18 +270,20 @@ def loop_bound(
     """Cycles per iteration of one SM with one warp per sub-partition running `loop`:
 
     - issue: every instruction takes one issue slot of its sub-partition;
-    - tensor: each HMMA's FLOPs (its shape: m16n8k16 = 4096) at a quarter of the SM's
-      tensor FLOPs per clock, times `mma_share` where mma.sync cannot reach the peak;
+    - tensor: each tensor instruction's FLOPs (`mma_flops`) at a quarter of the SM's
+      tensor FLOPs per clock, an mma.sync's times `mma_share` where it cannot reach the
+      peak (wgmma runs at the peak);
     - mufu: 32 lanes at 4 per clock per sub-partition, 8 cycles each;
     - smem: the bytes of LDSM, LDS and STS of all 4 sub-partitions at 128 B per clock.
     """
     mix = count_classes(loop)
-    per_sub = tensor_flops_per_sm_per_clock / SUB_PARTITIONS * mma_share
+    per_sub = tensor_flops_per_sm_per_clock / SUB_PARTITIONS
     tensor = 0.0
     for ins in loop:
         if ins.kind == "tensor":
-            shape = next((s for s in MMA_FLOPS if f".{s}" in ins.op), "16816")
-            tensor += MMA_FLOPS[shape] / per_sub
+            # wgmma runs at the pipe's own rate; mma_share is mma.sync's part of the peak
+            share = 1.0 if ins.opcode.endswith("GMMA") else mma_share
+            tensor += mma_flops(ins) / (per_sub * share)
     smem = sum(_smem_bytes(i) for i in loop if i.kind in ("smem", "ldmatrix"))
     cycles = {
         "issue": float(len(loop)),
@@ -244,7 +291,7 @@ def loop_bound(
         "mufu": mix["mufu"] * 32 / MUFU_LANES,
         "smem": SUB_PARTITIONS * smem / SMEM_BYTES_PER_CLOCK,
     }
-    flops = sum(MMA_FLOPS[_mma_shape(i)] for i in loop if i.kind == "tensor")
+    flops = sum(mma_flops(i) for i in loop)
     moved = sum(_global_bytes(i) for i in loop)
     loaded = sum(_global_bytes(i) for i in loop if _is_global_load(i))
     wavefronts = -(-smem // SMEM_BYTES_PER_CLOCK)
@@ -435,7 +482,7 @@ def bound_to_dict(bound: LoopBound) -> dict[str, object]:
 
 def loop_mix(loop: Sequence[Instruction]) -> LoopMix:
     """The main loop of one warp as the plan's time counts it (ncdc.issue): issue slots
-    per class and the tensor FLOPs of its HMMAs (by shape: m16n8k16 = 4096), on the path
+    per class and the tensor FLOPs of its MMAs (`mma_flops`: m16n8k16 = 4096), on the path
     a full tile takes (`full_tile_path`).
 
         >>> text = "/*0100*/ HMMA.16816.F32.BF16 R8, R4, R6, R8 ; /*0110*/ @!P0 BRA 0x100 ;"
@@ -446,12 +493,7 @@ def loop_mix(loop: Sequence[Instruction]) -> LoopMix:
     from ncdc.issue import SASS, LoopMix
 
     loop = full_tile_path(loop)
-    flops = 0.0
-    for ins in loop:
-        if ins.kind == "tensor":
-            shape = next((s for s in MMA_FLOPS if f".{s}" in ins.op), "16816")
-            flops += MMA_FLOPS[shape]
-    return LoopMix(count_classes(loop), flops, SASS)
+    return LoopMix(count_classes(loop), float(sum(mma_flops(i) for i in loop)), SASS)
 
 
 def cached_mixes(plan: Plan, arch: str = "") -> dict[int, LoopMix]:
@@ -478,9 +520,9 @@ def cached_mixes(plan: Plan, arch: str = "") -> dict[int, LoopMix]:
 
 def main_loops(cubin: bytes) -> dict[str, str]:
     """Kernel name -> the SASS of its main loop, read once per cubin: kept, signed, in the
-    compile cache's folder (`<version>/sass/<sha256 of the cubin>.json`), so that pricing a
-    compiled plan again does not run cuobjdump again. An entry whose HMAC does not verify
-    is read afresh."""
+    compile cache's folder (`<version>/sass/<sha256 of the cubin and LOOP_RULE>.json`), so
+    that pricing a compiled plan again does not run cuobjdump again. An entry whose HMAC
+    does not verify is read afresh."""
     import hashlib
     import json
 
@@ -489,7 +531,8 @@ def main_loops(cubin: bytes) -> dict[str, str]:
     from ncdc.files import write_atomic
 
     folder = usable_dir(ncdc.__version__, "sass")
-    path = folder / f"{hashlib.sha256(cubin).hexdigest()}.json" if folder else None
+    key = hashlib.sha256(cubin + f"main_loop {LOOP_RULE}".encode()).hexdigest()
+    path = folder / f"{key}.json" if folder else None
     if path is not None and path.exists():
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))

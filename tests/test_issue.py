@@ -74,9 +74,16 @@ def test_a_guarded_tail_path_is_not_what_a_full_tile_issues():
     assert (mix.slots, mix.tensor_flops, mix.source) == (5.0, 4096.0, SASS)
 
 
+# The library's diagrams whose main loops the issue term prices, on the two profiles: the
+# h200 bf16 GEMMs run the wgmma variant, the a100 ones and the int8 GEMMs mma.sync.
+NAMES = ("matmul", "mlp", "batched_matmul", "attention", "int8_matmul")
+LIBRARY = [(p, d) for p in ("h200", "a100") for d in NAMES]
+
+
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    """Two plans compiled for sm_80 into a private compile cache: a GEMM and an attention."""
+    """Plans compiled into a private compile cache, as `ncdc compile` leaves them: a small
+    sm_80 GEMM in 128 x 128 x 32 tiles, and the LIBRARY diagrams at their own sizes."""
     pytest.importorskip("cuda.bindings")
     if not TOOLS:
         pytest.skip("nvdisasm wheel not installed")
@@ -91,25 +98,42 @@ def compiled(tmp_path_factory):
         load_diagram("diagrams/matmul.yaml", {"m": 256, "n": 256, "k": 256}), a100,
         {"m": 128, "n": 128, "k": 32},
     )  # fmt: skip
-    attn = plan_diagram(
-        load_diagram("diagrams/attention.yaml", {"b": 1, "h": 1, "q": 128, "x": 128, "d": 64}),
-        a100,
-    )
-    reports = [compile_plan(p, "sm_80") for p in (gemm, attn)]
-    yield [(p, r) for p, r in zip((gemm, attn), reports, strict=True)]
+    plans = [("a100 matmul 128x128x32", gemm)]
+    for profile, name in LIBRARY:
+        hw = load_hardware(profile)
+        plans.append((f"{profile} {name}", plan_diagram(load_diagram(f"diagrams/{name}.yaml"), hw)))
+    out = [(label, plan, compile_plan(plan, plan.graph.hardware.arch)) for label, plan in plans]
+    yield out
     mp.undo()
 
 
 def test_the_family_estimate_is_within_15_percent_of_the_sass(compiled):
     # The estimate (ncdc.issue.estimate_mix) counts what each template issues per warp and
-    # main-loop iteration; the SASS is ptxas's loop, on the path a full tile takes.
-    for plan, report in compiled:
+    # main-loop iteration; the SASS is ptxas's loop, on the path a full tile takes. Both
+    # count the same iteration (the same tensor FLOPs: a wgmma's from its shape, a quarter
+    # of the warpgroup's 64 x N x K per warp), so their slots per FLOP agree.
+    for label, plan, report in compiled:
         est = plan.kernels[0].instructions
-        assert est is not None and est.source == ESTIMATE
-        loop = sass.main_loop(sass.parse_sass(sass.disassemble(report.cubin)))
-        counted = sass.loop_mix(loop)
-        assert counted.tensor_flops == est.tensor_flops
-        assert counted.slots_per_mma == pytest.approx(est.slots_per_mma, rel=0.15)
+        assert est is not None and est.source == ESTIMATE, label
+        (loop,) = sass.main_loops(report.cubin).values()  # kept for the tests below
+        counted = sass.loop_mix(sass.parse_sass(loop))
+        assert counted.tensor_flops == est.tensor_flops, label
+        assert counted.slots_per_mma == pytest.approx(est.slots_per_mma, rel=0.15), label
+
+
+def test_cost_before_and_after_compiling_agree(compiled):
+    # `ncdc cost` of a library diagram prices its main loops on the family's estimate
+    # before `ncdc compile`, on the SASS after: the predicted times agree within 15%, and
+    # neither makes a wgmma GEMM issue-bound (its 64 x 256 x 16 HGMMA is 32 HMMA.16816s).
+    from ncdc.buildable import with_compiled_sass
+
+    for label, plan, _ in compiled[1:]:
+        after = with_compiled_sass(plan)
+        assert all(k.instructions.source == SASS for k in after.kernels), label
+        assert after.predicted_time_s == pytest.approx(plan.predicted_time_s, rel=0.15), label
+        for k in (*plan.kernels, *after.kernels):
+            if dict(k.candidate.params).get("wgmma"):
+                assert k.bound != "issue" and k.instructions.slots_per_mma < 1, label
 
 
 def test_cost_prices_a_compiled_kernel_from_its_sass(compiled):
@@ -119,7 +143,7 @@ def test_cost_prices_a_compiled_kernel_from_its_sass(compiled):
     from ncdc.compile import priced_from_sass
     from ncdc.cost import plan_to_dict
 
-    for plan, report in compiled:
+    for _, plan, report in (compiled[0], compiled[-1]):  # a GEMM and an attention
         assert priced_from_sass(report).plan.kernels[0].instructions.source == SASS
         priced = with_compiled_sass(plan)
         k = priced.kernels[0]
@@ -133,7 +157,7 @@ def test_a_cubin_is_disassembled_once(compiled, monkeypatch):
     # reads them back without cuobjdump; a tampered entry is read afresh.
     import json
 
-    _, report = compiled[0]
+    _, _, report = compiled[0]
     first = sass.main_loops(report.cubin)
 
     def refuse(cubin: bytes) -> str:
