@@ -343,33 +343,49 @@ class KernelModel:
             n = n * -(-self.sizes[a] // g[a])
         return n
 
-    def transfer(self, g: Mapping[str, Any], s: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
+    def transfer(
+        self, g: Mapping[str, Any], s: Mapping[str, Any] | None = None, clipped: bool = False
+    ) -> tuple[Any, Any]:
         """(values, bytes) loaded into a level with group sizes g, plus the outputs saved.
         Under a causal mask, the inputs over its key axis are loaded only for the key
-        chunks (of s) that some query of the group sees."""
+        chunks (of s) that some query of the group sees. `clipped`: each group loads its
+        tile only up to the tensor's edge, as the kernels' loads from global memory do (a
+        tail tile's rows past the edge are zero-filled, not read); otherwise whole tiles, as
+        a level below shared memory reads them (the zero-filled tile)."""
         groups = self.groups(g)
         values: Any = self.output_values
         nbytes: Any = self.output_bytes
         kept = self.mask_fraction(g, s) if self.mask else 1
         for (shape, p, _), keyed in zip(self._inputs, self._keyed, strict=True):
-            v = _chunk(shape, g, None) * groups
+            v = self._clipped(shape, g) if clipped else _chunk(shape, g, None) * groups
             if keyed:
                 v = v * kept
             values = values + v
             nbytes = nbytes + v * p
         return values, nbytes
 
+    def _clipped(self, shape: _Shape, g: Mapping[str, Any]) -> Any:
+        """Values of one tensor that all groups load, each its tile cut at the tensor's
+        edge: the tensor's own woven axes whole, once per group along the others."""
+        n: Any = shape.whole_rest
+        for a in self.kernel.woven:
+            if a in shape.sliced:
+                n = n * self.sizes[a]
+            elif a in g:
+                n = n * -(-self.sizes[a] // g[a])
+        return n
+
     def tile_transfer(
-        self, g: Mapping[str, int], s: Mapping[str, int] | None = None
+        self, g: Mapping[str, int], s: Mapping[str, int] | None = None, clipped: bool = False
     ) -> tuple[int, int]:
         """`transfer` for one tile of whole numbers, memoised: the candidates of a search
         share their block, warp and wave tiles. H depends on g only along woven axes (and
         on the key chunk under a causal mask)."""
-        key = tuple(map(g.__getitem__, self.kernel.woven))
+        key = (clipped, *map(g.__getitem__, self.kernel.woven))
         if self.mask:
             key += ((s or {}).get(self.mask.key, 0),)
         if key not in self._tile_transfers:
-            values, nbytes = self.transfer(g, s)
+            values, nbytes = self.transfer(g, s, clipped)
             self._tile_transfers[key] = (int(values), int(nbytes))
         return self._tile_transfers[key]
 
@@ -1121,7 +1137,10 @@ def time_kernel(
     transfers = []
     for upper, lower in zip(levels, levels[1:], strict=False):
         part = choice.partitions[lower.name]
-        values, nbytes = model.tile_transfer(part.group, part.stream)
+        # loads from device memory stop at a tensor's edge; those from shared memory read
+        # the zero-filled tail tile whole
+        clipped = c is not None and upper.per == "device"
+        values, nbytes = model.tile_transfer(part.group, part.stream, clipped)
         if c is not None and c.rereads:
             # inputs the kernel reads again from global memory (a long row's second pass)
             again = _reread(model, c.rereads)
