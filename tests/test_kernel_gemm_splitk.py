@@ -43,6 +43,18 @@ inputs:
 ops: ["Y = contract(A, B, over=k)"]
 outputs: [Y]
 """,
+    # weight-only int8: B widened in the main loop, its per-column scale after the merge
+    "w8a16_column_scale": """
+ncdc: 1
+name: sk
+axes: {m: 40, n: 72, k: 300}
+inputs:
+  A: {axes: [m, k], dtype: bf16}
+  W: {axes: [n, k], dtype: int8}
+  s: {axes: [n], dtype: fp32}
+ops: ["Y = contract(A, W, over=k, scale=s, dtype=bf16)"]
+outputs: [Y]
+""",
 }
 
 

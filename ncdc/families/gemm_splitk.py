@@ -153,7 +153,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "vec_b": "true" if vec_b else "false",
         "smem_bytes": first.dynamic_smem,
         "a": {"name": ops.a.name, "ctype": cpp_type(ops.a.dtype)},
-        "b": {"name": ops.b.name},
+        "b": {"name": ops.b.name, "ctype": cpp_type(ops.b.dtype)},
         "c": {"name": ops.c.name},
         "workspace": ws,
         "params": listed(main_params),

@@ -25,6 +25,7 @@ namespace ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s3_ak_bk {
 
 // The ops after the contraction, applied to each merged sum in fp32 before the cast to C.
 struct ncdc_Epilogue {
+  static constexpr bool EXACT = false;  // int8 x int8 is not split (its int32 sums are exact)
   float ncdc_scale;
   const float* s;
   long long ncdc_pitch_m_s, ncdc_pitch_n_s;  // along the m and n of C (0: broadcast)
@@ -37,6 +38,7 @@ struct ncdc_Epilogue {
 
 // A split's partial sums go to the workspace as they are.
 struct ncdc_Partial {
+  static constexpr bool EXACT = false;
   NCDC_DEVICE float operator()(float ncdc_acc, long long, long long) const { return ncdc_acc; }
 };
 
@@ -53,7 +55,7 @@ extern "C" __global__ void __launch_bounds__(256) w8a16_matmul_gemm_splitk_bf16_
     long long ncdc_size_n,
     long long ncdc_size_k,
     long long ncdc_k_per_split) {
-using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 16, 128, 64, 1, 8, 3, true, true>;
+using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 16, 128, 64, 1, 8, 3, true, true, signed char>;
   static_assert(ncdc_Tile::SMEM_BYTES == 37632, "the launch's dynamic shared memory");
   const long long ncdc_k0 = (long long)blockIdx.z * ncdc_k_per_split;
   const long long ncdc_k_left = ncdc_size_k - ncdc_k0;
