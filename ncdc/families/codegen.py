@@ -17,7 +17,8 @@ from typing import Any
 
 from ncdc.errors import PlanError
 from ncdc.families.base import CPP_TYPES, VECTOR_BYTES, Param
-from ncdc.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.graph import Kernel
+from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
 
 ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask")
 
@@ -48,6 +49,14 @@ def size_name(axis: str) -> str:
     """The kernel parameter that carries an axis size at run time. Every name the generated
     code makes up starts with ncdc_, which no diagram name may, so none meets a tensor's."""
     return f"ncdc_size_{axis}"
+
+
+def axis_pitch(t: Tensor, axis: str) -> list[str] | None:
+    """Elements between neighbours along `axis` in `t`, as size parameters to multiply;
+    None when `t` lacks the axis (it is broadcast along it)."""
+    if axis not in t.axes:
+        return None
+    return [size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]]
 
 
 def offset_expr(axes: tuple[str, ...], index: Callable[[str], str]) -> str:
@@ -135,6 +144,64 @@ def needed_ops(ops: Iterable[Op], targets: Iterable[str], known: Iterable[str]) 
     for t in targets:
         visit(t)
     return [op for op in ops if op.out in need]
+
+
+@dataclass(frozen=True)
+class RowOpParts:
+    """A row-wise kernel's elementwise ops split around its row op (softmax, norm or
+    reduction): once per row before it (`row_pre`), per element into it (`source_ops`), and
+    after it per element (`finish_ops`, as `finish_stmts` with the norm's weight and bias)
+    and per row (`finish_row_ops`); `hoisted`, the finishing ops that are per row."""
+
+    row_pre: list[Op]
+    source_ops: list[Op]
+    outputs_elem: list[str]
+    outputs_row: list[str]
+    finish_row_ops: list[Op]
+    finish_stmts: list[Statement]
+    hoisted: list[Op]
+
+
+def split_row_op(
+    kernel: Kernel,
+    rowop: Op,
+    elem_ops: list[Op],
+    per_element: set[str],
+    after: set[str],
+    value: Callable[[str], str],
+    statements: Callable[[list[Op]], list[Statement]],
+    y: str,
+) -> RowOpParts:
+    """`RowOpParts` of `kernel`; `y` is the generated name of the row op's result."""
+    src = rowop.operands[0]
+    assert isinstance(src, str)
+    inputs = set(kernel.inputs)
+    # per-row values that do not need the row op: once per row, before it
+    row_pre = [op for op in elem_ops if op.out not in per_element and op.out not in after]
+    source_ops = needed_ops(elem_ops, [src], inputs | {op.out for op in row_pre})
+    outputs_elem = [n for n in kernel.outputs if n in per_element]
+    outputs_row = [n for n in kernel.outputs if n not in per_element]
+    known = inputs | {op.out for op in row_pre} | {rowop.out}
+    finish_ops = needed_ops(elem_ops, outputs_elem, known)
+    finish_row_ops = needed_ops(elem_ops, outputs_row, known)
+    weight = rowop.params.get("weight") if rowop.kind == "norm" else None
+    bias = rowop.params.get("bias") if rowop.kind == "norm" else None
+    finish_stmts: list[Statement] = []
+    if rowop.kind != "reduce":
+        if weight:
+            finish_stmts.append(
+                Statement(f"ncdc_weighted_{rowop.out}", "op_mul", (y, value(weight)))
+            )
+            y = f"ncdc_weighted_{rowop.out}"
+        if bias:
+            finish_stmts.append(Statement(f"ncdc_biased_{rowop.out}", "op_add", (y, value(bias))))
+            y = f"ncdc_biased_{rowop.out}"
+        finish_stmts.append(Statement(value(rowop.out), "op_id", (y,)))
+    hoisted = [op for op in finish_ops if op.out not in per_element]
+    finish_stmts += statements([op for op in finish_ops if op.out in per_element])
+    return RowOpParts(
+        row_pre, source_ops, outputs_elem, outputs_row, finish_row_ops, finish_stmts, hoisted
+    )
 
 
 def vector_width(diagram: Diagram, names: Iterable[str]) -> int:

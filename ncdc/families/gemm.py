@@ -41,7 +41,7 @@ from ncdc.families.base import (
     round_up,
     rounded_options,
 )
-from ncdc.families.codegen import cpp_type, size_name
+from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
 from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
 
@@ -201,7 +201,8 @@ class GemmFamily:
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         if kp.candidate is not None and gemm_splitk.is_splitk(kp.candidate):
             ops = _operands(kp.family, kp.kernel, plan.graph.diagram)
-            return gemm_splitk.render(kp, plan, ops, _epilogue(kp.kernel, plan.graph.diagram, ops))
+            epilogue = _epilogue(kp.kernel, plan.graph.diagram, ops)
+            return gemm_splitk.render(kp, plan, ops, epilogue, _tiles_of(kp.candidate))
         if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
             ops = _operands(kp.family, kp.kernel, plan.graph.diagram)
             return gemm_wgmma.render(kp, plan, ops, _epilogue(kp.kernel, plan.graph.diagram, ops))
@@ -395,10 +396,10 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "size_m": size_name(ops.m),
         "size_n": size_name(ops.n),
         "size_k": size_name(ops.k),
-        "lda": _pitch(ops.a, ops.m if ops.a_k else ops.k),
-        "ldb": _pitch(ops.b, ops.n if ops.b_k else ops.k),
-        "ldc_m": _pitch(ops.c, ops.m),
-        "ldc_n": _pitch(ops.c, ops.n),
+        "lda": axis_pitch(ops.a, ops.m if ops.a_k else ops.k),
+        "ldb": axis_pitch(ops.b, ops.n if ops.b_k else ops.k),
+        "ldc_m": axis_pitch(ops.c, ops.m),
+        "ldc_n": axis_pitch(ops.c, ops.n),
         "batches": " * ".join(size_name(a) for a in ops.batch) or "1",
         "z_loop": c.main.grid[2] < math.prod(d.axes[a] for a in ops.batch),
         "offsets": list(dict.fromkeys(t.name for t in tensors)),
@@ -406,7 +407,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
             {
                 "size": size_name(ax),
                 "strides": [
-                    {"tensor": t.name, "pitch": _pitch(t, ax)}
+                    {"tensor": t.name, "pitch": axis_pitch(t, ax)}
                     for t in {t.name: t for t in tensors}.values()
                     if ax in t.axes
                 ],
@@ -461,14 +462,6 @@ def _operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
     return Operands(a, b, c, m, n, k, batch, a.axes[-1] == k, b.axes[-1] == k)
 
 
-def _pitch(t: Tensor, axis: str) -> list[str] | None:
-    """Elements between neighbours along `axis` in `t`, as size parameters to multiply;
-    None when `t` lacks the axis (it is broadcast along it)."""
-    if axis not in t.axes:
-        return None
-    return [size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]]
-
-
 def _literal(x: float) -> str:
     return f"{float(x)!r}f"
 
@@ -502,8 +495,8 @@ def _epilogue(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
         operands[x] = {
             "name": x,
             "ctype": cpp_type(t.dtype),
-            "pitch_m": _pitch(t, ops.m),
-            "pitch_n": _pitch(t, ops.n),
+            "pitch_m": axis_pitch(t, ops.m),
+            "pitch_n": axis_pitch(t, ops.n),
         }
         return {"kind": "tensor", "name": x}
 

@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ncdc.families.base import KernelSource, Launch, Param, Workspace
-from ncdc.families.codegen import cpp_type, size_name
+from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.launch import MAX_GRID_X, Candidate, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.cost import KernelModel, KernelPlan, Plan
-    from ncdc.families.gemm import Operands
+    from ncdc.families.gemm import GemmTiles, Operands
     from ncdc.hardware import Hardware
 
 SPLITS = (2, 4, 8, 16, 32)  # asked-for splits; each gets whole k tiles and none is empty
@@ -89,14 +89,14 @@ def candidates(
     return list(out.values())
 
 
-def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) -> KernelSource:
-    """The two kernels of a split-k candidate: partial sums per split, then the merge."""
-    from ncdc.families.gemm import _pitch, _tiles_of
-
+def render(
+    kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any], t: GemmTiles
+) -> KernelSource:
+    """The two kernels of a split-k candidate (its tiles `t`): partial sums per split, then
+    the merge."""
     d = plan.graph.diagram
     c = kp.candidate
     assert c is not None and is_splitk(c)
-    t = _tiles_of(c)
     first, merge = c.launches
     name = (
         f"{kp.kernel.name}_gemm_splitk_{ops.a.dtype}_m{t.bm}_n{t.bn}_k{t.bk}_w{t.warps}"
@@ -129,8 +129,8 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
             for q in params
         ]
 
-    lda = _pitch(ops.a, ops.m if ops.a_k else ops.k)
-    ldb = _pitch(ops.b, ops.n if ops.b_k else ops.k)
+    lda = axis_pitch(ops.a, ops.m if ops.a_k else ops.k)
+    ldb = axis_pitch(ops.b, ops.n if ops.b_k else ops.k)
     context: dict[str, Any] = {
         "kernel": name,
         "merge_kernel": merge_name,
@@ -166,8 +166,8 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         # elements between neighbours along k: 1 where k is contiguous, else the pitch
         "a_step": "1" if ops.a_k else " * ".join(lda or ["1"]),
         "b_step": "1" if ops.b_k else " * ".join(ldb or ["1"]),
-        "ldc_m": _pitch(ops.c, ops.m),
-        "ldc_n": _pitch(ops.c, ops.n),
+        "ldc_m": axis_pitch(ops.c, ops.m),
+        "ldc_n": axis_pitch(ops.c, ops.n),
         **epilogue,
     }
     launches = (Launch.of(name, first, main_params), Launch.of(merge_name, merge, merge_params))

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec
-from ncdc.families.codegen import cpp_type, size_name
+from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.launch import Candidate, Family, LaunchShape
 from ncdc.spec import DTYPE_BYTES, Diagram, Tensor
 
@@ -217,14 +217,6 @@ def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, i
     )
 
 
-def _pitch(t: Tensor, axis: str) -> list[str] | None:
-    """Elements between neighbours along `axis` in `t` as size parameters to multiply;
-    None when `t` lacks the axis (the gemm template's convention)."""
-    if axis not in t.axes:
-        return None
-    return [size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]]
-
-
 def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) -> KernelSource:
     """The wgmma GEMM of `kp.candidate`: template context, tensor maps and its launch;
     `epilogue` is the gemm family's description of the fused ops."""
@@ -239,7 +231,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     )
     batch = ops.batch[0] if ops.batch else None
     for t in epilogue["operands"]:
-        t["pitch_z"] = _pitch(d.tensor(t["name"]), batch) if batch else None
+        t["pitch_z"] = axis_pitch(d.tensor(t["name"]), batch) if batch else None
     axes = [a for a in kp.kernel.axes if a in d.axes]
     map_a, map_b = f"ncdc_tma_{ops.a.name}", f"ncdc_tma_{ops.b.name}"
     spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, BM), ops.batch)
@@ -271,9 +263,9 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "c": {
             "name": ops.c.name,
             "ctype": cpp_type(ops.c.dtype),
-            "pitch_m": _pitch(ops.c, ops.m),
-            "pitch_n": _pitch(ops.c, ops.n),
-            "pitch_z": _pitch(ops.c, batch) if batch else None,
+            "pitch_m": axis_pitch(ops.c, ops.m),
+            "pitch_n": axis_pitch(ops.c, ops.n),
+            "pitch_z": axis_pitch(ops.c, batch) if batch else None,
         },
         "params": [
             {

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ncdc.errors import PlanError
 from ncdc.families import gemm
 from ncdc.families.base import VECTOR_BYTES, KernelSource, Launch, Param, ones
-from ncdc.families.codegen import cpp_type, size_name
+from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.launch import MAX_GRID_X, Candidate, Family, LaunchShape
 from ncdc.spec import DTYPE_BYTES, Diagram, Tensor
 
@@ -289,7 +289,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
     params.append(Param(g.c.name, "tensor", g.c.dtype, writes=True))
     params += [Param(size_name(a), "int64", value=d.axes[a]) for a in axes]
-    pitch = gemm._pitch
+    pitch = axis_pitch
     context: dict[str, Any] = {
         "kernel": name,
         "summary": f"{mm.text} (+{len(kp.kernel.ops) - 1} epilogue ops), W streamed in "

@@ -37,6 +37,7 @@ from ncdc.families.codegen import (
     op_statements,
     param_context,
     size_name,
+    split_row_op,
     vector_width,
 )
 from ncdc.launch import Candidate, Family, LaunchShape
@@ -263,31 +264,12 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
 
     src = rowop.operands[0]
     assert isinstance(src, str)
-    inputs = set(kernel.inputs)
-    # Per-row values that do not need the row op: once per row, in begin_row.
-    row_pre = [op for op in elem_ops if op.out not in per_element and op.out not in after]
-    source_ops = needed_ops(elem_ops, [src], inputs | {op.out for op in row_pre})
-    outputs_elem = [n for n in kernel.outputs if n in per_element]
-    outputs_row = [n for n in kernel.outputs if n not in per_element]
-    known = inputs | {op.out for op in row_pre} | {rowop.out}
-    finish_ops = needed_ops(elem_ops, outputs_elem, known)
-    finish_row_ops = needed_ops(elem_ops, outputs_row, known)
-    weight = rowop.params.get("weight") if rowop.kind == "norm" else None
-    bias = rowop.params.get("bias") if rowop.kind == "norm" else None
-    finish_stmts: list[Statement] = []
-    if rowop.kind != "reduce":
-        y = "ncdc_y[ncdc_j]"
-        if weight:
-            finish_stmts.append(
-                Statement(f"ncdc_weighted_{rowop.out}", "op_mul", (y, value(weight)))
-            )
-            y = f"ncdc_weighted_{rowop.out}"
-        if bias:
-            finish_stmts.append(Statement(f"ncdc_biased_{rowop.out}", "op_add", (y, value(bias))))
-            y = f"ncdc_biased_{rowop.out}"
-        finish_stmts.append(Statement(value(rowop.out), "op_id", (y,)))
-    hoisted = [op for op in finish_ops if op.out not in per_element]
-    finish_stmts += statements([op for op in finish_ops if op.out in per_element])
+    parts = split_row_op(
+        kernel, rowop, elem_ops, per_element, after, value, statements, "ncdc_y[ncdc_j]"
+    )
+    row_pre, source_ops, finish_row_ops = parts.row_pre, parts.source_ops, parts.finish_row_ops
+    outputs_elem, outputs_row = parts.outputs_elem, parts.outputs_row
+    finish_stmts, hoisted = parts.finish_stmts, parts.hoisted
 
     def loads(stmts: list[Statement], *extra: str) -> list[str]:
         used = " ".join([*(" ".join(s.args) for s in stmts), *extra])
