@@ -193,7 +193,7 @@ LONG_ROWS = [32000, 128256, 262144]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cuda") is None, reason="cuda.bindings missing")
-@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "vocab_crossentropy"])
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "vocab_cross_entropy"])
 def test_vocabulary_rows_compile_without_spills(name: str) -> None:
     # Rows longer than a 1024-thread group holds in 16 values a thread are streamed in two
     # passes, and the kernel carries only that path: nothing of the row stays in registers.
@@ -226,14 +226,14 @@ def test_rows_of_262147_values_run_in_two_passes_and_are_priced_so(name: str) ->
     assert issued == outcome.predicted_bytes
 
 
-def test_vocab_crossentropy_is_one_pass_over_128k_logits() -> None:
+def test_vocab_cross_entropy_is_one_pass_over_128k_logits() -> None:
     # logsumexp over a 128,257-token row (odd, above Llama 3's 128,256): the streamed
     # kernel's online max and sum read each logit once, which is what the model counts.
     from pathlib import Path
 
     from ncdc.run import run_spec
 
-    spec = Path(__file__).parent.parent / "diagrams" / "vocab_crossentropy.yaml"
+    spec = Path(__file__).parent.parent / "diagrams" / "vocab_cross_entropy.yaml"
     outcome = run_spec(spec, H200, sizes={"t": 3, "v": 128257})
     assert outcome.result.ok, outcome.result.checks
     assert outcome.module.launches[0].kernel.endswith("_p2")
