@@ -211,8 +211,11 @@ def compile_cuda(
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise _compile_error(log, name, line_origin)
         (size,) = _check(nvrtc, nvrtc.nvrtcGetCUBINSize(prog))
-        cubin = b"\0" * size
-        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin))
+        # NVRTC writes into the buffer: a bytearray, never a bytes object (CPython shares
+        # short ones, b"\0" * 1 among them, across the whole process)
+        buffer = bytearray(size)
+        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, buffer))
+        cubin = bytes(buffer)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     return CompiledModule(
@@ -226,9 +229,9 @@ def compile_cuda(
 
 def _program_log(nvrtc: Any, prog: Any) -> str:
     (size,) = _check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))
-    buf = b"\0" * size
+    buf = bytearray(size)  # written by NVRTC: see compile_cuda
     _check(nvrtc, nvrtc.nvrtcGetProgramLog(prog, buf))
-    return buf.rstrip(b"\0").decode(errors="replace").rstrip()
+    return bytes(buf).rstrip(b"\0").decode(errors="replace").rstrip()
 
 
 # "gemm_bf16.cu(57): error: identifier "y" is undefined" (also "catastrophic error").

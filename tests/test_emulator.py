@@ -510,7 +510,7 @@ def test_kernels_compile_with_nvrtc(name: str, arch: str) -> None:
     ]
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
     _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b" " * size
+    log = bytearray(size)  # NVRTC writes into it: b" " * 1 would be CPython's shared b" "
     nvrtc.nvrtcGetProgramLog(prog, log)
     nvrtc.nvrtcDestroyProgram(prog)
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")

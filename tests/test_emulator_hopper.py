@@ -134,23 +134,12 @@ def test_wgmma_bf16_every_swizzle(hopper: emulate.EmulatedModule, span: int) -> 
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_wgmma_f16(hopper: emulate.EmulatedModule) -> None:
-    # fp32 sums of random bit patterns: a result that cancels is off by a few ulps of the
-    # largest, so the absolute tolerance follows the results' scale (a wrong layout is off
-    # by the values themselves)
+def test_wgmma_f16_and_fp8(hopper: emulate.EmulatedModule) -> None:
     got, want = wgmma_case(hopper, "wgmma_f16_nmajor", "f16", 64, 128, b_mn_major=True)
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5 * np.abs(want).max())
-
-
-@pytest.mark.xfail(
-    strict=False,
-    reason="fails when it runs after tests/test_emulator.py's mma module in the same process "
-    "(92% of the results off: something of one emulated library reaches the other); passes alone",
-)
-def test_wgmma_fp8(hopper: emulate.EmulatedModule) -> None:
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     for kernel, elem in (("wgmma_e4m3", "e4m3"), ("wgmma_e5m2", "e5m2")):
         got, want = wgmma_case(hopper, kernel, elem, 128, 0, b_mn_major=False)
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5 * np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_planted_wrong_swizzle_gives_wrong_results(hopper: emulate.EmulatedModule) -> None:
