@@ -24,9 +24,11 @@ demo: $(STAMP)
 # The whole suite; pytest's exit code 5 ("no tests collected") is not a pass. The CPU
 # backend's tests compile every kernel with the host C++ compiler: without one, stop with
 # that reason rather than fail hundreds of tests (or skip the backend's correctness tests).
+# The tests run on every core (pytest-xdist, -n auto): each test stands alone, and the
+# compile and emulator caches are safe for concurrent processes.
 test: $(STAMP)
 	@command -v "$${CXX:-g++}" >/dev/null || { echo "make test: the CPU backend needs a C++ compiler: apt-get install g++, or set CXX" >&2; exit 2; }
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra -n auto
 
 # Regenerate tests/golden/*.cu after an intended change to what is generated.
 golden: $(STAMP)

@@ -248,9 +248,32 @@ def key_parts(source: str, arch: str, options: list[str] | tuple[str, ...] = ())
         "arch": arch,
         "nvrtc": nvrtc.nvrtc_version(),
         "ncdc": ncdc.__version__,
-        "options": nvrtc.compile_options(arch, options),
+        "options": _portable_options(nvrtc.compile_options(arch, options)),
         "headers_sha256": headers_digest(),
     }
+
+
+def _portable_options(options: list[str]) -> list[str]:
+    """The options with each `-I` folder named by what it holds, not where it is: ncdc's
+    headers by `headers_sha256`, another folder (the CUDA headers) by its files' digest.
+    So a fresh clone or a new virtual environment of the same ncdc and CUDA headers finds
+    the cubins an old one built."""
+    ncdc_dir = str(nvrtc.ncdc_include_dir())
+    out = []
+    for option in options:
+        if option.startswith("-I"):
+            folder = option[2:]
+            held = "ncdc headers" if folder == ncdc_dir else _folder_digest(folder)[:16]
+            option = f"-I<{held}>"
+        out.append(option)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _folder_digest(folder: str) -> str:
+    """`headers_digest` of a folder that does not change while ncdc runs (an installed
+    wheel's or toolkit's headers), computed once per process."""
+    return headers_digest(Path(folder))
 
 
 def cache_key(parts: dict[str, Any]) -> str:

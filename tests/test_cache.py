@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -110,6 +111,27 @@ def test_key_changes_with_everything_that_changes_the_cubin(root, compiles, monk
     cache.cached_compile(SOURCE, "sm_80", name=NAME)
     assert len(compiles) == 7
     assert len(list(root.rglob("*.cubin"))) == 7
+
+
+def test_key_names_the_header_folders_by_content_not_place(root, compiles, monkeypatch, tmp_path):
+    """A fresh clone or virtual environment (the same headers elsewhere) hits; a changed
+    CUDA header misses."""
+    cuda = nvrtc._cuda_include_dir()
+    if cuda is None:
+        pytest.skip("no CUDA headers")
+    cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    ncdc_copy, cuda_copy = tmp_path / "clone" / "include", tmp_path / "venv" / "include"
+    shutil.copytree(nvrtc.ncdc_include_dir(), ncdc_copy)
+    shutil.copytree(cuda, cuda_copy)
+    monkeypatch.setattr(nvrtc, "ncdc_include_dir", lambda: ncdc_copy)
+    monkeypatch.setattr(nvrtc, "_cuda_include_dir", lambda: cuda_copy)
+    cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    assert len(compiles) == 1
+    with (cuda_copy / "cuda_fp16.h").open("a") as f:
+        f.write("// changed\n")
+    cache._folder_digest.cache_clear()
+    cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    assert len(compiles) == 2
 
 
 def test_use_cache_false_neither_reads_nor_writes(root, compiles):

@@ -93,30 +93,33 @@ COMPILED += [
 ]
 
 
-@pytest.mark.parametrize(("profile", "arch", "specs"), COMPILED, ids=[c[0] for c in COMPILED])
-def test_compiled_launch_is_the_planned_launch(profile: str, arch: str, specs: list[Path]) -> None:
+# one test per (profile, spec): the slowest of the suite, spread over the cores this way
+COMPILED_SPECS = [(profile, arch, path) for profile, arch, specs in COMPILED for path in specs]
+
+
+@pytest.mark.parametrize(
+    ("profile", "arch", "path"), COMPILED_SPECS, ids=[f"{c[0]}-{c[2].stem}" for c in COMPILED_SPECS]
+)
+def test_compiled_launch_is_the_planned_launch(profile: str, arch: str, path: Path) -> None:
     hw = load_hardware(profile)
-    for path in specs:
-        report = compile_plan(plan_diagram(load_diagram(path), hw), arch)
-        # after the compiler's feedback the report's plan is what was compiled
-        _assert_priced_as_launched(report.plan)
-        compiled = [(k.launch.grid, k.launch.block, k.launch.dynamic_smem) for k in report.kernels]
-        assert compiled == _launches(report.plan), path.name
-        if path.parent.name == "diagrams":  # the library compiles with no spill
-            spilled = [
-                k.launch.kernel
-                for k in report.kernels
-                if k.spill_stores_bytes or k.spill_loads_bytes
-            ]
-            assert not spilled, (path.name, arch, spilled)
-        # and its time is priced with ptxas's registers (the most of a kernel's launches)
-        at = 0
-        for kp in report.plan.kernels:
-            assert kp.candidate is not None
-            count = len(kp.candidate.launches)
-            used = max(k.registers for k in report.kernels[at : at + count])
-            assert kp.candidate.registers == used, kp.kernel.name
-            at += count
+    report = compile_plan(plan_diagram(load_diagram(path), hw), arch)
+    # after the compiler's feedback the report's plan is what was compiled
+    _assert_priced_as_launched(report.plan)
+    compiled = [(k.launch.grid, k.launch.block, k.launch.dynamic_smem) for k in report.kernels]
+    assert compiled == _launches(report.plan), path.name
+    if path.parent.name == "diagrams":  # the library compiles with no spill
+        spilled = [
+            k.launch.kernel for k in report.kernels if k.spill_stores_bytes or k.spill_loads_bytes
+        ]
+        assert not spilled, (path.name, arch, spilled)
+    # and its time is priced with ptxas's registers (the most of a kernel's launches)
+    at = 0
+    for kp in report.plan.kernels:
+        assert kp.candidate is not None
+        count = len(kp.candidate.launches)
+        used = max(k.registers for k in report.kernels[at : at + count])
+        assert kp.candidate.registers == used, kp.kernel.name
+        at += count
 
 
 def test_a_candidate_round_trips_through_json() -> None:
