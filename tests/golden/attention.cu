@@ -9,12 +9,12 @@
 // op      P = softmax(S, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  attention: attention, tiles b=1  h=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 4096
-// predicted on h200: 1066.4 us (smem-bound), 5.56e+11 FLOP
+// kernel  attention: attention, tiles b=1  h=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 4096
+// predicted on h200: 1182.3 us (tensor-bound), 5.56e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- attention_attention_bf16_q64_x64_d128_w4_s2: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries
+// ---- attention_attention_bf16_q64_x32_d128_w4_s2: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -23,7 +23,7 @@
 #undef O
 
 
-extern "C" __global__ void __launch_bounds__(128) attention_attention_bf16_q64_x64_d128_w4_s2(
+extern "C" __global__ void __launch_bounds__(128) attention_attention_bf16_q64_x32_d128_w4_s2(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     long long ncdc_size_b,
@@ -52,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_attention_bf16_q64_x
   ncdc_slice.lse = nullptr;
   ncdc_slice.lse_stride = 0;
   const int ncdc_q_tile = int(blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, false, false, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, false, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(attention_attention_bf16_q64_x64_d128_w4_s2);
+NCDC_EXPORT_KERNEL(attention_attention_bf16_q64_x32_d128_w4_s2);
