@@ -1076,20 +1076,55 @@ def causal_imbalance(
 @functools.lru_cache(maxsize=256)
 def band_imbalance(
     queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None,
-    batches: int, slots: int, longest_first: bool,
+    batches: int, slots: int, longest_first: bool, split_chunks: int = 0,
 ) -> float:  # fmt: skip
-    """`causal_imbalance` under the band i + lo <= j <= i + hi (`band_tiles`)."""
-    per_tile = [n for n, _ in band_tiles(queries, keys, g_q, s_x, lo, hi)]
-    tiles = len(per_tile)
+    """`causal_imbalance` under the band i + lo <= j <= i + hi (`band_tiles`). With
+    `split_chunks`, the keys are split across blocks in ranges of that many chunks (grid z,
+    outermost): block (tile, split) visits the chunks of its tile in its range.
+
+        >>> # 4 tiles x 8 splits of 8 chunks; tile 0's last split has 5 of them (to key 3903)
+        >>> round(band_imbalance(256, 4096, 64, 64, None, 3840, 1, 132, True, 8), 3)
+        1.024
+        >>> # 8 tiles x 4 splits of 2: the busiest block does 2 chunks, the mean 36 / 32
+        >>> round(band_imbalance(512, 512, 64, 64, None, 0, 1, 132, True, 2), 3)
+        1.778
+    """
+    spans = band_spans(queries, keys, g_q, s_x, lo, hi)
     if longest_first:
-        per_tile.reverse()
-    total = sum(per_tile) * batches
+        spans.reverse()
+    chunks = max(1, -(-keys // s_x))
+    per = split_chunks or chunks
+    splits = -(-chunks // per)
+    works = [
+        [max(0, min(c1, (z + 1) * per - 1) - max(c0, z * per) + 1) for c0, c1 in spans]
+        for z in range(splits)
+    ]
+    total = sum(map(sum, works))
     if not total:
         return 1.0
     # past a few thousand blocks the tail is a small share: simulate one slice of the batch
-    copies = min(batches, max(1, 4096 // max(tiles, 1)))
-    busiest = block_makespan(per_tile * copies, slots)
-    return max(1.0, busiest * min(slots, tiles * copies) / (sum(per_tile) * copies))
+    copies = min(batches, max(1, 4096 // max(len(spans) * splits, 1)))
+    order = [w for split in works for w in split * copies]
+    busiest = block_makespan(order, slots)
+    return max(1.0, busiest * min(slots, len(order)) / (total * copies))
+
+
+def band_spans(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None
+) -> list[tuple[int, int]]:
+    """The first and last key chunk each query tile visits (`band_tiles`); (0, -1) for one
+    that sees no key.
+
+        >>> band_spans(256, 256, 64, 64, -63, 0)
+        [(0, 0), (0, 1), (1, 2), (2, 3)]
+    """
+    out = []
+    for t in range(-(-queries // g_q)):
+        a, b = t * g_q, min((t + 1) * g_q, queries) - 1
+        first = 0 if lo is None else min(max(a + lo, 0), keys)
+        last = keys - 1 if hi is None else max(min(b + hi, keys - 1), -1)
+        out.append((0, -1) if last < first else (first // s_x, last // s_x))
+    return out
 
 
 def time_kernel(
@@ -1126,8 +1161,8 @@ def time_kernel(
         resident = min(per_sm, blocks) * c.warps
         balance = busiest * sms / work
         streams = max(1, min(per_sm, blocks))
-        if model.mask and c.splits == 1:
-            balance *= _causal_balance(model, inner, grid, sms * streams)
+        if model.mask:
+            balance *= _causal_balance(model, inner, grid, sms * streams, c)
         sm_slow = balance / latency_efficiency(resident)
         # Little's law for the device's levels: the loads in flight per SM. A streamed
         # attention ring keeps stages - 1 chunks in flight for each block (one is read)
@@ -1187,16 +1222,21 @@ def time_kernel(
     )  # fmt: skip
 
 
-def _causal_balance(model: KernelModel, inner: Partition, grid: int, slots: int) -> float:
+def _causal_balance(
+    model: KernelModel, inner: Partition, grid: int, slots: int, c: Candidate
+) -> float:
     """`causal_imbalance` for a causal kernel's block tile; the blocks over the other woven
-    axes (batch, heads) are grid / query tiles."""
+    axes (batch, heads) are grid / (query tiles x splits). A candidate that splits the keys
+    (param `keys_per_split`) gives each split its own range of chunks."""
     assert model.mask is not None
     query, key, lo, hi = model.mask
     queries, keys = model.sizes[query], model.sizes[key]
     g_q = inner.group.get(query, queries)
     s_x = inner.stream.get(key, keys)
     tiles = -(-queries // g_q)
-    return band_imbalance(queries, keys, g_q, s_x, lo, hi, max(1, grid // tiles), slots, True)
+    split_chunks = dict(c.params).get("keys_per_split", 0) // s_x if c.splits > 1 else 0
+    batches = max(1, grid // (tiles * c.splits))
+    return band_imbalance(queries, keys, g_q, s_x, lo, hi, batches, slots, True, split_chunks)
 
 
 def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[int, int]:

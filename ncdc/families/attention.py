@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
+from ncdc.families import attention_splitk
 from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param, no_arch_problem, round_up
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
@@ -373,7 +374,8 @@ class AttentionFamily:
                     attention_registers(model, family, g_q, s_x, threads, warp_q),
                 )
             )  # fmt: skip
-        return out
+        # a grid too small for the GPU: keys split across blocks (attention_splitk.py)
+        return out + attention_splitk.candidates(model, hw, at, out)
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         diagram = plan.graph.diagram
@@ -404,6 +406,8 @@ class AttentionFamily:
             f"time through a {c.stages}-stage cp.async ring, {warps} warps of {warp_q} queries"
             + (", causal" if at.causal else ""),
         }
+        if attention_splitk.is_split(c):
+            return attention_splitk.render(kp, plan, at, name, context)
         return KernelSource("attention.cu.j2", context, (Launch.of(name, c.main, params),))
 
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
