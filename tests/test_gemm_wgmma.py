@@ -10,6 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ncdc
+from ncdc.buildable import check_buildable
+from ncdc.compile import compile_plan, plan_for_arch
 from ncdc.cost import KernelModel, streamed_axes
 from ncdc.families import classify_kernel
 from ncdc.families.gemm import FAMILY
@@ -22,6 +25,13 @@ from ncdc.spec import load_diagram
 from ncdc.tiling import plan_diagram, plan_from_candidates
 
 DIAGRAMS = Path(__file__).parent.parent / "diagrams"
+
+
+def compile_plan_for(spec: Path, hw: Hardware, arch: str):
+    """What `ncdc compile SPEC --arch ARCH` builds, without its SASS listing."""
+    plan, source, notes = plan_for_arch(load_diagram(spec), hw, None, arch)
+    report = compile_plan(plan, arch, source=source)
+    return dataclasses.replace(report, notes=notes + report.notes)
 
 
 def one_sm(hw: Hardware) -> Hardware:
@@ -110,3 +120,26 @@ def test_the_model_chooses_the_variant_per_shape() -> None:
     # one needs 5 (Little's law on a 1000-cycle TMA latency)
     assert pipeline_share(h200, "bf16", 128, 3, 3) == 1.0
     assert pipeline_share(h200, "bf16", 64, 3, 2) < 0.7 < pipeline_share(h200, "bf16", 64, 5, 2)
+
+
+def test_an_arch_without_wgmma_falls_back_to_mma_sync(tmp_path: Path) -> None:
+    # sm_90 (no "a") has neither wgmma nor setmaxnreg: the h200 plan falls back to the
+    # mma.sync kernel with one note (which `ncdc compile` prints), and NVRTC never sees the
+    # Hopper source
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
+    h200 = load_hardware("h200")
+    report = compile_plan_for(DIAGRAMS / "matmul.yaml", h200, "sm_90")
+    assert report.arch == "sm_90" and len(report.kernels) == 1
+    assert report.kernels[0].launch.kernel.startswith("matmul_gemm_bf16_")
+    assert report.kernels[0].spill_stores_bytes == 0
+    why = "sm_90 lacks wgmma and setmaxnreg; --arch sm_90a builds the Hopper kernel"
+    assert report.notes == (why,)
+    # sm_90a itself: the Hopper kernel, no note
+    assert plan_for_arch(load_diagram(DIAGRAMS / "matmul.yaml"), h200, None, "sm_90a")[2] == ()
+    # a profile whose own target is sm_90: check and cost plan the same mma.sync kernel
+    text = (Path(ncdc.__file__).parent / "profiles" / "h200.yaml").read_text()
+    assert "arch: sm_90a" in text
+    profile = tmp_path / "h200_sm90.yaml"
+    profile.write_text(text.replace("arch: sm_90a", "arch: sm_90"))
+    plan = check_buildable(load_diagram(DIAGRAMS / "matmul.yaml"), load_hardware(str(profile)))
+    assert render_plan(plan).launches[0].kernel == report.kernels[0].launch.kernel
