@@ -1320,7 +1320,7 @@ def kernel_mix(
     if c is None:
         return None
     dtype = next((d for (unit, d) in model.flops_by_unit if unit == "tensor"), "")
-    return estimate_mix(family, c, model.sizes, dtype, hw)
+    return estimate_mix(family, c, model.sizes, dtype, hw, model)
 
 
 def _top_level(model: KernelModel, hw: Hardware) -> LevelCost:
