@@ -60,6 +60,9 @@ def wgmma_module(spec: str, sizes: dict[str, int], bn: int, stages: int, hw: Har
         ("mlp.yaml", {"m": 33, "n": 136, "k": 72}, 256, 132),
         # fp8 e4m3 (wgmma k32) with per-tensor scales; k = 80 of a 128-wide k tile
         ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 100, "n": 72, "k": 80}, 64, 132),
+        # fp8 with B [k, n]: staged and transposed to K-major in shared memory; m, n and k
+        # tails, two 128-wide n tiles and their k tiles wrap the ring of 3 in one block
+        ("fp8_matmul.yaml", {"m": 77, "n": 144, "k": 208}, 128, 1),
     ],
 )
 def test_wgmma_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: int) -> None:

@@ -415,15 +415,22 @@ struct Config {
   static constexpr int BM = 64 * kConsumers, BN = BN_, BK = BK_, STAGES = STAGES_;
   static constexpr bool B_K = B_K_;  // B's contiguous axis is k (else n)
   static constexpr int ES = sizeof(T);
+  // 8-bit wgmma reads only K-major operands: an N-major fp8 B tile lands in a staging slot
+  // and the producer warpgroup's warps 1-3 transpose it into the K-major slot
+  static constexpr bool TRANSPOSE_B = !B_K && ES == 1;
+  static constexpr bool B_KMAJOR = B_K || TRANSPOSE_B;  // the layout wgmma reads
   static constexpr int KSTEP = 32 / ES;                 // wgmma k: 16 (16-bit), 32 (fp8)
   static constexpr int SPAN = 128;                      // swizzle span: one row of the box
   static constexpr int ROW = SPAN / ES;                 // values per 128-byte row
   static constexpr int A_BYTES = BM * BK * ES, B_BYTES = BN * BK * ES;
-  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES * (TRANSPOSE_B ? 2 : 1);
   static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES;  // + alignment to 1024
   static_assert(BK * ES == SPAN, "a k tile is one 128-byte swizzle row");
   static_assert(B_K || BN % ROW == 0, "an MN-major B tile is whole 128-byte blocks");
+  static_assert(!TRANSPOSE_B || BN % 64 == 0, "the transpose moves 64 x 64-byte regions");
 };
+
+constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
 
 struct Problem {
   long long m, n, k, batches;
@@ -450,8 +457,8 @@ NCDC_DEVICE unsigned char* aligned_smem() {
 
 template <class Cfg>
 NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigned char* smem,
-                         unsigned long long* full, unsigned long long* empty, const Problem& p,
-                         bool batched) {
+                         unsigned long long* full, unsigned long long* empty,
+                         unsigned long long* staged, const Problem& p, bool batched) {
   long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
   long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
   int stage = 0;
@@ -465,19 +472,103 @@ NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigne
       unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
       unsigned char* b = a + Cfg::A_BYTES;
       int k0 = int(kt * Cfg::BK);
-      mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
+      // a transposed B lands in the staging slot after the K-major one, on its own barrier
+      unsigned long long* b_bar = Cfg::TRANSPOSE_B ? &staged[stage] : &full[stage];
+      if constexpr (Cfg::TRANSPOSE_B) {
+        b += Cfg::B_BYTES;
+        mbar_arrive_expect_tx(&full[stage], Cfg::A_BYTES);
+        mbar_arrive_expect_tx(b_bar, Cfg::B_BYTES);
+      } else {
+        mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
+      }
       if (batched) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
       else tma_load_2d(a, map_a, &full[stage], k0, m0);
       if constexpr (Cfg::B_K) {
-        if (batched) tma_load_3d(b, map_b, &full[stage], k0, n0, zi);
-        else tma_load_2d(b, map_b, &full[stage], k0, n0);
+        if (batched) tma_load_3d(b, map_b, b_bar, k0, n0, zi);
+        else tma_load_2d(b, map_b, b_bar, k0, n0);
       } else {
         for (int j = 0; j < Cfg::BN / Cfg::ROW; ++j) {  // 128-byte column blocks of B
           unsigned char* bj = b + j * Cfg::BK * Cfg::SPAN;
-          if (batched) tma_load_3d(bj, map_b, &full[stage], n0 + j * Cfg::ROW, k0, zi);
-          else tma_load_2d(bj, map_b, &full[stage], n0 + j * Cfg::ROW, k0);
+          if (batched) tma_load_3d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0, zi);
+          else tma_load_2d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0);
         }
       }
+      if (++stage == Cfg::STAGES) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  }
+}
+
+// __byte_perm: byte i of the result is byte (s >> 4i) & 7 of the 8 bytes y:x.
+NCDC_DEVICE unsigned byte_perm(unsigned x, unsigned y, unsigned s) {
+#ifdef NCDC_GPU
+  return __byte_perm(x, y, s);
+#else
+  unsigned long long v = (static_cast<unsigned long long>(y) << 32) | x, r = 0;
+  for (int i = 0; i < 4; ++i) r |= ((v >> (8 * ((s >> (4 * i)) & 7))) & 0xffull) << (8 * i);
+  return static_cast<unsigned>(r);
+#endif
+}
+
+// Transpose worker `worker` (of kTransposeWarps) of one stage's B: from `staged`, the N-major
+// tile as TMA lands it (BN / 128 column blocks of BK k rows of 128 n-bytes, 128-byte
+// swizzle), to `b`, K-major (BN n rows of 128 k-bytes, 128-byte swizzle). A lane moves a
+// 4 x 4-byte block: 4 words from k rows 4kb..4kb+3, 8 byte permutes, 4 words to n rows
+// 4nb..4nb+3. Within a pass the 32 lanes' (nb, kb) are, with lane = 16c + 4q + r,
+// nb = 4((2c + q/2) ^ s) + r and kb = 4((2c + r/2) ^ t) + q: under both swizzles each of
+// the 8 loads and stores touches 32 distinct banks, and 8 passes (s in 0..3, t in 0..1)
+// cover a 64 x 64-byte region exactly once.
+template <class Cfg>
+NCDC_DEVICE void transpose_b(const unsigned char* staged, unsigned char* b, int worker) {
+  constexpr int REGIONS_N = Cfg::BN / 64, REGIONS_K = Cfg::BK / 64, PASSES = 8 * REGIONS_N * REGIONS_K;
+  int lane = threadIdx.x % 32, r = lane & 3, q = (lane >> 2) & 3, c = lane >> 4;
+  int pn = 2 * c + (q >> 1), pk = 2 * c + (r >> 1);
+  for (int pass = worker; pass < PASSES; pass += kTransposeWarps) {
+    int region = pass / 8, rn = region % REGIONS_N, rk = region / REGIONS_N;
+    int nb = 16 * rn + 4 * (pn ^ ((pass >> 1) & 3)) + r;
+    int kb = 16 * rk + 4 * (pk ^ (pass & 1)) + q;
+    const unsigned char* column = staged + (nb / 32) * Cfg::BK * Cfg::SPAN;
+    int w = nb % 32;
+    unsigned v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int k = 4 * kb + i;
+      v[i] = ld_shared(reinterpret_cast<const unsigned*>(column + k * Cfg::SPAN + (((w / 4) ^ (k % 8)) * 16) + (w % 4) * 4));
+    }
+    unsigned lo01 = byte_perm(v[0], v[1], 0x5140), hi01 = byte_perm(v[0], v[1], 0x7362);
+    unsigned lo23 = byte_perm(v[2], v[3], 0x5140), hi23 = byte_perm(v[2], v[3], 0x7362);
+    unsigned out[4] = {byte_perm(lo01, lo23, 0x5410), byte_perm(lo01, lo23, 0x7632),
+                       byte_perm(hi01, hi23, 0x5410), byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      int n = 4 * nb + j;
+      st_shared(reinterpret_cast<unsigned*>(b + n * Cfg::SPAN + (((kb / 4) ^ (n % 8)) * 16) + (kb % 4) * 4), out[j]);
+    }
+  }
+}
+
+// Warps 1-3 of the producer warpgroup when B is transposed: per stage, wait for the staged
+// tile, transpose it, order the generic-proxy writes before wgmma's async-proxy reads
+// (fence.proxy.async), then one arrival per warp on the full barrier. The K-major slot is
+// free again once the staged tile has landed: the producer issued that load after the
+// consumers released the stage.
+template <class Cfg>
+NCDC_DEVICE void transpose_stages(unsigned char* smem, unsigned long long* full,
+                                  unsigned long long* staged, const Problem& p, int worker) {
+  long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
+  long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  int stage = 0;
+  unsigned phase = 0;
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (long long kt = 0; kt < k_tiles; ++kt) {
+      mbar_wait(&staged[stage], phase);
+      unsigned char* b = smem + stage * Cfg::STAGE_BYTES + Cfg::A_BYTES;
+      transpose_b<Cfg>(b + Cfg::B_BYTES, b, worker);
+      fence_proxy_async();
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbar_arrive(&full[stage]);
       if (++stage == Cfg::STAGES) {
         stage = 0;
         phase ^= 1u;
@@ -493,7 +584,7 @@ template <class Cfg>
 NCDC_DEVICE void stage_descriptors(unsigned char* a, unsigned char* b, int kk, int consumer,
                                    unsigned long long& da, unsigned long long& db) {
   da = smem_desc(a + consumer * 64 * Cfg::SPAN + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
-  if constexpr (Cfg::B_K) db = smem_desc(b + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
+  if constexpr (Cfg::B_KMAJOR) db = smem_desc(b + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
   else db = smem_desc(b + kk * Cfg::KSTEP * Cfg::SPAN, Cfg::BK * Cfg::SPAN, 1024, kSwizzle128);
 }
 
@@ -521,7 +612,7 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
       for (int kk = 0; kk < Cfg::BK / Cfg::KSTEP; ++kk) {
         unsigned long long da, db;
         stage_descriptors<Cfg>(a, b, kk, consumer, da, db);
-        Mma<T>::template run<Cfg::BN, Cfg::B_K ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+        Mma<T>::template run<Cfg::BN, Cfg::B_KMAJOR ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous k tile's wgmmas are done: release its stage
@@ -554,12 +645,14 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
 template <class T, class Cfg, class Out>
 NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Problem& p, bool batched,
                      const Out& out) {
-  __shared__ unsigned long long full[Cfg::STAGES], empty[Cfg::STAGES];
+  __shared__ unsigned long long full[Cfg::STAGES], empty[Cfg::STAGES], staged[Cfg::STAGES];
   unsigned char* smem = aligned_smem();
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::STAGES; ++s) {
-      mbar_init(&full[s], 1);
+      // the producer's arrival, plus one per transposing warp
+      mbar_init(&full[s], Cfg::TRANSPOSE_B ? 1 + kTransposeWarps : 1);
       mbar_init(&empty[s], 4 * kConsumers);  // one arrival per consumer warp
+      mbar_init(&staged[s], 1);
     }
     fence_barrier_init();
   }
@@ -567,7 +660,10 @@ NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Probl
   int group = threadIdx.x / 128;
   if (group == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x == 0) produce<Cfg>(map_a, map_b, smem, full, empty, p, batched);
+    if (threadIdx.x == 0) produce<Cfg>(map_a, map_b, smem, full, empty, staged, p, batched);
+    if constexpr (Cfg::TRANSPOSE_B) {
+      if (threadIdx.x >= 32) transpose_stages<Cfg>(smem, full, staged, p, threadIdx.x / 32 - 1);
+    }
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     consume<T, Cfg>(smem, full, empty, p, group - 1, out);
