@@ -142,6 +142,51 @@ def test_wgmma_f16_and_fp8(hopper: emulate.EmulatedModule) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+def wgmma_rs_case(
+    hopper: emulate.EmulatedModule, elem: str, n: int, b_mn_major: bool, fault: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """One m64nNk16 wgmma with A (64 x 16) from registers and B (n x 16) from a
+    128-byte-swizzled image, K-major or MN-major; returns (got, want)."""
+    rng = np.random.default_rng()
+    a = random_bits(rng, (64, 16), elem)
+    b = random_bits(rng, (n, 16), elem)  # b[n, k]
+    image = np.zeros(n * 128, np.uint8)  # K-major: a 128-byte row per column of B
+    lbo = sbo = 0
+    for col in range(n):
+        for k in range(16):
+            if b_mn_major:
+                off, lbo, sbo = mnmajor_offset(col * 2, k, 128, 16)
+            else:
+                off, lbo, sbo = kmajor_offset(col, k * 2, 128)
+            place(image, 0, off, 128, b[col, k].tobytes())
+    d = np.full((64, n), np.nan, np.float32)
+    kernel = f"wgmma_rs_{elem}_n{n}_{'nmajor' if b_mn_major else 'kmajor'}"
+    hopper.launch(
+        kernel, 1, 128, [a, image, image.size, lbo, sbo, SWIZZLE_MODE[128], fault, d],
+        dynamic_smem=image.size + 1024,
+    )  # fmt: skip
+    return d, decode(a, elem) @ decode(b, elem).T
+
+
+@pytest.mark.parametrize("elem", ["bf16", "f16"])
+def test_wgmma_a_from_registers(hopper: emulate.EmulatedModule, elem: str) -> None:
+    # Every n the wrappers have, B K-major and MN-major (the P.V product of attention: P in
+    # registers, V's rows in shared memory); exact products, so only the order can differ.
+    for n in (64, 128, 256):
+        for mn_major in (False, True):
+            got, want = wgmma_rs_case(hopper, elem, n, mn_major)
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"n={n}")
+
+
+def test_wgmma_a_registers_are_read_at_the_issue(hopper: emulate.EmulatedModule) -> None:
+    # Registers overwritten after the issue do not change the product; D read before the
+    # wait holds the old accumulators.
+    got, want = wgmma_rs_case(hopper, "bf16", 64, True, fault=3)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    got, want = wgmma_rs_case(hopper, "bf16", 128, False, fault=1)
+    assert np.all(got == 0.0) and np.any(want != 0.0)
+
+
 def test_planted_wrong_swizzle_gives_wrong_results(hopper: emulate.EmulatedModule) -> None:
     # The image is laid out with the 128-byte swizzle; the descriptor claims 64 bytes.
     got, want = wgmma_case(

@@ -21,7 +21,9 @@
 #ifndef NCDC_EMU_HOPPER_H
 #define NCDC_EMU_HOPPER_H
 
+#include <array>
 #include <deque>
+#include <map>
 
 #include "ncdc_emu_types.h"
 
@@ -90,12 +92,23 @@ struct WgmmaOp {
   int n, k;
   int elem;  // Elem of ncdc_mma.cuh: 0 bf16, 1 f16, 2 e4m3, 3 e5m2
   int scale_d, neg_a, neg_b, trans_a, trans_b;
+  int a_regs = 0;      // A from registers (desc_a unused): the fragments issued as `a_seq`
+  uint64_t a_seq = 0;  // this warpgroup's count of register-A wgmmas before this one
+};
+
+// The A fragments of one register-A wgmma of a warpgroup, captured as each thread issues it:
+// a thread's product needs the rows its quad holds, so it waits at its wait_group until all
+// 128 threads have issued (the instruction is .sync.aligned: every one of them must).
+struct RegFragments {
+  std::array<uint32_t, 4 * 128> regs{};
+  unsigned issued = 0, performed = 0;
 };
 
 struct FiberHopper {
   bool fenced = false;
   std::vector<WgmmaOp> ops;
   std::vector<size_t> group_ends;
+  uint64_t rs_issued = 0;  // register-A wgmmas this thread has issued
   uint64_t spun = 0;  // progress value at this fiber's last failed wait, 0 when not waiting
   std::vector<std::pair<std::vector<unsigned char>, int>> stores;  // TMA stores, by group
   std::vector<size_t> store_group_ends;
@@ -120,6 +133,7 @@ struct BlockHopper {
   std::deque<TmaLoad> loads;
   NamedBarrier bars[16];
   unsigned regs[32] = {};  // setmaxnreg per warpgroup (0: not set)
+  std::map<std::pair<unsigned, uint64_t>, RegFragments> fragments;  // by (warpgroup, a_seq)
 };
 
 inline thread_local BlockHopper tl_hopper;
@@ -135,6 +149,7 @@ inline BlockHopper& hopper() {
     h.loads.clear();
     for (auto& b : h.bars) b = NamedBarrier{};
     for (auto& r : h.regs) r = 0;
+    h.fragments.clear();
   }
   return h;
 }
@@ -480,16 +495,38 @@ inline float wgmma_elem(const unsigned char* p, int elem) {
 // One thread's share of an m64nNkK wgmma: its accumulators, by the D fragment layout of
 // "Matrix Fragments for wgmma .m64nNk16" (and k32): with w = warp of the warpgroup, g = lane/4,
 // t = lane%4, element i is row 16w + g + 8*((i/2)%2), column 8*(i/4) + 2t + i%2.
-inline void wgmma_perform(const WgmmaOp& op, unsigned tid_in_group) {
-  Descriptor da = decode_descriptor(op.desc_a), db = decode_descriptor(op.desc_b);
+// A from registers: element (row 16w + g + 8h, column k) is the half k % 2 of register
+// h + 2 * (k / 8) of lane 4g + (k % 8) / 2 (PTX ISA 9.7.15.5.1, the m64nNk16 A fragment).
+// `probe`: the race sanitizer's read at the issue, which needs only B (A reads as zeros).
+inline void wgmma_perform(const WgmmaOp& op, unsigned tid_in_group, bool probe = false) {
+  Descriptor db = decode_descriptor(op.desc_b);
   int esize = op.elem >= 2 ? 1 : 2;
   unsigned w = tid_in_group / 32, lane = tid_in_group % 32, g = lane / 4, t = lane % 4;
-  float a[2][32];
-  for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < op.k; ++k) {
-      float v = wgmma_elem(operand_address(da, int(16 * w + g + 8 * h), k, esize, op.trans_a), op.elem);
-      a[h][k] = op.neg_a ? -v : v;
-    }
+  float a[2][32] = {};
+  if (op.a_regs && !probe) {
+    BlockHopper& hb = hopper();
+    auto key = std::make_pair(linear_tid() / 128, op.a_seq);
+    spin_until([&] { Untracked quiet; return hb.fragments[key].issued == 128; },
+               "wgmma.wait_group for a register-A wgmma not issued by the whole warpgroup");
+    Untracked quiet;
+    RegFragments& f = hb.fragments[key];
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < op.k; ++k) {
+        uint32_t r = f.regs[(32 * w + 4 * g + (k % 8) / 2) * 4 + h + 2 * (k / 8)];
+        uint16_t bits = uint16_t(k % 2 ? r >> 16 : r & 0xffff);
+        unsigned char b2[2];
+        std::memcpy(b2, &bits, 2);
+        a[h][k] = wgmma_elem(b2, op.elem);
+      }
+    if (++f.performed == 128) hb.fragments.erase(key);
+  } else if (!op.a_regs) {
+    Descriptor da = decode_descriptor(op.desc_a);
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < op.k; ++k) {
+        float v = wgmma_elem(operand_address(da, int(16 * w + g + 8 * h), k, esize, op.trans_a), op.elem);
+        a[h][k] = op.neg_a ? -v : v;
+      }
+  }
   for (int i = 0; i < op.n / 2; ++i) {
     int h = (i / 2) % 2, col = 8 * (i / 4) + 2 * int(t) + i % 2;
     float acc = 0.0f;
@@ -520,11 +557,28 @@ inline void wgmma_issue(const WgmmaOp& op) {
     WgmmaOp probe = op;  // reads the operands now: the instruction may read them any time
     std::vector<float> scratch(size_t(op.n / 2), 0.0f);
     probe.d = scratch.data();
-    wgmma_perform(probe, linear_tid() % 128);
+    wgmma_perform(probe, linear_tid() % 128, true);
   }
 #endif
   Untracked quiet;
   my_hopper().ops.push_back(op);
+}
+// wgmma.mma_async with A from registers: the thread's four A registers are read now, at the
+// issue (the hardware may read them any time before the wait; a kernel must not change them
+// before wgmma.wait_group either, which the emulator does not check).
+inline void wgmma_issue_rs(WgmmaOp op, const unsigned* a) {
+  {
+    Untracked quiet;
+    FiberHopper& f = my_hopper();
+    BlockHopper& h = hopper();
+    op.a_regs = 1;
+    op.a_seq = f.rs_issued++;
+    RegFragments& frag = h.fragments[std::make_pair(linear_tid() / 128, op.a_seq)];
+    for (int i = 0; i < 4; ++i) frag.regs[(linear_tid() % 128) * 4 + i] = a[i];
+    ++frag.issued;
+    ++h.progress;
+  }
+  wgmma_issue(op);
 }
 inline void wgmma_commit() {
   Untracked quiet;
