@@ -94,6 +94,23 @@ def is_wgmma(c: Candidate) -> bool:
     return dict(c.params).get("wgmma", 0) == 1
 
 
+def mma_tile_s(hw: Hardware, dtype: str, bn: int) -> float:
+    """Seconds one SM's tensor cores take for a 128 x bn x (128 bytes of k) tile at peak."""
+    per_sm = hw.achieved_rate("tensor", dtype) / hw.limits.sms
+    return 2.0 * BM * bn * (SPAN // DTYPE_BYTES[dtype]) / per_sm
+
+
+def stores_c_by_tma(ops: Operands, d: Diagram) -> bool:
+    """Whether the epilogue stores C through shared memory and TMA: a 16-bit C laid out
+    [batch,] m, n (n contiguous) with strides TMA can take; else it stores C directly."""
+    c = ops.c
+    return (
+        DTYPE_BYTES[c.dtype] == 2
+        and tuple(c.axes) == (*ops.batch, ops.m, ops.n)
+        and _strides_aligned(c, d, 2)
+    )
+
+
 def pipeline_share(
     hw: Hardware, dtype: str, bn: int, stages: int, loads: int, *, transpose: bool = False
 ) -> float:
@@ -114,10 +131,9 @@ def pipeline_share(
     0.87
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
-    per_sm = hw.achieved_rate("tensor", dtype) / hw.limits.sms
     esize = DTYPE_BYTES[dtype]
     bk = SPAN // esize
-    mma_s = 2.0 * BM * bn * bk / per_sm
+    mma_s = mma_tile_s(hw, dtype, bn)
     issue_s = (loads + 2 + int(transpose)) * ISSUE_CYCLES / clock
     smem_bytes = (CONSUMERS * (BM // CONSUMERS + bn) + (2 * bn if transpose else 0)) * bk * esize
     smem_s = smem_bytes / (hw.achieved_bandwidth(hw.block_level) / hw.limits.sms)
@@ -170,6 +186,9 @@ def candidates(
         return []
     other = tuple(a for a in kernel.woven if a not in (ops.m, ops.n))
     batches = math.prod(d.axes[a] for a in ops.batch)
+    c_size = DTYPE_BYTES[ops.c.dtype] if stores_c_by_tma(ops, d) else 0
+    clock = hw.achievable.clock_hz or hw.clock_hz
+    k_tiles = -(-d.axes[ops.k] // bk)
     out = []
     for bn in TILES["n"]:
         if ops.n in fixed and fixed[ops.n] != bn:
@@ -178,15 +197,22 @@ def candidates(
             continue
         loads = 2 if ops.b_k else 1 + bn * esize // SPAN
         transpose = transposes_b(ops)
+        c_tile = BM * bn * c_size
+        # the TMA stores of a tile's C boxes, their commit and wait, and the two named
+        # barriers: a consumer's serial cost per tile, over its k tiles' MMA time
+        store_s = (bn * c_size // SPAN + 4) * ISSUE_CYCLES / clock if c_size else 0.0
         tiles = -(-d.axes[ops.m] // BM) * -(-d.axes[ops.n] // bn) * batches
         grid = (min(tiles, hw.limits.sms), 1, 1)
         for stages in TILES["stages"]:
             # per stage: A, B as wgmma reads it, and the staging slot of a transposed B
-            smem = 1024 + stages * (BM + bn * (2 if transpose else 1)) * bk * esize
+            smem = 1024 + stages * (BM + bn * (2 if transpose else 1)) * bk * esize + c_tile
             share = pipeline_share(hw, ops.a.dtype, bn, stages, loads, transpose=transpose)
+            tile_s = k_tiles * mma_tile_s(hw, ops.a.dtype, bn) / share
+            share *= tile_s / (tile_s + store_s)
             params = (
                 ("wgmma", 1), ("bm", BM), ("bn", bn), ("bk", bk), ("stages", stages),
                 ("group_m", GROUP_M), ("tensor_permille", max(1, round(1000 * share))),
+                ("tma_store", int(c_size > 0)),
             )  # fmt: skip
             group = {**{a: fixed.get(a, 1) for a in other}, ops.m: BM, ops.n: bn}
             stream = {a: (bk if a == ops.k else fixed.get(a, 1)) for a in streams}
@@ -246,7 +272,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     bn, bk, stages = c.param("bn"), c.param("bk"), c.param("stages")
     name = (
         f"{kp.kernel.name}_gemm_wgmma_{ops.a.dtype}_m{BM}_n{bn}_k{bk}_s{stages}"
-        f"_b{'k' if ops.b_k else 'n'}_sm90a"
+        f"_b{'k' if ops.b_k else 'n'}{'_tmastore' if c.param('tma_store') else ''}_sm90a"
     )
     batch = ops.batch[0] if ops.batch else None
     for t in epilogue["operands"]:
@@ -264,6 +290,12 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         Param(map_a, "tensormap", ops.a.dtype, tensor_map=spec_a),
         Param(map_b, "tensormap", ops.b.dtype, tensor_map=spec_b),
     ]
+    map_c = ""
+    if c.param("tma_store"):
+        map_c = f"ncdc_tma_{ops.c.name}"
+        box_c = (SPAN // DTYPE_BYTES[ops.c.dtype], BM // CONSUMERS)
+        spec_c = _tensor_map(ops.c, d, (ops.n, ops.m), box_c, ops.batch)
+        params.append(Param(map_c, "tensormap", ops.c.dtype, tensor_map=spec_c))
     context: dict[str, Any] = {
         "kernel": name,
         "summary": f"{mm.text} (+{len(kp.kernel.ops) - 1} epilogue ops), wgmma",
@@ -277,6 +309,8 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "smem_bytes": c.smem_bytes,
         "map_a": map_a,
         "map_b": map_b,
+        "map_c": map_c,
+        "c_size": DTYPE_BYTES[ops.c.dtype] if map_c else 0,
         "a": {"name": ops.a.name, "ctype": cpp_type(ops.a.dtype)},
         "b": {"name": ops.b.name, "ctype": cpp_type(ops.b.dtype)},
         "c": {

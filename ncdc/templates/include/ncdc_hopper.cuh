@@ -147,6 +147,17 @@ NCDC_DEVICE void tma_store_2d(const TensorMap* map, const void* smem, int c0, in
 #endif
 }
 
+NCDC_DEVICE void tma_store_3d(const TensorMap* map, const void* smem, int c0, int c1, int c2) {
+#ifdef NCDC_GPU
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+               ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_address(smem)), "r"(c0),
+               "r"(c1), "r"(c2) : "memory");
+#else
+  int32_t c[3] = {c0, c1, c2};
+  emu::tma_store(map, smem, c);
+#endif
+}
+
 NCDC_DEVICE void tma_store_commit() {
 #ifdef NCDC_GPU
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
@@ -476,9 +487,15 @@ struct Mma<__nv_fp8_e5m2> {
   }
 };
 
-template <class T, int BN_, int BK_, int STAGES_, bool B_K_>
+template <class T, int BN_, int BK_, int STAGES_, bool B_K_, int C_SIZE_>
 struct Config {
   static constexpr int BM = 64 * kConsumers, BN = BN_, BK = BK_, STAGES = STAGES_;
+  // C_SIZE: bytes of a C value when the epilogue stores C through shared memory and TMA
+  // (each consumer's 64 x BN tile as 64-row boxes of 128 bytes, 128-byte swizzle), else 0
+  static constexpr int C_SIZE = C_SIZE_;
+  static constexpr int C_COLS = C_SIZE ? 128 / C_SIZE : 1;  // C values per box row
+  static constexpr int C_BOXES = C_SIZE ? BN / C_COLS : 0;  // boxes per consumer tile
+  static constexpr int C_TILE_BYTES = 64 * BN * C_SIZE;     // one consumer's C tile
   static constexpr bool B_K = B_K_;  // B's contiguous axis is k (else n)
   static constexpr int ES = sizeof(T);
   // 8-bit wgmma reads only K-major operands: an N-major fp8 B tile lands in a staging slot
@@ -490,10 +507,11 @@ struct Config {
   static constexpr int ROW = SPAN / ES;                 // values per 128-byte row
   static constexpr int A_BYTES = BM * BK * ES, B_BYTES = BN * BK * ES;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES * (TRANSPOSE_B ? 2 : 1);
-  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES;  // + alignment to 1024
+  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + kConsumers * C_TILE_BYTES;
   static_assert(BK * ES == SPAN, "a k tile is one 128-byte swizzle row");
   static_assert(B_K || BN % ROW == 0, "an MN-major B tile is whole 128-byte blocks");
   static_assert(!TRANSPOSE_B || BN % 64 == 0, "the transpose moves 64 x 64-byte regions");
+  static_assert(C_SIZE == 0 || C_SIZE == 2, "the TMA-store epilogue stores 16-bit C");
 };
 
 constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
@@ -654,11 +672,55 @@ NCDC_DEVICE void stage_descriptors(unsigned char* a, unsigned char* b, int kk, i
   else db = smem_desc(b + kk * Cfg::KSTEP * Cfg::SPAN, Cfg::BK * Cfg::SPAN, 1024, kSwizzle128);
 }
 
+// The TMA-store epilogue of one consumer's 64 x BN tile: wait until the previous tile's
+// stores have read `ctile`, write each in-bounds value (`out.value`, cast to C) into its
+// 128-byte-swizzled box (row r of box j at j * 8192 + r * 128, 16-byte chunk ^= r % 8: the
+// 8 rows g of a store land in 8 distinct chunks, so a warp's 32 stores hit 32 banks), order
+// those generic-proxy writes before the TMA's async-proxy reads (fence.proxy.async, then
+// the warpgroup's named barrier), and one thread stores the boxes; TMA writes nothing
+// outside C, so the tails need no test beyond skipping their values.
+template <class Cfg, class Out>
+NCDC_DEVICE void store_tile(const TensorMap* map_c, bool batched, unsigned char* ctile, const float* acc,
+                            const Problem& p, long long z, long long tm, long long tn, int consumer,
+                            long long row0, long long col0, const Out& out) {
+  using C = typename Out::ncdc_C;
+  int tid = threadIdx.x % 128;
+  unsigned bar = 1 + consumer, count = 128;  // named barriers 1 and 2: one per consumer
+  if (tid == 0) tma_store_wait<0>();
+  named_bar_sync(bar, count);
+  long long r0 = row0 - tm * Cfg::BM - consumer * 64;
+#pragma unroll
+  for (int i = 0; i < Cfg::BN / 2; ++i) {
+    long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
+    if (row < p.m && col < p.n) {
+      int r = int(r0) + 8 * ((i / 2) % 2), c = int(col - tn * Cfg::BN);
+      int byte = (c % Cfg::C_COLS) * Cfg::C_SIZE;
+      unsigned char* at = ctile + (c / Cfg::C_COLS) * 64 * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+      st_shared(reinterpret_cast<C*>(at), from_float<C>(out.value(z, row, col, acc[i])));
+    }
+  }
+  fence_proxy_async();
+  named_bar_sync(bar, count);
+  if (tid == 0) {
+    int m0 = int(tm * Cfg::BM) + consumer * 64, n0 = int(tn * Cfg::BN), zi = int(z);
+    for (int j = 0; j < Cfg::C_BOXES; ++j) {
+      if (n0 + j * Cfg::C_COLS >= p.n) break;  // a box wholly outside C
+      if (batched) tma_store_3d(map_c, ctile + j * 64 * 128, n0 + j * Cfg::C_COLS, m0, zi);
+      else tma_store_2d(map_c, ctile + j * 64 * 128, n0 + j * Cfg::C_COLS, m0);
+    }
+    tma_store_commit();
+  }
+}
+
 // A consumer warpgroup: waits for each stage, issues its wgmmas, keeps one k tile in
-// flight, releases the previous stage, and hands every accumulator to `out(z, row, col, v)`.
+// flight, releases the previous stage, and hands every accumulator to `out(z, row, col, v)`
+// (or, with a TMA-store epilogue, `out.value` into its C tile in shared memory).
 template <class T, class Cfg, class Out>
 NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned long long* empty,
-                         const Problem& p, int consumer, const Out& out) {
+                         const Problem& p, int consumer, const TensorMap* map_c, bool batched,
+                         const Out& out) {
+  unsigned char* ctile = smem + Cfg::STAGES * Cfg::STAGE_BYTES + consumer * Cfg::C_TILE_BYTES;
+  (void)ctile;
   long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
   long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
   int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
@@ -699,18 +761,25 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
     if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
     held = -1;
     long long row0 = tm * Cfg::BM + consumer * 64 + 16 * w + g, col0 = tn * Cfg::BN + 2 * q;
+    if constexpr (Cfg::C_SIZE) {
+      store_tile<Cfg>(map_c, batched, ctile, acc, p, z, tm, tn, consumer, row0, col0, out);
+    } else {
 #pragma unroll
-    for (int i = 0; i < Cfg::BN / 2; ++i) {
-      long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
-      if (row < p.m && col < p.n) out(z, row, col, acc[i]);
+      for (int i = 0; i < Cfg::BN / 2; ++i) {
+        long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
+        if (row < p.m && col < p.n) out(z, row, col, acc[i]);
+      }
     }
+  }
+  if constexpr (Cfg::C_SIZE) {
+    if (tid == 0) tma_store_wait<0>();  // the last tile's stores have read shared memory
   }
 }
 
 // The whole kernel body: barriers, the warp split and the register budgets.
 template <class T, class Cfg, class Out>
-NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Problem& p, bool batched,
-                     const Out& out) {
+NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const TensorMap* map_c,
+                     const Problem& p, bool batched, const Out& out) {
   __shared__ unsigned long long full[Cfg::STAGES], empty[Cfg::STAGES], staged[Cfg::STAGES];
   unsigned char* smem = aligned_smem();
   if (threadIdx.x == 0) {
@@ -732,7 +801,7 @@ NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Probl
     }
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consume<T, Cfg>(smem, full, empty, p, group - 1, out);
+    consume<T, Cfg>(smem, full, empty, p, group - 1, map_c, batched, out);
   }
 }
 
