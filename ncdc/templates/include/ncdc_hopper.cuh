@@ -48,10 +48,13 @@ NCDC_DEVICE void fence_barrier_init() {
 }
 
 // fence.proxy.async.shared::cta: orders this thread's generic-proxy shared-memory accesses
-// with later async-proxy ones (TMA, wgmma). On the CPU: not modelled (see docs).
+// with later async-proxy ones (TMA, wgmma). On the CPU: an async-proxy read of shared bytes
+// a thread wrote (st_shared) without this fence after the write is an error (see docs).
 NCDC_DEVICE void fence_proxy_async() {
 #ifdef NCDC_GPU
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  emu::fence_proxy_async();
 #endif
 }
 
