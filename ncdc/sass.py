@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ncdc.issue import LoopMix
 
 TOOL_TIMEOUT_S = 120
-LOOP_RULE = 4  # the version of `main_loop`'s choice, in the key of the loops it keeps
+LOOP_RULE = 5  # the version of `main_loop`'s choice, in the key of the loops it keeps
 INSTRUCTION = re.compile(
     r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P[T\d]+\s+)?(?P<op>[A-Z][A-Z0-9_.]*(?:x\d+[A-Z0-9_.]*)*)"
     r"(?P<args>[^;]*);"
@@ -225,6 +225,10 @@ def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
     for i, ins in enumerate(instructions):
         if 0 <= ins.target < ins.addr:
             body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
+            if any(x.op == "EXIT" for x in body):
+                # the jump back from an out-of-line stub (an mbarrier try-wait's retry,
+                # placed after the kernel's exits), not a loop
+                continue
             loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
     hot = tensor_loops(instructions)
     if hot:
@@ -257,6 +261,8 @@ def tensor_loops(instructions: Sequence[Instruction]) -> list[list[Instruction]]
     for i, ins in enumerate(instructions):
         if 0 <= ins.target < ins.addr:
             body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
+            if any(x.op == "EXIT" for x in body):
+                continue  # an out-of-line stub's jump back (main_loop), not a loop
             loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
     tensor = [lp for lp in loops if lp[3]]
     innermost = [

@@ -470,10 +470,19 @@ NCDC_DEVICE void load_kv(T* ks, T* vs, const Slice<T>& a, int key0, int end, int
 // Q's mma fragments in registers, else read from the Q tile at each step. BELOW: some
 // query's keys are bounded from below (KeyMask). LSE: write each row's log-sum-exp to
 // a.lse (a flag, so that a kernel without one keeps no pointer live through the key loop).
+// SPLIT: the block sees only keys [sp.begin, sp.end) (begin a multiple of SX, end one or
+// x_len) and writes its rows' unnormalised O and (m, l) to the split's partials (Split);
+// merge_partials combines them.
+struct Split {
+  int begin = 0, end = 0;     // the keys of this split
+  float* part_o = nullptr;    // [q_len][DV] fp32: this split's unnormalised O
+  float* part_ml = nullptr;   // [q_len][2]: (m in base 2, l)
+};
+
 template <class T, int D, int DV, int GQ, int SX, int MB, int STAGES, bool QREG, bool UPPER,
-          bool BELOW, bool LSE, class Scores>
+          bool BELOW, bool LSE, bool SPLIT = false, class Scores>
 NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_stride, int q_tile,
-                                   const Scores& scores) {
+                                   const Scores& scores, const Split& sp = Split()) {
   constexpr int WQ = 16 * MB, W = GQ / WQ, THREADS = 32 * W;
   constexpr int QC = (D > DV ? D : DV) / 8;
   constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
@@ -491,11 +500,19 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_st
   int first_key, last_key, unused, block_last;
   visible_keys<UPPER, BELOW>(a.vis, q0, first_key, block_last);
   visible_keys<UPPER, BELOW>(a.vis, imin(q0 + GQ, a.q_len) - 1, unused, last_key);
-  const int tile0 = BELOW ? first_key / SX : 0;  // without a lower bound, first_key is 0
+  if (SPLIT) {
+    first_key = imax(first_key, sp.begin);
+    last_key = imin(last_key, sp.end - 1);
+    block_last = imin(block_last, sp.end - 1);
+  }
+  // without a lower bound or a split, first_key is 0
+  const int tile0 = BELOW || SPLIT ? first_key / SX : 0;
   const int tiles = last_key < first_key ? 0 : last_key / SX + 1 - tile0;
   // tiles [0, clear) every row of the block sees whole (the keys the first row sees grow
   // with the row); none with a lower bound
-  const int clear = BELOW || block_last < 0 ? 0 : imin(tiles, (block_last + 1) / SX);
+  const int clear = BELOW || block_last < 0 ? 0
+                    : SPLIT ? imax(0, imin(tiles, (block_last + 1) / SX - tile0))
+                            : imin(tiles, (block_last + 1) / SX);
   const int wrow = q0 + WQ * warp;  // this warp's first query
   KeyMask<MB, BELOW> mask;
 #pragma unroll
@@ -567,9 +584,29 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_st
 #ifdef NCDC_GPU
   asm volatile("" : "+l"(o));
 #endif
+  reduce_sums(st);
+  if (SPLIT) {
+    // unnormalised O (4 lanes store 32 contiguous bytes of a row) and (m, l) of each row
+#pragma unroll
+    for (int b = 0; b < MB; ++b)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = wrow + 16 * b + g + 8 * r;
+        if (qi < a.q_len) {
+          float* po = sp.part_o + (long long)qi * DV + 2 * t;
+#pragma unroll
+          for (int n = 0; n < DV / 8; ++n)
+            st_global(reinterpret_cast<float2*>(po + 8 * n),
+                      make_float2(st.o[b][n][2 * r], st.o[b][n][2 * r + 1]));
+          if (t == 0)
+            st_global(reinterpret_cast<float2*>(sp.part_ml + 2ll * qi),
+                      make_float2(st.m[b][r], st.l[b][r]));
+        }
+      }
+    return;
+  }
   // O / l, staged through this warp's own rows of the Q tile (no other warp reads them),
   // then stored as 16-byte rows; a row with no visible key has l = 0 and stores zeros.
-  reduce_sums(st);
   if (LSE && t == 0) {
 #pragma unroll
     for (int b = 0; b < MB; ++b)
