@@ -92,6 +92,10 @@ ARCH_SMEM_PER_BLOCK = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 23244
 ARCH_PROFILES = {80: "a100", 86: "rtx4090", 89: "l40s", 90: "h200", 100: "b200"}
 DEFAULT_PROFILE = "h200"  # what a command plans for when neither --hardware nor --arch is given
 FALLBACK_TRIES = 4  # candidates of one kernel compiled before settling for the best seen
+# The architecture-specific features of an `a` target (PTX ISA, "Target ISA notes": wgmma and
+# setmaxnreg need sm_90a) and what they build: a plan for a profile with that target, compiled
+# for another, is planned again without them.
+ARCH_FEATURES = {"sm_90a": ("wgmma and setmaxnreg", "the Hopper kernel")}
 
 
 def profile_for_arch(hardware: str | None, arch: str | None) -> tuple[str, str]:
@@ -133,6 +137,47 @@ def profile_for_arch(hardware: str | None, arch: str | None) -> tuple[str, str]:
 def arch_number(arch: str) -> int:
     """The compute capability of an arch name: 'sm_90a' -> 90."""
     return int("".join(ch for ch in arch.split("_")[-1] if ch.isdigit()) or 0)
+
+
+def hardware_for_arch(hardware: Hardware, arch: str | None) -> Hardware:
+    """`hardware` with its architecture replaced by the one compiled for when that one lacks
+    the profile's architecture-specific features (`ARCH_FEATURES`), so that the families
+    offer only what `arch` runs (no wgmma variant for sm_90 on an h200 profile); as it is
+    otherwise (an a100 plan compiled for sm_90a stays an a100 plan).
+
+        >>> from ncdc.hardware import load_hardware
+        >>> hardware_for_arch(load_hardware("h200"), "sm_90").arch
+        'sm_90'
+    """
+    if arch is None or arch == hardware.arch or hardware.arch not in ARCH_FEATURES:
+        return hardware
+    return dataclasses.replace(hardware, arch=arch)
+
+
+def plan_for_arch(
+    diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None, arch: str | None,
+    *, use_tuned: bool = True,
+) -> tuple[Plan, PlanSource, tuple[str, ...]]:  # fmt: skip
+    """The plan `compile` builds for `arch` (explicit beats tuned beats modelled), where its
+    tiles came from, and a note when `arch` lacks features of the profile's own target that
+    the profile's plan uses (`ARCH_FEATURES`): the kernels then fall back to what `arch` has.
+
+        >>> from ncdc.hardware import load_hardware
+        >>> d = load_diagram("diagrams/matmul.yaml")
+        >>> plan_for_arch(d, load_hardware("h200"), None, "sm_90")[2]
+        ('sm_90 lacks wgmma and setmaxnreg; --arch sm_90a builds the Hopper kernel',)
+    """
+    target = hardware_for_arch(hardware, arch)
+    plan, source = choose_plan_source(
+        diagram, target, tiles, arch=arch or target.arch, use_tuned=use_tuned
+    )
+    if target is hardware:
+        return plan, source, ()
+    own, _ = choose_plan_source(diagram, hardware, tiles, arch=hardware.arch, use_tuned=use_tuned)
+    if [k.candidate for k in own.kernels] == [k.candidate for k in plan.kernels]:
+        return plan, source, ()
+    lacks, builds = ARCH_FEATURES[hardware.arch]
+    return plan, source, (f"{target.arch} lacks {lacks}; --arch {hardware.arch} builds {builds}",)
 
 
 def check_arch_supports(plan: Plan, arch: str) -> None:
@@ -338,8 +383,9 @@ def compile_spec(
     diagram = load_diagram(spec, sizes)
     # explicit beats tuned beats modelled
     arch = arch or default_arch(hardware)
-    plan, source = choose_plan_source(diagram, hardware, tiles, arch=arch, use_tuned=use_tuned)
-    return priced_from_sass(compile_plan(plan, arch, use_cache=use_cache, source=source))
+    plan, source, notes = plan_for_arch(diagram, hardware, tiles, arch, use_tuned=use_tuned)
+    report = compile_plan(plan, arch, use_cache=use_cache, source=source)
+    return priced_from_sass(dataclasses.replace(report, notes=notes + report.notes))
 
 
 def report_to_dict(report: CompileReport) -> dict[str, Any]:

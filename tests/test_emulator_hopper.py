@@ -142,6 +142,51 @@ def test_wgmma_f16_and_fp8(hopper: emulate.EmulatedModule) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
+def wgmma_rs_case(
+    hopper: emulate.EmulatedModule, elem: str, n: int, b_mn_major: bool, fault: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """One m64nNk16 wgmma with A (64 x 16) from registers and B (n x 16) from a
+    128-byte-swizzled image, K-major or MN-major; returns (got, want)."""
+    rng = np.random.default_rng()
+    a = random_bits(rng, (64, 16), elem)
+    b = random_bits(rng, (n, 16), elem)  # b[n, k]
+    image = np.zeros(n * 128, np.uint8)  # K-major: a 128-byte row per column of B
+    lbo = sbo = 0
+    for col in range(n):
+        for k in range(16):
+            if b_mn_major:
+                off, lbo, sbo = mnmajor_offset(col * 2, k, 128, 16)
+            else:
+                off, lbo, sbo = kmajor_offset(col, k * 2, 128)
+            place(image, 0, off, 128, b[col, k].tobytes())
+    d = np.full((64, n), np.nan, np.float32)
+    kernel = f"wgmma_rs_{elem}_n{n}_{'nmajor' if b_mn_major else 'kmajor'}"
+    hopper.launch(
+        kernel, 1, 128, [a, image, image.size, lbo, sbo, SWIZZLE_MODE[128], fault, d],
+        dynamic_smem=image.size + 1024,
+    )  # fmt: skip
+    return d, decode(a, elem) @ decode(b, elem).T
+
+
+@pytest.mark.parametrize("elem", ["bf16", "f16"])
+def test_wgmma_a_from_registers(hopper: emulate.EmulatedModule, elem: str) -> None:
+    # Every n the wrappers have, B K-major and MN-major (the P.V product of attention: P in
+    # registers, V's rows in shared memory); exact products, so only the order can differ.
+    for n in (64, 128, 256):
+        for mn_major in (False, True):
+            got, want = wgmma_rs_case(hopper, elem, n, mn_major)
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"n={n}")
+
+
+def test_wgmma_a_registers_are_read_at_the_issue(hopper: emulate.EmulatedModule) -> None:
+    # Registers overwritten after the issue do not change the product; D read before the
+    # wait holds the old accumulators.
+    got, want = wgmma_rs_case(hopper, "bf16", 64, True, fault=3)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    got, want = wgmma_rs_case(hopper, "bf16", 128, False, fault=1)
+    assert np.all(got == 0.0) and np.any(want != 0.0)
+
+
 def test_planted_wrong_swizzle_gives_wrong_results(hopper: emulate.EmulatedModule) -> None:
     # The image is laid out with the 128-byte swizzle; the descriptor claims 64 bytes.
     got, want = wgmma_case(
@@ -213,6 +258,31 @@ def test_tma_store_writes_the_box_in_bounds_only(hopper: emulate.EmulatedModule,
     want[c1:, c0:] = box[:5, :8]
     np.testing.assert_array_equal(dst, want)
     assert traffic.bytes_written == 5 * 8 * 2
+
+
+def proxy_fence_case(hopper: emulate.EmulatedModule, wgmma: int, skip: int) -> np.ndarray:
+    dst = np.zeros((8, 64), np.uint16)
+    spec = TensorMapSpec("dst", "bf16", (64, 8), (128,), (64, 8), 128)
+    tmap = encode_emulated_tensor_map(spec, argument=1)
+    out = np.full(128, np.nan, np.float32)
+    hopper.launch("proxy_fence", 1, 128, [tmap, dst, wgmma, skip, out], 16384 + 1024)
+    return out
+
+
+@pytest.mark.parametrize("wgmma", [0, 1])
+def test_planted_missing_proxy_fence_is_an_error(
+    hopper: emulate.EmulatedModule, wgmma: int
+) -> None:
+    # Thread 37 stores words 37, 165, ...: its first unfenced word is at byte 0x94 of the
+    # 1024-aligned area, which the TMA store's box and wgmma's A rows (row 1, k bytes
+    # 16..31) both read; the error names the writer and the offset in dynamic shared memory.
+    reader = "a wgmma \\(its A descriptor\\)" if wgmma else "a TMA store"
+    with pytest.raises(
+        NcdcError,
+        match=rf"missing fence\.proxy\.async: {reader}.* offset 0x[0-9a-f]+, which thread 37 wrote",
+    ):
+        proxy_fence_case(hopper, wgmma, 37)
+    assert np.all(proxy_fence_case(hopper, wgmma, -1) == 0) or not wgmma  # every thread fenced
 
 
 def test_tma_traffic_counts_only_in_bounds_bytes(hopper: emulate.EmulatedModule) -> None:

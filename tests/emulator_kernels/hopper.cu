@@ -57,6 +57,59 @@ WGMMA_KERNEL(wgmma_f16_nmajor, 1, 64, 1);
 WGMMA_KERNEL(wgmma_e4m3, 2, 64, 0);
 WGMMA_KERNEL(wgmma_e5m2, 3, 64, 0);
 
+// One m64nNk16 wgmma with A from registers: each thread packs its fragment of the 64 x 16
+// matrix `A` (16-bit values, row major) by the documented layout, B is the image's
+// descriptor at offset 0; D as above. fault: 1 reads D before the wait, 3 overwrites the A
+// registers after the issue (the product must not change: they are read at the issue).
+template <int ELEM, int N, int TB>
+__device__ void wgmma_rs_one(const unsigned short* A, const unsigned char* image, int bytes,
+                             unsigned lbo_b, unsigned sbo_b, int sw_b, int fault, float* D) {
+  unsigned char* smem = smem_1024();
+  for (int i = threadIdx.x; i < bytes; i += blockDim.x) smem[i] = image[i];
+  __syncthreads();
+  int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  unsigned a[4];
+  for (int r = 0; r < 4; ++r) {
+    int row = 16 * w + g + 8 * (r % 2), col = 8 * (r / 2) + 2 * t;
+    a[r] = unsigned(A[row * 16 + col]) | unsigned(A[row * 16 + col + 1]) << 16;
+  }
+  float d[N / 2];
+  for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
+  auto db = ncdc::smem_desc(smem, lbo_b, sbo_b, ncdc::SmemSwizzle(sw_b));
+  ncdc::wgmma_fence();
+  if constexpr (ELEM == 0) ncdc::wgmma_m64k16_bf16_rs<N, TB>(d, a, db, 1);
+  else ncdc::wgmma_m64k16_f16_rs<N, TB>(d, a, db, 1);
+  ncdc::wgmma_commit();
+  if (fault == 3)
+    for (int r = 0; r < 4; ++r) a[r] = 0u;
+  float early[N / 2];
+  for (int i = 0; i < N / 2; ++i) early[i] = d[i];
+  ncdc::wgmma_wait<0>();
+  for (int i = 0; i < N / 2; ++i) {
+    int row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
+    D[row * N + col] = fault == 1 ? early[i] : d[i];
+  }
+}
+
+#define WGMMA_RS_KERNEL(NAME, ELEM, N, TB)                                                      \
+  extern "C" __global__ void NAME(const unsigned short* A, const unsigned char* image, int bytes, \
+                                  unsigned lbo_b, unsigned sbo_b, int sw_b, int fault, float* D) { \
+    wgmma_rs_one<ELEM, N, TB>(A, image, bytes, lbo_b, sbo_b, sw_b, fault, D);                    \
+  }                                                                                              \
+  NCDC_EXPORT_KERNEL(NAME)
+WGMMA_RS_KERNEL(wgmma_rs_bf16_n64_kmajor, 0, 64, 0);
+WGMMA_RS_KERNEL(wgmma_rs_bf16_n64_nmajor, 0, 64, 1);
+WGMMA_RS_KERNEL(wgmma_rs_bf16_n128_kmajor, 0, 128, 0);
+WGMMA_RS_KERNEL(wgmma_rs_bf16_n128_nmajor, 0, 128, 1);
+WGMMA_RS_KERNEL(wgmma_rs_bf16_n256_kmajor, 0, 256, 0);
+WGMMA_RS_KERNEL(wgmma_rs_bf16_n256_nmajor, 0, 256, 1);
+WGMMA_RS_KERNEL(wgmma_rs_f16_n64_kmajor, 1, 64, 0);
+WGMMA_RS_KERNEL(wgmma_rs_f16_n64_nmajor, 1, 64, 1);
+WGMMA_RS_KERNEL(wgmma_rs_f16_n128_kmajor, 1, 128, 0);
+WGMMA_RS_KERNEL(wgmma_rs_f16_n128_nmajor, 1, 128, 1);
+WGMMA_RS_KERNEL(wgmma_rs_f16_n256_kmajor, 1, 256, 0);
+WGMMA_RS_KERNEL(wgmma_rs_f16_n256_nmajor, 1, 256, 1);
+
 // One TMA box at (c0, c1) into 1024-aligned shared memory, copied out byte for byte. fault: 1
 // reads before the wait, 2 waits for the wrong parity, 3 expects 16 bytes more than arrive.
 extern "C" __global__ void tma_box(const __grid_constant__ ncdc::TensorMap map, const void* src,
@@ -95,6 +148,37 @@ extern "C" __global__ void tma_store_box(const __grid_constant__ ncdc::TensorMap
   }
 }
 NCDC_EXPORT_KERNEL(tma_store_box);
+
+// Generic-proxy writes read by the async proxy: the 128 threads store 16 KiB of shared memory
+// (st_shared), each fences them (fence.proxy.async) but thread `skip` (-1: none), and after
+// a barrier thread 0 stores the first 8 x 128 bytes with TMA (`wgmma` 0) or the warpgroup
+// runs one wgmma m64n64k16 from K-major 128-byte-swizzled A (offset 0) and B (8192).
+extern "C" __global__ void proxy_fence(const __grid_constant__ ncdc::TensorMap map, void* dst,
+                                       int wgmma, int skip, float* D) {
+  (void)dst;  // the map's buffer
+  unsigned char* smem = smem_1024();
+  auto* words = reinterpret_cast<unsigned*>(smem);
+  for (int i = threadIdx.x; i < 4096; i += blockDim.x) ncdc::st_shared(words + i, 0u);
+  if (int(threadIdx.x) != skip) ncdc::fence_proxy_async();
+  __syncthreads();
+  if (!wgmma) {
+    if (threadIdx.x == 0) {
+      ncdc::tma_store_2d(&map, smem, 0, 0);
+      ncdc::tma_store_commit();
+      ncdc::tma_store_wait<0>();
+    }
+    return;
+  }
+  float d[32];
+  auto da = ncdc::smem_desc(smem, 16, 1024, ncdc::kSwizzle128);
+  auto db = ncdc::smem_desc(smem + 8192, 16, 1024, ncdc::kSwizzle128);
+  ncdc::wgmma_fence();
+  ncdc::wgmma_m64k16_bf16<64, 0, 0>(d, da, db, 0);
+  ncdc::wgmma_commit();
+  ncdc::wgmma_wait<0>();
+  D[threadIdx.x] = d[0];
+}
+NCDC_EXPORT_KERNEL(proxy_fence);
 
 // A producer warp and a consumer warp through a ring of `stages` slots of 32 floats, with
 // full and empty mbarriers: the consumer sums every slot. fault: 1 the producer waits for the

@@ -13,7 +13,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  varlen_attention: attention, tiles h=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 2048
-// predicted on h200: 602.7 us (smem-bound), 2.82e+11 FLOP
+// predicted on h200: 714.7 us (tensor-bound), 2.82e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
