@@ -15,7 +15,7 @@ import pytest
 import ncdc
 from ncdc import sass
 from ncdc.buildable import check_buildable
-from ncdc.compile import compile_plan, plan_for_arch
+from ncdc.compile import arch_notes, compile_plan, plan_for_arch, target_hardware
 from ncdc.cost import KernelModel, streamed_axes
 from ncdc.families import classify_kernel
 from ncdc.families.gemm import FAMILY
@@ -160,6 +160,10 @@ def test_an_arch_without_wgmma_falls_back_to_mma_sync(tmp_path: Path) -> None:
     profile.write_text(text.replace("arch: sm_90a", "arch: sm_90"))
     plan = check_buildable(load_diagram(DIAGRAMS / "matmul.yaml"), load_hardware(str(profile)))
     assert render_plan(plan).launches[0].kernel == report.kernels[0].launch.kernel
+    # `ncdc cost --arch sm_90` and `ncdc check --arch sm_90` on h200: the same kernel, the note
+    plan = check_buildable(load_diagram(DIAGRAMS / "matmul.yaml"), target_hardware(h200, "sm_90"))
+    assert render_plan(plan).launches[0].kernel == report.kernels[0].launch.kernel
+    assert arch_notes(load_diagram(DIAGRAMS / "matmul.yaml"), h200, None, "sm_90") == (why,)
 
 
 def kernel_params(cubin: bytes, kernel: str, tmp: Path) -> list[tuple[int, int, int]]:
