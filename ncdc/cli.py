@@ -207,17 +207,17 @@ def cost(
 ) -> None:
     """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles. On a GPU
     profile the plan is rendered first: exit 2 for a spec that cannot be built."""
-    from ncdc.buildable import MODEL_ONLY, is_model_only, rank_buildable, with_abstract
+    from ncdc.buildable import is_model_only, rank_buildable, with_abstract
     from ncdc.compile import arch_notes, target_hardware
     from ncdc.cost import plan_to_dict
     from ncdc.report import cost_table, cost_tables, with_note
+    from ncdc.views import cost_note
 
     profile = load_machine(hardware, hw)
     machine = target_hardware(profile, arch)
     sizes = parse_assignments(set_ or [])
     tiles = parse_assignments(tile or [], "--tile")
     model_only = is_model_only(machine, abstract)
-    note_line = MODEL_ONLY if abstract else None
     if spec.is_dir():
         from ncdc.baseline import baseline_from_plans
         from ncdc.buildable import plan_buildable_specs
@@ -226,7 +226,7 @@ def cost(
         plans = plan_buildable_specs(find_specs([spec]), machine, sizes, tiles, abstract=abstract)
         emit(
             with_abstract(baseline_from_plans(plans), model_only), fmt,
-            lambda: with_note(cost_tables(plans), note_line),
+            lambda: with_note(cost_tables(plans), cost_note(plans, abstract)),
         )  # fmt: skip
         return
     diagram = load_diagram(spec, sizes)
@@ -237,6 +237,7 @@ def cost(
     )
     (note if source.kind == "tuned" else detail)(source.describe())
     data = {**with_abstract(plan_to_dict(ranked[0]), model_only), "tiles_from": source.to_dict()}
+    note_line = cost_note(ranked[:1], abstract)
     emit(data, fmt, lambda: with_note(cost_table(ranked[0], ranked[1:]), note_line))
 
 

@@ -310,8 +310,12 @@ class KernelModel:
         self.widened = _widened(diagram, kernel)
         # A causal or window mask whose key axis the kernel reduces: key tiles that every
         # query of a query tile masks are skipped, along with the work and the loads over
-        # that axis. (A varlen mask's lengths are data: priced dense, an upper bound.)
+        # that axis. A varlen mask's lengths are data: with the spec's `expected` lengths
+        # the tiles they leave are priced (`Ragged`), without them it is priced dense.
         self.mask = _mask_band(kernel, self.sizes)
+        self.ragged = _ragged(diagram, kernel)
+        if self.ragged and not self.mask:
+            self.mask = Band(self.ragged.query, self.ragged.key, None, None)
         key = self.mask.key if self.mask else None
         self.keyed_flops = _flops(diagram, kernel, key) if key else {}
         self._keyed = [key is not None and key in axes for _, axes, _ in self.inputs]
@@ -412,14 +416,19 @@ class KernelModel:
         queries, keys = self.sizes[query], self.sizes[key]
         g_q = g.get(query, queries)
         s_x = (s or {}).get(key, keys)
+        ragged = self.ragged
+
+        def fraction(a: int, b: int) -> Any:
+            if ragged:
+                return ragged_fraction(queries, keys, a, b, lo, hi, ragged.rows, ragged.packed)
+            return band_fraction(queries, keys, a, b, lo, hi)
+
         if hasattr(g_q, "shape") or hasattr(s_x, "shape"):
             import numpy as np  # only a vectorised search passes arrays
 
-            each = np.frompyfunc(
-                lambda a, b: band_fraction(queries, keys, int(a), int(b), lo, hi), 2, 1
-            )
+            each = np.frompyfunc(lambda a, b: fraction(int(a), int(b)), 2, 1)
             return each(g_q, s_x).astype(np.float64)
-        return band_fraction(queries, keys, int(g_q), int(s_x), lo, hi)
+        return fraction(int(g_q), int(s_x))
 
     def tile_flops(
         self, g: Mapping[str, int], s: Mapping[str, int]
@@ -672,6 +681,143 @@ def _mask_band(kernel: Kernel, sizes: Mapping[str, int]) -> Band | None:
             hi = hi if band.hi is None else band.hi if hi is None else min(hi, band.hi)
         band = Band(str(query), str(key), lo, hi)
     return band
+
+
+class Ragged(NamedTuple):
+    """The expected lengths of a kernel's varlen mask (the lengths input's `expected`):
+    `rows` holds, per entry of the lengths' batch axes, the lengths of its packed sequences
+    (`packed`) or its one padded length; every row covers as many (batch..., head) slices."""
+
+    query: str
+    key: str
+    packed: bool
+    rows: tuple[tuple[int, ...], ...]
+
+
+def _ragged(diagram: Diagram, kernel: Kernel) -> Ragged | None:
+    """The `Ragged` of the kernel's varlen mask when its lengths state expected values."""
+    for op in kernel.ops:
+        if op.fn != "varlen":
+            continue
+        t = diagram.tensor(op.params["lengths"])
+        if not t.expected:
+            return None
+        packed = any(a not in op.axes for a in t.axes)
+        per = diagram.axes[t.axes[-1]] if packed else 1
+        rows = tuple(t.expected[i : i + per] for i in range(0, len(t.expected), per))
+        return Ragged(op.params["query"], op.params["key"], packed, rows)
+    return None
+
+
+def dense_varlen_notes(plan: Plan) -> list[str]:
+    """One line per varlen mask priced dense because its lengths state no expected values."""
+    d = plan.graph.diagram
+    out = []
+    for kp in plan.kernels:
+        for op in kp.kernel.ops:
+            if op.fn == "varlen" and not d.tensor(op.params["lengths"]).expected:
+                name = op.params["lengths"]
+                out.append(
+                    f"note: {kp.kernel.name}: the lengths {name} are data, priced dense (every "
+                    f"key seen, an upper bound); state them for the model: inputs: {{{name}: "
+                    f"{{..., expected: [...]}}}}"
+                )
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def ragged_spans(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None,
+    lengths: tuple[int, ...], packed: bool,
+) -> tuple[tuple[int, int], ...]:  # fmt: skip
+    """The first and last key chunk each query tile visits under the band and a varlen
+    mask of `lengths` (`Visible` in ncdc_attention.cuh): packed, query i sees the keys of its
+    own sequence (none past the last); padded (one length), the keys below it. (0, -1) for a
+    tile that sees no key.
+
+        >>> # causal, packed: sequences [0, 100), none, [100, 101), [101, 201); tile 3's
+        >>> # first query (192) is in the last sequence, its last (255) past it
+        >>> ragged_spans(256, 256, 64, 64, None, 0, (100, 0, 1, 100), True)
+        ((0, 0), (0, 1), (1, 2), (1, 3))
+        >>> ragged_spans(256, 256, 64, 64, None, None, (70,), False)  # padded: 70 keys
+        ((0, 1), (0, 1), (0, 1), (0, 1))
+    """
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + max(n, 0))
+    total = starts[-1]
+    x_end = keys if packed else min(keys, max(0, lengths[0]))
+
+    def sequence(i: int) -> tuple[int, int]:
+        for s in range(len(lengths)):
+            if starts[s] <= i < starts[s + 1]:
+                return starts[s], starts[s + 1]
+        return total, total
+
+    out = []
+    for t in range(-(-queries // g_q)):
+        a, b = t * g_q, min((t + 1) * g_q, queries) - 1
+        first = -keys if lo is None else a + lo
+        last = 2 * keys if hi is None else b + hi
+        if packed:
+            first = max(first, sequence(a)[0])
+            last = min(last, sequence(b)[1] - 1)
+        first, last = min(max(first, 0), x_end), max(min(last, x_end - 1), -1)
+        out.append((0, -1) if last < first else (first // s_x, last // s_x))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def ragged_fraction(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None,
+    rows: tuple[tuple[int, ...], ...], packed: bool,
+) -> float:  # fmt: skip
+    """`band_fraction` under a varlen mask of expected lengths: the keys the tiles of each
+    row load (whole chunks, the last one cut at the key axis), over tiles x keys, averaged
+    over the rows.
+
+        >>> # (64 + 128 + 128 + 192) / (4 x 256)
+        >>> ragged_fraction(256, 256, 64, 64, None, 0, ((100, 0, 1, 100),), True)
+        0.5
+    """
+    tiles = -(-queries // g_q)
+    loaded = 0
+    for lengths in rows:
+        for c0, c1 in ragged_spans(queries, keys, g_q, s_x, lo, hi, lengths, packed):
+            if c1 >= c0:
+                loaded += min(keys, (c1 + 1) * s_x) - c0 * s_x
+    return loaded / (tiles * keys * len(rows))
+
+
+@functools.lru_cache(maxsize=256)
+def ragged_imbalance(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None,
+    rows: tuple[tuple[int, ...], ...], packed: bool, batches: int, slots: int,
+) -> float:  # fmt: skip
+    """The busiest block slot's work over the mean slot's under a varlen mask of expected
+    lengths (`band_imbalance` over `ragged_spans`): the blocks of each row's slices in
+    launch order, query tile fastest (the longest first under a causal or window mask, as
+    ncdc launches them), list-scheduled onto `slots`.
+
+        >>> # one head, tiles of 1, 2, 2, 3 chunks launched 3, 2, 2, 1 on 2 slots: 3 + 1, 2 + 2
+        >>> ragged_imbalance(256, 256, 64, 64, None, 0, ((100, 0, 1, 100),), True, 1, 2)
+        1.0
+        >>> # on 4 slots: the busiest does 3 chunks, the mean 2
+        >>> ragged_imbalance(256, 256, 64, 64, None, 0, ((100, 0, 1, 100),), True, 1, 4)
+        1.5
+    """
+    per_row = max(1, batches // len(rows))
+    copies = min(per_row, max(1, 4096 // max(len(rows) * -(-queries // g_q), 1)))
+    order = []
+    for lengths in rows:
+        spans = list(ragged_spans(queries, keys, g_q, s_x, lo, hi, lengths, packed))
+        if hi is not None:
+            spans.reverse()
+        order += [max(0, c1 - c0 + 1) for c0, c1 in spans] * copies
+    total = sum(order)
+    if not total:
+        return 1.0
+    return max(1.0, block_makespan(order, slots) * min(slots, len(order)) / total)
 
 
 def band_tiles(
@@ -1091,20 +1237,55 @@ def causal_imbalance(
 @functools.lru_cache(maxsize=256)
 def band_imbalance(
     queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None,
-    batches: int, slots: int, longest_first: bool,
+    batches: int, slots: int, longest_first: bool, split_chunks: int = 0,
 ) -> float:  # fmt: skip
-    """`causal_imbalance` under the band i + lo <= j <= i + hi (`band_tiles`)."""
-    per_tile = [n for n, _ in band_tiles(queries, keys, g_q, s_x, lo, hi)]
-    tiles = len(per_tile)
+    """`causal_imbalance` under the band i + lo <= j <= i + hi (`band_tiles`). With
+    `split_chunks`, the keys are split across blocks in ranges of that many chunks (grid z,
+    outermost): block (tile, split) visits the chunks of its tile in its range.
+
+        >>> # 4 tiles x 8 splits of 8 chunks; tile 0's last split has 5 of them (to key 3903)
+        >>> round(band_imbalance(256, 4096, 64, 64, None, 3840, 1, 132, True, 8), 3)
+        1.024
+        >>> # 8 tiles x 4 splits of 2: the busiest block does 2 chunks, the mean 36 / 32
+        >>> round(band_imbalance(512, 512, 64, 64, None, 0, 1, 132, True, 2), 3)
+        1.778
+    """
+    spans = band_spans(queries, keys, g_q, s_x, lo, hi)
     if longest_first:
-        per_tile.reverse()
-    total = sum(per_tile) * batches
+        spans.reverse()
+    chunks = max(1, -(-keys // s_x))
+    per = split_chunks or chunks
+    splits = -(-chunks // per)
+    works = [
+        [max(0, min(c1, (z + 1) * per - 1) - max(c0, z * per) + 1) for c0, c1 in spans]
+        for z in range(splits)
+    ]
+    total = sum(map(sum, works))
     if not total:
         return 1.0
     # past a few thousand blocks the tail is a small share: simulate one slice of the batch
-    copies = min(batches, max(1, 4096 // max(tiles, 1)))
-    busiest = block_makespan(per_tile * copies, slots)
-    return max(1.0, busiest * min(slots, tiles * copies) / (sum(per_tile) * copies))
+    copies = min(batches, max(1, 4096 // max(len(spans) * splits, 1)))
+    order = [w for split in works for w in split * copies]
+    busiest = block_makespan(order, slots)
+    return max(1.0, busiest * min(slots, len(order)) / (total * copies))
+
+
+def band_spans(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None
+) -> list[tuple[int, int]]:
+    """The first and last key chunk each query tile visits (`band_tiles`); (0, -1) for one
+    that sees no key.
+
+        >>> band_spans(256, 256, 64, 64, -63, 0)
+        [(0, 0), (0, 1), (1, 2), (2, 3)]
+    """
+    out = []
+    for t in range(-(-queries // g_q)):
+        a, b = t * g_q, min((t + 1) * g_q, queries) - 1
+        first = 0 if lo is None else min(max(a + lo, 0), keys)
+        last = keys - 1 if hi is None else max(min(b + hi, keys - 1), -1)
+        out.append((0, -1) if last < first else (first // s_x, last // s_x))
+    return out
 
 
 def time_kernel(
@@ -1141,8 +1322,8 @@ def time_kernel(
         resident = min(per_sm, blocks) * c.warps
         balance = busiest * sms / work
         streams = max(1, min(per_sm, blocks))
-        if model.mask and c.splits == 1:
-            balance *= _causal_balance(model, inner, grid, sms * streams)
+        if model.mask:
+            balance *= _causal_balance(model, inner, grid, sms * streams, c)
         sm_slow = balance / latency_efficiency(resident)
         # Little's law for the device's levels: the loads in flight per SM. A streamed
         # attention ring keeps stages - 1 chunks in flight for each block (one is read)
@@ -1207,16 +1388,24 @@ def time_kernel(
     )  # fmt: skip
 
 
-def _causal_balance(model: KernelModel, inner: Partition, grid: int, slots: int) -> float:
+def _causal_balance(
+    model: KernelModel, inner: Partition, grid: int, slots: int, c: Candidate
+) -> float:
     """`causal_imbalance` for a causal kernel's block tile; the blocks over the other woven
-    axes (batch, heads) are grid / query tiles."""
+    axes (batch, heads) are grid / (query tiles x splits). A candidate that splits the keys
+    (param `keys_per_split`) gives each split its own range of chunks."""
     assert model.mask is not None
     query, key, lo, hi = model.mask
     queries, keys = model.sizes[query], model.sizes[key]
     g_q = inner.group.get(query, queries)
     s_x = inner.stream.get(key, keys)
     tiles = -(-queries // g_q)
-    return band_imbalance(queries, keys, g_q, s_x, lo, hi, max(1, grid // tiles), slots, True)
+    split_chunks = dict(c.params).get("keys_per_split", 0) // s_x if c.splits > 1 else 0
+    batches = max(1, grid // (tiles * c.splits))
+    if model.ragged:  # never split (attention_splitk)
+        r = model.ragged
+        return ragged_imbalance(queries, keys, g_q, s_x, lo, hi, r.rows, r.packed, batches, slots)
+    return band_imbalance(queries, keys, g_q, s_x, lo, hi, batches, slots, True, split_chunks)
 
 
 def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[int, int]:
@@ -1300,7 +1489,7 @@ def kernel_mix(
     if c is None:
         return None
     dtype = next((d for (unit, d) in model.flops_by_unit if unit == "tensor"), "")
-    return estimate_mix(family, c, model.sizes, dtype, hw)
+    return estimate_mix(family, c, model.sizes, dtype, hw, model)
 
 
 def _top_level(model: KernelModel, hw: Hardware) -> LevelCost:

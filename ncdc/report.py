@@ -97,6 +97,8 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
                 f", {k.blocks_per_sm} blocks/SM, {k.waves} waves, ~{k.registers_per_thread} "
                 f"regs/thread, {format_bytes(k.smem_bytes)} smem"
             )
+        if k.splits > 1:
+            launch += f", {k.splits} splits merged by a second kernel"
         head.add_row(f"kernel {k.kernel.name}", f"{k.family.name}: {tiles}")
         head.add_row("", launch)
         if k.instructions is not None:

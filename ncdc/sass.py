@@ -204,11 +204,11 @@ def parse_sass(text: str) -> list[Instruction]:
 
 
 def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
-    """The body of the innermost backward branch that does tensor work, of several the one
-    with the most tensor FLOPs (`mma_flops`), then the fewest instructions; without tensor
-    instructions, the longest loop; the whole listing when it has no loop. An outer loop
-    (over tiles, around a k loop) holds the k loop's MMAs, a peeled iteration's and its own
-    epilogue: it is never the main loop where an inner one does tensor work.
+    """The hot loop (`tensor_loops`: the first of the innermost backward branches with the
+    most tensor FLOPs); without tensor instructions, the longest loop; the whole listing
+    when it has no loop. An outer loop (over tiles, around a k loop) holds the k loop's
+    MMAs, a peeled iteration's and its own epilogue: it is never the main loop where an
+    inner one does tensor work.
 
         >>> text = '''
         ...   /*0000*/                  HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24 ;
@@ -230,17 +230,46 @@ def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
                 # placed after the kernel's exits), not a loop
                 continue
             loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
-    tensor = [lp for lp in loops if lp[3]]
-    if tensor:
-        innermost = [
-            lp
-            for lp in tensor
-            if not any(o is not lp and lp[0] <= o[0] and o[1] <= lp[1] for o in tensor)
-        ]
-        return max(innermost, key=lambda lp: (lp[3], -len(lp[2])))[2]
+    hot = tensor_loops(instructions)
+    if hot:
+        return hot[0]
     if loops:
         return max(loops, key=lambda lp: len(lp[2]))[2]
     return list(instructions)
+
+
+def tensor_loops(instructions: Sequence[Instruction]) -> list[list[Instruction]]:
+    """The bodies of the innermost backward branches that do the most tensor FLOPs per
+    iteration (`mma_flops`), in address order. The attention template runs a key chunk
+    through one of two copies of its loop (ncdc_attention.cuh, attention_forward): first
+    the chunks every row of the block sees whole, with no mask code, then the diagonal and
+    tail chunks, masked; ptxas lays them out in that order, so the first is the loop most
+    chunks take (the hot one) and the second the masked one. A kernel whose masks bound
+    the keys from below has only the masked copy; a GEMM has one loop.
+
+        >>> text = '''
+        ...   /*0000*/                  HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        ...   /*0010*/              @P0 BRA 0x0 ;
+        ...   /*0020*/                  HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
+        ...   /*0030*/                  FSEL R1, R1, -INF, P1 ;
+        ...   /*0040*/              @P2 BRA 0x20 ;
+        ... '''
+        >>> [[i.addr for i in lp] for lp in tensor_loops(parse_sass(text))]
+        [[0, 16], [32, 48, 64]]
+    """
+    loops = []
+    for i, ins in enumerate(instructions):
+        if 0 <= ins.target < ins.addr:
+            body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
+            loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
+    tensor = [lp for lp in loops if lp[3]]
+    innermost = [
+        lp
+        for lp in tensor
+        if not any(o is not lp and lp[0] <= o[0] and o[1] <= lp[1] for o in tensor)
+    ]
+    most = max((lp[3] for lp in innermost), default=0)
+    return [lp[2] for lp in sorted(innermost, key=lambda lp: lp[0]) if lp[3] == most]
 
 
 def count_classes(instructions: Sequence[Instruction]) -> dict[str, int]:

@@ -149,6 +149,9 @@ class Tensor:
     name: str
     axes: tuple[str, ...]
     dtype: str
+    # values the cost model assumes for an int32 input (a varlen mask's lengths), row-major;
+    # the kernels read the real ones
+    expected: tuple[int, ...] = ()
 
     @property
     def bytes_per_value(self) -> int:
@@ -337,7 +340,54 @@ def _with_sizes(diagram: Diagram, sizes: Mapping[str, int] | None) -> Diagram:
                 where=f"--set {axis}",
                 hint=_did_you_mean(axis, diagram.axes) or "set one of the diagram's axes",
             )
-    return replace(diagram, axes={**diagram.axes, **sizes})
+    diagram = replace(diagram, axes={**diagram.axes, **sizes})
+    problem = _expected_problem(diagram)
+    if problem:
+        raise SpecError(
+            problem[1], where=f"inputs.{problem[0]}.expected (with --set)", hint=problem[2]
+        )
+    return diagram
+
+
+def _expected_problem(diagram: Diagram) -> tuple[str, str, str] | None:
+    """(input, what is wrong, what to write) for expected values that do not fit the
+    diagram's sizes: one per value of the tensor, and lengths a varlen mask can hold (packed
+    sequences within the query and key axes, padded ones at most the key axis)."""
+    for t in diagram.inputs:
+        if not t.expected:
+            continue
+        n = diagram.size(t)
+        if len(t.expected) != n:
+            return (
+                t.name,
+                f"{t.name} has {n} values at these sizes; `expected` lists {len(t.expected)}",
+                f"give one expected value per value of {t.name} ({n}), or drop `expected`",
+            )
+        for op in diagram.ops:
+            if op.fn != "varlen" or op.params.get("lengths") != t.name:
+                continue
+            q, x = op.params["query"], op.params["key"]
+            packed = any(a not in op.axes for a in t.axes)
+            limit = min(diagram.axes[q], diagram.axes[x]) if packed else diagram.axes[x]
+            rows = n // diagram.axes[t.axes[-1]] if packed else n
+            per_row = len(t.expected) // rows
+            for r in range(rows):
+                part = (
+                    t.expected[r * per_row : (r + 1) * per_row] if packed else t.expected[r : r + 1]
+                )
+                if sum(part) > limit:
+                    what = f"sum to {sum(part)}" if packed else f"include {part[0]}"
+                    return (
+                        t.name,
+                        f"expected lengths of {t.name} {what}, more than "
+                        f"{'min(' + q + ', ' + x + ')' if packed else x} = {limit}",
+                        f"lower them to at most {limit}, or raise the axes: --set {q}={sum(part)} "
+                        f"--set {x}={sum(part)}"
+                        if packed
+                        else f"lower them to at most {limit}, or raise the axis: "
+                        f"--set {x}={part[0]}",
+                    )
+    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -346,7 +396,7 @@ def _with_sizes(diagram: Diagram, sizes: Mapping[str, int] | None) -> Diagram:
 
 _TOP_KEYS = {"ncdc", "name", "doc", "axes", "inputs", "ops", "outputs", "schedule"}
 _REQUIRED_TOP = ("ncdc", "name", "axes", "inputs", "ops", "outputs")
-_INPUT_KEYS = {"axes", "dtype", "doc"}
+_INPUT_KEYS = {"axes", "dtype", "doc", "expected"}
 _SCHEDULE_KEYS = {"group", "stream", "tiles", "materialize"}
 
 
@@ -384,9 +434,13 @@ class _Validator:
         outputs = self.outputs(data["outputs"], inputs, ops)
         schedule = self.schedule(data.get("schedule", {}), axes, ops, outputs)
         self.check_used(inputs, ops, outputs)
-        return Diagram(
+        diagram = Diagram(
             name, doc.strip(), axes, tuple(inputs), tuple(ops), outputs, schedule, self.doc.source
         )
+        problem = _expected_problem(diagram)
+        if problem:
+            raise self.fail(("inputs", problem[0], "expected"), problem[1], problem[2])
+        return diagram
 
     # -- small checks ----------------------------------------------------------------
 
@@ -484,8 +538,37 @@ class _Validator:
                     f"expected distinct axes, found {names}",
                     "a tensor has each axis once",
                 )
-            out.append(Tensor(name, tuple(names), self.dtype(decl["dtype"], path + ("dtype",))))
+            dtype = self.dtype(decl["dtype"], path + ("dtype",))
+            expected = self.expected(decl, path, dtype) if "expected" in decl else ()
+            out.append(Tensor(name, tuple(names), dtype, expected))
         return out
+
+    def expected(self, decl: dict, path: YamlPath, dtype: str) -> tuple[int, ...]:
+        """An int32 input's `expected` values: a list of whole numbers from 0 to 2^31 - 1."""
+        value = decl["expected"]
+        path = path + ("expected",)
+        if dtype != "int32":
+            raise self.fail(
+                path,
+                f"`expected` is for int32 inputs (a varlen mask's lengths); this one is {dtype}",
+                "remove `expected`, or declare the lengths as dtype: int32",
+            )
+        ok = (
+            isinstance(value, list)
+            and value
+            and all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_AXIS_SIZE
+                for v in value
+            )
+        )
+        if not ok:
+            raise self.fail(
+                path,
+                f"expected a list of whole numbers from 0 to {MAX_AXIS_SIZE}, "
+                f"found {_shown(value)}",
+                "e.g. expected: [512, 1024, 0, 1]: one value per value of the tensor, row-major",
+            )
+        return tuple(value)
 
     def dtype(self, value: Any, path: YamlPath) -> str:
         if not isinstance(value, str) or value not in DTYPE_BYTES:

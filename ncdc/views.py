@@ -4,8 +4,9 @@ search for spec files that `check` walks. Pure presentation; no decisions are ma
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -15,6 +16,9 @@ from ncdc.errors import UsageError
 from ncdc.graph import ON_CHIP, MemoryGraph
 from ncdc.hardware import Hardware
 from ncdc.report import format_bytes, format_rate
+
+if TYPE_CHECKING:
+    from ncdc.cost import Plan
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -198,3 +202,15 @@ def cache_table(info: dict) -> Table:
     for name, s in info["sections"].items():
         table.add_row(name, str(s["entries"]), format_bytes(s["bytes"]), escape(s["path"]))
     return table
+
+
+def cost_note(plans: Sequence[Plan], abstract: bool) -> str | None:
+    """The lines under `ncdc cost`'s table: the model-only caveat, and each varlen mask
+    priced dense for want of expected lengths; None when there is nothing to say."""
+    from ncdc.buildable import MODEL_ONLY
+    from ncdc.cost import dense_varlen_notes
+
+    lines = [MODEL_ONLY] if abstract else []
+    for plan in plans:
+        lines += dense_varlen_notes(plan)
+    return "\n".join(lines) or None

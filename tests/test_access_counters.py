@@ -128,11 +128,6 @@ GEMM = ("diagrams/matmul.yaml", (("m", 64), ("n", 64), ("k", 64)))
 ATTENTION = ("diagrams/attention.yaml", (("b", 1), ("h", 1), ("q", 64), ("x", 64)))
 DECODE = ("diagrams/decode_attention.yaml", (("b", 1), ("x", 256)))
 
-_DECODE_MERGE = (
-    "ncdc_attention.cuh decode_merge: lanes load the interleaved (m, l) pairs of part_ml "
-    "one float at a time, 8 B apart, so each request touches twice the sectors it uses"
-)
-
 
 @pytest.mark.parametrize(
     "spec, sizes", [GEMM, ATTENTION, DECODE], ids=["gemm", "attention", "decode"]
@@ -143,14 +138,7 @@ def test_ldmatrix_and_cp_async_paths_have_no_bank_conflicts(spec: str, sizes: tu
 
 
 @pytest.mark.parametrize(
-    "spec, sizes",
-    [
-        pytest.param(*GEMM, id="gemm"),
-        pytest.param(*ATTENTION, id="attention"),
-        pytest.param(
-            *DECODE, id="decode", marks=pytest.mark.xfail(strict=True, reason=_DECODE_MERGE)
-        ),
-    ],
+    "spec, sizes", [GEMM, ATTENTION, DECODE], ids=["gemm", "attention", "decode"]
 )
 def test_global_access_is_fully_coalesced_at_aligned_sizes(spec: str, sizes: tuple) -> None:
     c = run_counted(spec, sizes)

@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
+from pathlib import Path
+from typing import Any
 
 import pytest
+from test_cli_contract import ncdc
 
 from ncdc.cost import (
     FORMAT,
@@ -19,10 +22,11 @@ from ncdc.cost import (
     plan_to_dict,
     time_kernel,
 )
-from ncdc.errors import PlanError
+from ncdc.errors import PlanError, SpecError
 from ncdc.hardware import load_hardware
 from ncdc.spec import load_diagram, load_diagram_text
 from ncdc.tiling import plan_diagram
+from ncdc.views import cost_note
 
 ATTENTION = """
 ncdc: 1
@@ -283,3 +287,80 @@ def test_fp8_mma_sync_on_hopper_runs_at_the_fp16_rate():
     h200 = load_hardware("h200")
     assert _rate(h200, "tensor", "fp8_e4m3") == pytest.approx(989.4e12 * 4 / 6, rel=1e-3)
     assert _rate(load_hardware("l40s"), "tensor", "fp8_e4m3") == pytest.approx(733e12)
+
+
+# ---- variable-length attention priced with its expected lengths -------------------------
+
+H200 = load_hardware("h200")
+_VARLEN = """
+ncdc: 1
+name: varlen
+axes: {h: 1, q: 256, x: 256, n: 4, d: 64}
+inputs:
+  Q: {axes: [h, q, d], dtype: bf16}
+  K: {axes: [h, x, d], dtype: bf16}
+  V: {axes: [h, x, d], dtype: bf16}
+  lens: {axes: [n], dtype: int32, expected: LENGTHS}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - W = varlen(S, query=q, key=x, lengths=lens)
+  - M = causal(W, query=q, key=x)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+
+
+def _varlen_plan(lengths: str) -> Any:
+    text = _VARLEN.replace("LENGTHS", lengths)
+    if lengths == "none":
+        text = text.replace(", expected: none", "")
+    d = load_diagram_text(text)
+    return plan_diagram(d, load_hardware("h200"), tiles={"q": 64, "x": 64}).kernels[0]
+
+
+def test_varlen_priced_with_expected_lengths() -> None:
+    # Causal within packed sequences [0, 100), [], [100, 101), [101, 201) of 256 tokens, in
+    # 64 x 64 tiles (cost.ragged_spans): the 4 query tiles visit 1, 2, 2, 3 key chunks, 512
+    # keys loaded of the dense 4 x 256; one sequence of all 256 tokens is plain causal: 1, 2,
+    # 3, 4 chunks, 640 keys. K and V (64 bf16 a key) are loaded per visited key.
+    ragged, whole, dense = (
+        _varlen_plan("[100, 0, 1, 100]"),
+        _varlen_plan("[256, 0, 0, 0]"),
+        (_varlen_plan("none")),
+    )
+    # L2 -> SMEM: each query tile's K and V chunks (HBM reads each tensor once either way)
+    loads = {name: kp.transfers[1].bytes for name, kp in
+             (("ragged", ragged), ("whole", whole), ("dense", dense))}  # fmt: skip
+    assert loads["whole"] - loads["ragged"] == 2 * (640 - 512) * 64 * 2
+    assert loads["dense"] == loads["whole"]  # no lengths stated: every key (within causal)
+    # the 4 blocks each take a slot of their own (4 of 132 SMs): the busiest block sets the
+    # time, 3 chunks ragged and 4 whole, whatever the mean (2 and 2.5)
+    assert ragged.compute["tensor"] / whole.compute["tensor"] == pytest.approx(3 / 4)
+
+
+def test_cost_notes_varlen_priced_dense(tmp_path: Path) -> None:
+    spec = tmp_path / "varlen.yaml"
+    spec.write_text(_VARLEN.replace(", expected: LENGTHS", ""))
+    out = ncdc("cost", str(spec))
+    assert out.returncode == 0 and "lengths lens are data, priced dense" in out.stdout
+    stated = plan_diagram(load_diagram_text(_VARLEN.replace("LENGTHS", "[1, 2, 3, 4]")), H200)
+    assert cost_note([stated], abstract=False) is None
+
+
+@pytest.mark.parametrize(
+    "lengths, sizes, message",
+    [
+        ("[1, 2]", {}, "lens has 4 values at these sizes; `expected` lists 2"),
+        ("[1, -2, 3, 4]", {}, "expected a list of whole numbers from 0 to 2147483647"),
+        ("300", {}, "expected a list of whole numbers"),
+        ("[100, 100, 100, 1]", {}, "expected lengths of lens sum to 301, more than min(q, x)"),
+        ("[1, 2, 3, 4]", {"n": 3}, "lens has 3 values at these sizes"),
+    ],
+)
+def test_expected_lengths_are_validated(lengths: str, sizes: dict, message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        load_diagram_text(_VARLEN.replace("LENGTHS", lengths), "spec.yaml", sizes=sizes)
+    line = info.value.line()
+    assert message in line and "hint:" in line and "\n" not in line

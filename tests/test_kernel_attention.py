@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from ncdc.emulate import EmulatedModule, Traffic, build
+from ncdc.families.attention_splitk import is_split
 from ncdc.hardware import load_hardware
 from ncdc.reference import evaluate, from_storage, make_inputs, round_to
 from ncdc.render import RenderedModule, render_plan
-from ncdc.run import OutputCheck, allocate, compare, launch_args
+from ncdc.run import OutputCheck, allocate, compare, launch_args, run_diagram
 from ncdc.spec import Diagram, load_diagram, load_diagram_text
 from ncdc.tiling import kernel_alternatives, plan_diagram, with_kernel
 
@@ -322,6 +323,68 @@ def test_decode_causal_and_large_logits() -> None:
     assert module.launches[0].kernel.endswith("_causal")
     assert np.all(np.isfinite(got))
     _assert_ok(check)
+
+
+# ------------------------------------------------------------------ split-key forward
+
+_SOFTCAP_LSE = (
+    (DIAGRAMS / "softcap_attention.yaml")
+    .read_text()
+    .replace(
+        "  - M = causal(L, query=q, key=x)\n  - P = softmax(M, over=x)\n",
+        "  - P = softmax(L, over=x)\n  - Z = logsumexp(L, over=x, dtype=fp32)\n",
+    )
+    .replace("outputs: [O]", "outputs: [O, Z]")
+)
+
+
+@pytest.mark.parametrize(
+    "name, text, splits",
+    [
+        # 70 keys in chunks of 32, 3 splits of one chunk (the last 6 keys): query i sees
+        # j <= i - 20, so queries 0..19 see no key, and query tile 0 nothing of split 2
+        ("attention_causal", None, 3),
+        # a score functor (soft-capping) and the log-sum-exp written by the merge; 2
+        # splits of 64 and 6 keys
+        ("softcap_attention", _SOFTCAP_LSE, 2),
+    ],
+)
+def test_split_keys_forward(name: str, text: str | None, splits: int) -> None:
+    sizes = {"b": 1, "h": 1, "g": 1, "r": 2, "q": 90, "x": 70, "d": 64}
+    if text is not None:
+        diagram = load_diagram_text(
+            text, sizes={k: sizes[k] for k in ("b", "g", "r", "q", "x", "d")}
+        )
+    else:
+        diagram = load_diagram(DIAGRAMS / f"{name}.yaml", {k: sizes[k] for k in "bhqxd"})
+    plan = plan_diagram(diagram, HW, tiles=SMALL)
+    kp = next(
+        k for k in kernel_alternatives(plan, 0, 1000) if is_split(k.candidate) and k.splits == splits
+    )  # fmt: skip
+    module = render_plan(with_kernel(plan, 0, kp))
+    first, merge = module.launches
+    assert first.grid[2] == splits and first.kernel.endswith("_split")  # as priced
+    assert [s.grid for s in kp.candidate.launches] == [first.grid, merge.grid]
+    for seed in (0, 1):
+        for check in run_diagram(diagram, module, backend="cpu", seed=seed).checks:
+            assert check.ok and check.unexpected_nan == 0, check
+
+
+def test_split_keys_chosen_for_a_grid_that_cannot_fill_the_gpu() -> None:
+    # 77 queries (two tiles of 64) x 16 heads: 32 blocks on 132 SMs, 4096 keys to split
+    small = plan_diagram(
+        load_diagram(DIAGRAMS / "cross_attention.yaml", {"b": 1, "q": 77, "x": 4096}), HW
+    )
+    (kp,) = small.kernels
+    assert is_split(kp.candidate) and kp.splits > 1 and len(kp.candidate.launches) == 2
+    unsplit = [
+        a.predicted_time_s for a in kernel_alternatives(small, 0, 2000) if a.splits == 1
+    ]  # fmt: skip
+    assert unsplit and kp.predicted_time_s < min(unsplit)
+    # the library's cross-attention (4096 queries: 1024 blocks) and attention stay whole
+    for name in ("cross_attention", "attention"):
+        big = plan_diagram(load_diagram(DIAGRAMS / f"{name}.yaml"), HW).kernels[0]
+        assert big.splits == 1 and not is_split(big.candidate)
 
 
 # ------------------------------------------------------------------------------ NVRTC

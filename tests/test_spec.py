@@ -124,7 +124,7 @@ EXPECTED = {
     "unknown_axis_in_input": "spec.yaml:5: inputs.A.axes[1]: unknown axis 'kk'; declared axes are m, n, k (hint: did you mean 'k'?)",
     "repeated_axis": "spec.yaml:5: inputs.A.axes: expected distinct axes, found ['m', 'm'] (hint: a tensor has each axis once)",
     "unknown_dtype": "spec.yaml:5: inputs.A.dtype: unknown dtype 'bfloat16'; expected one of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, int32 (hint: did you mean 'bf16'?)",
-    "input_unknown_key": "spec.yaml:5: inputs.A.layout: unknown key 'layout'; expected one of axes, doc, dtype",
+    "input_unknown_key": "spec.yaml:5: inputs.A.layout: unknown key 'layout'; expected one of axes, doc, dtype, expected",
     "input_missing_dtype": "spec.yaml:5: inputs.A: missing key 'dtype' (hint: add `dtype:`; see docs/diagram-language.md)",
     "unknown_operation": "spec.yaml:8: ops[0]: unknown operation 'matmul'; expected one of abs, add, cast, causal, contract, div, exp, gelu, index, layernorm, log, log_softmax, logsumexp, max, mean, min, mul, neg, recip, relu, rmsnorm, rsqrt, sigmoid, silu, softmax, sqrt, square, sub, sum, tanh, varlen, window (hint: did you mean 'mul'?)",
     "unparsable_op": "spec.yaml:8: ops[0]: cannot parse 'C := contract(A, B)': expected '=', found ':' (hint: write e.g. 'C = contract(A, B, over=k)')",

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
-from ncdc.families import attention_wgmma
+from ncdc.families import attention_splitk, attention_wgmma
 from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param, no_arch_problem, round_up
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
@@ -395,10 +395,12 @@ class AttentionFamily:
                     attention_registers(model, family, g_q, s_x, threads, warp_q),
                 )
             )  # fmt: skip
+        # a grid too small for the GPU: keys split across blocks (attention_splitk.py)
+        split = attention_splitk.candidates(model, hw, at, out)
         # sm_90a: the FlashAttention-3 variant competes with these (attention_wgmma.py)
         group = attention_group(model, family, attention_wgmma.BQ, fixed)
         hopper = attention_wgmma.candidates(model, family, hw, streams, fixed, at, batch, group)
-        return out + hopper
+        return out + split + hopper
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         diagram = plan.graph.diagram
@@ -431,6 +433,8 @@ class AttentionFamily:
             f"time through a {c.stages}-stage cp.async ring, {warps} warps of {warp_q} queries"
             + (", causal" if at.causal else ""),
         }
+        if attention_splitk.is_split(c):
+            return attention_splitk.render(kp, plan, at, name, context)
         return KernelSource("attention.cu.j2", context, (Launch.of(name, c.main, params),))
 
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:

@@ -64,6 +64,12 @@ TILES: dict[str, tuple[int, ...]] = {
 MERGE_THREADS = 128
 
 
+def merge_smem(rows: int, partials: int) -> int:
+    """Bytes of the merge's (m, l) pairs in shared memory: float2 [rows][partials | 1]
+    (ncdc_attention.cuh's merge_pitch)."""
+    return rows * (partials | 1) * 8
+
+
 class DecodeFamily:
     """Attention whose query axis is at most DECODE_MAX_QUERIES long."""
 
@@ -116,7 +122,9 @@ class DecodeFamily:
             rows = pack * q_len
             shapes = (
                 LaunchShape((splits, batch // pack, 1), (threads, 1, 1), smem),
-                LaunchShape((1, batch // pack, 1), (MERGE_THREADS, 1, 1), rows * partials * 4),
+                LaunchShape(
+                    (1, batch // pack, 1), (MERGE_THREADS, 1, 1), merge_smem(rows, partials)
+                ),
             )
             # a block's rows: 16 // pack queries (padded) of each of its pack query heads,
             # which share every K/V chunk the block reads

@@ -87,9 +87,11 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_merge_
   ncdc_pack.o_head_stride = 0;
 
   const long long ncdc_first = (long long)blockIdx.y * ncdc_partials * 1 * ncdc_size_q;
-  ncdc::attn::decode_merge<__nv_bfloat16, 128, 128>(
-      ncdc_partial_o_decode_attention + ncdc_first * 128, ncdc_partial_ml_decode_attention + ncdc_first * 2, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128,
-      128, int(ncdc_size_q), ncdc_pack, int(ncdc_partials),
+  const int ncdc_rows = 1 * int(ncdc_size_q);
+  ncdc::attn::merge_partials<__nv_bfloat16, 128, 128>(
+      ncdc_partial_o_decode_attention + ncdc_first * 128, ncdc_partial_ml_decode_attention + ncdc_first * 2, ncdc_rows, 0,
+      ncdc_rows, int(ncdc_partials), O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128,
+      int(ncdc_size_q), ncdc_pack,
       nullptr, 0);
 }
 NCDC_EXPORT_KERNEL(decode_attention_decode_attention_bf16_q16_x128_d128_w4_s3);

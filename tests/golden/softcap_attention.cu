@@ -13,12 +13,12 @@
 // op      P = softmax(M, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  softcap_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 2048
-// predicted on h200: 342.6 us (tensor-bound), 1.43e+11 FLOP
+// kernel  softcap_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 2048
+// predicted on h200: 368.1 us (issue-bound), 1.43e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- softcap_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
+// ---- softcap_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
 #include "ncdc_elementwise.cuh"
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -27,7 +27,7 @@
 #undef V
 #undef O
 // The logits as the diagram transforms them, for query ncdc_i and key ncdc_j.
-struct softcap_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores_scores {
+struct softcap_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores_scores {
   static constexpr bool kIdentity = false;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
     const float ncdc_e_C = ncdc::op_mul(ncdc_s, 0.02f);
@@ -38,7 +38,7 @@ struct softcap_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores_scores 
 };
 
 
-extern "C" __global__ void __launch_bounds__(128) softcap_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores(
+extern "C" __global__ void __launch_bounds__(128) softcap_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     long long ncdc_size_b,
@@ -64,7 +64,7 @@ extern "C" __global__ void __launch_bounds__(128) softcap_attention_attention_bf
   ncdc_slice.q_len = int(ncdc_size_q);
   ncdc_slice.x_len = int(ncdc_size_x);
   ncdc_slice.scale_log2 = ncdc_scale_log2;
-  softcap_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores_scores ncdc_scores;
+  softcap_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores_scores ncdc_scores;
   ncdc_slice.vis.hi = ncdc::attn::lmin(ncdc_slice.vis.hi, (ncdc_size_x - ncdc_size_q));
   ncdc_slice.vis.x_end = ncdc_slice.x_len;
   ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
@@ -72,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(128) softcap_attention_attention_bf
   ncdc_slice.lse_stride = 0;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, false, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, true, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(softcap_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores);
+NCDC_EXPORT_KERNEL(softcap_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores);

@@ -470,10 +470,19 @@ NCDC_DEVICE void load_kv(T* ks, T* vs, const Slice<T>& a, int key0, int end, int
 // Q's mma fragments in registers, else read from the Q tile at each step. BELOW: some
 // query's keys are bounded from below (KeyMask). LSE: write each row's log-sum-exp to
 // a.lse (a flag, so that a kernel without one keeps no pointer live through the key loop).
+// SPLIT: the block sees only keys [sp.begin, sp.end) (begin a multiple of SX, end one or
+// x_len) and writes its rows' unnormalised O and (m, l) to the split's partials (Split);
+// merge_partials combines them.
+struct Split {
+  int begin = 0, end = 0;     // the keys of this split
+  float* part_o = nullptr;    // [q_len][DV] fp32: this split's unnormalised O
+  float* part_ml = nullptr;   // [q_len][2]: (m in base 2, l)
+};
+
 template <class T, int D, int DV, int GQ, int SX, int MB, int STAGES, bool QREG, bool UPPER,
-          bool BELOW, bool LSE, class Scores>
+          bool BELOW, bool LSE, bool SPLIT = false, class Scores>
 NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_stride, int q_tile,
-                                   const Scores& scores) {
+                                   const Scores& scores, const Split& sp = Split()) {
   constexpr int WQ = 16 * MB, W = GQ / WQ, THREADS = 32 * W;
   constexpr int QC = (D > DV ? D : DV) / 8;
   constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
@@ -491,11 +500,19 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_st
   int first_key, last_key, unused, block_last;
   visible_keys<UPPER, BELOW>(a.vis, q0, first_key, block_last);
   visible_keys<UPPER, BELOW>(a.vis, imin(q0 + GQ, a.q_len) - 1, unused, last_key);
-  const int tile0 = BELOW ? first_key / SX : 0;  // without a lower bound, first_key is 0
+  if (SPLIT) {
+    first_key = imax(first_key, sp.begin);
+    last_key = imin(last_key, sp.end - 1);
+    block_last = imin(block_last, sp.end - 1);
+  }
+  // without a lower bound or a split, first_key is 0
+  const int tile0 = BELOW || SPLIT ? first_key / SX : 0;
   const int tiles = last_key < first_key ? 0 : last_key / SX + 1 - tile0;
   // tiles [0, clear) every row of the block sees whole (the keys the first row sees grow
   // with the row); none with a lower bound
-  const int clear = BELOW || block_last < 0 ? 0 : imin(tiles, (block_last + 1) / SX);
+  const int clear = BELOW || block_last < 0 ? 0
+                    : SPLIT ? imax(0, imin(tiles, (block_last + 1) / SX - tile0))
+                            : imin(tiles, (block_last + 1) / SX);
   const int wrow = q0 + WQ * warp;  // this warp's first query
   KeyMask<MB, BELOW> mask;
 #pragma unroll
@@ -567,9 +584,29 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_st
 #ifdef NCDC_GPU
   asm volatile("" : "+l"(o));
 #endif
+  reduce_sums(st);
+  if (SPLIT) {
+    // unnormalised O (4 lanes store 32 contiguous bytes of a row) and (m, l) of each row
+#pragma unroll
+    for (int b = 0; b < MB; ++b)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = wrow + 16 * b + g + 8 * r;
+        if (qi < a.q_len) {
+          float* po = sp.part_o + (long long)qi * DV + 2 * t;
+#pragma unroll
+          for (int n = 0; n < DV / 8; ++n)
+            st_global(reinterpret_cast<float2*>(po + 8 * n),
+                      make_float2(st.o[b][n][2 * r], st.o[b][n][2 * r + 1]));
+          if (t == 0)
+            st_global(reinterpret_cast<float2*>(sp.part_ml + 2ll * qi),
+                      make_float2(st.m[b][r], st.l[b][r]));
+        }
+      }
+    return;
+  }
   // O / l, staged through this warp's own rows of the Q tile (no other warp reads them),
   // then stored as 16-byte rows; a row with no visible key has l = 0 and stores zeros.
-  reduce_sums(st);
   if (LSE && t == 0) {
 #pragma unroll
     for (int b = 0; b < MB; ++b)
@@ -720,71 +757,85 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, const Packing& pk, int split,
   }
 }
 
-// Decode, pass 2: merge the partials of one (batch..., K/V head)'s rows:
-//   m = max m_p, l = sum l_p 2^(m_p - m), O = sum O_p 2^(m_p - m) / l.
-// Warps first turn (m_p, l_p) into weights 2^(m_p - m) / l in shared memory (a row with
-// l = 0 gets weight 0 everywhere, so zeros), then lanes sum 4 columns each; row r is
-// stored as query r % q_len of packed head r / q_len. The log-sum-exp of each row goes to
-// lse (when not null; only unpacked kernels have one). Shared memory: float [rows][partials].
+// Pass 2 of a split (decode, and forward attention over too few query tiles): merge the
+// partials of rows [row0, row0 + count) of one (batch..., head) slice, whose `rows` rows
+// each have `partials` partials laid out part_o[partial][rows][DV] and
+// part_ml[partial][rows][2] = (m in base 2, l):
+//   m = max m_p, l = sum l_p 2^(m_p - m), O = sum O_p 2^(m_p - m) / l,
+// summed in partial order (the result does not depend on timing). A partial that saw no
+// key has m_p = -inf and l_p = 0 and weighs 0; a row with no key anywhere stores zeros.
+// The block first copies its rows' (m, l) pairs to shared memory, consecutive threads
+// reading consecutive pairs (each partial's rows are contiguous: coalesced); then a warp
+// per row turns them into weights 2^(m_p - m) in place and sums O, 4 columns a lane. Row r
+// is stored as query r % q_len of packed head r / q_len; its log-sum-exp goes to lse when
+// not null (only unpacked kernels have one). Shared memory: float2 [count][merge_pitch].
+NCDC_DEVICE constexpr int merge_pitch(int partials) { return partials | 1; }  // odd: no conflicts
+
 template <class T, int DV, int THREADS>
-NCDC_DEVICE void decode_merge(const float* part_o, const float* part_ml, T* o, long long o_stride,
-                              int q_len, const Packing& pk, int partials, float* lse,
-                              long long lse_stride) {
-  float* weight = dynamic_smem<float>();
+NCDC_DEVICE void merge_partials(const float* part_o, const float* part_ml, int rows, int row0,
+                                int count, int partials, T* o, long long o_stride, int q_len,
+                                const Packing& pk, float* lse, long long lse_stride) {
+  float2* ml = dynamic_smem<float2>();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int rows = pk.heads * q_len;
-  for (int row = warp; row < rows; row += THREADS / 32) {
+  const int pitch = merge_pitch(partials);
+#pragma unroll 1
+  for (int i = tid; i < partials * count; i += THREADS) {
+    const int p = i / count, r = i - p * count;
+    const uint2 v = ld_global_v8(part_ml + 2 * ((long long)p * rows + row0 + r));
+    ml[r * pitch + p] = make_float2(__uint_as_float(v.x), __uint_as_float(v.y));
+  }
+  __syncthreads();
+  // no division by DV / 4 and no runtime column loop, either of which made ptxas spill for
+  // heads that are not powers of two
+#pragma unroll 1
+  for (int r = warp; r < count; r += THREADS / 32) {
+    float2* w = ml + r * pitch;
     float m = neg_inf();
 #pragma unroll 1
-    for (int p = lane; p < partials; p += 32)
-      m = fmaxf(m, ld_global(part_ml + 2 * ((long long)p * rows + row)));
+    for (int p = lane; p < partials; p += 32) m = fmaxf(m, w[p].x);
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     const float base = m == neg_inf() ? 0.0f : m;
     float l = 0.0f;
 #pragma unroll 1
     for (int p = lane; p < partials; p += 32) {
-      const long long at = 2 * ((long long)p * rows + row);
-      const float w = exp2_fast(ld_global(part_ml + at) - base);
-      weight[row * partials + p] = w;
-      l += ld_global(part_ml + at + 1) * w;
+      const float2 v = w[p];
+      const float e = exp2_fast(v.x - base);
+      w[p] = make_float2(e, v.y);
+      l += v.y * e;
     }
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) l += __shfl_xor_sync(0xffffffffu, l, k);
+    __syncwarp();  // the weights are written before any lane of the warp reads them
+    const int row = row0 + r;
     if (lse != nullptr && lane == 0) st_global(lse + row * lse_stride, row_lse(m, l));
-    const float inv = inverse_sum(l);
-#pragma unroll 1
-    for (int p = lane; p < partials; p += 32) weight[row * partials + p] *= inv;
-  }
-  __syncthreads();
-  // a warp per row, 4 columns per lane (coalesced); no division by DV / 4 and no runtime
-  // column loop, either of which made ptxas spill for heads that are not powers of two
-  for (int row = warp; row < rows; row += THREADS / 32) {
     float acc[(DV + 127) / 128][4] = {};
 #pragma unroll 1
     for (int p = 0; p < partials; ++p) {
-      const float w = weight[row * partials + p];
+      const float e = w[p].x;
       const float* po = part_o + ((long long)p * rows + row) * DV + 4 * lane;
 #pragma unroll
       for (int cc = 0; cc < (DV + 127) / 128; ++cc) {
         if (DV % 128 == 0 || 128 * cc + 4 * lane < DV) {
           const uint4 v = ld_global_v16(po + 128 * cc);
           // a partial with weight 0 may hold 0 * (large) but never NaN: it was written
-          acc[cc][0] += w * __uint_as_float(v.x);
-          acc[cc][1] += w * __uint_as_float(v.y);
-          acc[cc][2] += w * __uint_as_float(v.z);
-          acc[cc][3] += w * __uint_as_float(v.w);
+          acc[cc][0] += e * __uint_as_float(v.x);
+          acc[cc][1] += e * __uint_as_float(v.y);
+          acc[cc][2] += e * __uint_as_float(v.z);
+          acc[cc][3] += e * __uint_as_float(v.w);
         }
       }
     }
-    T* out_row = o + (row / q_len) * pk.o_head_stride + (row % q_len) * o_stride;
+    const float inv = inverse_sum(l);
+    const int head = row / q_len;
+    T* out_row = o + head * pk.o_head_stride + (row - head * q_len) * o_stride;
 #pragma unroll
     for (int cc = 0; cc < (DV + 127) / 128; ++cc) {
       const int c = 128 * cc + 4 * lane;
       if (DV % 128 == 0 || c < DV) {
         uint2 out;
-        out.x = Mma<T>::pack(acc[cc][0], acc[cc][1]);
-        out.y = Mma<T>::pack(acc[cc][2], acc[cc][3]);
+        out.x = Mma<T>::pack(acc[cc][0] * inv, acc[cc][1] * inv);
+        out.y = Mma<T>::pack(acc[cc][2] * inv, acc[cc][3] * inv);
         st_global_v8(out_row + c, out);
       }
     }
