@@ -23,6 +23,7 @@ from ncdc.tiling import plan_diagram
 
 KERNELS = Path(__file__).parent / "emulator_kernels"
 H200 = load_hardware("h200")
+A100 = load_hardware("a100")  # mma.sync attention: h200 plans the TMA + wgmma kernel
 
 
 @pytest.fixture(scope="module")
@@ -116,32 +117,40 @@ outputs: [Y]
 
 
 @functools.cache
-def run_counted(spec: str, sizes: tuple[tuple[str, int], ...] = ()) -> Counters:
-    """Counters of one emulated run of a spec file or text (once per module)."""
+def run_counted(
+    spec: str, sizes: tuple[tuple[str, int], ...] = (), profile: str = "h200"
+) -> Counters:
+    """Counters of one emulated run of a spec file or text on a profile's plan (once per
+    module)."""
     d = load_diagram(spec, dict(sizes)) if spec.endswith(".yaml") else load_diagram_text(spec)
-    result = run_diagram(d, render_plan(plan_diagram(d, H200)), counters=True)
+    hw = {"h200": H200, "a100": A100}[profile]
+    result = run_diagram(d, render_plan(plan_diagram(d, hw)), counters=True)
     assert result.ok and result.counters is not None
     return result.counters
 
 
-GEMM = ("diagrams/matmul.yaml", (("m", 64), ("n", 64), ("k", 64)))
-ATTENTION = ("diagrams/attention.yaml", (("b", 1), ("h", 1), ("q", 64), ("x", 64)))
-DECODE = ("diagrams/decode_attention.yaml", (("b", 1), ("x", 256)))
+GEMM = ("diagrams/matmul.yaml", (("m", 64), ("n", 64), ("k", 64)), "h200")
+ATTENTION = ("diagrams/attention.yaml", (("b", 1), ("h", 1), ("q", 64), ("x", 64)), "a100")
+DECODE = ("diagrams/decode_attention.yaml", (("b", 1), ("x", 256)), "h200")
 
 
 @pytest.mark.parametrize(
-    "spec, sizes", [GEMM, ATTENTION, DECODE], ids=["gemm", "attention", "decode"]
+    "spec, sizes, profile", [GEMM, ATTENTION, DECODE], ids=["gemm", "attention", "decode"]
 )
-def test_ldmatrix_and_cp_async_paths_have_no_bank_conflicts(spec: str, sizes: tuple) -> None:
-    c = run_counted(spec, sizes)
+def test_ldmatrix_and_cp_async_paths_have_no_bank_conflicts(
+    spec: str, sizes: tuple, profile: str
+) -> None:
+    c = run_counted(spec, sizes, profile)
     assert c.shared_requests > 0 and c.bank_conflicts == 0
 
 
 @pytest.mark.parametrize(
-    "spec, sizes", [GEMM, ATTENTION, DECODE], ids=["gemm", "attention", "decode"]
+    "spec, sizes, profile", [GEMM, ATTENTION, DECODE], ids=["gemm", "attention", "decode"]
 )
-def test_global_access_is_fully_coalesced_at_aligned_sizes(spec: str, sizes: tuple) -> None:
-    c = run_counted(spec, sizes)
+def test_global_access_is_fully_coalesced_at_aligned_sizes(
+    spec: str, sizes: tuple, profile: str
+) -> None:
+    c = run_counted(spec, sizes, profile)
     assert c.load_requests > 0 and c.excess_sectors == 0
 
 
