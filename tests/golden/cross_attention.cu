@@ -10,7 +10,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  cross_attention: attention, tiles b=1  h=1  q=128  d=64  x=80, 8 warps, 2 stages, grid 1024
-// predicted on h200: 11.8 us (hbm-bound), 2.64e+09 FLOP
+// predicted on h200: 12.7 us (hbm-bound), 2.64e+09 FLOP
 
 #include "ncdc_runtime.cuh"
 

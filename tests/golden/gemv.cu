@@ -7,7 +7,7 @@
 // op      y = contract(x, W, over=k)
 // outputs y
 // kernel  gemv: gemv, tiles n=8  k=1024, 8 warps, 1 stages, grid 1376
-// predicted on h200: 26.1 us (hbm-bound), 9.02e+07 FLOP
+// predicted on h200: 28.6 us (hbm-bound), 9.02e+07 FLOP
 
 #include "ncdc_runtime.cuh"
 
