@@ -229,12 +229,22 @@ def test_attention_tiles_keep_enough_warps_per_sm():
     # warps latency hiding needs. The search takes 8 warps per SM: two 4-warp blocks of 64
     # queries at 80 KiB, whose independent instruction streams hide half of each other's
     # softmax (`overlap_compute`; one 8-warp block of 128 queries marches in step and
-    # serialises its MMAs and softmax), and stays held by on-chip traffic, not HBM.
+    # serialises its MMAs and softmax), and stays held by on-chip traffic, not HBM. That is
+    # the mma.sync search (sm_90, without wgmma); on sm_90a the FlashAttention-3 kernel wins:
+    # one 12-warp block per SM whose two consumer warpgroups ping-pong (overlap without a
+    # second block).
+    import dataclasses
+
     hw = load_hardware("h200")
-    k = plan_diagram(load_diagram("diagrams/attention.yaml"), hw).kernels[0]
+    d = load_diagram("diagrams/attention.yaml")
+    k = plan_diagram(d, dataclasses.replace(hw, arch="sm_90")).kernels[0]
     assert (k.block_tile["q"], k.warps, k.blocks_per_sm) == (64, 4, 2)
     assert k.warps * k.blocks_per_sm >= SATURATION_WARPS
     assert k.bound in ("smem", "l2", "tensor")
+    fa3 = plan_diagram(d, hw).kernels[0]
+    assert (fa3.block_tile["q"], fa3.warps, fa3.blocks_per_sm) == (128, 12, 1)
+    assert fa3.candidate.param("pingpong") == 1
+    assert fa3.predicted_time_s < k.predicted_time_s
 
 
 def test_decode_splits_fill_every_sm():
