@@ -10,12 +10,12 @@
 // op      P = softmax(M, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  attention_causal: attention, tiles b=1  h=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 4096
-// predicted on h200: 583.5 us (smem-bound), 2.83e+11 FLOP
+// kernel  attention_causal: attention, tiles b=1  h=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 4096
+// predicted on h200: 579.1 us (smem-bound), 2.83e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- attention_causal_attention_bf16_q64_x64_d128_w4_s2_causal: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
+// ---- attention_causal_attention_bf16_q64_x32_d128_w4_s2_causal: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -24,7 +24,7 @@
 #undef O
 
 
-extern "C" __global__ void __launch_bounds__(128) attention_causal_attention_bf16_q64_x64_d128_w4_s2_causal(
+extern "C" __global__ void __launch_bounds__(128) attention_causal_attention_bf16_q64_x32_d128_w4_s2_causal(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     long long ncdc_size_b,
@@ -55,7 +55,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_causal_attention_bf1
   ncdc_slice.lse_stride = 0;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, true, false, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(attention_causal_attention_bf16_q64_x64_d128_w4_s2_causal);
+NCDC_EXPORT_KERNEL(attention_causal_attention_bf16_q64_x32_d128_w4_s2_causal);
