@@ -138,7 +138,7 @@ def test_compiles_to_tma_and_wgmma_without_spills(
     assert "UTMALDG" in text and "USETMAXREG" in text
     qk, pv = mmas
     assert qk in text and re.search(re.escape(pv) + r"\d+, R\d+, gdesc\[UR\d+\]\.tnspB", text)
-    (loop,) = sass.main_loops(report.cubin).values()
+    loop = sass.main_loops(report.cubin)[report.module.launches[0].kernel]
     # two waits a key tile (S, then the P V before it): ptxas did not serialise the wgmmas
     assert [line.split()[1] for line in loop.splitlines() if "DEPBAR" in line] == [
         "WARPGROUP.DEPBAR.LE",
