@@ -112,6 +112,9 @@ def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
 @pytest.mark.parametrize(
     ("spec", "mmas", "most"),
     [
+        # bf16, plain and grouped-query (2.2 slots per HMMA.16816)
+        ("attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
+        ("gqa_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
         # causal, bf16: the hot loop is the unmasked copy (2.2 slots per HMMA.16816)
         ("attention_causal", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4),
         # fp8: S by QGMMA k32, P V by HGMMA in fp16 (no type suffix), P from registers
