@@ -1132,6 +1132,21 @@ def pingpong_time(tiles: int, mma_s: float, other_s: float, issue_s: float = 0.0
     return max(steady, tiles * issue_s)
 
 
+def pingpong_compute(compute: Mapping[str, float], tiles: int) -> float:
+    """The compute units' time of a kernel whose two consumer warpgroups ping-pong
+    (`pingpong_time`): `tiles` key tiles one after the other on an SM, each the tensor
+    time's share on the pipe and the rest of the units' (the softmax) off it, the issue
+    slots a ceiling.
+
+        >>> pingpong_compute({"tensor": 8.0, "cuda": 2.0, "sfu": 2.0}, 8)   # 8 x 1 + 0.5
+        8.5
+    """
+    tiles = max(1, tiles)
+    mma = compute.get("tensor", 0.0)
+    other = sum(t for unit, t in compute.items() if unit not in ("tensor", ISSUE))
+    return pingpong_time(tiles, mma / tiles, other / tiles, compute.get(ISSUE, 0.0) / tiles)
+
+
 def warpgroups_per_sm(capacity: float, per_block: float, per_warpgroup: float) -> float:
     """Warpgroups one SM holds by one resource (the paper's sec. 5.6): what is left of the
     SM's `capacity` after a thread block's shared part, over each warpgroup's own part,
@@ -1362,6 +1377,11 @@ def time_kernel(
         compute[ISSUE] = issue_time_s(mix, tensor, hw) * padding * balance
     total = int(sum(flops.values()))
     serial = overlap_compute(compute, bool(model.online) and c is not None, streams)
+    if c is not None and dict(c.params).get("pingpong"):
+        # two consumer warpgroups take turns at the tensor pipe: one's softmax runs under
+        # the other's MMAs, for every key tile of the blocks the busiest SM runs
+        chunks = math.prod(_ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
+        serial = pingpong_compute(compute, chunks * _ceil_div(grid, hw.limits.sms))
     return KernelTiming(
         tuple(transfers), compute, int(grid), per_sm, int(waves), total, padding,
         hw.launch_s * len(c.launches) if c is not None else 0.0, serial,

@@ -84,15 +84,22 @@ def _argument(p: Param, device: Mapping[str, Any]) -> Any:
     return scalar_argument(p)
 
 
-# A 128-byte struct CuPy passes by value (a NumPy structured scalar): the CUtensorMap.
+# The CUtensorMap as a kernel argument: 128 bytes (the kernel's `const __grid_constant__
+# ncdc::TensorMap`, alignas(64)). CuPy passes a NumPy array of size one by value (its
+# CNumpyArray: a pointer to the array's bytes in cuLaunchKernel's kernelParams; the driver
+# copies as many bytes as the kernel's parameter info gives that ordinal, 128, to the
+# 64-byte-aligned offset ptxas chose), where a NumPy scalar of a structured dtype is not a
+# type its scalar conversion takes.
 TENSOR_MAP_DTYPE = np.dtype({"names": [f"w{i}" for i in range(16)], "formats": ["<u8"] * 16})
+TENSOR_MAP_BYTES = 128
 _TENSOR_MAPS: dict[tuple[TensorMapSpec, int], Any] = {}
 
 
-def tensor_map_argument(spec: TensorMapSpec, address: int) -> Any:
+def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     """The CUtensorMap of `spec` over device memory at `address`, from the driver's
-    cuTensorMapEncodeTiled (cuda-bindings), cached per pointer and spec. Tile mode, no
-    interleave, 128-byte L2 promotion, zero out-of-bounds fill, unit element strides."""
+    cuTensorMapEncodeTiled (cuda-bindings), cached per pointer and spec, as the one-element
+    array CuPy passes by value. Tile mode, no interleave, 128-byte L2 promotion, zero
+    out-of-bounds fill, unit element strides."""
     key = (spec, address)
     found = _TENSOR_MAPS.get(key)
     if found is not None:
@@ -115,7 +122,10 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> Any:
     if err != driver.CUresult.CUDA_SUCCESS:
         raise NcdcError(f"cuTensorMapEncodeTiled refused the map of {spec.tensor}: {err}")
     words = [int(w) for w in tmap.opaque]
-    value = np.array(tuple(words), dtype=TENSOR_MAP_DTYPE)[()]
+    if len(words) * 8 != TENSOR_MAP_BYTES:
+        raise NcdcError(f"cuTensorMapEncodeTiled gave {len(words) * 8} bytes, not 128")
+    value = np.array([tuple(words)], dtype=TENSOR_MAP_DTYPE)
+    value.flags.writeable = False  # cached: every launch over this pointer passes these bytes
     _TENSOR_MAPS[key] = value
     return value
 

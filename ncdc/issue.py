@@ -79,6 +79,22 @@ WGMMA_PER_TILE = {"barrier": 4, "control": 4}
 WGMMA_INTEGER_PER_MMA = 12
 WGMMA_INTEGER_FIXED = 38
 WGMMA_CONSUMER_ROWS = 16  # rows of the 128 x bn tile one consumer warp accumulates
+# Per key tile of one consumer warp of the FlashAttention-3 kernel (attention_wgmma.cu.j2,
+# ncdc_attention_hopper.cuh), counted in its SASS on sm_90a (bf16; d, d_v, s_x = 128, 128,
+# 128 and 64; 192, 128, 128 and 64): one HGMMA per 16 of the head (S) and per 16 keys (P V);
+# per score a thread holds (s_x / 2) the max, exp2's FFMA and the sum, one MUFU.EX2 and
+# half an F2FP pack; per output value (d_v / 2) the rescale; per S wgmma the integer and
+# uniform work of its two descriptors, and a part that grows as the tile shrinks (the
+# least-squares fit of the four kernels, each within 2%); the turn's named barriers, the
+# rings' waits and arrives, the warpgroup fence and waits. The producer warp (one thread:
+# d / 64 + d_v / 64 TMA copies and four mbarrier operations a tile) is left out, as for
+# the GEMM.
+FA3_FP32_PER_SCORE = 3
+FA3_FP32_FIXED = 14
+FA3_FIXED = {"shuffle": 4, "barrier": 10, "control": 5}
+FA3_INTEGER_PER_QK_WGMMA = 11.6
+FA3_INTEGER_FIXED = 34
+FA3_INTEGER_PER_TILE_HALVING = 23  # times 128 / s_x
 # A weight-only GEMM (16-bit A, int8 B) keeps B in shared memory as int8 and widens each
 # fragment register in the main loop (ncdc_gemm.cuh, MmaTile::frag_b with WIDEN_B): per
 # 16-bit pair, one LDS.U16 (two LDS.U8 where B's contiguous axis is n), two I2F.S8 and
@@ -196,6 +212,10 @@ def estimate_mix(
     16 rows of the 128 x bn tile): bk / 16 wgmmas (k32 for fp8), WGMMA_INTEGER_* and
     WGMMA_PER_TILE. Attention (one key chunk of `s_x` per iteration, 16 query rows a
     warp): `attention_mix`.
+    The FlashAttention-3 kernel (attention with param `wgmma`; one key tile per iteration
+    of a consumer warp, 16 of its warpgroup's 64 rows): d / 16 (fp8: d / 32) + s_x / 16
+    wgmmas, the softmax's FA3_FP32_*, MUFU and packing per score, the rescale per output
+    value, FA3_INTEGER_* and FA3_FIXED.
     """
     params = dict(c.params)
     if family.name == "gemm" and params.get("wgmma", 0):
@@ -209,6 +229,23 @@ def estimate_mix(
         return LoopMix(classes, flops, ESTIMATE)
     if family.name in ("gemm", "gemv") and not params.get("simt", 1):  # gemv: its GEMMs
         return gemm_mix(family, c, dtype, hw, model)
+    if family.name == "attention" and params.get("wgmma", 0):
+        d = math.prod(sizes[a] for a in family.axes("d"))
+        d_v = math.prod(sizes[a] for a in family.axes("d_v"))
+        s_x = params["s_x"]
+        scores = s_x // 2  # per thread: 64 rows x s_x over 128 threads
+        qk = d // (32 if dtype.startswith("fp8") else 16)  # S's wgmmas: k16, or k32 for fp8
+        classes = {
+            "tensor": qk + s_x // 16,
+            "fp32": FA3_FP32_PER_SCORE * scores + d_v // 2 + FA3_FP32_FIXED,
+            "fp16": scores // 2,
+            "mufu": scores + 2,
+            "integer": FA3_INTEGER_PER_QK_WGMMA * qk
+            + FA3_INTEGER_FIXED
+            + FA3_INTEGER_PER_TILE_HALVING * 128 / s_x,
+            **FA3_FIXED,
+        }
+        return LoopMix(classes, 2.0 * WGMMA_CONSUMER_ROWS * s_x * (d + d_v), ESTIMATE)
     if family.name == "attention":
         return attention_mix(family, c, sizes, model)
     return None

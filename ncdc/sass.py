@@ -225,6 +225,10 @@ def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
     for i, ins in enumerate(instructions):
         if 0 <= ins.target < ins.addr:
             body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
+            if any(x.op == "EXIT" for x in body):
+                # the jump back from an out-of-line stub (an mbarrier try-wait's retry,
+                # placed after the kernel's exits), not a loop
+                continue
             loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
     hot = tensor_loops(instructions)
     if hot:

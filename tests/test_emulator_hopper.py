@@ -260,6 +260,31 @@ def test_tma_store_writes_the_box_in_bounds_only(hopper: emulate.EmulatedModule,
     assert traffic.bytes_written == 5 * 8 * 2
 
 
+def proxy_fence_case(hopper: emulate.EmulatedModule, wgmma: int, skip: int) -> np.ndarray:
+    dst = np.zeros((8, 64), np.uint16)
+    spec = TensorMapSpec("dst", "bf16", (64, 8), (128,), (64, 8), 128)
+    tmap = encode_emulated_tensor_map(spec, argument=1)
+    out = np.full(128, np.nan, np.float32)
+    hopper.launch("proxy_fence", 1, 128, [tmap, dst, wgmma, skip, out], 16384 + 1024)
+    return out
+
+
+@pytest.mark.parametrize("wgmma", [0, 1])
+def test_planted_missing_proxy_fence_is_an_error(
+    hopper: emulate.EmulatedModule, wgmma: int
+) -> None:
+    # Thread 37 stores words 37, 165, ...: its first unfenced word is at byte 0x94 of the
+    # 1024-aligned area, which the TMA store's box and wgmma's A rows (row 1, k bytes
+    # 16..31) both read; the error names the writer and the offset in dynamic shared memory.
+    reader = "a wgmma \\(its A descriptor\\)" if wgmma else "a TMA store"
+    with pytest.raises(
+        NcdcError,
+        match=rf"missing fence\.proxy\.async: {reader}.* offset 0x[0-9a-f]+, which thread 37 wrote",
+    ):
+        proxy_fence_case(hopper, wgmma, 37)
+    assert np.all(proxy_fence_case(hopper, wgmma, -1) == 0) or not wgmma  # every thread fenced
+
+
 def test_tma_traffic_counts_only_in_bounds_bytes(hopper: emulate.EmulatedModule) -> None:
     src = np.zeros((ROWS, COLS), np.uint16)
     spec = TensorMapSpec("src", "bf16", (COLS, ROWS), (COLS * 2,), (64, 8), 128)

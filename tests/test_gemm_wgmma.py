@@ -5,12 +5,15 @@ running several persistent tiles, and chosen by the model where it is faster."""
 from __future__ import annotations
 
 import dataclasses
+import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ncdc
+from ncdc import sass
 from ncdc.buildable import check_buildable
 from ncdc.compile import compile_plan, plan_for_arch
 from ncdc.cost import KernelModel, streamed_axes
@@ -60,6 +63,9 @@ def wgmma_module(spec: str, sizes: dict[str, int], bn: int, stages: int, hw: Har
         ("mlp.yaml", {"m": 33, "n": 136, "k": 72}, 256, 132),
         # fp8 e4m3 (wgmma k32) with per-tensor scales; k = 80 of a 128-wide k tile
         ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 100, "n": 72, "k": 80}, 64, 132),
+        # fp8 with B [k, n]: staged and transposed to K-major in shared memory; m, n and k
+        # tails, two 128-wide n tiles and their k tiles wrap the ring of 3 in one block
+        ("fp8_matmul.yaml", {"m": 77, "n": 144, "k": 208}, 128, 1),
     ],
 )
 def test_wgmma_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: int) -> None:
@@ -67,7 +73,8 @@ def test_wgmma_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: 
     if sms == 1:
         hw = one_sm(hw)
     d, module = wgmma_module(spec, sizes, bn, 3, hw)
-    assert "wgmma" in module.launches[0].kernel
+    # every case stores its 16-bit C through shared memory and TMA, clipped at the tails
+    assert "wgmma" in module.launches[0].kernel and "_tmastore_" in module.launches[0].kernel
     seed = int(np.random.default_rng().integers(2**31))
     result = run_diagram(d, module, backend="cpu", seed=seed)
     assert result.ok, [c for c in result.checks if not c.ok]
@@ -96,6 +103,9 @@ def test_cuda_tensor_map_is_encoded_by_the_driver_and_cached(
     first = gpu.tensor_map_argument(spec, 0x10000)
     again = gpu.tensor_map_argument(spec, 0x10000)
     assert len(calls) == 1 and first is again and first.dtype.itemsize == 128
+    # what CuPy passes by value: a one-element array whose 128 bytes are the driver's map
+    assert first.shape == (1,) and first.nbytes == 128
+    assert first.tobytes() == b"".join(w.to_bytes(8, "little") for w in range(16))
     dtype, rank, address, dims, strides, box, estrides, _, swizzle, _, _ = calls[0]
     assert (int(dtype), rank, address) == (9, 3, 0x10000)  # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
     assert [int(x) for x in dims] == [136, 77, 2] and [int(x) for x in strides] == [272, 20944]
@@ -143,3 +153,63 @@ def test_an_arch_without_wgmma_falls_back_to_mma_sync(tmp_path: Path) -> None:
     profile.write_text(text.replace("arch: sm_90a", "arch: sm_90"))
     plan = check_buildable(load_diagram(DIAGRAMS / "matmul.yaml"), load_hardware(str(profile)))
     assert render_plan(plan).launches[0].kernel == report.kernels[0].launch.kernel
+
+
+def kernel_params(cubin: bytes, kernel: str, tmp: Path) -> list[tuple[int, int, int]]:
+    """(ordinal, offset, size) of each parameter of `kernel`: cuobjdump's EIATTR_KPARAM_INFO."""
+    tool = sass.find_tool("cuobjdump")
+    if tool is None:
+        pytest.skip("cuobjdump is not installed")
+    path = tmp / "kernel.cubin"
+    path.write_bytes(cubin)
+    text = subprocess.run([str(tool), "-elf", str(path)], capture_output=True, text=True).stdout
+    section = text[text.index(f"\n.nv.info.{kernel}\n") + 1 :]  # the section, not its table row
+    section = section[: section.find("\n.", 1) if "\n." in section[1:] else None]
+    pattern = r"Ordinal : (0x[0-9a-f]+)\s+Offset\s+: (0x[0-9a-f]+)\s+Size\s+: (0x[0-9a-f]+)"
+    found = [tuple(int(x, 16) for x in row) for row in re.findall(pattern, section)]
+    return sorted(found)  # type: ignore[arg-type]
+
+
+def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The wgmma kernel's parameters as ptxas laid them out (cuobjdump): pointers and sizes 8
+    # bytes, each tensor map 128 bytes at a 64-byte-aligned constant-bank address (sm_90
+    # parameters start at c[0x0][0x210]). The cuda backend hands CuPy one object per
+    # parameter, in order, each pointing at exactly that many bytes: the driver copies them
+    # into those offsets.
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from ncdc import gpu
+
+    report = compile_plan_for(DIAGRAMS / "fp8_matmul.yaml", load_hardware("h200"), "sm_90a")
+    launch = report.module.launches[0]
+    assert "wgmma" in launch.kernel
+    layout = kernel_params(report.cubin, launch.kernel, tmp_path)
+    assert [o for o, _, _ in layout] == list(range(len(launch.params)))
+
+    class Map:
+        opaque = [0x0123456789ABCDEF + i for i in range(16)]
+
+    monkeypatch.setattr(
+        driver, "cuTensorMapEncodeTiled", lambda *a: (driver.CUresult.CUDA_SUCCESS, Map())
+    )
+    monkeypatch.setattr(gpu, "_TENSOR_MAPS", {})
+
+    class DeviceArray:  # a cupy.ndarray as far as the launch needs: CuPy passes its pointer
+        def __init__(self, ptr: int) -> None:
+            self.data = type("Pointer", (), {"ptr": ptr})()
+
+    device = {p.name: DeviceArray(0x100000 * (i + 1)) for i, p in enumerate(launch.params)}
+    maps = 0
+    for p, (_, offset, size) in zip(launch.params, layout, strict=True):
+        arg = gpu._argument(p, device)
+        if p.kind == "tensormap":
+            maps += 1
+            assert size == 128 and (0x210 + offset) % 64 == 0
+            assert arg.shape == (1,) and arg.tobytes() == np.array(Map.opaque, "<u8").tobytes()
+        elif p.kind in ("tensor", "workspace"):
+            assert size == 8 and arg is device[p.name]
+        else:
+            assert size == np.asarray(arg).nbytes == 8
+    assert maps == 3  # A, B and the TMA-stored C

@@ -148,7 +148,8 @@ def test_the_family_estimate_is_within_15_percent_of_the_sass(compiled):
 def test_cost_before_and_after_compiling_agree(compiled):
     # `ncdc cost` of a library diagram prices its main loops on the family's estimate
     # before `ncdc compile`, on the SASS after: the predicted times agree within 15%, and
-    # neither makes a wgmma GEMM issue-bound (its 64 x 256 x 16 HGMMA is 32 HMMA.16816s).
+    # neither makes a wgmma GEMM issue-bound (its 64 x 256 x 16 HGMMA is 32 HMMA.16816s),
+    # nor the FlashAttention-3 kernel (2.2 slots per HMMA.16816, under Hopper's 4).
     from ncdc.buildable import with_compiled_sass
 
     for label, plan, _ in compiled[1:]:
@@ -157,7 +158,8 @@ def test_cost_before_and_after_compiling_agree(compiled):
         assert after.predicted_time_s == pytest.approx(plan.predicted_time_s, rel=0.15), label
         for k in (*plan.kernels, *after.kernels):
             if dict(k.candidate.params).get("wgmma"):
-                assert k.bound != "issue" and k.instructions.slots_per_mma < 1, label
+                most = 1 if k.family.name == "gemm" else 3
+                assert k.bound != "issue" and k.instructions.slots_per_mma < most, label
 
 
 def test_cost_prices_a_compiled_kernel_from_its_sass(compiled):

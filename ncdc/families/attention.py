@@ -15,9 +15,12 @@ runtime parameters; tiles and head sizes are compile-time.
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
     >>> from ncdc.tiling import plan_diagram
-    >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
+    >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("a100"))
     >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel
-    'attention_attention_bf16_q64_x64_d128_w4_s2'
+    'attention_attention_bf16_q64_x32_d128_w4_s2'
+
+On sm_90a profiles the FlashAttention-3 variant (ncdc.families.attention_wgmma) joins the
+candidates.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
-from ncdc.families import attention_splitk
+from ncdc.families import attention_splitk, attention_wgmma
 from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param, no_arch_problem, round_up
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
@@ -69,6 +72,7 @@ CAUSAL_WIDE_HEAD = 192
 MASK_REGISTERS = 12
 SPILLY_HEAD = 48  # a head whose kernels get __launch_bounds__(threads, 1): see min_blocks
 INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
+FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # Q and K only, V and O 16-bit: the sm_90a kernel's
 MMA_ROWS = 16  # queries per warp (the mma's m)
 STAGES = 2  # K/V chunks in flight: the ring is double-buffered
 DECODE_MAX_QUERIES = 16  # a query axis this short is a decode step: split the keys instead
@@ -134,6 +138,11 @@ class Attention:
     stride: Mapping[str, str]  # tensor -> C++ row pitch (along q or x), in elements
     scores: Scores = Scores()
     lse: str = ""  # the fp32 log-sum-exp output over (batch..., q), or none
+    v_dtype: str = ""  # V's and O's type where it is not Q's and K's (fp8 Q and K)
+
+    @property
+    def value_dtype(self) -> str:
+        return self.v_dtype or self.dtype
 
     @property
     def sizes(self) -> tuple[str, ...]:
@@ -352,10 +361,22 @@ class AttentionFamily:
         fixed: Mapping[str, int],
     ) -> list[Candidate]:
         require_streamed(model, family, streams)
-        at = read_attention(family, model.kernel, model.diagram)
+        at = read_attention(family, model.kernel, model.diagram, attention_wgmma.offered(hw))
         axes = model.diagram.axes
         batch = batch_count(at, axes)
         (q,), (x,) = family.axes("q"), family.axes("x")
+        if at.v_dtype:  # fp8 Q and K: the sm_90a kernel alone runs them
+            group = attention_group(model, family, attention_wgmma.BQ, fixed)
+            hopper = attention_wgmma.candidates(model, family, hw, streams, fixed, at, batch, group)
+            if not hopper:
+                raise PlanError(
+                    f"attention kernel {model.kernel.name}: fp8 Q and K run only in the "
+                    f"sm_90a kernel, which needs 128 queries a block and heads of 128 or 256 "
+                    f"(d_v 64, 128 or 256) with no score path",
+                    hint=f"store {at.q} and {at.k} as {at.value_dtype}, or fix the tiles "
+                    f"at q: 128 and x: 64 or 128",
+                )
+            return hopper
         out = []
         sc = at.scores
         masked = is_masked(at)
@@ -400,13 +421,19 @@ class AttentionFamily:
                 )
             )  # fmt: skip
         # a grid too small for the GPU: keys split across blocks (attention_splitk.py)
-        return out + attention_splitk.candidates(model, hw, at, out)
+        split = attention_splitk.candidates(model, hw, at, out)
+        # sm_90a: the FlashAttention-3 variant competes with these (attention_wgmma.py)
+        group = attention_group(model, family, attention_wgmma.BQ, fixed)
+        hopper = attention_wgmma.candidates(model, family, hw, streams, fixed, at, batch, group)
+        return out + split + hopper
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         diagram = plan.graph.diagram
         c = kp.candidate
         assert c is not None, "a GPU plan carries its candidate"
-        at = read_attention(kp.family, kp.kernel, diagram)
+        at = read_attention(kp.family, kp.kernel, diagram, fp8=attention_wgmma.is_wgmma(c))
+        if attention_wgmma.is_wgmma(c):
+            return attention_wgmma.render(kp, plan, at)
         g_q, s_x, warp_q, warps = c.param("g_q"), c.param("s_x"), c.param("warp_q"), c.warps
         name = variant_name(kp.kernel, "attention", at, g_q, s_x, warps, c.stages, warp_q)
         params = (
@@ -439,7 +466,10 @@ class AttentionFamily:
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
         return [(family.axes("q")[-1], TILES["g_q"]), (family.axes("x")[0], TILES["s_x"])]
 
-    arch_problem = staticmethod(no_arch_problem)
+    def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
+        if kp.candidate is not None and attention_wgmma.is_wgmma(kp.candidate):
+            return attention_wgmma.arch_problem(kp.kernel.name, sm)
+        return no_arch_problem(diagram, kp, sm)
 
 
 FAMILY = AttentionFamily()
@@ -456,9 +486,12 @@ def batch_count(at: Attention, axes: Mapping[str, int]) -> int:
     return n
 
 
-def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attention:
+def read_attention(
+    family: Family, kernel: Kernel, diagram: Diagram, fp8: bool = False
+) -> Attention:
     """Tensors, axes, mask and scale of an attention kernel; PlanError for what the
-    templates do not cover (other ops in the chain, a scale tensor, mixed types...)."""
+    templates do not cover (other ops in the chain, a scale tensor, mixed types...).
+    `fp8`: fp8 Q and K with 16-bit V and O are allowed (the sm_90a kernel runs them)."""
     roles = family.roles
     (q_axis,), (x_axis,) = roles["q"], roles["x"]
     if len(roles["d"]) != 1 or len(roles["d_v"]) != 1:
@@ -510,8 +543,19 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
     o_name = second.out
     names = {"Q": q_name, "K": k_name, "V": v_name, "O": o_name}
     dtype = diagram.tensor(q_name).dtype
+    v_dtype = diagram.tensor(v_name).dtype
+    mixed = dtype in FP8_DTYPES and v_dtype in INPUT_DTYPES
+    if mixed and not fp8:
+        raise PlanError(
+            f"attention kernel {kernel.name}: fp8 Q ({q_name}) and K run only in the sm_90a "
+            f"wgmma kernel",
+            hint=f"plan for an sm_90a profile (--hardware h200), or store {q_name} and "
+            f"{k_name} as {v_dtype}",
+        )
     for role, n in names.items():
         t = diagram.tensor(n)
+        if mixed and t.dtype == (dtype if role in ("Q", "K") else v_dtype):
+            continue
         if t.dtype != dtype or dtype not in INPUT_DTYPES:
             want = dtype if dtype in INPUT_DTYPES else "bf16"
             raise PlanError(
@@ -560,7 +604,7 @@ def read_attention(family: Family, kernel: Kernel, diagram: Diagram) -> Attentio
         stride[lse_op.out] = pitch[q_axis]
     return Attention(q_name, k_name, v_name, o_name, batch, q_axis, x_axis, d, d_v, dtype,
                       causal, scale, offset, stride, scores,
-                      lse_op.out if lse_op else "")  # fmt: skip
+                      lse_op.out if lse_op else "", v_dtype if mixed else "")  # fmt: skip
 
 
 def read_scores(

@@ -13,8 +13,10 @@ and stores C directly (no TMA store).
 The candidates join the mma.sync ones on sm_90a profiles, and the model picks per shape.
 Their price: the model's usual traffic and tile padding, with the tensor rate at the full
 peak times `pipeline_share` (carried as the candidate's `tensor_permille`), in place of the
-mma.sync share. Layout limits (TMA needs 16-byte aligned strides, wgmma's MN-major 8-bit
-operands do not exist) leave a kernel with only the mma.sync candidates.
+mma.sync share. wgmma's 8-bit operands exist only K-major: an n-contiguous fp8 B lands in
+a staging slot and the producer warpgroup's other three warps transpose it into the K-major
+slot (`transposes_b`; its shared-memory traffic is in `pipeline_share`). Layout limits (TMA
+needs 16-byte aligned strides) leave a kernel with only the mma.sync candidates.
 
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
@@ -68,6 +70,7 @@ ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg are sm_90a features
 DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")  # wgmma k16 / k32 from descriptors
 FP8 = ("fp8_e4m3", "fp8_e5m2")  # 8-bit operands exist only K-major: B must be k-contiguous
 BM = 128  # two consumer warpgroups of 64 rows
+CONSUMERS = 2
 SPAN = 128  # swizzle span in bytes: one k tile row
 THREADS = 384  # producer + two consumer warpgroups
 LAUNCH_REGISTERS = 168  # 65536 / 384 rounded down to 8: ptxas's budget under launch bounds
@@ -91,26 +94,57 @@ def is_wgmma(c: Candidate) -> bool:
     return dict(c.params).get("wgmma", 0) == 1
 
 
-def pipeline_share(hw: Hardware, dtype: str, bn: int, stages: int, loads: int) -> float:
+def mma_tile_s(hw: Hardware, dtype: str, bn: int) -> float:
+    """Seconds one SM's tensor cores take for a 128 x bn x (128 bytes of k) tile at peak."""
+    per_sm = hw.achieved_rate("tensor", dtype) / hw.limits.sms
+    return 2.0 * BM * bn * (SPAN // DTYPE_BYTES[dtype]) / per_sm
+
+
+def stores_c_by_tma(ops: Operands, d: Diagram) -> bool:
+    """Whether the epilogue stores C through shared memory and TMA: a 16-bit C laid out
+    [batch,] m, n (n contiguous) with strides TMA can take; else it stores C directly."""
+    c = ops.c
+    return (
+        DTYPE_BYTES[c.dtype] == 2
+        and tuple(c.axes) == (*ops.batch, ops.m, ops.n)
+        and _strides_aligned(c, d, 2)
+    )
+
+
+def pipeline_share(
+    hw: Hardware, dtype: str, bn: int, stages: int, loads: int, *, transpose: bool = False
+) -> float:
     """The share of the tensor peak the ring sustains: per k tile a block needs the MMA
     time of its 128 x bn x bk tile (bk: 128 bytes of k), the producer's issue time (its
-    `loads` TMA copies plus an mbarrier wait and arrive) and, with `stages` slots in
-    flight, one TMA latency per `stages` k tiles; the slowest of the three sets the pace
-    (Little's law).
+    `loads` TMA copies plus an mbarrier wait and arrive, and one more arrive when B is
+    staged), the shared-memory time of the bytes wgmma reads (each consumer its 64 rows of
+    A and all of B) plus, with `transpose`, the staged B tile read and written again by the
+    transposing warps, and, with `stages` slots in flight, one TMA latency per `stages` k
+    tiles; the slowest sets the pace (Little's law).
 
     >>> from ncdc.hardware import load_hardware
     >>> round(pipeline_share(load_hardware("h200"), "bf16", 128, 4, 3), 2)
     1.0
     >>> round(pipeline_share(load_hardware("h200"), "bf16", 64, 3, 2), 2)
     0.66
+    >>> round(pipeline_share(load_hardware("h200"), "fp8_e4m3", 128, 4, 2, transpose=True), 2)
+    0.87
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
-    per_sm = hw.achieved_rate("tensor", dtype) / hw.limits.sms
-    bk = SPAN // DTYPE_BYTES[dtype]
-    mma_s = 2.0 * BM * bn * bk / per_sm
-    issue_s = (loads + 2) * ISSUE_CYCLES / clock
+    esize = DTYPE_BYTES[dtype]
+    bk = SPAN // esize
+    mma_s = mma_tile_s(hw, dtype, bn)
+    issue_s = (loads + 2 + int(transpose)) * ISSUE_CYCLES / clock
+    smem_bytes = (CONSUMERS * (BM // CONSUMERS + bn) + (2 * bn if transpose else 0)) * bk * esize
+    smem_s = smem_bytes / (hw.achieved_bandwidth(hw.block_level) / hw.limits.sms)
     fill_s = (TMA_LATENCY_CYCLES / clock + issue_s) / stages
-    return mma_s / max(mma_s, issue_s, fill_s)
+    return mma_s / max(mma_s, issue_s, smem_s, fill_s)
+
+
+def transposes_b(ops: Operands) -> bool:
+    """8-bit wgmma operands exist only K-major: an n-contiguous fp8 B is staged as TMA
+    lands it and transposed into a K-major slot by the producer warpgroup's other warps."""
+    return ops.b.dtype in FP8 and not ops.b_k
 
 
 def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
@@ -123,11 +157,10 @@ def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
 
 
 def _runs(ops: Operands, d: Diagram) -> bool:
-    """Whether the template runs these operands: 16-bit or fp8 inputs (fp8: B k-contiguous
-    too), A k-contiguous, at most one batch axis held by A and B, strides TMA can take."""
+    """Whether the template runs these operands: 16-bit or fp8 inputs (an fp8 B that is
+    n-contiguous is transposed in shared memory), A k-contiguous, at most one batch axis
+    held by A and B, strides TMA can take."""
     if ops.a.dtype not in DTYPES or not ops.a_k or len(ops.batch) > 1:
-        return False
-    if ops.a.dtype in FP8 and not ops.b_k:
         return False
     if ops.batch and not (ops.batch[0] in ops.a.axes and ops.batch[0] in ops.b.axes):
         return False
@@ -153,6 +186,9 @@ def candidates(
         return []
     other = tuple(a for a in kernel.woven if a not in (ops.m, ops.n))
     batches = math.prod(d.axes[a] for a in ops.batch)
+    c_size = DTYPE_BYTES[ops.c.dtype] if stores_c_by_tma(ops, d) else 0
+    clock = hw.achievable.clock_hz or hw.clock_hz
+    k_tiles = -(-d.axes[ops.k] // bk)
     out = []
     for bn in TILES["n"]:
         if ops.n in fixed and fixed[ops.n] != bn:
@@ -160,14 +196,23 @@ def candidates(
         if bn // 2 + REGISTER_OVERHEAD > CONSUMER_REGISTERS:
             continue
         loads = 2 if ops.b_k else 1 + bn * esize // SPAN
+        transpose = transposes_b(ops)
+        c_tile = BM * bn * c_size
+        # the TMA stores of a tile's C boxes, their commit and wait, and the two named
+        # barriers: a consumer's serial cost per tile, over its k tiles' MMA time
+        store_s = (bn * c_size // SPAN + 4) * ISSUE_CYCLES / clock if c_size else 0.0
         tiles = -(-d.axes[ops.m] // BM) * -(-d.axes[ops.n] // bn) * batches
         grid = (min(tiles, hw.limits.sms), 1, 1)
         for stages in TILES["stages"]:
-            smem = 1024 + stages * (BM + bn) * bk * esize
-            share = pipeline_share(hw, ops.a.dtype, bn, stages, loads)
+            # per stage: A, B as wgmma reads it, and the staging slot of a transposed B
+            smem = 1024 + stages * (BM + bn * (2 if transpose else 1)) * bk * esize + c_tile
+            share = pipeline_share(hw, ops.a.dtype, bn, stages, loads, transpose=transpose)
+            tile_s = k_tiles * mma_tile_s(hw, ops.a.dtype, bn) / share
+            share *= tile_s / (tile_s + store_s)
             params = (
                 ("wgmma", 1), ("bm", BM), ("bn", bn), ("bk", bk), ("stages", stages),
                 ("group_m", GROUP_M), ("tensor_permille", max(1, round(1000 * share))),
+                ("tma_store", int(c_size > 0)),
             )  # fmt: skip
             group = {**{a: fixed.get(a, 1) for a in other}, ops.m: BM, ops.n: bn}
             stream = {a: (bk if a == ops.k else fixed.get(a, 1)) for a in streams}
@@ -227,7 +272,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     bn, bk, stages = c.param("bn"), c.param("bk"), c.param("stages")
     name = (
         f"{kp.kernel.name}_gemm_wgmma_{ops.a.dtype}_m{BM}_n{bn}_k{bk}_s{stages}"
-        f"_b{'k' if ops.b_k else 'n'}_sm90a"
+        f"_b{'k' if ops.b_k else 'n'}{'_tmastore' if c.param('tma_store') else ''}_sm90a"
     )
     batch = ops.batch[0] if ops.batch else None
     for t in epilogue["operands"]:
@@ -245,6 +290,12 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         Param(map_a, "tensormap", ops.a.dtype, tensor_map=spec_a),
         Param(map_b, "tensormap", ops.b.dtype, tensor_map=spec_b),
     ]
+    map_c = ""
+    if c.param("tma_store"):
+        map_c = f"ncdc_tma_{ops.c.name}"
+        box_c = (SPAN // DTYPE_BYTES[ops.c.dtype], BM // CONSUMERS)
+        spec_c = _tensor_map(ops.c, d, (ops.n, ops.m), box_c, ops.batch)
+        params.append(Param(map_c, "tensormap", ops.c.dtype, tensor_map=spec_c))
     context: dict[str, Any] = {
         "kernel": name,
         "summary": f"{mm.text} (+{len(kp.kernel.ops) - 1} epilogue ops), wgmma",
@@ -258,6 +309,8 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "smem_bytes": c.smem_bytes,
         "map_a": map_a,
         "map_b": map_b,
+        "map_c": map_c,
+        "c_size": DTYPE_BYTES[ops.c.dtype] if map_c else 0,
         "a": {"name": ops.a.name, "ctype": cpp_type(ops.a.dtype)},
         "b": {"name": ops.b.name, "ctype": cpp_type(ops.b.dtype)},
         "c": {

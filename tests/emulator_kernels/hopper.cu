@@ -149,6 +149,37 @@ extern "C" __global__ void tma_store_box(const __grid_constant__ ncdc::TensorMap
 }
 NCDC_EXPORT_KERNEL(tma_store_box);
 
+// Generic-proxy writes read by the async proxy: the 128 threads store 16 KiB of shared memory
+// (st_shared), each fences them (fence.proxy.async) but thread `skip` (-1: none), and after
+// a barrier thread 0 stores the first 8 x 128 bytes with TMA (`wgmma` 0) or the warpgroup
+// runs one wgmma m64n64k16 from K-major 128-byte-swizzled A (offset 0) and B (8192).
+extern "C" __global__ void proxy_fence(const __grid_constant__ ncdc::TensorMap map, void* dst,
+                                       int wgmma, int skip, float* D) {
+  (void)dst;  // the map's buffer
+  unsigned char* smem = smem_1024();
+  auto* words = reinterpret_cast<unsigned*>(smem);
+  for (int i = threadIdx.x; i < 4096; i += blockDim.x) ncdc::st_shared(words + i, 0u);
+  if (int(threadIdx.x) != skip) ncdc::fence_proxy_async();
+  __syncthreads();
+  if (!wgmma) {
+    if (threadIdx.x == 0) {
+      ncdc::tma_store_2d(&map, smem, 0, 0);
+      ncdc::tma_store_commit();
+      ncdc::tma_store_wait<0>();
+    }
+    return;
+  }
+  float d[32];
+  auto da = ncdc::smem_desc(smem, 16, 1024, ncdc::kSwizzle128);
+  auto db = ncdc::smem_desc(smem + 8192, 16, 1024, ncdc::kSwizzle128);
+  ncdc::wgmma_fence();
+  ncdc::wgmma_m64k16_bf16<64, 0, 0>(d, da, db, 0);
+  ncdc::wgmma_commit();
+  ncdc::wgmma_wait<0>();
+  D[threadIdx.x] = d[0];
+}
+NCDC_EXPORT_KERNEL(proxy_fence);
+
 // A producer warp and a consumer warp through a ring of `stages` slots of 32 floats, with
 // full and empty mbarriers: the consumer sums every slot. fault: 1 the producer waits for the
 // wrong empty parity (overwrites a slot not yet read), 2 the consumer skips the full wait.

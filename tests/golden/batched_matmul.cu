@@ -11,7 +11,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a: C = contract(A, B, over=k) (+0 epilogue ops), wgmma
+// ---- batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a: C = contract(A, B, over=k) (+0 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
 #include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -19,23 +19,29 @@
 #undef B
 #undef C
 
-namespace ncdc_batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a {
+namespace ncdc_batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a {
 
-// The ops after the contraction, applied to each accumulator in fp32, then the store to C.
-// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed.
+// The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
+// store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
+// values are named after the diagram's tensors; the rest is ncdc_-prefixed.
 struct ncdc_Out {
+  using ncdc_C = __nv_bfloat16;
   float ncdc_scale;
   __nv_bfloat16* C;
   long long ncdc_pitch_m_C, ncdc_pitch_n_C, ncdc_pitch_z_C;
-  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+  NCDC_DEVICE float value(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    (void)ncdc_z, (void)ncdc_row, (void)ncdc_col;
     const float ncdc_v_C = ncdc_acc;
-    ncdc::st_global(C + ncdc_z * ncdc_pitch_z_C + ncdc_row * ncdc_pitch_m_C + ncdc_col * ncdc_pitch_n_C, ncdc::from_float<__nv_bfloat16>(ncdc_v_C));
+    return ncdc_v_C;
+  }
+  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    ncdc::st_global(C + ncdc_z * ncdc_pitch_z_C + ncdc_row * ncdc_pitch_m_C + ncdc_col * ncdc_pitch_n_C, ncdc::from_float<__nv_bfloat16>(value(ncdc_z, ncdc_row, ncdc_col, ncdc_acc)));
   }
 };
 
-}  // namespace ncdc_batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a
+}  // namespace ncdc_batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a
 
-extern "C" __global__ void __launch_bounds__(384, 1) batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a(
+extern "C" __global__ void __launch_bounds__(384, 1) batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a(
     const __nv_bfloat16* __restrict__ A,
     const __nv_bfloat16* __restrict__ B,
     __nv_bfloat16* __restrict__ C,
@@ -44,18 +50,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) batched_matmul_gemm_wgmma_b
     long long ncdc_size_n,
     long long ncdc_size_k,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_A,
-    const __grid_constant__ ncdc::TensorMap ncdc_tma_B) {
-  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false>;
-  static_assert(ncdc_Config::SMEM_BYTES == 148480, "the launch's dynamic shared memory");
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_B,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_C) {
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
   (void)A;  // read through ncdc_tma_A; passed so that the CPU backend's map can name it
   (void)B;
   const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_n, ncdc_size_k, ncdc_size_b, 8};
-  ncdc_batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a::ncdc_Out ncdc_out;
+  ncdc_batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a::ncdc_Out ncdc_out;
   ncdc_out.ncdc_scale = 1.0f;
   ncdc_out.C = C;
   ncdc_out.ncdc_pitch_m_C = ncdc_size_n;
   ncdc_out.ncdc_pitch_n_C = 1;
   ncdc_out.ncdc_pitch_z_C = ncdc_size_m * ncdc_size_n;
-  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_A, &ncdc_tma_B, ncdc_problem, true, ncdc_out);
+  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_A, &ncdc_tma_B, &ncdc_tma_C, ncdc_problem, true, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a);
+NCDC_EXPORT_KERNEL(batched_matmul_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a);

@@ -9,21 +9,20 @@
 // op      P = softmax(S, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  gqa_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 8192
-// predicted on h200: 2096.6 us (smem-bound), 1.11e+12 FLOP
+// kernel  gqa_attention: attention, tiles b=1  g=1  r=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 4096
+// predicted on h200: 1149.7 us (tensor-bound), 1.11e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- gqa_attention_attention_bf16_q64_x64_d128_w4_s2: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries
-#include "ncdc_attention.cuh"
+// ---- gqa_attention_attention_wgmma_bf16_q128_x128_d128_s2_sm90a: fused attention in FlashAttention-3 order: 128 queries per block, keys 128 at a time through 2-stage TMA rings, two ping-pong consumer warpgroups (wgmma)
+#include "ncdc_attention_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
 #undef K
 #undef V
 #undef O
 
-
-extern "C" __global__ void __launch_bounds__(128) gqa_attention_attention_bf16_q64_x64_d128_w4_s2(
+extern "C" __global__ void __launch_bounds__(384, 1) gqa_attention_attention_wgmma_bf16_q128_x128_d128_s2_sm90a(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     long long ncdc_size_b,
@@ -31,31 +30,31 @@ extern "C" __global__ void __launch_bounds__(128) gqa_attention_attention_bf16_q
     long long ncdc_size_r,
     long long ncdc_size_q,
     long long ncdc_size_x,
-    float ncdc_scale_log2) {
-  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+    float ncdc_scale_log2,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Q,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_V) {
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 164864, "the launch's dynamic shared memory");
+  (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
+  (void)K;
+  (void)V;
   unsigned ncdc_rest = blockIdx.y;
   const long long ncdc_i_r = ncdc_rest % unsigned(ncdc_size_r);
   ncdc_rest /= unsigned(ncdc_size_r);
   const long long ncdc_i_g = ncdc_rest % unsigned(ncdc_size_g);
   ncdc_rest /= unsigned(ncdc_size_g);
   const long long ncdc_i_b = ncdc_rest;
-  ncdc::attn::Slice<__nv_bfloat16> ncdc_slice;
-  ncdc_slice.q = Q + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128;
-  ncdc_slice.k = K + ncdc_i_b * ncdc_size_g * ncdc_size_x * 128 + ncdc_i_g * ncdc_size_x * 128;
-  ncdc_slice.v = V + ncdc_i_b * ncdc_size_g * ncdc_size_x * 128 + ncdc_i_g * ncdc_size_x * 128;
-  ncdc_slice.q_stride = 128;
-  ncdc_slice.k_stride = 128;
-  ncdc_slice.v_stride = 128;
-  ncdc_slice.q_len = int(ncdc_size_q);
-  ncdc_slice.x_len = int(ncdc_size_x);
-  ncdc_slice.scale_log2 = ncdc_scale_log2;
-  const ncdc::attn::PlainScores ncdc_scores;
-  ncdc_slice.vis.x_end = ncdc_slice.x_len;
-  ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
-  ncdc_slice.lse = nullptr;
-  ncdc_slice.lse_stride = 0;
-  const int ncdc_q_tile = int(blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, false, false, false>(
-      ncdc_slice, O + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
+  (void)ncdc_rest;
+  ncdc::fa3::Problem ncdc_problem;
+  ncdc_problem.q_len = int(ncdc_size_q);
+  ncdc_problem.x_len = int(ncdc_size_x);
+  ncdc_problem.q_tile = int(blockIdx.x);
+  ncdc_problem.z_q = int(((ncdc_i_b) * ncdc_size_g + ncdc_i_g) * ncdc_size_r + ncdc_i_r);
+  ncdc_problem.z_k = int((ncdc_i_b) * ncdc_size_g + ncdc_i_g);
+  ncdc_problem.shift = 0;
+  ncdc_problem.scale_log2 = ncdc_scale_log2;
+  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, false>(
+      &ncdc_tma_Q, &ncdc_tma_K, &ncdc_tma_V, ncdc_problem, O + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128, 128);
 }
-NCDC_EXPORT_KERNEL(gqa_attention_attention_bf16_q64_x64_d128_w4_s2);
+NCDC_EXPORT_KERNEL(gqa_attention_attention_wgmma_bf16_q128_x128_d128_s2_sm90a);

@@ -14,7 +14,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a: H = contract(X, W, over=k) (+2 epilogue ops), wgmma
+// ---- mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a: H = contract(X, W, over=k) (+2 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
 #include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -23,27 +23,33 @@
 #undef bias
 #undef Y
 
-namespace ncdc_mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a {
+namespace ncdc_mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a {
 
-// The ops after the contraction, applied to each accumulator in fp32, then the store to C.
-// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed.
+// The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
+// store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
+// values are named after the diagram's tensors; the rest is ncdc_-prefixed.
 struct ncdc_Out {
+  using ncdc_C = __nv_bfloat16;
   float ncdc_scale;
   __nv_bfloat16* Y;
   long long ncdc_pitch_m_Y, ncdc_pitch_n_Y, ncdc_pitch_z_Y;
   const __nv_bfloat16* bias;
   long long ncdc_pitch_m_bias, ncdc_pitch_n_bias, ncdc_pitch_z_bias;  // 0: broadcast
-  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+  NCDC_DEVICE float value(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    (void)ncdc_z, (void)ncdc_row, (void)ncdc_col;
     const float ncdc_v_H = ncdc_acc;
     const float ncdc_v_Z = ncdc::op_add(ncdc_v_H, ncdc::to_float(ncdc::ld_global(bias + ncdc_z * ncdc_pitch_z_bias + ncdc_row * ncdc_pitch_m_bias + ncdc_col * ncdc_pitch_n_bias)));
     const float ncdc_v_Y = ncdc::op_gelu(ncdc_v_Z);
-    ncdc::st_global(Y + ncdc_z * ncdc_pitch_z_Y + ncdc_row * ncdc_pitch_m_Y + ncdc_col * ncdc_pitch_n_Y, ncdc::from_float<__nv_bfloat16>(ncdc_v_Y));
+    return ncdc_v_Y;
+  }
+  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    ncdc::st_global(Y + ncdc_z * ncdc_pitch_z_Y + ncdc_row * ncdc_pitch_m_Y + ncdc_col * ncdc_pitch_n_Y, ncdc::from_float<__nv_bfloat16>(value(ncdc_z, ncdc_row, ncdc_col, ncdc_acc)));
   }
 };
 
-}  // namespace ncdc_mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a
+}  // namespace ncdc_mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a
 
-extern "C" __global__ void __launch_bounds__(384, 1) mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a(
+extern "C" __global__ void __launch_bounds__(384, 1) mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a(
     const __nv_bfloat16* __restrict__ X,
     const __nv_bfloat16* __restrict__ W,
     const __nv_bfloat16* __restrict__ bias,
@@ -52,13 +58,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) mlp_gemm_wgmma_bf16_m128_n2
     long long ncdc_size_n,
     long long ncdc_size_k,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_X,
-    const __grid_constant__ ncdc::TensorMap ncdc_tma_W) {
-  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false>;
-  static_assert(ncdc_Config::SMEM_BYTES == 148480, "the launch's dynamic shared memory");
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_W,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Y) {
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
   (void)X;  // read through ncdc_tma_X; passed so that the CPU backend's map can name it
   (void)W;
   const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_n, ncdc_size_k, 1, 8};
-  ncdc_mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a::ncdc_Out ncdc_out;
+  ncdc_mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a::ncdc_Out ncdc_out;
   ncdc_out.ncdc_scale = 1.0f;
   ncdc_out.Y = Y;
   ncdc_out.ncdc_pitch_m_Y = ncdc_size_n;
@@ -68,6 +75,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) mlp_gemm_wgmma_bf16_m128_n2
   ncdc_out.ncdc_pitch_m_bias = 0;
   ncdc_out.ncdc_pitch_n_bias = 1;
   ncdc_out.ncdc_pitch_z_bias = 0;
-  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_X, &ncdc_tma_W, ncdc_problem, false, ncdc_out);
+  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_X, &ncdc_tma_W, &ncdc_tma_Y, ncdc_problem, false, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a);
+NCDC_EXPORT_KERNEL(mlp_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a);

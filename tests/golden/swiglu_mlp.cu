@@ -19,7 +19,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a: G = contract(X, Wg, over=d) (+0 epilogue ops), wgmma
+// ---- swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a: G = contract(X, Wg, over=d) (+0 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
 #include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -27,23 +27,29 @@
 #undef Wg
 #undef G
 
-namespace ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a {
+namespace ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a {
 
-// The ops after the contraction, applied to each accumulator in fp32, then the store to C.
-// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed.
+// The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
+// store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
+// values are named after the diagram's tensors; the rest is ncdc_-prefixed.
 struct ncdc_Out {
+  using ncdc_C = __nv_bfloat16;
   float ncdc_scale;
   __nv_bfloat16* G;
   long long ncdc_pitch_m_G, ncdc_pitch_n_G, ncdc_pitch_z_G;
-  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+  NCDC_DEVICE float value(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    (void)ncdc_z, (void)ncdc_row, (void)ncdc_col;
     const float ncdc_v_G = ncdc_acc;
-    ncdc::st_global(G + ncdc_z * ncdc_pitch_z_G + ncdc_row * ncdc_pitch_m_G + ncdc_col * ncdc_pitch_n_G, ncdc::from_float<__nv_bfloat16>(ncdc_v_G));
+    return ncdc_v_G;
+  }
+  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    ncdc::st_global(G + ncdc_z * ncdc_pitch_z_G + ncdc_row * ncdc_pitch_m_G + ncdc_col * ncdc_pitch_n_G, ncdc::from_float<__nv_bfloat16>(value(ncdc_z, ncdc_row, ncdc_col, ncdc_acc)));
   }
 };
 
-}  // namespace ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a
+}  // namespace ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a
 
-extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a(
+extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a(
     const __nv_bfloat16* __restrict__ X,
     const __nv_bfloat16* __restrict__ Wg,
     __nv_bfloat16* __restrict__ G,
@@ -51,22 +57,23 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_0_G_gemm_wgmma_b
     long long ncdc_size_f,
     long long ncdc_size_d,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_X,
-    const __grid_constant__ ncdc::TensorMap ncdc_tma_Wg) {
-  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false>;
-  static_assert(ncdc_Config::SMEM_BYTES == 148480, "the launch's dynamic shared memory");
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Wg,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_G) {
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
   (void)X;  // read through ncdc_tma_X; passed so that the CPU backend's map can name it
   (void)Wg;
   const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_f, ncdc_size_d, 1, 8};
-  ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a::ncdc_Out ncdc_out;
+  ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a::ncdc_Out ncdc_out;
   ncdc_out.ncdc_scale = 1.0f;
   ncdc_out.G = G;
   ncdc_out.ncdc_pitch_m_G = ncdc_size_f;
   ncdc_out.ncdc_pitch_n_G = 1;
   ncdc_out.ncdc_pitch_z_G = 0;
-  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_X, &ncdc_tma_Wg, ncdc_problem, false, ncdc_out);
+  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_X, &ncdc_tma_Wg, &ncdc_tma_G, ncdc_problem, false, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a);
-// ---- swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a: U = contract(X, Wu, over=d) (+2 epilogue ops), wgmma
+NCDC_EXPORT_KERNEL(swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a);
+// ---- swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a: U = contract(X, Wu, over=d) (+2 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
 #include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -75,27 +82,33 @@ NCDC_EXPORT_KERNEL(swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a);
 #undef G
 #undef H
 
-namespace ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a {
+namespace ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a {
 
-// The ops after the contraction, applied to each accumulator in fp32, then the store to C.
-// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed.
+// The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
+// store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
+// values are named after the diagram's tensors; the rest is ncdc_-prefixed.
 struct ncdc_Out {
+  using ncdc_C = __nv_bfloat16;
   float ncdc_scale;
   __nv_bfloat16* H;
   long long ncdc_pitch_m_H, ncdc_pitch_n_H, ncdc_pitch_z_H;
   const __nv_bfloat16* G;
   long long ncdc_pitch_m_G, ncdc_pitch_n_G, ncdc_pitch_z_G;  // 0: broadcast
-  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+  NCDC_DEVICE float value(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    (void)ncdc_z, (void)ncdc_row, (void)ncdc_col;
     const float ncdc_v_U = ncdc_acc;
     const float ncdc_v_S = ncdc::op_silu(ncdc::to_float(ncdc::ld_global(G + ncdc_z * ncdc_pitch_z_G + ncdc_row * ncdc_pitch_m_G + ncdc_col * ncdc_pitch_n_G)));
     const float ncdc_v_H = ncdc::op_mul(ncdc_v_S, ncdc_v_U);
-    ncdc::st_global(H + ncdc_z * ncdc_pitch_z_H + ncdc_row * ncdc_pitch_m_H + ncdc_col * ncdc_pitch_n_H, ncdc::from_float<__nv_bfloat16>(ncdc_v_H));
+    return ncdc_v_H;
+  }
+  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    ncdc::st_global(H + ncdc_z * ncdc_pitch_z_H + ncdc_row * ncdc_pitch_m_H + ncdc_col * ncdc_pitch_n_H, ncdc::from_float<__nv_bfloat16>(value(ncdc_z, ncdc_row, ncdc_col, ncdc_acc)));
   }
 };
 
-}  // namespace ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a
+}  // namespace ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a
 
-extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a(
+extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a(
     const __nv_bfloat16* __restrict__ X,
     const __nv_bfloat16* __restrict__ Wu,
     const __nv_bfloat16* __restrict__ G,
@@ -104,13 +117,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_1_H_gemm_wgmma_b
     long long ncdc_size_f,
     long long ncdc_size_d,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_X,
-    const __grid_constant__ ncdc::TensorMap ncdc_tma_Wu) {
-  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false>;
-  static_assert(ncdc_Config::SMEM_BYTES == 148480, "the launch's dynamic shared memory");
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Wu,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_H) {
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
   (void)X;  // read through ncdc_tma_X; passed so that the CPU backend's map can name it
   (void)Wu;
   const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_f, ncdc_size_d, 1, 8};
-  ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a::ncdc_Out ncdc_out;
+  ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a::ncdc_Out ncdc_out;
   ncdc_out.ncdc_scale = 1.0f;
   ncdc_out.H = H;
   ncdc_out.ncdc_pitch_m_H = ncdc_size_f;
@@ -120,10 +134,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_1_H_gemm_wgmma_b
   ncdc_out.ncdc_pitch_m_G = ncdc_size_f;
   ncdc_out.ncdc_pitch_n_G = 1;
   ncdc_out.ncdc_pitch_z_G = 0;
-  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_X, &ncdc_tma_Wu, ncdc_problem, false, ncdc_out);
+  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_X, &ncdc_tma_Wu, &ncdc_tma_H, ncdc_problem, false, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a);
-// ---- swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a: Y = contract(H, Wd, over=f) (+0 epilogue ops), wgmma
+NCDC_EXPORT_KERNEL(swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a);
+// ---- swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a: Y = contract(H, Wd, over=f) (+0 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
 #include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -131,23 +145,29 @@ NCDC_EXPORT_KERNEL(swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a);
 #undef Wd
 #undef Y
 
-namespace ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a {
+namespace ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a {
 
-// The ops after the contraction, applied to each accumulator in fp32, then the store to C.
-// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed.
+// The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
+// store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
+// values are named after the diagram's tensors; the rest is ncdc_-prefixed.
 struct ncdc_Out {
+  using ncdc_C = __nv_bfloat16;
   float ncdc_scale;
   __nv_bfloat16* Y;
   long long ncdc_pitch_m_Y, ncdc_pitch_n_Y, ncdc_pitch_z_Y;
-  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+  NCDC_DEVICE float value(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    (void)ncdc_z, (void)ncdc_row, (void)ncdc_col;
     const float ncdc_v_Y = ncdc_acc;
-    ncdc::st_global(Y + ncdc_z * ncdc_pitch_z_Y + ncdc_row * ncdc_pitch_m_Y + ncdc_col * ncdc_pitch_n_Y, ncdc::from_float<__nv_bfloat16>(ncdc_v_Y));
+    return ncdc_v_Y;
+  }
+  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    ncdc::st_global(Y + ncdc_z * ncdc_pitch_z_Y + ncdc_row * ncdc_pitch_m_Y + ncdc_col * ncdc_pitch_n_Y, ncdc::from_float<__nv_bfloat16>(value(ncdc_z, ncdc_row, ncdc_col, ncdc_acc)));
   }
 };
 
-}  // namespace ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a
+}  // namespace ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a
 
-extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a(
+extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a(
     const __nv_bfloat16* __restrict__ H,
     const __nv_bfloat16* __restrict__ Wd,
     __nv_bfloat16* __restrict__ Y,
@@ -155,18 +175,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_2_Y_gemm_wgmma_b
     long long ncdc_size_d,
     long long ncdc_size_f,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_H,
-    const __grid_constant__ ncdc::TensorMap ncdc_tma_Wd) {
-  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false>;
-  static_assert(ncdc_Config::SMEM_BYTES == 148480, "the launch's dynamic shared memory");
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Wd,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Y) {
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
   (void)H;  // read through ncdc_tma_H; passed so that the CPU backend's map can name it
   (void)Wd;
   const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_d, ncdc_size_f, 1, 8};
-  ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a::ncdc_Out ncdc_out;
+  ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a::ncdc_Out ncdc_out;
   ncdc_out.ncdc_scale = 1.0f;
   ncdc_out.Y = Y;
   ncdc_out.ncdc_pitch_m_Y = ncdc_size_d;
   ncdc_out.ncdc_pitch_n_Y = 1;
   ncdc_out.ncdc_pitch_z_Y = 0;
-  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_H, &ncdc_tma_Wd, ncdc_problem, false, ncdc_out);
+  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_H, &ncdc_tma_Wd, &ncdc_tma_Y, ncdc_problem, false, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_sm90a);
+NCDC_EXPORT_KERNEL(swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a);

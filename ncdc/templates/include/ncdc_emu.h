@@ -253,6 +253,7 @@ struct Worker {
   char* stacks = nullptr;
   size_t stack_size = 0, stacks_bytes = 0;
   unsigned char* dynamic_smem = nullptr;
+  uint64_t block_serial = 0;  // unique per block run, across launches (per-block shadows)
   uint64_t bytes_read = 0, bytes_written = 0;
   Counters counters;
 #ifdef NCDC_ASAN
@@ -671,8 +672,10 @@ inline std::string describe_deadlock(Worker& w) {
 }
 
 inline void run_block(Worker& w, const dim3& bidx) {
+  static std::atomic<uint64_t> blocks_run{0};
   Launch& l = *w.launch;
   blockIdx = bidx;
+  w.block_serial = ++blocks_run;
   w.done = 0;
   w.block_arrived = 0;
   for (auto& warp : w.warps) {

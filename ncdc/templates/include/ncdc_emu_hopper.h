@@ -155,6 +155,96 @@ inline BlockHopper& hopper() {
 }
 inline FiberHopper& my_hopper() { return hopper().fibers[linear_tid()]; }
 
+// ---- the generic and async proxies (PTX ISA 9.7.13.1, "Proxies"; fence.proxy.async) ------
+// A thread's shared-memory writes through the generic proxy (st.shared) are seen by the async
+// proxy (a TMA store reading its source, wgmma reading a descriptor operand) only after that
+// thread's fence.proxy.async and a barrier ordering it before the read. The emulator keeps,
+// for every 4-byte word of dynamic shared memory a tracked store (st_shared) wrote, the
+// writer and its count of fences at the write (a word another thread wrote and has not
+// fenced keeps that writer); an async-proxy read of bytes whose writer has not fenced since
+// is an error. (The barrier after the fence is the race sanitizer's to check:
+// without it the read races the write.) The shadow lives per OS thread and is reset per
+// block by clearing only the words that block wrote.
+struct ProxyShadow {
+  uint64_t serial = 0;              // Worker::block_serial of the block it describes
+  std::vector<uint64_t> granules;   // per word: (writer + 1) << 32 | its fences then; 0: none
+  std::vector<uint32_t> dirty;      // words written in this block
+  std::vector<uint32_t> fences;     // fence.proxy.async per thread of the block
+};
+inline thread_local ProxyShadow tl_proxy;
+
+inline ProxyShadow& proxy_shadow() {
+  ProxyShadow& s = tl_proxy;
+  const Worker& w = *tl_worker;
+  if (s.serial != w.block_serial) {
+    size_t n = (w.launch->dynamic_smem + 3) / 4;
+    if (s.granules.size() != n) s.granules.assign(n, 0);
+    else for (uint32_t g : s.dirty) s.granules[g] = 0;
+    s.dirty.clear();
+    s.fences.assign(w.nthreads, 0);
+    s.serial = w.block_serial;
+  }
+  return s;
+}
+
+inline size_t dynamic_offset(const void* p) {
+  auto lo = reinterpret_cast<uintptr_t>(tl_worker->dynamic_smem), a = reinterpret_cast<uintptr_t>(p);
+  return a >= lo && a < lo + tl_worker->launch->dynamic_smem ? size_t(a - lo) : SIZE_MAX;
+}
+
+inline void note_generic_write(const void* p, size_t n) {
+  if (!tl_worker->launch->dynamic_smem || n == 0) return;
+  size_t off = dynamic_offset(p);
+  if (off == SIZE_MAX) return;
+  Untracked quiet;
+  ProxyShadow& s = proxy_shadow();
+  unsigned t = linear_tid();
+  uint64_t v = uint64_t(t + 1) << 32 | s.fences[t];
+  for (size_t g = off / 4; g <= (off + n - 1) / 4 && g < s.granules.size(); ++g) {
+    uint64_t old = s.granules[g];
+    if (!old) s.dirty.push_back(uint32_t(g));
+    else if (unsigned(old >> 32) - 1 != t && s.fences[unsigned(old >> 32) - 1] == uint32_t(old))
+      continue;  // another thread's write there still needs its fence
+    s.granules[g] = v;
+  }
+}
+
+inline void fence_proxy_async() {
+  Untracked quiet;
+  ++proxy_shadow().fences[linear_tid()];
+}
+
+// An async-proxy read of [p, p + n): every generic write to it must be fenced by its writer.
+inline void check_async_read(const void* p, size_t n, const char* what) {
+  size_t off = dynamic_offset(p);
+  if (off == SIZE_MAX || n == 0) return;
+  Untracked quiet;
+  ProxyShadow& s = proxy_shadow();
+  for (size_t g = off / 4; g <= (off + n - 1) / 4 && g < s.granules.size(); ++g) {
+    uint64_t v = s.granules[g];
+    if (!v) continue;
+    unsigned writer = unsigned(v >> 32) - 1;
+    if (s.fences[writer] != uint32_t(v)) {
+      s.granules[g] = 0;  // fenced since: the async proxy sees it from now on
+      continue;
+    }
+    char at[32];
+    std::snprintf(at, sizeof at, "0x%zx", g * 4);
+    fail(std::string("missing fence.proxy.async: ") + what + " reads dynamic shared memory at offset " +
+         at + ", which thread " + std::to_string(writer) +
+         " wrote through the generic proxy with no fence.proxy.async after the write");
+  }
+}
+
+// The async proxy writes [p, p + n) (a TMA load landing): no generic write is pending there.
+inline void note_async_write(const void* p, size_t n) {
+  size_t off = dynamic_offset(p);
+  if (off == SIZE_MAX || n == 0) return;
+  ProxyShadow& s = proxy_shadow();
+  for (size_t g = off / 4; g <= (off + n - 1) / 4 && g < s.granules.size(); ++g) s.granules[g] = 0;
+}
+
+
 // Yields until `ready()`; a wait that no running thread can end is a deadlock report.
 template <class Ready>
 inline void spin_until(Ready&& ready, const std::string& what) {
@@ -249,6 +339,7 @@ inline void mbar_land(uint64_t* bar) {
       continue;
     }
     std::memcpy(it->dst, it->bytes.data(), it->bytes.size());
+    note_async_write(it->dst, it->bytes.size());
     MbarState s = mbar_load(bar);
     s.tx -= static_cast<int32_t>(it->bytes.size());
     it = h.loads.erase(it);
@@ -345,6 +436,7 @@ inline void tma_load(void* smem, const TensorMap* map, uint64_t* bar, const int3
 inline void tma_store(const TensorMap* map, const void* smem, const int32_t* coords) {
   const EmuTensorMap& t = tensor_map(map);
   tma_check_smem(smem, t, "cp.async.bulk.tensor shared source");
+  check_async_read(smem, tma_box_bytes(t), "a TMA store (cp.async.bulk.tensor) from shared memory");
   const auto* src = static_cast<const unsigned char*>(smem);
   unsigned bits = tma_swizzle_bits(t.swizzle);
   uintptr_t origin = reinterpret_cast<uintptr_t>(src);
@@ -543,6 +635,22 @@ inline void wgmma_fence() {
   my_hopper().fenced = true;
 }
 
+// The shared-memory operands of a wgmma are read by the async proxy: each byte they cover
+// must have had its generic writes fenced (check_async_read); once per warpgroup's issue.
+inline void check_wgmma_operands(const WgmmaOp& op) {
+  int esize = op.elem >= 2 ? 1 : 2;
+  // K-major: 16 contiguous bytes of k per row (a swizzle moves whole 16-byte chunks);
+  // MN-major: every element
+  auto check = [&](uint64_t desc, int rows, bool mn_major, const char* what) {
+    Descriptor d = decode_descriptor(desc);
+    for (int mn = 0; mn < rows; ++mn)
+      for (int k = 0; k < op.k; k += mn_major ? 1 : 16 / esize)
+        check_async_read(operand_address(d, mn, k, esize, mn_major), mn_major ? esize : 16, what);
+  };
+  if (!op.a_regs) check(op.desc_a, 64, op.trans_a, "a wgmma (its A descriptor)");
+  check(op.desc_b, op.n, op.trans_b, "a wgmma (its B descriptor)");
+}
+
 // wgmma.mma_async: queued; shared memory is read and `d` written at the retiring wait_group.
 inline void wgmma_issue(const WgmmaOp& op) {
   if (tl_worker->nthreads % 128)
@@ -552,6 +660,7 @@ inline void wgmma_issue(const WgmmaOp& op) {
     if (!my_hopper().fenced)
       fail("wgmma.mma_async without a wgmma.fence before it (since the thread last waited)");
   }
+  if (linear_tid() % 128 == 0) check_wgmma_operands(op);
 #ifdef NCDC_TSAN
   {
     WgmmaOp probe = op;  // reads the operands now: the instruction may read them any time

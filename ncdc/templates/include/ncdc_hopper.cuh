@@ -48,10 +48,13 @@ NCDC_DEVICE void fence_barrier_init() {
 }
 
 // fence.proxy.async.shared::cta: orders this thread's generic-proxy shared-memory accesses
-// with later async-proxy ones (TMA, wgmma). On the CPU: not modelled (see docs).
+// with later async-proxy ones (TMA, wgmma). On the CPU: an async-proxy read of shared bytes
+// a thread wrote (st_shared) without this fence after the write is an error (see docs).
 NCDC_DEVICE void fence_proxy_async() {
 #ifdef NCDC_GPU
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  emu::fence_proxy_async();
 #endif
 }
 
@@ -143,6 +146,17 @@ NCDC_DEVICE void tma_store_2d(const TensorMap* map, const void* smem, int c0, in
                "r"(c1) : "memory");
 #else
   int32_t c[2] = {c0, c1};
+  emu::tma_store(map, smem, c);
+#endif
+}
+
+NCDC_DEVICE void tma_store_3d(const TensorMap* map, const void* smem, int c0, int c1, int c2) {
+#ifdef NCDC_GPU
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+               ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_address(smem)), "r"(c0),
+               "r"(c1), "r"(c2) : "memory");
+#else
+  int32_t c[3] = {c0, c1, c2};
   emu::tma_store(map, smem, c);
 #endif
 }
@@ -476,20 +490,34 @@ struct Mma<__nv_fp8_e5m2> {
   }
 };
 
-template <class T, int BN_, int BK_, int STAGES_, bool B_K_>
+template <class T, int BN_, int BK_, int STAGES_, bool B_K_, int C_SIZE_>
 struct Config {
   static constexpr int BM = 64 * kConsumers, BN = BN_, BK = BK_, STAGES = STAGES_;
+  // C_SIZE: bytes of a C value when the epilogue stores C through shared memory and TMA
+  // (each consumer's 64 x BN tile as 64-row boxes of 128 bytes, 128-byte swizzle), else 0
+  static constexpr int C_SIZE = C_SIZE_;
+  static constexpr int C_COLS = C_SIZE ? 128 / C_SIZE : 1;  // C values per box row
+  static constexpr int C_BOXES = C_SIZE ? BN / C_COLS : 0;  // boxes per consumer tile
+  static constexpr int C_TILE_BYTES = 64 * BN * C_SIZE;     // one consumer's C tile
   static constexpr bool B_K = B_K_;  // B's contiguous axis is k (else n)
   static constexpr int ES = sizeof(T);
+  // 8-bit wgmma reads only K-major operands: an N-major fp8 B tile lands in a staging slot
+  // and the producer warpgroup's warps 1-3 transpose it into the K-major slot
+  static constexpr bool TRANSPOSE_B = !B_K && ES == 1;
+  static constexpr bool B_KMAJOR = B_K || TRANSPOSE_B;  // the layout wgmma reads
   static constexpr int KSTEP = 32 / ES;                 // wgmma k: 16 (16-bit), 32 (fp8)
   static constexpr int SPAN = 128;                      // swizzle span: one row of the box
   static constexpr int ROW = SPAN / ES;                 // values per 128-byte row
   static constexpr int A_BYTES = BM * BK * ES, B_BYTES = BN * BK * ES;
-  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES;  // + alignment to 1024
+  static constexpr int STAGE_BYTES = A_BYTES + B_BYTES * (TRANSPOSE_B ? 2 : 1);
+  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + kConsumers * C_TILE_BYTES;
   static_assert(BK * ES == SPAN, "a k tile is one 128-byte swizzle row");
   static_assert(B_K || BN % ROW == 0, "an MN-major B tile is whole 128-byte blocks");
+  static_assert(!TRANSPOSE_B || BN % 64 == 0, "the transpose moves 64 x 64-byte regions");
+  static_assert(C_SIZE == 0 || C_SIZE == 2, "the TMA-store epilogue stores 16-bit C");
 };
+
+constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
 
 struct Problem {
   long long m, n, k, batches;
@@ -516,8 +544,8 @@ NCDC_DEVICE unsigned char* aligned_smem() {
 
 template <class Cfg>
 NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigned char* smem,
-                         unsigned long long* full, unsigned long long* empty, const Problem& p,
-                         bool batched) {
+                         unsigned long long* full, unsigned long long* empty,
+                         unsigned long long* staged, const Problem& p, bool batched) {
   long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
   long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
   int stage = 0;
@@ -531,19 +559,103 @@ NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigne
       unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
       unsigned char* b = a + Cfg::A_BYTES;
       int k0 = int(kt * Cfg::BK);
-      mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
+      // a transposed B lands in the staging slot after the K-major one, on its own barrier
+      unsigned long long* b_bar = Cfg::TRANSPOSE_B ? &staged[stage] : &full[stage];
+      if constexpr (Cfg::TRANSPOSE_B) {
+        b += Cfg::B_BYTES;
+        mbar_arrive_expect_tx(&full[stage], Cfg::A_BYTES);
+        mbar_arrive_expect_tx(b_bar, Cfg::B_BYTES);
+      } else {
+        mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
+      }
       if (batched) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
       else tma_load_2d(a, map_a, &full[stage], k0, m0);
       if constexpr (Cfg::B_K) {
-        if (batched) tma_load_3d(b, map_b, &full[stage], k0, n0, zi);
-        else tma_load_2d(b, map_b, &full[stage], k0, n0);
+        if (batched) tma_load_3d(b, map_b, b_bar, k0, n0, zi);
+        else tma_load_2d(b, map_b, b_bar, k0, n0);
       } else {
         for (int j = 0; j < Cfg::BN / Cfg::ROW; ++j) {  // 128-byte column blocks of B
           unsigned char* bj = b + j * Cfg::BK * Cfg::SPAN;
-          if (batched) tma_load_3d(bj, map_b, &full[stage], n0 + j * Cfg::ROW, k0, zi);
-          else tma_load_2d(bj, map_b, &full[stage], n0 + j * Cfg::ROW, k0);
+          if (batched) tma_load_3d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0, zi);
+          else tma_load_2d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0);
         }
       }
+      if (++stage == Cfg::STAGES) {
+        stage = 0;
+        phase ^= 1u;
+      }
+    }
+  }
+}
+
+// __byte_perm: byte i of the result is byte (s >> 4i) & 7 of the 8 bytes y:x.
+NCDC_DEVICE unsigned byte_perm(unsigned x, unsigned y, unsigned s) {
+#ifdef NCDC_GPU
+  return __byte_perm(x, y, s);
+#else
+  unsigned long long v = (static_cast<unsigned long long>(y) << 32) | x, r = 0;
+  for (int i = 0; i < 4; ++i) r |= ((v >> (8 * ((s >> (4 * i)) & 7))) & 0xffull) << (8 * i);
+  return static_cast<unsigned>(r);
+#endif
+}
+
+// Transpose worker `worker` (of kTransposeWarps) of one stage's B: from `staged`, the N-major
+// tile as TMA lands it (BN / 128 column blocks of BK k rows of 128 n-bytes, 128-byte
+// swizzle), to `b`, K-major (BN n rows of 128 k-bytes, 128-byte swizzle). A lane moves a
+// 4 x 4-byte block: 4 words from k rows 4kb..4kb+3, 8 byte permutes, 4 words to n rows
+// 4nb..4nb+3. Within a pass the 32 lanes' (nb, kb) are, with lane = 16c + 4q + r,
+// nb = 4((2c + q/2) ^ s) + r and kb = 4((2c + r/2) ^ t) + q: under both swizzles each of
+// the 8 loads and stores touches 32 distinct banks, and 8 passes (s in 0..3, t in 0..1)
+// cover a 64 x 64-byte region exactly once.
+template <class Cfg>
+NCDC_DEVICE void transpose_b(const unsigned char* staged, unsigned char* b, int worker) {
+  constexpr int REGIONS_N = Cfg::BN / 64, REGIONS_K = Cfg::BK / 64, PASSES = 8 * REGIONS_N * REGIONS_K;
+  int lane = threadIdx.x % 32, r = lane & 3, q = (lane >> 2) & 3, c = lane >> 4;
+  int pn = 2 * c + (q >> 1), pk = 2 * c + (r >> 1);
+  for (int pass = worker; pass < PASSES; pass += kTransposeWarps) {
+    int region = pass / 8, rn = region % REGIONS_N, rk = region / REGIONS_N;
+    int nb = 16 * rn + 4 * (pn ^ ((pass >> 1) & 3)) + r;
+    int kb = 16 * rk + 4 * (pk ^ (pass & 1)) + q;
+    const unsigned char* column = staged + (nb / 32) * Cfg::BK * Cfg::SPAN;
+    int w = nb % 32;
+    unsigned v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      int k = 4 * kb + i;
+      v[i] = ld_shared(reinterpret_cast<const unsigned*>(column + k * Cfg::SPAN + (((w / 4) ^ (k % 8)) * 16) + (w % 4) * 4));
+    }
+    unsigned lo01 = byte_perm(v[0], v[1], 0x5140), hi01 = byte_perm(v[0], v[1], 0x7362);
+    unsigned lo23 = byte_perm(v[2], v[3], 0x5140), hi23 = byte_perm(v[2], v[3], 0x7362);
+    unsigned out[4] = {byte_perm(lo01, lo23, 0x5410), byte_perm(lo01, lo23, 0x7632),
+                       byte_perm(hi01, hi23, 0x5410), byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      int n = 4 * nb + j;
+      st_shared(reinterpret_cast<unsigned*>(b + n * Cfg::SPAN + (((kb / 4) ^ (n % 8)) * 16) + (kb % 4) * 4), out[j]);
+    }
+  }
+}
+
+// Warps 1-3 of the producer warpgroup when B is transposed: per stage, wait for the staged
+// tile, transpose it, order the generic-proxy writes before wgmma's async-proxy reads
+// (fence.proxy.async), then one arrival per warp on the full barrier. The K-major slot is
+// free again once the staged tile has landed: the producer issued that load after the
+// consumers released the stage.
+template <class Cfg>
+NCDC_DEVICE void transpose_stages(unsigned char* smem, unsigned long long* full,
+                                  unsigned long long* staged, const Problem& p, int worker) {
+  long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
+  long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  int stage = 0;
+  unsigned phase = 0;
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (long long kt = 0; kt < k_tiles; ++kt) {
+      mbar_wait(&staged[stage], phase);
+      unsigned char* b = smem + stage * Cfg::STAGE_BYTES + Cfg::A_BYTES;
+      transpose_b<Cfg>(b + Cfg::B_BYTES, b, worker);
+      fence_proxy_async();
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) mbar_arrive(&full[stage]);
       if (++stage == Cfg::STAGES) {
         stage = 0;
         phase ^= 1u;
@@ -559,15 +671,59 @@ template <class Cfg>
 NCDC_DEVICE void stage_descriptors(unsigned char* a, unsigned char* b, int kk, int consumer,
                                    unsigned long long& da, unsigned long long& db) {
   da = smem_desc(a + consumer * 64 * Cfg::SPAN + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
-  if constexpr (Cfg::B_K) db = smem_desc(b + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
+  if constexpr (Cfg::B_KMAJOR) db = smem_desc(b + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
   else db = smem_desc(b + kk * Cfg::KSTEP * Cfg::SPAN, Cfg::BK * Cfg::SPAN, 1024, kSwizzle128);
 }
 
+// The TMA-store epilogue of one consumer's 64 x BN tile: wait until the previous tile's
+// stores have read `ctile`, write each in-bounds value (`out.value`, cast to C) into its
+// 128-byte-swizzled box (row r of box j at j * 8192 + r * 128, 16-byte chunk ^= r % 8: the
+// 8 rows g of a store land in 8 distinct chunks, so a warp's 32 stores hit 32 banks), order
+// those generic-proxy writes before the TMA's async-proxy reads (fence.proxy.async, then
+// the warpgroup's named barrier), and one thread stores the boxes; TMA writes nothing
+// outside C, so the tails need no test beyond skipping their values.
+template <class Cfg, class Out>
+NCDC_DEVICE void store_tile(const TensorMap* map_c, bool batched, unsigned char* ctile, const float* acc,
+                            const Problem& p, long long z, long long tm, long long tn, int consumer,
+                            long long row0, long long col0, const Out& out) {
+  using C = typename Out::ncdc_C;
+  int tid = threadIdx.x % 128;
+  unsigned bar = 1 + consumer, count = 128;  // named barriers 1 and 2: one per consumer
+  if (tid == 0) tma_store_wait<0>();
+  named_bar_sync(bar, count);
+  long long r0 = row0 - tm * Cfg::BM - consumer * 64;
+#pragma unroll
+  for (int i = 0; i < Cfg::BN / 2; ++i) {
+    long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
+    if (row < p.m && col < p.n) {
+      int r = int(r0) + 8 * ((i / 2) % 2), c = int(col - tn * Cfg::BN);
+      int byte = (c % Cfg::C_COLS) * Cfg::C_SIZE;
+      unsigned char* at = ctile + (c / Cfg::C_COLS) * 64 * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+      st_shared(reinterpret_cast<C*>(at), from_float<C>(out.value(z, row, col, acc[i])));
+    }
+  }
+  fence_proxy_async();
+  named_bar_sync(bar, count);
+  if (tid == 0) {
+    int m0 = int(tm * Cfg::BM) + consumer * 64, n0 = int(tn * Cfg::BN), zi = int(z);
+    for (int j = 0; j < Cfg::C_BOXES; ++j) {
+      if (n0 + j * Cfg::C_COLS >= p.n) break;  // a box wholly outside C
+      if (batched) tma_store_3d(map_c, ctile + j * 64 * 128, n0 + j * Cfg::C_COLS, m0, zi);
+      else tma_store_2d(map_c, ctile + j * 64 * 128, n0 + j * Cfg::C_COLS, m0);
+    }
+    tma_store_commit();
+  }
+}
+
 // A consumer warpgroup: waits for each stage, issues its wgmmas, keeps one k tile in
-// flight, releases the previous stage, and hands every accumulator to `out(z, row, col, v)`.
+// flight, releases the previous stage, and hands every accumulator to `out(z, row, col, v)`
+// (or, with a TMA-store epilogue, `out.value` into its C tile in shared memory).
 template <class T, class Cfg, class Out>
 NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned long long* empty,
-                         const Problem& p, int consumer, const Out& out) {
+                         const Problem& p, int consumer, const TensorMap* map_c, bool batched,
+                         const Out& out) {
+  unsigned char* ctile = smem + Cfg::STAGES * Cfg::STAGE_BYTES + consumer * Cfg::C_TILE_BYTES;
+  (void)ctile;
   long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
   long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
   int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
@@ -587,7 +743,7 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
       for (int kk = 0; kk < Cfg::BK / Cfg::KSTEP; ++kk) {
         unsigned long long da, db;
         stage_descriptors<Cfg>(a, b, kk, consumer, da, db);
-        Mma<T>::template run<Cfg::BN, Cfg::B_K ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+        Mma<T>::template run<Cfg::BN, Cfg::B_KMAJOR ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous k tile's wgmmas are done: release its stage
@@ -608,24 +764,33 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
     if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
     held = -1;
     long long row0 = tm * Cfg::BM + consumer * 64 + 16 * w + g, col0 = tn * Cfg::BN + 2 * q;
+    if constexpr (Cfg::C_SIZE) {
+      store_tile<Cfg>(map_c, batched, ctile, acc, p, z, tm, tn, consumer, row0, col0, out);
+    } else {
 #pragma unroll
-    for (int i = 0; i < Cfg::BN / 2; ++i) {
-      long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
-      if (row < p.m && col < p.n) out(z, row, col, acc[i]);
+      for (int i = 0; i < Cfg::BN / 2; ++i) {
+        long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
+        if (row < p.m && col < p.n) out(z, row, col, acc[i]);
+      }
     }
+  }
+  if constexpr (Cfg::C_SIZE) {
+    if (tid == 0) tma_store_wait<0>();  // the last tile's stores have read shared memory
   }
 }
 
 // The whole kernel body: barriers, the warp split and the register budgets.
 template <class T, class Cfg, class Out>
-NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Problem& p, bool batched,
-                     const Out& out) {
-  __shared__ unsigned long long full[Cfg::STAGES], empty[Cfg::STAGES];
+NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const TensorMap* map_c,
+                     const Problem& p, bool batched, const Out& out) {
+  __shared__ unsigned long long full[Cfg::STAGES], empty[Cfg::STAGES], staged[Cfg::STAGES];
   unsigned char* smem = aligned_smem();
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::STAGES; ++s) {
-      mbar_init(&full[s], 1);
+      // the producer's arrival, plus one per transposing warp
+      mbar_init(&full[s], Cfg::TRANSPOSE_B ? 1 + kTransposeWarps : 1);
       mbar_init(&empty[s], 4 * kConsumers);  // one arrival per consumer warp
+      mbar_init(&staged[s], 1);
     }
     fence_barrier_init();
   }
@@ -633,10 +798,13 @@ NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Probl
   int group = threadIdx.x / 128;
   if (group == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x == 0) produce<Cfg>(map_a, map_b, smem, full, empty, p, batched);
+    if (threadIdx.x == 0) produce<Cfg>(map_a, map_b, smem, full, empty, staged, p, batched);
+    if constexpr (Cfg::TRANSPOSE_B) {
+      if (threadIdx.x >= 32) transpose_stages<Cfg>(smem, full, staged, p, threadIdx.x / 32 - 1);
+    }
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consume<T, Cfg>(smem, full, empty, p, group - 1, out);
+    consume<T, Cfg>(smem, full, empty, p, group - 1, map_c, batched, out);
   }
 }
 

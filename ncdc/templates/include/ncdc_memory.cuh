@@ -76,6 +76,7 @@ template <class T>
 NCDC_DEVICE void st_shared(T* p, T v) {
 #ifndef NCDC_GPU
   emu::count_shared(p, sizeof(T));
+  emu::note_generic_write(p, sizeof(T));  // for the async proxy's reads (ncdc_emu_hopper.h)
 #endif
   *p = v;
 }
@@ -90,6 +91,7 @@ NCDC_DEVICE void st_shared_v16(void* p, uint4 v) {
 #ifndef NCDC_GPU
   emu::check_aligned(p, 16, "st_shared_v16");
   emu::count_shared(p, 16);
+  emu::note_generic_write(p, 16);
 #endif
   *reinterpret_cast<uint4*>(p) = v;
 }

@@ -1,0 +1,401 @@
+// Fused attention on Hopper (sm_90a) in FlashAttention-3 order (Shah et al. 2024, sec. 3):
+// warp specialisation, TMA into an mbarrier ring, wgmma, and ping-pong between two consumer
+// warpgroups. Template: templates/attention_wgmma.cu.j2; the planner: families/attention_wgmma.py.
+//
+// A block of 384 threads runs 128 queries of one (batch..., head) slice:
+//   * warpgroup 0 drops to kProducerRegs registers (setmaxnreg) and one of its threads issues
+//     the TMA loads: Q once, then each key tile's K and V into rings of STAGES slots, K and V
+//     with full and empty mbarriers of their own (so S = Q K^T starts before V lands);
+//   * warpgroups 1 and 2 rise to kConsumerRegs and each owns 64 queries: S = Q K^T by wgmma
+//     m64nSXk16 (k32 for fp8 Q and K) from shared memory (both K-major), the online softmax on the accumulators
+//     (base 2, the scale folded into the exponent), P packed to 16 bits in registers (the
+//     accumulator layout of m64nNk16 is, element for element, its A fragment layout), and
+//     O += P V by wgmma with A from registers and V as an MN-major B.
+// Within a warpgroup, the P V product of tile j - 1 is in flight while the softmax of tile j
+// runs (issued together with S of tile j). Between the two, named barriers 1 and 2 order the
+// GEMM issue: a warpgroup issues its GEMMs, lets the other issue its own, then runs its
+// softmax while the tensor cores work for the other.
+//
+// Layouts (128-byte swizzle throughout, as TMA writes it): a tile of R rows and H head values
+// is H / 64 column blocks of R rows of 128 bytes (8-row groups 1024 bytes apart). For S the
+// descriptors walk k (the head) 16 values at a time inside a block, then to the next block;
+// for P V, V's column blocks are the MN-major B's 128-byte n blocks (LBO apart) and the keys
+// its k rows (16 per wgmma, 8-key groups 1024 bytes apart).
+//
+// Tails: rows of Q beyond q_len and keys beyond x_len arrive as TMA's zeros; keys beyond
+// x_len are masked to -inf in the last tile, rows beyond q_len are not stored. Causal: only
+// the tiles that cross a warpgroup's diagonal are masked, and tiles past the block's last
+// row's diagonal are never loaded.
+#pragma once
+#ifndef NCDC_ATTENTION_HOPPER_CUH
+#define NCDC_ATTENTION_HOPPER_CUH
+
+#include "ncdc_attention.cuh"
+#include "ncdc_hopper.cuh"
+
+namespace ncdc {
+namespace fa3 {
+
+constexpr int kConsumers = 2;
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 128 * (24 + 2 * 240) <= 65536
+constexpr unsigned kSchedulerBar = 1;                    // named barriers 1 and 2: whose turn
+constexpr unsigned kPair = 2 * 128;                      // one warpgroup syncs, the other arrives
+
+// S = Q K^T from descriptors (both K-major): m64nNk16 for 16-bit Q and K, k32 for fp8.
+template <class T>
+struct QkMma;
+template <>
+struct QkMma<__nv_bfloat16> {
+  template <int N>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    wgmma_m64k16_bf16<N, 0, 0>(d, a, b, scale_d);
+  }
+};
+template <>
+struct QkMma<__half> {
+  template <int N>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    wgmma_m64k16_f16<N, 0, 0>(d, a, b, scale_d);
+  }
+};
+template <>
+struct QkMma<__nv_fp8_e4m3> {
+  template <int N>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    wgmma_m64k32_e4m3<N>(d, a, b, scale_d);
+  }
+};
+template <>
+struct QkMma<__nv_fp8_e5m2> {
+  template <int N>
+  static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
+    wgmma_m64k32_e5m2<N>(d, a, b, scale_d);
+  }
+};
+
+// O (+)= P V: P from registers, V an MN-major B from its descriptor (16-bit V).
+template <class T>
+struct PvMma;
+template <>
+struct PvMma<__nv_bfloat16> {
+  template <int N>
+  static NCDC_DEVICE void run(float* d, const unsigned* a, unsigned long long b, int scale_d) {
+    wgmma_m64k16_bf16_rs<N, 1>(d, a, b, scale_d);
+  }
+};
+template <>
+struct PvMma<__half> {
+  template <int N>
+  static NCDC_DEVICE void run(float* d, const unsigned* a, unsigned long long b, int scale_d) {
+    wgmma_m64k16_f16_rs<N, 1>(d, a, b, scale_d);
+  }
+};
+
+// TQ: Q's and K's type (16-bit or fp8), TV: V's and O's (16-bit).
+template <class TQ, class TV, int D_, int DV_, int SX_, int STAGES_>
+struct Config {
+  static constexpr int BQ = 64 * kConsumers, D = D_, DV = DV_, SX = SX_, STAGES = STAGES_;
+  static constexpr int ES_QK = sizeof(TQ), ES_V = sizeof(TV);
+  static constexpr int SPAN = 128;  // the swizzle span: one TMA box row
+  static constexpr int ROW_QK = SPAN / ES_QK, ROW_V = SPAN / ES_V;  // values per 128-byte row
+  static constexpr int QK_STEPS = D * ES_QK / 32;  // S's wgmmas: 32 bytes of the head each
+  static constexpr int Q_BYTES = BQ * D * ES_QK, K_BYTES = SX * D * ES_QK, V_BYTES = SX * DV * ES_V;
+  static constexpr int SMEM_BYTES = 1024 + Q_BYTES + STAGES * (K_BYTES + V_BYTES);
+  static_assert(ES_V == 2, "16-bit V and O");
+  static_assert(D % ROW_QK == 0 && DV % ROW_V == 0, "heads are whole 128-byte rows");
+  static_assert(SX == 64 || SX == 128, "key tiles of 64 or 128 (the n of S's wgmma)");
+  static_assert(DV == 64 || DV == 128 || DV == 256, "d_v is the n of P V's wgmma");
+};
+
+struct Problem {
+  int q_len, x_len;
+  int q_tile;         // this block's queries: [128 q_tile, 128 q_tile + 128)
+  int z_q, z_k;       // the slice of Q (and O) and of K and V: the maps' third coordinate
+  long long shift;    // causal: key j is visible to query i when j <= i + shift
+  float scale_log2;   // the logits' scale times log2(e), positive
+};
+
+// Key tiles the block reads: all of them, or (causal) up to its last row's diagonal.
+template <class Cfg, bool CAUSAL>
+NCDC_DEVICE int key_tiles(const Problem& p) {
+  long long end = p.x_len;
+  if (CAUSAL) {
+    long long last = attn::lmin((long long)p.q_tile * Cfg::BQ + Cfg::BQ, p.q_len) - 1;
+    end = attn::lmin(end, last + p.shift + 1);
+  }
+  return end <= 0 ? 0 : int((end + Cfg::SX - 1) / Cfg::SX);
+}
+
+// A tile of `rows` rows and `head` values (`row` of them per 128-byte row) as column blocks.
+template <class Cfg>
+NCDC_DEVICE void load_rows(unsigned char* dst, const TensorMap* map, unsigned long long* bar,
+                           int head, int row, int rows, int row0, int z) {
+  for (int b = 0; b < head / row; ++b)
+    tma_load_3d(dst + b * rows * Cfg::SPAN, map, bar, b * row, row0, z);
+}
+
+struct Barriers {
+  unsigned long long* q_full;
+  unsigned long long *full_k, *empty_k, *full_v, *empty_v;  // STAGES each
+};
+
+template <class Cfg, bool CAUSAL>
+NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
+                         unsigned char* smem, const Barriers& bar, const Problem& p) {
+  unsigned char* ks = smem + Cfg::Q_BYTES;
+  unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
+  mbar_arrive_expect_tx(bar.q_full, Cfg::Q_BYTES);
+  load_rows<Cfg>(smem, map_q, bar.q_full, Cfg::D, Cfg::ROW_QK, Cfg::BQ, p.q_tile * Cfg::BQ, p.z_q);
+  const int tiles = key_tiles<Cfg, CAUSAL>(p);
+  int stage = 0;
+  unsigned phase = 0;
+  for (int j = 0; j < tiles; ++j) {
+    mbar_wait(&bar.empty_k[stage], phase ^ 1u);
+    mbar_arrive_expect_tx(&bar.full_k[stage], Cfg::K_BYTES);
+    load_rows<Cfg>(ks + stage * Cfg::K_BYTES, map_k, &bar.full_k[stage], Cfg::D, Cfg::ROW_QK, Cfg::SX,
+                   j * Cfg::SX, p.z_k);
+    mbar_wait(&bar.empty_v[stage], phase ^ 1u);
+    mbar_arrive_expect_tx(&bar.full_v[stage], Cfg::V_BYTES);
+    load_rows<Cfg>(vs + stage * Cfg::V_BYTES, map_v, &bar.full_v[stage], Cfg::DV, Cfg::ROW_V, Cfg::SX,
+                   j * Cfg::SX, p.z_k);
+    if (++stage == Cfg::STAGES) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+}
+
+template <int COUNT>
+NCDC_DEVICE void fence_registers(unsigned* r) {
+#ifdef NCDC_GPU
+#pragma unroll
+  for (int i = 0; i < COUNT; ++i) asm volatile("" : "+r"(r[i])::"memory");
+#else
+  (void)r;
+#endif
+}
+
+// S = Q K^T for this warpgroup's 64 rows: one wgmma per 32 bytes of the head (16 values,
+// or 32 of fp8), four to a 128-byte column block.
+template <class T, class Cfg>
+NCDC_DEVICE void issue_qk(float* s, const unsigned char* qs, const unsigned char* ks, int consumer) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::QK_STEPS; ++kk) {
+    const int block = kk / 4, in = (kk % 4) * 32;
+    auto da = smem_desc(qs + block * Cfg::BQ * Cfg::SPAN + consumer * 64 * Cfg::SPAN + in, 16, 1024, kSwizzle128);
+    auto db = smem_desc(ks + block * Cfg::SX * Cfg::SPAN + in, 16, 1024, kSwizzle128);
+    QkMma<T>::template run<Cfg::SX>(s, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+// O (+)= P V: SX / 16 wgmmas over the keys, P's fragment kk in p[4 kk .. 4 kk + 3].
+template <class T, class Cfg>
+NCDC_DEVICE void issue_pv(float* o, const unsigned* pr, const unsigned char* vs, bool accumulate) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::SX / 16; ++kk) {
+    auto db = smem_desc(vs + kk * 16 * Cfg::SPAN, Cfg::SX * Cfg::SPAN, 1024, kSwizzle128);
+    PvMma<T>::template run<Cfg::DV>(o, pr + 4 * kk, db, (accumulate || kk > 0) ? 1 : 0);
+  }
+}
+
+// The running softmax state of a thread's two rows (16w + g and + 8 of its warpgroup).
+struct Rows {
+  float m[2], l[2];  // max of the logits (unscaled), partial sum of this thread's exps
+};
+
+// Masks tile `key0` (MASKED) where it crosses x_len or a row's diagonal, then turns the
+// logits into exps against the new row max; alpha: the factor the old O and l are
+// rescaled by.
+template <class Cfg, bool CAUSAL, bool MASKED>
+NCDC_DEVICE void softmax_tile(float* s, Rows& st, float* alpha, int key0, long long row0, int t,
+                              const Problem& p) {
+  constexpr int N = Cfg::SX / 2;
+  if (MASKED) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const long long key = key0 + 8 * (i / 4) + 2 * t + i % 2, row = row0 + 8 * ((i / 2) % 2);
+      if (key >= p.x_len || (CAUSAL && key > row + p.shift)) s[i] = attn::neg_inf();
+    }
+  }
+  float base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = st.m[h];
+#pragma unroll
+    for (int i = 2 * h; i < N; i += 4) mx = fmaxf(mx, fmaxf(s[i], s[i + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    base[h] = mx == attn::neg_inf() ? 0.0f : mx * p.scale_log2;
+    alpha[h] = attn::exp2_fast(fmaf(st.m[h], p.scale_log2, -base[h]));
+    st.m[h] = mx;
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    s[i] = attn::exp2_fast(fmaf(s[i], p.scale_log2, -base[(i / 2) % 2]));
+    sum[(i / 2) % 2] += s[i];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) st.l[h] = st.l[h] * alpha[h] + sum[h];
+}
+
+template <class T, int N>
+NCDC_DEVICE void pack_p(unsigned* pr, const float* s) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) pr[i] = attn::Mma<T>::pack(s[2 * i], s[2 * i + 1]);
+}
+
+NCDC_DEVICE void release(unsigned long long* bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+}
+
+// One key tile j >= 1 of a consumer warpgroup, in its turn at the tensor cores: S of tile j
+// and P V of tile j - 1 issued together, the softmax of j while P V runs, then O rescaled
+// and P of j packed. `stage` and `phase` are tile j - 1's slot, advanced to j's.
+template <class TQ, class TV, class Cfg, bool CAUSAL, bool MASKED>
+NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned char* smem,
+                      const Barriers& bar, const Problem& p, int j, int consumer, int& stage,
+                      unsigned& phase, long long row0) {
+  const int lane = threadIdx.x % 32, t = lane % 4;
+  const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
+  const unsigned char* ks = smem + Cfg::Q_BYTES;
+  const unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
+  float alpha[2];
+  const int next = stage + 1 == Cfg::STAGES ? 0 : stage + 1;
+  const unsigned next_phase = next == 0 ? phase ^ 1u : phase;
+  named_bar_sync(mine, kPair);
+  mbar_wait(&bar.full_k[next], next_phase);
+  fence_registers<Cfg::SX / 4>(pr);
+  wgmma_fence_operands<Cfg::DV / 2>(o_acc);
+  wgmma_fence();
+  issue_qk<TQ, Cfg>(s, smem, ks + next * Cfg::K_BYTES, consumer);
+  wgmma_commit();
+  mbar_wait(&bar.full_v[stage], phase);
+  issue_pv<TV, Cfg>(o_acc, pr, vs + stage * Cfg::V_BYTES, j > 1);
+  wgmma_commit();
+  named_bar_arrive(other, kPair);
+  wgmma_wait<1>();  // S of tile j
+  wgmma_fence_operands<Cfg::SX / 2>(s);
+  release(&bar.empty_k[next], lane);
+  softmax_tile<Cfg, CAUSAL, MASKED>(s, st, alpha, j * Cfg::SX, row0, t, p);
+  wgmma_wait<0>();  // P V of tile j - 1: its P registers and V slot are free
+  wgmma_fence_operands<Cfg::DV / 2>(o_acc);
+  fence_registers<Cfg::SX / 4>(pr);
+  release(&bar.empty_v[stage], lane);
+#pragma unroll
+  for (int i = 0; i < Cfg::DV / 2; ++i) o_acc[i] *= alpha[(i / 2) % 2];
+  pack_p<TV, Cfg::SX / 2>(pr, s);
+  stage = next;
+  phase = next_phase;
+}
+
+// A consumer warpgroup: its 64 rows through every key tile, then O / l stored.
+template <class TQ, class TV, class Cfg, bool CAUSAL>
+NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem& p, int consumer,
+                         TV* o, long long o_stride) {
+  const int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const unsigned char* ks = smem + Cfg::Q_BYTES;
+  const unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
+  const long long first_row = (long long)p.q_tile * Cfg::BQ + 64 * consumer;
+  const long long row0 = first_row + 16 * w + g;
+  const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
+  const int tiles = key_tiles<Cfg, CAUSAL>(p);
+  float o_acc[Cfg::DV / 2], s[Cfg::SX / 2], alpha[2];
+  unsigned pr[Cfg::SX / 4];
+  Rows st = {{attn::neg_inf(), attn::neg_inf()}, {0.0f, 0.0f}};
+#pragma unroll
+  for (int i = 0; i < Cfg::DV / 2; ++i) o_acc[i] = 0.0f;
+  mbar_wait(bar.q_full, 0);
+  if (tiles > 0) {
+    if (consumer == 1) named_bar_arrive(other, kPair);  // consumer 0 issues first
+    // tile 0: S alone
+    named_bar_sync(mine, kPair);
+    mbar_wait(&bar.full_k[0], 0);
+    wgmma_fence();
+    issue_qk<TQ, Cfg>(s, smem, ks, consumer);
+    wgmma_commit();
+    named_bar_arrive(other, kPair);
+    wgmma_wait<0>();
+    wgmma_fence_operands<Cfg::SX / 2>(s);
+    release(&bar.empty_k[0], lane);
+    if (Cfg::SX > p.x_len || (CAUSAL && Cfg::SX - 1 > first_row + p.shift))
+      softmax_tile<Cfg, CAUSAL, true>(s, st, alpha, 0, row0, t, p);
+    else
+      softmax_tile<Cfg, CAUSAL, false>(s, st, alpha, 0, row0, t, p);
+    pack_p<TV, Cfg::SX / 2>(pr, s);
+  }
+  // the tiles every row of this warpgroup sees whole run unmasked, the rest masked
+  long long whole = p.x_len / Cfg::SX;
+  if (CAUSAL) whole = attn::lmin(whole, attn::lmax(0, first_row + p.shift + 1) / Cfg::SX);
+  const int unmasked = int(attn::lmax(1, attn::lmin(whole, tiles)));
+  int stage = 0;  // of tile j - 1
+  unsigned phase = 0;
+  for (int j = 1; j < unmasked; ++j)
+    step<TQ, TV, Cfg, CAUSAL, false>(s, o_acc, pr, st, smem, bar, p, j, consumer, stage, phase, row0);
+  for (int j = unmasked; j < tiles; ++j)
+    step<TQ, TV, Cfg, CAUSAL, true>(s, o_acc, pr, st, smem, bar, p, j, consumer, stage, phase, row0);
+  if (tiles > 0) {  // the last tile's P V
+    named_bar_sync(mine, kPair);
+    mbar_wait(&bar.full_v[stage], phase);
+    fence_registers<Cfg::SX / 4>(pr);
+    wgmma_fence_operands<Cfg::DV / 2>(o_acc);
+    wgmma_fence();
+    issue_pv<TV, Cfg>(o_acc, pr, vs + stage * Cfg::V_BYTES, tiles > 1);
+    wgmma_commit();
+    if (consumer == 0) named_bar_arrive(other, kPair);  // warpgroup 1's last turn needs it
+    wgmma_wait<0>();
+    wgmma_fence_operands<Cfg::DV / 2>(o_acc);
+    release(&bar.empty_v[stage], lane);
+  }
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = st.l[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv[h] = attn::inverse_sum(l);
+  }
+#pragma unroll
+  for (int i = 0; i < Cfg::DV / 2; i += 2) {
+    const int h = (i / 2) % 2;
+    const long long row = row0 + 8 * h;
+    if (row < p.q_len)
+      st_global_v4(o + row * o_stride + 8 * (i / 4) + 2 * t,
+                   attn::Mma<TV>::pack(o_acc[i] * inv[h], o_acc[i + 1] * inv[h]));
+  }
+}
+
+// The whole kernel body: barriers, the warp split and the register budgets.
+template <class TQ, class TV, class Cfg, bool CAUSAL>
+NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
+                         const Problem& p, TV* o, long long o_stride) {
+  __shared__ unsigned long long q_full, full_k[Cfg::STAGES], empty_k[Cfg::STAGES];
+  __shared__ unsigned long long full_v[Cfg::STAGES], empty_v[Cfg::STAGES];
+  unsigned char* smem = wgmma_gemm::aligned_smem();
+  if (threadIdx.x == 0) {
+    mbar_init(&q_full, 1);
+    for (int s = 0; s < Cfg::STAGES; ++s) {
+      mbar_init(&full_k[s], 1);
+      mbar_init(&full_v[s], 1);
+      mbar_init(&empty_k[s], 4 * kConsumers);  // one arrival per consumer warp
+      mbar_init(&empty_v[s], 4 * kConsumers);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  const Barriers bar{&q_full, full_k, empty_k, full_v, empty_v};
+  const int group = threadIdx.x / 128;
+  if (group == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x == 0) produce<Cfg, CAUSAL>(map_q, map_k, map_v, smem, bar, p);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    consume<TQ, TV, Cfg, CAUSAL>(smem, bar, p, group - 1, o, o_stride);
+  }
+}
+
+}  // namespace fa3
+}  // namespace ncdc
+
+#endif  // NCDC_ATTENTION_HOPPER_CUH
