@@ -73,8 +73,10 @@ def hardware_for(name: str) -> Hardware:
 
 def price(data: dict, point: dict) -> Point:
     hw = hardware_for(point.get("gpu", data.get("gpu")))
+    if "arch" in data:  # the measured kernels' build: sm_90 plans no wgmma variant
+        hw = replace(hw, arch=data["arch"])
     diagram = load_diagram(diagram_path(point["diagram"]), point["axes"])
-    plan = plan_diagram(diagram, hw, data.get("tiles"))
+    plan = plan_diagram(diagram, hw, point.get("tiles", data.get("tiles")))  # a point's own first
     a = point["axes"]
     compulsory = sum(k.levels[0].resident_bytes for k in plan.kernels)
     if "d" in a:  # attention: the benchmark's own FLOP count

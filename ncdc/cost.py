@@ -1046,7 +1046,9 @@ def pipeline_stall(stages: int, blocks: int, tile_s: float, tiles: int) -> float
     return 1.0 + (per_tile - 1.0) * (tiles - (stages - 1)) / tiles
 
 
-def overlap_compute(compute: Mapping[str, float], softmax_chain: bool, streams: int) -> float:
+def overlap_compute(
+    compute: Mapping[str, float], softmax_chain: bool, streams: int, fragments_s: float = 0.0
+) -> float:
     """The compute units' time as the kernel's structure overlaps them.
 
     Without an online softmax (GEMM, row-wise, elementwise), the units work for different
@@ -1056,6 +1058,10 @@ def overlap_compute(compute: Mapping[str, float], softmax_chain: bool, streams: 
     block march in step between the barriers of each key chunk. Only the `streams` blocks
     resident per SM run independently; of the shorter phase, (streams - 1) / streams is
     hidden by the others. One stream is fully serial (the paper's sec. 6), many overlap.
+    The MMA phase also reads the K and V fragments from shared memory (`fragments_s`, the
+    SMEM -> register transfer's time: ldmatrix feeding the MMAs of the same warp), which
+    the softmax does not touch: the phase lasts max(MMAs, fragment loads), and what the
+    softmax serialises with is that.
 
         >>> overlap_compute({"tensor": 1.0, "cuda": 0.25, "sfu": 0.25}, True, 1)
         1.5
@@ -1067,7 +1073,7 @@ def overlap_compute(compute: Mapping[str, float], softmax_chain: bool, streams: 
     issue = compute.get(ISSUE, 0.0)
     if not softmax_chain or "tensor" not in compute:
         return max(compute.values(), default=0.0)
-    mma = compute["tensor"]
+    mma = max(compute["tensor"], fragments_s)
     softmax = sum(t for unit, t in compute.items() if unit not in ("tensor", ISSUE))
     hidden = (streams - 1) / streams * min(mma, softmax) if streams > 1 else 0.0
     # however many streams overlap, every instruction still takes an issue slot
@@ -1376,7 +1382,9 @@ def time_kernel(
         tensor = sum(float(n) for (unit, _), n in flops.items() if unit == "tensor")
         compute[ISSUE] = issue_time_s(mix, tensor, hw) * padding * balance
     total = int(sum(flops.values()))
-    serial = overlap_compute(compute, bool(model.online) and c is not None, streams)
+    # the MMA phase of an FA2-order warp loads its K/V fragments from shared memory
+    fragments = transfers[-1].time_s if c is not None and levels[-2].per == "sm" else 0.0
+    serial = overlap_compute(compute, bool(model.online) and c is not None, streams, fragments)
     if c is not None and dict(c.params).get("pingpong"):
         # two consumer warpgroups take turns at the tensor pipe: one's softmax runs under
         # the other's MMAs, for every key tile of the blocks the busiest SM runs

@@ -133,6 +133,11 @@ LOWER_MASK_PER_SCORE: dict[str, dict[str, float]] = {
     "packed": {"integer": 5.5, "fp32": 1},
 }
 LOWER_MASK_FIXED = {"barrier": 2, "control": 3}
+# The masked copy of the loop (the diagonal's and the x tail's chunks of a kernel without a
+# lower bound) selects -inf for the dropped keys and takes the max over the selected
+# scores: 2 fp32 more per score than the unmasked copy (FSEL, FMNMX), its integer work
+# about the same, in the SASS of attention and cross_attention (sm_80, sm_90a).
+TAIL_MASK_FP32_PER_SCORE = 2
 # Q's fragments read from the Q tile at each step (d x rows / 16 > Q_REGISTER_HEAD, as
 # ncdc/families/attention.py's q_in_registers): one ldmatrix.x4 per 16 x 16 block of Q and
 # its address, per warp and chunk.
@@ -251,6 +256,30 @@ def estimate_mix(
     return None
 
 
+def masked_share(q: int, x: int, g_q: int, s_x: int, shift: int | None) -> float:
+    """The share of a fused attention kernel's chunk iterations that run its masked loop
+    (ncdc_attention.cuh, attention_forward): block t of g_q queries visits the chunks up to
+    its last query's last key and runs those every one of its rows sees whole (below its
+    first query's last key) unmasked, the rest (the diagonal's and the x tail's) masked.
+    `shift`: a causal mask's offset (key j is seen by query i when j <= i + shift), None
+    without one.
+
+        >>> masked_share(4096, 4096, 128, 64, 0)   # 2 of a block's diagonal chunks
+        0.06060606060606061
+        >>> masked_share(4096, 77, 64, 80, None)   # every chunk is the x tail
+        1.0
+    """
+    visits = masked = 0
+    for q0 in range(0, q, g_q):
+        first_last = x - 1 if shift is None else min(x - 1, q0 + shift)
+        last = x - 1 if shift is None else min(x - 1, min(q0 + g_q, q) - 1 + shift)
+        tiles = last // s_x + 1 if last >= 0 else 0
+        clear = min(tiles, (first_last + 1) // s_x) if first_last >= 0 else 0
+        visits += tiles
+        masked += tiles - clear
+    return masked / visits if visits else 0.0
+
+
 def _add(classes: dict[str, float], slots: Mapping[str, float], times: float = 1.0) -> None:
     for k, v in slots.items():
         classes[k] = classes.get(k, 0.0) + v * times
@@ -351,8 +380,9 @@ def attention_mix(
     warp of 32 query rows (param `warp_q`) does twice the MMAs on the same K/V fragments.
     A score functor adds its statements per score (FUNCTOR_FP32_PER_SCORE,
     SCORE_OP_SLOTS: one fp32 for any other), and a mask bounding the keys from below its
-    compares (LOWER_MASK_*): its kernel has no unmasked loop. A causal or tail mask runs
-    in the masked loop of the diagonal and tail chunks only, which this does not count."""
+    compares (LOWER_MASK_*): its kernel has no unmasked loop. Otherwise the diagonal's and
+    the x tail's chunks run the masked copy of the loop, TAIL_MASK_FP32_PER_SCORE more
+    per score, on their share of the chunks (`masked_share`)."""
     params = dict(c.params)
     threads = c.threads
     d = math.prod(sizes[a] for a in family.axes("d"))
@@ -385,4 +415,13 @@ def attention_mix(
     if below:
         _add(classes, LOWER_MASK_PER_SCORE[below], scores)
         _add(classes, LOWER_MASK_FIXED)
+    elif model is not None:  # the masked loop's share of the chunks (`masked_share`)
+        (q_axis,), (x_axis,) = family.axes("q"), family.axes("x")
+        q, x = sizes[q_axis], sizes[x_axis]
+        causal = [op for op in model.kernel.ops if op.kind == "mask" and op.fn == "causal"]
+        shift = None
+        if causal:
+            shift = x - q if causal[0].params.get("align", "end") == "end" else 0
+        share = masked_share(q, x, params.get("g_q", q), s_x, shift)
+        _add(classes, {"fp32": TAIL_MASK_FP32_PER_SCORE * share}, scores)
     return LoopMix(classes, 2.0 * rows * s_x * (d + d_v), ESTIMATE)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ncdc.issue import LoopMix
 
 TOOL_TIMEOUT_S = 120
-LOOP_RULE = 3  # the version of `main_loop`'s choice, in the key of the loops it keeps
+LOOP_RULE = 5  # the version of `main_loop`'s choice, in the key of the loops it keeps
 INSTRUCTION = re.compile(
     r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P[T\d]+\s+)?(?P<op>[A-Z][A-Z0-9_.]*(?:x\d+[A-Z0-9_.]*)*)"
     r"(?P<args>[^;]*);"
@@ -261,6 +261,8 @@ def tensor_loops(instructions: Sequence[Instruction]) -> list[list[Instruction]]
     for i, ins in enumerate(instructions):
         if 0 <= ins.target < ins.addr:
             body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
+            if any(x.op == "EXIT" for x in body):
+                continue  # an out-of-line stub's jump back (main_loop), not a loop
             loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
     tensor = [lp for lp in loops if lp[3]]
     innermost = [
@@ -552,10 +554,11 @@ def cached_mixes(plan: Plan, arch: str = "") -> dict[int, LoopMix]:
 
 
 def main_loops(cubin: bytes) -> dict[str, str]:
-    """Kernel name -> the SASS of its main loop, read once per cubin: kept, signed, in the
-    compile cache's folder (`<version>/sass/<sha256 of the cubin and LOOP_RULE>.json`), so
-    that pricing a compiled plan again does not run cuobjdump again. An entry whose HMAC
-    does not verify is read afresh."""
+    """Kernel name -> the SASS of its main loop (and, as `name + MASKED`, of an attention
+    kernel's masked loop, the second of `tensor_loops`), read once per cubin: kept,
+    signed, in the compile cache's folder (`<version>/sass/<sha256 of the cubin and
+    LOOP_RULE>.json`), so that pricing a compiled plan again does not run cuobjdump again.
+    An entry whose HMAC does not verify is read afresh."""
     import hashlib
     import json
 
@@ -576,8 +579,13 @@ def main_loops(cubin: bytes) -> dict[str, str]:
             pass
     loops = {}
     for name, text in split_functions(disassemble(cubin)).items():
-        loop = main_loop(parse_sass(text))
-        loops[name] = "\n".join(f"/*{i.addr:04x}*/ {i.op} {i.args};" for i in loop)
+        instructions = parse_sass(text)
+        copies = tensor_loops(instructions)
+        kept = {name: main_loop(instructions)}
+        if len(copies) > 1:  # an attention kernel's masked loop beside its hot one
+            kept[name + MASKED] = copies[1]
+        for key, loop in kept.items():
+            loops[key] = "\n".join(f"/*{i.addr:04x}*/ {i.op} {i.args};" for i in loop)
     if path is not None:
         body = json.dumps(loops, sort_keys=True).encode()
         with contextlib.suppress(OSError):  # unwritten: the next run reads the SASS again
@@ -590,7 +598,9 @@ def mixes_by_kernel(
 ) -> dict[int, LoopMix]:
     """Kernel index -> the mix of its first launch's function in `functions` (name -> its
     SASS; `launches`: the module's kernel names in launch order), for the kernels whose
-    loop does tensor work (the others keep their estimate)."""
+    loop does tensor work (the others keep their estimate). An attention kernel's mix is
+    its hot loop's and its masked loop's (`main_loops`), weighted by the share of chunk
+    iterations the plan's tiles give each (`masked_share`)."""
     out: dict[int, LoopMix] = {}
     first = 0
     for i, kp in enumerate(plan.kernels):
@@ -601,9 +611,48 @@ def mixes_by_kernel(
         first += len(c.launches)
         if name in functions:
             mix = loop_mix(main_loop(parse_sass(functions[name])))
+            share = _plan_masked_share(plan, i) if name + MASKED in functions else 0.0
+            if share:
+                masked = loop_mix(parse_sass(functions[name + MASKED]))
+                if masked.tensor_flops == mix.tensor_flops:
+                    mix = blend(mix, masked, share)
             if mix.tensor_flops:
                 out[i] = mix
     return out
+
+
+MASKED = " masked"  # key suffix of a kernel's masked loop in `main_loops` (no name has a space)
+
+
+def blend(hot: LoopMix, masked: LoopMix, share: float) -> LoopMix:
+    """The mix of a loop whose iterations run `hot` and, `share` of them, `masked` (the
+    two copies of the attention loop do the same MMAs), per class."""
+    from ncdc.issue import LoopMix
+
+    classes = {
+        k: (1 - share) * hot.classes.get(k, 0) + share * masked.classes.get(k, 0)
+        for k in dict.fromkeys([*hot.classes, *masked.classes])
+    }
+    return LoopMix(classes, hot.tensor_flops, hot.source)
+
+
+def _plan_masked_share(plan: Plan, index: int) -> float:
+    """`masked_share` of kernel `index` of `plan` (an attention kernel: its query and key
+    axes, g_q and s_x); 0 for any other."""
+    kp = plan.kernels[index]
+    params = dict(kp.candidate.params) if kp.candidate is not None else {}
+    if "s_x" not in params or not kp.family.axes("q") or not kp.family.axes("x"):
+        return 0.0
+    axes = plan.graph.diagram.axes
+    (q_axis,), (x_axis,) = kp.family.axes("q"), kp.family.axes("x")
+    q, x = axes[q_axis], axes[x_axis]
+    causal = [op for op in kp.kernel.ops if op.kind == "mask" and op.fn == "causal"]
+    shift = None
+    if causal:
+        shift = x - q if causal[0].params.get("align", "end") == "end" else 0
+    from ncdc.issue import masked_share
+
+    return masked_share(q, x, params.get("g_q", q), params["s_x"], shift)
 
 
 def full_tile_path(loop: Sequence[Instruction]) -> list[Instruction]:

@@ -118,7 +118,7 @@ def test_fp8_attention_compiles_to_qgmma_and_hgmma() -> None:
     text = sass.disassemble(report.cubin)
     assert "UTMALDG" in text and "QGMMA.64x64x32.F32.E4M3.E4M3" in text
     assert "HGMMA.64x128x16.F32 " in text  # P V in fp16 (no type suffix), P from registers
-    (loop,) = sass.main_loops(report.cubin).values()
+    loop = sass.main_loops(report.cubin)[report.module.launches[0].kernel]
     assert sass.loop_mix(sass.parse_sass(loop)).slots_per_mma < 3
 
 

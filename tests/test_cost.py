@@ -195,14 +195,16 @@ def test_causal_attention_skips_masked_tiles():
 
 def test_causal_attention_at_q_equals_x_is_about_half():
     # attention_causal.yaml (q = x = 4096) against attention.yaml: about half the FLOPs and
-    # the K/V traffic into SMEM (the diagonal tiles are computed in full, so a bit more).
+    # the K/V traffic into SMEM (the diagonal tiles are computed in full, so a bit more);
+    # the time a bit more again, the longest block setting it (FlashAttention-2 measures
+    # 0.59 on an A100, docs/cost-model.md).
     hw = load_hardware("h200")
     causal = plan_diagram(load_diagram("diagrams/attention_causal.yaml"), hw)
     dense = plan_diagram(load_diagram("diagrams/attention.yaml"), hw)
     assert 0.5 < causal.flops / dense.flops < 0.53
     smem = [t.values for t in (causal, dense) for t in t.transfers if t.lower == "smem"]
     assert 0.5 < smem[0] / smem[1] < 0.56
-    assert 0.5 < causal.predicted_time_s / dense.predicted_time_s < 0.56
+    assert 0.5 < causal.predicted_time_s / dense.predicted_time_s < 0.6
 
 
 def test_causal_decode_sees_every_key():
@@ -226,13 +228,14 @@ def test_latency_efficiency():
 
 def test_attention_tiles_keep_enough_warps_per_sm():
     # 64 queries per block (4 warps) at 144 KiB of SMEM run one block per SM, half the
-    # warps latency hiding needs. The search takes 8 warps per SM: two 4-warp blocks of 64
-    # queries at 80 KiB, whose independent instruction streams hide half of each other's
-    # softmax (`overlap_compute`; one 8-warp block of 128 queries marches in step and
-    # serialises its MMAs and softmax), and stays held by on-chip traffic, not HBM.
-    hw = load_hardware("h200")
+    # warps latency hiding needs. The search takes at least 8 warps per SM: two or more
+    # 4-warp blocks of 64 queries, whose independent instruction streams hide part of each
+    # other's softmax (`overlap_compute`; one 8-warp block of 128 queries marches in step
+    # and serialises its MMA phase and softmax), and stays held by on-chip traffic, not HBM.
+    # (a100: on sm_90a the FlashAttention-3 variant, 3 warpgroups of 64 rows, wins)
+    hw = load_hardware("a100")
     k = plan_diagram(load_diagram("diagrams/attention.yaml"), hw).kernels[0]
-    assert (k.block_tile["q"], k.warps, k.blocks_per_sm) == (64, 4, 2)
+    assert (k.block_tile["q"], k.warps) == (64, 4) and k.blocks_per_sm >= 2
     assert k.warps * k.blocks_per_sm >= SATURATION_WARPS
     assert k.bound in ("smem", "l2", "tensor")
 

@@ -11,12 +11,12 @@
 // op      L = logsumexp(M, over=x, dtype=fp32)
 // op      O = contract(P, V, over=x)
 // outputs O, L
-// kernel  attention_lse: attention, tiles b=1  h=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 4096
-// predicted on h200: 654.9 us (tensor-bound), 2.85e+11 FLOP
+// kernel  attention_lse: attention, tiles b=1  h=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 4096
+// predicted on h200: 763.6 us (tensor-bound), 2.85e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- attention_lse_attention_bf16_q64_x64_d128_w4_s2_causal_lse: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
+// ---- attention_lse_attention_bf16_q64_x32_d128_w4_s2_causal_lse: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -26,7 +26,7 @@
 #undef L
 
 
-extern "C" __global__ void __launch_bounds__(128) attention_lse_attention_bf16_q64_x64_d128_w4_s2_causal_lse(
+extern "C" __global__ void __launch_bounds__(128) attention_lse_attention_bf16_q64_x32_d128_w4_s2_causal_lse(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     float* __restrict__ L,
@@ -58,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_lse_attention_bf16_q
   ncdc_slice.lse_stride = 1;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, true, false, true>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, false, true>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(attention_lse_attention_bf16_q64_x64_d128_w4_s2_causal_lse);
+NCDC_EXPORT_KERNEL(attention_lse_attention_bf16_q64_x32_d128_w4_s2_causal_lse);

@@ -10,12 +10,12 @@
 // op      P = softmax(M, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  sliding_window_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 16384
-// predicted on h200: 4078.5 us (smem-bound), 2.13e+12 FLOP
+// kernel  sliding_window_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 16384
+// predicted on h200: 4776.5 us (tensor-bound), 2.13e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- sliding_window_attention_attention_bf16_q64_x64_d128_w4_s2_window: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries
+// ---- sliding_window_attention_attention_bf16_q64_x32_d128_w4_s2_window: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -24,7 +24,7 @@
 #undef O
 
 
-extern "C" __global__ void __launch_bounds__(128) sliding_window_attention_attention_bf16_q64_x64_d128_w4_s2_window(
+extern "C" __global__ void __launch_bounds__(128) sliding_window_attention_attention_bf16_q64_x32_d128_w4_s2_window(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     long long ncdc_size_b,
@@ -59,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(128) sliding_window_attention_atten
   ncdc_slice.lse_stride = 0;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, true, true, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, true, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(sliding_window_attention_attention_bf16_q64_x64_d128_w4_s2_window);
+NCDC_EXPORT_KERNEL(sliding_window_attention_attention_bf16_q64_x32_d128_w4_s2_window);

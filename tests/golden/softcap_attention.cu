@@ -14,7 +14,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  softcap_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 2048
-// predicted on h200: 368.1 us (issue-bound), 1.43e+11 FLOP
+// predicted on h200: 413.4 us (tensor-bound), 1.43e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
