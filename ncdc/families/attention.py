@@ -68,6 +68,9 @@ WIDE_WARP_KEYS = 64  # and take at most this many keys a chunk (the scores: s_x 
 # causal with 32, ptxas spilled at d = 208 (sm_89) and d = 240 (sm_89, sm_90a), 255
 # registers and up to 276 B; with 16, 222 and none.
 CAUSAL_WIDE_HEAD = 192
+# KeyMask's per-row key limits and rows, and the warp's first and last rows' intervals
+MASK_REGISTERS = 12
+SPILLY_HEAD = 48  # a head whose kernels get __launch_bounds__(threads, 1): see min_blocks
 INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
 FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # Q and K only, V and O 16-bit: the sm_90a kernel's
 MMA_ROWS = 16  # queries per warp (the mma's m)
@@ -280,10 +283,12 @@ def attention_group(
 
 
 def attention_registers(
-    model: KernelModel, family: Family, g_q: int, s_x: int, threads: int, warp_q: int = 16
-) -> int:
-    """fp32 accumulators (O and the scores of one chunk) and the Q fragments per thread
-    (all of them when held in registers, else the one in use)."""
+    model: KernelModel, family: Family, g_q: int, s_x: int, threads: int, warp_q: int = 16,
+    masked: bool = False,
+) -> int:  # fmt: skip
+    """fp32 accumulators (O and the scores of one chunk), the Q fragments per thread (all
+    of them when held in registers, else the one in use), P's, and a masked loop's key
+    limits (`masked`)."""
     from ncdc.cost import estimate_registers
 
     head = sum(model.sizes[a] for a in family.axes("d"))
@@ -291,8 +296,28 @@ def attention_registers(
     first = next(op for op in model.kernel.ops if op.kind == "contract")
     p = DTYPE_BYTES[model.diagram.tensor(str(first.operands[0])).dtype]  # Q's (or K's)
     held = head if q_in_registers(head, warp_q) else MMA_TILE
-    fragments = -(-g_q * held * p // (4 * threads))
+    # Q's fragments, and P's: the chunk's probabilities packed two to a register as the
+    # A operand of P V, live beside the fp32 scores they come from
+    fragments = -(-g_q * held * p // (4 * threads)) + -(-g_q * s_x * p // (4 * threads))
+    fragments += MASK_REGISTERS if masked else 0
     return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
+
+
+def min_blocks(at: Attention, masked: bool) -> int:
+    """The `__launch_bounds__` minimum of blocks per SM, 0 for none. ptxas left to itself
+    picks its own register target, and for masked loops over heads of 6 chunks (d = 48)
+    that target spilled the 2-stage tiles: causal q64 x64 on sm_80 took 128 registers and
+    spilled 12 B, decode x128 on sm_90a 96 and 8 B; with a minimum of 1 they take 136 and
+    117 and spill none. (A minimum of 1 everywhere spilled causal d = 176 at 255 registers
+    instead, and the plain d = 48 tile, clean at 104, took 134.)"""
+    return 1 if masked and SPILLY_HEAD in (at.d, at.d_v) else 0
+
+
+def is_masked(at: Attention) -> bool:
+    """Whether the forward kernel runs a masked loop beside its clear one (any mask or
+    score functor)."""
+    sc = at.scores
+    return at.causal or sc.bounded or bool(sc.lo or sc.lengths) or not sc.plain
 
 
 def mma_rows(
@@ -354,7 +379,7 @@ class AttentionFamily:
             return hopper
         out = []
         sc = at.scores
-        masked = at.causal or sc.bounded or bool(sc.lo or sc.lengths) or not sc.plain
+        masked = is_masked(at)
         keys = TILES["s_x"]
         if max(at.d, at.d_v) > CAUSAL_WIDE_HEAD:
             # O takes d_v / 2 registers a thread: with 64 keys, d = 256 spilled 36 B (sm_90a)
@@ -392,7 +417,7 @@ class AttentionFamily:
                 Candidate(
                     group, stream, {**group, q: warp_q}, stream,
                     (("g_q", g_q), ("s_x", s_x), ("warp_q", warp_q)), (shape,), stages, 1,
-                    attention_registers(model, family, g_q, s_x, threads, warp_q),
+                    attention_registers(model, family, g_q, s_x, threads, warp_q, masked),
                 )
             )  # fmt: skip
         # a grid too small for the GPU: keys split across blocks (attention_splitk.py)
@@ -425,6 +450,7 @@ class AttentionFamily:
             **at.context(warp_q),
             "kernel": name,
             "threads": c.threads,
+            "min_blocks": min_blocks(at, is_masked(at)),
             "g_q": g_q,
             "s_x": s_x,
             "row_blocks": warp_q // MMA_ROWS,

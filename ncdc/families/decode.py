@@ -35,6 +35,7 @@ from ncdc.families.attention import (
     attention_roles,
     attention_smem,
     batch_count,
+    min_blocks,
     mma_rows,
     read_attention,
     require_streamed,
@@ -134,7 +135,7 @@ class DecodeFamily:
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
             out[params] = Candidate(
                 group, stream, group, stream, params, shapes, stages, splits,
-                attention_registers(model, family, MMA_ROWS, s_x, threads),
+                attention_registers(model, family, MMA_ROWS, s_x, threads, masked=True),
             )  # fmt: skip
         return list(out.values())
 
@@ -194,6 +195,7 @@ class DecodeFamily:
             "kernel": name,
             "merge_kernel": merge_name,
             "threads": first.threads,
+            "min_blocks": min_blocks(at, True),
             "merge_threads": merge.threads,
             "warps": warps,
             "s_x": s_x,

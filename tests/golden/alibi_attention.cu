@@ -16,12 +16,12 @@
 // op      P = softmax(M, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  alibi_attention: attention, tiles b=1  h=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 1024
-// predicted on h200: 110.4 us (tensor-bound), 3.6e+10 FLOP
+// kernel  alibi_attention: attention, tiles b=1  h=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 1024
+// predicted on h200: 109.1 us (tensor-bound), 3.6e+10 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- alibi_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
+// ---- alibi_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
 #include "ncdc_elementwise.cuh"
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -31,7 +31,7 @@
 #undef O
 #undef slope
 // The logits as the diagram transforms them, for query ncdc_i and key ncdc_j.
-struct alibi_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores_scores {
+struct alibi_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores_scores {
   static constexpr bool kIdentity = false;
   const __nv_bfloat16* ncdc_p_slope;
   long long ncdc_q_slope, ncdc_x_slope;
@@ -46,7 +46,7 @@ struct alibi_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores_scores {
 };
 
 
-extern "C" __global__ void __launch_bounds__(128) alibi_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores(
+extern "C" __global__ void __launch_bounds__(128) alibi_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     const __nv_bfloat16* __restrict__ slope,
@@ -70,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(128) alibi_attention_attention_bf16
   ncdc_slice.q_len = int(ncdc_size_q);
   ncdc_slice.x_len = int(ncdc_size_x);
   ncdc_slice.scale_log2 = ncdc_scale_log2;
-  alibi_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores_scores ncdc_scores;
+  alibi_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores_scores ncdc_scores;
   ncdc_scores.ncdc_p_slope = slope + ncdc_i_h * 1;
   ncdc_scores.ncdc_q_slope = 0;
   ncdc_scores.ncdc_x_slope = 0;
@@ -81,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(128) alibi_attention_attention_bf16
   ncdc_slice.lse_stride = 0;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, true, false, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(alibi_attention_attention_bf16_q64_x64_d128_w4_s2_causal_scores);
+NCDC_EXPORT_KERNEL(alibi_attention_attention_bf16_q64_x32_d128_w4_s2_causal_scores);

@@ -12,7 +12,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O, L
 // kernel  attention_lse: attention, tiles b=1  h=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 4096
-// predicted on h200: 729.3 us (tensor-bound), 2.85e+11 FLOP
+// predicted on h200: 763.6 us (tensor-bound), 2.85e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

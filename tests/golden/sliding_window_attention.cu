@@ -11,7 +11,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  sliding_window_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 16384
-// predicted on h200: 4747.9 us (issue-bound), 2.13e+12 FLOP
+// predicted on h200: 4776.5 us (tensor-bound), 2.13e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -12,12 +12,12 @@
 // op      P = softmax(M, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  varlen_attention: attention, tiles h=1  q=64  d=128  x=64, 4 warps, 2 stages, grid 2048
-// predicted on h200: 714.7 us (tensor-bound), 2.82e+11 FLOP
+// kernel  varlen_attention: attention, tiles h=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 2048
+// predicted on h200: 712.4 us (tensor-bound), 2.82e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_packed: fused attention, 64 queries per block, keys streamed 64 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
+// ---- varlen_attention_attention_bf16_q64_x32_d128_w4_s2_causal_packed: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -27,7 +27,7 @@
 #undef lens
 
 
-extern "C" __global__ void __launch_bounds__(128) varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_packed(
+extern "C" __global__ void __launch_bounds__(128) varlen_attention_attention_bf16_q64_x32_d128_w4_s2_causal_packed(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     const int* __restrict__ lens,
@@ -59,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(128) varlen_attention_attention_bf1
   ncdc_slice.lse_stride = 0;
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 64, 1, 2, true, true, true, false>(
+  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, true, false>(
       ncdc_slice, O + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(varlen_attention_attention_bf16_q64_x64_d128_w4_s2_causal_packed);
+NCDC_EXPORT_KERNEL(varlen_attention_attention_bf16_q64_x32_d128_w4_s2_causal_packed);
