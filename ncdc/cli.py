@@ -113,6 +113,7 @@ def check(
         list[Path], typer.Argument(help="Spec files or folders to validate.", metavar="PATHS...")
     ],
     hardware: HardwareOpt = "h200",
+    arch: ArchOpt = None,
     baseline: Annotated[
         Path | None,
         typer.Option(
@@ -140,6 +141,7 @@ def check(
     that cannot be built. With --baseline, exit 1 naming every predicted time or HBM
     traffic that grew past the tolerance."""
     from ncdc.baseline import CHECK_FORMATS, check_spec, parse_tolerance, read_baseline
+    from ncdc.compile import target_hardware
     from ncdc.views import find_specs
 
     if fmt not in CHECK_FORMATS:
@@ -148,7 +150,7 @@ def check(
     limit = parse_tolerance(tolerance)  # refused before any work, like every bad option
     base = read_baseline(baseline) if baseline is not None else None
     specs = find_specs(paths)
-    machine = load_hardware(hardware)
+    machine = target_hardware(load_hardware(hardware), arch)
     checks = [check_spec(path, machine) for path in specs]
     bad = [c for c in checks if not c.ok]
     regressions: list[str] = []
@@ -190,6 +192,7 @@ def cost(
     tile: TileOpt = None,
     hardware: HardwareOpt = "h200",
     hw: HwOpt = None,
+    arch: ArchOpt = None,
     top_k: Annotated[
         int, typer.Option("--top-k", help="Also list the runners-up.", metavar="K")
     ] = 1,
@@ -205,11 +208,13 @@ def cost(
     """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles. On a GPU
     profile the plan is rendered first: exit 2 for a spec that cannot be built."""
     from ncdc.buildable import is_model_only, rank_buildable, with_abstract
+    from ncdc.compile import arch_notes, target_hardware
     from ncdc.cost import plan_to_dict
     from ncdc.report import cost_table, cost_tables, with_note
     from ncdc.views import cost_note
 
-    machine = load_machine(hardware, hw)
+    profile = load_machine(hardware, hw)
+    machine = target_hardware(profile, arch)
     sizes = parse_assignments(set_ or [])
     tiles = parse_assignments(tile or [], "--tile")
     model_only = is_model_only(machine, abstract)
@@ -225,6 +230,8 @@ def cost(
         )  # fmt: skip
         return
     diagram = load_diagram(spec, sizes)
+    for line in arch_notes(diagram, profile, tiles, arch):
+        note(line)
     ranked, source = rank_buildable(
         diagram, machine, top_k, tiles, abstract=abstract, use_tuned=not no_tuned
     )
@@ -421,6 +428,7 @@ def tune(
     set_: SetOpt = None,
     hardware: HardwareOpt = "h200",
     hw: HwOpt = None,
+    arch: ArchOpt = None,
     top_k: Annotated[int, typer.Option("--top-k", help="Tilings to time.", metavar="K")] = 4,
     fmt: FormatOpt = "table",
 ) -> None:

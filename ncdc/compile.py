@@ -109,17 +109,12 @@ def profile_for_arch(hardware: str | None, arch: str | None) -> tuple[str, str]:
         ('l40s', '')
     """
     if hardware is not None:
+        if arch is not None:
+            check_arch_name(arch)
         return hardware, ""
     if arch is None:
         return DEFAULT_PROFILE, ""
-    from ncdc.nvrtc import ARCHES
-
-    if arch not in ARCHES:
-        raise UsageError(
-            f"unknown architecture {arch!r}",
-            where="--arch",
-            hint=f"choose one of {', '.join(ARCHES)}",
-        )
+    check_arch_name(arch)
     profile = ARCH_PROFILES.get(arch_number(arch))
     if profile is None:
         return DEFAULT_PROFILE, (
@@ -132,6 +127,36 @@ def profile_for_arch(hardware: str | None, arch: str | None) -> tuple[str, str]:
         profile,
         f"planning for the {profile} profile of {arch} (choose another with --hardware NAME)",
     )
+
+
+def check_arch_name(arch: str) -> None:
+    """A UsageError for an `--arch` ncdc does not build for, listing those it does."""
+    from ncdc.nvrtc import ARCHES
+
+    if arch not in ARCHES:
+        raise UsageError(
+            f"unknown architecture {arch!r}",
+            where="--arch",
+            hint=f"choose one of {', '.join(ARCHES)}",
+        )
+
+
+def target_hardware(hardware: Hardware, arch: str | None) -> Hardware:
+    """What `ncdc cost` and `ncdc check` plan for with `--arch`: `hardware_for_arch` of a
+    checked architecture name, so that they price and accept the kernels compile builds."""
+    if arch is None:
+        return hardware
+    check_arch_name(arch)
+    return hardware_for_arch(hardware, arch)
+
+
+def arch_notes(
+    diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None, arch: str | None
+) -> tuple[str, ...]:
+    """The notes `ncdc compile --arch` prints for `diagram` (`plan_for_arch`), for `cost`."""
+    if arch is None or hardware_for_arch(hardware, arch) is hardware:
+        return ()
+    return plan_for_arch(diagram, hardware, tiles, arch)[2]
 
 
 def arch_number(arch: str) -> int:

@@ -221,15 +221,7 @@ def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
         >>> [i.addr for i in main_loop(parse_sass(text))]
         [16, 32, 48]
     """
-    loops = []
-    for i, ins in enumerate(instructions):
-        if 0 <= ins.target < ins.addr:
-            body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
-            if any(x.op == "EXIT" for x in body):
-                # the jump back from an out-of-line stub (an mbarrier try-wait's retry,
-                # placed after the kernel's exits), not a loop
-                continue
-            loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
+    loops = _loops(instructions)
     hot = tensor_loops(instructions)
     if hot:
         return hot[0]
@@ -257,14 +249,7 @@ def tensor_loops(instructions: Sequence[Instruction]) -> list[list[Instruction]]
         >>> [[i.addr for i in lp] for lp in tensor_loops(parse_sass(text))]
         [[0, 16], [32, 48, 64]]
     """
-    loops = []
-    for i, ins in enumerate(instructions):
-        if 0 <= ins.target < ins.addr:
-            body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
-            if any(x.op == "EXIT" for x in body):
-                continue  # an out-of-line stub's jump back (main_loop), not a loop
-            loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
-    tensor = [lp for lp in loops if lp[3]]
+    tensor = [lp for lp in _loops(instructions) if lp[3]]
     innermost = [
         lp
         for lp in tensor
@@ -272,6 +257,21 @@ def tensor_loops(instructions: Sequence[Instruction]) -> list[list[Instruction]]
     ]
     most = max((lp[3] for lp in innermost), default=0)
     return [lp[2] for lp in sorted(innermost, key=lambda lp: lp[0]) if lp[3] == most]
+
+
+def _loops(
+    instructions: Sequence[Instruction],
+) -> list[tuple[int, int, list[Instruction], int]]:
+    """(start, end, body, tensor FLOPs) of every backward branch. One whose body holds an
+    EXIT is the jump back from an out-of-line stub (an mbarrier try-wait's retry, placed
+    after the kernel's exits), not a loop."""
+    loops = []
+    for i, ins in enumerate(instructions):
+        if 0 <= ins.target < ins.addr:
+            body = [x for x in instructions[: i + 1] if x.addr >= ins.target]
+            if not any(x.op == "EXIT" for x in body):
+                loops.append((ins.target, ins.addr, body, sum(mma_flops(x) for x in body)))
+    return loops
 
 
 def count_classes(instructions: Sequence[Instruction]) -> dict[str, int]:

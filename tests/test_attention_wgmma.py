@@ -6,6 +6,7 @@ choice."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from ncdc.hardware import load_hardware
 from ncdc.reference import evaluate, from_storage, make_inputs
 from ncdc.render import RenderedModule, render_plan
 from ncdc.run import allocate, compare, launch_args, run_diagram
-from ncdc.spec import Diagram, load_diagram_text
+from ncdc.spec import Diagram, load_diagram, load_diagram_text
 from ncdc.templates import include
 from ncdc.tiling import plan_diagram, plan_from_candidates
 
@@ -108,18 +109,49 @@ def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
         plan_diagram(load_diagram_text(FP8), load_hardware("a100"))
 
 
-def test_fp8_attention_compiles_to_qgmma_and_hgmma() -> None:
+@pytest.mark.parametrize(
+    ("spec", "mmas", "most"),
+    [
+        # bf16, plain and grouped-query (2.2 slots per HMMA.16816)
+        ("attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
+        ("gqa_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
+        # causal, bf16: the hot loop is the unmasked copy (2.2 slots per HMMA.16816)
+        ("attention_causal", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4),
+        # fp8: S by QGMMA k32, P V by HGMMA in fp16 (no type suffix), P from registers
+        ("fp8", ("QGMMA.64x64x32.F32.E4M3.E4M3 R", "HGMMA.64x128x16.F32 R"), 3),
+    ],
+)
+def test_compiles_to_tma_and_wgmma_without_spills(
+    spec: str, mmas: tuple[str, str], most: int
+) -> None:
+    # What `ncdc compile --arch sm_90a` builds on h200: TMA loads, setmaxnreg, both GEMMs
+    # as wgmma (P V's A in registers: an R operand, not a descriptor), no spills, the
+    # main loop's issue slots per HMMA.16816 of tensor work under `most`, and the model's
+    # estimate within 15% of them.
     pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
     if sass.find_tool("nvdisasm") is None:
         pytest.skip("nvdisasm wheel not installed")
-    report = compile_plan(plan_diagram(load_diagram_text(FP8), HW), "sm_90a")
+    d = load_diagram_text(FP8) if spec == "fp8" else load_diagram(DIAGRAMS / f"{spec}.yaml")
+    plan = plan_diagram(d, HW)
+    report = compile_plan(plan, "sm_90a")
     (kernel,) = report.kernels
+    assert "attention_wgmma" in kernel.launch.kernel
     assert kernel.spill_stores_bytes == kernel.spill_loads_bytes == 0
     text = sass.disassemble(report.cubin)
-    assert "UTMALDG" in text and "QGMMA.64x64x32.F32.E4M3.E4M3" in text
-    assert "HGMMA.64x128x16.F32 " in text  # P V in fp16 (no type suffix), P from registers
+    assert "UTMALDG" in text and "USETMAXREG" in text
+    qk, pv = mmas
+    assert qk in text and re.search(re.escape(pv) + r"\d+, R\d+, gdesc\[UR\d+\]\.tnspB", text)
     loop = sass.main_loops(report.cubin)[report.module.launches[0].kernel]
-    assert sass.loop_mix(sass.parse_sass(loop)).slots_per_mma < 3
+    # two waits a key tile (S, then the P V before it): ptxas did not serialise the wgmmas
+    assert [line.split()[1] for line in loop.splitlines() if "DEPBAR" in line] == [
+        "WARPGROUP.DEPBAR.LE",
+        "WARPGROUP.DEPBAR.LE",
+    ]
+    mix = sass.loop_mix(sass.parse_sass(loop))
+    assert mix.slots_per_mma < most
+    est = plan.kernels[0].instructions
+    assert est is not None and est.tensor_flops == mix.tensor_flops
+    assert est.slots_per_mma == pytest.approx(mix.slots_per_mma, rel=0.15)
 
 
 def planted(header: str, fault: str) -> str:

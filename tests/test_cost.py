@@ -238,6 +238,10 @@ def test_attention_tiles_keep_enough_warps_per_sm():
     assert (k.block_tile["q"], k.warps) == (64, 4) and k.blocks_per_sm >= 2
     assert k.warps * k.blocks_per_sm >= SATURATION_WARPS
     assert k.bound in ("smem", "l2", "tensor")
+    # h200: one 12-warp block per SM whose two consumer warpgroups ping-pong
+    fa3 = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200")).kernels[0]
+    assert (fa3.block_tile["q"], fa3.warps, fa3.blocks_per_sm) == (128, 12, 1)
+    assert fa3.candidate.param("pingpong") == 1
 
 
 def test_decode_splits_fill_every_sm():

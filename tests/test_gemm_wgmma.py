@@ -15,7 +15,7 @@ import pytest
 import ncdc
 from ncdc import sass
 from ncdc.buildable import check_buildable
-from ncdc.compile import compile_plan, plan_for_arch
+from ncdc.compile import arch_notes, compile_plan, plan_for_arch, target_hardware
 from ncdc.cost import KernelModel, streamed_axes
 from ncdc.families import classify_kernel
 from ncdc.families.gemm import FAMILY
@@ -25,7 +25,7 @@ from ncdc.hardware import Hardware, load_hardware
 from ncdc.render import render_plan
 from ncdc.run import run_diagram
 from ncdc.spec import load_diagram
-from ncdc.tiling import plan_diagram, plan_from_candidates
+from ncdc.tiling import kernel_alternatives, plan_diagram, plan_from_candidates
 
 DIAGRAMS = Path(__file__).parent.parent / "diagrams"
 
@@ -126,6 +126,13 @@ def test_the_model_chooses_the_variant_per_shape() -> None:
     assert not is_wgmma(plan_diagram(small, h200).kernels[0].candidate)
     a100 = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), load_hardware("a100"))
     assert not is_wgmma(a100.kernels[0].candidate)
+    # fp8 with B [k, n]: wgmma with B transposed in shared memory (0.87 of the fp8 peak at
+    # BN = 128) beats mma.sync, which runs fp8 at the fp16 rate (113.7 against 217.9 us)
+    fp8 = plan_diagram(load_diagram(DIAGRAMS / "fp8_matmul.yaml"), h200)
+    kp = fp8.kernels[0]
+    assert is_wgmma(kp.candidate) and kp.candidate.param("bn") == 128
+    mma_sync = [a for a in kernel_alternatives(fp8, 0, 1000) if not is_wgmma(a.candidate)]
+    assert kp.predicted_time_s < 0.6 * min(a.predicted_time_s for a in mma_sync)
     # the ring's pace: a 128-wide tile keeps the tensor cores fed with 3 stages, a 64-wide
     # one needs 5 (Little's law on a 1000-cycle TMA latency)
     assert pipeline_share(h200, "bf16", 128, 3, 3) == 1.0
@@ -153,6 +160,10 @@ def test_an_arch_without_wgmma_falls_back_to_mma_sync(tmp_path: Path) -> None:
     profile.write_text(text.replace("arch: sm_90a", "arch: sm_90"))
     plan = check_buildable(load_diagram(DIAGRAMS / "matmul.yaml"), load_hardware(str(profile)))
     assert render_plan(plan).launches[0].kernel == report.kernels[0].launch.kernel
+    # `ncdc cost --arch sm_90` and `ncdc check --arch sm_90` on h200: the same kernel, the note
+    plan = check_buildable(load_diagram(DIAGRAMS / "matmul.yaml"), target_hardware(h200, "sm_90"))
+    assert render_plan(plan).launches[0].kernel == report.kernels[0].launch.kernel
+    assert arch_notes(load_diagram(DIAGRAMS / "matmul.yaml"), h200, None, "sm_90") == (why,)
 
 
 def kernel_params(cubin: bytes, kernel: str, tmp: Path) -> list[tuple[int, int, int]]:

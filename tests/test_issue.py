@@ -77,21 +77,20 @@ def test_a_guarded_tail_path_is_not_what_a_full_tile_issues():
 # The library's diagrams whose main loops the issue term prices, on the two profiles: the
 # h200 bf16 GEMMs run the wgmma variant, the a100 ones and the int8 GEMMs mma.sync; a score
 # functor (softcap: tanh; alibi: index terms), masks bounding the keys from below (window,
-# packed sequences), Q's fragments from SMEM (mla, d = 192), int8 weights widened in the
-# loop (w8a16), fp8 on sm_90 (two HMMAs a step, fragments unpacked), a kernel of one tail
-# chunk (cross_attention, x = 77) and split-k (w8a16 and the 512 x 512 x 16384 GEMM
-# below). Structure the two profiles share is compiled for one of them.
+# packed sequences), Q's fragments from SMEM (mla on a100, d = 192; on h200 it runs the
+# FlashAttention-3 variant), int8 weights widened in the
+# loop (w8a16), a kernel of one tail chunk (cross_attention, x = 77), and below split-k
+# (and w8a16's) and fp8 mma.sync on sm_90 (two HMMAs a step, fragments unpacked).
+# Structure the two profiles share is compiled for one of them.
 NAMES = ("matmul", "mlp", "batched_matmul", "attention", "int8_matmul")
 LIBRARY = [(p, d) for p in ("h200", "a100") for d in NAMES] + [
     ("h200", "softcap_attention"),
     ("h200", "sliding_window_attention"),
-    ("h200", "mla_attention"),
-    ("h200", "fp8_matmul"),
+    ("a100", "mla_attention"),
     ("h200", "w8a16_matmul"),
     ("a100", "alibi_attention"),
     ("a100", "cross_attention"),
     ("a100", "varlen_attention"),
-    ("a100", "w8a16_matmul"),
 ]
 
 
@@ -102,7 +101,7 @@ def compiled(tmp_path_factory):
     pytest.importorskip("cuda.bindings")
     if not TOOLS:
         pytest.skip("nvdisasm wheel not installed")
-    from ncdc.compile import compile_plan
+    from ncdc.compile import compile_plan, hardware_for_arch
 
     mp = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("cache")
@@ -117,7 +116,15 @@ def compiled(tmp_path_factory):
         load_diagram("diagrams/matmul.yaml", {"m": 512, "n": 512, "k": 16384}),
         load_hardware("h200"),
     )  # 8 splits of 128 x 128 tiles (docs/cost-model.md, split-k GEMMs)
-    plans = [("a100 matmul 128x128x32", gemm), ("h200 matmul split-k", splitk)]
+    # fp8 mma.sync on Hopper: an sm_90 build (no wgmma variant) of the h200 plan
+    fp8 = plan_diagram(
+        load_diagram("diagrams/fp8_matmul.yaml"), hardware_for_arch(load_hardware("h200"), "sm_90")
+    )
+    plans = [
+        ("a100 matmul 128x128x32", gemm),
+        ("h200 matmul split-k", splitk),
+        ("h200 fp8_matmul mma.sync (sm_90)", fp8),
+    ]
     for profile, name in LIBRARY:
         hw = load_hardware(profile)
         plans.append((f"{profile} {name}", plan_diagram(load_diagram(f"diagrams/{name}.yaml"), hw)))
@@ -142,9 +149,9 @@ def test_the_family_estimate_is_within_15_percent_of_the_sass(compiled):
         # a whole fraction of the estimated iteration
         assert est.tensor_flops % counted.tensor_flops == 0, label
         assert counted.slots_per_mma == pytest.approx(est.slots_per_mma, rel=0.15), label
-    assert "h200 matmul split-k" in [label for label, _, _ in compiled]
     assert dict(compiled[1][1].kernels[0].candidate.params).get("simt") == 0
-    assert compiled[1][1].kernels[0].candidate.splits > 1
+    assert compiled[1][1].kernels[0].candidate.splits > 1  # split-k
+    assert not dict(compiled[2][1].kernels[0].candidate.params).get("wgmma")  # fp8 mma.sync
 
 
 def test_cost_before_and_after_compiling_agree(compiled):

@@ -297,8 +297,11 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
   const int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const unsigned char* ks = smem + Cfg::Q_BYTES;
   const unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
-  const long long first_row = (long long)p.q_tile * Cfg::BQ + 64 * consumer;
-  const long long row0 = first_row + 16 * w + g;
+  // the block's first row decides which tiles are masked, for both warpgroups alike: trip
+  // counts that differ by warpgroup are a divergent path to ptxas, which then serialises
+  // every wgmma (C7519)
+  const long long first_row = (long long)p.q_tile * Cfg::BQ;
+  const long long row0 = first_row + 64 * consumer + 16 * w + g;
   const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
   const int tiles = key_tiles<Cfg, CAUSAL>(p);
   float o_acc[Cfg::DV / 2], s[Cfg::SX / 2], alpha[2];
@@ -325,7 +328,7 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
       softmax_tile<Cfg, CAUSAL, false>(s, st, alpha, 0, row0, t, p);
     pack_p<TV, Cfg::SX / 2>(pr, s);
   }
-  // the tiles every row of this warpgroup sees whole run unmasked, the rest masked
+  // the tiles every row of the block sees whole run unmasked, the rest masked
   long long whole = p.x_len / Cfg::SX;
   if (CAUSAL) whole = attn::lmin(whole, attn::lmax(0, first_row + p.shift + 1) / Cfg::SX);
   const int unmasked = int(attn::lmax(1, attn::lmin(whole, tiles)));
