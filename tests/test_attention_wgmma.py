@@ -147,12 +147,15 @@ def test_compiles_to_tma_and_wgmma_without_spills(
 
 def planted(header: str, fault: str) -> str:
     """The device header with one fault planted where x_len is 333 (a missing wgmma wait:
-    the softmax reads S before its wgmmas retire) or 334 (the full barrier of K waited on
-    with the wrong parity)."""
+    the softmax reads S before its wgmmas retire), 334 (the full barrier of K waited on
+    with the wrong parity) or 335 (O's shared tile stored by TMA without the proxy fence)."""
     cases = {
         "  wgmma_wait<1>();  // S of tile j\n": "  if (p.x_len != 333) wgmma_wait<1>();\n",
         "  mbar_wait(&bar.full_k[next], next_phase);\n":
             "  mbar_wait(&bar.full_k[next], p.x_len == 334 ? next_phase ^ 1u : next_phase);\n",
+        "  fence_proxy_async();\n  named_bar_sync(kStoreBar + 1 + consumer, 128);\n":
+            "  if (p.x_len != 335) fence_proxy_async();\n"
+            "  named_bar_sync(kStoreBar + 1 + consumer, 128);\n",
     }  # fmt: skip
     assert header.count(fault) == 1
     return header.replace(fault, cases[fault])
@@ -162,11 +165,13 @@ def test_fp8_attention_runs_and_planted_faults_are_caught() -> None:
     # One build of the fp8 kernel, three sizes (sizes are runtime parameters; each run has
     # its own tensor maps): x = 300 has no fault and checks the kernel against the reference
     # (two query blocks, the second 72 rows past q; 5 key tiles through a 2-slot ring, a
-    # 44-key tail), x = 333 reads stale scores, x = 334 deadlocks.
+    # 44-key tail), x = 333 reads stale scores, x = 334 deadlocks, x = 335 hands O's shared
+    # tile to the TMA store unfenced.
     header = (Path(include.__file__).parent / "ncdc_attention_hopper.cuh").read_text()
     for fault in (
         "  wgmma_wait<1>();  // S of tile j\n",
         "  mbar_wait(&bar.full_k[next], next_phase);\n",
+        "  fence_proxy_async();\n  named_bar_sync(kStoreBar + 1 + consumer, 128);\n",
     ):
         header = planted(header, fault)
 
@@ -193,6 +198,8 @@ def test_fp8_attention_runs_and_planted_faults_are_caught() -> None:
     # the threads waiting (on an mbarrier or the consumers' named barriers) finds it
     with pytest.raises(NcdcError, match=r"deadlock: (mbarrier wait|bar\.sync)"):
         run(334)
+    with pytest.raises(NcdcError, match=r"missing fence\.proxy\.async: a TMA store"):
+        run(335)
 
 
 def test_a_jump_back_from_a_retry_stub_is_not_a_loop() -> None:
