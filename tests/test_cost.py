@@ -77,7 +77,9 @@ def test_transfer_time_is_bytes_over_the_upper_bandwidth():
     assert (k.grid, k.warps * k.blocks_per_sm) == (16384, 12)
     share = {"hbm": 1.0, "l2": 1.0, "smem": 125 * 132 / 16384}
     for t in plan.transfers:
-        bandwidth = hw.achieved_bandwidth(t.upper)  # h200: 3.53 TB/s HBM (STREAM triad), not the 4.8 datasheet
+        bandwidth = hw.achieved_bandwidth(
+            t.upper
+        )  # h200: 3.53 TB/s HBM (STREAM triad), not the 4.8 datasheet
         assert t.time_s == pytest.approx(t.bytes / bandwidth * share[t.upper])
     # layernorm reads X once and writes Y once (plus W, B per block of rows)
     assert plan.transfers[0].bytes >= 2 * 16384 * 4096 * 2
