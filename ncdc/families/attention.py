@@ -548,9 +548,9 @@ def read_attention(
     if mixed and not fp8:
         raise PlanError(
             f"attention kernel {kernel.name}: fp8 Q ({q_name}) and K run only in the sm_90a "
-            f"wgmma kernel",
-            hint=f"plan for an sm_90a profile (--hardware h200), or store {q_name} and "
-            f"{k_name} as {v_dtype}",
+            f"wgmma kernel of fused attention (an sm_90a profile such as h200; not in "
+            f"decode attention)",
+            hint=f"store {q_name} and {k_name} as {v_dtype}",
         )
     for role, n in names.items():
         t = diagram.tensor(n)
