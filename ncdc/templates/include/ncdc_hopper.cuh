@@ -179,6 +179,93 @@ NCDC_DEVICE void tma_store_wait() {
 #endif
 }
 
+// ---- thread-block clusters (PTX ISA 9.7.13.3 barrier.cluster, 9.7.9.21 mapa) ---------------
+// A kernel declares its cluster at compile time: `__cluster_dims__(X, 1, 1)` in its declaration
+// (the launch needs nothing else; grid x must be a multiple of X) and, for the CPU emulation,
+// NCDC_CLUSTER_DIMS(name, X) after it. A cluster's blocks are consecutive in x.
+#ifdef NCDC_GPU
+#define NCDC_CLUSTER_DIMS(name, x) static_assert(true, "")
+#endif
+
+// %cluster_ctarank: this block's rank in its cluster.
+NCDC_DEVICE unsigned cluster_ctarank() {
+#ifdef NCDC_GPU
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+#else
+  return emu::cluster_rank();
+#endif
+}
+
+// barrier.cluster.arrive.release: this thread's arrival (its prior writes, to any CTA's shared
+// memory, are released to the threads that wait). Not .aligned: callers may come from
+// warp-divergent code (a producer thread's loop).
+NCDC_DEVICE void cluster_arrive() {
+#ifdef NCDC_GPU
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+#else
+  emu::cluster_arrive();
+#endif
+}
+
+// barrier.cluster.wait.acquire: until every thread of the cluster has arrived.
+NCDC_DEVICE void cluster_wait() {
+#ifdef NCDC_GPU
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+#else
+  emu::cluster_wait();
+#endif
+}
+
+NCDC_DEVICE void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
+
+// One arrival on the mbarrier of CTA `rank` at the offset of this block's `bar` (mapa, then
+// mbarrier.arrive.release.cluster.shared::cluster).
+NCDC_DEVICE void mbar_arrive_cluster(unsigned long long* bar, unsigned rank) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+      ::"r"(smem_address(bar)), "r"(rank) : "memory");
+#else
+  emu::mbar_arrive_cluster(reinterpret_cast<uint64_t*>(bar), rank);
+#endif
+}
+
+// TMA with .multicast::cluster: the box lands at the offset of `smem` in every CTA of `mask`
+// (bit r: rank r) and completes its bytes on each one's mbarrier at the offset of `bar`.
+NCDC_DEVICE void tma_load_2d_multicast(void* smem, const TensorMap* map, unsigned long long* bar,
+                                       unsigned short mask, int c0, int c1) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;\n"
+      ::"r"(smem_address(smem)), "l"(reinterpret_cast<unsigned long long>(map)),
+      "r"(smem_address(bar)), "h"(mask), "r"(c0), "r"(c1) : "memory");
+#else
+  int32_t c[2] = {c0, c1};
+  emu::tma_load_multicast(smem, map, reinterpret_cast<uint64_t*>(bar), c, mask);
+#endif
+}
+
+NCDC_DEVICE void tma_load_3d_multicast(void* smem, const TensorMap* map, unsigned long long* bar,
+                                       unsigned short mask, int c0, int c1, int c2) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;\n"
+      ::"r"(smem_address(smem)), "l"(reinterpret_cast<unsigned long long>(map)),
+      "r"(smem_address(bar)), "h"(mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
+#else
+  int32_t c[3] = {c0, c1, c2};
+  emu::tma_load_multicast(smem, map, reinterpret_cast<uint64_t*>(bar), c, mask);
+#endif
+}
+
 // ---- named barriers (bar.sync / bar.arrive a, b) --------------------------------------------
 // `count` threads (a multiple of 32) arrive at barrier `id` (1 to 15; 0 is __syncthreads).
 NCDC_DEVICE void named_bar_sync(unsigned id, unsigned count) {
