@@ -154,6 +154,24 @@ def test_global_access_is_fully_coalesced_at_aligned_sizes(
     assert c.load_requests > 0 and c.excess_sectors == 0
 
 
+def test_hopper_attention_stores_o_through_shared_memory_by_tma() -> None:
+    # h200 plans the FlashAttention-3 kernel. Each consumer thread writes its O / l to the
+    # V ring as 32-bit words, d_v / 4 = 32 of them: 8 warps x 32 = 256 requests, one
+    # wavefront each (the 128-byte swizzle puts a warp's 8 rows in 8 distinct 16-byte
+    # chunks, its 4 lanes a row in 4 words of one); then TMA stores the boxes: no thread
+    # writes global memory (direct stores from the accumulators took 2048 sectors for an
+    # ideal 1024), and O's 128 x 128 x 2 bytes are written once.
+    d = load_diagram("diagrams/attention.yaml", {"b": 1, "h": 1, "q": 128, "x": 128})
+    plan = plan_diagram(d, H200)
+    assert plan.kernels[0].candidate.param("wgmma") == 1
+    result = run_diagram(d, render_plan(plan), counters=True)
+    c = result.counters
+    assert result.ok and c is not None
+    assert (c.shared_requests, c.shared_wavefronts, c.bank_conflicts) == (256, 256, 0)
+    assert (c.store_requests, c.excess_sectors) == (0, 0)
+    assert result.bytes_written == 128 * 128 * 2
+
+
 def test_rowwise_staged_weight_is_coalesced_and_conflict_free() -> None:
     # The weight is staged once per block in shared memory as 16-byte vectors and read back
     # as 16-byte vectors per run: quarter-warp phases of 128 B each.

@@ -74,6 +74,8 @@ def test_causal_grouped_query_attention_matches_the_reference() -> None:
     seed = int(np.random.default_rng().integers(2**31))
     result = run_diagram(d, module, backend="cpu", seed=seed)
     assert result.ok, [c for c in result.checks if not c.ok]
+    # O's TMA stores clip the second block's 126 rows past q: 2 heads x 130 rows x 128 bytes
+    assert result.bytes_written == 2 * 130 * 64 * 2
 
 
 # FlashAttention-3's fp8 configuration (sec. 3.3 and 4.1 of the paper): e4m3 Q and K (S by
@@ -124,7 +126,7 @@ def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
 def test_compiles_to_tma_and_wgmma_without_spills(
     spec: str, mmas: tuple[str, str], most: int
 ) -> None:
-    # What `ncdc compile --arch sm_90a` builds on h200: TMA loads, setmaxnreg, both GEMMs
+    # What `ncdc compile --arch sm_90a` builds on h200: TMA loads and stores, setmaxnreg, both GEMMs
     # as wgmma (P V's A in registers: an R operand, not a descriptor), no spills, the
     # main loop's issue slots per HMMA.16816 of tensor work under `most`, and the model's
     # estimate within 15% of them.
@@ -139,6 +141,8 @@ def test_compiles_to_tma_and_wgmma_without_spills(
     assert kernel.spill_stores_bytes == kernel.spill_loads_bytes == 0
     text = sass.disassemble(report.cubin)
     assert "UTMALDG" in text and "USETMAXREG" in text
+    # O leaves through shared memory by TMA stores, not by the threads' own stores
+    assert "UTMASTG" in text and not re.search(r"\bSTG\.", text)
     qk, pv = mmas
     assert qk in text and re.search(re.escape(pv) + r"\d+, R\d+, gdesc\[UR\d+\]\.tnspB", text)
     loop = sass.main_loops(report.cubin)[report.module.launches[0].kernel]

@@ -8,14 +8,16 @@ V into rings of `stages` slots); warpgroups 1 and 2 rise to 240 and each owns 64
 S = Q K^T by wgmma m64nS_Xk16 from 128-byte-swizzled shared memory, the online softmax in
 registers, P packed to 16 bits in registers and O += P V by wgmma with A from registers.
 Named barriers make the two take turns at the tensor cores, so that one's softmax runs
-under the other's GEMMs.
+under the other's GEMMs. The epilogue stages O / l in the V ring, swizzled, and one thread
+of each consumer stores its 64 rows with TMA (rows beyond q are clipped).
 
 The candidates join the mma.sync ones on sm_90a profiles and the model picks per shape.
 Their price: the model's traffic and padding, the tensor rate at the full wgmma peak
-(param `tensor_permille`) and the softmax hidden under the other warpgroup's GEMMs (param
-`pingpong`: ncdc.cost.pingpong_compute). What the template does not run (scores other than
-a plain or causal mask, a log-sum-exp output, heads outside 64..256 in 128-byte rows,
-layouts TMA cannot take) leaves the kernel with the mma.sync candidates.
+(param `tensor_permille`, less the epilogue's TMA store issue) and the softmax hidden under
+the other warpgroup's GEMMs (param `pingpong`: ncdc.cost.pingpong_compute). What the
+template does not run (scores other than a plain or causal mask, a log-sum-exp output,
+heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q, K, V and O must be
+[batch..., rows, head]) leaves the kernel with the mma.sync candidates.
 
     >>> from ncdc.spec import load_diagram
     >>> from ncdc.hardware import load_hardware
@@ -84,13 +86,42 @@ def pipeline_share(hw: Hardware, at: Attention, s_x: int, stages: int) -> float:
         (1.0, 1.0)
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
-    sms = hw.limits.sms
-    mma_s = 2.0 * BQ * s_x * at.d / (hw.achieved_rate("tensor", at.dtype) / sms)
-    mma_s += 2.0 * BQ * s_x * at.d_v / (hw.achieved_rate("tensor", at.value_dtype) / sms)
+    mma_s = mma_tile_s(hw, at, s_x)
     loads = (at.d * DTYPE_BYTES[at.dtype] + at.d_v * DTYPE_BYTES[at.value_dtype]) // SPAN
     issue_s = (loads + 4) * ISSUE_CYCLES / clock
     fill_s = (TMA_LATENCY_CYCLES / clock + issue_s) / stages
     return mma_s / max(mma_s, issue_s, fill_s)
+
+
+def mma_tile_s(hw: Hardware, at: Attention, s_x: int) -> float:
+    """Seconds one SM's tensor cores take for a block's two GEMMs of one key tile at peak:
+    128 x s_x x d in Q's type and 128 x s_x x d_v in V's."""
+    sms = hw.limits.sms
+    mma_s = 2.0 * BQ * s_x * at.d / (hw.achieved_rate("tensor", at.dtype) / sms)
+    return mma_s + 2.0 * BQ * s_x * at.d_v / (hw.achieved_rate("tensor", at.value_dtype) / sms)
+
+
+def store_share(hw: Hardware, at: Attention, s_x: int, keys: int, share: float) -> float:
+    """The share of a block's time left to its key loop after the epilogue's serial TMA
+    store: a consumer's d_v / 64 box stores, their commit and wait and two named barriers
+    (the bytes are the model's as before), against its key tiles (half of them on average
+    under a causal mask) at `share` of the peak.
+
+        >>> from ncdc.hardware import load_hardware
+        >>> from ncdc.tiling import plan_diagram
+        >>> from ncdc.spec import load_diagram
+        >>> from ncdc.families.attention import read_attention
+        >>> h200 = load_hardware("h200")
+        >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), h200)
+        >>> at = read_attention(plan.kernels[0].family, plan.kernels[0].kernel, plan.graph.diagram)
+        >>> round(store_share(h200, at, 128, 4096, 1.0), 4)  # 384 cycles over 32 tiles' MMAs
+        0.9946
+    """
+    clock = hw.achievable.clock_hz or hw.clock_hz
+    tiles = -(-keys // s_x) / (2 if at.causal else 1)
+    loop_s = max(tiles, 1) * mma_tile_s(hw, at, s_x) / share
+    store_s = (at.d_v * DTYPE_BYTES[at.value_dtype] // SPAN + 4) * ISSUE_CYCLES / clock
+    return loop_s / (loop_s + store_s)
 
 
 def consumer_registers(s_x: int, d_v: int) -> int:
@@ -107,7 +138,8 @@ def smem_bytes(at: Attention, s_x: int, stages: int) -> int:
 def _runs(at: Attention, diagram: Diagram) -> bool:
     """Whether the template runs this attention: 16-bit (or fp8 Q and K), Q and K heads of
     whole 128-byte rows, d_v of 64, 128 or 256, no score path but a causal mask, no
-    log-sum-exp, a positive scale, and Q, K, V in [batch..., rows, head] order."""
+    log-sum-exp, a positive scale, and Q, K, V and O in [batch..., rows, head] order (O
+    with every batch axis, as Q)."""
     sc = at.scores
     if at.dtype not in QK_DTYPES or at.value_dtype not in DTYPES:
         return False
@@ -117,12 +149,12 @@ def _runs(at: Attention, diagram: Diagram) -> bool:
         return False
     if len(sc.hi) > 1 or bool(sc.hi) != at.causal or at.scale <= 0:
         return False
-    rows = {at.q: at.q_axis, at.k: at.x_axis, at.v: at.x_axis}
+    rows = {at.q: at.q_axis, at.k: at.x_axis, at.v: at.x_axis, at.o: at.q_axis}
     for name, row in rows.items():
         axes = diagram.tensor(name).axes
         if len(axes) < 2 or axes[-2] != row or not set(axes[:-2]) <= set(at.batch):
             return False
-    return set(diagram.tensor(at.q).axes[:-2]) == set(at.batch)
+    return all(set(diagram.tensor(t).axes[:-2]) == set(at.batch) for t in (at.q, at.o))
 
 
 def candidates(
@@ -160,6 +192,7 @@ def candidates(
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
             shape = LaunchShape((-(-model.sizes[q] // BQ), batch, 1), (THREADS, 1, 1), smem)
             share = pipeline_share(hw, at, s_x, stages)
+            share *= store_share(hw, at, s_x, model.sizes[x], share)
             params = (("wgmma", 1), ("g_q", BQ), ("s_x", s_x), ("pingpong", 1),
                       ("tensor_permille", max(1, round(1000 * share))))  # fmt: skip
             out.append(
@@ -223,7 +256,7 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         + ("_causal" if at.causal else "")
         + "_sm90a"
     )
-    maps = {t: f"ncdc_tma_{t}" for t in (at.q, at.k, at.v)}
+    maps = {t: f"ncdc_tma_{t}" for t in (at.q, at.k, at.v, at.o)}
     params = (
         Param(at.q, "tensor", at.dtype),
         Param(at.k, "tensor", at.dtype),
@@ -234,21 +267,21 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         Param(maps[at.q], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.q, BQ)),
         Param(maps[at.k], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.k, s_x)),
         Param(maps[at.v], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.v, s_x)),
+        Param(maps[at.o], "tensormap", at.value_dtype, tensor_map=_tensor_map(d, at.o, BQ // 2)),
     )
     context = {
         "kernel": name,
         "summary": f"fused attention in FlashAttention-3 order: {BQ} queries per block, "
         f"keys {s_x} at a time through {stages}-stage TMA rings, two ping-pong consumer "
-        "warpgroups (wgmma)" + (", causal" if at.causal else ""),
+        "warpgroups (wgmma), O stored by TMA" + (", causal" if at.causal else ""),
         "T": cpp_type(at.dtype),
         "TV": cpp_type(at.value_dtype),
         "q": at.q, "k": at.k, "v": at.v, "o": at.o,
         "batch": at.batch, "sizes": at.sizes, "q_axis": at.q_axis, "x_axis": at.x_axis,
         "d": at.d, "d_v": at.d_v, "s_x": s_x, "stages": stages, "threads": c.threads,
         "causal": at.causal, "shift": at.scores.hi[0] if at.causal else "0",
-        "offset_o": at.offset[at.o], "stride_o": at.stride[at.o],
-        "z_q": _slice_index(d, at.q), "z_k": _slice_index(d, at.k),
-        "map_q": maps[at.q], "map_k": maps[at.k], "map_v": maps[at.v],
+        "z_q": _slice_index(d, at.q), "z_k": _slice_index(d, at.k), "z_o": _slice_index(d, at.o),
+        "map_q": maps[at.q], "map_k": maps[at.k], "map_v": maps[at.v], "map_o": maps[at.o],
         "smem_bytes": c.smem_bytes,
     }  # fmt: skip
     return KernelSource("attention_wgmma.cu.j2", context, (Launch.of(name, c.main, params),))

@@ -11,6 +11,7 @@
 //     (base 2, the scale folded into the exponent), P packed to 16 bits in registers (the
 //     accumulator layout of m64nNk16 is, element for element, its A fragment layout), and
 //     O += P V by wgmma with A from registers and V as an MN-major B.
+// The epilogue stages O / l in the V ring (swizzled) and stores it with TMA (store_o).
 // Within a warpgroup, the P V product of tile j - 1 is in flight while the softmax of tile j
 // runs (issued together with S of tile j). Between the two, named barriers 1 and 2 order the
 // GEMM issue: a warpgroup issues its GEMMs, lets the other issue its own, then runs its
@@ -23,7 +24,7 @@
 // its k rows (16 per wgmma, 8-key groups 1024 bytes apart).
 //
 // Tails: rows of Q beyond q_len and keys beyond x_len arrive as TMA's zeros; keys beyond
-// x_len are masked to -inf in the last tile, rows beyond q_len are not stored. Causal: only
+// x_len are masked to -inf in the last tile, rows beyond q_len are clipped by O's TMA store. Causal: only
 // the tiles that cross a warpgroup's diagonal are masked, and tiles past the block's last
 // row's diagonal are never loaded.
 #pragma once
@@ -40,6 +41,8 @@ constexpr int kConsumers = 2;
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 128 * (24 + 2 * 240) <= 65536
 constexpr unsigned kSchedulerBar = 1;                    // named barriers 1 and 2: whose turn
 constexpr unsigned kPair = 2 * 128;                      // one warpgroup syncs, the other arrives
+constexpr unsigned kStoreBar = 3;  // named barrier 3: both consumers are done with the V ring;
+                                   // 4 and 5: a consumer's O tile is written
 
 // S = Q K^T from descriptors (both K-major): m64nNk16 for 16-bit Q and K, k32 for fp8.
 template <class T>
@@ -101,16 +104,19 @@ struct Config {
   static constexpr int QK_STEPS = D * ES_QK / 32;  // S's wgmmas: 32 bytes of the head each
   static constexpr int Q_BYTES = BQ * D * ES_QK, K_BYTES = SX * D * ES_QK, V_BYTES = SX * DV * ES_V;
   static constexpr int SMEM_BYTES = 1024 + Q_BYTES + STAGES * (K_BYTES + V_BYTES);
+  static constexpr int O_BOXES = DV / ROW_V;       // a consumer's O: boxes of 64 rows x 128 bytes
+  static constexpr int O_TILE_BYTES = 64 * DV * ES_V;  // one consumer's O, staged in the V ring
   static_assert(ES_V == 2, "16-bit V and O");
   static_assert(D % ROW_QK == 0 && DV % ROW_V == 0, "heads are whole 128-byte rows");
   static_assert(SX == 64 || SX == 128, "key tiles of 64 or 128 (the n of S's wgmma)");
   static_assert(DV == 64 || DV == 128 || DV == 256, "d_v is the n of P V's wgmma");
+  static_assert(kConsumers * O_TILE_BYTES <= STAGES * V_BYTES, "O is staged in the V ring");
 };
 
 struct Problem {
   int q_len, x_len;
   int q_tile;         // this block's queries: [128 q_tile, 128 q_tile + 128)
-  int z_q, z_k;       // the slice of Q (and O) and of K and V: the maps' third coordinate
+  int z_q, z_k, z_o;  // the slice of Q, of K and V and of O: the maps' third coordinate
   long long shift;    // causal: key j is visible to query i when j <= i + shift
   float scale_log2;   // the logits' scale times log2(e), positive
 };
@@ -290,10 +296,43 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
   phase = next_phase;
 }
 
+// The epilogue: O / l through shared memory and TMA. Once both consumer warpgroups are past
+// their last wgmma (named barrier 3) every TMA load has landed and no wgmma reads the ring, so
+// each stages its 64 rows in the V ring as O_BOXES boxes of 64 rows x 128 bytes, swizzled as
+// TMA reads them (row r's 16-byte chunk c at c ^ r % 8: a warp's 32-bit writes, 8 rows g x 4
+// words t, hit 32 banks), orders those writes before the async proxy (fence.proxy.async, then
+// its own named barrier), and one thread stores the boxes. Rows beyond q_len are clipped by
+// TMA (not written); a box wholly past q_len is not issued.
+template <class TV, class Cfg>
+NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const float* o_acc, const float* inv,
+                         const Problem& p, int consumer) {
+  const int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  unsigned char* tile = smem + Cfg::Q_BYTES + Cfg::STAGES * Cfg::K_BYTES + consumer * Cfg::O_TILE_BYTES;
+  named_bar_sync(kStoreBar, kConsumers * 128);
+#pragma unroll
+  for (int i = 0; i < Cfg::DV / 2; i += 2) {
+    const int h = (i / 2) % 2, r = 16 * w + g + 8 * h, col = 8 * (i / 4) + 2 * t;
+    const int byte = (col % Cfg::ROW_V) * Cfg::ES_V;
+    unsigned char* at = tile + (col / Cfg::ROW_V) * 64 * Cfg::SPAN + r * Cfg::SPAN +
+                        (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+    st_shared(reinterpret_cast<unsigned*>(at), attn::Mma<TV>::pack(o_acc[i] * inv[h], o_acc[i + 1] * inv[h]));
+  }
+  fence_proxy_async();
+  named_bar_sync(kStoreBar + 1 + consumer, 128);
+  const int row0 = p.q_tile * Cfg::BQ + 64 * consumer;
+  if (tid == 0 && row0 < p.q_len) {
+#pragma unroll
+    for (int b = 0; b < Cfg::O_BOXES; ++b)
+      tma_store_3d(map_o, tile + b * 64 * Cfg::SPAN, b * Cfg::ROW_V, row0, p.z_o);
+    tma_store_commit();
+    tma_store_wait<0>();  // the boxes are read before the block exits and its shared memory goes
+  }
+}
+
 // A consumer warpgroup: its 64 rows through every key tile, then O / l stored.
 template <class TQ, class TV, class Cfg, bool CAUSAL>
 NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem& p, int consumer,
-                         TV* o, long long o_stride) {
+                         const TensorMap* map_o) {
   const int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const unsigned char* ks = smem + Cfg::Q_BYTES;
   const unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
@@ -359,20 +398,13 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     inv[h] = attn::inverse_sum(l);
   }
-#pragma unroll
-  for (int i = 0; i < Cfg::DV / 2; i += 2) {
-    const int h = (i / 2) % 2;
-    const long long row = row0 + 8 * h;
-    if (row < p.q_len)
-      st_global_v4(o + row * o_stride + 8 * (i / 4) + 2 * t,
-                   attn::Mma<TV>::pack(o_acc[i] * inv[h], o_acc[i + 1] * inv[h]));
-  }
+  store_o<TV, Cfg>(smem, map_o, o_acc, inv, p, consumer);
 }
 
 // The whole kernel body: barriers, the warp split and the register budgets.
 template <class TQ, class TV, class Cfg, bool CAUSAL>
 NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
-                         const Problem& p, TV* o, long long o_stride) {
+                         const TensorMap* map_o, const Problem& p) {
   __shared__ unsigned long long q_full, full_k[Cfg::STAGES], empty_k[Cfg::STAGES];
   __shared__ unsigned long long full_v[Cfg::STAGES], empty_v[Cfg::STAGES];
   unsigned char* smem = wgmma_gemm::aligned_smem();
@@ -394,7 +426,7 @@ NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const T
     if (threadIdx.x == 0) produce<Cfg, CAUSAL>(map_q, map_k, map_v, smem, bar, p);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consume<TQ, TV, Cfg, CAUSAL>(smem, bar, p, group - 1, o, o_stride);
+    consume<TQ, TV, Cfg, CAUSAL>(smem, bar, p, group - 1, map_o);
   }
 }
 
