@@ -376,6 +376,9 @@ def test_race_sanitizer_follows_mbarrier_phases(tmp_path: Path) -> None:
     lib.launch("tma_box", 1, 64, [tmap, src, 0, 0, 1024, 0, box], 3072)
     with pytest.raises(CheckFailed, match="data race in kernel tma_box"):
         lib.launch("tma_box", 1, 64, [tmap, src, 0, 0, 1024, 1, box], 3072)
+    # A cluster's multicast and remote arrives order its blocks' accesses: no race.
+    got, _, src = cluster_case(lib, 2)
+    np.testing.assert_array_equal(got[1], src)
 
 
 # ---- thread-block clusters ---------------------------------------------------------------------
