@@ -78,24 +78,11 @@ def test_causal_grouped_query_attention_matches_the_reference() -> None:
     assert result.bytes_written == 2 * 130 * 64 * 2
 
 
-# FlashAttention-3's fp8 configuration (sec. 3.3 and 4.1 of the paper): e4m3 Q and K (S by
-# wgmma k32), fp16 V and O, 3 warpgroups a block, 128 queries, 64 keys a tile, d = 128.
-FP8 = """
-ncdc: 1
-name: attention_fp8
-doc: Attention with e4m3 Q and K and fp16 V.
-axes: {b: 2, h: 16, q: 4096, x: 4096, d: 128}
-inputs:
-  Q: {axes: [b, h, q, d], dtype: fp8_e4m3}
-  K: {axes: [b, h, x, d], dtype: fp8_e4m3}
-  V: {axes: [b, h, x, d], dtype: fp16}
-ops:
-  - S = contract(Q, K, over=d, dtype=fp32) * 0.08838834764831845   # accumulated in fp32
-  - P = softmax(S, over=x, dtype=fp16)   # P in V's type for the P V product
-  - O = contract(P, V, over=x, dtype=fp16)
-outputs: [O]
-schedule: {stream: x, tiles: {q: 128, x: 64}}
-"""
+# FlashAttention-3's fp8 configuration (sec. 3.3 and 4.1 of the paper): diagrams/attention_fp8.yaml
+# (e4m3 Q and K, S by wgmma k32; fp16 V and O; d = 128) with the paper's 64 keys a tile.
+FP8_FILE = (DIAGRAMS / "attention_fp8.yaml").read_text()
+FP8 = FP8_FILE.replace("schedule: {stream: x}", "schedule: {stream: x, tiles: {q: 128, x: 64}}")
+assert FP8 != FP8_FILE
 
 
 def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
@@ -160,12 +147,15 @@ def test_compiles_to_tma_and_wgmma_without_spills(
 
 def planted(header: str, fault: str) -> str:
     """The device header with one fault planted where x_len is 333 (a missing wgmma wait:
-    the softmax reads S before its wgmmas retire) or 334 (the full barrier of K waited on
-    with the wrong parity)."""
+    the softmax reads S before its wgmmas retire), 334 (the full barrier of K waited on
+    with the wrong parity) or 335 (O's shared tile stored by TMA without the proxy fence)."""
     cases = {
         "  wgmma_wait<1>();  // S of tile j\n": "  if (p.x_len != 333) wgmma_wait<1>();\n",
         "  mbar_wait(&bar.full_k[next], next_phase);\n":
             "  mbar_wait(&bar.full_k[next], p.x_len == 334 ? next_phase ^ 1u : next_phase);\n",
+        "  fence_proxy_async();\n  named_bar_sync(kStoreBar + 1 + consumer, 128);\n":
+            "  if (p.x_len != 335) fence_proxy_async();\n"
+            "  named_bar_sync(kStoreBar + 1 + consumer, 128);\n",
     }  # fmt: skip
     assert header.count(fault) == 1
     return header.replace(fault, cases[fault])
@@ -175,11 +165,13 @@ def test_fp8_attention_runs_and_planted_faults_are_caught() -> None:
     # One build of the fp8 kernel, three sizes (sizes are runtime parameters; each run has
     # its own tensor maps): x = 300 has no fault and checks the kernel against the reference
     # (two query blocks, the second 72 rows past q; 5 key tiles through a 2-slot ring, a
-    # 44-key tail), x = 333 reads stale scores, x = 334 deadlocks.
+    # 44-key tail), x = 333 reads stale scores, x = 334 deadlocks, x = 335 hands O's shared
+    # tile to the TMA store unfenced.
     header = (Path(include.__file__).parent / "ncdc_attention_hopper.cuh").read_text()
     for fault in (
         "  wgmma_wait<1>();  // S of tile j\n",
         "  mbar_wait(&bar.full_k[next], next_phase);\n",
+        "  fence_proxy_async();\n  named_bar_sync(kStoreBar + 1 + consumer, 128);\n",
     ):
         header = planted(header, fault)
 
@@ -206,6 +198,8 @@ def test_fp8_attention_runs_and_planted_faults_are_caught() -> None:
     # the threads waiting (on an mbarrier or the consumers' named barriers) finds it
     with pytest.raises(NcdcError, match=r"deadlock: (mbarrier wait|bar\.sync)"):
         run(334)
+    with pytest.raises(NcdcError, match=r"missing fence\.proxy\.async: a TMA store"):
+        run(335)
 
 
 def test_a_jump_back_from_a_retry_stub_is_not_a_loop() -> None:

@@ -282,7 +282,8 @@ def test_renamed_sources_compile_for_the_cpu(path, tmp_path):
 ODD_SIZES = (1, 3, 127, 4097)
 
 
-REFUSALS = ("head size", "shared memory", "grid")  # what a GPU plan may be refused for
+# what a GPU plan may be refused for; fp8 Q and K: a few queries (decode) have no fp8 kernel
+REFUSALS = ("head size", "shared memory", "grid", "fp8 Q (Q) and K run only in")
 
 
 def _plans_and_renders(diagram: Diagram) -> str:
