@@ -237,6 +237,12 @@ def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
     report = compile_plan_for(DIAGRAMS / "fp8_matmul.yaml", load_hardware("h200"), "sm_90a")
     launch = report.module.launches[0]
     assert "wgmma" in launch.kernel
+    # the kernel the model picks runs in clusters of 2 (compile-time cluster dims: the
+    # launch is the plain one, its grid even) and compiles clean, multicasting B
+    assert launch.kernel.endswith("_c2_sm90a") and launch.grid[0] % 2 == 0
+    assert report.kernels[0].spill_stores_bytes == 0 and report.notes == ()
+    if sass.find_tool("nvdisasm") is not None:
+        assert "UTMALDG.2D.MULTICAST" in sass.disassemble(report.cubin)
     layout = kernel_params(report.cubin, launch.kernel, tmp_path)
     assert [o for o, _, _ in layout] == list(range(len(launch.params)))
 

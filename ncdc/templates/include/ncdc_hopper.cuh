@@ -619,18 +619,19 @@ struct Problem {
 // The persistent sequence of a block: units of CLUSTER tiles stacked along m (one per CTA
 // of a cluster; a unit past the last m tile leaves its CTA a tile of zeros it does not
 // store), unit first, first + step, ... below `units`.
+// Counts are 32-bit (a tensor map's coordinates are): fewer registers held across the loops.
 template <class Cfg>
 struct Schedule {
-  long long tiles_m, tiles_n, units_m, units, k_tiles, first, step;
+  int tiles_m, tiles_n, units_m, units, k_tiles, first, step;
   int rank;
   NCDC_DEVICE explicit Schedule(const Problem& p) {
-    tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM;
-    tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
+    tiles_m = int((p.m + Cfg::BM - 1) / Cfg::BM);
+    tiles_n = int((p.n + Cfg::BN - 1) / Cfg::BN);
     units_m = (tiles_m + Cfg::CLUSTER - 1) / Cfg::CLUSTER;
-    units = units_m * tiles_n * p.batches;
-    k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
-    first = blockIdx.x / Cfg::CLUSTER;
-    step = gridDim.x / Cfg::CLUSTER;
+    units = units_m * tiles_n * int(p.batches);
+    k_tiles = int((p.k + Cfg::BK - 1) / Cfg::BK);
+    first = int(blockIdx.x) / Cfg::CLUSTER;
+    step = int(gridDim.x) / Cfg::CLUSTER;
     rank = Cfg::CLUSTER > 1 ? int(cluster_ctarank()) : 0;
   }
 };
@@ -694,11 +695,11 @@ NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigne
   const Schedule<Cfg> s(p);
   int stage = 0;
   unsigned phase = 0;
-  for (long long u = s.first; u < s.units; u += s.step) {
+  for (int u = s.first; u < s.units; u += s.step) {
     long long z, tm, tn;
     tile_at<Cfg>(s, u, p, z, tm, tn);
     int m0 = int(tm * Cfg::BM), n0 = int(tn * Cfg::BN), zi = int(z);
-    for (long long kt = 0; kt < s.k_tiles; ++kt) {
+    for (int kt = 0; kt < s.k_tiles; ++kt) {
       // the consumers released this slot (in a cluster: those of every CTA, whose slots
       // this CTA's multicast fills too)
       mbar_wait(&empty[stage], phase ^ 1u);
@@ -795,8 +796,8 @@ NCDC_DEVICE void transpose_stages(unsigned char* smem, unsigned long long* full,
   const Schedule<Cfg> s(p);
   int stage = 0;
   unsigned phase = 0;
-  for (long long u = s.first; u < s.units; u += s.step) {
-    for (long long kt = 0; kt < s.k_tiles; ++kt) {
+  for (int u = s.first; u < s.units; u += s.step) {
+    for (int kt = 0; kt < s.k_tiles; ++kt) {
       mbar_wait(&staged[stage], phase);
       unsigned char* b = smem + stage * Cfg::STAGE_BYTES + Cfg::A_BYTES;
       transpose_b<Cfg>(b + Cfg::B_BYTES, b, worker);
@@ -887,10 +888,10 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
   int stage = 0, held = -1;
   unsigned phase = 0;
   float acc[Cfg::BN / 2];
-  for (long long u = s.first; u < s.units; u += s.step) {
+  for (int u = s.first; u < s.units; u += s.step) {
     long long z, tm, tn;
     tile_at<Cfg>(s, u, p, z, tm, tn);
-    for (long long kt = 0; kt < s.k_tiles; ++kt) {
+    for (int kt = 0; kt < s.k_tiles; ++kt) {
       mbar_wait(&full[stage], phase);
       unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
       unsigned char* b = a + Cfg::A_BYTES;
