@@ -1351,7 +1351,11 @@ def time_kernel(
         # loads from device memory stop at a tensor's edge; those from shared memory read
         # the zero-filled tail tile whole
         clipped = c is not None and upper.per == "device"
-        values, nbytes = model.tile_transfer(part.group, part.stream, clipped)
+        group = part.group
+        if c is not None and c.cluster and lower.name == hw.block_level:
+            # a cluster's blocks multicast what they share: the traffic of their joint tile
+            group = {**group, **{a: group[a] * n for a, n in c.cluster}}
+        values, nbytes = model.tile_transfer(group, part.stream, clipped)
         if c is not None and c.rereads:
             # inputs the kernel reads again from global memory (a long row's second pass)
             again = _reread(model, c.rereads)

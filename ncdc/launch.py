@@ -77,6 +77,9 @@ class Candidate:
     once the kernel is compiled (ncdc.compile). `rereads` names inputs the kernel reads
     from global memory more than once, with how many extra whole reads (a row too long to
     hold is read once for its statistics and again for its output); the model counts them.
+    `cluster` names, per axis, the blocks of a thread-block cluster stacked along it: they
+    load the operands that axis does not index once for all of them (TMA multicast), so the
+    model counts the L2 -> shared-memory traffic of their joint tile.
     """
 
     group: Mapping[str, int] = field(hash=False)
@@ -89,6 +92,7 @@ class Candidate:
     splits: int = 1  # blocks sharing one group's streamed axis, merged after
     registers: int = 0
     rereads: tuple[tuple[str, int], ...] = ()
+    cluster: tuple[tuple[str, int], ...] = ()
 
     @property
     def main(self) -> LaunchShape:
@@ -137,6 +141,7 @@ class Candidate:
             "splits": self.splits,
             "registers": self.registers,
             "rereads": dict(self.rereads),
+            "cluster": dict(self.cluster),
         }
 
 
@@ -161,4 +166,5 @@ def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
         tuple((str(k), int(v)) for k, v in data["params"].items()), launches,
         int(data["stages"]), int(data["splits"]), int(data["registers"]),
         tuple((str(k), int(v)) for k, v in data.get("rereads", {}).items()),
+        tuple((str(k), int(v)) for k, v in data.get("cluster", {}).items()),
     )  # fmt: skip

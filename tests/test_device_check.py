@@ -42,3 +42,29 @@ def test_preflight_stops_early_with_a_clear_report(tmp_path):
 def test_workers_are_spawned_not_forked():
     text = (ROOT / "scripts" / "device-check").read_text()
     assert 'get_context("spawn")' in text and "mp_context=spawn" in text
+
+
+def test_every_variant_it_checks_is_planned_on_h200():
+    """Each VARIANT_SIZES diagram offers, at its odd sizes on h200, every variant the GPU
+    run forces (a missing one would be an error row, found only on a GPU)."""
+    import importlib.util
+    from importlib.machinery import SourceFileLoader
+
+    from ncdc.hardware import load_hardware
+    from ncdc.spec import load_diagram
+    from ncdc.tiling import kernel_alternatives, plan_diagram
+
+    loader = SourceFileLoader("device_check", str(ROOT / "scripts" / "device-check"))
+    spec = importlib.util.spec_from_loader("device_check", loader)
+    assert spec is not None
+    check = importlib.util.module_from_spec(spec)
+    loader.exec_module(check)
+    hw = load_hardware("h200")
+    for name, sizes in check.VARIANT_SIZES.items():
+        diagram = load_diagram(ROOT / "diagrams" / f"{name}.yaml", sizes)
+        found = {
+            check._variant(k.candidate)
+            for k in kernel_alternatives(plan_diagram(diagram, hw), 0, 1000)
+        }
+        want = {"mma.sync", "wgmma"} | (set() if "attention" in name else {"wgmma_c2"})
+        assert want <= found, (name, found)

@@ -376,3 +376,49 @@ def test_race_sanitizer_follows_mbarrier_phases(tmp_path: Path) -> None:
     lib.launch("tma_box", 1, 64, [tmap, src, 0, 0, 1024, 0, box], 3072)
     with pytest.raises(CheckFailed, match="data race in kernel tma_box"):
         lib.launch("tma_box", 1, 64, [tmap, src, 0, 0, 1024, 1, box], 3072)
+    # A cluster's multicast and remote arrives order its blocks' accesses: no race.
+    got, _, src = cluster_case(lib, 2)
+    np.testing.assert_array_equal(got[1], src)
+
+
+# ---- thread-block clusters ---------------------------------------------------------------------
+
+
+def cluster_case(
+    hopper: emulate.EmulatedModule, grid: int, fault: int = 0
+) -> tuple[np.ndarray, ...]:
+    """cluster_multicast over `grid` blocks (clusters of 2) of a (8 * grid) x 64 bf16 tensor:
+    (the 2048 bytes each block copied out, as rows of bf16; each block's cluster rank; src)."""
+    rng = np.random.default_rng()
+    src = rng.integers(1, 2**15, size=(8 * grid, 64), dtype=np.uint16)
+    spec = TensorMapSpec("src", "bf16", (64, 8 * grid), (128,), (64, 8), 0)
+    tmap = encode_emulated_tensor_map(spec, argument=1)
+    out = np.full(2048 * grid, 0xAB, np.uint8)
+    ranks = np.full(grid, 7, np.uint32)
+    hopper.launch("cluster_multicast", grid, 64, [tmap, src, fault, out, ranks], 4096)
+    return out.view(np.uint16).reshape(grid, 16, 64), ranks, src
+
+
+def test_cluster_multicast_lands_in_both_ctas(hopper: emulate.EmulatedModule) -> None:
+    # Two clusters of two: CTA r of cluster c loads rows 16c + 8r .. +7 and multicasts them,
+    # so both CTAs of cluster c hold rows 16c .. 16c + 15 (each half from the other's load),
+    # and the remote arrives complete both CTAs' second barrier.
+    got, ranks, src = cluster_case(hopper, 4)
+    np.testing.assert_array_equal(ranks, [0, 1, 0, 1])
+    for b in range(4):
+        np.testing.assert_array_equal(got[b], src[16 * (b // 2) : 16 * (b // 2) + 16])
+
+
+def test_planted_cluster_faults_are_caught(hopper: emulate.EmulatedModule) -> None:
+    # No barrier.cluster after mbarrier.init: CTA 0 multicasts onto CTA 1's barrier before
+    # CTA 1 initialised it.
+    with pytest.raises(NcdcError, match=r"mbarrier used before mbarrier.init .*block \(0,0,0\)"):
+        cluster_case(hopper, 2, fault=1)
+    # A mask of only this CTA: each full barrier gets 1024 of its 2048 bytes.
+    with pytest.raises(NcdcError, match="deadlock: mbarrier wait for the phase of parity 0"):
+        cluster_case(hopper, 2, fault=2)
+    # No remote arrive: the peer's barrier never completes, in either CTA.
+    with pytest.raises(NcdcError, match="deadlock: .*every other thread of the cluster"):
+        cluster_case(hopper, 2, fault=3)
+    with pytest.raises(NcdcError, match="grid x must be a multiple of the cluster size"):
+        cluster_case(hopper, 3)

@@ -42,12 +42,19 @@ def one_sm(hw: Hardware) -> Hardware:
     return dataclasses.replace(hw, limits=dataclasses.replace(hw.limits, sms=1))
 
 
-def wgmma_module(spec: str, sizes: dict[str, int], bn: int, stages: int, hw: Hardware):
+def wgmma_module(
+    spec: str, sizes: dict[str, int], bn: int, stages: int, hw: Hardware, cluster: int = 1
+):
     d = load_diagram(DIAGRAMS / spec, sizes)
     kernel = build_graph(d, hw).kernels[0]
     family = classify_kernel(d, kernel)
     cands = FAMILY.candidates(KernelModel(d, kernel), family, hw, streamed_axes(d, kernel), {})
-    pick = [c for c in cands if is_wgmma(c) and c.param("bn") == bn and c.param("stages") == stages]
+    pick = [
+        c
+        for c in cands
+        if is_wgmma(c)
+        and (c.param("bn"), c.param("stages"), c.param("cluster")) == (bn, stages, cluster)
+    ]
     assert len(pick) == 1
     return d, render_plan(plan_from_candidates(d, hw, pick))
 
@@ -75,6 +82,33 @@ def test_wgmma_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: 
     d, module = wgmma_module(spec, sizes, bn, 3, hw)
     # every case stores its 16-bit C through shared memory and TMA, clipped at the tails
     assert "wgmma" in module.launches[0].kernel and "_tmastore_" in module.launches[0].kernel
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok, [c for c in result.checks if not c.ok]
+
+
+def few_sms(hw: Hardware, sms: int) -> Hardware:
+    return dataclasses.replace(hw, limits=dataclasses.replace(hw.limits, sms=sms))
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes", "bn", "sms"),
+    [
+        # bf16, B [b, k, n] (each CTA multicasts half the k rows of each column block, 3D
+        # boxes): 3 tile rows, so the second unit leaves CTA 1 a tile past m; 4 SMs: two
+        # clusters, each running a unit of both batches; 5 k tiles wrap the ring of 3
+        ("batched_matmul.yaml", {"b": 2, "m": 300, "n": 72, "k": 264}, 64, 4),
+        # fp8, B [n, k] (each CTA multicasts half the n rows), scales fused; m and k tails
+        ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 200, "n": 72, "k": 80}, 64, 2),
+        # fp8, B [k, n] staged by the multicast and transposed in each CTA; two n tiles
+        ("fp8_matmul.yaml", {"m": 140, "n": 144, "k": 208}, 128, 2),
+    ],
+)
+def test_cluster_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: int) -> None:
+    d, module = wgmma_module(spec, sizes, bn, 3, few_sms(load_hardware("h200"), sms), cluster=2)
+    launch = module.launches[0]
+    assert launch.kernel.endswith("_c2_sm90a") and launch.shape.grid[0] % 2 == 0
+    assert "__cluster_dims__(2, 1, 1)" in module.source
     seed = int(np.random.default_rng().integers(2**31))
     result = run_diagram(d, module, backend="cpu", seed=seed)
     assert result.ok, [c for c in result.checks if not c.ok]
@@ -122,15 +156,22 @@ def test_the_model_chooses_the_variant_per_shape() -> None:
     h200 = load_hardware("h200")
     big = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), h200).kernels[0]
     assert is_wgmma(big.candidate) and big.candidate.threads == 384
+    # and in clusters of 2 CTAs along m multicasting B: the pair's L2 -> SMEM traffic per k
+    # tile is 2 x 16 KiB of A + 32 KiB of B instead of 2 x 48 KiB, so the kernel is no longer
+    # L2-bound (167.4 us) but tensor-bound (156.3 us, BENCHMARKS.md's priced multicast)
+    assert big.candidate.param("cluster") == 2 and big.candidate.cluster == (("m", 2),)
+    assert round(big.predicted_time_s * 1e6, 1) == 156.3
     small = load_diagram(DIAGRAMS / "matmul.yaml", {"m": 256, "n": 256, "k": 256})
     assert not is_wgmma(plan_diagram(small, h200).kernels[0].candidate)
     a100 = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), load_hardware("a100"))
     assert not is_wgmma(a100.kernels[0].candidate)
     # fp8 with B [k, n]: wgmma with B transposed in shared memory (0.87 of the fp8 peak at
-    # BN = 128) beats mma.sync, which runs fp8 at the fp16 rate (113.7 against 217.9 us)
+    # BN = 128), in clusters of 2, beats mma.sync, which runs fp8 at the fp16 rate (103.7
+    # against 217.9 us; 113.7 without the cluster)
     fp8 = plan_diagram(load_diagram(DIAGRAMS / "fp8_matmul.yaml"), h200)
     kp = fp8.kernels[0]
     assert is_wgmma(kp.candidate) and kp.candidate.param("bn") == 128
+    assert kp.candidate.param("cluster") == 2 and round(kp.predicted_time_s * 1e6, 1) == 103.7
     mma_sync = [a for a in kernel_alternatives(fp8, 0, 1000) if not is_wgmma(a.candidate)]
     assert kp.predicted_time_s < 0.6 * min(a.predicted_time_s for a in mma_sync)
     # the ring's pace: a 128-wide tile keeps the tensor cores fed with 3 stages, a 64-wide
@@ -196,6 +237,12 @@ def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
     report = compile_plan_for(DIAGRAMS / "fp8_matmul.yaml", load_hardware("h200"), "sm_90a")
     launch = report.module.launches[0]
     assert "wgmma" in launch.kernel
+    # the kernel the model picks runs in clusters of 2 (compile-time cluster dims: the
+    # launch is the plain one, its grid even) and compiles clean, multicasting B
+    assert launch.kernel.endswith("_c2_sm90a") and launch.grid[0] % 2 == 0
+    assert report.kernels[0].spill_stores_bytes == 0 and report.notes == ()
+    if sass.find_tool("nvdisasm") is not None:
+        assert "UTMALDG.2D.MULTICAST" in sass.disassemble(report.cubin)
     layout = kernel_params(report.cubin, launch.kernel, tmp_path)
     assert [o for o, _, _ in layout] == list(range(len(launch.params)))
 

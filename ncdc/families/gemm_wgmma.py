@@ -8,7 +8,10 @@ of 16 bits or 128 of fp8) into a ring of `stages` slots; warpgroups 1 and 2 rise
 registers and each multiplies 64 rows with wgmma m64nBNk16 (fp8: k32, QGMMA) from
 128-byte-swizzled descriptors, keeping one k tile in flight. Tails in m, n and k are TMA's
 out-of-bounds zeros; the epilogue applies the gemm family's fused ops to the accumulators
-and stores C directly (no TMA store).
+and stores C directly (no TMA store). With `cluster = 2` (kernel name `_c2`) two CTAs
+along m form a thread-block cluster sharing each B tile: each loads half of it and
+multicasts it to both, and the model counts the pair's joint L2 -> shared-memory traffic
+(`Candidate.cluster`).
 
 The candidates join the mma.sync ones on sm_90a profiles, and the model picks per shape.
 Their price: the model's usual traffic and tile padding, with the tensor rate at the full
@@ -28,6 +31,7 @@ needs 16-byte aligned strides) leave a kernel with only the mma.sync candidates.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -78,6 +82,9 @@ CONSUMER_REGISTERS = 232  # setmaxnreg.inc for the consumers (128 * (40 + 2 * 23
 REGISTER_OVERHEAD = 48  # a consumer's addressing, descriptors and epilogue besides its acc
 GROUP_M = 8  # tile rows per raster group
 TILES: dict[str, tuple[int, ...]] = {"n": (64, 128, 256), "stages": (3, 4, 5, 6)}
+# CTAs of a thread-block cluster along m: the pair's B tile is loaded once, half by each CTA,
+# and multicast to both (docs/compile.md); 1 is no cluster
+CLUSTERS = (1, 2)
 # Pipeline timing (cycles): a TMA load's latency from issue to landing (an L2 miss, of the
 # order published microbenchmarks measure on H100: about 500-1000 cycles for HBM), and the
 # producer thread's cost to issue one TMA or mbarrier operation.
@@ -201,9 +208,13 @@ def candidates(
         # the TMA stores of a tile's C boxes, their commit and wait, and the two named
         # barriers: a consumer's serial cost per tile, over its k tiles' MMA time
         store_s = (bn * c_size // SPAN + 4) * ISSUE_CYCLES / clock if c_size else 0.0
-        tiles = -(-d.axes[ops.m] // BM) * -(-d.axes[ops.n] // bn) * batches
-        grid = (min(tiles, hw.limits.sms), 1, 1)
-        for stages in TILES["stages"]:
+        tiles_m = -(-d.axes[ops.m] // BM)
+        for cluster, stages in itertools.product(CLUSTERS, TILES["stages"]):
+            if cluster > 1 and tiles_m < cluster:
+                continue  # no two tiles along m share a B tile
+            # the persistent units: `cluster` tiles stacked along m, one per CTA of a cluster
+            units = -(-tiles_m // cluster) * -(-d.axes[ops.n] // bn) * batches
+            grid = (cluster * max(1, min(units, hw.limits.sms // cluster)), 1, 1)
             # per stage: A, B as wgmma reads it, and the staging slot of a transposed B
             smem = 1024 + stages * (BM + bn * (2 if transpose else 1)) * bk * esize + c_tile
             share = pipeline_share(hw, ops.a.dtype, bn, stages, loads, transpose=transpose)
@@ -212,7 +223,7 @@ def candidates(
             params = (
                 ("wgmma", 1), ("bm", BM), ("bn", bn), ("bk", bk), ("stages", stages),
                 ("group_m", GROUP_M), ("tensor_permille", max(1, round(1000 * share))),
-                ("tma_store", int(c_size > 0)),
+                ("tma_store", int(c_size > 0)), ("cluster", cluster),
             )  # fmt: skip
             group = {**{a: fixed.get(a, 1) for a in other}, ops.m: BM, ops.n: bn}
             stream = {a: (bk if a == ops.k else fixed.get(a, 1)) for a in streams}
@@ -232,6 +243,7 @@ def candidates(
                     stages,
                     1,
                     LAUNCH_REGISTERS,
+                    cluster=((ops.m, cluster),) if cluster > 1 else (),
                 )  # fmt: skip
             )
     return out
@@ -270,9 +282,11 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     assert c is not None, "a GPU plan carries its candidate"
     mm = kp.kernel.ops[0]
     bn, bk, stages = c.param("bn"), c.param("bk"), c.param("stages")
+    cluster = c.param("cluster")
     name = (
         f"{kp.kernel.name}_gemm_wgmma_{ops.a.dtype}_m{BM}_n{bn}_k{bk}_s{stages}"
-        f"_b{'k' if ops.b_k else 'n'}{'_tmastore' if c.param('tma_store') else ''}_sm90a"
+        f"_b{'k' if ops.b_k else 'n'}{'_tmastore' if c.param('tma_store') else ''}"
+        f"{f'_c{cluster}' if cluster > 1 else ''}_sm90a"
     )
     batch = ops.batch[0] if ops.batch else None
     for t in epilogue["operands"]:
@@ -280,7 +294,8 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     axes = [a for a in kp.kernel.axes if a in d.axes]
     map_a, map_b = f"ncdc_tma_{ops.a.name}", f"ncdc_tma_{ops.b.name}"
     spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, BM), ops.batch)
-    b_box = (bk, bn) if ops.b_k else (SPAN // DTYPE_BYTES[ops.b.dtype], bk)
+    # in a cluster each CTA loads its share of B: n rows (K-major) or k rows (MN-major)
+    b_box = (bk, bn // cluster) if ops.b_k else (SPAN // DTYPE_BYTES[ops.b.dtype], bk // cluster)
     b_axes = (ops.k, ops.n) if ops.b_k else (ops.n, ops.k)
     spec_b = _tensor_map(ops.b, d, b_axes, b_box, ops.batch)
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
@@ -304,6 +319,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "bk": bk,
         "stages": stages,
         "group_m": c.param("group_m"),
+        "cluster": cluster,
         "b_k": "true" if ops.b_k else "false",
         "batched": "true" if batch else "false",
         "smem_bytes": c.smem_bytes,

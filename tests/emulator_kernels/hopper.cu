@@ -240,4 +240,40 @@ extern "C" __global__ void maxnreg(int lo, int hi, int* out) {
 }
 NCDC_EXPORT_KERNEL(maxnreg);
 
+// A cluster of two CTAs: CTA r loads rows 8r..8r+7 of its cluster's 16 x 64 bf16 slab and
+// multicasts them to both CTAs (each CTA's full barrier expects the whole 2048 bytes), copies
+// the slab out, then arrives on its peer's barrier (remote arrive) and waits for its own.
+// fault: 1 no cluster barrier between mbarrier.init and the multicast, 2 a mask of only this
+// CTA, 3 no remote arrive.
+extern "C" __global__ void __cluster_dims__(2, 1, 1) cluster_multicast(
+    const __grid_constant__ ncdc::TensorMap map, const void* src, int fault, unsigned char* out,
+    unsigned* ranks) {
+  (void)src;  // the map's buffer
+  unsigned char* smem = smem_1024();
+  auto* bars = reinterpret_cast<unsigned long long*>(smem + 2048);  // full, peer_done
+  unsigned rank = ncdc::cluster_ctarank();
+  if (threadIdx.x == 0) {
+    ncdc::mbar_init(&bars[0], 1);
+    ncdc::mbar_init(&bars[1], 1);
+    ncdc::fence_barrier_init();
+  }
+  if (fault == 1) __syncthreads();
+  else ncdc::cluster_sync();  // the peer's barriers exist before a multicast completes on them
+  if (threadIdx.x == 0) {
+    ncdc::mbar_arrive_expect_tx(&bars[0], 2048);
+    auto mask = static_cast<unsigned short>(fault == 2 ? 1u << rank : 3u);
+    ncdc::tma_load_2d_multicast(smem + rank * 1024, &map, &bars[0], mask, 0, int(blockIdx.x / 2 * 16 + rank * 8));
+  }
+  ncdc::mbar_wait(&bars[0], 0);
+  for (int i = threadIdx.x; i < 2048; i += blockDim.x) out[blockIdx.x * 2048 + i] = smem[i];
+  if (threadIdx.x == 0) {
+    ranks[blockIdx.x] = rank;
+    if (fault != 3) ncdc::mbar_arrive_cluster(&bars[1], rank ^ 1u);
+  }
+  ncdc::mbar_wait(&bars[1], 0);
+  ncdc::cluster_sync();  // neither CTA exits while its peer may still reach its shared memory
+}
+NCDC_CLUSTER_DIMS(cluster_multicast, 2);
+NCDC_EXPORT_KERNEL(cluster_multicast);
+
 #endif

@@ -15,11 +15,11 @@
 // kernel  swiglu_mlp_0_G: gemm, tiles m=128  f=256  d=64, 12 warps, 3 stages, grid 132
 // kernel  swiglu_mlp_1_H: gemm, tiles m=128  f=256  d=64, 12 warps, 3 stages, grid 132
 // kernel  swiglu_mlp_2_Y: gemm, tiles m=128  d=256  f=64, 12 warps, 3 stages, grid 132
-// predicted on h200: 1338.0 us (l2-bound), 1.11e+12 FLOP
+// predicted on h200: 1264.7 us (tensor-bound), 1.11e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a: G = contract(X, Wg, over=d) (+0 epilogue ops), wgmma
+// ---- swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a: G = contract(X, Wg, over=d) (+0 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
 #include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -27,7 +27,7 @@
 #undef Wg
 #undef G
 
-namespace ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a {
+namespace ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a {
 
 // The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
 // store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
@@ -47,9 +47,9 @@ struct ncdc_Out {
   }
 };
 
-}  // namespace ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a
+}  // namespace ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a
 
-extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a(
     const __nv_bfloat16* __restrict__ X,
     const __nv_bfloat16* __restrict__ Wg,
     __nv_bfloat16* __restrict__ G,
@@ -59,12 +59,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_0_G_gemm_wgmma_b
     const __grid_constant__ ncdc::TensorMap ncdc_tma_X,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_Wg,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_G) {
-  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2>;
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2, 2>;
   static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
   (void)X;  // read through ncdc_tma_X; passed so that the CPU backend's map can name it
   (void)Wg;
   const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_f, ncdc_size_d, 1, 8};
-  ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a::ncdc_Out ncdc_out;
+  ncdc_swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a::ncdc_Out ncdc_out;
   ncdc_out.ncdc_scale = 1.0f;
   ncdc_out.G = G;
   ncdc_out.ncdc_pitch_m_G = ncdc_size_f;
@@ -72,8 +72,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_0_G_gemm_wgmma_b
   ncdc_out.ncdc_pitch_z_G = 0;
   ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_X, &ncdc_tma_Wg, &ncdc_tma_G, ncdc_problem, false, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a);
-// ---- swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a: U = contract(X, Wu, over=d) (+2 epilogue ops), wgmma
+NCDC_CLUSTER_DIMS(swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a, 2);
+NCDC_EXPORT_KERNEL(swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a);
+// ---- swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a: U = contract(X, Wu, over=d) (+2 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
 #include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -82,7 +83,7 @@ NCDC_EXPORT_KERNEL(swiglu_mlp_0_G_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_s
 #undef G
 #undef H
 
-namespace ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a {
+namespace ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a {
 
 // The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
 // store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
@@ -106,9 +107,9 @@ struct ncdc_Out {
   }
 };
 
-}  // namespace ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a
+}  // namespace ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a
 
-extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a(
     const __nv_bfloat16* __restrict__ X,
     const __nv_bfloat16* __restrict__ Wu,
     const __nv_bfloat16* __restrict__ G,
@@ -119,12 +120,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_1_H_gemm_wgmma_b
     const __grid_constant__ ncdc::TensorMap ncdc_tma_X,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_Wu,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_H) {
-  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2>;
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2, 2>;
   static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
   (void)X;  // read through ncdc_tma_X; passed so that the CPU backend's map can name it
   (void)Wu;
   const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_f, ncdc_size_d, 1, 8};
-  ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a::ncdc_Out ncdc_out;
+  ncdc_swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a::ncdc_Out ncdc_out;
   ncdc_out.ncdc_scale = 1.0f;
   ncdc_out.H = H;
   ncdc_out.ncdc_pitch_m_H = ncdc_size_f;
@@ -136,8 +137,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_1_H_gemm_wgmma_b
   ncdc_out.ncdc_pitch_z_G = 0;
   ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_X, &ncdc_tma_Wu, &ncdc_tma_H, ncdc_problem, false, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a);
-// ---- swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a: Y = contract(H, Wd, over=f) (+0 epilogue ops), wgmma
+NCDC_CLUSTER_DIMS(swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a, 2);
+NCDC_EXPORT_KERNEL(swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a);
+// ---- swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a: Y = contract(H, Wd, over=f) (+0 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
 #include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -145,7 +147,7 @@ NCDC_EXPORT_KERNEL(swiglu_mlp_1_H_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_s
 #undef Wd
 #undef Y
 
-namespace ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a {
+namespace ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a {
 
 // The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
 // store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
@@ -165,9 +167,9 @@ struct ncdc_Out {
   }
 };
 
-}  // namespace ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a
+}  // namespace ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a
 
-extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a(
     const __nv_bfloat16* __restrict__ H,
     const __nv_bfloat16* __restrict__ Wd,
     __nv_bfloat16* __restrict__ Y,
@@ -177,12 +179,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_2_Y_gemm_wgmma_b
     const __grid_constant__ ncdc::TensorMap ncdc_tma_H,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_Wd,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_Y) {
-  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2>;
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, false, 2, 2>;
   static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
   (void)H;  // read through ncdc_tma_H; passed so that the CPU backend's map can name it
   (void)Wd;
   const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_d, ncdc_size_f, 1, 8};
-  ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a::ncdc_Out ncdc_out;
+  ncdc_swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a::ncdc_Out ncdc_out;
   ncdc_out.ncdc_scale = 1.0f;
   ncdc_out.Y = Y;
   ncdc_out.ncdc_pitch_m_Y = ncdc_size_d;
@@ -190,4 +192,5 @@ extern "C" __global__ void __launch_bounds__(384, 1) swiglu_mlp_2_Y_gemm_wgmma_b
   ncdc_out.ncdc_pitch_z_Y = 0;
   ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_H, &ncdc_tma_Wd, &ncdc_tma_Y, ncdc_problem, false, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_sm90a);
+NCDC_CLUSTER_DIMS(swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a, 2);
+NCDC_EXPORT_KERNEL(swiglu_mlp_2_Y_gemm_wgmma_bf16_m128_n256_k64_s3_bn_tmastore_c2_sm90a);

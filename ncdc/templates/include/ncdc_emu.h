@@ -29,10 +29,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -240,8 +242,15 @@ struct Launch {
   }
 };
 
+struct Cluster;
+
 struct Worker {
   Launch* launch = nullptr;
+  Cluster* cluster = nullptr;  // the cluster this block runs in (null: clusters of one)
+  unsigned rank = 0;           // %cluster_ctarank
+  void* hopper = nullptr;      // the Hopper state of ncdc_emu_hopper.h (BlockHopper)
+  void (*hopper_free)(void*) = nullptr;
+  char* tls_anchor = nullptr;  // &tl_anchor of its OS thread: maps static shared to a peer's
   Context sched;
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
@@ -296,6 +305,7 @@ struct Tracked {
 #endif
 
 inline thread_local Worker* tl_worker = nullptr;
+inline thread_local char tl_anchor;  // an OS thread's place in this module's TLS block
 
 inline std::string fmt_dim(const dim3& d) {
   return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
@@ -671,6 +681,99 @@ inline std::string describe_deadlock(Worker& w) {
   return "no thread can make progress";
 }
 
+// ---- thread-block clusters ----------------------------------------------------------------------
+// A kernel declares its cluster (on the GPU __cluster_dims__, on the CPU also
+// NCDC_CLUSTER_DIMS(name, x), which registers it by name when the library loads). The blocks of
+// a cluster are consecutive in x and run together: each on its own OS thread (so that its
+// `thread_local` state, static shared memory included, is its own), in lockstep, one block's
+// fibers at a time, so exactly one fiber of the cluster runs at any moment, as if
+// all were fibers of one scheduler; a block runs until each of its threads waits for
+// something only a peer can do; a wait that no fiber of the cluster can end is a deadlock.
+constexpr unsigned kMaxCluster = 8;  // the portable cluster size (CUDA guide, "Thread Block Clusters")
+
+struct ClusterDecl {
+  const char* kernel;
+  unsigned x;
+};
+inline std::vector<ClusterDecl>& cluster_decls() {
+  static std::vector<ClusterDecl> decls;
+  return decls;
+}
+inline bool declare_cluster(const char* kernel, unsigned x) {
+  cluster_decls().push_back({kernel, x});
+  return true;
+}
+inline unsigned cluster_size_of(const char* kernel) {
+  for (const ClusterDecl& d : cluster_decls())
+    if (std::strcmp(d.kernel, kernel) == 0) return d.x;
+  return 1;
+}
+
+struct Cluster {
+  unsigned size = 1;
+  std::mutex mu;
+  std::condition_variable cv;
+  Worker* members[kMaxCluster] = {};
+  bool exited[kMaxCluster] = {};
+  unsigned turn = 0;       // the rank whose round runs now
+  bool abort = false;      // a member failed: the others abandon the cluster
+  unsigned met = 0;        // members at the rendezvous
+  uint64_t meeting = 0;    // rendezvous generation
+  uint64_t index = 0;      // the cluster being run
+  unsigned bar_arrived = 0;  // barrier.cluster: threads arrived in this generation
+  uint64_t bar_gen = 0;
+  char bar_sync[2];          // TSan sync objects of barrier.cluster, per parity
+};
+
+// Waits until every member arrives; the last one runs `last` first (under the lock).
+template <class F>
+inline void cluster_meet(Cluster& c, F&& last) {
+  std::unique_lock<std::mutex> lock(c.mu);
+  uint64_t gen = c.meeting;
+  if (++c.met == c.size) {
+    last();
+    c.met = 0;
+    ++c.meeting;
+    c.cv.notify_all();
+    return;
+  }
+  c.cv.wait(lock, [&] { return c.meeting != gen; });
+}
+
+inline unsigned next_live(const Cluster& c, unsigned rank) {
+  for (unsigned i = 1; i <= c.size; ++i) {
+    unsigned r = (rank + i) % c.size;
+    if (!c.exited[r]) return r;
+  }
+  return rank;
+}
+
+// Waits for this block's round; false when a peer failed.
+inline bool cluster_take_turn(Worker& w) {
+  Cluster& c = *w.cluster;
+  std::unique_lock<std::mutex> lock(c.mu);
+  c.cv.wait(lock, [&] { return c.turn == w.rank || c.abort; });
+  return !c.abort;
+}
+inline void cluster_pass_turn(Worker& w) {
+  Cluster& c = *w.cluster;
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.turn = next_live(c, w.rank);
+  c.cv.notify_all();
+}
+// The block is over (finished, failed, or abandoned): its turns go to the others.
+inline void cluster_leave(Worker& w) {
+  if (!w.cluster) return;
+  Cluster& c = *w.cluster;
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.exited[w.rank] = true;
+  if (w.abort) c.abort = true;
+  if (c.turn == w.rank) c.turn = next_live(c, w.rank);
+  c.cv.notify_all();
+}
+
+inline bool block_stuck(Worker& w);  // ncdc_emu_hopper.h: every running thread waits in vain
+
 inline void run_block(Worker& w, const dim3& bidx) {
   static std::atomic<uint64_t> blocks_run{0};
   Launch& l = *w.launch;
@@ -699,7 +802,9 @@ inline void run_block(Worker& w, const dim3& bidx) {
   }
 #endif
   hb_release(&w.block_start);  // after the previous block's threads (block_end)
+  if (w.cluster) cluster_meet(*w.cluster, [] {});  // every block of the cluster is set up
   while (w.done < w.nthreads) {
+    if (w.cluster && !cluster_take_turn(w)) return cluster_leave(w);
     bool ran = false;
     for (unsigned i = 0; i < w.nthreads; ++i) {
       Fiber& f = w.fibers[i];
@@ -717,16 +822,20 @@ inline void run_block(Worker& w, const dim3& bidx) {
 #else
       context_switch(w.sched, f.ctx);
 #endif
-      if (w.abort) return;
+      if (w.abort) return cluster_leave(w);
     }
     if (w.done == w.nthreads) count_block_requests(w);
     if (!ran) {
       l.set_error("deadlock in kernel " + std::string(l.kernel_name) + " block " + fmt_dim(bidx) +
                   ": " + describe_deadlock(w));
       w.abort = true;
-      return;
+      return cluster_leave(w);
     }
+    // a block runs as far as it can before its peers do: the widest skew the hardware
+    // allows, so that a missing barrier.cluster shows
+    if (w.cluster && w.done < w.nthreads && block_stuck(w)) cluster_pass_turn(w);
   }
+  cluster_leave(w);
   hb_acquire(&w.block_end);  // the next block, and the caller reading outputs, come after
 }
 
@@ -737,11 +846,40 @@ inline size_t env_size(const char* name, size_t fallback) {
   return n > 0 ? static_cast<size_t>(n) : fallback;
 }
 
-inline void worker_main(Launch& l) {
+inline dim3 block_index(const Launch& l, uint64_t b) {
+  return dim3(unsigned(b % l.grid.x), unsigned((b / l.grid.x) % l.grid.y),
+              unsigned(b / (uint64_t(l.grid.x) * l.grid.y)));
+}
+
+// Runs clusters until none is left: the members meet before each one (the last to arrive
+// takes the next cluster) and after it, so a block's memory outlives its peers' accesses.
+inline void run_clusters(Worker& w, Cluster& c, uint64_t nblocks) {
+  Launch& l = *w.launch;
+  uint64_t nclusters = nblocks / c.size;
+  for (;;) {
+    cluster_meet(c, [&] {
+      c.index = l.failed.load() ? nclusters : l.next_block.fetch_add(1);
+      for (auto& e : c.exited) e = false;
+      c.turn = 0;
+      c.abort = false;
+      c.bar_arrived = 0;
+    });
+    if (c.index >= nclusters) break;
+    // a cluster's blocks are consecutive in x (grid.x is a multiple of the cluster size)
+    run_block(w, block_index(l, c.index * c.size + w.rank));
+    cluster_meet(c, [] {});
+  }
+}
+
+inline void worker_main(Launch& l, Cluster* cluster = nullptr, unsigned rank = 0) {
   Untracked quiet;  // the scheduler only touches bookkeeping; the kernel runs in the fibers
   Worker w;
   tl_worker = &w;
   w.launch = &l;
+  w.cluster = cluster;
+  w.rank = rank;
+  w.tls_anchor = &tl_anchor;
+  if (cluster) cluster->members[rank] = &w;
   blockDim = l.block;
   gridDim = l.grid;
   w.nthreads = l.block.x * l.block.y * l.block.z;
@@ -773,22 +911,24 @@ inline void worker_main(Launch& l) {
   w.tsan_sched = __tsan_get_current_fiber();
 #endif
   if (l.dynamic_smem) {
+    // 1024-aligned in every block, so that one offset names the same bytes in each block of a
+    // cluster (a GPU gives every block of a kernel the same shared-memory window)
 #ifdef NCDC_ASAN
-    w.dynamic_smem = static_cast<unsigned char*>(std::malloc(l.dynamic_smem));  // exact redzones
+    void* p = nullptr;  // exact redzones: the size as asked
+    if (posix_memalign(&p, 1024, l.dynamic_smem) == 0) w.dynamic_smem = static_cast<unsigned char*>(p);
 #else
-    w.dynamic_smem = static_cast<unsigned char*>(std::aligned_alloc(128, (l.dynamic_smem + 127) & ~size_t(127)));
+    w.dynamic_smem = static_cast<unsigned char*>(std::aligned_alloc(1024, (l.dynamic_smem + 1023) & ~size_t(1023)));
 #endif
   }
   uint64_t nblocks = uint64_t(l.grid.x) * l.grid.y * l.grid.z;
-  for (;;) {
+  while (!cluster) {
     if (l.failed.load(std::memory_order_relaxed)) break;
     uint64_t b = l.next_block.fetch_add(1);
     if (b >= nblocks) break;
-    dim3 bidx(unsigned(b % l.grid.x), unsigned((b / l.grid.x) % l.grid.y),
-              unsigned(b / (uint64_t(l.grid.x) * l.grid.y)));
-    run_block(w, bidx);
+    run_block(w, block_index(l, b));
     if (w.abort) break;
   }
+  if (cluster) run_clusters(w, *cluster, nblocks);
   l.bytes_read += w.bytes_read;
   l.bytes_written += w.bytes_written;
   if (l.counting) {
@@ -798,6 +938,7 @@ inline void worker_main(Launch& l) {
     l.error_lock.clear();
   }
   std::free(w.dynamic_smem);
+  if (w.hopper_free) w.hopper_free(w.hopper);
 #ifdef NCDC_ASAN
   for (auto& f : w.fibers) __asan_unpoison_memory_region(f.stack, w.stack_size);
 #endif
@@ -838,9 +979,29 @@ inline int launch(const char* name, const void* kernel, Invoker invoke, const un
   l.counting = traffic[0] != 0;
   uint64_t nblocks = uint64_t(l.grid.x) * l.grid.y * l.grid.z;
   uint64_t nthreads = uint64_t(l.block.x) * l.block.y * l.block.z;
+  unsigned cluster = cluster_size_of(name);
   if (nblocks == 0 || nthreads == 0 || nthreads > 1024) {
     l.set_error("invalid launch: grid " + fmt_dim(l.grid) + " block " + fmt_dim(l.block) +
                 " (a block holds 1 to 1024 threads)");
+  } else if (cluster < 1 || cluster > kMaxCluster || l.grid.x % cluster) {
+    l.set_error("invalid launch of kernel " + std::string(name) + ": grid " + fmt_dim(l.grid) +
+                " with clusters of " + std::to_string(cluster) +
+                " blocks (grid x must be a multiple of the cluster size, at most " +
+                std::to_string(kMaxCluster) + ")");
+  } else if (cluster > 1) {
+#if defined(NCDC_ASAN) || defined(NCDC_TSAN)
+    size_t groups = 1;  // one cluster at a time, its blocks ordered by the lockstep
+#else
+    size_t groups = env_size("NCDC_EMU_THREADS", std::max(1u, std::thread::hardware_concurrency())) / cluster;
+#endif
+    groups = std::max<size_t>(1, std::min<uint64_t>(groups, nblocks / cluster));
+    std::vector<Cluster> clusters(groups);
+    std::vector<std::thread> pool;
+    for (auto& c : clusters) {
+      c.size = cluster;
+      for (unsigned r = 0; r < cluster; ++r) pool.emplace_back([&l, &c, r] { worker_main(l, &c, r); });
+    }
+    for (auto& t : pool) t.join();
   } else {
 #if defined(NCDC_ASAN) || defined(NCDC_TSAN)
     size_t nworkers = 1;  // deterministic reports; blocks of one OS thread are ordered

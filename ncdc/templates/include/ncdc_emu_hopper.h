@@ -28,6 +28,11 @@
 #include "ncdc_emu_types.h"
 
 #define __grid_constant__
+#define __cluster_dims__(x, y, z)
+// Registers kernel `name`'s cluster of `x` blocks with the emulator (on the GPU: nothing; the
+// kernel's __cluster_dims__(x, 1, 1) declares it).
+#define NCDC_CLUSTER_DIMS(name, x) \
+  static const bool ncdc_cluster_##name [[maybe_unused]] = ::ncdc::emu::declare_cluster(#name, x)
 
 namespace ncdc {
 
@@ -110,6 +115,8 @@ struct FiberHopper {
   std::vector<size_t> group_ends;
   uint64_t rs_issued = 0;  // register-A wgmmas this thread has issued
   uint64_t spun = 0;  // progress value at this fiber's last failed wait, 0 when not waiting
+  bool cluster_pending = false;  // arrived at barrier.cluster, not waited yet
+  uint64_t cluster_gen = 0;      // the barrier.cluster generation of that arrival
   std::vector<std::pair<std::vector<unsigned char>, int>> stores;  // TMA stores, by group
   std::vector<size_t> store_group_ends;
 };
@@ -126,8 +133,7 @@ struct NamedBarrier {
 };
 
 struct BlockHopper {
-  const Worker* worker = nullptr;
-  dim3 block;
+  uint64_t serial = 0;  // Worker::block_serial of the block it describes
   uint64_t progress = 1;  // counts events that can unblock a waiting thread
   std::vector<FiberHopper> fibers;
   std::deque<TmaLoad> loads;
@@ -136,16 +142,18 @@ struct BlockHopper {
   std::map<std::pair<unsigned, uint64_t>, RegFragments> fragments;  // by (warpgroup, a_seq)
 };
 
-inline thread_local BlockHopper tl_hopper;
-
-// The state of the current block (a fresh one the first time a block uses it).
-inline BlockHopper& hopper() {
-  BlockHopper& h = tl_hopper;
-  Worker* w = tl_worker;
-  if (h.worker != w || h.block.x != blockIdx.x || h.block.y != blockIdx.y || h.block.z != blockIdx.z) {
-    h.worker = w;
-    h.block = blockIdx;
-    h.fibers.assign(w->nthreads, FiberHopper{});
+// The state of the block `w` runs now (a fresh one the first time the block uses it); a
+// cluster's blocks reach their peers' through Worker::hopper.
+inline BlockHopper& hopper_of(Worker& w) {
+  if (!w.hopper) {
+    w.hopper = new BlockHopper;
+    w.hopper_free = [](void* p) { delete static_cast<BlockHopper*>(p); };
+  }
+  BlockHopper& h = *static_cast<BlockHopper*>(w.hopper);
+  if (h.serial != w.block_serial) {
+    h.serial = w.block_serial;
+    h.progress = 1;
+    h.fibers.assign(w.nthreads, FiberHopper{});
     h.loads.clear();
     for (auto& b : h.bars) b = NamedBarrier{};
     for (auto& r : h.regs) r = 0;
@@ -153,6 +161,7 @@ inline BlockHopper& hopper() {
   }
   return h;
 }
+inline BlockHopper& hopper() { return hopper_of(*tl_worker); }
 inline FiberHopper& my_hopper() { return hopper().fibers[linear_tid()]; }
 
 // ---- the generic and async proxies (PTX ISA 9.7.13.1, "Proxies"; fence.proxy.async) ------
@@ -245,6 +254,22 @@ inline void note_async_write(const void* p, size_t n) {
 }
 
 
+// Whether every running thread of the block (of the cluster, in one) last failed a wait
+// with no event since; a cluster's members run one at a time, so their state is stable here.
+inline bool block_stuck(Worker& w) {
+  BlockHopper& h = hopper_of(w);
+  for (unsigned i = 0; i < w.nthreads; ++i)
+    if (w.fibers[i].wait == Wait::kRun && h.fibers[i].spun != h.progress) return false;
+  return true;
+}
+inline bool all_stuck() {
+  Worker& w = *tl_worker;
+  if (!w.cluster) return block_stuck(w);
+  for (unsigned r = 0; r < w.cluster->size; ++r)
+    if (!w.cluster->exited[r] && !block_stuck(*w.cluster->members[r])) return false;
+  return true;
+}
+
 // Yields until `ready()`; a wait that no running thread can end is a deadlock report.
 template <class Ready>
 inline void spin_until(Ready&& ready, const std::string& what) {
@@ -255,13 +280,12 @@ inline void spin_until(Ready&& ready, const std::string& what) {
       return;
     }
     Untracked quiet;
-    BlockHopper& h = hopper();
     Worker& w = *tl_worker;
-    h.fibers[w.current].spun = h.progress;
-    bool stuck = true;
-    for (unsigned i = 0; i < w.nthreads && stuck; ++i)
-      if (w.fibers[i].wait == Wait::kRun && h.fibers[i].spun != h.progress) stuck = false;
-    if (stuck) fail("deadlock: " + what + " can never complete (every other thread has exited or waits too)");
+    hopper().fibers[w.current].spun = hopper().progress;
+    if (all_stuck()) {
+      fail("deadlock: " + what + " can never complete (every other thread " +
+           (w.cluster ? "of the cluster " : "") + "has exited or waits too)");
+    }
     switch_to_scheduler();
   }
 }
@@ -302,14 +326,15 @@ inline void mbar_init(uint64_t* bar, uint32_t count) {
 }
 
 // Completes the current phase when nothing is pending: pending arrivals and transactions.
-inline void mbar_settle(uint64_t* bar, MbarState& s) {
+inline void mbar_settle(uint64_t* bar, MbarState& s, BlockHopper& owner) {
   if (s.pending == 0 && s.tx == 0) {
     s.phase ^= 1u;
     s.pending = s.expected;
   }
   mbar_store(bar, s);
-  ++hopper().progress;
+  ++owner.progress;
 }
+inline void mbar_settle(uint64_t* bar, MbarState& s) { mbar_settle(bar, s, hopper()); }
 
 // mbarrier.arrive[.expect_tx]: adds `tx` expected bytes, then arrives `count` times.
 inline void mbar_arrive(uint64_t* bar, uint32_t count, int32_t tx) {
@@ -399,27 +424,28 @@ inline void tma_check_smem(const void* smem, const EmuTensorMap& t, const char* 
   require_aligned(smem, t.swizzle ? 1024 : 128, what);
 }
 
-// cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes: the box at
-// `coords` (innermost first) into `smem`, out-of-bounds elements zero; completes its bytes on
-// `bar` when it lands.
-inline void tma_load(void* smem, const TensorMap* map, uint64_t* bar, const int32_t* coords) {
-  const EmuTensorMap& t = tensor_map(map);
-  tma_check_smem(smem, t, "cp.async.bulk.tensor shared destination");
+// The box at `coords` as it will land at `dst` (swizzled), out-of-bounds elements zero.
+inline std::vector<unsigned char> tma_image(const EmuTensorMap& t, const unsigned char* dst,
+                                            const int32_t* coords) {
   if (t.oob_fill != 0) fail("cp.async.bulk.tensor: the NaN out-of-bounds fill is not emulated");
-  auto* dst = static_cast<unsigned char*>(smem);
-  TmaLoad op{bar, dst, std::vector<unsigned char>(tma_box_bytes(t), 0)};
+  std::vector<unsigned char> bytes(tma_box_bytes(t), 0);
   unsigned bits = tma_swizzle_bits(t.swizzle);
   uintptr_t origin = reinterpret_cast<uintptr_t>(dst);
   size_t read = 0;
   tma_box(t, coords, [&](size_t off, const unsigned char* src) {
     if (!src) return;
     uintptr_t at = swizzle_address(origin + off, bits) - origin;
-    std::memcpy(op.bytes.data() + at, src, t.elem_bytes);
+    std::memcpy(bytes.data() + at, src, t.elem_bytes);
     read += t.elem_bytes;
   });
   count_read(read);
+  return bytes;
+}
+
+// Queues a box to land at `dst` of the block `owner` runs, completing on its mbarrier `bar`.
+inline void tma_queue(Worker& owner, unsigned char* dst, uint64_t* bar, std::vector<unsigned char> bytes) {
 #ifdef NCDC_TSAN
-  __tsan_write_range(dst, op.bytes.size());  // it may land any time before the phase completes
+  __tsan_write_range(dst, bytes.size());  // it may land any time before the phase completes
   {
     Untracked quiet;
     hb_release(mbar_sync(bar, mbar_load(bar).phase));
@@ -427,7 +453,19 @@ inline void tma_load(void* smem, const TensorMap* map, uint64_t* bar, const int3
 #endif
   Untracked quiet;
   mbar_load(bar);  // the barrier must exist now
-  hopper().loads.push_back(std::move(op));
+  BlockHopper& h = hopper_of(owner);
+  h.loads.push_back(TmaLoad{bar, dst, std::move(bytes)});
+  ++h.progress;
+}
+
+// cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes: the box at
+// `coords` (innermost first) into `smem`, out-of-bounds elements zero; completes its bytes on
+// `bar` when it lands.
+inline void tma_load(void* smem, const TensorMap* map, uint64_t* bar, const int32_t* coords) {
+  const EmuTensorMap& t = tensor_map(map);
+  tma_check_smem(smem, t, "cp.async.bulk.tensor shared destination");
+  auto* dst = static_cast<unsigned char*>(smem);
+  tma_queue(*tl_worker, dst, bar, tma_image(t, dst, coords));
 }
 
 // cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group: the box in `smem` to global
@@ -708,6 +746,108 @@ inline void wgmma_wait(unsigned n) {
   }
   Untracked quiet;
   f.fenced = false;
+}
+
+// ---- thread-block clusters (PTX ISA 9.7.13.3 barrier.cluster, 9.7.9.21 mapa) -----------------
+// The blocks of a cluster run together (ncdc_emu.h, "thread-block clusters"). A shared-memory
+// address maps to the same offset in a peer block: dynamic shared memory to the peer's, and
+// static shared memory (`thread_local` per OS thread, one per block of a cluster) to the
+// peer's copy at the same offset from the module's thread-local block.
+
+inline unsigned cluster_rank() { return tl_worker->rank; }
+inline unsigned cluster_size() { return tl_worker->cluster ? tl_worker->cluster->size : 1; }
+
+inline Worker& cluster_peer(unsigned rank, const char* what) {
+  Worker& w = *tl_worker;
+  if (rank >= cluster_size())
+    fail(std::string(what) + ": CTA " + std::to_string(rank) + " is outside the cluster of " +
+         std::to_string(cluster_size()) + " (declare the kernel's cluster with __cluster_dims__ and "
+         "NCDC_CLUSTER_DIMS)");
+  if (!w.cluster) return w;
+  Untracked quiet;
+  if (w.cluster->exited[rank] && rank != w.rank)
+    fail(std::string(what) + ": CTA " + std::to_string(rank) +
+         " of the cluster has exited (a barrier.cluster before exit keeps its shared memory alive)");
+  return *w.cluster->members[rank];
+}
+
+// mapa.shared::cluster: the address in CTA `rank` of this block's shared address `p`.
+inline void* map_shared(const void* p, unsigned rank, const char* what) {
+  Worker& w = *tl_worker;
+  Worker& peer = cluster_peer(rank, what);
+  auto a = reinterpret_cast<uintptr_t>(p);
+  size_t off = dynamic_offset(p);
+  if (off != SIZE_MAX) return peer.dynamic_smem + off;
+  return reinterpret_cast<void*>(a - reinterpret_cast<uintptr_t>(w.tls_anchor) +
+                                 reinterpret_cast<uintptr_t>(peer.tls_anchor));
+}
+
+// mbarrier.arrive.release.cluster.shared::cluster: one arrival on CTA `rank`'s barrier at the
+// offset of `bar`.
+inline void mbar_arrive_cluster(uint64_t* bar, unsigned rank) {
+  Untracked quiet;
+  Worker& peer = cluster_peer(rank, "mbarrier.arrive.shared::cluster");
+  auto* remote = static_cast<uint64_t*>(map_shared(bar, rank, "mbarrier.arrive.shared::cluster"));
+  MbarState s = mbar_load(remote);
+  hb_release(mbar_sync(remote, s.phase));
+  if (s.pending == 0) fail("mbarrier.arrive.shared::cluster: no arrival pending in this phase");
+  s.pending -= 1;
+  mbar_settle(remote, s, hopper_of(peer));
+}
+
+// The .multicast::cluster form: the box lands at the offset of `smem` in every CTA of `mask`
+// and completes its bytes on each one's mbarrier at the offset of `bar`.
+inline void tma_load_multicast(void* smem, const TensorMap* map, uint64_t* bar, const int32_t* coords,
+                               uint16_t mask) {
+  const EmuTensorMap& t = tensor_map(map);
+  tma_check_smem(smem, t, "cp.async.bulk.tensor shared destination");
+  if (mask == 0) fail("cp.async.bulk.tensor.multicast::cluster with an empty CTA mask");
+  auto* dst = static_cast<unsigned char*>(smem);
+  std::vector<unsigned char> bytes = tma_image(t, dst, coords);
+  for (unsigned r = 0; r < 16; ++r) {
+    if (!(mask >> r & 1u)) continue;
+    const char* what = "cp.async.bulk.tensor.multicast::cluster";
+    Worker& peer = cluster_peer(r, what);
+    tma_queue(peer, static_cast<unsigned char*>(map_shared(dst, r, what)),
+              static_cast<uint64_t*>(map_shared(bar, r, what)), bytes);
+  }
+}
+
+// barrier.cluster.arrive.release / barrier.cluster.wait.acquire: every thread of the cluster
+// arrives; a wait returns once all have arrived in the generation of this thread's arrival.
+inline void cluster_arrive() {
+  Untracked quiet;
+  FiberHopper& f = my_hopper();
+  if (f.cluster_pending) fail("barrier.cluster.arrive twice without a barrier.cluster.wait");
+  f.cluster_pending = true;
+  Worker& w = *tl_worker;
+  if (!w.cluster) {
+    f.cluster_gen = 0;
+    return;
+  }
+  Cluster& c = *w.cluster;
+  f.cluster_gen = c.bar_gen;
+  hb_release(&c.bar_sync[c.bar_gen & 1]);
+  if (++c.bar_arrived == c.size * w.nthreads) {
+    c.bar_arrived = 0;
+    ++c.bar_gen;
+    for (unsigned r = 0; r < c.size; ++r) ++hopper_of(*c.members[r]).progress;
+  }
+}
+inline void cluster_wait() {
+  uint64_t gen;
+  {
+    Untracked quiet;
+    FiberHopper& f = my_hopper();
+    if (!f.cluster_pending) fail("barrier.cluster.wait without a barrier.cluster.arrive");
+    f.cluster_pending = false;
+    gen = f.cluster_gen;
+  }
+  Worker& w = *tl_worker;
+  if (!w.cluster) return;
+  Cluster& c = *w.cluster;
+  spin_until([&] { Untracked quiet; return c.bar_gen != gen; }, "barrier.cluster.wait");
+  hb_acquire(&c.bar_sync[gen & 1]);
 }
 
 }  // namespace emu

@@ -179,6 +179,93 @@ NCDC_DEVICE void tma_store_wait() {
 #endif
 }
 
+// ---- thread-block clusters (PTX ISA 9.7.13.3 barrier.cluster, 9.7.9.21 mapa) ---------------
+// A kernel declares its cluster at compile time: `__cluster_dims__(X, 1, 1)` in its declaration
+// (the launch needs nothing else; grid x must be a multiple of X) and, for the CPU emulation,
+// NCDC_CLUSTER_DIMS(name, X) after it. A cluster's blocks are consecutive in x.
+#ifdef NCDC_GPU
+#define NCDC_CLUSTER_DIMS(name, x) static_assert(true, "")
+#endif
+
+// %cluster_ctarank: this block's rank in its cluster.
+NCDC_DEVICE unsigned cluster_ctarank() {
+#ifdef NCDC_GPU
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+#else
+  return emu::cluster_rank();
+#endif
+}
+
+// barrier.cluster.arrive.release: this thread's arrival (its prior writes, to any CTA's shared
+// memory, are released to the threads that wait). Not .aligned: callers may come from
+// warp-divergent code (a producer thread's loop).
+NCDC_DEVICE void cluster_arrive() {
+#ifdef NCDC_GPU
+  asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+#else
+  emu::cluster_arrive();
+#endif
+}
+
+// barrier.cluster.wait.acquire: until every thread of the cluster has arrived.
+NCDC_DEVICE void cluster_wait() {
+#ifdef NCDC_GPU
+  asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+#else
+  emu::cluster_wait();
+#endif
+}
+
+NCDC_DEVICE void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
+
+// One arrival on the mbarrier of CTA `rank` at the offset of this block's `bar` (mapa, then
+// mbarrier.arrive.release.cluster.shared::cluster).
+NCDC_DEVICE void mbar_arrive_cluster(unsigned long long* bar, unsigned rank) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+      ::"r"(smem_address(bar)), "r"(rank) : "memory");
+#else
+  emu::mbar_arrive_cluster(reinterpret_cast<uint64_t*>(bar), rank);
+#endif
+}
+
+// TMA with .multicast::cluster: the box lands at the offset of `smem` in every CTA of `mask`
+// (bit r: rank r) and completes its bytes on each one's mbarrier at the offset of `bar`.
+NCDC_DEVICE void tma_load_2d_multicast(void* smem, const TensorMap* map, unsigned long long* bar,
+                                       unsigned short mask, int c0, int c1) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;\n"
+      ::"r"(smem_address(smem)), "l"(reinterpret_cast<unsigned long long>(map)),
+      "r"(smem_address(bar)), "h"(mask), "r"(c0), "r"(c1) : "memory");
+#else
+  int32_t c[2] = {c0, c1};
+  emu::tma_load_multicast(smem, map, reinterpret_cast<uint64_t*>(bar), c, mask);
+#endif
+}
+
+NCDC_DEVICE void tma_load_3d_multicast(void* smem, const TensorMap* map, unsigned long long* bar,
+                                       unsigned short mask, int c0, int c1, int c2) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;\n"
+      ::"r"(smem_address(smem)), "l"(reinterpret_cast<unsigned long long>(map)),
+      "r"(smem_address(bar)), "h"(mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
+#else
+  int32_t c[3] = {c0, c1, c2};
+  emu::tma_load_multicast(smem, map, reinterpret_cast<uint64_t*>(bar), c, mask);
+#endif
+}
+
 // ---- named barriers (bar.sync / bar.arrive a, b) --------------------------------------------
 // `count` threads (a multiple of 32) arrive at barrier `id` (1 to 15; 0 is __syncthreads).
 NCDC_DEVICE void named_bar_sync(unsigned id, unsigned count) {
@@ -490,9 +577,13 @@ struct Mma<__nv_fp8_e5m2> {
   }
 };
 
-template <class T, int BN_, int BK_, int STAGES_, bool B_K_, int C_SIZE_>
+template <class T, int BN_, int BK_, int STAGES_, bool B_K_, int C_SIZE_, int CLUSTER_ = 1>
 struct Config {
   static constexpr int BM = 64 * kConsumers, BN = BN_, BK = BK_, STAGES = STAGES_;
+  // CLUSTER: CTAs along m sharing each B tile; each loads 1 / CLUSTER of it and multicasts
+  // it to all (a K-major B by n rows, an MN-major one by k rows of each column block)
+  static constexpr int CLUSTER = CLUSTER_;
+  static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs along m");
   // C_SIZE: bytes of a C value when the epilogue stores C through shared memory and TMA
   // (each consumer's 64 x BN tile as 64-row boxes of 128 bytes, 128-byte swizzle), else 0
   static constexpr int C_SIZE = C_SIZE_;
@@ -515,6 +606,7 @@ struct Config {
   static_assert(B_K || BN % ROW == 0, "an MN-major B tile is whole 128-byte blocks");
   static_assert(!TRANSPOSE_B || BN % 64 == 0, "the transpose moves 64 x 64-byte regions");
   static_assert(C_SIZE == 0 || C_SIZE == 2, "the TMA-store epilogue stores 16-bit C");
+  static_assert((B_K ? BN : BK) % (8 * CLUSTER) == 0, "a B share is whole 8-row swizzle atoms");
 };
 
 constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
@@ -522,6 +614,26 @@ constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
 struct Problem {
   long long m, n, k, batches;
   int group_m;
+};
+
+// The persistent sequence of a block: units of CLUSTER tiles stacked along m (one per CTA
+// of a cluster; a unit past the last m tile leaves its CTA a tile of zeros it does not
+// store), unit first, first + step, ... below `units`.
+// Counts are 32-bit (a tensor map's coordinates are): fewer registers held across the loops.
+template <class Cfg>
+struct Schedule {
+  int tiles_m, tiles_n, units_m, units, k_tiles, first, step;
+  int rank;
+  NCDC_DEVICE explicit Schedule(const Problem& p) {
+    tiles_m = int((p.m + Cfg::BM - 1) / Cfg::BM);
+    tiles_n = int((p.n + Cfg::BN - 1) / Cfg::BN);
+    units_m = (tiles_m + Cfg::CLUSTER - 1) / Cfg::CLUSTER;
+    units = units_m * tiles_n * int(p.batches);
+    k_tiles = int((p.k + Cfg::BK - 1) / Cfg::BK);
+    first = int(blockIdx.x) / Cfg::CLUSTER;
+    step = int(gridDim.x) / Cfg::CLUSTER;
+    rank = Cfg::CLUSTER > 1 ? int(cluster_ctarank()) : 0;
+  }
 };
 
 // Tile `t` of the persistent sequence: batch z, tile row tm, tile column tn, rasterised in
@@ -537,25 +649,60 @@ NCDC_DEVICE void tile_of(long long t, long long tiles_m, long long tiles_n, int 
   tn = (r % width) / rows;
 }
 
+// Unit `u` of `s`: batch z, this CTA's tile row tm and tile column tn.
+template <class Cfg>
+NCDC_DEVICE void tile_at(const Schedule<Cfg>& s, long long u, const Problem& p, long long& z,
+                         long long& tm, long long& tn) {
+  int group = p.group_m / Cfg::CLUSTER > 0 ? p.group_m / Cfg::CLUSTER : 1;
+  tile_of(u, s.units_m, s.tiles_n, group, z, tm, tn);
+  tm = tm * Cfg::CLUSTER + s.rank;
+}
+
 NCDC_DEVICE unsigned char* aligned_smem() {
   unsigned char* p = dynamic_smem<unsigned char>();
   return p + ((1024 - smem_address(p) % 1024) % 1024);
+}
+
+// This CTA's share of a B tile, multicast to every CTA of the cluster: a K-major B's n rows
+// rank * BN / CLUSTER on (its map's box is BK x BN / CLUSTER), or an MN-major one's k rows
+// rank * BK / CLUSTER on of each 128-byte column block (box ROW x BK / CLUSTER); rows of
+// 128 bytes, so a share starts on a 1024-byte swizzle atom and lands where the whole tile's
+// load would have put it.
+template <class Cfg>
+NCDC_DEVICE void load_b_share(unsigned char* b, const TensorMap* map_b, unsigned long long* bar,
+                              int rank, int k0, int n0, int zi, bool batched) {
+  constexpr auto kAll = static_cast<unsigned short>((1u << Cfg::CLUSTER) - 1);
+  if constexpr (Cfg::B_K) {
+    constexpr int ROWS = Cfg::BN / Cfg::CLUSTER;
+    unsigned char* at = b + rank * ROWS * Cfg::SPAN;
+    if (batched) tma_load_3d_multicast(at, map_b, bar, kAll, k0, n0 + rank * ROWS, zi);
+    else tma_load_2d_multicast(at, map_b, bar, kAll, k0, n0 + rank * ROWS);
+  } else {
+    constexpr int ROWS = Cfg::BK / Cfg::CLUSTER;
+    for (int j = 0; j < Cfg::BN / Cfg::ROW; ++j) {
+      unsigned char* at = b + j * Cfg::BK * Cfg::SPAN + rank * ROWS * Cfg::SPAN;
+      int c0 = n0 + j * Cfg::ROW, c1 = k0 + rank * ROWS;
+      if (batched) tma_load_3d_multicast(at, map_b, bar, kAll, c0, c1, zi);
+      else tma_load_2d_multicast(at, map_b, bar, kAll, c0, c1);
+    }
+  }
 }
 
 template <class Cfg>
 NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigned char* smem,
                          unsigned long long* full, unsigned long long* empty,
                          unsigned long long* staged, const Problem& p, bool batched) {
-  long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
-  long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  const Schedule<Cfg> s(p);
   int stage = 0;
   unsigned phase = 0;
-  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+  for (int u = s.first; u < s.units; u += s.step) {
     long long z, tm, tn;
-    tile_of(t, tiles_m, tiles_n, p.group_m, z, tm, tn);
+    tile_at<Cfg>(s, u, p, z, tm, tn);
     int m0 = int(tm * Cfg::BM), n0 = int(tn * Cfg::BN), zi = int(z);
-    for (long long kt = 0; kt < k_tiles; ++kt) {
-      mbar_wait(&empty[stage], phase ^ 1u);  // the consumers released this slot
+    for (int kt = 0; kt < s.k_tiles; ++kt) {
+      // the consumers released this slot (in a cluster: those of every CTA, whose slots
+      // this CTA's multicast fills too)
+      mbar_wait(&empty[stage], phase ^ 1u);
       unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
       unsigned char* b = a + Cfg::A_BYTES;
       int k0 = int(kt * Cfg::BK);
@@ -570,7 +717,9 @@ NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigne
       }
       if (batched) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
       else tma_load_2d(a, map_a, &full[stage], k0, m0);
-      if constexpr (Cfg::B_K) {
+      if constexpr (Cfg::CLUSTER > 1) {
+        load_b_share<Cfg>(b, map_b, b_bar, s.rank, k0, n0, zi, batched);
+      } else if constexpr (Cfg::B_K) {
         if (batched) tma_load_3d(b, map_b, b_bar, k0, n0, zi);
         else tma_load_2d(b, map_b, b_bar, k0, n0);
       } else {
@@ -644,12 +793,11 @@ NCDC_DEVICE void transpose_b(const unsigned char* staged, unsigned char* b, int 
 template <class Cfg>
 NCDC_DEVICE void transpose_stages(unsigned char* smem, unsigned long long* full,
                                   unsigned long long* staged, const Problem& p, int worker) {
-  long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
-  long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  const Schedule<Cfg> s(p);
   int stage = 0;
   unsigned phase = 0;
-  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
-    for (long long kt = 0; kt < k_tiles; ++kt) {
+  for (int u = s.first; u < s.units; u += s.step) {
+    for (int kt = 0; kt < s.k_tiles; ++kt) {
       mbar_wait(&staged[stage], phase);
       unsigned char* b = smem + stage * Cfg::STAGE_BYTES + Cfg::A_BYTES;
       transpose_b<Cfg>(b + Cfg::B_BYTES, b, worker);
@@ -715,6 +863,17 @@ NCDC_DEVICE void store_tile(const TensorMap* map_c, bool batched, unsigned char*
   }
 }
 
+// A consumer warp's release of a stage: one arrival on its empty barrier in every CTA of the
+// cluster (each CTA's producer multicasts into this CTA's slot).
+template <class Cfg>
+NCDC_DEVICE void release(unsigned long long* empty) {
+  if constexpr (Cfg::CLUSTER > 1) {
+    for (int r = 0; r < Cfg::CLUSTER; ++r) mbar_arrive_cluster(empty, unsigned(r));
+  } else {
+    mbar_arrive(empty);
+  }
+}
+
 // A consumer warpgroup: waits for each stage, issues its wgmmas, keeps one k tile in
 // flight, releases the previous stage, and hands every accumulator to `out(z, row, col, v)`
 // (or, with a TMA-store epilogue, `out.value` into its C tile in shared memory).
@@ -724,16 +883,15 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
                          const Out& out) {
   unsigned char* ctile = smem + Cfg::STAGES * Cfg::STAGE_BYTES + consumer * Cfg::C_TILE_BYTES;
   (void)ctile;
-  long long tiles_m = (p.m + Cfg::BM - 1) / Cfg::BM, tiles_n = (p.n + Cfg::BN - 1) / Cfg::BN;
-  long long tiles = tiles_m * tiles_n * p.batches, k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  const Schedule<Cfg> s(p);
   int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   int stage = 0, held = -1;
   unsigned phase = 0;
   float acc[Cfg::BN / 2];
-  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+  for (int u = s.first; u < s.units; u += s.step) {
     long long z, tm, tn;
-    tile_of(t, tiles_m, tiles_n, p.group_m, z, tm, tn);
-    for (long long kt = 0; kt < k_tiles; ++kt) {
+    tile_at<Cfg>(s, u, p, z, tm, tn);
+    for (int kt = 0; kt < s.k_tiles; ++kt) {
       mbar_wait(&full[stage], phase);
       unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
       unsigned char* b = a + Cfg::A_BYTES;
@@ -750,7 +908,7 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
       wgmma_fence_operands<Cfg::BN / 2>(acc);
       if (held >= 0) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[held]);
+        if (lane == 0) release<Cfg>(&empty[held]);
       }
       held = stage;
       if (++stage == Cfg::STAGES) {
@@ -761,7 +919,7 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
     wgmma_wait<0>();
     wgmma_fence_operands<Cfg::BN / 2>(acc);
     __syncwarp();
-    if (held >= 0 && lane == 0) mbar_arrive(&empty[held]);
+    if (held >= 0 && lane == 0) release<Cfg>(&empty[held]);
     held = -1;
     long long row0 = tm * Cfg::BM + consumer * 64 + 16 * w + g, col0 = tn * Cfg::BN + 2 * q;
     if constexpr (Cfg::C_SIZE) {
@@ -789,12 +947,14 @@ NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Tenso
     for (int s = 0; s < Cfg::STAGES; ++s) {
       // the producer's arrival, plus one per transposing warp
       mbar_init(&full[s], Cfg::TRANSPOSE_B ? 1 + kTransposeWarps : 1);
-      mbar_init(&empty[s], 4 * kConsumers);  // one arrival per consumer warp
+      mbar_init(&empty[s], 4 * kConsumers * Cfg::CLUSTER);  // per consumer warp of each CTA
       mbar_init(&staged[s], 1);
     }
     fence_barrier_init();
   }
-  __syncthreads();
+  // a peer's multicast and releases reach these barriers only once they exist
+  if constexpr (Cfg::CLUSTER > 1) cluster_sync();
+  else __syncthreads();
   int group = threadIdx.x / 128;
   if (group == 0) {
     setmaxnreg_dec<kProducerRegs>();
@@ -806,6 +966,8 @@ NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Tenso
     setmaxnreg_inc<kConsumerRegs>();
     consume<T, Cfg>(smem, full, empty, p, group - 1, map_c, batched, out);
   }
+  // no CTA exits while a peer may still multicast into it or arrive on its barriers
+  if constexpr (Cfg::CLUSTER > 1) cluster_sync();
 }
 
 }  // namespace wgmma_gemm
