@@ -8,7 +8,9 @@ of 16 bits or 128 of fp8) into a ring of `stages` slots; warpgroups 1 and 2 rise
 registers and each multiplies 64 rows with wgmma m64nBNk16 (fp8: k32, QGMMA) from
 128-byte-swizzled descriptors, keeping one k tile in flight. Tails in m, n and k are TMA's
 out-of-bounds zeros; the epilogue applies the gemm family's fused ops to the accumulators
-and stores C directly (no TMA store). With `cluster = 2` (kernel name `_c2`) two CTAs
+and, for a 16-bit C in [batch,] m, n order, writes the tile into swizzled shared boxes that
+one thread stores by TMA (kernel name `_tmastore`; clipped at the tails), else stores C
+directly. With `cluster = 2` (kernel name `_c2`) two CTAs
 along m form a thread-block cluster sharing each B tile: each loads half of it and
 multicasts it to both, and the model counts the pair's joint L2 -> shared-memory traffic
 (`Candidate.cluster`).
