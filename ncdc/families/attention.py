@@ -185,6 +185,10 @@ class Attention:
         """The log-sum-exp output, when the diagram has one."""
         return (Param(self.lse, "tensor", "fp32", writes=True),) if self.lse else ()
 
+    def scale_param(self) -> Param:
+        """The logits' scale in base 2: the kernels take exp2(s x scale x log2 e - m)."""
+        return Param("ncdc_scale_log2", "float32", value=self.scale * math.log2(math.e))
+
 
 def variant_name(
     kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int, warps: int,
@@ -444,7 +448,7 @@ class AttentionFamily:
             *at.score_params(),
             *at.lse_params(),
             *at.size_params(diagram.axes),
-            Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e)),
+            at.scale_param(),
         )
         context = {
             **at.context(warp_q),

@@ -28,7 +28,6 @@ that fall in its range, and the model prices the busiest block slot (`band_imbal
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -131,7 +130,7 @@ def render(
                 Param(part_ml, "workspace", "fp32", writes=True),
                 *at.score_params(),
                 *sizes,
-                Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e)),
+                at.scale_param(),
                 Param("ncdc_keys_per_split", "int64", value=c.param("keys_per_split")),
             ),
         ),

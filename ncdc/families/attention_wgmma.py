@@ -263,7 +263,7 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         Param(at.v, "tensor", at.value_dtype),
         Param(at.o, "tensor", at.value_dtype, writes=True),
         *at.size_params(d.axes),
-        Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e)),
+        at.scale_param(),
         Param(maps[at.q], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.q, BQ)),
         Param(maps[at.k], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.k, s_x)),
         Param(maps[at.v], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.v, s_x)),

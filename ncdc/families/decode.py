@@ -22,7 +22,6 @@ over its keys, so no merge happens inside a block.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -160,7 +159,7 @@ class DecodeFamily:
         )
         sizes = at.size_params(diagram.axes)
         lse = at.lse_params()
-        scale = Param("ncdc_scale_log2", "float32", value=at.scale * math.log2(math.e))
+        scale = at.scale_param()
         launches = (
             Launch.of(
                 name,
