@@ -266,7 +266,7 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         at.scale_param(),
         Param(maps[at.q], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.q, BQ)),
         Param(maps[at.k], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.k, s_x)),
-        Param(maps[at.v], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.v, s_x)),
+        Param(maps[at.v], "tensormap", at.value_dtype, tensor_map=_tensor_map(d, at.v, s_x)),
         Param(maps[at.o], "tensormap", at.value_dtype, tensor_map=_tensor_map(d, at.o, BQ // 2)),
     )
     context = {
