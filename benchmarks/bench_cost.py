@@ -26,9 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-from ncdc.hardware import load_hardware
-from ncdc.spec import load_diagram
-from ncdc.tiling import plan_diagram
+from ncdc.hardware.machine import load_hardware
+from ncdc.language.spec import load_diagram
+from ncdc.plan.search import plan_diagram
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCESS_TARGET_S = 0.5

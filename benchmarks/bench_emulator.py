@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ncdc import emulate
+from ncdc.backends import cpu
 
 KERNEL = Path(__file__).resolve().parent.parent / "tests" / "emulator_kernels" / "gemm_bf16.cu"
 
@@ -34,7 +34,7 @@ def main() -> None:
     n = opts.size
     with tempfile.TemporaryDirectory() as cache:
         start = time.perf_counter()
-        module = emulate.build(KERNEL, cache_dir=Path(cache))
+        module = cpu.build(KERNEL, cache_dir=Path(cache))
         build_s = time.perf_counter() - start
         rng = np.random.default_rng(0)
         a, b = bf16_bits(rng.standard_normal((n, n))), bf16_bits(rng.standard_normal((n, n)))

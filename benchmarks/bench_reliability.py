@@ -36,7 +36,7 @@ CASES = [
 SPIN = '''
 import sys, time
 import numpy as np
-from ncdc import emulate
+from ncdc.backends import cpu
 src = """#include "ncdc_runtime.cuh"
 #include <ctime>
 extern "C" __global__ void spin(int* x) {
@@ -46,7 +46,7 @@ extern "C" __global__ void spin(int* x) {
 }
 NCDC_EXPORT_KERNEL(spin);
 """
-module = emulate.build(src)
+module = cpu.build(src)
 print("launching", flush=True)
 try:
     module.launch("spin", 1, 1, [np.zeros(1, np.int32)])
@@ -74,12 +74,12 @@ def peak_of_run(name: str, sizes: dict[str, int], env: dict[str, str]) -> tuple[
 
 
 def estimate_of(name: str, sizes: dict[str, int]) -> int:
-    from ncdc.choose import choose_plan
-    from ncdc.cost import plan_to_dict
-    from ncdc.hardware import load_hardware
+    from ncdc.check.run import estimate_emulation
+    from ncdc.hardware.machine import load_hardware
+    from ncdc.language.spec import load_diagram
+    from ncdc.model.cost import plan_to_dict
+    from ncdc.plan.choose import choose_plan
     from ncdc.render import render_plan
-    from ncdc.run import estimate_emulation
-    from ncdc.spec import load_diagram
 
     d = load_diagram(REPO / "diagrams" / f"{name}.yaml", sizes)
     plan = choose_plan(d, load_hardware("h200"), use_tuned=False)
@@ -114,7 +114,7 @@ def ctrl_c_latency(env: dict[str, str], trials: int) -> None:
 
 
 def validation_time() -> None:
-    from ncdc.spec import load_diagram_text
+    from ncdc.language.spec import load_diagram_text
 
     for n in (300, 3000):
         ops = "\n".join(f"  - Y{i} = relu(Y{i - 1})" for i in range(2, n + 1))

@@ -19,12 +19,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncdc.cost import KernelPlan, Plan
 from ncdc.families import get_family
 from ncdc.families.base import Launch
-from ncdc.hardware import load_hardware
-from ncdc.spec import load_diagram
-from ncdc.tiling import plan_diagram
+from ncdc.hardware.machine import load_hardware
+from ncdc.language.spec import load_diagram
+from ncdc.model.cost import KernelPlan, Plan
+from ncdc.plan.search import plan_diagram
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,7 +64,7 @@ def compare_kernel(kp: KernelPlan, plan: Plan, compiled: list[Launch] | None) ->
 
 def compiled_plan(plan: Plan, arch: str) -> tuple[Plan, list[Launch]]:
     """The plan `ncdc compile` settles on and the launches it reports (cached compiles)."""
-    from ncdc.compile import compile_plan
+    from ncdc.backends.compile import compile_plan
 
     report = compile_plan(plan, arch)
     return report.plan, [k.launch for k in report.kernels]

@@ -1,7 +1,7 @@
 """Static speed of every library diagram's kernels, read from their SASS (no GPU).
 
 For each diagrams/*.yaml on h200 (sm_90a) and a100 (sm_80), `ncdc compile` builds the
-kernels and `ncdc.sass` reads each one's main loop (a memory-bound loop: the path a
+kernels and `ncdc.backends.sass` reads each one's main loop (a memory-bound loop: the path a
 planned row runs, `sass.stream_path`). Per kernel, one row:
 
 - tensor FLOP per issued instruction in the main loop (0 for memory-bound kernels);
@@ -19,7 +19,7 @@ planned row runs, `sass.stream_path`). Per kernel, one row:
 A fraction of 1 means that resource does not bound the kernel below peak; for memory
 kernels the table adds how far above the copy bandwidth the limit lies ("3.2x"). The compile runs
 in a source tree of choice (`--tree`, e.g. a `git worktree` of an older commit), the
-analysis always with this tree's `ncdc.sass`, so two trees compare under one ruler.
+analysis always with this tree's `ncdc.backends.sass`, so two trees compare under one ruler.
 
     python benchmarks/static_speed.py                      # this tree
     python benchmarks/static_speed.py --tree /tmp/before   # another checkout
@@ -36,8 +36,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ncdc import sass
-from ncdc.hardware import load_hardware
+from ncdc.backends import sass
+from ncdc.hardware.machine import load_hardware
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = (("h200", "sm_90a"), ("a100", "sm_80"))

@@ -1,3 +1,3 @@
-from ncdc.cli import main
+from ncdc.cli.main import main
 
 main()

@@ -7,9 +7,9 @@ how to launch what it defines. This module joins the kernels of a diagram into o
 with a header comment and remembers which template each line came from, so a compile error
 can name it.
 
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
-    >>> from ncdc.tiling import plan_diagram
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.plan.search import plan_diagram
     >>> module = render_plan(plan_diagram(load_diagram("diagrams/softmax.yaml"),
     ...                                   load_hardware("h200")))
     >>> module.launches[0].kernel  # doctest: +ELLIPSIS
@@ -24,9 +24,9 @@ from functools import cache
 import jinja2
 
 from ncdc import __version__
-from ncdc.cost import Plan
 from ncdc.families import get_family
 from ncdc.families.base import KernelSource, Launch, Param, Workspace
+from ncdc.model.cost import Plan
 
 # The launch values the backends read with a rendered module, defined with the families.
 __all__ = ["KernelSource", "Launch", "Param", "RenderedModule", "Workspace", "render_plan"]
@@ -60,7 +60,7 @@ class RenderedModule:
 @cache
 def template_env() -> jinja2.Environment:
     return jinja2.Environment(
-        # ncdc/templates, in the tree and in a wheel (found without ncdc.emulate and NumPy)
+        # ncdc/templates, in the tree and in a wheel (found without ncdc.backends.cpu and NumPy)
         loader=jinja2.PackageLoader("ncdc", "templates"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ncdc.emulate import build
-from ncdc.hardware import load_hardware
-from ncdc.reference import evaluate, from_storage, make_inputs, to_storage
+from ncdc.backends.cpu import build
+from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
+from ncdc.hardware.machine import load_hardware
+from ncdc.language.spec import load_diagram_text
+from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
-from ncdc.spec import load_diagram_text
-from ncdc.tiling import plan_diagram
 
 H200 = load_hardware("h200")
 SIZE_PREFIX = "ncdc_size_"

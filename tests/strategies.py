@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ncdc.spec import BINARY_MAPS, DTYPE_BYTES, MAX_AXIS_SIZE, UNARY_MAPS
+from ncdc.language.spec import BINARY_MAPS, DTYPE_BYTES, MAX_AXIS_SIZE, UNARY_MAPS
 
 DTYPES = tuple(DTYPE_BYTES)
 

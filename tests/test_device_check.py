@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests import support
+
+ROOT = support.ROOT
 
 
 def test_preflight_stops_early_with_a_clear_report(tmp_path):
@@ -50,9 +52,9 @@ def test_every_variant_it_checks_is_planned_on_h200():
     import importlib.util
     from importlib.machinery import SourceFileLoader
 
-    from ncdc.hardware import load_hardware
-    from ncdc.spec import load_diagram
-    from ncdc.tiling import kernel_alternatives, plan_diagram
+    from ncdc.hardware.machine import load_hardware
+    from ncdc.language.spec import load_diagram
+    from ncdc.plan.search import kernel_alternatives, plan_diagram
 
     loader = SourceFileLoader("device_check", str(ROOT / "scripts" / "device-check"))
     spec = importlib.util.spec_from_loader("device_check", loader)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import doctest
 import importlib
 import pkgutil
-from pathlib import Path
 
 import pytest
 
 import ncdc
+from tests import support
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = support.ROOT
 MODULES = sorted(
     m.name for m in pkgutil.walk_packages(ncdc.__path__, "ncdc.") if m.name != "ncdc.__main__"
 )

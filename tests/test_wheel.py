@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import support
+
+ROOT = support.ROOT
 SPEC = ROOT / "diagrams" / "softmax.yaml"
 SMALL = ["--set", "m=64", "--set", "n=256"]  # the CPU backend runs every GPU thread
 DATA_SUFFIXES = (".py", ".j2", ".cuh", ".h", ".yaml", ".json")
@@ -105,7 +107,7 @@ def test_wheel_holds_every_module_and_data_file(wheel: Path):
     missing = sorted(_package_files() - names)
     assert missing == []
     assert "ncdc/templates/include/ncdc_runtime.cuh" in names
-    assert "ncdc/profiles/h200.yaml" in names
+    assert "ncdc/hardware/profiles/h200.yaml" in names
 
 
 def test_installed_ncdc_is_the_wheel(venv: Path, tmp_path: Path):

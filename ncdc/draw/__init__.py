@@ -5,8 +5,8 @@ sizes from the plan), a roofline with the diagram's predicted point, and a heat 
 predicted time over the two main tile sizes. Each is a layout function that returns a
 `Picture` of frozen boxes, wires and labels; `write_picture` writes it. See docs/draw.md.
 
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
     >>> pic = draw(load_diagram("diagrams/matmul.yaml"), load_hardware("h200"), "plain")
     >>> pic.title
     'matmul on h200 (bare algorithm)'
@@ -21,9 +21,9 @@ from ncdc.draw.circuit import layout_circuit
 from ncdc.draw.model import Picture, overlaps
 from ncdc.draw.svg import picture_to_svg, write_picture
 from ncdc.errors import UsageError
-from ncdc.hardware import Hardware
-from ncdc.spec import Diagram
-from ncdc.tiling import plan_diagram
+from ncdc.hardware.machine import Hardware
+from ncdc.language.spec import Diagram
+from ncdc.plan.search import plan_diagram
 
 MODES = ("plan", "plain", "roofline", "tiles")
 

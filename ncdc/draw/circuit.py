@@ -15,8 +15,8 @@ sizes (`g_q 64` for a grouped axis, `s_x 128` for a streamed one). Without a pla
 (`plain`), whole arrays are loaded into the on-chip level, as in the paper's first
 diagrams.
 
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
     >>> pic = layout_circuit(load_diagram("diagrams/softmax.yaml"), load_hardware("napkin"))
     >>> pic.texts()[0].text
     'softmax on napkin (bare algorithm)'
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ncdc.cost import KernelModel, KernelPlan, Plan
+from ncdc.cli.report import format_bytes, format_rate
 from ncdc.draw.model import (
     INK,
     MUTED,
@@ -39,10 +39,10 @@ from ncdc.draw.model import (
     Text,
     level_colour,
 )
-from ncdc.graph import ON_CHIP, Partition, build_graph
-from ncdc.hardware import Hardware
-from ncdc.report import format_bytes, format_rate
-from ncdc.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.hardware.machine import Hardware
+from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.model.cost import KernelModel, KernelPlan, Plan
+from ncdc.model.graph import ON_CHIP, Partition, build_graph
 
 PITCH = 24  # between the wires of one bundle
 HEAD = 36  # above a bundle's first wire: its header row

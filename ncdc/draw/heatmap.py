@@ -6,8 +6,8 @@ rows per block for a row-wise kernel. Every cell is the whole diagram planned by
 `plan_diagram` with those two sizes fixed (the rest searched as usual); a tile the model
 refuses is hatched, with the limit it breaks. The model's choice is outlined.
 
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
     >>> grid = evaluate_tiles(load_diagram("diagrams/softmax.yaml"), load_hardware("h200"))
     >>> grid.rows.label, grid.cols.values
     ('g_m', (1,))
@@ -19,13 +19,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ncdc.cost import KernelPlan
 from ncdc.draw.model import INK, MUTED, Item, Picture, Rect, Shape, Text
 from ncdc.errors import PlanError
 from ncdc.families import FAMILIES, get_family
-from ncdc.hardware import Hardware
-from ncdc.spec import Diagram
-from ncdc.tiling import plan_diagram
+from ncdc.hardware.machine import Hardware
+from ncdc.language.spec import Diagram
+from ncdc.model.cost import KernelPlan
+from ncdc.plan.search import plan_diagram
 
 CELL_W, CELL_H = 76, 34
 LEFT, TOP = 120, 96

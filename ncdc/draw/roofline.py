@@ -8,9 +8,9 @@ each lower boundary's intensity in that level's colour (the hierarchical rooflin
 whose dot meets its own slope is the one that bounds), the unfused form's point when the
 plan has one, and measured points read from a bench JSON.
 
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
-    >>> from ncdc.tiling import plan_diagram
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("napkin"))
     >>> layout_roofline(plan, []).title
     'roofline: matmul on napkin'
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 
-from ncdc.cost import Plan, dominant_rate, intensity
 from ncdc.draw.model import INK, MUTED, Dot, Item, Path, Picture, Rect, Shape, Text, level_colour
 from ncdc.errors import UsageError
+from ncdc.model.cost import Plan, dominant_rate, intensity
 
 PLOT = Rect(90, 84, 620, 400)
 GRID = "#e4e4e4"

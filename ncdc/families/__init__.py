@@ -5,9 +5,9 @@ is the order a kernel is tried in: a GEMM with an epilogue before an elementwise
 attention before anything with a softmax. Adding a family is one module here, one
 template and one device header (docs/architecture.md).
 
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
-    >>> from ncdc.graph import build_graph
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.model.graph import build_graph
     >>> g = build_graph(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
     >>> f = classify_kernel(g.diagram, g.kernels[0])
     >>> f.name, f.roles["m"], f.roles["n"], f.roles["k"]
@@ -17,11 +17,14 @@ template and one device header (docs/architecture.md).
 from __future__ import annotations
 
 from ncdc.errors import PlanError
-from ncdc.families import attention, decode, elementwise, gemm, gemv, reduce, rowwise
+from ncdc.families import elementwise, gemv, reduce, rowwise
+from ncdc.families.attention import core as attention
+from ncdc.families.attention import decode
 from ncdc.families.base import KernelFamily
-from ncdc.graph import Kernel
-from ncdc.launch import Family
-from ncdc.spec import Diagram
+from ncdc.families.gemm import core as gemm
+from ncdc.language.spec import Diagram
+from ncdc.model.graph import Kernel
+from ncdc.model.launch import Family
 
 FAMILIES: dict[str, KernelFamily] = {
     f.name: f

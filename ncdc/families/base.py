@@ -2,7 +2,7 @@
 
 A family is one module under `ncdc/families/` with one template and one device header. It
 classifies a kernel of the memory graph from its structure, lists the candidates its
-template can run (each with its whole launch, `ncdc.launch.Candidate`), renders the one the
+template can run (each with its whole launch, `ncdc.model.launch.Candidate`), renders the one the
 model picked by formatting it, and names its GPU baseline, the axes its tile map draws and
 the architectures it needs. `ncdc/families/__init__.py` holds the one registry.
 """
@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ncdc.launch import Candidate, Family, LaunchShape
+from ncdc.model.launch import Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
-    from ncdc.cost import KernelModel, KernelPlan, Plan
-    from ncdc.graph import Kernel
-    from ncdc.hardware import Hardware
-    from ncdc.spec import Diagram
+    from ncdc.hardware.machine import Hardware
+    from ncdc.language.spec import Diagram
+    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.graph import Kernel
 
 # C++ spelling of each dtype, the same on the GPU and in the CPU emulation.
 CPP_TYPES: dict[str, str] = {

@@ -17,8 +17,8 @@ from typing import Any
 
 from ncdc.errors import PlanError
 from ncdc.families.base import CPP_TYPES, VECTOR_BYTES, Param
-from ncdc.graph import Kernel
-from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
+from ncdc.language.spec import DTYPE_BYTES, Diagram, Op, Tensor
+from ncdc.model.graph import Kernel
 
 ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask")
 

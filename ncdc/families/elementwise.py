@@ -7,9 +7,9 @@ offset is computed from the output index, so an operand over a subset of the out
 `templates/elementwise.cu.j2`, built by ncdc.families.codegen (shared with the row-wise
 family).
 
-    >>> from ncdc.spec import load_diagram_text
-    >>> from ncdc.hardware import load_hardware
-    >>> from ncdc.tiling import plan_diagram
+    >>> from ncdc.language.spec import load_diagram_text
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.plan.search import plan_diagram
     >>> d = load_diagram_text('''
     ... ncdc: 1
     ... name: act
@@ -43,13 +43,13 @@ from ncdc.families.codegen import (
     size_name,
     vector_width,
 )
-from ncdc.launch import Candidate, Family, LaunchShape
-from ncdc.spec import Diagram
+from ncdc.language.spec import Diagram
+from ncdc.model.launch import Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
-    from ncdc.cost import KernelModel, KernelPlan, Plan
-    from ncdc.graph import Kernel
-    from ncdc.hardware import Hardware
+    from ncdc.hardware.machine import Hardware
+    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.graph import Kernel
 
 TILES: dict[str, tuple[int, ...]] = {
     "threads": (128, 256),
@@ -79,7 +79,7 @@ class ElementwiseFamily:
         streams: tuple[str, ...],
         fixed: Mapping[str, int],
     ) -> list[Candidate]:
-        from ncdc.cost import estimate_registers
+        from ncdc.model.cost import estimate_registers
 
         d, kernel = model.diagram, model.kernel
         axes = family.axes("all") or kernel.woven

@@ -11,9 +11,9 @@ a warp (W k-contiguous) or through shared memory in a fixed order (W n-contiguou
 Where the rows and the columns are both axes (a skinny GEMM), the GEMM family's candidates
 compete with this family's in the same search, so the model picks the cheaper kernel.
 
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
-    >>> from ncdc.tiling import plan_diagram
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/gemv.yaml"), load_hardware("h200"))
     >>> kp = plan.kernels[0]
     >>> kp.family.name, kp.candidate.param("gemv"), kp.bound
@@ -28,16 +28,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
-from ncdc.families import gemm
 from ncdc.families.base import VECTOR_BYTES, KernelSource, Launch, Param, ones
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
-from ncdc.launch import MAX_GRID_X, Candidate, Family, LaunchShape
-from ncdc.spec import DTYPE_BYTES, Diagram, Tensor
+from ncdc.families.gemm import core as gemm
+from ncdc.language.spec import DTYPE_BYTES, Diagram, Tensor
+from ncdc.model.launch import MAX_GRID_X, Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
-    from ncdc.cost import KernelModel, KernelPlan, Plan
-    from ncdc.graph import Kernel
-    from ncdc.hardware import Hardware
+    from ncdc.hardware.machine import Hardware
+    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.graph import Kernel
 
 MAX_ROWS = 8  # rows of X the kernel keeps accumulators for (below the 16-row mma tile)
 TILES: dict[str, tuple[int, ...]] = {
@@ -83,7 +83,7 @@ class GemvFamily:
         streams: tuple[str, ...],
         fixed: Mapping[str, int],
     ) -> list[Candidate]:
-        from ncdc.cost import estimate_registers
+        from ncdc.model.cost import estimate_registers
 
         d, kernel = model.diagram, model.kernel
         g = read_gemv(family, kernel, d)

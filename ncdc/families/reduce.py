@@ -12,9 +12,9 @@ again for the output, whichever the model prices faster. A reduction with few ke
 splits its range over `splits` blocks, whose fp32 partials a second kernel merges in a
 fixed order (deterministic); see templates/include/ncdc_reduce.cuh.
 
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
-    >>> from ncdc.tiling import plan_diagram
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/amax.yaml"), load_hardware("h200"))
     >>> [launch.kernel for launch in FAMILY.render(plan.kernels[0], plan).launches]
     ... # doctest: +ELLIPSIS
@@ -49,13 +49,13 @@ from ncdc.families.codegen import (
     split_row_op,
 )
 from ncdc.families.rowwise import KINDS, MAX_GRID, ROW_KINDS, rows_contiguous
-from ncdc.launch import Candidate, Family, LaunchShape
-from ncdc.spec import DTYPE_BYTES, Diagram, Op, Tensor
+from ncdc.language.spec import DTYPE_BYTES, Diagram, Op, Tensor
+from ncdc.model.launch import Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
-    from ncdc.cost import KernelModel, KernelPlan, Plan
-    from ncdc.graph import Kernel
-    from ncdc.hardware import Hardware
+    from ncdc.hardware.machine import Hardware
+    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.graph import Kernel
 
 TILES: dict[str, tuple[int, ...]] = {
     "threads": (128, 256, 512),  # threads per block: tx kept indices by threads / tx slices
@@ -103,7 +103,7 @@ class ReduceFamily:
         streams: tuple[str, ...],
         fixed: Mapping[str, int],
     ) -> list[Candidate]:
-        from ncdc.cost import estimate_registers
+        from ncdc.model.cost import estimate_registers
 
         d, kernel = model.diagram, model.kernel
         rowop = _row_op(d, kernel)

@@ -10,9 +10,9 @@ are read twice (see templates/include/ncdc_rowwise.cuh). The elementwise ops are
 `source`, the rest in `finish` (per element) and `finish_row` (per row). The grid strides
 over the rows past MAX_GRID blocks, and the model prices the grid that is launched.
 
-    >>> from ncdc.spec import load_diagram
-    >>> from ncdc.hardware import load_hardware
-    >>> from ncdc.tiling import plan_diagram
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200"))
     >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel  # doctest: +ELLIPSIS
     'softmax_rowwise_bf16_r..._t..._v...'
@@ -40,13 +40,13 @@ from ncdc.families.codegen import (
     split_row_op,
     vector_width,
 )
-from ncdc.launch import Candidate, Family, LaunchShape
-from ncdc.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.model.launch import Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
-    from ncdc.cost import KernelModel, KernelPlan, Plan
-    from ncdc.graph import Kernel
-    from ncdc.hardware import Hardware
+    from ncdc.hardware.machine import Hardware
+    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.graph import Kernel
 
 TILES: dict[str, tuple[int, ...]] = {
     "rows": (1, 2, 4, 8),  # rows per block; each row whole, read as 16-byte vectors
@@ -104,7 +104,7 @@ class RowwiseFamily:
         streams: tuple[str, ...],
         fixed: Mapping[str, int],
     ) -> list[Candidate]:
-        from ncdc.cost import estimate_registers
+        from ncdc.model.cost import estimate_registers
 
         d, kernel = model.diagram, model.kernel
         (row,) = family.axes("row")

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from ncdc.hardware import load_hardware
-from ncdc.run import run_spec
-from ncdc.spec import load_diagram
+from ncdc.check.run import run_spec
+from ncdc.hardware.machine import load_hardware
+from ncdc.language.spec import load_diagram
+from tests import support
 
 pytestmark = pytest.mark.gpu
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = support.ROOT
 DIAGRAMS = sorted((REPO / "diagrams").glob("*.yaml"))
 H200 = load_hardware("h200")
 
@@ -47,7 +48,7 @@ def test_every_diagram_matches_the_reference(spec, target, cache):
 
 
 def test_bench_returns_sane_numbers(cache):
-    from ncdc.bench import bench_spec
+    from ncdc.measure.bench import bench_spec
 
     sizes = {"m": 1024, "n": 1024, "k": 1024}
     r = bench_spec(REPO / "diagrams" / "matmul.yaml", H200, sizes=sizes, warmup_ms=5, rep_ms=20)
@@ -62,8 +63,8 @@ def test_bench_returns_sane_numbers(cache):
 
 
 def test_tune_writes_and_reuses_its_cache(cache):
-    from ncdc.choose import choose_plan, plan_config, read_tuned
-    from ncdc.tune import tune_spec
+    from ncdc.measure.tune import tune_spec
+    from ncdc.plan.choose import choose_plan, plan_config, read_tuned
 
     spec = REPO / "diagrams" / "matmul.yaml"
     sizes = {"m": 512, "n": 512, "k": 512}

@@ -37,7 +37,7 @@
 namespace ncdc {
 
 // A tensor map (CUtensorMap) as a kernel parameter: 128 opaque bytes. On the CPU the bytes
-// hold the fields of cuTensorMapEncodeTiled (ncdc.arguments.encode_emulated_tensor_map).
+// hold the fields of cuTensorMapEncodeTiled (ncdc.backends.arguments.encode_emulated_tensor_map).
 struct TensorMap {
   unsigned long long opaque[16];
 };

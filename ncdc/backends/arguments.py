@@ -1,0 +1,99 @@
+"""Kernel launch arguments: a parameter's value as the C ABI takes it, for either backend.
+
+>>> from ncdc.families.base import Param
+>>> scalar_argument(Param("ncdc_size_m", "int64", value=4096))
+np.int64(4096)
+
+A tensor map (a `CUtensorMap`, 128 bytes passed by value) is encoded per launch from the
+same arguments as the driver's `cuTensorMapEncodeTiled`: on a GPU by the driver
+(`ncdc.backends.cuda`), on the CPU by `encode_emulated_tensor_map`, whose layout the emulator reads
+(`ncdc_emu_hopper.h`, `EmuTensorMap`). Both check the same documented limits first.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+
+from ncdc.families.base import Param, TensorMapSpec
+
+SCALAR_TYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
+
+# CUtensorMapDataType of each ncdc dtype (fp8 moves as bytes).
+TENSOR_MAP_DTYPES = {"fp8_e4m3": 0, "fp8_e5m2": 0, "int8": 0, "fp16": 6, "fp32": 7, "bf16": 9}
+ELEMENT_BYTES = {"fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "fp16": 2, "fp32": 4, "bf16": 2}
+SWIZZLE_MODES = {0: 0, 32: 1, 64: 2, 128: 3}  # CUtensorMapSwizzle
+TENSOR_MAP_MAGIC = 0x50414D54434443  # EmuTensorMap::magic
+ADDRESS_IS_ARGUMENT = 1 << 63
+
+
+def scalar_argument(p: Param) -> np.generic:
+    """The value of a scalar parameter in its C type."""
+    return SCALAR_TYPES[p.kind](p.value)  # type: ignore[arg-type, no-any-return]
+
+
+def tensor_map_problem(spec: TensorMapSpec, address: int | None = None) -> str:
+    """Why cuTensorMapEncodeTiled would refuse `spec` (at `address`), or "" (CUDA driver API,
+    cuTensorMapEncodeTiled: rank 1-5, 16-byte aligned address and strides, box 1-256 per
+    dimension, inner box a multiple of 16 bytes and within the swizzle span)."""
+    rank = len(spec.dims)
+    esize = ELEMENT_BYTES.get(spec.dtype, 0)
+    if spec.dtype not in TENSOR_MAP_DTYPES:
+        return f"no tensor-map element type for {spec.dtype}"
+    if not 1 <= rank <= 5 or len(spec.box) != rank or len(spec.strides) != rank - 1:
+        return f"rank {rank} with {len(spec.box)} box sizes and {len(spec.strides)} strides"
+    if address is not None and address % 16:
+        return f"global address {address:#x} is not 16-byte aligned"
+    if any(not 0 < d <= 2**32 for d in spec.dims):
+        return f"dimensions {spec.dims} must be 1 to 2^32"
+    if any(s % 16 or not 0 < s < 2**40 for s in spec.strides):
+        return f"strides {spec.strides} must be multiples of 16 bytes below 2^40"
+    if any(not 1 <= b <= 256 for b in spec.box):
+        return f"box {spec.box} must be 1 to 256 per dimension"
+    inner = spec.box[0] * esize
+    if inner % 16:
+        return f"inner box of {inner} bytes is not a multiple of 16"
+    if spec.swizzle not in SWIZZLE_MODES:
+        return f"swizzle {spec.swizzle} is not 0, 32, 64 or 128 bytes"
+    if spec.swizzle and inner > spec.swizzle:
+        return f"inner box of {inner} bytes exceeds the {spec.swizzle}-byte swizzle span"
+    return ""
+
+
+def encode_emulated_tensor_map(
+    spec: TensorMapSpec, address: int | None = None, argument: int | None = None
+) -> np.ndarray:
+    """The 128 bytes the CPU emulator reads as a tensor map (a 0-d void array, passed by
+    value). The global address is `address`, or, for a map that must follow its buffer into
+    a sanitizer's subprocess, the pointer passed as kernel parameter number `argument`."""
+    problem = tensor_map_problem(spec, address)
+    if problem:
+        raise ValueError(f"tensor map of {spec.tensor}: {problem}")
+    where = address if address is not None else ADDRESS_IS_ARGUMENT | int(argument or 0)
+    rank = len(spec.dims)
+
+    def padded(values: Sequence[int], n: int) -> list[int]:
+        return list(values) + [0] * (n - len(values))
+
+    data = struct.pack(
+        "<QQ7I5I4Q5H5B",
+        TENSOR_MAP_MAGIC, where,
+        TENSOR_MAP_DTYPES[spec.dtype], rank, 0, SWIZZLE_MODES[spec.swizzle], 0, 0,
+        ELEMENT_BYTES[spec.dtype],
+        *padded(spec.dims, 5), *padded(spec.strides, 4), *padded(spec.box, 5),
+        *padded([1] * rank, 5),
+    )  # fmt: skip
+    return np.array(np.void(data.ljust(128, b"\0")))
+
+
+def tensor_map_arguments(params: Sequence[Param]) -> dict[str, int]:
+    """The parameter index of each buffer a tensor map of `params` names."""
+    index = {p.name: i for i, p in enumerate(params) if p.kind == "tensor"}
+    missing = [
+        p.tensor_map.tensor for p in params if p.tensor_map and p.tensor_map.tensor not in index
+    ]
+    if missing:
+        raise ValueError(f"tensor maps name buffers the launch does not pass: {', '.join(missing)}")
+    return index

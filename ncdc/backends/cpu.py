@@ -1,0 +1,639 @@
+"""The CPU backend: compile a generated CUDA C++ kernel with the host C++ compiler and run it.
+
+The same `.cu` source that NVRTC compiles for a GPU is compiled with g++ (or `$CXX`) against
+the emulation headers in `ncdc/templates/include/` (see docs/cpu-backend.md): the threads of a
+block run as fibers with real barriers, warp collectives, `ldmatrix`, `mma.sync` and
+`cp.async` follow their PTX semantics. NumPy arrays are the device memory.
+
+    >>> mod = build("tests/emulator_kernels/copy.cu")  # doctest: +SKIP
+    >>> args = [src, dst, np.int32(n)]  # doctest: +SKIP
+    >>> traffic = mod.launch("copy_f32", grid=4, block=128, args=args)  # doctest: +SKIP
+    >>> traffic.bytes_read  # doctest: +SKIP
+    2048
+
+Shared libraries are cached under `cache_root()/emu` (see `ncdc.backends.cache`), keyed on the
+source, the headers, the compiler version and the flags. A cached object is loaded only when
+its HMAC verifies under the cache's key; it is built from a private temporary folder, so
+nothing in the cache is ever on the include path, and installed under a lock.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import functools
+import hashlib
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import astuple, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ncdc.backends import cache
+from ncdc.errors import CheckFailed, CompileError, NcdcError
+from ncdc.files import write_atomic
+
+SANITIZERS = (None, "address", "race")
+_BASE_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
+_SANITIZE_FLAGS = {
+    "address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g"),
+    "race": ("-fsanitize=thread", "-g"),
+}
+
+
+@dataclass(frozen=True)
+class SanitizerRuntime:
+    """The runtime a sanitized launch preloads in its subprocess, and how it is configured."""
+
+    library: str  # as `g++ -print-file-name=` names it
+    package: str  # the Debian package that ships it, for the hint
+    options_var: str
+    options: str
+
+
+_RUNTIMES = {
+    "address": SanitizerRuntime(
+        "libasan.so", "libasan8", "ASAN_OPTIONS",
+        "detect_leaks=0:halt_on_error=1:allocator_may_return_null=1",
+    ),
+    # Not ignore_noninstrumented_modules: it also hides the kernel's memcpy (cp.async).
+    "race": SanitizerRuntime(
+        "libtsan.so", "libtsan2", "TSAN_OPTIONS",
+        "halt_on_error=1:report_thread_leaks=0:report_signal_unsafe=0",
+    ),
+}  # fmt: skip
+_ERROR_LINE = re.compile(
+    r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$"
+)
+_SCALAR_DTYPES = {
+    "i1": np.int8, "i2": np.int16, "i4": np.int32, "i8": np.int64,
+    "u1": np.uint8, "u2": np.uint16, "u4": np.uint32, "u8": np.uint64,
+    "f4": np.float32, "f8": np.float64,
+}  # fmt: skip
+_ERR_LEN = 1024
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Warp-wide requests a launch issued and what they cost, beside the fewest possible for
+    the same bytes (docs/cpu-backend.md, "Access counters"): 32-byte sectors per global
+    load (cp.async's reads included) and store, shared-memory wavefronts per access
+    (ldmatrix, cp.async's writes, `ld_shared`/`st_shared`). Zero when not asked for.
+
+        >>> c = Counters(4, 16, 16, 2, 16, 8, 2, 9, 8)
+        >>> c.excess_sectors, c.bank_conflicts
+        (8, 1)
+    """
+
+    load_requests: int = 0
+    load_sectors: int = 0
+    load_ideal_sectors: int = 0
+    store_requests: int = 0
+    store_sectors: int = 0
+    store_ideal_sectors: int = 0
+    shared_requests: int = 0
+    shared_wavefronts: int = 0
+    shared_ideal_wavefronts: int = 0
+
+    def __add__(self, other: Counters) -> Counters:
+        pairs = zip(astuple(self), astuple(other), strict=True)
+        return Counters(*(a + b for a, b in pairs))
+
+    @property
+    def excess_sectors(self) -> int:
+        """Sectors beyond the ideal: 0 when every global access is fully coalesced."""
+        return (
+            self.load_sectors + self.store_sectors
+            - self.load_ideal_sectors - self.store_ideal_sectors
+        )  # fmt: skip
+
+    @property
+    def bank_conflicts(self) -> int:
+        """Wavefronts beyond the ideal: 0 when no shared-memory access conflicts."""
+        return self.shared_wavefronts - self.shared_ideal_wavefronts
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Global-memory bytes a launch issued (loads, stores, cp.async, atomics), before caches,
+    and its access counters when the launch asked for them."""
+
+    bytes_read: int
+    bytes_written: int
+    counters: Counters = Counters()
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(
+            self.bytes_read + other.bytes_read,
+            self.bytes_written + other.bytes_written,
+            self.counters + other.counters,
+        )
+
+
+def include_dir() -> Path:
+    """ncdc's device headers, the same folder NVRTC includes (`nvrtc.ncdc_include_dir`)."""
+    from ncdc.backends import nvrtc
+
+    return nvrtc.ncdc_include_dir()
+
+
+def emu_cache_dir() -> Path:
+    """`cache_root()/emu`: the CPU backend's shared objects (see `ncdc.backends.cache`)."""
+    return cache.cache_root() / "emu"
+
+
+def find_compiler() -> str:
+    """`$CXX` when set (it must exist), else g++, else c++; a CompileError if there is none."""
+    chosen = os.environ.get("CXX")
+    if chosen:
+        if path := shutil.which(chosen):
+            return path
+        raise CompileError(
+            f"$CXX is '{chosen}', which is not an executable compiler",
+            hint="unset CXX to use g++ from PATH, or point it at a C++ compiler",
+        )
+    for name in ("g++", "c++"):
+        if path := shutil.which(name):
+            return path
+    raise CompileError(
+        "no C++ compiler found for the cpu backend",
+        hint="install g++ (apt-get install g++) or set $CXX",
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _compiler_version(cxx: str) -> str:
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+def _read_source(source: str | Path) -> tuple[str, Path | None]:
+    """The source text and, when it came from a file, that file."""
+    if isinstance(source, Path) or ("\n" not in source and Path(source).is_file()):
+        path = Path(source)
+        try:
+            return path.read_text(), path
+        except OSError as e:
+            raise NcdcError(f"cannot read kernel source: {e}", where=str(path)) from e
+    return source, None
+
+
+def _first_error(stderr: str) -> CompileError:
+    for line in stderr.splitlines():
+        if m := _ERROR_LINE.match(line.strip()):
+            return CompileError(m["msg"], where=f"{m['file']}:{m['line']}")
+    tail = stderr.strip().splitlines()
+    return CompileError("host compiler failed: " + (tail[-1] if tail else "no output"))
+
+
+def build(
+    source: str | Path,
+    *,
+    sanitize: str | None = None,
+    cache_dir: Path | None = None,
+    defines: dict[str, Any] | None = None,
+) -> EmulatedModule:
+    """Compile a kernel source (text, or a path to a .cu file) for the CPU backend.
+
+    `sanitize="address"` builds with AddressSanitizer; launches then run in a subprocess and
+    an out-of-bounds access raises CheckFailed naming the kernel, block and thread.
+    `sanitize="race"` builds with ThreadSanitizer: two threads of a block touching the same
+    shared byte with no barrier between them (one a write) raise CheckFailed naming both.
+
+        >>> mod = build(Path("gemm.cu"), defines={"BM": 64})  # doctest: +SKIP
+    """
+    if sanitize not in SANITIZERS:
+        raise NcdcError(f"unknown sanitizer {sanitize!r}", hint=f"choose one of {SANITIZERS}")
+    text, path = _read_source(source)
+    cxx = find_compiler()
+    inc = include_dir()
+    flags = [*_BASE_FLAGS, *_SANITIZE_FLAGS.get(sanitize or "", ())]
+    flags += [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
+    key_text = "\0".join([text, cache.headers_digest(inc), _compiler_version(cxx), *flags])
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:24]
+    stem = (path.stem if path else "kernel") + "-" + key
+    job = _Job(cxx, tuple(flags), inc, text, path, stem)
+    folder = _emu_folder(cache_dir)
+    if folder is None:
+        return EmulatedModule(_build_uncached(job), sanitize)
+    return _build_cached(job, folder / f"{stem}.so", sanitize)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One host compile: the compiler, its flags, the headers and the source."""
+
+    cxx: str
+    flags: tuple[str, ...]
+    include: Path
+    text: str
+    path: Path | None  # the user's .cu when the source came from a file
+    stem: str
+
+
+def _emu_folder(cache_dir: Path | None) -> Path | None:
+    """Where the objects go: `cache_dir` (checked like the root), else `cache_root()/emu`;
+    None when the cache cannot be written (one warning, then uncached builds)."""
+    if cache_dir is None:
+        return cache.usable_dir("emu")
+    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cache.check_private(cache_dir)
+    return cache_dir if cache.usable_dir() is not None else None
+
+
+def _build_cached(job: _Job, lib: Path, sanitize: str | None) -> EmulatedModule:
+    """Load `lib` if its HMAC verifies; else build it once under its lock and sign it."""
+    if (hit := _load_verified(lib, sanitize)) is not None:
+        return hit
+    try:
+        with cache.locked(lib.with_suffix(".lock")):
+            if (hit := _load_verified(lib, sanitize)) is not None:
+                return hit  # another process built it while we waited
+            _signature_file(lib).unlink(missing_ok=True)
+            _compile(job, lib)
+            write_atomic(_signature_file(lib), cache.sign(lib.read_bytes()).encode())
+    except OSError as e:  # the cache could not be written: build where only we can see
+        cache.cache_write_failed(e)
+        return EmulatedModule(_build_uncached(job), sanitize)
+    return EmulatedModule(lib, sanitize)
+
+
+def _signature_file(lib: Path) -> Path:
+    return lib.with_name(lib.name + ".hmac")
+
+
+def _load_verified(lib: Path, sanitize: str | None) -> EmulatedModule | None:
+    """The cached module, or None when it is missing, unsigned, forged or will not load."""
+    try:
+        mac = _signature_file(lib).read_text()
+        if not cache.verify(lib.read_bytes(), mac):
+            return None
+        return EmulatedModule(lib, sanitize)
+    except OSError:  # missing, unreadable, or a damaged object that dlopen refuses
+        return None
+
+
+def _build_uncached(job: _Job) -> Path:
+    """Build into a private temporary folder removed when the process exits."""
+    folder = Path(tempfile.mkdtemp(prefix="ncdc-emu-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    lib = folder / f"{job.stem}.so"
+    _compile(job, lib)
+    return lib
+
+
+def _compile(job: _Job, lib: Path) -> None:
+    """Compile to a temporary object beside `lib`, then rename it into place.
+
+    A source given as text is written into a private temporary folder first: the compiler
+    looks for quoted includes beside the source, and that folder holds nothing else.
+    """
+    fd, tmp = tempfile.mkstemp(dir=lib.parent, prefix=f".{lib.stem}.", suffix=".tmp.so")
+    os.close(fd)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ncdc-src-") as private:
+            if job.path is not None:
+                src, extra = job.path, ["-I", str(job.path.parent)]
+            else:
+                src, extra = Path(private) / f"{job.stem}.cu", []
+                src.write_text(job.text)
+            cmd = [job.cxx, *job.flags, "-I", str(job.include), *extra, "-x", "c++", str(src)]
+            out = subprocess.run([*cmd, "-o", tmp], capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise _first_error(out.stderr)
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _dim3(v: int | Sequence[int]) -> tuple[int, int, int]:
+    t = (int(v),) if isinstance(v, (int, np.integer)) else tuple(int(x) for x in v)
+    if not 1 <= len(t) <= 3 or min(t) < 1:
+        raise NcdcError(f"a grid or block is 1 to 3 positive sizes, got {v!r}")
+    return (t + (1, 1))[:3]  # type: ignore[return-value]
+
+
+class EmulatedModule:
+    """A kernel library built for the CPU backend; `launch` runs one of its kernels."""
+
+    def __init__(self, library: Path, sanitize: str | None = None):
+        self.library = library
+        self.sanitize = sanitize
+        self._dll = ctypes.CDLL(str(library)) if sanitize is None else None
+
+    def signature(self, kernel: str) -> list[str]:
+        """The kernel's parameters: "p" for a pointer, "i4", "f4", "u8"... for scalars."""
+        if self._dll is None:
+            raise NcdcError("a sanitized library loads only in its own process; launch it")
+        return _signature(self._dll, self.library, kernel)
+
+    def launch(
+        self,
+        kernel: str,
+        grid: int | Sequence[int],
+        block: int | Sequence[int],
+        args: Sequence[Any],
+        dynamic_smem: int = 0,
+        counters: bool = False,
+    ) -> Traffic:
+        """Run `kernel` over `grid` x `block`; arrays are device memory, written in place.
+
+        Arrays must be contiguous; scalars are passed by value with the kernel's parameter
+        type (a NumPy scalar must match it exactly; a Python number is converted).
+        `counters`: also count sectors and bank conflicts (slower: every access is logged).
+        """
+        g, b = _dim3(grid), _dim3(block)
+        _default_threads()
+        if self._dll is not None:
+            values = _check_args(kernel, self.signature(kernel), args)
+            dll = self._dll
+            return _interruptible(
+                lambda: _run(dll, kernel, g, b, int(dynamic_smem), values, counters)
+            )
+        assert self.sanitize is not None  # a plain library is loaded in this process
+        arrays = [a for a in args if isinstance(a, np.ndarray) and not _by_value_struct(a)]
+        request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args), counters)
+        outputs, traffic = _run_sanitized(self.sanitize, kernel, request)
+        for dst, src in zip(arrays, outputs, strict=True):
+            dst[...] = src
+        return traffic
+
+
+def _by_value_struct(a: np.ndarray) -> bool:
+    """A 0-d void array is a struct passed by value (a tensor map), not a buffer."""
+    return a.ndim == 0 and a.dtype.kind == "V"
+
+
+def _default_threads() -> None:
+    """The emulator's pool defaults to every core of the machine; use the CPUs this process
+    may use (affinity, cgroup quota) instead, unless NCDC_EMU_THREADS says otherwise."""
+    if "NCDC_EMU_THREADS" not in os.environ:
+        from ncdc.system import default_jobs
+
+        os.environ["NCDC_EMU_THREADS"] = str(default_jobs())
+
+
+def _interruptible(call: Callable[[], Traffic]) -> Traffic:
+    """Run a launch on a helper thread and wait for it in short slices, so that Ctrl-C (or
+    SIGTERM) reaches the main thread within a fraction of a second instead of when the
+    kernel ends. An interrupted kernel keeps running on its daemon thread until the
+    process exits; its buffers must not be used after the interrupt."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # handed to the waiting thread
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name="ncdc-emu-launch", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.05)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _signature(dll: ctypes.CDLL, library: Path, kernel: str) -> list[str]:
+    try:
+        fn = getattr(dll, f"ncdc_signature_{kernel}")
+    except AttributeError:
+        raise NcdcError(
+            f"no kernel {kernel!r} in {library.name}",
+            hint="the source must end with NCDC_EXPORT_KERNEL(name)",
+        ) from None
+    fn.restype = ctypes.c_char_p
+    sig = fn().decode()
+    return sig.split(",") if sig else []
+
+
+def _check_args(kernel: str, sig: list[str], args: Sequence[Any]) -> list[Any]:
+    if len(sig) != len(args):
+        raise NcdcError(
+            f"kernel {kernel} takes {len(sig)} arguments ({','.join(sig)}), got {len(args)}"
+        )
+    values: list[Any] = []
+    for i, (code, a) in enumerate(zip(sig, args, strict=True)):
+        if code == "p":
+            if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+                raise NcdcError(
+                    f"argument {i} of {kernel} is a pointer: pass a C-contiguous NumPy array",
+                    hint="np.ascontiguousarray(x)",
+                )
+            values.append(a.reshape(1) if a.ndim == 0 else a)  # 0-d means "by value" below
+        elif code in _SCALAR_DTYPES:
+            dtype = np.dtype(_SCALAR_DTYPES[code])
+            if isinstance(a, np.generic) and a.dtype != dtype:
+                raise NcdcError(f"argument {i} of {kernel} is {dtype}, got a NumPy {a.dtype}")
+            if isinstance(a, np.ndarray):
+                raise NcdcError(f"argument {i} of {kernel} is a {dtype} scalar, got an array")
+            values.append(np.array(a, dtype=dtype))
+        elif code.startswith("b") and isinstance(a, np.ndarray) and _by_value_struct(a):
+            if a.nbytes != int(code[1:]):  # a struct by value: a tensor map's 128 bytes
+                raise NcdcError(f"argument {i} of {kernel} is {code[1:]} bytes, got {a.nbytes}")
+            values.append(a)
+        else:
+            raise NcdcError(
+                f"argument {i} of {kernel} has a by-value type the launcher cannot pass ({code})"
+            )
+    return values
+
+
+def _run(
+    dll: ctypes.CDLL,
+    kernel: str,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    smem: int,
+    values: list[Any],
+    counters: bool = False,
+) -> Traffic:
+    """Call the library's launch entry; arrays are passed by pointer, 0-d arrays by value."""
+    n = len(values)
+    ptrs = (ctypes.c_void_p * max(n, 1))()
+    slots = (ctypes.c_void_p * max(n, 1))()  # the pointer values the kernel's pointer args read
+    ranges = []
+    for i, v in enumerate(values):
+        if v.ndim == 0:
+            ptrs[i] = v.ctypes.data
+        else:
+            slots[i] = v.ctypes.data
+            ptrs[i] = ctypes.addressof(slots) + i * ctypes.sizeof(ctypes.c_void_p)
+            ranges += [v.ctypes.data, v.ctypes.data + v.nbytes]
+    fn = getattr(dll, f"ncdc_launch_{kernel}")
+    fn.restype = ctypes.c_int
+    range_arr = (ctypes.c_ulonglong * max(len(ranges), 1))(*ranges)
+    traffic = (ctypes.c_ulonglong * 11)(int(counters))
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    rc = fn(
+        (ctypes.c_uint * 3)(*grid),
+        (ctypes.c_uint * 3)(*block),
+        ctypes.c_ulonglong(smem),
+        ptrs,
+        range_arr,
+        ctypes.c_int(len(ranges) // 2),
+        traffic,
+        err,
+        ctypes.c_int(_ERR_LEN),
+    )
+    if rc != 0:
+        raise NcdcError(err.value.decode(errors="replace"))
+    return Traffic(int(traffic[0]), int(traffic[1]), Counters(*(int(t) for t in traffic[2:])))
+
+
+# ---- sanitized runs: a subprocess with the sanitizer's runtime preloaded ----------------------
+
+
+def sanitizer_runtime(sanitize: str) -> str:
+    """The path of the compiler's runtime library for `sanitize` ("address" or "race")."""
+    rt = _RUNTIMES[sanitize]
+    cxx = find_compiler()
+    out = subprocess.run([cxx, f"-print-file-name={rt.library}"], capture_output=True, text=True)
+    path = out.stdout.strip()
+    if not path or not os.path.isabs(path) or not os.path.exists(path):
+        raise NcdcError(
+            f"sanitizer runtime {rt.library} not found for {cxx}",
+            hint=f"apt-get install {rt.package}",
+        )
+    return os.path.realpath(path)
+
+
+def _asan_runtime() -> str:
+    return sanitizer_runtime("address")
+
+
+# TSan maps its shadow at fixed addresses; with some kernels' ASLR (large mmap_rnd_bits) a
+# library can land there. Rerunning with randomisation off (`setarch -R`) avoids it.
+_TSAN_BAD_MAPPING = "ThreadSanitizer: unexpected memory mapping"
+
+
+def _run_sanitized(
+    sanitize: str, kernel: str, request: tuple[Any, ...]
+) -> tuple[list[np.ndarray], Traffic]:
+    rt = _RUNTIMES[sanitize]
+    with tempfile.TemporaryDirectory(prefix=f"ncdc-{sanitize}-") as tmp:
+        req, response = Path(tmp) / "request.pkl", Path(tmp) / "response.pkl"
+        req.write_bytes(pickle.dumps(request))
+        env = dict(os.environ)
+        env["LD_PRELOAD"] = sanitizer_runtime(sanitize)
+        env[rt.options_var] = rt.options
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+        code = "import sys, ncdc.backends.cpu as e; e._sanitized_child(sys.argv[1], sys.argv[2])"
+        cmd = [sys.executable, "-c", code, str(req), str(response)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if _TSAN_BAD_MAPPING in proc.stderr and (setarch := shutil.which("setarch")):
+            cmd = [setarch, os.uname().machine, "-R", *cmd]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not response.is_file():
+            if sanitize == "race":
+                raise _tsan_failure(kernel, proc.stderr)
+            raise _asan_failure(kernel, proc.stderr)
+        outputs, traffic, error = pickle.loads(response.read_bytes())
+    if error:
+        raise NcdcError(error)
+    return outputs, traffic
+
+
+def _failure_tail(sanitize: str, kernel: str, stderr: str) -> NcdcError:
+    tail = stderr.strip().splitlines()[-1:] or ["no output"]
+    return NcdcError(f"{sanitize}-sanitized run of {kernel} failed: {tail[0]}")
+
+
+def _asan_failure(kernel: str, stderr: str) -> NcdcError:
+    kind = re.search(r"ERROR: AddressSanitizer: ([\w-]+)", stderr)
+    access = re.search(r"^(READ|WRITE) of size (\d+)", stderr, re.M)
+    where = re.search(r"^NCDC-EMU-WHERE: (.*)$", stderr, re.M)
+    if not kind:
+        return _failure_tail("address", kernel, stderr)
+    text = f"AddressSanitizer: {kind[1]}"
+    if access:
+        text += f": {access[1]} of size {access[2]}"
+    text += f" in {where[1]}" if where else f" in kernel {kernel}"
+    return CheckFailed(text)
+
+
+_TSAN_KIND = re.compile(r"WARNING: ThreadSanitizer: (.+?) \(pid=")
+# "  Write of size 4 at 0x7f.. by thread T3:" then "  Previous read of size 4 at ..."
+_TSAN_ACCESS = re.compile(
+    r"^  (?:Previous )?(?P<atomic>[Aa]tomic )?(?P<op>[Rr]ead|[Ww]rite) of size "
+    r"(?P<size>\d+) at \S+ by (?:thread T(?P<tid>\d+)|main thread)",
+    re.M,
+)
+_TSAN_THREAD = re.compile(r"^  Thread T(?P<tid>\d+) '(?P<name>[^']*)'", re.M)
+_TSAN_GLOBAL = re.compile(r"^  Location is global '(?P<name>[^']+)'", re.M)
+
+
+def _tsan_failure(kernel: str, stderr: str) -> NcdcError:
+    """One line from a TSan report; the fibers are named "block (x,y,z) thread (x,y,z)"."""
+    kind = _TSAN_KIND.search(stderr)
+    if not kind:
+        return _failure_tail("race", kernel, stderr)
+    text = f"ThreadSanitizer: {kind[1]} in kernel {kernel}"
+    names = {m["tid"]: m["name"] for m in _TSAN_THREAD.finditer(stderr)}
+    accesses = [_tsan_access(m, names) for m in _TSAN_ACCESS.finditer(stderr)][:2]
+    if len(accesses) == 2:
+        (who, did, size), (other, other_did, _) = accesses
+        block, _, tid = who.partition(" thread ")
+        other_block, _, other_tid = other.partition(" thread ")
+        if block == other_block and tid and other_tid:
+            who, other = f"thread {tid}", f"thread {other_tid}"
+            text += " " + block
+        unit = "byte" if size == "1" else "bytes"
+        text += f": {who} {did} {size} {unit} that {other} {other_did}, with no barrier between"
+    if loc := _TSAN_GLOBAL.search(stderr):
+        text += f" (on '{loc['name']}')"
+    return CheckFailed(text)
+
+
+def _tsan_access(m: re.Match[str], names: dict[str, str]) -> tuple[str, str, str]:
+    """(who, "read"/"wrote", size) of one access in a TSan report."""
+    tid = m["tid"]
+    who = names.get(tid, f"thread T{tid}") if tid else "the launching thread"
+    did = "wrote" if m["op"].lower() == "write" else "read"
+    return who, ("atomically " + did if m["atomic"] else did), m["size"]
+
+
+def _sanitized_child(request: str, response: str) -> None:
+    """Runs in the subprocess: device buffers are malloc'd inside the library (redzones)."""
+    library, kernel, grid, block, smem, args, counters = pickle.loads(Path(request).read_bytes())
+    dll = ctypes.CDLL(library)
+    try:
+        values = _check_args(kernel, _signature(dll, Path(library), kernel), args)
+    except NcdcError as e:
+        Path(response).write_bytes(pickle.dumps(([], Traffic(0, 0), e.line())))
+        return
+    dll.ncdc_emu_malloc.restype = ctypes.c_void_p
+    dll.ncdc_emu_malloc.argtypes = [ctypes.c_ulonglong]
+    dll.ncdc_emu_free.argtypes = [ctypes.c_void_p]
+    buffers = []
+    device = []
+    for v in values:
+        if v.ndim == 0:
+            device.append(v)
+            continue
+        ptr = dll.ncdc_emu_malloc(v.nbytes)
+        ctypes.memmove(ptr, v.ctypes.data, v.nbytes)
+        buffers.append((ptr, v))
+        array_t = ctypes.c_ubyte * v.nbytes
+        device.append(np.frombuffer(array_t.from_address(ptr), dtype=v.dtype).reshape(v.shape))
+    error, traffic = "", Traffic(0, 0)
+    try:
+        traffic = _run(dll, kernel, grid, block, smem, device, counters)
+    except NcdcError as e:
+        error = e.line()
+    outputs = [d.copy() for d in device if d.ndim != 0]
+    for ptr, _ in buffers:
+        dll.ncdc_emu_free(ptr)
+    Path(response).write_bytes(pickle.dumps((outputs, traffic, error)))

@@ -1,0 +1,509 @@
+"""Run a rendered diagram and check it against the float64 reference.
+
+Fresh random inputs (rounded to each input's dtype), every output and intermediate buffer
+poisoned with NaN before the launches so an element the kernel never writes shows up, the
+kernels launched in order, each output compared with `reference.evaluate` within the
+tolerance of its dtype. The CPU backend also counts the bytes the kernels read and write
+in global memory, for comparison with the model's on-chip boundary traffic.
+
+    >>> result = run_diagram(load_diagram("diagrams/softmax.yaml", {"m": 3, "n": 65}),
+    ...                      load_hardware("h200"), backend="cpu")  # doctest: +SKIP
+    >>> result.ok  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ncdc.backends.arguments import (
+    encode_emulated_tensor_map,
+    scalar_argument,
+    tensor_map_arguments,
+)
+from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
+from ncdc.errors import UsageError
+from ncdc.hardware.machine import Hardware
+from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
+from ncdc.render import Launch, Param, RenderedModule, Workspace
+
+if TYPE_CHECKING:
+    from ncdc.backends.cpu import Counters, Traffic
+
+BACKENDS = ("cpu", "cuda")
+
+# Allowed error, relative to the largest magnitude of the reference output, per output
+# dtype. fp32 kernels differ from float64 by accumulation order; 16-bit outputs by one
+# rounding (2^-8 for bf16) plus their inputs' products; e4m3 keeps 3 mantissa bits (one
+# rounding is up to 2^-4 of the value), e5m2 keeps 2 (2^-3).
+TOLERANCE = {
+    "fp32": 1e-5,
+    "fp16": 1e-2,
+    "bf16": 2e-2,
+    "fp8_e4m3": 7e-2,
+    "fp8_e5m2": 1.3e-1,
+    "int8": 1.0 / 64,
+    "int32": 0.0,  # int8 x int8 accumulates exactly
+}
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How one output compared with the reference."""
+
+    name: str
+    dtype: str
+    max_abs_error: float
+    max_rel_error: float  # max |error| / max |reference|: what the tolerance bounds
+    scale: float  # largest |reference|: the tolerance is relative to it
+    tolerance: float
+    unexpected_nan: int  # elements that are NaN here but not in the reference (e.g. unwritten)
+
+    @property
+    def ok(self) -> bool:
+        return self.unexpected_nan == 0 and self.max_rel_error <= self.tolerance
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of `run_diagram`."""
+
+    backend: str
+    checks: tuple[OutputCheck, ...]
+    bytes_read: int  # global-memory traffic the kernels issued (CPU backend; 0 on CUDA)
+    bytes_written: int
+    seconds: float  # wall time of building (or loading) and running the kernels
+    counters: Counters | None = None  # CPU backend with counters: sectors and wavefronts
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray) -> OutputCheck:
+    """Compare a kernel's output (float64 values) with the reference."""
+    both_nan = np.isnan(got) & np.isnan(want)
+    unexpected = int(np.count_nonzero(np.isnan(got) & ~np.isnan(want)))
+    finite = ~np.isnan(want) & ~np.isnan(got)
+    diff = np.where(finite, np.abs(got - want), 0.0)
+    diff = np.where(both_nan, 0.0, diff)
+    # Infinities that agree are no error; one that does not is an infinite error.
+    same_inf = np.isinf(got) & np.isinf(want) & (np.sign(got) == np.sign(want))
+    diff = np.where(same_inf, 0.0, diff)
+    finite_ref = np.abs(np.where(np.isfinite(want), want, 0.0))
+    scale = float(finite_ref.max()) if finite_ref.size else 0.0
+    scale = scale if scale > 0 else 1.0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    return OutputCheck(name, dtype, max_abs, max_abs / scale, scale, TOLERANCE[dtype], unexpected)
+
+
+def allocate(module: RenderedModule, diagram: Diagram, inputs: Mapping[str, np.ndarray]) -> dict:
+    """Device buffers for every tensor a launch names: inputs filled, the rest NaN."""
+    named = {p.name for launch in module.launches for p in launch.params}
+    buffers: dict[str, np.ndarray] = {}
+    for t in diagram.tensors:
+        if t.name not in named and t.name not in diagram.outputs:
+            continue  # a fused intermediate never exists in global memory
+        shape = tuple(diagram.axes[a] for a in t.axes)
+        if t.name in inputs:
+            buffers[t.name] = device_aligned(to_storage(inputs[t.name], t.dtype))
+        else:
+            buffers[t.name] = device_aligned(to_storage(np.full(shape, np.nan), t.dtype))
+    for w in module.workspace:
+        buffers[w.name] = device_aligned(to_storage(np.full(w.values, np.nan), w.dtype))
+    return buffers
+
+
+DEVICE_ALIGNMENT = 256  # bytes: what cudaMalloc returns (CUDA C++ Programming Guide)
+
+
+def device_aligned(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of `a` starting on a DEVICE_ALIGNMENT boundary, as a GPU buffer
+    does, so that the CPU backend's sector counts are those of the GPU."""
+    raw = np.empty(a.nbytes + DEVICE_ALIGNMENT, dtype=np.uint8)
+    skip = -raw.ctypes.data % DEVICE_ALIGNMENT
+    out = raw[skip : skip + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def launch_args(launch: Launch, buffers: Mapping[str, np.ndarray]) -> list:
+    """The argument list of one launch, in its parameter order (the CPU backend's: a tensor
+    map names its buffer by parameter index, so it follows the buffer anywhere)."""
+    index = tensor_map_arguments(launch.params)
+    return [_arg(p, buffers, index) for p in launch.params]
+
+
+def _arg(p: Param, buffers: Mapping[str, np.ndarray], index: Mapping[str, int]) -> object:
+    if p.kind in ("tensor", "workspace"):
+        return buffers[p.name]
+    if p.tensor_map is not None:
+        return encode_emulated_tensor_map(p.tensor_map, argument=index[p.tensor_map.tensor])
+    return scalar_argument(p)
+
+
+# ---- the CPU backend's guard: memory and time estimated before a run -------------------
+
+DEFAULT_MEMORY_SHARE = 0.5  # of the memory available when the run starts (--max-memory)
+BASE_BYTES = 144 << 20  # Python, NumPy, the emulator library and its fiber stacks
+# Emulated throughput per core, measured on the CPU backend (BENCHMARKS.md): mma.sync and
+# shared-memory traffic dominate; a conservative figure, used for the progress display.
+EMU_FLOPS_PER_CORE_S = 5e7
+EMU_BYTES_PER_CORE_S = 1e8
+PROGRESS_AFTER_S = 2.0
+
+
+@dataclass(frozen=True)
+class EmulationEstimate:
+    """What a CPU-emulated run will take: peak resident memory and wall time."""
+
+    memory_bytes: int
+    seconds: float
+
+
+def estimate_emulation(
+    diagram: Diagram, module: RenderedModule, cost: Mapping[str, Any] | None = None
+) -> EmulationEstimate:
+    """Peak memory and time of `run_diagram` on the cpu backend, before running it.
+
+    Memory: the float64 reference keeps every tensor (8 bytes a value); the device buffers
+    hold the tensors the kernels name, at their dtype; the peak adds the larger of the
+    reference's temporaries (about 3 float64 copies of the largest tensor) and the
+    comparison's (about 4.5 of the largest output). Checked against measured peaks in
+    BENCHMARKS.md. Time: the model's FLOPs and on-chip bytes at the emulator's rate.
+
+        >>> from ncdc.language.spec import load_diagram
+        >>> d = load_diagram("diagrams/softmax.yaml", {"m": 2048, "n": 8192})
+        >>> round(estimate_emulation(d, _no_module()).memory_bytes / 2**30, 1)  # GiB
+        1.0
+    """
+    from ncdc.language.spec import DTYPE_BYTES
+
+    sizes = {t.name: diagram.size(t) for t in diagram.tensors}
+    named = {p.name for launch in module.launches for p in launch.params}
+    stored = sum(
+        sizes[t.name] * DTYPE_BYTES[t.dtype]
+        for t in diagram.tensors
+        if t.name in named or t.name in diagram.outputs
+    ) + sum(int(w.values) * DTYPE_BYTES[w.dtype] for w in module.workspace)
+    largest = max(sizes.values())
+    largest_out = max(sizes[name] for name in diagram.outputs)
+    memory = BASE_BYTES + 8 * sum(sizes.values()) + stored + max(24 * largest, 36 * largest_out)
+    return EmulationEstimate(int(memory), _emulation_seconds(cost))
+
+
+def _no_module() -> RenderedModule:
+    """A module with no launches (for the docstring: buffers are outputs only)."""
+    return RenderedModule("none", "", (), (), ())
+
+
+def _emulation_seconds(cost: Mapping[str, Any] | None) -> float:
+    if not cost:
+        return 0.0
+    flops = float(cost.get("flops", 0))
+    moved = float(sum(t["bytes"] for t in cost.get("transfers", ())[1:2]))  # on-chip boundary
+    cores = max(1, _cores())
+    return (flops / EMU_FLOPS_PER_CORE_S + moved / EMU_BYTES_PER_CORE_S) / cores
+
+
+def _cores() -> int:
+    from ncdc.system import default_jobs
+
+    return default_jobs()
+
+
+def available_memory() -> int:
+    """Bytes this process can still use: MemAvailable, capped by a cgroup memory limit."""
+    free = _meminfo_available()
+    limit = _cgroup_memory_left()
+    return min(free, limit) if limit is not None else free
+
+
+def _meminfo_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _cgroup_memory_left(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return max(0, int(limit) - int((root / "memory.current").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def memory_limit(text: str | None) -> int:
+    """`--max-memory`: bytes with an optional K/M/G/T suffix (binary: 8G is 8 GiB), or a
+    share of the available memory as a percentage; None is the default share.
+
+        >>> memory_limit("8G"), memory_limit("512MiB"), memory_limit("1024")
+        (8589934592, 536870912, 1024)
+    """
+    if text is None:
+        return int(DEFAULT_MEMORY_SHARE * available_memory())
+    raw = text.strip()
+    if raw.endswith("%"):
+        try:
+            share = float(raw[:-1]) / 100
+        except ValueError:
+            share = -1.0
+        if 0 < share <= 1:
+            return int(share * available_memory())
+    elif m := _MEMORY.match(raw):
+        value = float(m[1]) * _UNITS[m[2].upper()]
+        if value >= 1:
+            return int(value)
+    raise UsageError(
+        f"expected a memory size such as 8G, 512M or 50%, found '{text}'",
+        where="--max-memory",
+        hint="bytes with K, M, G or T (powers of 1024), or a percentage of the free memory",
+    )
+
+
+def check_emulation_fits(
+    estimate: EmulationEstimate, limit: int, *, compiled: bool = False
+) -> None:
+    """Refuse (exit 2) an emulation whose estimated peak memory is over `limit`."""
+    if estimate.memory_bytes <= limit:
+        return
+    from ncdc.cli.report import format_bytes
+
+    hint = (
+        "compile the spec again with smaller sizes (ncdc compile SPEC --set AXIS=SIZE), "
+        "or raise --max-memory"
+        if compiled
+        else "run it at smaller sizes with --set AXIS=SIZE (e.g. --set q=256), or raise "
+        "--max-memory"
+    )
+    raise UsageError(
+        f"the cpu emulation needs about {format_bytes(estimate.memory_bytes)} of memory, "
+        f"over the limit of {format_bytes(limit)}",
+        where="--backend cpu",
+        hint=hint,
+    )
+
+
+def run_diagram(
+    diagram: Diagram, module: RenderedModule, *, backend: str = "cpu", seed: int = 0,
+    sanitize: str | None = None, estimate: EmulationEstimate | None = None,
+    counters: bool = False,
+) -> RunResult:  # fmt: skip
+    """Run `module` (rendered from `diagram`) on `backend` and check every output;
+    `counters` (cpu backend): also count global sectors and shared-memory wavefronts."""
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend '{backend}'; expected one of {', '.join(BACKENDS)}")
+    if counters and backend != "cpu":
+        raise UsageError(
+            "access counters come from the CPU emulator", where="--counters",
+            hint="run with --backend cpu, or drop --counters",
+        )  # fmt: skip
+    inputs = make_inputs(diagram, seed)
+    stored = {p.name for launch in module.launches for p in launch.params if p.kind == "tensor"}
+    expected = evaluate(diagram, inputs, stored - set(inputs))
+    buffers = allocate(module, diagram, inputs)
+    start = time.perf_counter()
+    counted = None
+    if backend == "cpu":
+        with _progress(estimate.seconds if estimate else 0.0):
+            traffic = _run_cpu(module, buffers, sanitize, counters)
+        read, written = traffic.bytes_read, traffic.bytes_written
+        counted = traffic.counters if counters else None
+    else:
+        from ncdc.backends.cuda import run_cuda
+
+        run_cuda(module, buffers)
+        read = written = 0
+    seconds = time.perf_counter() - start
+    checks = []
+    for name in diagram.outputs:
+        dtype = diagram.tensor(name).dtype
+        got = from_storage(buffers[name], dtype)
+        checks.append(compare(name, dtype, got, expected[name]))
+    return RunResult(backend, tuple(checks), read, written, seconds, counted)
+
+
+def _run_cpu(
+    module: RenderedModule, buffers: dict, sanitize: str | None, counters: bool = False
+) -> Traffic:
+    from ncdc.backends.cpu import Traffic, build
+
+    lib = build(module.source, sanitize=sanitize)
+    total = Traffic(0, 0)
+    for launch in module.launches:
+        total += lib.launch(
+            launch.kernel, launch.grid, launch.block, launch_args(launch, buffers),
+            dynamic_smem=launch.dynamic_smem, counters=counters,
+        )  # fmt: skip
+    return total
+
+
+@contextlib.contextmanager
+def _progress(expected_s: float) -> Iterator[None]:
+    """A spinner with the elapsed time on a terminal, for runs estimated over ~2 s."""
+    from ncdc.output import VERBOSITY, stderr
+
+    console = stderr()
+    if expected_s < PROGRESS_AFTER_S or not console.is_terminal or VERBOSITY.level < 0:
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        bar.add_task(f"emulating on the CPU (estimated {expected_s:.0f} s)", total=None)
+        yield
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A run and what the model predicted for the traffic it measured."""
+
+    diagram: Diagram
+    module: RenderedModule
+    result: RunResult
+    boundary: str  # the level boundary the kernels' own global traffic crosses, "l2->smem"
+    predicted_bytes: int  # the model's bytes across that boundary
+    tiles_from: dict[str, Any] | None = None  # PlanSource.to_dict(); None for a compiled .cu
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.result
+        return {
+            "format": "ncdc.run/1",
+            "name": self.diagram.name,
+            "axes": dict(self.diagram.axes),
+            "backend": r.backend,
+            "ok": r.ok,
+            "outputs": [{**asdict(c), "ok": c.ok} for c in r.checks],
+            "traffic": {
+                "bytes_read": r.bytes_read,
+                "bytes_written": r.bytes_written,
+                "boundary": self.boundary,
+                "predicted_bytes": self.predicted_bytes,
+            },
+            "seconds": r.seconds,
+            "tiles_from": self.tiles_from,
+            "counters": counters_to_dict(r.counters) if r.counters else None,
+        }
+
+
+def counters_to_dict(c: Counters) -> dict[str, Any]:
+    """The access counters beside their ideal, JSON-ready."""
+    return {**asdict(c), "excess_sectors": c.excess_sectors, "bank_conflicts": c.bank_conflicts}
+
+
+def run_spec(
+    spec: Path, hardware: Hardware, *, backend: str = "cpu", seed: int = 0,
+    sanitize: str | None = None, sizes: Mapping[str, int] | None = None,
+    tiles: Mapping[str, int] | None = None, max_memory: int | None = None,
+    use_tuned: bool = True, counters: bool = False,
+) -> RunOutcome:  # fmt: skip
+    """Plan, render and run a spec, or run a `.cu` that `ncdc compile` wrote.
+
+    On the cpu backend the run's memory is estimated first and a run over `max_memory`
+    bytes (default: DEFAULT_MEMORY_SHARE of the available memory) is refused (exit 2).
+    """
+    if seed < 0:
+        raise UsageError(f"expected a seed of 0 or more, found {seed}", where="--seed")
+    if spec.suffix == ".cu":
+        if sizes or tiles:
+            raise UsageError(
+                "--set and --tile do not apply to a compiled .cu", where=str(spec),
+                hint="run the spec instead, or compile again with the sizes",
+            )  # fmt: skip
+        diagram, module, cost = load_compiled(spec)
+        tiles_from = None
+    else:
+        from ncdc.model.cost import plan_to_dict
+        from ncdc.plan.choose import choose_plan_source
+        from ncdc.render import render_plan
+
+        diagram = load_diagram(spec, sizes)
+        # explicit beats tuned beats modelled
+        plan, source = choose_plan_source(diagram, hardware, tiles, use_tuned=use_tuned)
+        tiles_from = source.to_dict()
+        from ncdc.output import detail, note
+
+        (note if source.kind == "tuned" else detail)(source.describe())
+        module = render_plan(plan)
+        cost = plan_to_dict(plan)
+    estimate = None
+    if backend == "cpu":
+        estimate = estimate_emulation(diagram, module, cost)
+        limit = memory_limit(None) if max_memory is None else max_memory
+        check_emulation_fits(estimate, limit, compiled=spec.suffix == ".cu")
+    result = run_diagram(
+        diagram, module, backend=backend, seed=seed, sanitize=sanitize, estimate=estimate,
+        counters=counters,
+    )  # fmt: skip
+    boundary, predicted = on_chip_boundary(cost, hardware)
+    return RunOutcome(diagram, module, result, boundary, predicted, tiles_from)
+
+
+def on_chip_boundary(cost: Mapping[str, Any], hardware: Hardware) -> tuple[str, int]:
+    """The model's traffic into the first per-SM level: what a kernel itself loads and
+    stores in global memory, before any cache (L2 sits above this boundary)."""
+    per_sm = {lv.name for lv in hardware.levels if lv.per == "sm"}
+    for t in cost["transfers"]:
+        if t["lower"] in per_sm:
+            return f"{t['upper']}->{t['lower']}", int(t["bytes"])
+    first = cost["transfers"][0]
+    return f"{first['upper']}->{first['lower']}", int(first["bytes"])
+
+
+def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
+    """The diagram, module and predicted cost of a `.cu` written by `ncdc compile`."""
+    meta_path = cu.with_suffix(".json")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        source = cu.read_text(encoding="utf-8")
+        spec_text = meta["spec_text"]
+        launches = tuple(
+            Launch(k["name"], tuple(k["grid"]), tuple(k["block"]), k["dynamic_smem_bytes"],
+                   tuple(Param(**p) for p in k["params"]))
+            for k in meta["kernels"]
+        )  # fmt: skip
+        workspace = tuple(Workspace(**w) for w in meta["workspace"])
+    except FileNotFoundError as e:
+        raise UsageError(
+            f"cannot read {e.filename}", where=str(cu),
+            hint="a .cu runs with the .json that ncdc compile wrote beside it",
+        ) from None  # fmt: skip
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(
+            f"{meta_path.name} is not a kernel description written by ncdc ({e})", where=str(cu),
+            hint="compile the spec again with ncdc compile",
+        ) from None  # fmt: skip
+    if not spec_text:
+        raise UsageError("the .json carries no spec text", where=str(meta_path))
+    expected = meta.get("files", {}).get("cu_sha256")
+    if expected and hashlib.sha256(source.encode()).hexdigest() != expected:
+        raise UsageError(
+            f"{cu.name} is not the source {meta_path.name} describes (edited, or written by "
+            "another compile)", where=str(cu),
+            hint="compile the spec again with ncdc compile",
+        )  # fmt: skip
+    diagram = load_diagram_text(spec_text, meta.get("spec", str(cu)), meta["axes"])
+    name = "__".join(launch.kernel for launch in launches)
+    return diagram, RenderedModule(name, source, launches, workspace, ()), meta["cost"]

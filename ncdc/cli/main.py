@@ -1,0 +1,581 @@
+"""The `ncdc` command line: parse, call one library function, report.
+
+Data goes to stdout (a table, or JSON with `--format json`); messages go to stderr. Every
+error known to ncdc is one line with a hint and the exit code of the contract in
+DESIGN.md (0 ok, 1 check failed, 2 bad input, 3 compile error, 4 no GPU); `--debug`
+prints the traceback before that line.
+"""
+
+# No `from __future__ import annotations` here: typer reads every command's annotations at
+# start-up, and strings would have to be evaluated first (a tenth of `ncdc cost`'s time).
+import signal
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ncdc import __version__
+from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, UsageError, file_error
+from ncdc.hardware.machine import (
+    Hardware,
+    apply_overrides,
+    hardware_to_dict,
+    list_profiles,
+    load_hardware,
+)
+from ncdc.language.spec import load_diagram, parse_assignments
+from ncdc.model.graph import MemoryGraph, build_graph, graph_to_dict
+from ncdc.output import detail, emit, error_line, note, stderr
+
+# Only what every command needs is imported here: a command imports its own views and
+# library (rich tables, NumPy, Jinja) so that `ncdc cost` starts fast.
+
+app = typer.Typer(
+    name="ncdc",
+    help="Neural circuit diagram compiler: IO-aware cost models and CUDA kernels from diagrams.",
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+# Options shared by the commands, declared once.
+SpecArg = Annotated[
+    Path, typer.Argument(help="A diagram spec (YAML).", show_default=False, metavar="SPEC")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", help="Override an axis size, AXIS=SIZE (repeatable).", metavar="AXIS=SIZE"
+    ),
+]
+HardwareOpt = Annotated[
+    str, typer.Option("--hardware", help="GPU profile name or YAML file.", metavar="NAME|FILE")
+]
+HwOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--hw",
+        help="Override one profile number, LEVEL.capacity=BYTES or LEVEL.bandwidth=BYTES_PER_S.",
+        metavar="LEVEL.FIELD=VALUE",
+    ),
+]
+FormatOpt = Annotated[str, typer.Option("--format", help="table or json.", metavar="table|json")]
+TileOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tile", help="Fix a tile size, AXIS=SIZE (repeatable).", metavar="AXIS=SIZE"),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "-j", "--jobs", min=1, metavar="N",
+        help="Worker processes (default: the CPUs allowed by affinity and cgroup quota).",
+    ),
+]  # fmt: skip
+NoTunedOpt = Annotated[
+    bool, typer.Option("--no-tuned", help="Ignore tiles kept by `ncdc tune` (the model picks).")
+]
+ArchOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--arch", help="sm_80, sm_89, sm_90 or sm_90a (default: the profile's).", metavar="ARCH"
+    ),
+]
+
+
+def load_machine(hardware: str, hw: list[str] | None) -> Hardware:
+    """The hardware profile named on the command line, with `--hw` overrides applied."""
+    return apply_overrides(load_hardware(hardware), hw or [])
+
+
+def load_graph(
+    spec: Path, sizes: list[str] | None, hardware: str, hw: list[str] | None
+) -> MemoryGraph:
+    """Spec + `--set` + profile + `--hw` -> the memory graph."""
+    diagram = load_diagram(spec, parse_assignments(sizes or []))
+    return build_graph(diagram, load_machine(hardware, hw))
+
+
+@app.command()
+def show(
+    spec: SpecArg,
+    set_: SetOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Print the hierarchical memory graph of a diagram as a tree."""
+    from ncdc.cli.views import graph_tree
+
+    graph = load_graph(spec, set_, hardware, hw)
+    emit(graph_to_dict(graph), fmt, lambda: graph_tree(graph))
+
+
+@app.command()
+def check(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Spec files or folders to validate.", metavar="PATHS...")
+    ],
+    hardware: HardwareOpt = "h200",
+    arch: ArchOpt = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            help="Cost baseline JSON (from `ncdc cost DIR --format json`).",
+            metavar="FILE",
+        ),
+    ] = None,
+    tolerance: Annotated[
+        str,
+        typer.Option(
+            "--tolerance", help="Growth allowed over the baseline: 5% or 0.05.", metavar="PCT"
+        ),
+    ] = "5%",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table, json, or github (workflow annotations).",
+            metavar="table|json|github",
+        ),
+    ] = "table",
+) -> None:
+    """Validate, plan and render (no NVRTC) every spec under PATHS; exit 2 naming each one
+    that cannot be built. With --baseline, exit 1 naming every predicted time or HBM
+    traffic that grew past the tolerance."""
+    from ncdc.backends.compile import target_hardware
+    from ncdc.check.gate import CHECK_FORMATS, check_spec, parse_tolerance, read_baseline
+    from ncdc.cli.views import find_specs
+
+    if fmt not in CHECK_FORMATS:
+        raise UsageError(f"unknown format '{fmt}'; expected one of {', '.join(CHECK_FORMATS)}",
+                         where="--format")  # fmt: skip
+    limit = parse_tolerance(tolerance)  # refused before any work, like every bad option
+    base = read_baseline(baseline) if baseline is not None else None
+    specs = find_specs(paths)
+    machine = target_hardware(load_hardware(hardware), arch)
+    checks = [check_spec(path, machine) for path in specs]
+    bad = [c for c in checks if not c.ok]
+    regressions: list[str] = []
+    if not bad and base is not None and baseline is not None:
+        from ncdc.check.gate import gate
+
+        regressions = gate(specs, machine, base, baseline, limit)
+    _report_check(checks, regressions, fmt)
+    if bad:
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if regressions:
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _report_check(checks: list, regressions: list[str], fmt: str) -> None:
+    """Errors on stderr (table), one JSON object or GitHub annotations on stdout."""
+    from ncdc.check.gate import check_to_dict, github_annotations
+
+    if fmt == "json":
+        emit(check_to_dict(checks, regressions), "json", lambda: "")
+    elif fmt == "github":
+        if text := github_annotations(checks, regressions):
+            print(text)
+    else:
+        for c in checks:
+            if not c.ok:
+                error_line(c.error)
+        for line in regressions:
+            stderr().print(f"regression: {line}", markup=False, soft_wrap=True)
+    note(f"{sum(c.ok for c in checks)} of {len(checks)} specs valid")
+
+
+@app.command()
+def cost(
+    spec: Annotated[
+        Path, typer.Argument(help="A spec, or a folder of specs (one baseline).", metavar="SPEC")
+    ],
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    arch: ArchOpt = None,
+    top_k: Annotated[
+        int, typer.Option("--top-k", help="Also list the runners-up.", metavar="K")
+    ] = 1,
+    abstract: Annotated[
+        bool,
+        typer.Option(
+            "--abstract", help="The model alone: price a spec no kernel template can build."
+        ),
+    ] = False,
+    no_tuned: NoTunedOpt = False,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles. On a GPU
+    profile the plan is rendered first: exit 2 for a spec that cannot be built."""
+    from ncdc.backends.compile import arch_notes, target_hardware
+    from ncdc.check.buildable import is_model_only, rank_buildable, with_abstract
+    from ncdc.cli.report import cost_table, cost_tables, with_note
+    from ncdc.cli.views import cost_note
+    from ncdc.model.cost import plan_to_dict
+
+    profile = load_machine(hardware, hw)
+    machine = target_hardware(profile, arch)
+    sizes = parse_assignments(set_ or [])
+    tiles = parse_assignments(tile or [], "--tile")
+    model_only = is_model_only(machine, abstract)
+    if spec.is_dir():
+        from ncdc.check.buildable import plan_buildable_specs
+        from ncdc.check.gate import baseline_from_plans
+        from ncdc.cli.views import find_specs
+
+        plans = plan_buildable_specs(find_specs([spec]), machine, sizes, tiles, abstract=abstract)
+        emit(
+            with_abstract(baseline_from_plans(plans), model_only), fmt,
+            lambda: with_note(cost_tables(plans), cost_note(plans, abstract)),
+        )  # fmt: skip
+        return
+    diagram = load_diagram(spec, sizes)
+    for line in arch_notes(diagram, profile, tiles, arch):
+        note(line)
+    ranked, source = rank_buildable(
+        diagram, machine, top_k, tiles, abstract=abstract, use_tuned=not no_tuned
+    )
+    (note if source.kind == "tuned" else detail)(source.describe())
+    data = {**with_abstract(plan_to_dict(ranked[0]), model_only), "tiles_from": source.to_dict()}
+    note_line = cost_note(ranked[:1], abstract)
+    emit(data, fmt, lambda: with_note(cost_table(ranked[0], ranked[1:]), note_line))
+
+
+@app.command("compile")
+def compile_cmd(
+    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.", metavar="SPEC")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="Folder to write into.", metavar="DIR")
+    ] = Path("."),
+    arch: ArchOpt = None,
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            help="GPU profile name or YAML file (default: the --arch's profile, else h200).",
+            metavar="NAME|FILE",
+        ),
+    ] = None,
+    hw: HwOpt = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the compile cache.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 3) on any spill.")] = False,
+    jobs: JobsOpt = None,
+    no_tuned: NoTunedOpt = False,
+    fmt: FormatOpt = "table",
+    sass_file: Annotated[
+        Path | None,
+        typer.Option("--sass", help="Write the cubin's SASS listing here.", metavar="FILE"),
+    ] = None,
+) -> None:
+    """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
+    from ncdc.backends.compile import compile_specs, profile_for_arch, report_to_dict, write_sass
+    from ncdc.cli.views import compile_table, find_specs
+
+    profile, why = profile_for_arch(hardware, arch)
+    if why:
+        note(why)
+    batch = compile_specs(
+        find_specs([spec]), load_machine(profile, hw), out_dir=out, arch=arch,
+        sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
+        use_cache=not no_cache, strict=strict, jobs=jobs, use_tuned=not no_tuned,
+    )  # fmt: skip
+    reports = list(batch.reports)
+    for r in reports:
+        (note if r.source.kind == "tuned" else detail)(f"{r.diagram.name}: {r.source.describe()}")
+        for line in r.notes:
+            note(f"{r.diagram.name}: {line}")
+    for failure in batch.failures:
+        error_line(failure.error.line())
+    if reports:
+        data = [report_to_dict(r) for r in reports]
+        if sass_file is not None:
+            write_sass(reports, sass_file)
+        if any(d["sass"] is None for d in data):
+            note("no SASS instruction mix: pip install 'ncdc[nvrtc]' for cuobjdump and nvdisasm")
+        emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
+    if batch.failures:
+        note(f"{len(reports)} of {len(reports) + len(batch.failures)} specs compiled")
+        raise typer.Exit(batch.exit_code)
+
+
+@app.command()
+def run(
+    spec: Annotated[
+        Path, typer.Argument(help="A spec, or a .cu written by ncdc compile.", metavar="SPEC")
+    ],
+    backend: Annotated[
+        str, typer.Option("--backend", help="cpu or cuda.", metavar="cpu|cuda")
+    ] = "cpu",
+    seed: Annotated[
+        int,
+        typer.Option("--seed", min=0, help="Seed of the random inputs (0 or more).", metavar="N"),
+    ] = 0,
+    sanitize: Annotated[
+        str | None,
+        typer.Option(
+            "--sanitize",
+            help="cpu backend: address (ASan) or race (TSan).",
+            metavar="address|race",
+        ),
+    ] = None,
+    max_memory: Annotated[
+        str | None,
+        typer.Option(
+            "--max-memory",
+            metavar="SIZE",
+            help="cpu backend: refuse runs estimated over SIZE (8G, 512M, 50%; default 50%"
+            " of the available memory).",
+        ),
+    ] = None,
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    no_tuned: NoTunedOpt = False,
+    fmt: FormatOpt = "table",
+    counters: Annotated[
+        bool,
+        typer.Option(
+            "--counters",
+            help="cpu backend: count global sectors and shared-memory bank conflicts per "
+            "warp-wide access, beside the ideal.",
+        ),
+    ] = False,
+) -> None:
+    """Run a diagram's kernels, compare with a float64 reference; exit 1 on a mismatch."""
+    from ncdc.check.run import memory_limit, run_spec
+    from ncdc.cli.views import run_table
+
+    outcome = run_spec(
+        spec, load_machine(hardware, hw), backend=backend, seed=seed, sanitize=sanitize,
+        sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
+        max_memory=memory_limit(max_memory) if max_memory is not None else None,
+        use_tuned=not no_tuned, counters=counters,
+    )  # fmt: skip
+    emit(outcome.to_dict(), fmt, lambda: run_table(outcome))
+    if not outcome.result.ok:
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+@app.command()
+def draw(
+    spec: SpecArg,
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="FILE.svg, or FILE.png.", metavar="FILE")
+    ],
+    plan: Annotated[
+        bool, typer.Option("--plan/--plain", help="With the plan's levels and tiles, or bare.")
+    ] = True,
+    roofline: Annotated[bool, typer.Option("--roofline", help="A roofline.")] = False,
+    tiles: Annotated[bool, typer.Option("--tiles", help="Time over tile sizes.")] = False,
+    measured: Annotated[
+        Path | None,
+        typer.Option("--measured", help="Bench JSON of measured points.", metavar="FILE"),
+    ] = None,
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+) -> None:
+    """Draw a diagram (levels in colour), its roofline or its tile heat map as SVG or PNG."""
+    from ncdc.draw import draw_to_file, pick_mode
+
+    diagram = load_diagram(spec, parse_assignments(set_ or []))
+    mode = pick_mode(not plan, roofline, tiles)
+    draw_to_file(
+        diagram, load_machine(hardware, hw), out, mode,
+        tiles=parse_assignments(tile or [], "--tile"), measured=measured,
+    )  # fmt: skip
+    note(f"wrote {out}")
+
+
+@app.command()
+def bench(
+    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.", metavar="SPEC")],
+    set_: SetOpt = None,
+    tile: TileOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    warmup_ms: Annotated[
+        float, typer.Option("--warmup-ms", help="Warm-up, in ms.", metavar="MS")
+    ] = 25.0,
+    rep_ms: Annotated[
+        float, typer.Option("--rep-ms", help="Timed repetitions, in ms.", metavar="MS")
+    ] = 100.0,
+    no_baseline: Annotated[
+        bool, typer.Option("--no-baseline", help="Skip the library baselines.")
+    ] = False,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Time kernels on the GPU beside cuBLAS, SDPA or PyTorch and a device copy."""
+    from ncdc.cli.views import find_specs
+    from ncdc.measure.bench import bench_specs, bench_table, bench_to_dict
+
+    results = bench_specs(
+        find_specs([spec]), load_machine(hardware, hw), sizes=parse_assignments(set_ or []),
+        tiles=parse_assignments(tile or [], "--tile"), warmup_ms=warmup_ms, rep_ms=rep_ms,
+        baseline=not no_baseline,
+    )  # fmt: skip
+    data = [bench_to_dict(r) for r in results]
+    emit(data if len(data) > 1 else data[0], fmt, lambda: bench_table(results))
+
+
+@app.command()
+def tune(
+    spec: SpecArg,
+    set_: SetOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    arch: ArchOpt = None,
+    top_k: Annotated[int, typer.Option("--top-k", help="Tilings to time.", metavar="K")] = 4,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Time the model's best tilings on the GPU and keep the fastest for later commands."""
+    from ncdc.measure.tune import tune_spec, tune_table, tune_to_dict
+
+    result = tune_spec(
+        spec, load_machine(hardware, hw), sizes=parse_assignments(set_ or []), top_k=top_k
+    )
+    emit(tune_to_dict(result), fmt, lambda: tune_table(result))
+
+
+@app.command("hardware")
+def hardware_cmd(
+    name: Annotated[
+        str | None, typer.Argument(help="A profile name or YAML file.", metavar="NAME")
+    ] = None,
+    hw: HwOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """List the GPU profiles, or show one with every number's source."""
+    from ncdc.cli.views import hardware_list_table, hardware_table
+
+    if name is None:
+        profiles = [load_hardware(n) for n in list_profiles()]
+        emit([hardware_to_dict(p) for p in profiles], fmt, lambda: hardware_list_table(profiles))
+        return
+    machine = load_machine(name, hw)
+    emit(hardware_to_dict(machine), fmt, lambda: hardware_table(machine))
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"ncdc {__version__}")
+        raise typer.Exit()
+
+
+cache_app = typer.Typer(
+    help="Show or clear the caches (compiled kernels, CPU objects, tuned tiles).",
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("info")
+def cache_info_cmd(fmt: FormatOpt = "table") -> None:
+    """Where the caches are, whether the root is safe to use, entries and bytes of each."""
+    from ncdc.backends.cache import cache_info
+    from ncdc.cli.views import cache_table
+
+    info = cache_info()
+    emit(info, fmt, lambda: cache_table(info))
+
+
+@cache_app.command("clear")
+def cache_clear_cmd(
+    all_versions: Annotated[
+        bool,
+        typer.Option("--all", help="Every ncdc version's kernels, CPU objects and tuned tiles."),
+    ] = False,
+) -> None:
+    """Remove this ncdc version's compiled kernels (with --all: everything but the key)."""
+    from ncdc.backends.cache import clear_cache
+
+    note(f"removed {clear_cache(all_versions=all_versions)}")
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "-V", "--version", callback=_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="Only data, warnings and errors.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="More detail on stderr.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """ncdc: diagrams in, cost models and kernels out."""
+    from ncdc.output import set_verbosity
+
+    set_verbosity(-1 if quiet else 1 if verbose else 0)
+
+
+class Terminated(Exception):
+    """SIGTERM, raised in the main thread so that every `finally` cleans up as on Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app, turning ncdc's errors into one line and an exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args  # accepted anywhere on the line, not only before the command
+    if debug:
+        args = [a for a in args if a != "--debug"]
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if not args:  # usage is data the user asked for: stdout, exit 0
+        args = ["--help"]
+    try:
+        code = app(args, prog_name="ncdc", standalone_mode=False)
+    except OSError as e:  # a path that cannot be read or written: bad input, one line
+        if debug:
+            traceback.print_exc()
+        error = file_error(e)
+        stderr().print(f"error: {error.line()}", markup=False, soft_wrap=True)
+        sys.exit(error.exit_code)
+    except Terminated:
+        stderr().print("terminated", markup=False)
+        sys.exit(143)
+    except NcdcError as e:
+        if debug:
+            traceback.print_exc()
+        stderr().print(f"error: {e.line()}", markup=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        stderr().print("interrupted", markup=False)
+        sys.exit(130)
+    except Exception as e:  # click's usage errors, and anything unexpected
+        usage = getattr(e, "format_message", None)
+        if usage is not None and not debug:
+            stderr().print(f"error: {usage()} (hint: ncdc --help)", markup=False, soft_wrap=True)
+            sys.exit(getattr(e, "exit_code", EXIT_BAD_INPUT))
+        if debug:
+            raise
+        stderr().print(
+            f"error: internal error: {type(e).__name__}: {e} (hint: rerun with --debug and "
+            "report it)",
+            markup=False,
+            soft_wrap=True,
+        )
+        sys.exit(70)
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -1,0 +1,216 @@
+"""Human views of ncdc's data: rich trees and tables for `show` and `hardware`, and the
+search for spec files that `check` walks. Pure presentation; no decisions are made here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
+from rich.table import Table
+from rich.tree import Tree
+
+from ncdc.cli.report import format_bytes, format_rate
+from ncdc.errors import UsageError
+from ncdc.hardware.machine import Hardware
+from ncdc.model.graph import ON_CHIP, MemoryGraph
+
+if TYPE_CHECKING:
+    from ncdc.model.cost import Plan
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def find_specs(paths: Iterable[Path]) -> list[Path]:
+    """Every spec file named, or found under a named folder, sorted within each folder."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise UsageError("no such file or folder", where=str(path), hint="check the path")
+    if not found:
+        raise UsageError(
+            "no spec files found", where=" ".join(map(str, paths)), hint="specs end in .yaml"
+        )
+    return found
+
+
+def graph_tree(graph: MemoryGraph) -> Tree:
+    """The memory graph as a tree: levels, then each kernel's loads, operations and saves."""
+    d = graph.diagram
+    root = Tree(f"[bold]{d.name}[/] on {escape(graph.hardware.title)}  ({escape(d.source)})")
+    if d.doc:
+        root.add(f"[dim]{escape(d.doc)}[/]")
+    root.add("axes: " + "  ".join(f"{a}={n}" for a, n in d.axes.items()))
+    levels = root.add("memory levels (top first)")
+    for lv in graph.hardware.levels:
+        levels.add(
+            f"[bold]{lv.name}[/]  {format_bytes(lv.capacity_bytes, digits=1)} per {lv.per}, "
+            f"{format_rate(lv.bandwidth_bytes_per_s, 'B/s')} out"
+        )
+    for k in graph.kernels:
+        node = root.add(
+            f"kernel [bold]{k.name}[/]  woven: {' '.join(k.woven) or '-'}  "
+            f"consumed inside: {' '.join(k.reduced) or '-'}"
+        )
+        for name in k.inputs:
+            t = graph.tensors[name]
+            node.add(f"load  {_tensor_label(graph, name)}  from {t.home}")
+        for op in k.ops:
+            t = graph.tensors[op.out]
+            where = "stays on chip" if t.home == ON_CHIP else f"saved to {t.home}"
+            detail = f"over {' '.join(op.over)}" if op.over else "elementwise"
+            label = _tensor_label(graph, op.out)
+            node.add(f"[cyan]{escape(op.text)}[/]  ({op.kind}, {detail})  -> {label}, {where}")
+        for name in k.outputs:
+            node.add(f"save  {_tensor_label(graph, name)}  to {graph.tensors[name].home}")
+    return root
+
+
+def _tensor_label(graph: MemoryGraph, name: str) -> str:
+    t = graph.tensors[name]
+    axes = " ".join(t.tensor.axes)
+    return escape(f"{name}[{axes}] {t.tensor.dtype} {format_bytes(t.bytes, digits=1)}")
+
+
+def hardware_list_table(profiles: list[Hardware]) -> Table:
+    table = Table(title="GPU profiles (ncdc hardware NAME shows one with sources)")
+    for col in ("name", "title", "arch", "SMs", "top level", "bf16 tensor", "fp32 cuda"):
+        table.add_column(col)
+    for hw in profiles:
+        top = hw.levels[0]
+        table.add_row(
+            hw.name,
+            hw.title,
+            hw.arch,
+            str(hw.limits.sms),
+            f"{format_bytes(top.capacity_bytes, digits=1)}, "
+            f"{format_rate(top.bandwidth_bytes_per_s, 'B/s')} "
+            f"({format_rate(hw.achieved_bandwidth(top.name), 'B/s')} achievable)",
+            format_rate(hw.rates.get("tensor", {}).get("bf16", 0), "FLOP/s"),
+            format_rate(hw.rates.get("cuda", {}).get("fp32", 0), "FLOP/s"),
+        )
+    return table
+
+
+def hardware_table(hw: Hardware) -> Table:
+    """Every number of one profile with its unit, source and kind."""
+    table = Table(title=f"{hw.name}: {hw.title} ({hw.arch}, {hw.clock_hz / 1e6:.0f} MHz)")
+    for col in ("quantity", "value", "kind", "source"):
+        table.add_column(col, overflow="fold")
+    for path, src in hw.sources.items():
+        table.add_row(path, f"{src.value:g} {src.unit}", src.kind, src.source)
+    return table
+
+
+def compile_table(reports: list, out_dir: Path) -> Table:
+    """One row per compiled kernel: launch shape and the resources NVRTC reported."""
+    table = Table(title=f"compiled into {out_dir}/ (.cu, .cubin, .json)")
+    for col in (
+        "kernel",
+        "arch",
+        "grid",
+        "block",
+        "regs",
+        "spills",
+        "smem static+dyn",
+        "blocks/SM",
+        "occupancy",
+    ):
+        table.add_column(col, overflow="fold")
+    for r in reports:
+        for k in r.kernels:
+            launch = k.launch
+            table.add_row(
+                launch.kernel,
+                r.arch,
+                "x".join(map(str, launch.grid)),
+                "x".join(map(str, launch.block)),
+                str(k.registers),
+                f"{k.spill_stores_bytes + k.spill_loads_bytes} B",
+                f"{format_bytes(k.static_smem_bytes, digits=1)} + "
+                f"{format_bytes(launch.dynamic_smem, digits=1)}",
+                f"{k.blocks_per_sm} ({k.limited_by})",
+                f"{k.occupancy:.0%}",
+            )
+    table.caption = _sass_caption(reports)
+    return table
+
+
+def _sass_caption(reports: list) -> str:
+    """Per kernel, its main loop's instruction mix and the bound it implies (ncdc.backends.sass)."""
+    from ncdc.backends.compile import sass_summary
+
+    lines = []
+    for r in reports:
+        for name, s in (sass_summary(r) or {}).items():
+            mix = ", ".join(f"{n} {c}" for c, n in s["main_loop_mix"].items() if n)
+            lines.append(
+                f"{name} main loop: {mix}; {s['bound']}-bound, tensor pipe "
+                f"{s['tensor_share']:.0%} busy"
+            )
+    return "\n".join(lines)
+
+
+def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
+    """Per output: errors against the reference and the verdict; then the traffic check."""
+    r = outcome.result
+    title = f"{outcome.diagram.name} on the {r.backend} backend ({r.seconds:.2f} s with the build)"
+    table = Table(title=title)
+    columns = ("output", "dtype", "max |ref|", "max abs error", "error / max |ref|",
+               "tolerance", "unwritten or NaN", "result")  # fmt: skip
+    for col in columns:
+        table.add_column(col)
+    for c in r.checks:
+        table.add_row(
+            c.name, c.dtype, f"{c.scale:.3g}", f"{c.max_abs_error:.3g}",
+            f"{c.max_rel_error:.2e}", f"{c.tolerance:g}", str(c.unexpected_nan),
+            "[green]ok[/]" if c.ok else "[red]MISMATCH[/]",
+        )  # fmt: skip
+    if r.backend == "cpu":
+        issued = r.bytes_read + r.bytes_written
+        ratio = issued / outcome.predicted_bytes if outcome.predicted_bytes else float("nan")
+        table.caption = (
+            f"global traffic issued: {format_bytes(r.bytes_read, digits=1)} read + "
+            f"{format_bytes(r.bytes_written, digits=1)} written = {issued:,} B; model across "
+            f"{outcome.boundary}: {outcome.predicted_bytes:,} B (ratio {ratio:.3f})"
+        )
+    if (c := r.counters) is not None:
+        table.caption = f"{table.caption or ''}" + (
+            f"\nglobal loads: {c.load_requests:,} warp requests, {c.load_sectors:,} sectors "
+            f"(ideal {c.load_ideal_sectors:,}); stores: {c.store_requests:,}, "
+            f"{c.store_sectors:,} sectors (ideal {c.store_ideal_sectors:,}); shared: "
+            f"{c.shared_requests:,} requests, {c.shared_wavefronts:,} wavefronts (ideal "
+            f"{c.shared_ideal_wavefronts:,}: {c.bank_conflicts:,} from bank conflicts)"
+        )
+    return table
+
+
+def cache_table(info: dict) -> Table:
+    """`ncdc cache info` for people: one row per cache."""
+    from ncdc.cli.report import format_bytes
+
+    safety = "safe" if info["safe"] else f"UNSAFE: {info['problem']}"
+    table = Table(title=f"cache root {escape(info['root'])} ({safety})")
+    for col in ("cache", "entries", "size", "path"):
+        table.add_column(col, justify="right" if col in ("entries", "size") else "left")
+    for name, s in info["sections"].items():
+        table.add_row(name, str(s["entries"]), format_bytes(s["bytes"]), escape(s["path"]))
+    return table
+
+
+def cost_note(plans: Sequence[Plan], abstract: bool) -> str | None:
+    """The lines under `ncdc cost`'s table: the model-only caveat, and each varlen mask
+    priced dense for want of expected lengths; None when there is nothing to say."""
+    from ncdc.check.buildable import MODEL_ONLY
+    from ncdc.model.cost import dense_varlen_notes
+
+    lines = [MODEL_ONLY] if abstract else []
+    for plan in plans:
+        lines += dense_varlen_notes(plan)
+    return "\n".join(lines) or None

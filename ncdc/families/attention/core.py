@@ -1,0 +1,760 @@
+"""The fused attention family: FlashAttention-2 order, keys streamed through shared memory.
+
+`templates/attention.cu.j2`: one block per (batch..., g_q queries), one warp per 16 or 32
+queries (warp_q), K and V streamed in chunks of s_x keys through a 2- or 3-stage cp.async
+ring, online softmax in registers with the scale folded into the exponent, the tiles that
+need no mask in a loop of their own (device code in `templates/include/ncdc_attention.cuh`).
+The roles (query, key, head and batch axes) and the checks of what the template covers are
+shared with the decode family (ncdc.families.attention.decode), which runs the same diagrams
+when the query axis is short.
+
+Tensors are addressed from the diagram's axis order (row-major); the head axes must be the
+last axis of Q, K, V and O, so that rows are contiguous 16-byte chunks. Problem sizes are
+runtime parameters; tiles and head sizes are compile-time.
+
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.plan.search import plan_diagram
+    >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("a100"))
+    >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel
+    'attention_attention_bf16_q64_x32_d128_w4_s2'
+
+On sm_90a profiles the FlashAttention-3 variant (ncdc.families.attention.wgmma) joins the
+candidates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ncdc.errors import PlanError
+from ncdc.families.attention import splitk as attention_splitk
+from ncdc.families.attention import wgmma as attention_wgmma
+from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param, no_arch_problem, round_up
+from ncdc.families.codegen import (
+    ELEMENTWISE_KINDS,
+    Statement,
+    cpp_type,
+    needed_ops,
+    op_statements,
+    size_name,
+)
+from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
+
+if TYPE_CHECKING:
+    from ncdc.hardware.machine import Hardware
+    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.graph import Kernel
+
+TILES: dict[str, tuple[int, ...]] = {
+    "g_q": (64, 128),  # queries per block
+    "s_x": (32, 64, 128),  # keys per streamed chunk
+    # queries per warp: 32 (two mma row blocks) share each K and V fragment read from
+    # SMEM, half the ldmatrix per mma of 16; where O (d_v <= WIDE_WARP_HEAD) and Q's
+    # fragments (d <= Q_REGISTER_HEAD / 2) fit registers
+    "warp_q": (16, 32),
+    "stages": (2, 3),  # K/V chunks in the cp.async ring (stages - 1 in flight)
+}
+HEAD_STEP, HEAD_MIN, HEAD_MAX = 16, 32, 256  # head sizes: whole mma k-steps (compile-time)
+Q_REGISTER_HEAD = 128  # Q's fragments (head x rows / 16) stay in registers up to this; above, SMEM
+WIDE_WARP_HEAD = 128  # a warp of 32 queries holds O (d_v / 2 fp32 per thread) up to this head
+WIDE_WARPS = 4  # warps of 32 queries come 4 to a block
+WIDE_WARP_KEYS = 64  # and take at most this many keys a chunk (the scores: s_x / 4 a thread)
+# Above this head a masked kernel (or one with a score functor) streams 16 keys a chunk:
+# causal with 32, ptxas spilled at d = 208 (sm_89) and d = 240 (sm_89, sm_90a), 255
+# registers and up to 276 B; with 16, 222 and none.
+CAUSAL_WIDE_HEAD = 192
+# KeyMask's per-row key limits and rows, and the warp's first and last rows' intervals
+MASK_REGISTERS = 12
+SPILLY_HEAD = 48  # a head whose kernels get __launch_bounds__(threads, 1): see min_blocks
+INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
+FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # Q and K only, V and O 16-bit: the sm_90a kernel's
+MMA_ROWS = 16  # queries per warp (the mma's m)
+STAGES = 2  # K/V chunks in flight: the ring is double-buffered
+DECODE_MAX_QUERIES = 16  # a query axis this short is a decode step: split the keys instead
+SCORE_KINDS = (*ELEMENTWISE_KINDS, "index")  # what the score path runs between S and softmax
+
+
+def is_lse(op: Op, soft: Op) -> bool:
+    """Whether `op` is the log-sum-exp of the softmax's logits over its axis."""
+    return op.fn == "logsumexp" and op.over == soft.over and op.operands == soft.operands
+
+
+@dataclass(frozen=True)
+class ScoreInput:
+    """A tensor the logits read at each (query, key): a bias, a per-head slope."""
+
+    name: str
+    dtype: str
+    offset: str  # C++ offset of the (batch...) slice from the batch indices
+    q_pitch: str  # elements between neighbours along the query axis; 0 when it has none
+    x_pitch: str
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What the diagram does to the scaled logits S before softmax: elementwise statements
+    (biases, soft-capping, position terms) and masks, each mask a band of keys around the
+    diagonal or per-sequence lengths (`Visible` in ncdc_attention.cuh)."""
+
+    statements: tuple[Statement, ...] = ()  # computing `result` from ncdc_s, ncdc_i, ncdc_j
+    result: str = "ncdc_s"
+    inputs: tuple[ScoreInput, ...] = ()
+    batch: tuple[str, ...] = ()  # batch axes whose index a statement reads
+    lo: tuple[str, ...] = ()  # C++: key j is seen by query i when j >= i + each of these
+    hi: tuple[str, ...] = ()  # and j <= i + each of these
+    bounded: bool = False  # some mask bounds the keys above: launch the longest tiles first
+    window: bool = False  # a window mask
+    lengths: str = ""  # the int32 lengths tensor of a varlen mask
+    lengths_offset: str = "0"
+    sequences: str = ""  # the axis along which sequences are packed; "" for padded ones
+
+    @property
+    def plain(self) -> bool:
+        return not self.statements
+
+
+@dataclass(frozen=True)
+class Attention:
+    """What the templates need of one attention kernel, read from the diagram."""
+
+    q: str  # tensor names
+    k: str
+    v: str
+    o: str
+    batch: tuple[str, ...]  # batch axes, innermost last: the grid's y index
+    q_axis: str
+    x_axis: str
+    d: int  # head size of Q and K (compile-time)
+    d_v: int  # head size of V and O
+    dtype: str
+    causal: bool
+    scale: float  # multiplied into the logits
+    offset: Mapping[str, str]  # tensor -> C++ offset of the slice from the batch indices
+    stride: Mapping[str, str]  # tensor -> C++ row pitch (along q or x), in elements
+    scores: Scores = Scores()
+    lse: str = ""  # the fp32 log-sum-exp output over (batch..., q), or none
+    v_dtype: str = ""  # V's and O's type where it is not Q's and K's (fp8 Q and K)
+
+    @property
+    def value_dtype(self) -> str:
+        return self.v_dtype or self.dtype
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The runtime size parameters, in parameter order."""
+        packed = (self.scores.sequences,) if self.scores.sequences else ()
+        return (*self.batch, self.q_axis, self.x_axis, *packed)
+
+    def size_params(self, axes: Mapping[str, int]) -> tuple[Param, ...]:
+        return tuple(Param(size_name(a), "int64", value=axes[a]) for a in self.sizes)
+
+    def context(self, warp_q: int = 16) -> dict[str, object]:
+        sc = self.scores
+        return {
+            "T": cpp_type(self.dtype),
+            "q": self.q, "k": self.k, "v": self.v, "o": self.o,
+            "batch": self.batch, "sizes": self.sizes,
+            "q_axis": self.q_axis, "x_axis": self.x_axis,
+            "d": self.d, "d_v": self.d_v, "causal": self.causal or sc.bounded,
+            "q_regs": q_in_registers(self.d, warp_q),
+            "offset": dict(self.offset), "stride": dict(self.stride),
+            "statements": [{"out": st.out, "fn": st.fn, "args": st.args} for st in sc.statements],
+            "score_result": sc.result,
+            "score_inputs": [{"name": t.name, "ctype": cpp_type(t.dtype), "offset": t.offset,
+                              "q_pitch": t.q_pitch, "x_pitch": t.x_pitch} for t in sc.inputs],
+            "score_batch": sc.batch, "band_lo": sc.lo, "band_hi": sc.hi,
+            "lengths": sc.lengths, "lengths_offset": sc.lengths_offset,
+            "sequences": sc.sequences, "lse": self.lse,
+            "upper": bool(sc.hi), "below": bool(sc.lo or sc.sequences),
+        }  # fmt: skip
+
+    def score_params(self) -> tuple[Param, ...]:
+        """The tensors the score path reads: biases and slopes, then the lengths."""
+        sc = self.scores
+        out = [Param(t.name, "tensor", t.dtype) for t in sc.inputs]
+        if sc.lengths:
+            out.append(Param(sc.lengths, "tensor", "int32"))
+        return tuple(out)
+
+    def lse_params(self) -> tuple[Param, ...]:
+        """The log-sum-exp output, when the diagram has one."""
+        return (Param(self.lse, "tensor", "fp32", writes=True),) if self.lse else ()
+
+    def scale_param(self) -> Param:
+        """The logits' scale in base 2: the kernels take exp2(s x scale x log2 e - m)."""
+        return Param("ncdc_scale_log2", "float32", value=self.scale * math.log2(math.e))
+
+
+def variant_name(
+    kernel: Kernel, family: str, at: Attention, g_q: int, s_x: int, warps: int,
+    stages: int = STAGES, warp_q: int = 16,
+) -> str:  # fmt: skip
+    """A name that carries every parameter of the variant (FlashInfer style)."""
+    return (
+        f"{kernel.name}_{family}_{at.dtype}_q{g_q}_x{s_x}_d{at.d}"
+        + (f"_dv{at.d_v}" if at.d_v != at.d else "")
+        + f"_w{warps}_s{stages}"
+        + ("" if q_in_registers(at.d, warp_q) else "_qsmem")
+        + ("_causal" if at.causal else "")
+        + ("_window" if at.scores.window else "")
+        + ("_packed" if at.scores.sequences else "_varlen" if at.scores.lengths else "")
+        + ("" if at.scores.plain else "_scores")
+        + ("_lse" if at.lse else "")
+    )
+
+
+def q_in_registers(d: int, warp_q: int = 16) -> bool:
+    """Whether Q's mma fragments are held in registers for the whole key loop (d / 4 per
+    thread for each 16 rows of the warp) or read from the Q tile at each step, which keeps
+    large heads (and 32-row warps of d = 128) from spilling."""
+    return d * warp_q // 16 <= Q_REGISTER_HEAD
+
+
+def row_values(head: int) -> int:
+    """Values one SMEM row of a head takes (ncdc_attention.cuh's row_chunks): 16-byte chunks
+    swizzled when there are 8k of them, else padded by one chunk to an odd pitch."""
+    chunks = head // 8
+    return 8 * (chunks if chunks % 8 == 0 else chunks + 1)
+
+
+def attention_smem(at: Attention, q_rows: int, q_head: int, s_x: int, stages: int = STAGES) -> int:
+    """Bytes of the Q tile of q_rows rows of q_head values and the K and V rings."""
+    rows = q_rows * row_values(q_head) + stages * s_x * (row_values(at.d) + row_values(at.d_v))
+    return rows * DTYPE_BYTES[at.dtype]
+
+
+def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ...]] | None:
+    """Roles of contract(Q, K) [-> mask / maps] -> softmax over x -> contract(P, V) over x:
+    batch, q (queries), x (keys), d (Q.K head) and d_v (V head) axes; None otherwise.
+
+    Roles come from the structure, never from positions: K is the operand of the first
+    contraction that carries the softmax axis x (so contract(K, Q) reads as contract(Q, K)),
+    and the query axis is the one a mask names as its query, else the longest axis that Q
+    has and K lacks (the others, such as the query heads of a group, are batch axes)."""
+    contracts = [op for op in kernel.ops if op.kind == "contract"]
+    if len(contracts) != 2:
+        return None
+    first, second = contracts
+    soft = [op for op in kernel.ops if op.kind == "softmax"]
+    if len(soft) != 1 or len(soft[0].over) != 1:
+        return None
+    (x,) = soft[0].over
+    if second.over != (x,) or soft[0].out not in second.inputs or x in first.over:
+        return None
+    for op in kernel.ops:
+        if op in (first, second, soft[0]) or op.kind in SCORE_KINDS or is_lse(op, soft[0]):
+            continue
+        return None
+    operands = [o for o in first.operands if isinstance(o, str)]
+    if len(operands) != 2:
+        return None
+    k_name = next((n for n in operands if x in diagram.tensor(n).axes), None)
+    if k_name is None:
+        return None
+    q_name = next(n for n in operands if n != k_name)
+    v_name = next(o for o in second.operands if isinstance(o, str) and o != soft[0].out)
+    q_axes, k_axes = diagram.tensor(q_name).axes, diagram.tensor(k_name).axes
+    v_axes = diagram.tensor(v_name).axes
+    only_q = [a for a in first.axes if a in q_axes and a not in k_axes]
+    named = {str(op.params.get("query")) for op in kernel.ops if op.kind == "mask"} & set(only_q)
+    if len(named) > 1 or not only_q:
+        return None
+    # the longest; of equals, the innermost in Q (the query axis of [.., r, q, d])
+    query = tuple(named) or (max(only_q, key=lambda a: (diagram.axes[a], q_axes.index(a))),)
+    head = tuple(a for a in second.axes if a in v_axes and a not in q_axes + k_axes) or tuple(
+        a for a in first.over if a in v_axes
+    )
+    batch = tuple(a for a in kernel.woven if a not in query + head)
+    return {"batch": batch, "q": query, "x": (x,), "d": first.over, "d_v": head}
+
+
+def attention_group(
+    model: KernelModel, family: Family, g_q: int, fixed: Mapping[str, int]
+) -> dict[str, int]:
+    """A block's group: g_q queries of one (batch..., head) slice, the whole V head."""
+    (q,) = family.axes("q")
+    group = {
+        a: (g_q if a == q else model.sizes[a] if a in family.axes("d_v") else 1)
+        for a in model.kernel.woven
+    }
+    group.update({a: v for a, v in fixed.items() if a in group and a != q})
+    return group
+
+
+def attention_registers(
+    model: KernelModel, family: Family, g_q: int, s_x: int, threads: int, warp_q: int = 16,
+    masked: bool = False,
+) -> int:  # fmt: skip
+    """fp32 accumulators (O and the scores of one chunk), the Q fragments per thread (all
+    of them when held in registers, else the one in use), P's, and a masked loop's key
+    limits (`masked`)."""
+    from ncdc.model.cost import estimate_registers
+
+    head = sum(model.sizes[a] for a in family.axes("d"))
+    head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
+    first = next(op for op in model.kernel.ops if op.kind == "contract")
+    p = DTYPE_BYTES[model.diagram.tensor(str(first.operands[0])).dtype]  # Q's (or K's)
+    held = head if q_in_registers(head, warp_q) else MMA_TILE
+    # Q's fragments, and P's: the chunk's probabilities packed two to a register as the
+    # A operand of P V, live beside the fp32 scores they come from
+    fragments = -(-g_q * held * p // (4 * threads)) + -(-g_q * s_x * p // (4 * threads))
+    fragments += MASK_REGISTERS if masked else 0
+    return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
+
+
+def min_blocks(at: Attention, masked: bool) -> int:
+    """The `__launch_bounds__` minimum of blocks per SM, 0 for none. ptxas left to itself
+    picks its own register target, and for masked loops over heads of 6 chunks (d = 48)
+    that target spilled the 2-stage tiles: causal q64 x64 on sm_80 took 128 registers and
+    spilled 12 B, decode x128 on sm_90a 96 and 8 B; with a minimum of 1 they take 136 and
+    117 and spill none. (A minimum of 1 everywhere spilled causal d = 176 at 255 registers
+    instead, and the plain d = 48 tile, clean at 104, took 134.)"""
+    return 1 if masked and SPILLY_HEAD in (at.d, at.d_v) else 0
+
+
+def is_masked(at: Attention) -> bool:
+    """Whether the forward kernel runs a masked loop beside its clear one (any mask or
+    score functor)."""
+    sc = at.scores
+    return at.causal or sc.bounded or bool(sc.lo or sc.lengths) or not sc.plain
+
+
+def mma_rows(
+    axis: str, defaults: tuple[int, ...], size: int, fixed: Mapping[str, int]
+) -> list[int]:
+    """Candidate query or key tiles: whole 16-row mma blocks, each default clamped to the
+    axis rounded up to 16 (a decode step's one query runs as 16)."""
+    if axis in fixed:
+        return [round_up(fixed[axis], MMA_TILE)]
+    return sorted({min(c, round_up(size, MMA_TILE)) for c in defaults})
+
+
+def require_streamed(model: KernelModel, family: Family, streams: tuple[str, ...]) -> None:
+    (x,) = family.axes("x")
+    if x not in streams:
+        raise PlanError(
+            f"attention kernel {model.kernel.name} needs {x} streamed",
+            hint=f"remove {x} from schedule.group and let it stream",
+        )
+
+
+class AttentionFamily:
+    """Fused forward attention over a query axis longer than a decode step."""
+
+    name = "attention"
+    tiles: Mapping[str, tuple[int, ...]] = TILES
+    baseline = "attention"
+
+    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
+        roles = attention_roles(diagram, kernel)
+        if roles is None or diagram.axes[roles["q"][0]] <= DECODE_MAX_QUERIES:
+            return None
+        return Family(self.name, roles, TILES)
+
+    def candidates(
+        self,
+        model: KernelModel,
+        family: Family,
+        hw: Hardware,
+        streams: tuple[str, ...],
+        fixed: Mapping[str, int],
+    ) -> list[Candidate]:
+        require_streamed(model, family, streams)
+        at = read_attention(family, model.kernel, model.diagram, attention_wgmma.offered(hw))
+        axes = model.diagram.axes
+        batch = batch_count(at, axes)
+        (q,), (x,) = family.axes("q"), family.axes("x")
+        if at.v_dtype:  # fp8 Q and K: the sm_90a kernel alone runs them
+            group = attention_group(model, family, attention_wgmma.BQ, fixed)
+            hopper = attention_wgmma.candidates(model, family, hw, streams, fixed, at, batch, group)
+            if not hopper:
+                raise PlanError(
+                    f"attention kernel {model.kernel.name}: fp8 Q and K run only in the "
+                    f"sm_90a kernel, which needs 128 queries a block and heads of 128 or 256 "
+                    f"(d_v 64, 128 or 256) with no score path",
+                    hint=f"store {at.q} and {at.k} as {at.value_dtype}, or fix the tiles "
+                    f"at q: 128 and x: 64 or 128",
+                )
+            return hopper
+        out = []
+        sc = at.scores
+        masked = is_masked(at)
+        keys = TILES["s_x"]
+        if max(at.d, at.d_v) > CAUSAL_WIDE_HEAD:
+            # O takes d_v / 2 registers a thread: with 64 keys, d = 256 spilled 36 B (sm_90a)
+            keys = (MMA_TILE,) if masked else (MMA_TILE, 2 * MMA_TILE)
+        plain_rows = sc.plain and not (sc.lo or sc.sequences)
+        for g_q, s_x, warp_q, stages in itertools.product(
+            mma_rows(q, TILES["g_q"], model.sizes[q], fixed),
+            mma_rows(x, keys, model.sizes[x], fixed),
+            TILES["warp_q"],
+            TILES["stages"],
+        ):
+            # 32 rows a warp where O fits and Q's fragments stay in registers (read from
+            # SMEM at each step, Q would cost back the ldmatrix the shared K/V saves), in
+            # blocks of 4 warps: in 2-warp blocks ptxas capped itself at 128 registers and
+            # spilled (causal d = 32, sm_89); with chunks of at most WIDE_WARP_KEYS (80 keys
+            # of d = 64 spilled 24 B, sm_90a); and only where the masks bound keys from above
+            # at most, with no score functor (a lower bound and the functor's row indices
+            # cost registers per block)
+            wide = warp_q > MMA_ROWS
+            if wide and (
+                g_q < WIDE_WARPS * warp_q
+                or s_x > WIDE_WARP_KEYS
+                or not plain_rows
+                or at.d_v > WIDE_WARP_HEAD
+                or not q_in_registers(at.d, warp_q)
+            ):
+                continue
+            warps = g_q // warp_q
+            threads = 32 * warps
+            smem = attention_smem(at, g_q, max(at.d, at.d_v), s_x, stages)  # Q, then O
+            group = attention_group(model, family, g_q, fixed)
+            stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
+            shape = LaunchShape((-(-axes[q] // g_q), batch, 1), (threads, 1, 1), smem)
+            out.append(
+                Candidate(
+                    group, stream, {**group, q: warp_q}, stream,
+                    (("g_q", g_q), ("s_x", s_x), ("warp_q", warp_q)), (shape,), stages, 1,
+                    attention_registers(model, family, g_q, s_x, threads, warp_q, masked),
+                )
+            )  # fmt: skip
+        # a grid too small for the GPU: keys split across blocks (attention_splitk.py)
+        split = attention_splitk.candidates(model, hw, at, out)
+        # sm_90a: the FlashAttention-3 variant competes with these (attention_wgmma.py)
+        group = attention_group(model, family, attention_wgmma.BQ, fixed)
+        hopper = attention_wgmma.candidates(model, family, hw, streams, fixed, at, batch, group)
+        return out + split + hopper
+
+    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        diagram = plan.graph.diagram
+        c = kp.candidate
+        assert c is not None, "a GPU plan carries its candidate"
+        at = read_attention(kp.family, kp.kernel, diagram, fp8=attention_wgmma.is_wgmma(c))
+        if attention_wgmma.is_wgmma(c):
+            return attention_wgmma.render(kp, plan, at)
+        g_q, s_x, warp_q, warps = c.param("g_q"), c.param("s_x"), c.param("warp_q"), c.warps
+        name = variant_name(kp.kernel, "attention", at, g_q, s_x, warps, c.stages, warp_q)
+        params = (
+            Param(at.q, "tensor", at.dtype),
+            Param(at.k, "tensor", at.dtype),
+            Param(at.v, "tensor", at.dtype),
+            Param(at.o, "tensor", at.dtype, writes=True),
+            *at.score_params(),
+            *at.lse_params(),
+            *at.size_params(diagram.axes),
+            at.scale_param(),
+        )
+        context = {
+            **at.context(warp_q),
+            "kernel": name,
+            "threads": c.threads,
+            "min_blocks": min_blocks(at, is_masked(at)),
+            "g_q": g_q,
+            "s_x": s_x,
+            "row_blocks": warp_q // MMA_ROWS,
+            "stages": c.stages,
+            "summary": f"fused attention, {g_q} queries per block, keys streamed {s_x} at a "
+            f"time through a {c.stages}-stage cp.async ring, {warps} warps of {warp_q} queries"
+            + (", causal" if at.causal else ""),
+        }
+        if attention_splitk.is_split(c):
+            return attention_splitk.render(kp, plan, at, name, context)
+        return KernelSource("attention.cu.j2", context, (Launch.of(name, c.main, params),))
+
+    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
+        return [(family.axes("q")[-1], TILES["g_q"]), (family.axes("x")[0], TILES["s_x"])]
+
+    def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
+        if kp.candidate is not None and attention_wgmma.is_wgmma(kp.candidate):
+            return attention_wgmma.arch_problem(kp.kernel.name, sm)
+        return no_arch_problem(diagram, kp, sm)
+
+
+FAMILY = AttentionFamily()
+
+
+def batch_count(at: Attention, axes: Mapping[str, int]) -> int:
+    n = math.prod(axes[a] for a in at.batch)
+    if n > MAX_GRID_YZ:
+        split = max(at.batch, key=lambda a: axes[a])
+        raise PlanError(
+            f"attention over {n} (batch, head) slices: more than the grid's {MAX_GRID_YZ} rows",
+            hint=f"run it in parts, e.g. --set {split}={max(1, axes[split] * MAX_GRID_YZ // n)}",
+        )
+    return n
+
+
+def read_attention(
+    family: Family, kernel: Kernel, diagram: Diagram, fp8: bool = False
+) -> Attention:
+    """Tensors, axes, mask and scale of an attention kernel; PlanError for what the
+    templates do not cover (other ops in the chain, a scale tensor, mixed types...).
+    `fp8`: fp8 Q and K with 16-bit V and O are allowed (the sm_90a kernel runs them)."""
+    roles = family.roles
+    (q_axis,), (x_axis,) = roles["q"], roles["x"]
+    if len(roles["d"]) != 1 or len(roles["d_v"]) != 1:
+        raise PlanError(
+            f"attention kernel {kernel.name}: one head axis each for Q.K and V expected, "
+            f"found {roles['d']} and {roles['d_v']}",
+            hint="use one head axis of their product size for Q and K (and one for V)",
+        )
+    (d_axis,), (dv_axis,) = roles["d"], roles["d_v"]
+    contracts = [op for op in kernel.ops if op.kind == "contract"]
+    first, second = contracts
+    soft = next(op for op in kernel.ops if op.kind == "softmax")
+    lse_op = next((op for op in kernel.ops if is_lse(op, soft)), None)
+    extra = [n for n in kernel.outputs if n not in (second.out, getattr(lse_op, "out", None))]
+    if extra:
+        raise PlanError(
+            f"attention kernel {kernel.name} saves {extra[0]}; the fused kernel saves only its "
+            f"output {second.out} and the log-sum-exp of the logits",
+            hint=f"remove {extra[0]} from outputs, or save it in a kernel of its own: "
+            f"schedule: {{materialize: [{extra[0]}]}}",
+        )
+    if lse_op is not None and lse_op.dtype != "fp32":
+        raise PlanError(
+            f"attention kernel {kernel.name}: the log-sum-exp {lse_op.out} is "
+            f"{lse_op.dtype}; the fused kernel writes it in fp32",
+            hint=f"write {lse_op.out} = logsumexp({soft.operands[0]}, over={x_axis}, dtype=fp32)",
+        )
+    batch = tuple(roles["batch"])
+    scores = read_scores(kernel, diagram, first, soft, batch, q_axis, x_axis)
+    causal = any(op.fn == "causal" for op in kernel.ops)
+    if second.scale:
+        raise PlanError(
+            _unsupported(kernel, second, "a scale on the first contraction only"),
+            hint=f"scale {second.out} in a later kernel, or run it unfused: schedule: "
+            f"{{materialize: [{first.out}, {soft.out}]}}",
+        )
+    scale = 1.0
+    for factor in first.scale:
+        if isinstance(factor, str):
+            raise PlanError(
+                _unsupported(kernel, first, "a constant scale (a number)"),
+                hint=f"write the scale as a number: {first.out} = contract(...) * 0.125",
+            )
+        scale *= float(factor)
+    q_name, k_name = (o for o in first.operands if isinstance(o, str))
+    if x_axis in diagram.tensor(q_name).axes:  # contract(K, Q): the same logits
+        q_name, k_name = k_name, q_name
+    v_name = next(o for o in second.operands if isinstance(o, str) and o != soft.out)
+    o_name = second.out
+    names = {"Q": q_name, "K": k_name, "V": v_name, "O": o_name}
+    dtype = diagram.tensor(q_name).dtype
+    v_dtype = diagram.tensor(v_name).dtype
+    mixed = dtype in FP8_DTYPES and v_dtype in INPUT_DTYPES
+    if mixed and not fp8:
+        raise PlanError(
+            f"attention kernel {kernel.name}: fp8 Q ({q_name}) and K run only in the sm_90a "
+            f"wgmma kernel of fused attention (an sm_90a profile such as h200; not in "
+            f"decode attention)",
+            hint=f"store {q_name} and {k_name} as {v_dtype}",
+        )
+    for role, n in names.items():
+        t = diagram.tensor(n)
+        if mixed and t.dtype == (dtype if role in ("Q", "K") else v_dtype):
+            continue
+        if t.dtype != dtype or dtype not in INPUT_DTYPES:
+            want = dtype if dtype in INPUT_DTYPES else "bf16"
+            raise PlanError(
+                f"attention kernel {kernel.name}: {role} ({n}) is {t.dtype}; expected Q, K, "
+                f"V and O all of one type among {', '.join(INPUT_DTYPES)}",
+                hint=f"write {second.out} = contract({', '.join(map(str, second.operands))}, "
+                f"over={x_axis}, dtype={want})"
+                if role == "O"
+                else f"store {n} as {want}: "
+                f"inputs: {{{n}: {{axes: [{', '.join(t.axes)}], dtype: {want}}}}}",
+            )
+    d, d_v = diagram.axes[d_axis], diagram.axes[dv_axis]
+    for axis, size in ((d_axis, d), (dv_axis, d_v)):
+        if size % HEAD_STEP or not HEAD_MIN <= size <= HEAD_MAX:
+            fit = min(max(round_up(size, HEAD_STEP), HEAD_MIN), HEAD_MAX)
+            raise PlanError(
+                f"attention kernel {kernel.name}: head size {axis}={size} is not a multiple "
+                f"of {HEAD_STEP} from {HEAD_MIN} to {HEAD_MAX}",
+                hint=f"zero-pad the head to {fit} (axes: {{{axis}: {fit}}}, or --set {axis}={fit})"
+                if size < HEAD_MAX
+                else f"split the head into heads of at most {HEAD_MAX}",
+            )
+    row_axis = {"Q": q_axis, "K": x_axis, "V": x_axis, "O": q_axis}
+    head_axis = {"Q": d_axis, "K": d_axis, "V": dv_axis, "O": dv_axis}
+    fixed = {d_axis: str(d), dv_axis: str(d_v)}
+    offset, stride = {}, {}
+    for role, n in names.items():
+        axes = diagram.tensor(n).axes
+        allowed = {*batch, row_axis[role], head_axis[role]}
+        if axes[-1] != head_axis[role] or row_axis[role] not in axes or not set(axes) <= allowed:
+            raise PlanError(
+                f"attention kernel {kernel.name}: {role} ({n}) has axes {list(axes)}; "
+                f"expected batch axes, {row_axis[role]} and {head_axis[role]} last",
+                hint=f"put {head_axis[role]} last in {n}",
+            )
+        pitch = {a: _pitch(axes, a, fixed) for a in axes}
+        terms = [f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes]
+        offset[n] = " + ".join(terms) or "0"
+        stride[n] = pitch[row_axis[role]]
+    if lse_op is not None:  # over (batch..., q) in any order
+        axes = lse_op.axes
+        pitch = {a: _pitch(axes, a, fixed) for a in axes}
+        offset[lse_op.out] = (
+            " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes) or "0"
+        )
+        stride[lse_op.out] = pitch[q_axis]
+    return Attention(q_name, k_name, v_name, o_name, batch, q_axis, x_axis, d, d_v, dtype,
+                      causal, scale, offset, stride, scores,
+                      lse_op.out if lse_op else "", v_dtype if mixed else "")  # fmt: skip
+
+
+def read_scores(
+    kernel: Kernel, diagram: Diagram, first: Op, soft: Op, batch: tuple[str, ...],
+    q_axis: str, x_axis: str,
+) -> Scores:  # fmt: skip
+    """The score path from the logits S = first to the softmax's operand: masks last (each
+    reading the one before, the first reading the transformed logits), and before them the
+    elementwise ops and indices, compiled to statements over the scaled logit `ncdc_s` of
+    query `ncdc_i` and key `ncdc_j`. PlanError, with what to write instead, for what the
+    score path cannot run."""
+    unfused = f"or run it unfused: schedule: {{materialize: [{first.out}, {soft.out}]}}"
+    masks: list[Op] = []
+    name = str(soft.operands[0])
+    by_out = {op.out: op for op in kernel.ops}
+    while name in by_out and by_out[name].kind == "mask":
+        masks.insert(0, by_out[name])
+        name = str(by_out[name].operands[0])
+    logits = name  # what the masks read: S, or S transformed
+    allowed = {*batch, q_axis, x_axis}
+    for op in kernel.ops:
+        if op.kind == "mask" and op not in masks:
+            raise PlanError(
+                _unsupported(kernel, op, "masks applied last, just before softmax"),
+                hint=f"apply {op.fn} to the logits softmax reads: write the other operations "
+                f"first, then {op.out} = {op.fn}(<their result>, ...), " + unfused,
+            )
+        if op.kind in SCORE_KINDS and not set(op.axes) <= allowed:
+            axis = next(a for a in op.axes if a not in allowed)
+            raise PlanError(
+                _unsupported(kernel, op, f"logits over ({', '.join(sorted(allowed))})"),
+                hint=f"drop the axis {axis} from {op.out}'s operands, " + unfused,
+            )
+    sc = _mask_bands(diagram, kernel, masks, batch, q_axis, x_axis, unfused)
+    chain = needed_ops(kernel.ops, [logits], [*kernel.inputs, first.out])
+    for op in kernel.ops:
+        if op.kind in SCORE_KINDS and op not in masks and op not in chain:
+            raise PlanError(
+                _unsupported(kernel, op, "elementwise operations on the logits only"),
+                hint=f"remove {op.out} = {op.fn}(...) from the kernel (compute it beforehand "
+                f"and pass it as an input), " + unfused,
+            )
+    if not chain:
+        return sc
+    produced = {op.out for op in chain}
+    inputs: dict[str, ScoreInput] = {}
+    needs_batch: list[str] = []
+
+    def value(n: str) -> str:
+        if n == first.out:
+            return "ncdc_s"
+        if n in produced:
+            return f"ncdc_e_{n}"
+        t = diagram.tensor(n)
+        if t.dtype not in ("fp32", "fp16", "bf16") or not set(t.axes) <= allowed:
+            raise PlanError(
+                f"attention kernel {kernel.name}: the logits read {n} ({t.dtype}, axes "
+                f"{list(t.axes)}); expected a bf16, fp16 or fp32 tensor over "
+                f"({', '.join(sorted(allowed))})",
+                hint=f"declare {n} as fp32 over some of those axes, " + unfused,
+            )
+        if n not in inputs:
+            pitch = {a: _pitch(t.axes, a, {}) for a in t.axes}
+            inputs[n] = ScoreInput(
+                n, t.dtype,
+                " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in t.axes) or "0",
+                pitch.get(q_axis, "0"), pitch.get(x_axis, "0"),
+            )  # fmt: skip
+        terms = [f"ncdc_p_{n}"]  # a broadcast axis (pitch 0) adds no term
+        terms += [f"ncdc_i * ncdc_q_{n}"] if inputs[n].q_pitch != "0" else []
+        terms += [f"ncdc_j * ncdc_x_{n}"] if inputs[n].x_pitch != "0" else []
+        at = " + ".join(terms)
+        return f"ncdc::to_float(ncdc::ld_global({at}))"
+
+    def index(axis: str) -> str:
+        if axis == q_axis:
+            return "ncdc_i"
+        if axis == x_axis:
+            return "ncdc_j"
+        needs_batch.append(axis)
+        return f"ncdc_b_{axis}"
+
+    statements: list[Statement] = []
+    for op in chain:
+        statements += op_statements(op, value, index, f"ncdc_e_{op.out}")
+    return Scores(
+        tuple(statements), value(logits), tuple(inputs.values()),
+        tuple(a for a in batch if a in needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
+        sc.lengths, sc.lengths_offset, sc.sequences,
+    )  # fmt: skip
+
+
+def _mask_bands(
+    diagram: Diagram,
+    kernel: Kernel, masks: list[Op], batch: tuple[str, ...], q_axis: str, x_axis: str,
+    unfused: str,
+) -> Scores:  # fmt: skip
+    """The masks as bands i + lo <= j <= i + hi (C++ over the sizes) and lengths."""
+    lo: list[str] = []
+    hi: list[str] = []
+    lengths, lengths_offset, sequences = "", "0", ""
+    window = False
+    for op in masks:
+        if (op.params.get("query"), op.params.get("key")) != (q_axis, x_axis):
+            raise PlanError(
+                _unsupported(kernel, op, f"a mask over ({q_axis}, {x_axis})"),
+                hint=f"write {op.fn}({op.operands[0]}, query={q_axis}, key={x_axis}), " + unfused,
+            )
+        if op.fn in ("causal", "window"):
+            shift = (
+                f"(ncdc_size_{x_axis} - ncdc_size_{q_axis})" if op.params["align"] == "end" else "0"
+            )
+            if op.fn == "causal":
+                hi.append(shift)
+            else:
+                window = True
+                lo.append(f"{shift} - {op.params['left']}ll")
+                hi.append(f"{shift} + {op.params['right']}ll")
+        elif op.fn == "varlen":
+            if lengths:
+                raise PlanError(
+                    _unsupported(kernel, op, "one varlen mask"),
+                    hint=f"remove {op.out} = varlen(...): one lengths tensor per kernel",
+                )
+            lengths = op.params["lengths"]
+            t_axes = diagram.tensor(lengths).axes
+            pitch = {a: _pitch(t_axes, a, {}) for a in t_axes}
+            lengths_offset = (
+                " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in t_axes) or "0"
+            )
+            own = [a for a in t_axes if a not in batch]
+            sequences = own[0] if own else ""
+    return Scores(lo=tuple(lo), hi=tuple(hi), bounded=bool(hi), window=window, lengths=lengths,
+                  lengths_offset=lengths_offset, sequences=sequences)  # fmt: skip
+
+
+def _pitch(axes: tuple[str, ...], axis: str, fixed: Mapping[str, str]) -> str:
+    """Elements between neighbours along `axis` of a row-major tensor, as C++ over the size
+    parameters (the head sizes are numbers)."""
+    after = axes[axes.index(axis) + 1 :]
+    return " * ".join(fixed.get(a, size_name(a)) for a in after) or "1"
+
+
+def _unsupported(kernel: Kernel, op: Op, expected: str) -> str:
+    return (
+        f"attention kernel {kernel.name}: no code for {op.fn} ({op.out}) here; "
+        f"the generator covers {expected}"
+    )

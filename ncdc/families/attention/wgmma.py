@@ -1,0 +1,287 @@
+"""The Hopper attention variant of the attention family, in FlashAttention-3 order (Shah et
+al. 2024): warp specialisation, TMA, mbarrier rings, wgmma and ping-pong between consumer
+warpgroups (templates/attention_wgmma.cu.j2, ncdc_attention_hopper.cuh).
+
+One block of 384 threads runs 128 queries of one (batch..., head) slice: warpgroup 0 drops
+to 24 registers and one of its threads issues the TMA loads (Q once; each key tile's K and
+V into rings of `stages` slots); warpgroups 1 and 2 rise to 240 and each owns 64 queries:
+S = Q K^T by wgmma m64nS_Xk16 from 128-byte-swizzled shared memory, the online softmax in
+registers, P packed to 16 bits in registers and O += P V by wgmma with A from registers.
+Named barriers make the two take turns at the tensor cores, so that one's softmax runs
+under the other's GEMMs. The epilogue stages O / l in the V ring, swizzled, and one thread
+of each consumer stores its 64 rows with TMA (rows beyond q are clipped).
+
+The candidates join the mma.sync ones on sm_90a profiles and the model picks per shape.
+Their price: the model's traffic and padding, the tensor rate at the full wgmma peak
+(param `tensor_permille`, less the epilogue's TMA store issue) and the softmax hidden under
+the other warpgroup's GEMMs (param `pingpong`: ncdc.model.cost.pingpong_compute). What the
+template does not run (scores other than a plain or causal mask, a log-sum-exp output,
+heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q, K, V and O must be
+[batch..., rows, head]) leaves the kernel with the mma.sync candidates.
+
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.plan.search import plan_diagram
+    >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
+    >>> plan.kernels[0].candidate.param("wgmma")
+    1
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec
+from ncdc.families.codegen import cpp_type
+from ncdc.families.gemm.wgmma import ISSUE_CYCLES, TMA_LATENCY_CYCLES
+from ncdc.language.spec import DTYPE_BYTES, Diagram
+from ncdc.model.launch import Candidate, Family, LaunchShape
+
+if TYPE_CHECKING:
+    from ncdc.families.attention.core import Attention
+    from ncdc.hardware.machine import Hardware
+    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+
+ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg
+DTYPES = ("bf16", "fp16")  # V and O; Q and K these too, or fp8 (S by wgmma k32)
+QK_DTYPES = (*DTYPES, "fp8_e4m3", "fp8_e5m2")
+BQ = 128  # queries per block: two consumer warpgroups of 64
+THREADS = 384  # producer + two consumer warpgroups
+SPAN = 128  # the swizzle span: 64 values of 16 bits, one TMA box row
+LAUNCH_REGISTERS = 168  # 65536 / 384 rounded down to 8: ptxas's budget under launch bounds
+PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240  # setmaxnreg (ncdc_attention_hopper.cuh)
+# A consumer thread's registers besides S (s_x / 2 fp32), O (d_v / 2) and P (s_x / 4):
+# the row state, descriptors, indices and the epilogue's addresses.
+REGISTER_OVERHEAD = 48
+MAX_HEAD = 256  # Q and K: whole 128-byte rows (64 values of 16 bits, 128 of fp8) up to this
+VALUE_HEADS = (64, 128, 256)
+TILES: dict[str, tuple[int, ...]] = {"s_x": (64, 128), "stages": (2, 3)}
+
+
+def offered(hw: Hardware) -> bool:
+    return hw.arch == ARCH
+
+
+def is_wgmma(c: Candidate) -> bool:
+    return dict(c.params).get("wgmma", 0) == 1
+
+
+def pipeline_share(hw: Hardware, at: Attention, s_x: int, stages: int) -> float:
+    """The share of the tensor peak the rings sustain: per key tile a block needs the MMA
+    time of its 128 x s_x x d (Q's type) and 128 x s_x x d_v (V's), the producer's issue
+    time (one TMA copy per 128 bytes of a K and a V row, two empty waits and two expect_tx
+    arrives) and, with `stages` slots in flight, one TMA latency per `stages` tiles; the
+    slowest sets the pace (as gemm_wgmma.pipeline_share).
+
+        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.plan.search import plan_diagram
+        >>> from ncdc.language.spec import load_diagram
+        >>> from ncdc.families.attention.core import read_attention
+        >>> h200 = load_hardware("h200")
+        >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), h200)
+        >>> at = read_attention(plan.kernels[0].family, plan.kernels[0].kernel, plan.graph.diagram)
+        >>> round(pipeline_share(h200, at, 128, 2), 2), round(pipeline_share(h200, at, 64, 2), 2)
+        (1.0, 1.0)
+    """
+    clock = hw.achievable.clock_hz or hw.clock_hz
+    mma_s = mma_tile_s(hw, at, s_x)
+    loads = (at.d * DTYPE_BYTES[at.dtype] + at.d_v * DTYPE_BYTES[at.value_dtype]) // SPAN
+    issue_s = (loads + 4) * ISSUE_CYCLES / clock
+    fill_s = (TMA_LATENCY_CYCLES / clock + issue_s) / stages
+    return mma_s / max(mma_s, issue_s, fill_s)
+
+
+def mma_tile_s(hw: Hardware, at: Attention, s_x: int) -> float:
+    """Seconds one SM's tensor cores take for a block's two GEMMs of one key tile at peak:
+    128 x s_x x d in Q's type and 128 x s_x x d_v in V's."""
+    sms = hw.limits.sms
+    mma_s = 2.0 * BQ * s_x * at.d / (hw.achieved_rate("tensor", at.dtype) / sms)
+    return mma_s + 2.0 * BQ * s_x * at.d_v / (hw.achieved_rate("tensor", at.value_dtype) / sms)
+
+
+def store_share(hw: Hardware, at: Attention, s_x: int, keys: int, share: float) -> float:
+    """The share of a block's time left to its key loop after the epilogue's serial TMA
+    store: a consumer's d_v / 64 box stores, their commit and wait and two named barriers
+    (the bytes are the model's as before), against its key tiles (half of them on average
+    under a causal mask) at `share` of the peak.
+
+        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.plan.search import plan_diagram
+        >>> from ncdc.language.spec import load_diagram
+        >>> from ncdc.families.attention.core import read_attention
+        >>> h200 = load_hardware("h200")
+        >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), h200)
+        >>> at = read_attention(plan.kernels[0].family, plan.kernels[0].kernel, plan.graph.diagram)
+        >>> round(store_share(h200, at, 128, 4096, 1.0), 4)  # 384 cycles over 32 tiles' MMAs
+        0.9946
+    """
+    clock = hw.achievable.clock_hz or hw.clock_hz
+    tiles = -(-keys // s_x) / (2 if at.causal else 1)
+    loop_s = max(tiles, 1) * mma_tile_s(hw, at, s_x) / share
+    store_s = (at.d_v * DTYPE_BYTES[at.value_dtype] // SPAN + 4) * ISSUE_CYCLES / clock
+    return loop_s / (loop_s + store_s)
+
+
+def consumer_registers(s_x: int, d_v: int) -> int:
+    """A consumer thread's registers: S and O in fp32, P packed, and the overhead."""
+    return s_x // 2 + d_v // 2 + s_x // 4 + REGISTER_OVERHEAD
+
+
+def smem_bytes(at: Attention, s_x: int, stages: int) -> int:
+    """Q, then `stages` K and V tiles, and 1024 bytes to align them (the swizzle)."""
+    qk, v = DTYPE_BYTES[at.dtype], DTYPE_BYTES[at.value_dtype]
+    return 1024 + BQ * at.d * qk + stages * s_x * (at.d * qk + at.d_v * v)
+
+
+def _runs(at: Attention, diagram: Diagram) -> bool:
+    """Whether the template runs this attention: 16-bit (or fp8 Q and K), Q and K heads of
+    whole 128-byte rows, d_v of 64, 128 or 256, no score path but a causal mask, no
+    log-sum-exp, a positive scale, and Q, K, V and O in [batch..., rows, head] order (O
+    with every batch axis, as Q)."""
+    sc = at.scores
+    if at.dtype not in QK_DTYPES or at.value_dtype not in DTYPES:
+        return False
+    if at.d * DTYPE_BYTES[at.dtype] % SPAN or at.d > MAX_HEAD or at.d_v not in VALUE_HEADS:
+        return False
+    if not sc.plain or sc.lo or sc.lengths or sc.sequences or sc.window or at.lse:
+        return False
+    if len(sc.hi) > 1 or bool(sc.hi) != at.causal or at.scale <= 0:
+        return False
+    rows = {at.q: at.q_axis, at.k: at.x_axis, at.v: at.x_axis, at.o: at.q_axis}
+    for name, row in rows.items():
+        axes = diagram.tensor(name).axes
+        if len(axes) < 2 or axes[-2] != row or not set(axes[:-2]) <= set(at.batch):
+            return False
+    return all(set(diagram.tensor(t).axes[:-2]) == set(at.batch) for t in (at.q, at.o))
+
+
+def candidates(
+    model: KernelModel, family: Family, hw: Hardware, streams: tuple[str, ...],
+    fixed: Mapping[str, int], at: Attention, batch: int, group: Mapping[str, int],
+) -> list[Candidate]:  # fmt: skip
+    """The FlashAttention-3 launches for this kernel on `hw`; none where the variant cannot
+    run it or the user fixed a query or key tile it does not have. `batch` is the number of
+    (batch..., head) slices, `group` a block's tile (the attention family's, for 128
+    queries)."""
+    from ncdc.model.cost import WarpgroupBudget, warpgroups_fit
+
+    if not offered(hw) or not _runs(at, model.diagram):
+        return []
+    (q,), (x,) = family.axes("q"), family.axes("x")
+    if fixed.get(q, BQ) != BQ:
+        return []
+    out = []
+    # the widest key tile whose S, O and P fit a consumer's registers (FlashAttention-3's
+    # choice: 128 for d_v <= 128): each tile's turn, barriers and descriptors are paid per
+    # key, so a 64-key tile issues more per FLOP (3.3 slots per HMMA.16816 against 2.2 at
+    # d = 128, SASS on sm_90a); a fixed key tile of 64 or 128 as given
+    fits = [s for s in TILES["s_x"] if consumer_registers(s, at.d_v) <= CONSUMER_REGISTERS]
+    widths = [fixed[x]] if x in fixed else fits[-1:]
+    for s_x in widths:
+        if s_x not in fits:
+            continue
+        for stages in TILES["stages"]:
+            smem = smem_bytes(at, s_x, stages)
+            # the block's three warpgroups on one SM: its shared memory, and setmaxnreg's
+            # 24 + 2 x 240 registers a thread (bytes, shared out evenly over the three)
+            regs = 128 * 4 * (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) / 3
+            if warpgroups_fit(hw, WarpgroupBudget(0, smem / 3, 0, regs))[0] < 3:
+                continue
+            stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
+            shape = LaunchShape((-(-model.sizes[q] // BQ), batch, 1), (THREADS, 1, 1), smem)
+            share = pipeline_share(hw, at, s_x, stages)
+            share *= store_share(hw, at, s_x, model.sizes[x], share)
+            params = (("wgmma", 1), ("g_q", BQ), ("s_x", s_x), ("pingpong", 1),
+                      ("tensor_permille", max(1, round(1000 * share))))  # fmt: skip
+            out.append(
+                Candidate(
+                    group,
+                    stream,
+                    {**group, q: BQ // 2},
+                    stream,
+                    params,
+                    (shape,),
+                    stages,
+                    1,
+                    LAUNCH_REGISTERS,
+                )  # fmt: skip
+            )
+    return out
+
+
+def arch_problem(kernel_name: str, sm: int) -> str:
+    if sm != 90:
+        return f"{kernel_name} was planned with wgmma and TMA, which only sm_90a has"
+    return ""
+
+
+def _slice_index(diagram: Diagram, name: str) -> str:
+    """C++: the tensor's slice along its batch axes (row-major, in its own axis order)."""
+    index = ""
+    for a in diagram.tensor(name).axes[:-2]:
+        index = f"ncdc_i_{a}" if not index else f"({index}) * ncdc_size_{a} + ncdc_i_{a}"
+    return index or "0"
+
+
+def _tensor_map(diagram: Diagram, name: str, rows: int) -> TensorMapSpec:
+    """The map of [batch..., rows, head] as (head, rows, slices), a box of 64 x `rows`."""
+    t = diagram.tensor(name)
+    head, length = diagram.axes[t.axes[-1]], diagram.axes[t.axes[-2]]
+    slices = math.prod(diagram.axes[a] for a in t.axes[:-2])
+    esize = DTYPE_BYTES[t.dtype]
+    return TensorMapSpec(
+        tensor=name,
+        dtype=t.dtype,
+        dims=(head, length, slices),
+        strides=(head * esize, length * head * esize),
+        box=(SPAN // esize, rows, 1),
+        swizzle=SPAN,
+    )
+
+
+def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
+    """The FlashAttention-3 kernel of `kp.candidate`: template context, maps and launch."""
+    d = plan.graph.diagram
+    c = kp.candidate
+    assert c is not None, "a GPU plan carries its candidate"
+    s_x, stages = c.param("s_x"), c.stages
+    name = (
+        f"{kp.kernel.name}_attention_wgmma_{at.dtype}"
+        + (f"_{at.v_dtype}" if at.v_dtype else "")
+        + f"_q{BQ}_x{s_x}_d{at.d}"
+        + (f"_dv{at.d_v}" if at.d_v != at.d else "")
+        + f"_s{stages}"
+        + ("_causal" if at.causal else "")
+        + "_sm90a"
+    )
+    maps = {t: f"ncdc_tma_{t}" for t in (at.q, at.k, at.v, at.o)}
+    params = (
+        Param(at.q, "tensor", at.dtype),
+        Param(at.k, "tensor", at.dtype),
+        Param(at.v, "tensor", at.value_dtype),
+        Param(at.o, "tensor", at.value_dtype, writes=True),
+        *at.size_params(d.axes),
+        at.scale_param(),
+        Param(maps[at.q], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.q, BQ)),
+        Param(maps[at.k], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.k, s_x)),
+        Param(maps[at.v], "tensormap", at.value_dtype, tensor_map=_tensor_map(d, at.v, s_x)),
+        Param(maps[at.o], "tensormap", at.value_dtype, tensor_map=_tensor_map(d, at.o, BQ // 2)),
+    )
+    context = {
+        "kernel": name,
+        "summary": f"fused attention in FlashAttention-3 order: {BQ} queries per block, "
+        f"keys {s_x} at a time through {stages}-stage TMA rings, two ping-pong consumer "
+        "warpgroups (wgmma), O stored by TMA" + (", causal" if at.causal else ""),
+        "T": cpp_type(at.dtype),
+        "TV": cpp_type(at.value_dtype),
+        "q": at.q, "k": at.k, "v": at.v, "o": at.o,
+        "batch": at.batch, "sizes": at.sizes, "q_axis": at.q_axis, "x_axis": at.x_axis,
+        "d": at.d, "d_v": at.d_v, "s_x": s_x, "stages": stages, "threads": c.threads,
+        "causal": at.causal, "shift": at.scores.hi[0] if at.causal else "0",
+        "z_q": _slice_index(d, at.q), "z_k": _slice_index(d, at.k), "z_o": _slice_index(d, at.o),
+        "map_q": maps[at.q], "map_k": maps[at.k], "map_v": maps[at.v], "map_o": maps[at.o],
+        "smem_bytes": c.smem_bytes,
+    }  # fmt: skip
+    return KernelSource("attention_wgmma.cu.j2", context, (Launch.of(name, c.main, params),))

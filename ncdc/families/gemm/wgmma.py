@@ -1,0 +1,356 @@
+"""The Hopper GEMM variant of the gemm family: TMA, an mbarrier ring, warp-specialised
+warpgroups and wgmma (templates/gemm_wgmma.cu.j2, wgmma_gemm in ncdc_hopper.cuh).
+
+One block of 384 threads runs 128 x BN output tiles persistently (tile b, b + grid, ...,
+rasterised GROUP_M tile rows at a time): warpgroup 0 drops to 40 registers (setmaxnreg) and
+one of its threads issues the TMA loads of each k tile (one 128-byte swizzle row: 64 values
+of 16 bits or 128 of fp8) into a ring of `stages` slots; warpgroups 1 and 2 rise to 232
+registers and each multiplies 64 rows with wgmma m64nBNk16 (fp8: k32, QGMMA) from
+128-byte-swizzled descriptors, keeping one k tile in flight. Tails in m, n and k are TMA's
+out-of-bounds zeros; the epilogue applies the gemm family's fused ops to the accumulators
+and, for a 16-bit C in [batch,] m, n order, writes the tile into swizzled shared boxes that
+one thread stores by TMA (kernel name `_tmastore`; clipped at the tails), else stores C
+directly. With `cluster = 2` (kernel name `_c2`) two CTAs
+along m form a thread-block cluster sharing each B tile: each loads half of it and
+multicasts it to both, and the model counts the pair's joint L2 -> shared-memory traffic
+(`Candidate.cluster`).
+
+The candidates join the mma.sync ones on sm_90a profiles, and the model picks per shape.
+Their price: the model's usual traffic and tile padding, with the tensor rate at the full
+peak times `pipeline_share` (carried as the candidate's `tensor_permille`), in place of the
+mma.sync share. wgmma's 8-bit operands exist only K-major: an n-contiguous fp8 B lands in
+a staging slot and the producer warpgroup's other three warps transpose it into the K-major
+slot (`transposes_b`; its shared-memory traffic is in `pipeline_share`). Layout limits (TMA
+needs 16-byte aligned strides) leave a kernel with only the mma.sync candidates.
+
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.plan.search import plan_diagram
+    >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h200"))
+    >>> plan.kernels[0].candidate.param("wgmma")
+    1
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec
+from ncdc.families.codegen import axis_pitch, cpp_type, size_name
+from ncdc.language.spec import DTYPE_BYTES, Diagram, Tensor
+from ncdc.model.launch import Candidate, Family, LaunchShape
+
+if TYPE_CHECKING:
+    from ncdc.hardware.machine import Hardware
+    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+
+
+class Operands(Protocol):
+    """What this variant reads of the gemm family's operands (ncdc.families.gemm.core.Operands,
+    handed over by the family, which imports this module)."""
+
+    @property
+    def a(self) -> Tensor: ...
+    @property
+    def b(self) -> Tensor: ...
+    @property
+    def c(self) -> Tensor: ...
+    @property
+    def m(self) -> str: ...
+    @property
+    def n(self) -> str: ...
+    @property
+    def k(self) -> str: ...
+    @property
+    def batch(self) -> tuple[str, ...]: ...
+    @property
+    def a_k(self) -> bool: ...
+    @property
+    def b_k(self) -> bool: ...
+
+
+ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg are sm_90a features
+DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")  # wgmma k16 / k32 from descriptors
+FP8 = ("fp8_e4m3", "fp8_e5m2")  # 8-bit operands exist only K-major: B must be k-contiguous
+BM = 128  # two consumer warpgroups of 64 rows
+CONSUMERS = 2
+SPAN = 128  # swizzle span in bytes: one k tile row
+THREADS = 384  # producer + two consumer warpgroups
+LAUNCH_REGISTERS = 168  # 65536 / 384 rounded down to 8: ptxas's budget under launch bounds
+CONSUMER_REGISTERS = 232  # setmaxnreg.inc for the consumers (128 * (40 + 2 * 232) <= 65536)
+REGISTER_OVERHEAD = 48  # a consumer's addressing, descriptors and epilogue besides its acc
+GROUP_M = 8  # tile rows per raster group
+TILES: dict[str, tuple[int, ...]] = {"n": (64, 128, 256), "stages": (3, 4, 5, 6)}
+# CTAs of a thread-block cluster along m: the pair's B tile is loaded once, half by each CTA,
+# and multicast to both (docs/compile.md); 1 is no cluster
+CLUSTERS = (1, 2)
+# Pipeline timing (cycles): a TMA load's latency from issue to landing (an L2 miss, of the
+# order published microbenchmarks measure on H100: about 500-1000 cycles for HBM), and the
+# producer thread's cost to issue one TMA or mbarrier operation.
+TMA_LATENCY_CYCLES = 1000
+ISSUE_CYCLES = 64
+
+
+def offered(hw: Hardware) -> bool:
+    """Whether `hw` runs this variant (an sm_90a profile: h100, h200)."""
+    return hw.arch == ARCH
+
+
+def is_wgmma(c: Candidate) -> bool:
+    return dict(c.params).get("wgmma", 0) == 1
+
+
+def mma_tile_s(hw: Hardware, dtype: str, bn: int) -> float:
+    """Seconds one SM's tensor cores take for a 128 x bn x (128 bytes of k) tile at peak."""
+    per_sm = hw.achieved_rate("tensor", dtype) / hw.limits.sms
+    return 2.0 * BM * bn * (SPAN // DTYPE_BYTES[dtype]) / per_sm
+
+
+def stores_c_by_tma(ops: Operands, d: Diagram) -> bool:
+    """Whether the epilogue stores C through shared memory and TMA: a 16-bit C laid out
+    [batch,] m, n (n contiguous) with strides TMA can take; else it stores C directly."""
+    c = ops.c
+    return (
+        DTYPE_BYTES[c.dtype] == 2
+        and tuple(c.axes) == (*ops.batch, ops.m, ops.n)
+        and _strides_aligned(c, d, 2)
+    )
+
+
+def pipeline_share(
+    hw: Hardware, dtype: str, bn: int, stages: int, loads: int, *, transpose: bool = False
+) -> float:
+    """The share of the tensor peak the ring sustains: per k tile a block needs the MMA
+    time of its 128 x bn x bk tile (bk: 128 bytes of k), the producer's issue time (its
+    `loads` TMA copies plus an mbarrier wait and arrive, and one more arrive when B is
+    staged), the shared-memory time of the bytes wgmma reads (each consumer its 64 rows of
+    A and all of B) plus, with `transpose`, the staged B tile read and written again by the
+    transposing warps, and, with `stages` slots in flight, one TMA latency per `stages` k
+    tiles; the slowest sets the pace (Little's law).
+
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> round(pipeline_share(load_hardware("h200"), "bf16", 128, 4, 3), 2)
+    1.0
+    >>> round(pipeline_share(load_hardware("h200"), "bf16", 64, 3, 2), 2)
+    0.66
+    >>> round(pipeline_share(load_hardware("h200"), "fp8_e4m3", 128, 4, 2, transpose=True), 2)
+    0.87
+    """
+    clock = hw.achievable.clock_hz or hw.clock_hz
+    esize = DTYPE_BYTES[dtype]
+    bk = SPAN // esize
+    mma_s = mma_tile_s(hw, dtype, bn)
+    issue_s = (loads + 2 + int(transpose)) * ISSUE_CYCLES / clock
+    smem_bytes = (CONSUMERS * (BM // CONSUMERS + bn) + (2 * bn if transpose else 0)) * bk * esize
+    smem_s = smem_bytes / (hw.achieved_bandwidth(hw.block_level) / hw.limits.sms)
+    fill_s = (TMA_LATENCY_CYCLES / clock + issue_s) / stages
+    return mma_s / max(mma_s, issue_s, smem_s, fill_s)
+
+
+def transposes_b(ops: Operands) -> bool:
+    """8-bit wgmma operands exist only K-major: an n-contiguous fp8 B is staged as TMA
+    lands it and transposed into a K-major slot by the producer warpgroup's other warps."""
+    return ops.b.dtype in FP8 and not ops.b_k
+
+
+def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
+    """TMA needs every stride but the innermost a multiple of 16 bytes."""
+    for axis in t.axes[:-1]:
+        pitch = math.prod(d.axes[a] for a in t.axes[t.axes.index(axis) + 1 :])
+        if pitch * esize % 16:
+            return False
+    return True
+
+
+def _runs(ops: Operands, d: Diagram) -> bool:
+    """Whether the template runs these operands: 16-bit or fp8 inputs (an fp8 B that is
+    n-contiguous is transposed in shared memory), A k-contiguous, at most one batch axis
+    held by A and B, strides TMA can take."""
+    if ops.a.dtype not in DTYPES or not ops.a_k or len(ops.batch) > 1:
+        return False
+    if ops.batch and not (ops.batch[0] in ops.a.axes and ops.batch[0] in ops.b.axes):
+        return False
+    esize = DTYPE_BYTES[ops.a.dtype]
+    for t, axes in ((ops.a, {ops.m, ops.k}), (ops.b, {ops.n, ops.k})):
+        if set(t.axes) - axes - set(ops.batch) or not _strides_aligned(t, d, esize):
+            return False
+    return True
+
+
+def candidates(
+    model: KernelModel, family: Family, hw: Hardware, streams: tuple[str, ...],
+    fixed: Mapping[str, int], ops: Operands,
+) -> list[Candidate]:  # fmt: skip
+    """The wgmma launches for this kernel on `hw`; none where the variant cannot run it or
+    the user fixed an m or k tile it does not have."""
+    d, kernel = model.diagram, model.kernel
+    if not offered(hw) or not _runs(ops, d):
+        return []
+    esize = DTYPE_BYTES[ops.a.dtype]
+    bk = SPAN // esize
+    if fixed.get(ops.m, BM) != BM or fixed.get(ops.k, bk) != bk:
+        return []
+    other = tuple(a for a in kernel.woven if a not in (ops.m, ops.n))
+    batches = math.prod(d.axes[a] for a in ops.batch)
+    c_size = DTYPE_BYTES[ops.c.dtype] if stores_c_by_tma(ops, d) else 0
+    clock = hw.achievable.clock_hz or hw.clock_hz
+    k_tiles = -(-d.axes[ops.k] // bk)
+    out = []
+    for bn in TILES["n"]:
+        if ops.n in fixed and fixed[ops.n] != bn:
+            continue
+        if bn // 2 + REGISTER_OVERHEAD > CONSUMER_REGISTERS:
+            continue
+        loads = 2 if ops.b_k else 1 + bn * esize // SPAN
+        transpose = transposes_b(ops)
+        c_tile = BM * bn * c_size
+        # the TMA stores of a tile's C boxes, their commit and wait, and the two named
+        # barriers: a consumer's serial cost per tile, over its k tiles' MMA time
+        store_s = (bn * c_size // SPAN + 4) * ISSUE_CYCLES / clock if c_size else 0.0
+        tiles_m = -(-d.axes[ops.m] // BM)
+        for cluster, stages in itertools.product(CLUSTERS, TILES["stages"]):
+            if cluster > 1 and tiles_m < cluster:
+                continue  # no two tiles along m share a B tile
+            # the persistent units: `cluster` tiles stacked along m, one per CTA of a cluster
+            units = -(-tiles_m // cluster) * -(-d.axes[ops.n] // bn) * batches
+            grid = (cluster * max(1, min(units, hw.limits.sms // cluster)), 1, 1)
+            # per stage: A, B as wgmma reads it, and the staging slot of a transposed B
+            smem = 1024 + stages * (BM + bn * (2 if transpose else 1)) * bk * esize + c_tile
+            share = pipeline_share(hw, ops.a.dtype, bn, stages, loads, transpose=transpose)
+            tile_s = k_tiles * mma_tile_s(hw, ops.a.dtype, bn) / share
+            share *= tile_s / (tile_s + store_s)
+            params = (
+                ("wgmma", 1), ("bm", BM), ("bn", bn), ("bk", bk), ("stages", stages),
+                ("group_m", GROUP_M), ("tensor_permille", max(1, round(1000 * share))),
+                ("tma_store", int(c_size > 0)), ("cluster", cluster),
+            )  # fmt: skip
+            group = {**{a: fixed.get(a, 1) for a in other}, ops.m: BM, ops.n: bn}
+            stream = {a: (bk if a == ops.k else fixed.get(a, 1)) for a in streams}
+            # the register level's tile is a warpgroup's: wgmma reads its A (64 rows) and
+            # all of B from shared memory once per warpgroup, not once per warp
+            warp_group = {**group, ops.m: BM // 2}
+            warp_stream = {**stream, ops.k: 32 // esize} if ops.k in stream else stream
+            shape = LaunchShape(grid, (THREADS, 1, 1), smem)
+            out.append(
+                Candidate(
+                    group,
+                    stream,
+                    warp_group,
+                    warp_stream,
+                    params,
+                    (shape,),
+                    stages,
+                    1,
+                    LAUNCH_REGISTERS,
+                    cluster=((ops.m, cluster),) if cluster > 1 else (),
+                )  # fmt: skip
+            )
+    return out
+
+
+def arch_problem(kernel_name: str, sm: int) -> str:
+    if sm != 90:
+        return f"{kernel_name} was planned with wgmma and TMA, which only sm_90a has"
+    return ""
+
+
+def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, int],
+                batch: tuple[str, ...]) -> TensorMapSpec:  # fmt: skip
+    """The map of `t` over (inner axis, outer axis[, batch axis]) with a `box`."""
+    axes = (*inner, *batch)
+    esize = DTYPE_BYTES[t.dtype]
+
+    def stride(axis: str) -> int:
+        return math.prod(d.axes[a] for a in t.axes[t.axes.index(axis) + 1 :]) * esize
+
+    return TensorMapSpec(
+        tensor=t.name,
+        dtype=t.dtype,
+        dims=tuple(d.axes[a] for a in axes),
+        strides=tuple(stride(a) for a in axes[1:]),
+        box=(*box, *([1] * len(batch))),
+        swizzle=SPAN,
+    )
+
+
+def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) -> KernelSource:
+    """The wgmma GEMM of `kp.candidate`: template context, tensor maps and its launch;
+    `epilogue` is the gemm family's description of the fused ops."""
+    d = plan.graph.diagram
+    c = kp.candidate
+    assert c is not None, "a GPU plan carries its candidate"
+    mm = kp.kernel.ops[0]
+    bn, bk, stages = c.param("bn"), c.param("bk"), c.param("stages")
+    cluster = c.param("cluster")
+    name = (
+        f"{kp.kernel.name}_gemm_wgmma_{ops.a.dtype}_m{BM}_n{bn}_k{bk}_s{stages}"
+        f"_b{'k' if ops.b_k else 'n'}{'_tmastore' if c.param('tma_store') else ''}"
+        f"{f'_c{cluster}' if cluster > 1 else ''}_sm90a"
+    )
+    batch = ops.batch[0] if ops.batch else None
+    for t in epilogue["operands"]:
+        t["pitch_z"] = axis_pitch(d.tensor(t["name"]), batch) if batch else None
+    axes = [a for a in kp.kernel.axes if a in d.axes]
+    map_a, map_b = f"ncdc_tma_{ops.a.name}", f"ncdc_tma_{ops.b.name}"
+    spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, BM), ops.batch)
+    # in a cluster each CTA loads its share of B: n rows (K-major) or k rows (MN-major)
+    b_box = (bk, bn // cluster) if ops.b_k else (SPAN // DTYPE_BYTES[ops.b.dtype], bk // cluster)
+    b_axes = (ops.k, ops.n) if ops.b_k else (ops.n, ops.k)
+    spec_b = _tensor_map(ops.b, d, b_axes, b_box, ops.batch)
+    params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
+    params.append(Param(ops.c.name, "tensor", ops.c.dtype, writes=True))
+    params += [Param(size_name(a), "int64", value=d.axes[a]) for a in axes]
+    params += [
+        Param(map_a, "tensormap", ops.a.dtype, tensor_map=spec_a),
+        Param(map_b, "tensormap", ops.b.dtype, tensor_map=spec_b),
+    ]
+    map_c = ""
+    if c.param("tma_store"):
+        map_c = f"ncdc_tma_{ops.c.name}"
+        box_c = (SPAN // DTYPE_BYTES[ops.c.dtype], BM // CONSUMERS)
+        spec_c = _tensor_map(ops.c, d, (ops.n, ops.m), box_c, ops.batch)
+        params.append(Param(map_c, "tensormap", ops.c.dtype, tensor_map=spec_c))
+    context: dict[str, Any] = {
+        "kernel": name,
+        "summary": f"{mm.text} (+{len(kp.kernel.ops) - 1} epilogue ops), wgmma",
+        "threads": c.threads,
+        "bn": bn,
+        "bk": bk,
+        "stages": stages,
+        "group_m": c.param("group_m"),
+        "cluster": cluster,
+        "b_k": "true" if ops.b_k else "false",
+        "batched": "true" if batch else "false",
+        "smem_bytes": c.smem_bytes,
+        "map_a": map_a,
+        "map_b": map_b,
+        "map_c": map_c,
+        "c_size": DTYPE_BYTES[ops.c.dtype] if map_c else 0,
+        "a": {"name": ops.a.name, "ctype": cpp_type(ops.a.dtype)},
+        "b": {"name": ops.b.name, "ctype": cpp_type(ops.b.dtype)},
+        "c": {
+            "name": ops.c.name,
+            "ctype": cpp_type(ops.c.dtype),
+            "pitch_m": axis_pitch(ops.c, ops.m),
+            "pitch_n": axis_pitch(ops.c, ops.n),
+            "pitch_z": axis_pitch(ops.c, batch) if batch else None,
+        },
+        "params": [
+            {
+                "name": q.name,
+                "kind": q.kind,
+                "ctype": cpp_type(q.dtype) if q.kind == "tensor" else "",
+                "writes": q.writes,
+            }
+            for q in params
+        ],
+        "size_m": size_name(ops.m),
+        "size_n": size_name(ops.n),
+        "size_k": size_name(ops.k),
+        "batches": size_name(batch) if batch else "1",
+        **epilogue,
+    }
+    return KernelSource("gemm_wgmma.cu.j2", context, (Launch.of(name, c.main, params),))

@@ -1,0 +1,233 @@
+"""The hierarchical memory graph: a diagram placed on a machine's memory levels.
+
+Tensors get a home level (inputs, outputs and materialised intermediates live at the top
+level, HBM on a GPU; fused intermediates never leave the chip), operations are grouped
+into kernels (a kernel ends wherever the schedule saves a result to the top level; an
+output that later ops read stays in its kernel, which writes it and goes on), and each
+kernel knows which axes it can partition into groups (the axes of its outputs) and which
+it consumes inside (the axes it can stream). The cost model fills in the group and stream
+sizes per level.
+
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> g = build_graph(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
+    >>> [(k.name, k.woven, k.reduced) for k in g.kernels]
+    [('attention', ('b', 'h', 'q', 'd'), ('x',))]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ncdc.errors import PlanError
+from ncdc.hardware.machine import Hardware
+from ncdc.language.spec import DTYPE_BYTES, Diagram, Op, Tensor
+
+ON_CHIP = "on-chip"  # home of a fused intermediate: it lives below the top level
+
+
+@dataclass(frozen=True)
+class TensorNode:
+    """A tensor with its role in the diagram and the level it lives in."""
+
+    tensor: Tensor
+    role: str  # input | output | intermediate
+    home: str  # a level name, or ON_CHIP for fused intermediates
+    values: int  # number of values at the diagram's sizes
+
+    @property
+    def bytes(self) -> int:
+        return self.values * DTYPE_BYTES[self.tensor.dtype]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Operations that run as one kernel, between loads from and saves to the top level."""
+
+    name: str
+    ops: tuple[Op, ...]
+    inputs: tuple[str, ...]  # read from the top level
+    outputs: tuple[str, ...]  # saved to the top level
+    woven: tuple[str, ...]  # axes of the outputs: each can be partitioned into groups
+    reduced: tuple[str, ...]  # axes consumed inside the kernel: each can be streamed
+    rows: tuple[str, ...]  # woven axes an op normalises over (softmax, norms): kept whole
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return self.woven + self.reduced
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Group and stream sizes at one level: the per-core view of every axis."""
+
+    group: Mapping[str, int] = field(default_factory=dict)
+    stream: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MemoryGraph:
+    """A diagram on a machine: tensors on levels, operations in kernels."""
+
+    diagram: Diagram
+    hardware: Hardware
+    tensors: Mapping[str, TensorNode]
+    kernels: tuple[Kernel, ...]
+    partitions: Mapping[str, Partition] = field(default_factory=dict)  # level -> sizes
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return tuple(level.name for level in self.hardware.levels)
+
+    @property
+    def top(self) -> str:
+        return self.hardware.levels[0].name
+
+
+def build_graph(diagram: Diagram, hardware: Hardware) -> MemoryGraph:
+    """Place `diagram` on `hardware`: home levels for tensors, kernels for operations."""
+    top = hardware.levels[0].name
+    saved = set(diagram.outputs) | set(diagram.schedule.materialize)
+    tensors = {}
+    for t in diagram.tensors:
+        if t.name in {i.name for i in diagram.inputs}:
+            role = "input"
+        elif t.name in diagram.outputs:
+            role = "output"
+        else:
+            role = "intermediate"
+        home = top if role == "input" or t.name in saved else ON_CHIP
+        tensors[t.name] = TensorNode(t, role, home, diagram.size(t))
+    # A kernel ends only where the schedule saves a result: an output that later ops read
+    # stays in its kernel, which writes it and goes on (several outputs from one kernel).
+    groups = _split_kernels(diagram, set(diagram.schedule.materialize))
+    kernels = tuple(_kernel(diagram, ops, saved, i, len(groups)) for i, ops in enumerate(groups))
+    return MemoryGraph(diagram, hardware, tensors, kernels)
+
+
+def _split_kernels(diagram: Diagram, breaks: set[str]) -> list[list[Op]]:
+    """Connected groups of operations joined by results that are not kernel breaks."""
+    kernel_of: dict[str, int] = {}
+    groups: list[list[Op]] = []
+    for op in diagram.ops:  # topological order, so producers come first
+        joined = {kernel_of[n] for n in op.inputs if n in kernel_of and n not in breaks}
+        if not joined:
+            groups.append([op])
+            index = len(groups) - 1
+        else:
+            index = min(joined)
+            for other in sorted(joined - {index}, reverse=True):
+                groups[index] += groups[other]
+                groups[other] = []
+                for name, k in kernel_of.items():
+                    if k == other:
+                        kernel_of[name] = index
+            groups[index].append(op)
+        kernel_of[op.out] = index
+    return _in_dependency_order([g for g in groups if g])
+
+
+def _in_dependency_order(groups: list[list[Op]]) -> list[list[Op]]:
+    """The kernels ordered so each runs after those whose saved results it reads; otherwise
+    in the order of their first operations. A merged group can read a result saved by a
+    group begun after it (silu(G) * U with U saved: the G group reads U)."""
+    made = {op.out: i for i, g in enumerate(groups) for op in g}
+    needs = [
+        {made[n] for op in g for n in op.inputs if n in made and made[n] != i}
+        for i, g in enumerate(groups)
+    ]
+    order: list[int] = []
+    while len(order) < len(groups):
+        ready = [i for i in range(len(groups)) if i not in order and needs[i] <= set(order)]
+        if not ready:
+            stuck = [groups[i][-1].out for i in range(len(groups)) if i not in order]
+            raise PlanError(
+                f"the kernels saving {', '.join(stuck)} each read a result the other saves",
+                hint=f"save more intermediates: schedule: {{materialize: [{', '.join(stuck)}]}}",
+            )
+        order.append(ready[0])
+    return [groups[i] for i in order]
+
+
+def _kernel(diagram: Diagram, ops: list[Op], saved: set[str], index: int, count: int) -> Kernel:
+    produced = {op.out for op in ops}
+    inputs = tuple(dict.fromkeys(n for op in ops for n in op.inputs if n not in produced))
+    outputs = tuple(op.out for op in ops if op.out in saved)
+    # One kernel takes the diagram's name; several are told apart by what they save.
+    name = diagram.name if count == 1 else f"{diagram.name}_{index}_{outputs[0]}"
+    woven = tuple(dict.fromkeys(a for name in outputs for a in diagram.tensor(name).axes))
+    used = dict.fromkeys(a for op in ops for n in op.inputs for a in diagram.tensor(n).axes)
+    reduced = tuple(a for a in used if a not in woven)
+    rows = tuple(dict.fromkeys(a for op in ops if op.kind in ("softmax", "norm") for a in op.over))
+    rows = tuple(a for a in rows if a in woven)
+    return Kernel(name, tuple(ops), inputs, outputs, woven, reduced, rows)
+
+
+def graph_to_dict(graph: MemoryGraph) -> dict[str, Any]:
+    """The graph as JSON-ready data (what `ncdc show --format json` prints)."""
+    d = graph.diagram
+    return {
+        "format": "ncdc.graph/1",
+        "diagram": d.name,
+        "doc": d.doc,
+        "hardware": graph.hardware.name,
+        "axes": dict(d.axes),
+        "levels": [
+            {
+                "name": lv.name,
+                "capacity_bytes": lv.capacity_bytes,
+                "bandwidth_bytes_per_s": lv.bandwidth_bytes_per_s,
+                "per": lv.per,
+            }
+            for lv in graph.hardware.levels
+        ],  # fmt: skip
+        "tensors": [
+            {
+                "name": n.tensor.name,
+                "axes": list(n.tensor.axes),
+                "dtype": n.tensor.dtype,
+                "role": n.role,
+                "home": n.home,
+                "values": n.values,
+                "bytes": n.bytes,
+            }
+            for n in graph.tensors.values()
+        ],  # fmt: skip
+        "kernels": [
+            {
+                "name": k.name,
+                "inputs": list(k.inputs),
+                "outputs": list(k.outputs),
+                "woven": list(k.woven),
+                "reduced": list(k.reduced),
+                "rows": list(k.rows),
+                "ops": [_op_to_dict(op) for op in k.ops],
+            }
+            for k in graph.kernels
+        ],
+        "partitions": {
+            level: {"group": dict(p.group), "stream": dict(p.stream)}
+            for level, p in graph.partitions.items()
+        },
+    }
+
+
+def _op_to_dict(op: Op) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "out": op.out,
+        "fn": op.fn,
+        "kind": op.kind,
+        "inputs": list(op.inputs),
+        "axes": list(op.axes),
+        "over": list(op.over),
+        "reduced": list(op.reduced),
+        "dtype": op.dtype,
+        "text": op.text,
+    }
+    if op.scale:
+        out["scale"] = list(op.scale)
+    if op.params:
+        out["params"] = dict(op.params)
+    return out

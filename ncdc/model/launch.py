@@ -1,0 +1,170 @@
+"""What a kernel family proposes and the cost model prices: one candidate, its whole launch.
+
+A `Candidate` is decided once, by its family, and then only read: the tile search prices
+exactly its grid, threads, shared memory, stages, splits and register budget, and the
+renderer formats exactly its template parameters and launches. Nothing downstream derives
+a launch again, as in Triton, where one `Config` is both what the perf model scores and
+what launches.
+
+    >>> c = Candidate(
+    ...     group={"m": 128, "n": 128}, stream={"k": 32},
+    ...     warp_group={"m": 64, "n": 32}, warp_stream={"k": 16},
+    ...     params=(("bm", 128), ("bn", 128), ("bk", 32)),
+    ...     launches=(LaunchShape((32, 32, 1), (256, 1, 1), 40960),),
+    ...     stages=2, registers=128)
+    >>> c.threads, c.warps, c.grid, c.smem_bytes, c.param("bk")
+    (256, 8, 1024, 40960, 32)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_GRID_X = 2**31 - 1  # CUDA's grid limits (every architecture ncdc targets)
+MAX_GRID_YZ = 65535
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kernel's family as the model sees it: its name and the role of each axis
+    (role -> axes, in the kernel's order), and the candidate tile lists it searches."""
+
+    name: str  # a key of ncdc.families.FAMILIES
+    roles: Mapping[str, tuple[str, ...]] = field(hash=False)
+    tiles: Mapping[str, tuple[int, ...]] = field(hash=False, default_factory=dict)
+
+    def axes(self, role: str) -> tuple[str, ...]:
+        return self.roles.get(role, ())
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """One kernel launch: grid and block dimensions and dynamic shared memory in bytes."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem: int = 0
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.grid)
+
+    def problem(self) -> str:
+        """Why CUDA would refuse this launch, or "" when it is legal."""
+        x, y, z = self.grid
+        if x > MAX_GRID_X or y > MAX_GRID_YZ or z > MAX_GRID_YZ:
+            return f"grid {x} x {y} x {z} exceeds CUDA's {MAX_GRID_X} x {MAX_GRID_YZ} x 65535"
+        return ""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a kernel, decided by its family: the tile per level and the launch.
+
+    `group` and `stream` are the sizes one thread block works on (the block level's
+    partition), `warp_group` and `warp_stream` those of one warp (the register level's).
+    `params` are the template's compile-time parameters, `launches` every launch in the
+    order they run (the first does the kernel's work; a second may merge split partials).
+    `registers` is the per-thread budget the family estimates, replaced by ptxas's count
+    once the kernel is compiled (ncdc.backends.compile). `rereads` names inputs the kernel reads
+    from global memory more than once, with how many extra whole reads (a row too long to
+    hold is read once for its statistics and again for its output); the model counts them.
+    `cluster` names, per axis, the blocks of a thread-block cluster stacked along it: they
+    load the operands that axis does not index once for all of them (TMA multicast), so the
+    model counts the L2 -> shared-memory traffic of their joint tile.
+    """
+
+    group: Mapping[str, int] = field(hash=False)
+    stream: Mapping[str, int] = field(hash=False)
+    warp_group: Mapping[str, int] = field(hash=False)
+    warp_stream: Mapping[str, int] = field(hash=False)
+    params: tuple[tuple[str, int], ...]
+    launches: tuple[LaunchShape, ...]
+    stages: int = 1
+    splits: int = 1  # blocks sharing one group's streamed axis, merged after
+    registers: int = 0
+    rereads: tuple[tuple[str, int], ...] = ()
+    cluster: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def main(self) -> LaunchShape:
+        return self.launches[0]
+
+    @property
+    def threads(self) -> int:
+        return self.main.threads
+
+    @property
+    def warps(self) -> int:
+        return max(self.main.threads // 32, 1)
+
+    @property
+    def grid(self) -> int:
+        return self.main.blocks
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.main.dynamic_smem
+
+    def param(self, name: str) -> int:
+        """A template parameter; KeyError names the ones this candidate has."""
+        for key, value in self.params:
+            if key == name:
+                return value
+        raise KeyError(f"{name} (the candidate has {', '.join(k for k, _ in self.params)})")
+
+    def with_registers(self, registers: int) -> Candidate:
+        """The same candidate with the compiler's register count."""
+        return dataclasses.replace(self, registers=registers)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; `candidate_from_dict` reads it back (tuning entries store this)."""
+        return {
+            "group": dict(self.group),
+            "stream": dict(self.stream),
+            "warp_group": dict(self.warp_group),
+            "warp_stream": dict(self.warp_stream),
+            "params": dict(self.params),
+            "launches": [
+                {"grid": list(s.grid), "block": list(s.block), "dynamic_smem": s.dynamic_smem}
+                for s in self.launches
+            ],
+            "stages": self.stages,
+            "splits": self.splits,
+            "registers": self.registers,
+            "rereads": dict(self.rereads),
+            "cluster": dict(self.cluster),
+        }
+
+
+def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
+    """The inverse of `Candidate.to_dict`; KeyError, TypeError or ValueError when malformed."""
+
+    def sizes(key: str) -> dict[str, int]:
+        return {str(a): int(v) for a, v in data[key].items()}
+
+    def dims(values: Any) -> tuple[int, int, int]:
+        x, y, z = (int(v) for v in values)
+        return x, y, z
+
+    launches = tuple(
+        LaunchShape(dims(s["grid"]), dims(s["block"]), int(s["dynamic_smem"]))
+        for s in data["launches"]
+    )
+    if not launches:
+        raise ValueError("a candidate needs a launch")
+    return Candidate(
+        sizes("group"), sizes("stream"), sizes("warp_group"), sizes("warp_stream"),
+        tuple((str(k), int(v)) for k, v in data["params"].items()), launches,
+        int(data["stages"]), int(data["splits"]), int(data["registers"]),
+        tuple((str(k), int(v)) for k, v in data.get("rereads", {}).items()),
+        tuple((str(k), int(v)) for k, v in data.get("cluster", {}).items()),
+    )  # fmt: skip

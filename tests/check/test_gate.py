@@ -1,0 +1,45 @@
+"""The CI cost gate: a baseline of predicted time and HBM bytes per diagram."""
+
+from __future__ import annotations
+
+import pytest
+
+from ncdc.check.gate import baseline_from_plans, compare_to_baseline, parse_tolerance
+from ncdc.hardware.machine import load_hardware
+from ncdc.language.spec import load_diagram
+from ncdc.plan.search import plan_diagram
+
+
+def _baseline():
+    hw = load_hardware("h100")
+    plans = [plan_diagram(load_diagram(f"diagrams/{n}.yaml"), hw) for n in ("matmul", "softmax")]
+    return baseline_from_plans(plans)
+
+
+def test_baseline_has_one_entry_per_diagram():
+    base = _baseline()
+    assert set(base["diagrams"]) == {"matmul", "softmax"}
+    assert base["diagrams"]["softmax"]["hbm_bytes"] > 0
+
+
+def test_unchanged_passes_and_growth_is_named():
+    base = _baseline()
+    assert compare_to_baseline(base, base, 0.05) == []
+    grown = {"diagrams": {k: dict(v) for k, v in base["diagrams"].items()}}
+    grown["diagrams"]["matmul"]["predicted_time_s"] *= 1.10
+    messages = compare_to_baseline(grown, base, 0.05)
+    assert len(messages) == 1
+    assert messages[0].startswith("matmul: predicted_time_s grew from ")
+    assert "+10.0%" in messages[0]
+    assert compare_to_baseline(grown, base, 0.2) == []
+
+
+def test_shrinking_and_new_diagrams_pass():
+    base = _baseline()
+    cur = {"diagrams": {"matmul": {"predicted_time_s": 0.0, "hbm_bytes": 0}, "new": {}}}
+    assert compare_to_baseline(cur, base, 0.0) == []
+
+
+@pytest.mark.parametrize(("text", "value"), [("5%", 0.05), ("0.1", 0.1), (" 12.5% ", 0.125)])
+def test_parse_tolerance(text, value):
+    assert parse_tolerance(text) == pytest.approx(value)

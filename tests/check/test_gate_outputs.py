@@ -1,0 +1,167 @@
+"""Failures with their documented codes: a baseline made for something else, empty or
+malformed is exit 2; tolerances are strict; two specs with one name are refused; a folder
+compile goes past a refused diagram and exits with the worst code; one spec's outputs are
+written together or not at all; -o at a file is exit 2 in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ncdc import files
+from ncdc.check.gate import check_made_for, parse_tolerance, read_baseline
+from ncdc.errors import UsageError
+from tests.support import MATMUL, ROOT, SOFTMAX, assert_error, ncdc, ncdc_version
+
+SPECS = ROOT / "diagrams"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("5%", 0.05), ("0.05", 0.05), ("0", 0.0), ("0%", 0.0), ("150%", 1.5)]
+)
+def test_tolerance_accepts_percent_or_fraction(text, value):
+    assert parse_tolerance(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["5", "1", "abc", "nan", "nan%", "inf", "-1%", "-0.1", "", "%"])
+def test_tolerance_refuses_the_ambiguous_and_the_meaningless(text):
+    with pytest.raises(UsageError) as e:
+        parse_tolerance(text)
+    assert e.value.exit_code == 2 and "--tolerance" in e.value.line()
+
+
+def write_baseline(path: Path, **fields) -> Path:
+    data = {
+        "format": "ncdc.baseline/1",
+        "ncdc_version": ncdc_version(),
+        "hardware": ["h200"],
+        "arch": ["sm_90a"],
+        "diagrams": {"matmul": {"predicted_time_s": 1.0, "hbm_bytes": 10**12}},
+    }
+    data.update(fields)
+    path.write_text(json.dumps({k: v for k, v in data.items() if v is not None}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fields", "contains"),
+    [
+        ({"diagrams": {}}, "no diagrams"),
+        ({"diagrams": []}, "no diagrams"),
+        ({"diagrams": {"matmul": {"predicted_time_s": "fast"}}}, "as numbers"),
+        ({"diagrams": {"matmul": None}}, "as numbers"),
+    ],
+    ids=["empty", "list", "string-figure", "null-entry"],
+)
+def test_empty_or_malformed_baseline_is_refused(tmp_path, fields, contains):
+    path = write_baseline(tmp_path / "b.json", **fields)
+    with pytest.raises(UsageError, match=contains):
+        read_baseline(path)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"hardware": ["h100"]}, "hardware"),
+        ({"arch": ["sm_80"]}, "arch"),
+        ({"ncdc_version": "0.0.1"}, "ncdc_version"),
+        ({"ncdc_version": None}, "ncdc_version"),
+    ],
+    ids=["profile", "arch", "version", "unrecorded-version"],
+)
+def test_baseline_made_for_something_else_exits_2(tmp_path, fields, field):
+    path = write_baseline(tmp_path / "b.json", **fields)
+    result = ncdc("check", MATMUL, "--baseline", str(path))
+    line = assert_error(result, 2, contains=field)
+    assert "regenerate" in line
+    current = {"ncdc_version": ncdc_version(), "hardware": ["h200"], "arch": ["sm_90a"]}
+    with pytest.raises(UsageError):
+        check_made_for(current, json.loads(path.read_text()), path)
+
+
+def test_a_matching_baseline_passes(tmp_path):
+    path = write_baseline(tmp_path / "b.json")
+    result = ncdc("check", MATMUL, "--baseline", str(path))
+    assert result.returncode == 0, result.stderr
+
+
+def twin_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    shutil.copy(SOFTMAX, folder / "a.yaml")
+    shutil.copy(SOFTMAX, folder / "b.yaml")  # same `name: softmax`
+    return folder
+
+
+@pytest.mark.parametrize("command", ["cost", "compile"])
+def test_two_specs_with_one_name_are_refused(tmp_path, command):
+    folder = twin_folder(tmp_path)
+    args = [command, str(folder)]
+    if command == "compile":
+        args += ["--arch", "sm_90a", "-o", str(tmp_path / "out")]
+    line = assert_error(ncdc(*args), 2, contains="softmax")
+    assert "a.yaml" in line and "b.yaml" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_baseline_of_a_folder_with_twins_is_refused(tmp_path):
+    folder = twin_folder(tmp_path)
+    assert_error(ncdc("check", str(folder), "--baseline", "x.json"), 2, contains="x.json")
+    path = write_baseline(tmp_path / "b.json")
+    assert_error(ncdc("check", str(folder), "--baseline", str(path)), 2, contains="softmax")
+
+
+def test_folder_compile_goes_past_a_refused_diagram(tmp_path):
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    for name in ("softmax", "fp8_matmul", "rmsnorm"):
+        shutil.copy(SPECS / f"{name}.yaml", folder / f"{name}.yaml")
+    (folder / "broken.yaml").write_text("ncdc: 1\nname: broken\n")
+    out = tmp_path / "out"
+    result = ncdc("compile", str(folder), "--arch", "sm_80", "-o", str(out), "--format", "json")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2, result.stderr
+    assert any("fp8" in e for e in errors) and any("broken" in e for e in errors)
+    assert result.returncode == 2
+    compiled = json.loads(result.stdout)
+    assert sorted(d["name"] for d in compiled) == ["rmsnorm", "softmax"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{n}{s}" for n in ("rmsnorm", "softmax") for s in (".cu", ".cubin", ".json")
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_out_at_an_existing_file_is_exit_2(tmp_path):
+    target = tmp_path / "kernel.cu"
+    target.write_text("mine\n")
+    assert_error(ncdc("compile", SOFTMAX, "-o", str(target)), 2, contains="existing file")
+    assert target.read_text() == "mine\n"
+
+
+def test_outputs_are_written_together_or_not_at_all(tmp_path, monkeypatch):
+    old = {tmp_path / f"k{s}": f"old {s}".encode() for s in (".cu", ".cubin", ".json")}
+    for path, data in old.items():
+        path.write_bytes(data)
+    staged = []
+    real = files._stage
+
+    def full_disk_on_the_third(path, data):
+        if len(staged) == 2:
+            raise OSError(28, "No space left on device", str(path))
+        staged.append(path)
+        return real(path, data)
+
+    monkeypatch.setattr(files, "_stage", full_disk_on_the_third)
+    with pytest.raises(OSError):
+        files.write_together({p: b"new" for p in old})
+    assert {p: p.read_bytes() for p in old} == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in old)
+
+
+def test_files_get_the_umask_mode(tmp_path):
+    files.write_atomic(tmp_path / "x", b"1")
+    assert (tmp_path / "x").stat().st_mode & 0o777 == files.file_mode()
+    assert files.file_mode() != 0o600  # not a temporary file's mode

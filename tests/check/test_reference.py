@@ -1,0 +1,170 @@
+"""The float64 reference: rounding to each dtype at the edges, and the semantics of each op."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ncdc.check.reference import evaluate, from_storage, make_inputs, round_to, to_storage
+from ncdc.check.run import compare
+from ncdc.language.spec import load_diagram, load_diagram_text
+
+
+@pytest.mark.parametrize(
+    "x, want",
+    [
+        (1.0625, 1.0),  # tie between 1.0 (even code 0x38) and 1.125: to even
+        (1.1875, 1.25),  # tie between 1.125 (odd) and 1.25 (even)
+        (448.0, 448.0),  # largest finite e4m3
+        (464.0, 448.0),  # above it saturates (cvt.rn.satfinite), no infinity in e4m3
+        (-1e9, -448.0),
+        (2.0**-9, 2.0**-9),  # smallest subnormal
+        (2.0**-10, 0.0),  # half of it: tie to even (zero)
+    ],
+)
+def test_e4m3_rounding(x, want):
+    assert round_to(np.array([x]), "fp8_e4m3")[0] == want
+
+
+def test_e5m2_saturates_and_nan_stays():
+    got = round_to(np.array([57344.0, 65000.0, np.nan]), "fp8_e5m2")
+    assert got[0] == 57344.0 and got[1] == 57344.0 and np.isnan(got[2])
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int32"])
+def test_storage_round_trip(dtype):
+    x = round_to(np.random.default_rng(0).standard_normal(100) * 4, dtype)
+    assert np.array_equal(from_storage(to_storage(x, dtype), dtype), x)
+
+
+@pytest.mark.parametrize(
+    "dtype, x, want",
+    [
+        # round to nearest, ties to even, then saturate; NaN to 0 (cvt.rni.sat)
+        ("int8", [2.5, 3.5, -2.5, 126.6, 127.5, 300.0, -128.4, -1000.0, np.nan],
+         [2, 4, -2, 127, 127, 127, -128, -128, 0]),
+        ("int32", [0.5, 1.5, -7.5, 3e9, -3e9, np.nan],
+         [0, 2, -8, 2**31 - 1, -(2**31), 0]),
+    ],
+)  # fmt: skip
+def test_integer_rounding_saturates(dtype, x, want):
+    assert round_to(np.array(x), dtype).tolist() == want
+    assert from_storage(to_storage(round_to(np.array(x), dtype), dtype), dtype).tolist() == want
+
+
+def test_an_unwritten_integer_reads_as_the_minimum():
+    # Outputs are poisoned with NaN; an integer buffer holds its type's minimum instead.
+    assert to_storage(np.array([np.nan]), "int8").tolist() == [-128]
+    assert to_storage(np.array([np.nan]), "int32").tolist() == [-(2**31)]
+
+
+def test_bf16_ties_to_even():
+    # 1 + 2^-8 is halfway between 1 and 1 + 2^-7: rounds to the even mantissa (1.0).
+    assert round_to(np.array([1 + 2**-8, 1 + 3 * 2**-8]), "bf16").tolist() == [1.0, 1 + 2**-6]
+
+
+MASKED = """
+ncdc: 1
+name: m
+axes: {q: 3, x: 2}
+inputs: {S: {axes: [q, x], dtype: fp32}}
+ops:
+  - M = causal(S, query=q, key=x)
+  - P = softmax(M, over=x)
+outputs: [P]
+"""
+
+
+def test_causal_is_aligned_at_the_end_and_masked_rows_are_zero():
+    # 3 queries, 2 keys: key j is masked for query i when j > i + (2 - 3) = i - 1.
+    d = load_diagram_text(MASKED)
+    out = evaluate(d, {"S": np.zeros((3, 2))})
+    assert out["P"].tolist() == [[0.0, 0.0], [1.0, 0.0], [0.5, 0.5]]
+
+
+def test_softmax_of_huge_logits_stays_finite():
+    d = load_diagram("diagrams/softmax.yaml", {"m": 2, "n": 3})
+    out = evaluate(d, {"X": np.array([[1e4, -1e4, 0.0], [3.0, 3.0, 3.0]])})
+    # Y is a bf16 output: stored, so rounded to bf16 (1/3 -> 0.333984375).
+    assert np.array_equal(out["Y"], round_to(np.array([[1, 0, 0], [1 / 3, 1 / 3, 1 / 3]]), "bf16"))
+
+
+def test_layernorm_matches_definition():
+    d = load_diagram("diagrams/layernorm.yaml", {"m": 4, "n": 16})
+    inputs = make_inputs(d, seed=3)
+    x, w, b = inputs["X"], inputs["W"], inputs["B"]
+    want = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5) * w + b
+    assert np.array_equal(evaluate(d, inputs)["Y"], round_to(want, "bf16"))  # a bf16 output
+
+
+def test_gqa_shares_kv_heads():
+    d = load_diagram(
+        "diagrams/gqa_attention.yaml", {"b": 1, "g": 2, "r": 3, "q": 4, "x": 5, "d": 8}
+    )
+    env = evaluate(d, make_inputs(d, seed=1))
+    q, k, v = env["Q"], env["K"], env["V"]
+    s = np.einsum("grqd,gxd->grqx", q[0], k[0]) * 0.08838834764831845
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = round_to(np.einsum("grqx,gxd->grqd", p, v[0]), "bf16")  # O is stored as bf16
+    assert np.allclose(env["O"][0], want, rtol=0, atol=1e-12)
+
+
+def test_compare_flags_unwritten_elements_and_errors():
+    want = np.array([1.0, 2.0, 4.0])
+    assert compare("Y", "bf16", want.copy(), want).ok
+    unwritten = compare("Y", "bf16", np.array([1.0, np.nan, 4.0]), want)
+    assert not unwritten.ok and unwritten.unexpected_nan == 1
+    wrong = compare("Y", "fp32", np.array([1.0, 2.001, 4.0]), want)
+    assert not wrong.ok and wrong.max_abs_error == pytest.approx(0.001)
+    nan_kept = compare("Y", "fp32", np.array([np.nan]), np.array([np.nan]))
+    assert nan_kept.ok  # a NaN input must come out NaN, and it did
+
+
+MATERIALISED_BF16 = """
+ncdc: 1
+name: saved_bf16
+axes: {m: 37, n: 53}
+inputs: {X: {axes: [m, n], dtype: fp32}, W: {axes: [n], dtype: fp32}}
+ops:
+  - H = mul(X, W, dtype=bf16)
+  - Y = exp(H, dtype=fp32)
+outputs: [Y]
+schedule: {materialize: [H]}
+"""
+
+
+def test_a_materialised_result_is_rounded_to_its_dtype_and_a_fused_one_is_not():
+    d = load_diagram_text(MATERIALISED_BF16)
+    inputs = make_inputs(d, seed=3)
+    exact = inputs["X"] * inputs["W"]
+    saved = evaluate(d, inputs)
+    assert np.array_equal(saved["H"], round_to(exact, "bf16"))
+    assert np.array_equal(saved["Y"], round_to(np.exp(round_to(exact, "bf16")), "fp32"))
+    fused = evaluate(d, inputs, materialized=())
+    assert np.array_equal(fused["H"], exact)  # never stored: kept in full precision
+
+
+def test_an_fp32_output_after_a_saved_bf16_intermediate_meets_the_fp32_tolerance():
+    # Two kernels, H stored as bf16 between them: the reference must read H rounded, as the
+    # second kernel does, or the fp32 output is off by a bf16 rounding (about 4e-3).
+    from ncdc.check.run import run_diagram
+    from ncdc.hardware.machine import load_hardware
+    from ncdc.plan.search import plan_diagram
+    from ncdc.render import render_plan
+
+    d = load_diagram_text(MATERIALISED_BF16)
+    module = render_plan(plan_diagram(d, load_hardware("h200")))
+    assert len(module.launches) == 2
+    result = run_diagram(d, module, backend="cpu", seed=5)
+    (check,) = result.checks
+    assert check.ok and check.max_rel_error < 1e-6, check
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int32"])
+def test_a_scalar_is_stored_as_a_0d_array(dtype):
+    # A kernel writes a scalar output through a pointer: its buffer must be an array.
+    stored = to_storage(np.float64(1.5), dtype)
+    assert isinstance(stored, np.ndarray) and stored.shape == ()
+    back = from_storage(stored, dtype)
+    assert isinstance(back, np.ndarray) and back.shape == ()

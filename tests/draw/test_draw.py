@@ -1,0 +1,307 @@
+"""`ncdc draw`: every diagram draws in every mode on a GPU and on the napkin machine, the
+SVG parses and carries its labels and level colours, nothing in a layout overlaps, and
+files are written only where ncdc may write them."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from ncdc.draw import draw, draw_to_file, picture_to_svg
+from ncdc.draw import svg as svg_module
+from ncdc.draw.heatmap import evaluate_tiles, short_reason
+from ncdc.draw.model import Picture, Rect, Text, level_colour, outside, overlaps
+from ncdc.draw.roofline import read_measured
+from ncdc.errors import UsageError
+from ncdc.hardware.machine import load_hardware
+from ncdc.language.spec import load_diagram
+from ncdc.plan.search import plan_diagram
+from tests import support
+
+ROOT = support.ROOT
+SPECS = sorted((ROOT / "diagrams").glob("*.yaml"))
+HARDWARE = ("h200", "napkin")
+NS = "{http://www.w3.org/2000/svg}"
+
+
+def _picture(spec: Path, hw: str, mode: str) -> Picture:
+    return draw(load_diagram(spec), load_hardware(hw), mode)
+
+
+def _texts(svg: str) -> list[str]:
+    root = ET.fromstring(svg)
+    return [el.text or "" for el in root.iter(f"{NS}text")]
+
+
+def _check_picture(picture: Picture) -> str:
+    assert overlaps(picture) == [], [
+        (getattr(a, "text", a), getattr(b, "text", b)) for a, b in overlaps(picture)
+    ]
+    assert outside(picture) == []
+    svg = picture_to_svg(picture)
+    root = ET.fromstring(svg)  # well-formed
+    assert root.tag == f"{NS}svg"
+    assert root.get("data-ncdc") == "draw/1"
+    return svg
+
+
+@pytest.mark.parametrize("hw", HARDWARE)
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("mode", ["plain", "plan"])
+def test_circuit_draws_with_labels_and_level_colours(spec: Path, hw: str, mode: str) -> None:
+    diagram = load_diagram(spec)
+    machine = load_hardware(hw)
+    svg = _check_picture(draw(diagram, machine, mode))
+    texts = _texts(svg)
+    joined = "\n".join(texts)
+    for t in diagram.tensors:
+        assert any(s.startswith(f"{t.name} · ") for s in texts), t.name
+        for a in t.axes:
+            assert f"{a} {diagram.axes[a]}" in texts, (t.name, a)
+    for i, level in enumerate(machine.levels):
+        assert any(s.startswith(f"{level.name} ") for s in texts), level.name
+        assert level_colour(level.name, i) in svg
+    if mode == "plain":  # no tile labels (the diagram's own name may hold "g_" or "s_")
+        untiled = joined.replace(diagram.name, "")
+        assert "g_" not in untiled and "s_" not in untiled
+    assert "load " in joined and "save " in joined
+
+
+def test_plan_relabels_grouped_and_streamed_axes() -> None:
+    # FlashAttention on an H200: queries grouped, keys streamed, scores on chip.
+    svg = picture_to_svg(_picture(ROOT / "diagrams/attention.yaml", "h200", "plan"))
+    texts = _texts(svg)
+    tile = _attention_tile()
+    assert f"g_q {tile['q']}" in texts and f"s_x {tile['x']}" in texts
+    assert "S · bf16 · rf" in texts and "P · bf16 · rf" in texts
+    assert "Q · bf16 · hbm" in texts and "O · bf16 · hbm" in texts
+    assert any(t.startswith("load ") for t in texts) and any(t.startswith("save ") for t in texts)
+    assert level_colour("smem") in svg and level_colour("rf") in svg
+
+
+def test_napkin_levels_are_l0_and_l1() -> None:
+    svg = picture_to_svg(_picture(ROOT / "diagrams/attention.yaml", "napkin", "plan"))
+    texts = _texts(svg)
+    assert "Q · bf16 · l0" in texts and "S · bf16 · l1" in texts
+    assert level_colour("l0") in svg and level_colour("l1") in svg
+
+
+def test_unfused_attention_saves_its_scores() -> None:
+    texts = _texts(
+        picture_to_svg(_picture(ROOT / "diagrams/attention_unfused.yaml", "h200", "plan"))
+    )
+    assert "S · bf16 · hbm" in texts
+    assert sum(t.startswith("save ") for t in texts) == 3  # S, P and O
+
+
+@pytest.mark.parametrize("hw", HARDWARE)
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_roofline_draws(spec: Path, hw: str) -> None:
+    svg = _check_picture(_picture(spec, hw, "roofline"))
+    joined = "\n".join(_texts(svg))
+    assert f"{spec.stem} (model)" in joined
+    assert "FLOP/s" in joined
+    for level in load_hardware(hw).levels:
+        assert f"{level.name} " in joined
+    if spec.stem == "attention":
+        assert "unfused (model)" in joined
+
+
+@pytest.mark.parametrize("hw", ["h200", "a100"])
+@pytest.mark.parametrize("name", ["attention", "matmul", "mlp", "gqa_attention"])
+def test_roofline_level_dots_sit_under_their_slopes(name: str, hw: str) -> None:
+    """The hierarchical roofline: at each lower boundary's intensity the plan's rate is at
+    most that level's bandwidth times the intensity, and the level that bounds the plan
+    sits on its slope (within the model's wave and occupancy slowdowns)."""
+    from ncdc.draw.roofline import _level_points
+    from ncdc.plan.search import plan_diagram
+
+    profile = load_hardware(hw)
+    plan = plan_diagram(load_diagram(ROOT / f"diagrams/{name}.yaml"), profile)
+    dots = {text.removeprefix("at "): (x, y) for x, y, text, _ in _level_points(plan)}
+    assert set(dots) == {t.upper for t in plan.transfers[1:]}
+    for level, (x, y) in dots.items():
+        roof = profile.level(level).bandwidth_bytes_per_s * x
+        assert y <= roof * (1 + 1e-9), level
+        if plan.bound == level:  # priced at the bandwidth the GPU sustains, under the slope
+            achievable = profile.achieved_bandwidth(level) * x
+            assert y >= achievable / 1.1, (level, y / achievable)
+
+
+def test_roofline_measured_points(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.json"
+    runs = [{"name": "sdpa", "flops": 2.2e12, "time_s": 4e-3, "hbm_bytes": 3e8, "extra": 1}]
+    bench.write_text(json.dumps(runs))
+    d, hw = load_diagram(ROOT / "diagrams/attention.yaml"), load_hardware("h200")
+    svg = _check_picture(draw(d, hw, "roofline", measured=bench))
+    assert "sdpa (measured)" in _texts(svg)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{}", "expected a JSON list of runs"),
+        ('[{"name": "a", "flops": 1}]', "missing time_s, hbm_bytes"),
+        ('[{"name": "a", "flops": 1, "time_s": 0, "hbm_bytes": 1}]', "time_s must be a positive"),
+        ("[1", "not JSON"),
+    ],
+)
+def test_measured_file_errors_are_one_line(tmp_path: Path, content: str, expected: str) -> None:
+    bench = tmp_path / "bench.json"
+    bench.write_text(content)
+    with pytest.raises(UsageError) as info:
+        read_measured(bench)
+    assert expected in info.value.line()
+    assert "\n" not in info.value.line()
+
+
+@pytest.mark.parametrize("hw", HARDWARE)
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_tiles_draw(spec: Path, hw: str) -> None:
+    svg = _check_picture(_picture(spec, hw, "tiles"))
+    root = ET.fromstring(svg)
+    chosen = [r for r in root.iter(f"{NS}rect") if r.get("class") == "chosen"]
+    assert len(chosen) == 1
+
+
+def _attention_tile() -> dict[str, int]:
+    """The block tile the model picks for attention on an H200."""
+    diagram = load_diagram(ROOT / "diagrams/attention.yaml")
+    return dict(plan_diagram(diagram, load_hardware("h200")).kernels[0].block_tile)
+
+
+def test_tiles_grid_of_attention_marks_the_plan_and_the_limits() -> None:
+    # H200 attention: the plan's g_q x s_x is marked; s_x 256 overflows shared memory.
+    grid = evaluate_tiles(load_diagram(ROOT / "diagrams/attention.yaml"), load_hardware("h200"))
+    assert (grid.rows.label, grid.cols.label) == ("g_q", "s_x")
+    i, j = grid.chosen
+    tile = _attention_tile()
+    assert (grid.rows.values[i], grid.cols.values[j]) == (tile["q"], tile["x"])
+    cells = {(c.row, c.col): c for c in grid.cells}
+    # the plan is the fastest cell, but for the Hopper kernel's rule of the widest key tile
+    # that fits (128): a fixed 64-key tile prices 0.01% less (its last tile's exposed
+    # softmax is shorter) while it issues 3.3 slots per HMMA against 2.2
+    assert cells[grid.chosen].time_s <= 1.001 * min(c.time_s for c in grid.cells if c.time_s)
+    over = cells[(grid.rows.values.index(64), grid.cols.values.index(256))]
+    assert over.time_s is None and short_reason(over.reason) == "smem"
+
+
+def test_matmul_tiles_are_g_m_by_g_n() -> None:
+    grid = evaluate_tiles(load_diagram(ROOT / "diagrams/matmul.yaml"), load_hardware("h200"))
+    assert (grid.rows.label, grid.cols.label) == ("g_m", "g_n")
+
+
+def test_overlap_check_finds_collisions() -> None:
+    a, b = Text(10, 20, "q 4096"), Text(20, 22, "x 4096")
+    assert overlaps(Picture("t", 200, 60, (a, b))) == [(a, b)]
+    assert Rect(0, 0, 10, 10).intersects(Rect(5, 5, 10, 10))
+    assert not Rect(0, 0, 10, 10).intersects(Rect(10, 0, 10, 10))  # touching is fine
+
+
+def test_labels_are_escaped() -> None:
+    svg = picture_to_svg(Picture("a<b", 100, 40, (Text(4, 20, "x & <y>"),)))
+    assert "x &amp; &lt;y&gt;" in svg
+    assert [t.text for t in ET.fromstring(svg).iter(f"{NS}text")] == ["x & <y>"]
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def test_writes_svg_and_refuses_foreign_files(tmp_path: Path) -> None:
+    d, hw = load_diagram(ROOT / "diagrams/softmax.yaml"), load_hardware("h200")
+    out = tmp_path / "softmax.svg"
+    draw_to_file(d, hw, out, "plan")
+    first = out.read_text()
+    ET.fromstring(first)
+    draw_to_file(d, hw, out, "plain")  # ours: overwritten
+    assert out.read_text() != first
+    foreign = tmp_path / "mine.svg"
+    foreign.write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")
+    with pytest.raises(UsageError, match="not drawn by ncdc"):
+        draw_to_file(d, hw, foreign)
+    assert foreign.read_text() == "<svg xmlns='http://www.w3.org/2000/svg'/>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.svg", "softmax.svg"]
+
+
+def test_other_suffix_is_a_usage_error(tmp_path: Path) -> None:
+    d, hw = load_diagram(ROOT / "diagrams/softmax.yaml"), load_hardware("h200")
+    with pytest.raises(UsageError, match="expected a .svg or .png"):
+        draw_to_file(d, hw, tmp_path / "x.pdf")
+
+
+def test_missing_converter_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(svg_module, "find_converter", lambda: None)
+    d, hw = load_diagram(ROOT / "diagrams/softmax.yaml"), load_hardware("h200")
+    with pytest.raises(UsageError) as info:
+        draw_to_file(d, hw, tmp_path / "x.png")
+    line = info.value.line()
+    assert "no SVG to PNG converter found" in line and "install librsvg2-bin" in line
+    assert "\n" not in line and info.value.exit_code == 2
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.skipif(
+    svg_module.find_converter() is None,
+    reason="no working SVG to PNG converter (rsvg-convert, cairosvg or ImageMagick convert)",
+)
+def test_png_is_marked_as_ours(tmp_path: Path) -> None:
+    d, hw = load_diagram(ROOT / "diagrams/softmax.yaml"), load_hardware("napkin")
+    out = tmp_path / "softmax.png"
+    draw_to_file(d, hw, out, "plain")
+    data = out.read_bytes()
+    assert data.startswith(svg_module.PNG_SIGNATURE) and svg_module.PNG_MARK in data[:4096]
+    draw_to_file(d, hw, out, "plan")  # ours: may be overwritten
+
+
+def test_png_mark_keeps_the_file_valid() -> None:
+    import struct
+    import zlib
+
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
+    png = (
+        svg_module.PNG_SIGNATURE
+        + struct.pack(">I", 13)
+        + ihdr
+        + struct.pack(">I", zlib.crc32(ihdr))
+    )
+    marked = svg_module.mark_png(png)
+    assert marked.startswith(png) and marked.endswith(
+        struct.pack(">I", zlib.crc32(b"tEXt" + svg_module.PNG_MARK))
+    )
+
+
+def test_cli_draws_and_reports_bad_flags(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from ncdc.cli.main import main
+
+    out = tmp_path / "attention.svg"
+    main(["draw", str(ROOT / "diagrams/attention.yaml"), "-o", str(out), "--plain"])
+    assert "Q · bf16 · hbm" in _texts(out.read_text())
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main(["draw", str(ROOT / "diagrams/matmul.yaml"), "--tiles", "--roofline", "-o", str(out)])
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: choose one picture, not --roofline and --tiles (hint: ncdc draw SPEC "
+        "[--plain | --roofline | --tiles] -o FILE.svg)"
+    ]
+
+
+def test_a_converter_that_makes_no_png_is_not_used(tmp_path: Path, monkeypatch) -> None:
+    """A `convert` on PATH that exits 0 but writes no PNG (a stand-in) is passed over."""
+    fake = tmp_path / "convert"
+    fake.write_text("#!/bin/sh\necho 'not ImageMagick' >&2\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(svg_module, "CONVERTERS", ("convert",))
+    svg_module.find_converter.cache_clear()
+    try:
+        assert svg_module.find_converter() is None
+        d, hw = load_diagram(ROOT / "diagrams/softmax.yaml"), load_hardware("napkin")
+        with pytest.raises(UsageError, match="no SVG to PNG converter found"):
+            draw_to_file(d, hw, tmp_path / "x.png")
+    finally:
+        svg_module.find_converter.cache_clear()

@@ -1,0 +1,391 @@
+"""What attention diagrams do to their logits, fused: biases, soft-capping, position terms,
+causal (either alignment), window and varlen masks, and the log-sum-exp output.
+
+Each construct runs on the CPU emulator at odd sizes (no tile divides q or x; lengths 0
+and 1 included) on NaN-poisoned outputs against the float64 reference, whose masks are
+checked here against plain loops; `ncdc cost`'s work for a window is the work the kernel
+does; every refusal's hint, written as it says, plans.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ncdc.backends.cpu import EmulatedModule, Traffic, build
+from ncdc.check.reference import evaluate, from_storage, make_inputs
+from ncdc.check.run import OutputCheck, allocate, compare, launch_args
+from ncdc.errors import NcdcError, SpecError
+from ncdc.hardware.machine import load_hardware
+from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
+from ncdc.model.cost import band_fraction, band_tiles
+from ncdc.plan.search import kernel_alternatives, plan_diagram, with_kernel
+from ncdc.render import RenderedModule, render_plan
+from tests import support
+
+DIAGRAMS = support.DIAGRAMS
+HW = load_hardware("h200")
+SMALL = {"q": 64, "x": 32}  # 4 warps, 32-key chunks: the emulator's forward tiles
+_LIBS: dict[tuple, EmulatedModule] = {}
+
+
+def _library(name: str, sizes: dict[str, int], edits: tuple[tuple[str, str], ...] = ()) -> Diagram:
+    text = (DIAGRAMS / f"{name}.yaml").read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    return load_diagram_text(text, f"{name}.yaml", sizes)
+
+
+def _run(diagram: Diagram, tiles: dict[str, int] = SMALL, splits: int | None = None,
+         seed: int = 0) -> tuple[dict[str, OutputCheck], dict, RenderedModule, Traffic]:  # fmt: skip
+    """Every output of the rendered kernels against the reference, on poisoned outputs."""
+    plan = plan_diagram(diagram, HW, tiles=tiles)
+    if splits is not None:
+        kp = next(k for k in kernel_alternatives(plan, 0, 1000) if k.splits == splits)
+        plan = with_kernel(plan, 0, kp)
+    module = render_plan(plan)
+    # sizes are runtime parameters: one library per kernel variant and diagram text serves
+    # every size (the source's header names the sizes)
+    key = (tuple(la.kernel for la in module.launches), tuple(op.text for op in diagram.ops),
+           tuple(diagram.inputs))  # fmt: skip
+    if key not in _LIBS:
+        _LIBS[key] = build(module.source)
+    inputs = make_inputs(diagram, seed)
+    want = evaluate(diagram, inputs)
+    buffers = allocate(module, diagram, inputs)
+    traffic = Traffic(0, 0)
+    for launch in module.launches:
+        traffic += _LIBS[key].launch(launch.kernel, launch.grid, launch.block,
+                          launch_args(launch, buffers), dynamic_smem=launch.dynamic_smem)  # fmt: skip
+    checks, got = {}, {}
+    for name in diagram.outputs:
+        dtype = diagram.tensor(name).dtype
+        got[name] = from_storage(buffers[name], dtype)
+        checks[name] = compare(name, dtype, got[name], want[name])
+    return checks, {"got": got, "want": want, "inputs": inputs}, module, traffic
+
+
+def _assert_ok(checks: dict[str, OutputCheck]) -> None:
+    for check in checks.values():
+        assert check.unexpected_nan == 0, check
+        assert check.max_abs_error <= 2e-2 * check.scale, check
+
+
+# ------------------------------------------------------------------- the reference
+
+
+def _visible_by_loops(nq: int, nk: int, fn: str, **kw: object) -> np.ndarray:
+    """[nq, nk] True where query i sees key j, by the definitions in diagram-language.md."""
+    seen = np.zeros((nq, nk), dtype=bool)
+    shift = nk - nq if kw.get("align", "end") == "end" else 0
+    for i in range(nq):
+        for j in range(nk):
+            if fn == "causal":
+                seen[i, j] = j <= i + shift
+            elif fn == "window":
+                seen[i, j] = i + shift - int(kw["left"]) <= j <= i + shift + int(kw["right"])  # type: ignore[call-overload]
+            else:  # packed lengths: the same sequence
+                ends = np.cumsum(kw["lengths"])  # type: ignore[call-overload]
+                si = int(np.searchsorted(ends, i, side="right"))
+                sj = int(np.searchsorted(ends, j, side="right"))
+                seen[i, j] = si == sj and si < len(ends)
+    return seen
+
+
+_MASK_SPEC = """
+ncdc: 1
+name: masked
+axes: {q: 7, x: 11, n: 4}
+inputs:
+  S: {axes: [q, x], dtype: fp32}
+  L: {axes: [n], dtype: int32}
+ops:
+  - M = MASK
+  - Y = add(M, 0.0)
+  - Z = sum(Y, over=x)
+outputs: [M]
+"""
+
+
+@pytest.mark.parametrize(
+    "mask, kw",
+    [
+        ("causal(S, query=q, key=x)", {}),
+        ("causal(S, query=q, key=x, align=start)", {"align": "start"}),
+        ("window(S, query=q, key=x, left=2, right=1)", {"left": 2, "right": 1}),
+        (
+            "window(S, query=q, key=x, left=0, align=start)",
+            {"left": 0, "right": 0, "align": "start"},
+        ),  # fmt: skip
+    ],
+)
+def test_reference_masks_match_loops(mask: str, kw: dict) -> None:
+    text = _MASK_SPEC.replace("MASK", mask).replace("  L: {axes: [n], dtype: int32}\n", "")
+    d = load_diagram_text(text.replace("outputs: [M]", "outputs: [M, Z]"))
+    got = evaluate(d, {"S": np.zeros((7, 11))})["M"]
+    assert np.array_equal(got == 0, _visible_by_loops(7, 11, mask.split("(")[0], **kw))
+
+
+def test_reference_packed_lengths_match_loops() -> None:
+    text = _MASK_SPEC.replace("MASK", "varlen(S, query=q, key=x, lengths=L)")
+    text = text.replace("axes: {q: 7, x: 11", "axes: {q: 11, x: 11")
+    d = load_diagram_text(text.replace("outputs: [M]", "outputs: [M, Z]"))
+    lengths = np.array([3.0, 0.0, 1.0, 5.0])  # 9 of 11 tokens: the last 2 in no sequence
+    got = evaluate(d, {"S": np.zeros((11, 11)), "L": lengths})["M"]
+    assert np.array_equal(got == 0, _visible_by_loops(11, 11, "varlen", lengths=lengths))
+
+
+def test_made_lengths_include_0_and_1_and_fit() -> None:
+    d = _library("varlen_attention", {"q": 50, "x": 50, "n": 7})
+    lens = make_inputs(d, seed=1)["lens"]
+    assert lens[0] == 0 and lens[1] == 1 and lens.sum() <= 50 and lens.min() >= 0
+
+
+# ------------------------------------------------------------ emulated, forward
+
+
+def test_cross_attention_77_keys() -> None:
+    checks, _, module, _ = _run(_library("cross_attention", {"b": 1, "h": 2, "q": 37}))
+    assert module.launches[0].kernel.startswith("cross_attention_attention_fp16_q64_x32_d64")
+    _assert_ok(checks)
+
+
+_WINDOW = ("left=4095)   # right=0", "left=40)   # right=0")
+
+
+@pytest.mark.parametrize("q, x", [(150, 150), (70, 150), (150, 70)])
+def test_sliding_window(q: int, x: int) -> None:
+    d = _library("sliding_window_attention", {"b": 1, "g": 1, "r": 2, "q": q, "x": x},
+                 (_WINDOW,))  # fmt: skip
+    checks, _, module, traffic = _run(d)
+    _assert_ok(checks)
+    # the kernel loads the key chunks the model counts (`band_tiles`): K and V of each
+    # visited chunk once per query tile, and Q of the tiles that see some key; none outside
+    # the window
+    tiles = band_tiles(q, x, 64, 32, x - q - 40, x - q)
+    rows = sum(min(64, q - 64 * t) for t, (n, _) in enumerate(tiles) if n)
+    heads, p, dh = 2, 2, 128
+    assert traffic.bytes_read == heads * p * dh * (rows + 2 * sum(n for _, n in tiles))
+
+
+def test_window_both_sides_align_start() -> None:
+    edit = ("window(S, query=q, key=x, left=4095)", "window(S, query=q, key=x, left=20, "
+            "right=33, align=start)")  # fmt: skip
+    d = _library("sliding_window_attention", {"b": 1, "g": 1, "r": 1, "q": 101, "x": 77}, (edit,))
+    _assert_ok(_run(d)[0])
+
+
+@pytest.mark.parametrize("q, x", [(45, 100), (100, 45)])
+def test_causal_aligned_at_the_start(q: int, x: int) -> None:
+    edit = ("causal(S, query=q, key=x)", "causal(S, query=q, key=x, align=start)")
+    d = _library("attention_lse", {"b": 1, "h": 1, "q": q, "x": x, "d": 64}, (edit,))
+    checks, out, _, _ = _run(d)
+    _assert_ok(checks)
+    # top-left: query 0 sees key 0 only, whatever x is
+    assert np.isfinite(out["got"]["L"]).all()
+
+
+def test_alibi() -> None:
+    d = _library("alibi_attention", {"b": 1, "h": 2, "q": 70, "x": 83, "d": 64})
+    checks, out, module, _ = _run(d)
+    assert module.launches[0].kernel.endswith("_causal_scores")
+    _assert_ok(checks)
+
+
+def test_softcap_holds_large_logits() -> None:
+    # logits of several hundred: capped at 50, they stay finite and match the reference
+    d = _library("softcap_attention", {"b": 1, "g": 1, "r": 2, "q": 70, "x": 83, "d": 64},
+                 (("* 0.08333333333333333", "* 20.0"),))  # fmt: skip
+    checks, out, _, _ = _run(d, seed=2)
+    _assert_ok(checks)
+    assert np.isfinite(out["got"]["O"]).all()
+
+
+def test_additive_biases_broadcast() -> None:
+    # three biases in one diagram: per head, a padding mask per batch entry, one for all
+    biases = {"Bh": "[h, q, x]", "Bb": "[b, x]", "Bq": "[q, x]"}
+    text = (DIAGRAMS / "attention.yaml").read_text()
+    text = text.replace(
+        "  V: {axes: [b, h, x, d], dtype: bf16}\n",
+        "  V: {axes: [b, h, x, d], dtype: bf16}\n"
+        + "".join(f"  {n}: {{axes: {a}, dtype: fp32}}\n" for n, a in biases.items()),
+    )
+    text = text.replace(
+        "  - P = softmax(S, over=x)",
+        "  - T1 = add(S, Bh)\n  - T2 = add(Bb, T1)\n  - T3 = add(T2, Bq)\n"
+        "  - P = softmax(T3, over=x)",
+    )
+    text = text.replace("O = contract(P, V, over=x)", "O = contract(P, V, over=x, dtype=bf16)")
+    d = load_diagram_text(text, "bias.yaml", {"b": 2, "h": 2, "q": 37, "x": 45, "d": 64})
+    _assert_ok(_run(d)[0])
+
+
+def test_packed_varlen_with_lengths_0_and_1() -> None:
+    d = _library("varlen_attention", {"h": 1, "q": 150, "x": 150, "n": 6, "d": 64})
+    checks, out, _, _ = _run(d, seed=4)
+    _assert_ok(checks)
+    lens = out["inputs"]["lens"].astype(int)
+    assert lens[0] == 0 and lens[1] == 1
+    # token 0 is the length-1 sequence: it sees itself only, so O = V there
+    assert np.allclose(out["got"]["O"][0, 0], out["inputs"]["V"][0, 0], atol=1e-2)
+    # tokens past the last sequence see no key: zeros, as FlashAttention gives
+    assert np.all(out["got"]["O"][:, lens.sum() :] == 0.0)
+
+
+def test_padded_varlen_with_lengths_0_and_1() -> None:
+    edits = (
+        ("axes: {h: 16, q: 8192, x: 8192, n: 16, d: 128}",
+         "axes: {b: 3, h: 16, q: 8192, x: 8192, d: 128}"),
+        ("[h, q, d]", "[b, h, q, d]"), ("[h, x, d]", "[b, h, x, d]"),
+        ("lens: {axes: [n]", "lens: {axes: [b]"),
+    )  # fmt: skip
+    d = _library("varlen_attention", {"b": 3, "h": 1, "q": 77, "x": 77, "d": 64}, edits)
+    checks, out, _, _ = _run(d, seed=5)
+    _assert_ok(checks)
+    assert np.all(out["got"]["O"][0] == 0.0)  # length 0: every query sees nothing
+
+
+def test_lse_forward() -> None:
+    d = _library("attention_lse", {"b": 1, "h": 2, "q": 100, "x": 45, "d": 64})
+    checks, out, module, _ = _run(d)
+    _assert_ok(checks)
+    assert checks["L"].max_rel_error <= 1e-5  # fp32, from the fp32 running max and sum
+    lse = out["got"]["L"]
+    assert np.all(np.isneginf(lse[..., :55]))  # queries before the diagonal see no key
+    assert np.all(np.isfinite(lse[..., 55:]))
+
+
+# -------------------------------------------------------------- emulated, decode
+
+
+@pytest.mark.parametrize(
+    "name, sizes, edits, splits",
+    [
+        ("attention_lse", {"b": 1, "h": 2, "q": 7, "x": 150, "d": 64}, (), 2),
+        ("varlen_attention", {"h": 1, "q": 9, "x": 9, "n": 4, "d": 64}, (), 1),
+    ],
+)
+def test_decode_scores(name: str, sizes: dict[str, int], edits: tuple, splits: int) -> None:
+    checks, _, module, _ = _run(_library(name, sizes, edits), {"x": 32}, splits=splits)
+    assert module.launches[0].kernel.startswith(f"{name}_decode_attention")
+    _assert_ok(checks)
+
+
+# ------------------------------------------------------------------------ the model
+
+
+def _flops(name: str, sizes: dict[str, int], edits: tuple = ()) -> int:
+    plan = plan_diagram(_library(name, sizes, edits), HW)
+    return plan.kernels[0].flops
+
+
+def test_window_cost_grows_with_the_window_not_the_keys() -> None:
+    window = {"b": 1, "g": 1, "r": 1}
+    long, longer = _flops("sliding_window_attention", {**window, "q": 16384, "x": 16384}), \
+        _flops("sliding_window_attention", {**window, "q": 32768, "x": 32768})  # fmt: skip
+    # twice the queries, each seeing about the same 4096 keys: about twice the work (the
+    # first 4096 queries see fewer); causal attention does four times
+    assert 1.9 < longer / long < 2.2
+    edit = (("window(S, query=q, key=x, left=4095)", "causal(S, query=q, key=x)"),)
+    causal = [_flops("sliding_window_attention", {**window, "q": n, "x": n}, edit)
+              for n in (16384, 32768)]  # fmt: skip
+    assert 3.9 < causal[1] / causal[0] < 4.1
+    half = _flops("sliding_window_attention", {**window, "q": 32768, "x": 32768},
+                  (("left=4095)", "left=2047)"),))  # fmt: skip
+    assert 0.45 < half / longer < 0.6
+    assert float(band_fraction(32768, 32768, 128, 64, -4095, 0)) < 0.13
+
+
+# ------------------------------------------------------------------ spec and hints
+
+
+@pytest.mark.parametrize(
+    "op, message",
+    [
+        ("window(S, query=q, key=x)", "needs 'left='"),
+        ("window(S, query=q, key=x, left=-1)", "from 0 to"),
+        ("causal(S, query=q, key=x, align=left)", "align=end or align=start"),
+        ("varlen(S, query=q, key=x, lengths=S)", "expected int32"),
+    ],
+)
+def test_mask_arguments_are_checked(op: str, message: str) -> None:
+    text = _MASK_SPEC.replace("MASK", op).replace("outputs: [M]", "outputs: [M, Z]")
+    text = text.replace("  L: {axes: [n], dtype: int32}\n", "")
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")) as err:
+        load_diagram_text(text)
+    assert err.value.hint
+
+
+_BASE = (DIAGRAMS / "attention_lse.yaml").read_text()
+
+
+def _edit(*pairs: tuple[str, str]) -> str:
+    text = _BASE
+    for old, new in pairs:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+_LSE_BF16 = ("dtype=fp32)", "dtype=bf16)")
+_BIAS_IN = (
+    "  V: {axes: [b, h, x, d], dtype: bf16}\n",
+    "  V: {axes: [b, h, x, d], dtype: bf16}\n  B: {axes: [h, x, d], dtype: fp32}\n",
+)
+_BIAS_OP = ("  - M = causal(S", "  - T = add(S, B)\n  - M = causal(T")
+_MASK_FIRST = (
+    "  - M = causal(S, query=q, key=x)\n  - P = softmax(M",
+    "  - C = causal(S, query=q, key=x)\n  - M = tanh(C)\n  - P = softmax(M",
+)
+_TWO_LENGTHS = (
+    ("  V: {axes: [b, h, x, d], dtype: bf16}\n", "  V: {axes: [b, h, x, d], dtype: bf16}\n"
+     "  L1: {axes: [b], dtype: int32}\n  L2: {axes: [b], dtype: int32}\n"),
+    ("  - M = causal(S", "  - W1 = varlen(S, query=q, key=x, lengths=L1)\n"
+     "  - W2 = varlen(W1, query=q, key=x, lengths=L2)\n  - M = causal(W2"),
+)  # fmt: skip
+
+# (refused spec, a piece of the hint, the spec written as the hint says)
+_HINTED = [
+    (_edit(_LSE_BF16), "L = logsumexp(M, over=x, dtype=fp32)", _BASE),
+    (_edit(_BIAS_IN, _BIAS_OP), "drop the axis d from T's operands",
+     _edit(("  V: {axes: [b, h, x, d], dtype: bf16}\n", "  V: {axes: [b, h, x, d], dtype: bf16}\n"
+            "  B: {axes: [h, x], dtype: fp32}\n"), _BIAS_OP,
+           ("O = contract(P, V, over=x)", "O = contract(P, V, over=x, dtype=bf16)"))),
+    (_edit(_BIAS_IN, ("  B: {axes: [h, x, d], dtype: fp32}", "  B: {axes: [h, x], dtype: fp32}"),
+           _BIAS_OP), "O = contract(P, V, over=x, dtype=bf16)",
+     _edit(_BIAS_IN, ("  B: {axes: [h, x, d], dtype: fp32}", "  B: {axes: [h, x], dtype: fp32}"),
+           _BIAS_OP, ("O = contract(P, V, over=x)", "O = contract(P, V, over=x, dtype=bf16)"))),
+    (_edit(_MASK_FIRST), "schedule: {materialize: [S, P]}",
+     _edit(_MASK_FIRST, ("schedule: {stream: x}", "schedule: {materialize: [S, P]}"),
+           ("outputs: [O, L]", "outputs: [O]"), ("  - L = logsumexp", "  # "))),
+    (_edit(*_TWO_LENGTHS), "remove W2 = varlen(...)",
+     _edit(*_TWO_LENGTHS, ("  - W2 = varlen(W1, query=q, key=x, lengths=L2)\n", ""),
+           ("causal(W2", "causal(W1"), ("  L2: {axes: [b], dtype: int32}\n", ""))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("refused, hint, fixed", _HINTED)
+def test_each_refusal_hint_can_be_followed(tmp_path: Path, refused: str, hint: str,
+                                           fixed: str) -> None:  # fmt: skip
+    bad, good = tmp_path / "refused.yaml", tmp_path / "fixed.yaml"
+    bad.write_text(refused)
+    good.write_text(fixed)
+    with pytest.raises(NcdcError) as err:
+        render_plan(plan_diagram(load_diagram(bad, {"q": 100, "x": 100}), HW))
+    assert hint in (err.value.hint or ""), err.value
+    plan = plan_diagram(load_diagram(good, {"q": 100, "x": 100}), HW)
+    assert all(kp.candidate is not None for kp in plan.kernels)
+    render_plan(plan)
+
+
+def test_window_outside_attention_is_refused_with_a_hint() -> None:
+    text = _MASK_SPEC.replace("MASK", "window(S, query=q, key=x, left=3)")
+    text = text.replace("  L: {axes: [n], dtype: int32}\n", "").replace(
+        "outputs: [M]", "outputs: [M, Z]"
+    )
+    with pytest.raises(NcdcError) as err:
+        render_plan(plan_diagram(load_diagram_text(text), HW))
+    assert "softmax" in (err.value.hint or "") and "causal" in (err.value.hint or "")

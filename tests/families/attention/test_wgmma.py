@@ -1,0 +1,221 @@
+"""The Hopper attention variant (ncdc/families/attention/wgmma.py, FlashAttention-3 order):
+run on the CPU backend at odd sizes (TMA's out-of-bounds zeros for the query and key tails,
+masked keys beyond x, the rings wrapping, causal tiles masked and skipped, grouped-query
+heads), planted faults the emulator catches, the compiled kernel's SASS, and the model's
+choice."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ncdc.backends import sass
+from ncdc.backends.compile import compile_plan
+from ncdc.backends.cpu import build
+from ncdc.check.reference import evaluate, from_storage, make_inputs
+from ncdc.check.run import allocate, compare, launch_args, run_diagram
+from ncdc.errors import NcdcError, PlanError
+from ncdc.families import classify_kernel
+from ncdc.families.attention.core import FAMILY
+from ncdc.families.attention.wgmma import is_wgmma
+from ncdc.hardware.machine import load_hardware
+from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
+from ncdc.model.cost import KernelModel, streamed_axes
+from ncdc.model.graph import build_graph
+from ncdc.plan.search import plan_diagram, plan_from_candidates
+from ncdc.render import RenderedModule, render_plan
+from ncdc.templates import include
+from tests import support
+
+DIAGRAMS = support.DIAGRAMS
+HW = load_hardware("h200")
+
+
+def wgmma_module(d: Diagram, s_x: int, stages: int) -> tuple[Diagram, RenderedModule]:
+    """The rendered FlashAttention-3 candidate of `d` with that key tile and ring depth
+    (the model would pick mma.sync at sizes this small)."""
+    kernel = build_graph(d, HW).kernels[0]
+    family = classify_kernel(d, kernel)
+    model = KernelModel(d, kernel)
+    cands = FAMILY.candidates(model, family, HW, streamed_axes(d, kernel), {"x": s_x})
+    pick = [c for c in cands if is_wgmma(c) and c.param("s_x") == s_x and c.stages == stages]
+    assert len(pick) == 1
+    return d, render_plan(plan_from_candidates(d, HW, pick))
+
+
+# Causal grouped-query attention with a 64-wide head, queries aligned at the end of 300 keys
+# (query i sees keys j <= i + 170): the first block masks its diagonal tile and the tail past
+# x, the second (2 rows, launched first) reads every tile; two query heads per K/V head.
+GQA_CAUSAL = """
+ncdc: 1
+name: gqa_causal
+doc: Causal grouped-query attention, d = 64.
+axes: {b: 1, g: 1, r: 2, q: 130, x: 300, d: 64}
+inputs:
+  Q: {axes: [b, g, r, q, d], dtype: bf16}
+  K: {axes: [b, g, x, d], dtype: bf16}
+  V: {axes: [b, g, x, d], dtype: bf16}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - M = causal(S, query=q, key=x)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+
+
+def test_causal_grouped_query_attention_matches_the_reference() -> None:
+    d = load_diagram_text(GQA_CAUSAL)
+    _, module = wgmma_module(d, 128, 3)
+    assert module.launches[0].kernel.endswith("_causal_sm90a")
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok, [c for c in result.checks if not c.ok]
+    # O's TMA stores clip the second block's 126 rows past q: 2 heads x 130 rows x 128 bytes
+    assert result.bytes_written == 2 * 130 * 64 * 2
+
+
+# FlashAttention-3's fp8 configuration (sec. 3.3 and 4.1 of the paper): diagrams/attention_fp8.yaml
+# (e4m3 Q and K, S by wgmma k32; fp16 V and O; d = 128) with the paper's 64 keys a tile.
+FP8_FILE = (DIAGRAMS / "attention_fp8.yaml").read_text()
+FP8 = FP8_FILE.replace("schedule: {stream: x}", "schedule: {stream: x, tiles: {q: 128, x: 64}}")
+assert FP8 != FP8_FILE
+
+
+def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
+    # h200: the one candidate is the wgmma kernel, its S at the fp8 rate (half the time of
+    # the fp16 P V); a100 has no fp8 attention kernel: one error with what to write.
+    plan = plan_diagram(load_diagram_text(FP8), HW)
+    k = plan.kernels[0]
+    assert is_wgmma(k.candidate) and k.candidate.param("s_x") == 64
+    assert k.candidate.threads == 384 and k.bound == "tensor"
+    fp16 = plan_diagram(load_diagram_text(FP8.replace("fp8_e4m3", "fp16")), HW).kernels[0]
+    assert k.compute["tensor"] == pytest.approx(0.75 * fp16.compute["tensor"], rel=0.01)
+    with pytest.raises(PlanError, match="fp8 Q .* run only in the sm_90a wgmma kernel"):
+        plan_diagram(load_diagram_text(FP8), load_hardware("a100"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "mmas", "most"),
+    [
+        # bf16, plain and grouped-query (2.2 slots per HMMA.16816)
+        ("attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
+        ("gqa_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
+        # causal, bf16: the hot loop is the unmasked copy (2.2 slots per HMMA.16816)
+        ("attention_causal", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4),
+        # fp8: S by QGMMA k32, P V by HGMMA in fp16 (no type suffix), P from registers
+        ("fp8", ("QGMMA.64x64x32.F32.E4M3.E4M3 R", "HGMMA.64x128x16.F32 R"), 3),
+    ],
+)
+def test_compiles_to_tma_and_wgmma_without_spills(
+    spec: str, mmas: tuple[str, str], most: int
+) -> None:
+    # What `ncdc compile --arch sm_90a` builds on h200: TMA loads and stores, setmaxnreg, both GEMMs
+    # as wgmma (P V's A in registers: an R operand, not a descriptor), no spills, the
+    # main loop's issue slots per HMMA.16816 of tensor work under `most`, and the model's
+    # estimate within 15% of them.
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
+    if sass.find_tool("nvdisasm") is None:
+        pytest.skip("nvdisasm wheel not installed")
+    d = load_diagram_text(FP8) if spec == "fp8" else load_diagram(DIAGRAMS / f"{spec}.yaml")
+    plan = plan_diagram(d, HW)
+    report = compile_plan(plan, "sm_90a")
+    (kernel,) = report.kernels
+    assert "attention_wgmma" in kernel.launch.kernel
+    assert kernel.spill_stores_bytes == kernel.spill_loads_bytes == 0
+    text = sass.disassemble(report.cubin)
+    assert "UTMALDG" in text and "USETMAXREG" in text
+    # O leaves through shared memory by TMA stores, not by the threads' own stores
+    assert "UTMASTG" in text and not re.search(r"\bSTG\.", text)
+    qk, pv = mmas
+    assert qk in text and re.search(re.escape(pv) + r"\d+, R\d+, gdesc\[UR\d+\]\.tnspB", text)
+    loop = sass.main_loops(report.cubin)[report.module.launches[0].kernel]
+    # two waits a key tile (S, then the P V before it): ptxas did not serialise the wgmmas
+    assert [line.split()[1] for line in loop.splitlines() if "DEPBAR" in line] == [
+        "WARPGROUP.DEPBAR.LE",
+        "WARPGROUP.DEPBAR.LE",
+    ]
+    mix = sass.loop_mix(sass.parse_sass(loop))
+    assert mix.slots_per_mma < most
+    est = plan.kernels[0].instructions
+    assert est is not None and est.tensor_flops == mix.tensor_flops
+    assert est.slots_per_mma == pytest.approx(mix.slots_per_mma, rel=0.15)
+
+
+def planted(header: str, fault: str) -> str:
+    """The device header with one fault planted where x_len is 333 (a missing wgmma wait:
+    the softmax reads S before its wgmmas retire), 334 (the full barrier of K waited on
+    with the wrong parity) or 335 (O's shared tile stored by TMA without the proxy fence)."""
+    cases = {
+        "  wgmma_wait<1>();  // S of tile j\n": "  if (p.x_len != 333) wgmma_wait<1>();\n",
+        "  mbar_wait(&bar.full_k[next], next_phase);\n":
+            "  mbar_wait(&bar.full_k[next], p.x_len == 334 ? next_phase ^ 1u : next_phase);\n",
+        "  fence_proxy_async();\n  named_bar_sync(kStoreBar + 1 + consumer, 128);\n":
+            "  if (p.x_len != 335) fence_proxy_async();\n"
+            "  named_bar_sync(kStoreBar + 1 + consumer, 128);\n",
+    }  # fmt: skip
+    assert header.count(fault) == 1
+    return header.replace(fault, cases[fault])
+
+
+def test_fp8_attention_runs_and_planted_faults_are_caught() -> None:
+    # One build of the fp8 kernel, three sizes (sizes are runtime parameters; each run has
+    # its own tensor maps): x = 300 has no fault and checks the kernel against the reference
+    # (two query blocks, the second 72 rows past q; 5 key tiles through a 2-slot ring, a
+    # 44-key tail), x = 333 reads stale scores, x = 334 deadlocks, x = 335 hands O's shared
+    # tile to the TMA store unfenced.
+    header = (Path(include.__file__).parent / "ncdc_attention_hopper.cuh").read_text()
+    for fault in (
+        "  wgmma_wait<1>();  // S of tile j\n",
+        "  mbar_wait(&bar.full_k[next], next_phase);\n",
+        "  fence_proxy_async();\n  named_bar_sync(kStoreBar + 1 + consumer, 128);\n",
+    ):
+        header = planted(header, fault)
+
+    def module(x: int) -> tuple[Diagram, RenderedModule]:
+        sizes = {"b": 1, "h": 1, "q": 200, "x": x}
+        return wgmma_module(load_diagram_text(FP8, sizes=sizes), 64, 2)
+
+    lib = build(module(300)[1].source.replace('#include "ncdc_attention_hopper.cuh"', header))
+
+    def run(x: int) -> bool:
+        diagram, rendered = module(x)
+        launch = rendered.launches[0]
+        inputs = make_inputs(diagram, int(np.random.default_rng().integers(2**31)))
+        buffers = allocate(rendered, diagram, inputs)
+        lib.launch(launch.kernel, launch.grid, launch.block, launch_args(launch, buffers),
+                   dynamic_smem=launch.dynamic_smem)  # fmt: skip
+        got = from_storage(buffers["O"], "fp16")
+        check = compare("O", "fp16", got, evaluate(diagram, inputs)["O"])
+        return check.ok
+
+    assert run(300)
+    assert not run(333)  # the softmax of stale scores
+    # the producer's next load waits for a slot never released: a deadlock, whichever of
+    # the threads waiting (on an mbarrier or the consumers' named barriers) finds it
+    with pytest.raises(NcdcError, match=r"deadlock: (mbarrier wait|bar\.sync)"):
+        run(334)
+    with pytest.raises(NcdcError, match=r"missing fence\.proxy\.async: a TMA store"):
+        run(335)
+
+
+def test_a_jump_back_from_a_retry_stub_is_not_a_loop() -> None:
+    # ptxas puts an mbarrier try-wait's retry after the kernel's exits and jumps back from
+    # it: that backward branch spans the exits and is no loop; the key loop (0x10 .. 0x30) is.
+    listing = """
+        /*0000*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*0010*/              @!P0 BRA 0x60 ;
+        /*0020*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0030*/              @P1 BRA 0x10 ;
+        /*0040*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0050*/                   EXIT ;
+        /*0060*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2 ;
+        /*0070*/              @!P0 BRA 0x60 ;
+        /*0080*/                   BRA 0x10 ;
+    """
+    loop = sass.main_loop(sass.parse_sass(listing))
+    assert [i.addr for i in loop] == [0x10, 0x20, 0x30]

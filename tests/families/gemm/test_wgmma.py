@@ -1,0 +1,274 @@
+"""The Hopper GEMM variant (ncdc/families/gemm/wgmma.py): rendered for sm_90a, run on the
+CPU backend at odd sizes through TMA's out-of-bounds fill, the ring wrapping and blocks
+running several persistent tiles, and chosen by the model where it is faster."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ncdc
+from ncdc.backends import sass
+from ncdc.backends.compile import arch_notes, compile_plan, plan_for_arch, target_hardware
+from ncdc.check.buildable import check_buildable
+from ncdc.check.run import run_diagram
+from ncdc.families import classify_kernel
+from ncdc.families.gemm.core import FAMILY
+from ncdc.families.gemm.wgmma import is_wgmma, pipeline_share
+from ncdc.hardware.machine import Hardware, load_hardware
+from ncdc.language.spec import load_diagram
+from ncdc.model.cost import KernelModel, streamed_axes
+from ncdc.model.graph import build_graph
+from ncdc.plan.search import kernel_alternatives, plan_diagram, plan_from_candidates
+from ncdc.render import render_plan
+from tests import support
+
+DIAGRAMS = support.DIAGRAMS
+
+
+def compile_plan_for(spec: Path, hw: Hardware, arch: str):
+    """What `ncdc compile SPEC --arch ARCH` builds, without its SASS listing."""
+    plan, source, notes = plan_for_arch(load_diagram(spec), hw, None, arch)
+    report = compile_plan(plan, arch, source=source)
+    return dataclasses.replace(report, notes=notes + report.notes)
+
+
+def one_sm(hw: Hardware) -> Hardware:
+    """`hw` with one SM: the persistent grid is one block that runs every tile."""
+    return dataclasses.replace(hw, limits=dataclasses.replace(hw.limits, sms=1))
+
+
+def wgmma_module(
+    spec: str, sizes: dict[str, int], bn: int, stages: int, hw: Hardware, cluster: int = 1
+):
+    d = load_diagram(DIAGRAMS / spec, sizes)
+    kernel = build_graph(d, hw).kernels[0]
+    family = classify_kernel(d, kernel)
+    cands = FAMILY.candidates(KernelModel(d, kernel), family, hw, streamed_axes(d, kernel), {})
+    pick = [
+        c
+        for c in cands
+        if is_wgmma(c)
+        and (c.param("bn"), c.param("stages"), c.param("cluster")) == (bn, stages, cluster)
+    ]
+    assert len(pick) == 1
+    return d, render_plan(plan_from_candidates(d, hw, pick))
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes", "bn", "sms"),
+    [
+        # m, n and k tails; 5 k tiles through a ring of 3; one block runs both tiles
+        ("matmul.yaml", {"m": 77, "n": 200, "k": 264}, 128, 1),
+        # two batches, one tile each, two blocks
+        ("batched_matmul.yaml", {"b": 2, "m": 40, "n": 72, "k": 88}, 64, 132),
+        # bias and GELU fused; a 256-wide tile over n = 136
+        ("mlp.yaml", {"m": 33, "n": 136, "k": 72}, 256, 132),
+        # fp8 e4m3 (wgmma k32) with per-tensor scales; k = 80 of a 128-wide k tile
+        ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 100, "n": 72, "k": 80}, 64, 132),
+        # fp8 with B [k, n]: staged and transposed to K-major in shared memory; m, n and k
+        # tails, two 128-wide n tiles and their k tiles wrap the ring of 3 in one block
+        ("fp8_matmul.yaml", {"m": 77, "n": 144, "k": 208}, 128, 1),
+    ],
+)
+def test_wgmma_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: int) -> None:
+    hw = load_hardware("h200")
+    if sms == 1:
+        hw = one_sm(hw)
+    d, module = wgmma_module(spec, sizes, bn, 3, hw)
+    # every case stores its 16-bit C through shared memory and TMA, clipped at the tails
+    assert "wgmma" in module.launches[0].kernel and "_tmastore_" in module.launches[0].kernel
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok, [c for c in result.checks if not c.ok]
+
+
+def few_sms(hw: Hardware, sms: int) -> Hardware:
+    return dataclasses.replace(hw, limits=dataclasses.replace(hw.limits, sms=sms))
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes", "bn", "sms"),
+    [
+        # bf16, B [b, k, n] (each CTA multicasts half the k rows of each column block, 3D
+        # boxes): 3 tile rows, so the second unit leaves CTA 1 a tile past m; 4 SMs: two
+        # clusters, each running a unit of both batches; 5 k tiles wrap the ring of 3
+        ("batched_matmul.yaml", {"b": 2, "m": 300, "n": 72, "k": 264}, 64, 4),
+        # fp8, B [n, k] (each CTA multicasts half the n rows), scales fused; m and k tails
+        ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 200, "n": 72, "k": 80}, 64, 2),
+        # fp8, B [k, n] staged by the multicast and transposed in each CTA; two n tiles
+        ("fp8_matmul.yaml", {"m": 140, "n": 144, "k": 208}, 128, 2),
+    ],
+)
+def test_cluster_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: int) -> None:
+    d, module = wgmma_module(spec, sizes, bn, 3, few_sms(load_hardware("h200"), sms), cluster=2)
+    launch = module.launches[0]
+    assert launch.kernel.endswith("_c2_sm90a") and launch.shape.grid[0] % 2 == 0
+    assert "__cluster_dims__(2, 1, 1)" in module.source
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok, [c for c in result.checks if not c.ok]
+
+
+def test_cuda_tensor_map_is_encoded_by_the_driver_and_cached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No GPU here: the driver call is replaced by one that records its arguments.
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from ncdc.backends import cuda
+    from ncdc.families.base import TensorMapSpec
+
+    calls = []
+
+    class Map:
+        opaque = list(range(16))
+
+    def encode(*args: object) -> tuple:
+        calls.append(args)
+        return driver.CUresult.CUDA_SUCCESS, Map()
+
+    monkeypatch.setattr(driver, "cuTensorMapEncodeTiled", encode)
+    monkeypatch.setattr(cuda, "_TENSOR_MAPS", {})
+    spec = TensorMapSpec("A", "bf16", (136, 77, 2), (272, 272 * 77), (64, 128, 1), 128)
+    first = cuda.tensor_map_argument(spec, 0x10000)
+    again = cuda.tensor_map_argument(spec, 0x10000)
+    assert len(calls) == 1 and first is again and first.dtype.itemsize == 128
+    # what CuPy passes by value: a one-element array whose 128 bytes are the driver's map
+    assert first.shape == (1,) and first.nbytes == 128
+    assert first.tobytes() == b"".join(w.to_bytes(8, "little") for w in range(16))
+    dtype, rank, address, dims, strides, box, estrides, _, swizzle, _, _ = calls[0]
+    assert (int(dtype), rank, address) == (9, 3, 0x10000)  # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+    assert [int(x) for x in dims] == [136, 77, 2] and [int(x) for x in strides] == [272, 20944]
+    assert [int(x) for x in box] == [64, 128, 1] and [int(x) for x in estrides] == [1, 1, 1]
+    assert int(swizzle) == 3  # CU_TENSOR_MAP_SWIZZLE_128B
+    with pytest.raises(Exception, match="not 16-byte aligned"):
+        cuda.tensor_map_argument(spec, 0x10008)
+
+
+def test_the_model_chooses_the_variant_per_shape() -> None:
+    # 4096^3 bf16: wgmma at the full peak beats mma.sync at 0.65 of it; 256^3: the 128-row
+    # tile pads and 4 tiles leave most SMs idle, so mma.sync's small tiles win; a100: no
+    # wgmma at all.
+    h200 = load_hardware("h200")
+    big = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), h200).kernels[0]
+    assert is_wgmma(big.candidate) and big.candidate.threads == 384
+    # and in clusters of 2 CTAs along m multicasting B: the pair's L2 -> SMEM traffic per k
+    # tile is 2 x 16 KiB of A + 32 KiB of B instead of 2 x 48 KiB, so the kernel is no longer
+    # L2-bound (167.4 us) but tensor-bound (156.3 us, BENCHMARKS.md's priced multicast)
+    assert big.candidate.param("cluster") == 2 and big.candidate.cluster == (("m", 2),)
+    assert round(big.predicted_time_s * 1e6, 1) == 156.3
+    small = load_diagram(DIAGRAMS / "matmul.yaml", {"m": 256, "n": 256, "k": 256})
+    assert not is_wgmma(plan_diagram(small, h200).kernels[0].candidate)
+    a100 = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml"), load_hardware("a100"))
+    assert not is_wgmma(a100.kernels[0].candidate)
+    # fp8 with B [k, n]: wgmma with B transposed in shared memory (0.87 of the fp8 peak at
+    # BN = 128), in clusters of 2, beats mma.sync, which runs fp8 at the fp16 rate (103.7
+    # against 217.9 us; 113.7 without the cluster)
+    fp8 = plan_diagram(load_diagram(DIAGRAMS / "fp8_matmul.yaml"), h200)
+    kp = fp8.kernels[0]
+    assert is_wgmma(kp.candidate) and kp.candidate.param("bn") == 128
+    assert kp.candidate.param("cluster") == 2 and round(kp.predicted_time_s * 1e6, 1) == 103.7
+    mma_sync = [a for a in kernel_alternatives(fp8, 0, 1000) if not is_wgmma(a.candidate)]
+    assert kp.predicted_time_s < 0.6 * min(a.predicted_time_s for a in mma_sync)
+    # the ring's pace: a 128-wide tile keeps the tensor cores fed with 3 stages, a 64-wide
+    # one needs 5 (Little's law on a 1000-cycle TMA latency)
+    assert pipeline_share(h200, "bf16", 128, 3, 3) == 1.0
+    assert pipeline_share(h200, "bf16", 64, 3, 2) < 0.7 < pipeline_share(h200, "bf16", 64, 5, 2)
+
+
+def test_an_arch_without_wgmma_falls_back_to_mma_sync(tmp_path: Path) -> None:
+    # sm_90 (no "a") has neither wgmma nor setmaxnreg: the h200 plan falls back to the
+    # mma.sync kernel with one note (which `ncdc compile` prints), and NVRTC never sees the
+    # Hopper source
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
+    h200 = load_hardware("h200")
+    report = compile_plan_for(DIAGRAMS / "matmul.yaml", h200, "sm_90")
+    assert report.arch == "sm_90" and len(report.kernels) == 1
+    assert report.kernels[0].launch.kernel.startswith("matmul_gemm_bf16_")
+    assert report.kernels[0].spill_stores_bytes == 0
+    why = "sm_90 lacks wgmma and setmaxnreg; --arch sm_90a builds the Hopper kernel"
+    assert report.notes == (why,)
+    # sm_90a itself: the Hopper kernel, no note
+    assert plan_for_arch(load_diagram(DIAGRAMS / "matmul.yaml"), h200, None, "sm_90a")[2] == ()
+    # a profile whose own target is sm_90: check and cost plan the same mma.sync kernel
+    text = (Path(ncdc.__file__).parent / "hardware" / "profiles" / "h200.yaml").read_text()
+    assert "arch: sm_90a" in text
+    profile = tmp_path / "h200_sm90.yaml"
+    profile.write_text(text.replace("arch: sm_90a", "arch: sm_90"))
+    plan = check_buildable(load_diagram(DIAGRAMS / "matmul.yaml"), load_hardware(str(profile)))
+    assert render_plan(plan).launches[0].kernel == report.kernels[0].launch.kernel
+    # `ncdc cost --arch sm_90` and `ncdc check --arch sm_90` on h200: the same kernel, the note
+    plan = check_buildable(load_diagram(DIAGRAMS / "matmul.yaml"), target_hardware(h200, "sm_90"))
+    assert render_plan(plan).launches[0].kernel == report.kernels[0].launch.kernel
+    assert arch_notes(load_diagram(DIAGRAMS / "matmul.yaml"), h200, None, "sm_90") == (why,)
+
+
+def kernel_params(cubin: bytes, kernel: str, tmp: Path) -> list[tuple[int, int, int]]:
+    """(ordinal, offset, size) of each parameter of `kernel`: cuobjdump's EIATTR_KPARAM_INFO."""
+    tool = sass.find_tool("cuobjdump")
+    if tool is None:
+        pytest.skip("cuobjdump is not installed")
+    path = tmp / "kernel.cubin"
+    path.write_bytes(cubin)
+    text = subprocess.run([str(tool), "-elf", str(path)], capture_output=True, text=True).stdout
+    section = text[text.index(f"\n.nv.info.{kernel}\n") + 1 :]  # the section, not its table row
+    section = section[: section.find("\n.", 1) if "\n." in section[1:] else None]
+    pattern = r"Ordinal : (0x[0-9a-f]+)\s+Offset\s+: (0x[0-9a-f]+)\s+Size\s+: (0x[0-9a-f]+)"
+    found = [tuple(int(x, 16) for x in row) for row in re.findall(pattern, section)]
+    return sorted(found)  # type: ignore[arg-type]
+
+
+def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The wgmma kernel's parameters as ptxas laid them out (cuobjdump): pointers and sizes 8
+    # bytes, each tensor map 128 bytes at a 64-byte-aligned constant-bank address (sm_90
+    # parameters start at c[0x0][0x210]). The cuda backend hands CuPy one object per
+    # parameter, in order, each pointing at exactly that many bytes: the driver copies them
+    # into those offsets.
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from ncdc.backends import cuda
+
+    report = compile_plan_for(DIAGRAMS / "fp8_matmul.yaml", load_hardware("h200"), "sm_90a")
+    launch = report.module.launches[0]
+    assert "wgmma" in launch.kernel
+    # the kernel the model picks runs in clusters of 2 (compile-time cluster dims: the
+    # launch is the plain one, its grid even) and compiles clean, multicasting B
+    assert launch.kernel.endswith("_c2_sm90a") and launch.grid[0] % 2 == 0
+    assert report.kernels[0].spill_stores_bytes == 0 and report.notes == ()
+    if sass.find_tool("nvdisasm") is not None:
+        assert "UTMALDG.2D.MULTICAST" in sass.disassemble(report.cubin)
+    layout = kernel_params(report.cubin, launch.kernel, tmp_path)
+    assert [o for o, _, _ in layout] == list(range(len(launch.params)))
+
+    class Map:
+        opaque = [0x0123456789ABCDEF + i for i in range(16)]
+
+    monkeypatch.setattr(
+        driver, "cuTensorMapEncodeTiled", lambda *a: (driver.CUresult.CUDA_SUCCESS, Map())
+    )
+    monkeypatch.setattr(cuda, "_TENSOR_MAPS", {})
+
+    class DeviceArray:  # a cupy.ndarray as far as the launch needs: CuPy passes its pointer
+        def __init__(self, ptr: int) -> None:
+            self.data = type("Pointer", (), {"ptr": ptr})()
+
+    device = {p.name: DeviceArray(0x100000 * (i + 1)) for i, p in enumerate(launch.params)}
+    maps = 0
+    for p, (_, offset, size) in zip(launch.params, layout, strict=True):
+        arg = cuda._argument(p, device)
+        if p.kind == "tensormap":
+            maps += 1
+            assert size == 128 and (0x210 + offset) % 64 == 0
+            assert arg.shape == (1,) and arg.tobytes() == np.array(Map.opaque, "<u8").tobytes()
+        elif p.kind in ("tensor", "workspace"):
+            assert size == 8 and arg is device[p.name]
+        else:
+            assert size == np.asarray(arg).nbytes == 8
+    assert maps == 3  # A, B and the TMA-stored C

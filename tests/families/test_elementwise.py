@@ -1,0 +1,97 @@
+"""Elementwise chains on the CPU emulator against float64 NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ncdc.check.reference import round_fp8
+from ncdc.hardware.machine import load_hardware
+from tests import support
+from tests.runtime_sizes import run_at_sizes
+
+H200 = load_hardware("h200")
+
+CHAIN = """
+ncdc: 1
+name: chain
+axes: {b: 2, m: 3, n: 64}
+inputs:
+  X: {axes: [b, m, n], dtype: bf16}
+  B: {axes: [n], dtype: bf16}
+  C: {axes: [m, b], dtype: fp32}
+ops:
+  - "H = add(X, B)"
+  - "G = gelu(H)"
+  - "K = mul(G, C)"
+  - "L = max(K, -0.25)"
+  - "Y = silu(L)"
+outputs: [Y]
+"""
+
+QUANT = """
+ncdc: 1
+name: quant
+axes: {m: 3, n: 64}
+inputs: {X: {axes: [m, n], dtype: fp32}, s: {axes: [], dtype: fp32}}
+ops: ["Q = cast(X, to=fp8_e4m3, scale=[s, 4.0])"]
+outputs: [Q]
+"""
+
+MASK = """
+ncdc: 1
+name: mask
+axes: {q: 5, x: 64}
+inputs: {S: {axes: [q, x], dtype: fp32}}
+ops: ["M = causal(S, query=q, key=x)", "E = exp(M)"]
+outputs: [E]
+"""
+
+
+def run(text: str, plan_sizes: dict, sizes: dict, inputs: dict | None = None) -> tuple:
+    """Render at `plan_sizes`, run at `sizes` (runtime parameters), outputs NaN-poisoned."""
+    return run_at_sizes(text, plan_sizes, sizes, inputs)
+
+
+def test_chain_with_broadcasting_any_size() -> None:
+    # One build: vector runs of 8 where n % 8 == 0, one element at a time otherwise.
+    for b, m, n in [(2, 3, 64), (1, 1, 1), (2, 3, 7), (3, 5, 65), (1, 2, 129)]:
+        got, want, module = run(CHAIN, {"b": 2, "m": 3, "n": 64}, {"b": b, "m": m, "n": n})
+        y, ref = got["Y"], want["Y"]
+        assert not np.isnan(y).any()
+        assert np.max(np.abs(y - ref) / (np.abs(ref) + 1e-2)) < 1e-5, (b, m, n)
+    assert module.launches[0].kernel.startswith("chain_elementwise_fp32_")
+
+
+def test_fp8_quantise_saturates_and_rounds_to_even() -> None:
+    x = np.random.default_rng(0).standard_normal((3, 64)) * 60.0
+    x[0, :6] = [1e6, -1e6, 112.0 + 8.0, 448.0 / 4 + 1.0, 0.0, -0.0]  # saturate, ties, zeros
+    x = x.astype(np.float32).astype(np.float64)
+    inputs = {"X": x, "s": np.float64(0.5)}
+    got, _, _ = run(QUANT, {"m": 3, "n": 64}, {"m": 3, "n": 64}, inputs)
+    expected = round_fp8(x * 0.5 * 4.0, "fp8_e4m3")
+    assert np.array_equal(got["Q"], expected)
+    assert got["Q"][0, 0] == 448.0 and got["Q"][0, 1] == -448.0
+
+
+def test_causal_mask_aligned_at_the_end() -> None:
+    got, want, _ = run(MASK, {"q": 5, "x": 64}, {"q": 5, "x": 9})
+    assert np.array_equal(got["E"] == 0.0, want["E"] == 0.0)
+    assert np.allclose(got["E"], want["E"], rtol=1e-5)
+
+
+def test_an_odd_innermost_size_keeps_vector_runs() -> None:
+    # n = 130 is no multiple of the vector width (8 fp16): only the run that crosses the end
+    # of each row goes one element at a time, so the bytes issued per element stay those of
+    # n = 128 (X, b and Y, plus c[m] and s once per run) to a few percent; one element at a
+    # time everywhere reloads c and s per element, about 2.2 times as much.
+
+    from ncdc.check.run import run_spec
+
+    spec = support.SPECS / "ew_broadcast_binary.yaml"
+    per_element = {}
+    for n in (128, 130):
+        outcome = run_spec(spec, H200, sizes={"m": 200, "n": n})
+        assert outcome.result.ok
+        issued = outcome.result.bytes_read + outcome.result.bytes_written
+        per_element[n] = issued / (200 * n)
+    assert per_element[130] < 1.06 * per_element[128], per_element
