@@ -77,7 +77,7 @@ def estimate_of(name: str, sizes: dict[str, int]) -> int:
     from ncdc.check.run import estimate_emulation
     from ncdc.hardware.machine import load_hardware
     from ncdc.language.spec import load_diagram
-    from ncdc.model.cost import plan_to_dict
+    from ncdc.model.records import plan_to_dict
     from ncdc.plan.choose import choose_plan
     from ncdc.render import render_plan
 

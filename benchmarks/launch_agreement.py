@@ -23,7 +23,7 @@ from ncdc.families import get_family
 from ncdc.families.base import Launch
 from ncdc.hardware.machine import load_hardware
 from ncdc.language.spec import load_diagram
-from ncdc.model.cost import KernelPlan, Plan
+from ncdc.model.values import KernelPlan, Plan
 from ncdc.plan.search import plan_diagram
 
 ROOT = Path(__file__).resolve().parent.parent

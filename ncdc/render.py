@@ -26,7 +26,7 @@ import jinja2
 from ncdc import __version__
 from ncdc.families import get_family
 from ncdc.families.base import KernelSource, Launch, Param, Workspace
-from ncdc.model.cost import Plan
+from ncdc.model.values import Plan
 
 # The launch values the backends read with a rendered module, defined with the families.
 __all__ = ["KernelSource", "Launch", "Param", "RenderedModule", "Workspace", "render_plan"]

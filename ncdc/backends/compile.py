@@ -32,7 +32,8 @@ from ncdc.files import write_atomic, write_together
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.occupancy import blocks_per_sm
 from ncdc.language.spec import Diagram, check_unique_names, load_diagram
-from ncdc.model.cost import KernelPlan, Plan, plan_to_dict
+from ncdc.model.records import plan_to_dict
+from ncdc.model.values import KernelPlan, Plan
 from ncdc.plan.choose import PlanSource, choose_plan_source
 from ncdc.plan.search import kernel_alternatives, retime_kernel, with_kernel
 from ncdc.render import Launch, RenderedModule, render_plan

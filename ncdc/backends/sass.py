@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 from ncdc.errors import CompileError
 
 if TYPE_CHECKING:
-    from ncdc.model.cost import Plan
     from ncdc.model.issue import LoopMix
+    from ncdc.model.values import Plan
 
 TOOL_TIMEOUT_S = 120
 LOOP_RULE = 5  # the version of `main_loop`'s choice, in the key of the loops it keeps
@@ -600,7 +600,9 @@ def mixes_by_kernel(
     SASS; `launches`: the module's kernel names in launch order), for the kernels whose
     loop does tensor work (the others keep their estimate). An attention kernel's mix is
     its hot loop's and its masked loop's (`main_loops`), weighted by the share of chunk
-    iterations the plan's tiles give each (`masked_share`)."""
+    iterations the plan's tiles give each (its family's `masked_share`)."""
+    from ncdc.families import get_family
+
     out: dict[int, LoopMix] = {}
     first = 0
     for i, kp in enumerate(plan.kernels):
@@ -611,7 +613,9 @@ def mixes_by_kernel(
         first += len(c.launches)
         if name in functions:
             mix = loop_mix(main_loop(parse_sass(functions[name])))
-            share = _plan_masked_share(plan, i) if name + MASKED in functions else 0.0
+            family = get_family(kp.family.name)
+            axes = plan.graph.diagram.axes
+            share = family.masked_share(kp, axes) if name + MASKED in functions else 0.0
             if share:
                 masked = loop_mix(parse_sass(functions[name + MASKED]))
                 if masked.tensor_flops == mix.tensor_flops:
@@ -634,25 +638,6 @@ def blend(hot: LoopMix, masked: LoopMix, share: float) -> LoopMix:
         for k in dict.fromkeys([*hot.classes, *masked.classes])
     }
     return LoopMix(classes, hot.tensor_flops, hot.source)
-
-
-def _plan_masked_share(plan: Plan, index: int) -> float:
-    """`masked_share` of kernel `index` of `plan` (an attention kernel: its query and key
-    axes, g_q and s_x); 0 for any other."""
-    kp = plan.kernels[index]
-    params = dict(kp.candidate.params) if kp.candidate is not None else {}
-    if "s_x" not in params or not kp.family.axes("q") or not kp.family.axes("x"):
-        return 0.0
-    axes = plan.graph.diagram.axes
-    (q_axis,), (x_axis,) = kp.family.axes("q"), kp.family.axes("x")
-    q, x = axes[q_axis], axes[x_axis]
-    causal = [op for op in kp.kernel.ops if op.kind == "mask" and op.fn == "causal"]
-    shift = None
-    if causal:
-        shift = x - q if causal[0].params.get("align", "end") == "end" else 0
-    from ncdc.model.issue import masked_share
-
-    return masked_share(q, x, params.get("g_q", q), params["s_x"], shift)
 
 
 def full_tile_path(loop: Sequence[Instruction]) -> list[Instruction]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ncdc.errors import PlanError
 from ncdc.hardware.machine import Hardware
 from ncdc.language.spec import Diagram, load_diagram
-from ncdc.model.cost import Plan
+from ncdc.model.values import Plan
 from ncdc.plan.search import plan_diagram, rank_tiles
 
 if TYPE_CHECKING:

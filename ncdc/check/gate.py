@@ -26,7 +26,7 @@ from ncdc import __version__
 from ncdc.errors import NcdcError, UsageError
 from ncdc.hardware.machine import Hardware
 from ncdc.language.spec import check_unique_names, load_diagram
-from ncdc.model.cost import Plan
+from ncdc.model.values import Plan
 from ncdc.plan.search import plan_diagram
 
 FORMAT = "ncdc.baseline/1"

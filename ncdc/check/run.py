@@ -435,7 +435,7 @@ def run_spec(
         diagram, module, cost = load_compiled(spec)
         tiles_from = None
     else:
-        from ncdc.model.cost import plan_to_dict
+        from ncdc.model.records import plan_to_dict
         from ncdc.plan.choose import choose_plan_source
         from ncdc.render import render_plan
 

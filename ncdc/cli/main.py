@@ -217,7 +217,7 @@ def cost(
     from ncdc.check.buildable import is_model_only, rank_buildable, with_abstract
     from ncdc.cli.report import cost_table, cost_tables, with_note
     from ncdc.cli.views import cost_note
-    from ncdc.model.cost import plan_to_dict
+    from ncdc.model.records import plan_to_dict
 
     profile = load_machine(hardware, hw)
     machine = target_hardware(profile, arch)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ncdc.model.cost import Plan, intensity, ridge
+from ncdc.model.records import intensity, ridge
+from ncdc.model.values import Plan
 
 if TYPE_CHECKING:
     from rich.console import Group

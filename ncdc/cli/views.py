@@ -18,7 +18,7 @@ from ncdc.hardware.machine import Hardware
 from ncdc.model.graph import ON_CHIP, MemoryGraph
 
 if TYPE_CHECKING:
-    from ncdc.model.cost import Plan
+    from ncdc.model.values import Plan
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -208,7 +208,7 @@ def cost_note(plans: Sequence[Plan], abstract: bool) -> str | None:
     """The lines under `ncdc cost`'s table: the model-only caveat, and each varlen mask
     priced dense for want of expected lengths; None when there is nothing to say."""
     from ncdc.check.buildable import MODEL_ONLY
-    from ncdc.model.cost import dense_varlen_notes
+    from ncdc.model.geometry import dense_varlen_notes
 
     lines = [MODEL_ONLY] if abstract else []
     for plan in plans:

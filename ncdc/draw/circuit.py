@@ -41,8 +41,9 @@ from ncdc.draw.model import (
 )
 from ncdc.hardware.machine import Hardware
 from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
-from ncdc.model.cost import KernelModel, KernelPlan, Plan
 from ncdc.model.graph import ON_CHIP, Partition, build_graph
+from ncdc.model.structure import KernelModel
+from ncdc.model.values import KernelPlan, Plan
 
 PITCH = 24  # between the wires of one bundle
 HEAD = 36  # above a bundle's first wire: its header row

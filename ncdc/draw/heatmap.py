@@ -24,7 +24,7 @@ from ncdc.errors import PlanError
 from ncdc.families import FAMILIES, get_family
 from ncdc.hardware.machine import Hardware
 from ncdc.language.spec import Diagram
-from ncdc.model.cost import KernelPlan
+from ncdc.model.values import KernelPlan
 from ncdc.plan.search import plan_diagram
 
 CELL_W, CELL_H = 76, 34

@@ -26,7 +26,8 @@ from pathlib import Path as FilePath
 
 from ncdc.draw.model import INK, MUTED, Dot, Item, Path, Picture, Rect, Shape, Text, level_colour
 from ncdc.errors import UsageError
-from ncdc.model.cost import Plan, dominant_rate, intensity
+from ncdc.model.records import dominant_rate, intensity
+from ncdc.model.values import Plan
 
 PLOT = Rect(90, 84, 620, 400)
 GRID = "#e4e4e4"

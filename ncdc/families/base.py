@@ -18,8 +18,10 @@ from ncdc.model.launch import Candidate, Family, LaunchShape
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
     from ncdc.language.spec import Diagram
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
     from ncdc.model.graph import Kernel
+    from ncdc.model.issue import LoopMix
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 # C++ spelling of each dtype, the same on the GPU and in the CPU emulation.
 CPP_TYPES: dict[str, str] = {
@@ -128,6 +130,16 @@ class KernelFamily(Protocol):
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         """The template context and launches of `kp.candidate`: formatting only."""
 
+    def loop_mix(
+        self, model: KernelModel, family: Family, c: Candidate, hw: Hardware
+    ) -> LoopMix | None:
+        """What `c`'s template issues per warp and main-loop iteration, by instruction class,
+        from its structure (the model's issue-slot term); None for a loop it does not model."""
+
+    def masked_share(self, kp: KernelPlan, axes: Mapping[str, int]) -> float:
+        """The share of the main loop's iterations that run its masked copy (a second loop
+        in the SASS, ncdc.backends.sass.main_loops), at the diagram's `axes`; 0 for none."""
+
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
         """(axis, candidate sizes) of the one or two tiles that matter most, for tile maps."""
 
@@ -170,6 +182,26 @@ def ones(axes: tuple[str, ...], fixed: Mapping[str, int]) -> dict[str, int]:
     return {a: fixed.get(a, 1) for a in axes}
 
 
+def permille(share: float) -> float:
+    """A share of a peak as a candidate states it: whole thousandths, at least one.
+
+    >>> permille(0.83456), permille(0.0)
+    (0.835, 0.001)
+    """
+    return max(1, round(1000 * share)) / 1000
+
+
 def no_arch_problem(diagram: Diagram, kp: KernelPlan, sm: int) -> str:
     """`arch_problem` of a family that runs on every architecture ncdc targets."""
     return ""
+
+
+def no_loop_mix(model: KernelModel, family: Family, c: Candidate, hw: Hardware) -> LoopMix | None:
+    """`loop_mix` of a family whose loop has no tensor work (row-wise, elementwise): its
+    instructions hide under its memory traffic, which the model prices."""
+    return None
+
+
+def no_masked_loop(kp: KernelPlan, axes: Mapping[str, int]) -> float:
+    """`masked_share` of a family whose kernels have one main loop."""
+    return 0.0

@@ -31,7 +31,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
-from ncdc.families.base import KernelSource, Launch, Param, no_arch_problem, ones
+from ncdc.families.base import (
+    KernelSource,
+    Launch,
+    Param,
+    no_arch_problem,
+    no_loop_mix,
+    no_masked_loop,
+    ones,
+)
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     Statement,
@@ -48,8 +56,9 @@ from ncdc.model.launch import Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
     from ncdc.model.graph import Kernel
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 TILES: dict[str, tuple[int, ...]] = {
     "threads": (128, 256),
@@ -127,6 +136,8 @@ class ElementwiseFamily:
         return []
 
     arch_problem = staticmethod(no_arch_problem)
+    loop_mix = staticmethod(no_loop_mix)
+    masked_share = staticmethod(no_masked_loop)
 
 
 FAMILY = ElementwiseFamily()

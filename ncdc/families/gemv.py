@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
-from ncdc.families.base import VECTOR_BYTES, KernelSource, Launch, Param, ones
+from ncdc.families.base import VECTOR_BYTES, KernelSource, Launch, Param, no_masked_loop, ones
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.families.gemm import core as gemm
 from ncdc.language.spec import DTYPE_BYTES, Diagram, Tensor
@@ -36,8 +36,10 @@ from ncdc.model.launch import MAX_GRID_X, Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
     from ncdc.model.graph import Kernel
+    from ncdc.model.issue import LoopMix
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 MAX_ROWS = 8  # rows of X the kernel keeps accumulators for (below the 16-row mma tile)
 TILES: dict[str, tuple[int, ...]] = {
@@ -155,7 +157,9 @@ class GemvFamily:
         # not work (the model's padding counts whole chunks)
         chunk = min(chunk, model.sizes[g.k])
         stream = {a: (chunk if a == g.k else fixed.get(a, 1)) for a in streams}
-        return Candidate(group, stream, warp_group, stream, params, (shape,), 1, 1, registers)
+        return Candidate(
+            group, stream, warp_group, stream, params, (shape,), 1, 1, registers, cuda_cores=True
+        )
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         c = kp.candidate
@@ -166,6 +170,15 @@ class GemvFamily:
 
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
         return [(family.axes("cols")[0], TILES["column_threads"])]
+
+    def loop_mix(
+        self, model: KernelModel, family: Family, c: Candidate, hw: Hardware
+    ) -> LoopMix | None:
+        if not dict(c.params).get("gemv"):  # a GEMM's candidate: its mma.sync loop
+            return gemm.FAMILY.loop_mix(model, family, c, hw)
+        return None  # fp32 FMAs on CUDA cores, bound by the weights' traffic
+
+    masked_share = staticmethod(no_masked_loop)
 
     def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
         c = kp.candidate
@@ -257,7 +270,7 @@ def _params(
 ) -> tuple[tuple[str, int], ...]:
     return (
         ("gemv", 1), ("w_k", w_k), ("rows", rows), ("vec", vec), ("warps", warps),
-        ("unroll", unroll), ("ct", ct), ("ks", ks), ("cuda_cores", 1),
+        ("unroll", unroll), ("ct", ct), ("ks", ks),
     )  # fmt: skip
 
 

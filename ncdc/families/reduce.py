@@ -35,6 +35,8 @@ from ncdc.families.base import (
     Param,
     Workspace,
     no_arch_problem,
+    no_loop_mix,
+    no_masked_loop,
     pow2,
 )
 from ncdc.families.codegen import (
@@ -54,8 +56,9 @@ from ncdc.model.launch import Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
     from ncdc.model.graph import Kernel
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 TILES: dict[str, tuple[int, ...]] = {
     "threads": (128, 256, 512),  # threads per block: tx kept indices by threads / tx slices
@@ -161,6 +164,8 @@ class ReduceFamily:
         return []
 
     arch_problem = staticmethod(no_arch_problem)
+    loop_mix = staticmethod(no_loop_mix)
+    masked_share = staticmethod(no_masked_loop)
 
 
 FAMILY = ReduceFamily()

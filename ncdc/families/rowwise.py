@@ -25,7 +25,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
-from ncdc.families.base import KernelSource, Launch, Param, no_arch_problem, ones, options
+from ncdc.families.base import (
+    KernelSource,
+    Launch,
+    Param,
+    no_arch_problem,
+    no_loop_mix,
+    no_masked_loop,
+    ones,
+    options,
+)
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     Statement,
@@ -45,8 +54,9 @@ from ncdc.model.launch import Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
     from ncdc.model.graph import Kernel
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 TILES: dict[str, tuple[int, ...]] = {
     "rows": (1, 2, 4, 8),  # rows per block; each row whole, read as 16-byte vectors
@@ -151,6 +161,8 @@ class RowwiseFamily:
         return [(rows[-1], TILES["rows"])] if rows else []
 
     arch_problem = staticmethod(no_arch_problem)
+    loop_mix = staticmethod(no_loop_mix)
+    masked_share = staticmethod(no_masked_loop)
 
 
 FAMILY = RowwiseFamily()

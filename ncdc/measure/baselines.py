@@ -31,8 +31,8 @@ from typing import Any
 from ncdc.families import get_family
 from ncdc.language.spec import Diagram, Op
 from ncdc.measure.timing import BaselineResult, Timer, torch_work
-from ncdc.model.cost import Plan
 from ncdc.model.launch import Family
+from ncdc.model.values import Plan
 
 Candidate = tuple[str, Callable[[], None]]
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

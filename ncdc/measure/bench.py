@@ -32,7 +32,8 @@ from ncdc.check.reference import from_storage, round_to, storage_dtype, to_stora
 from ncdc.hardware.machine import Hardware
 from ncdc.language.spec import Diagram, load_diagram
 from ncdc.measure.timing import BaselineResult, Replay, Timer, Timing
-from ncdc.model.cost import Plan, dominant_rate
+from ncdc.model.records import dominant_rate
+from ncdc.model.values import Plan
 from ncdc.output import json_number
 from ncdc.render import RenderedModule, render_plan
 

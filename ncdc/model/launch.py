@@ -80,6 +80,15 @@ class Candidate:
     `cluster` names, per axis, the blocks of a thread-block cluster stacked along it: they
     load the operands that axis does not index once for all of them (TMA multicast), so the
     model counts the L2 -> shared-memory traffic of their joint tile.
+
+    The rest are what the model needs to know of the kernel's structure, stated by its
+    family (the model reads no template parameter): `tensor_share`, the share of the tensor
+    peak its MMA instruction sustains (0: the profile's mma.sync share; wgmma kernels state
+    their own); `cuda_cores`, its contraction runs as fp32 FMAs on CUDA cores (GEMV);
+    `pingpong`, two consumer warpgroups take turns at the tensor pipe, one's softmax under
+    the other's MMAs (FlashAttention-3 order); `split_size`, the length of the streamed axis
+    each split covers (split-key kernels); `raster_group`, tile rows a run of consecutive
+    blocks walks before the next column (a GEMM's grouped order, for L2 reuse; 0: row order).
     """
 
     group: Mapping[str, int] = field(hash=False)
@@ -93,6 +102,11 @@ class Candidate:
     registers: int = 0
     rereads: tuple[tuple[str, int], ...] = ()
     cluster: tuple[tuple[str, int], ...] = ()
+    tensor_share: float = 0.0
+    cuda_cores: bool = False
+    pingpong: bool = False
+    split_size: int = 0
+    raster_group: int = 0
 
     @property
     def main(self) -> LaunchShape:
@@ -142,6 +156,11 @@ class Candidate:
             "registers": self.registers,
             "rereads": dict(self.rereads),
             "cluster": dict(self.cluster),
+            "tensor_share": self.tensor_share,
+            "cuda_cores": self.cuda_cores,
+            "pingpong": self.pingpong,
+            "split_size": self.split_size,
+            "raster_group": self.raster_group,
         }
 
 
@@ -167,4 +186,7 @@ def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
         int(data["stages"]), int(data["splits"]), int(data["registers"]),
         tuple((str(k), int(v)) for k, v in data.get("rereads", {}).items()),
         tuple((str(k), int(v)) for k, v in data.get("cluster", {}).items()),
+        float(data.get("tensor_share", 0.0)), bool(data.get("cuda_cores", False)),
+        bool(data.get("pingpong", False)), int(data.get("split_size", 0)),
+        int(data.get("raster_group", 0)),
     )  # fmt: skip

@@ -27,8 +27,8 @@ from ncdc.errors import PlanError
 from ncdc.files import write_atomic
 from ncdc.hardware.machine import Hardware
 from ncdc.language.spec import Diagram
-from ncdc.model.cost import Plan
 from ncdc.model.launch import Candidate, candidate_from_dict
+from ncdc.model.values import Plan
 from ncdc.plan.search import plan_diagram, plan_from_candidates, rank_tiles, with_unfused
 
 FORMAT = "ncdc.tune/1"

@@ -24,28 +24,23 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
-from ncdc.families import classify_kernel, get_family
+from ncdc.families import FAMILIES, classify_kernel, get_family
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.occupancy import blocks_per_sm
 from ncdc.language.spec import Diagram
 from ncdc.model.cost import (
     MAX_REGISTERS,
-    BreakOption,
-    KernelModel,
-    KernelPlan,
     KernelTiming,
-    Plan,
-    TileChoice,
-    Unfused,
     evaluate_kernel,
-    kernel_mix,
-    streamed_axes,
     summarize,
     time_kernel,
 )
 from ncdc.model.graph import ON_CHIP, Kernel, MemoryGraph, Partition, build_graph
 from ncdc.model.issue import LoopMix
 from ncdc.model.launch import Candidate, Family
+from ncdc.model.streaming import streamed_axes
+from ncdc.model.structure import KernelModel
+from ncdc.model.values import BreakOption, KernelPlan, Plan, TileChoice, Unfused
 
 if TYPE_CHECKING:
     import numpy as np
@@ -176,7 +171,8 @@ def plan_from_candidates(
         choice, problem = _Checker(model, hardware).check(c)
         if choice is None:
             raise PlanError(f"stored candidate for kernel {kernel.name}: {problem[1]}")
-        kernels.append(evaluate_kernel(model, family, hardware, choice))
+        mix = estimate_mix(model, family, hardware, choice)
+        kernels.append(evaluate_kernel(model, family, hardware, choice, mix))
     return summarize(graph, tuple(kernels))
 
 
@@ -375,12 +371,24 @@ def _rank_kernel(
     if not choices:
         choices = _abstract_choices(model, hw, streams, fixed, top_k, continuous)
     # Rank by the times alone; only the best few become full plans.
+    mixes = [estimate_mix(model, family, hw, c) for c in choices]
     timings = [
-        time_kernel(model, hw, c, checker.occupancy, kernel_mix(model, family, hw, c))
-        for c in choices
+        time_kernel(model, hw, c, checker.occupancy, mix)
+        for c, mix in zip(choices, mixes, strict=True)
     ]
     order = sorted(range(len(choices)), key=lambda i: _rank_key(choices[i], timings[i]))
-    return [evaluate_kernel(model, family, hw, choices[i]) for i in order[:top_k]]
+    return [evaluate_kernel(model, family, hw, choices[i], mixes[i]) for i in order[:top_k]]
+
+
+def estimate_mix(
+    model: KernelModel, family: Family, hw: Hardware, choice: TileChoice
+) -> LoopMix | None:
+    """The family's estimate of the main loop's issue slots for `choice`'s candidate; None
+    on an abstract machine, for a kernel no family builds, or a loop the family does not
+    model."""
+    if choice.candidate is None or family.name not in FAMILIES:
+        return None
+    return get_family(family.name).loop_mix(model, family, choice.candidate, hw)
 
 
 def _rank_key(c: TileChoice, t: KernelTiming) -> tuple:
@@ -618,8 +626,7 @@ class _Checker:
         block = Partition(c.group, c.stream)
         parts = {hw.block_level: block, hw.register_level: Partition(c.warp_group, c.warp_stream)}
         if self.l2_capacity is not None:
-            group_m = dict(c.params).get("group_m", 0)
-            wave = self.wave_group(c.group, lim.sms * per_sm, c.splits, group_m)
+            wave = self.wave_group(c.group, lim.sms * per_sm, c.splits, c.raster_group)
             _, wave_bytes = model.tile_resident(wave, c.stream, c.stages)
             fits = wave_bytes <= self.l2_capacity
             parts[self.cache_level] = Partition(wave, c.stream) if fits else block

@@ -143,7 +143,7 @@ def test_the_hot_loop_is_the_first_copy_and_the_masked_one_is_weighted_by_its_ch
     assert sass.main_loop(ins) == hot and [i.addr for i in masked] == [
         0x40 + 16 * k for k in range(6)
     ]
-    from ncdc.model.issue import masked_share
+    from ncdc.families.attention.mix import masked_share
 
     share = masked_share(256, 256, 64, 64, 0)
     assert share == pytest.approx(4 / 10)

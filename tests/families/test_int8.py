@@ -151,8 +151,8 @@ def test_library_kernels_compile_without_spills(arch: str) -> None:
 
 def _model(name: str, **sizes: int):
     from ncdc.language.spec import load_diagram
-    from ncdc.model.cost import KernelModel
     from ncdc.model.graph import build_graph
+    from ncdc.model.structure import KernelModel
 
     d = load_diagram(ROOT / "diagrams" / f"{name}.yaml", sizes)
     (kernel,) = build_graph(d, H200).kernels
@@ -160,7 +160,7 @@ def _model(name: str, **sizes: int):
 
 
 def test_int8_runs_at_the_int8_rate_and_weight_only_at_the_bf16_rate() -> None:
-    from ncdc.model.cost import contract_unit
+    from ncdc.model.structure import contract_unit
 
     d, _ = _model("int8_matmul")
     assert contract_unit(d, d.ops[0]) == ("tensor", "int8")
@@ -182,7 +182,7 @@ def test_weight_only_widening_is_priced_per_block_row() -> None:
     # 2 m n k = 2 * 32 * 256 * 64 tensor FLOPs; the per-column scale is one multiply per
     # output (32 * 256); every block along m widens all 256 * 64 weights it reads, at
     # WIDEN_OPS_PER_VALUE (2) each: m tiles of 32 -> 1 block row, of 16 -> 2.
-    from ncdc.model.cost import WIDEN_OPS_PER_VALUE
+    from ncdc.model.structure import WIDEN_OPS_PER_VALUE
 
     _, model = _model("w8a16_matmul", m=32, n=256, k=64)
     whole = model.tile_flops({"m": 32, "n": 128}, {"k": 64})

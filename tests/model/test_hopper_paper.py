@@ -11,7 +11,8 @@ import pytest
 
 from ncdc.hardware.machine import apply_overrides, load_hardware
 from ncdc.language.spec import DTYPE_BYTES, load_diagram_text
-from ncdc.model.cost import KernelModel, WarpgroupBudget, warpgroups_fit
+from ncdc.model.overlap import WarpgroupBudget, warpgroups_fit
+from ncdc.model.structure import KernelModel
 from ncdc.plan.search import plan_diagram
 
 KIB = 1024

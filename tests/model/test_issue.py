@@ -12,8 +12,8 @@ import pytest
 from ncdc.backends import sass
 from ncdc.hardware.machine import load_hardware
 from ncdc.language.spec import load_diagram
-from ncdc.model.cost import overlap_compute
 from ncdc.model.issue import ESTIMATE, MMA_16816_FLOPS, SASS, LoopMix, issue_time_s
+from ncdc.model.overlap import overlap_compute
 from ncdc.plan.search import plan_diagram
 
 TOOLS = sass.find_tool("nvdisasm") is not None and sass.find_tool("cuobjdump") is not None
@@ -176,7 +176,7 @@ def test_cost_prices_a_compiled_kernel_from_its_sass(compiled):
     # cost` of the same plan finds it and prices its main loops, and its JSON says so.
     from ncdc.backends.compile import priced_from_sass
     from ncdc.check.buildable import with_compiled_sass
-    from ncdc.model.cost import plan_to_dict
+    from ncdc.model.records import plan_to_dict
 
     for _, plan, report in (compiled[0], compiled[-1]):  # a GEMM and an attention
         assert priced_from_sass(report).plan.kernels[0].instructions.source == SASS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ncdc.model.cost import overlap_compute, pingpong_time, pipeline_time
+from ncdc.model.overlap import overlap_compute, pingpong_time, pipeline_time
 
 
 def test_a_pipeline_runs_at_its_slower_side_once_it_has_two_buffers():

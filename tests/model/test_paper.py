@@ -208,7 +208,7 @@ def test_section6_fa3_shares_of_peak_follow_from_a_66_percent_softmax_overhead()
     # warp's softmax runs between its MMAs on the same scores (`overlap_compute` with one
     # instruction stream: serial). The softmax costs 66% of the fp8 MMA time; the fp16 MMAs
     # take twice as long, so there it is 33%: shares 1 / 1.33 = 0.752 and 1 / 1.66 = 0.602.
-    from ncdc.model.cost import overlap_compute
+    from ncdc.model.overlap import overlap_compute
 
     softmax = 0.66 * 0.5  # seconds, against fp8 MMAs of 0.5 s and fp16 MMAs of 1 s
     for mma, share in ((1.0, 0.75), (0.5, 0.60)):
@@ -222,7 +222,7 @@ def test_section5_6_warpgroups_per_sm_from_smem_and_register_budgets():
     # Sec. 5.6 (H100): 228 KB of shared memory per SM, 48 KB per thread block and 48 KB per
     # warpgroup give (228 - 48) / 48 = 3.75 ("3.7"); 256 KB of registers per SM (the h100
     # profile's rf level) at 74.75 KB per warpgroup give 3.42 ("3.4"); 3 warpgroups run.
-    from ncdc.model.cost import warpgroups_per_sm
+    from ncdc.model.overlap import warpgroups_per_sm
 
     rf_kb = load_hardware("h100").level("rf").capacity_bytes / 1024
     smem = warpgroups_per_sm(228, 48, 48)
@@ -236,7 +236,7 @@ def test_section5_7_fused_attention_is_compute_bound_from_g_q_295_on_h100():
     # intensity of 2 g_q / p for long keys, g_q at fp16; the H100's ridge is its datasheet
     # 989.4 TFLOP/s over 3.35 TB/s = 295 FLOP/byte, so compute-bound from g_q >= 295. Here
     # H is the generic model's (KernelModel.transfer) with g_q = 295 and x = 2^20 keys.
-    from ncdc.model.cost import KernelModel
+    from ncdc.model.structure import KernelModel
 
     h100 = load_hardware("h100")
     ridge = h100.ridge_point("tensor", "fp16", "hbm")

@@ -144,8 +144,10 @@ def test_memoised_search_checks_and_times_every_candidate_as_a_fresh_model_does(
     fresh model with no memo."""
     from ncdc.families import classify_kernel
     from ncdc.hardware.occupancy import blocks_per_sm
-    from ncdc.model.cost import KernelModel, streamed_axes, time_kernel
+    from ncdc.model.cost import time_kernel
     from ncdc.model.graph import Partition, build_graph
+    from ncdc.model.streaming import streamed_axes
+    from ncdc.model.structure import KernelModel
     from ncdc.plan.search import _Checker, _gpu_choices
 
     hw = load_hardware(profile)
@@ -170,7 +172,7 @@ def test_memoised_search_checks_and_times_every_candidate_as_a_fresh_model_does(
             per_sm = blocks_per_sm(c.threads, c.registers, c.smem_bytes, hw.limits)
             wave = _Checker(fresh, hw).wave_group(
                 block.group, hw.limits.sms * per_sm[0], choice.splits,
-                dict(c.params).get("group_m", 0),
+                c.raster_group,
             )  # fmt: skip
             fits = (
                 fresh.resident(wave, block.stream, choice.stages)[1]

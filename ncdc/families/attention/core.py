@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from ncdc.errors import PlanError
 from ncdc.families.attention import splitk as attention_splitk
 from ncdc.families.attention import wgmma as attention_wgmma
+from ncdc.families.attention.mix import attention_mix, fa3_mix, plan_masked_share
 from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param, no_arch_problem, round_up
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
@@ -48,8 +49,10 @@ from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
     from ncdc.model.graph import Kernel
+    from ncdc.model.issue import LoopMix
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 TILES: dict[str, tuple[int, ...]] = {
     "g_q": (64, 128),  # queries per block
@@ -470,6 +473,17 @@ class AttentionFamily:
 
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
         return [(family.axes("q")[-1], TILES["g_q"]), (family.axes("x")[0], TILES["s_x"])]
+
+    def loop_mix(
+        self, model: KernelModel, family: Family, c: Candidate, hw: Hardware
+    ) -> LoopMix | None:
+        """The FlashAttention-3 consumer's key tile (`fa3_mix`) or the FlashAttention-2
+        order's key chunk (`attention_mix`)."""
+        if attention_wgmma.is_wgmma(c):
+            return fa3_mix(family, c, model.sizes, model.tensor_dtype)
+        return attention_mix(family, c, model.sizes, model)
+
+    masked_share = staticmethod(plan_masked_share)
 
     def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
         if kp.candidate is not None and attention_wgmma.is_wgmma(kp.candidate):

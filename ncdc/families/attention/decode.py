@@ -40,15 +40,17 @@ from ncdc.families.attention.core import (
     require_streamed,
     variant_name,
 )
-from ncdc.families.base import KernelSource, Launch, Param, Workspace, no_arch_problem
+from ncdc.families.attention.mix import plan_masked_share
+from ncdc.families.base import KernelSource, Launch, Param, Workspace, no_arch_problem, no_loop_mix
 from ncdc.families.codegen import size_name
 from ncdc.language.spec import Diagram
 from ncdc.model.launch import Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
     from ncdc.model.graph import Kernel
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 TILES: dict[str, tuple[int, ...]] = {
     "g_q": (16,),  # the whole (short) query axis, padded to one mma row block
@@ -110,11 +112,8 @@ class DecodeFamily:
             keys_per_split = -(-chunks // min(asked, chunks)) * s_x
             splits = -(-x_len // keys_per_split)  # none empty
             stages = min(stages, max(2, -(-keys_per_split // s_x)))  # no stage left unused
-            params = (
-                ("s_x", s_x), ("warps", warps), ("stages", stages),
-                ("keys_per_split", keys_per_split), ("pack", pack),
-            )  # fmt: skip
-            if params in out:
+            params = (("s_x", s_x), ("warps", warps), ("stages", stages), ("pack", pack))
+            if (params, keys_per_split) in out:
                 continue
             partials = splits * warps
             threads = 32 * warps
@@ -132,9 +131,10 @@ class DecodeFamily:
             if pack_axis:
                 group[pack_axis] = pack
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
-            out[params] = Candidate(
+            out[(params, keys_per_split)] = Candidate(
                 group, stream, group, stream, params, shapes, stages, splits,
                 attention_registers(model, family, MMA_ROWS, s_x, threads, masked=True),
+                split_size=keys_per_split,
             )  # fmt: skip
         return list(out.values())
 
@@ -173,7 +173,7 @@ class DecodeFamily:
                     *at.score_params(),
                     *sizes,
                     scale,
-                    Param("ncdc_keys_per_split", "int64", value=c.param("keys_per_split")),
+                    Param("ncdc_keys_per_split", "int64", value=c.split_size),
                 ),
             ),
             Launch.of(
@@ -222,6 +222,8 @@ class DecodeFamily:
         return [(family.axes("q")[-1], TILES["g_q"]), (family.axes("x")[0], TILES["s_x"])]
 
     arch_problem = staticmethod(no_arch_problem)
+    loop_mix = staticmethod(no_loop_mix)
+    masked_share = staticmethod(plan_masked_share)
 
 
 FAMILY = DecodeFamily()

@@ -37,7 +37,8 @@ from ncdc.model.launch import MAX_GRID_YZ, Candidate, LaunchShape
 if TYPE_CHECKING:
     from ncdc.families.attention.core import Attention
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 SPLITS = (2, 4, 8, 16, 32)  # asked-for splits; each gets whole key chunks and none is empty
 MERGE_THREADS = 128  # 4 warps, a row each at a time
@@ -84,13 +85,13 @@ def candidates(
                     merge_smem(rows, splits),
                 ),
             )
-            extra = (("split_keys", 1), ("keys_per_split", keys_per_split))
             out[(c.params, splits)] = dataclasses.replace(
                 c,
-                params=c.params + extra,
+                params=c.params + (("split_keys", 1),),
                 launches=shapes,
                 splits=splits,
                 rereads=((at.q, splits - 1),),  # every split loads the query tile
+                split_size=keys_per_split,
             )
     return list(out.values())
 
@@ -131,7 +132,7 @@ def render(
                 *at.score_params(),
                 *sizes,
                 at.scale_param(),
-                Param("ncdc_keys_per_split", "int64", value=c.param("keys_per_split")),
+                Param("ncdc_keys_per_split", "int64", value=c.split_size),
             ),
         ),
         Launch.of(
@@ -156,7 +157,7 @@ def render(
         "part_o": part_o,
         "part_ml": part_ml,
         "summary": f"fused attention, {g_q} queries per block, keys split {c.splits} ways "
-        f"({c.param('keys_per_split')} per split) and streamed {s_x} at a time through a "
+        f"({c.split_size} per split) and streamed {s_x} at a time through a "
         f"{c.stages}-stage cp.async ring, {c.warps} warps of {warp_q} queries; fp32 "
         "partials merged in split order by a second kernel",
     }

@@ -13,8 +13,8 @@ of each consumer stores its 64 rows with TMA (rows beyond q are clipped).
 
 The candidates join the mma.sync ones on sm_90a profiles and the model picks per shape.
 Their price: the model's traffic and padding, the tensor rate at the full wgmma peak
-(param `tensor_permille`, less the epilogue's TMA store issue) and the softmax hidden under
-the other warpgroup's GEMMs (param `pingpong`: ncdc.model.cost.pingpong_compute). What the
+(the candidate's `tensor_share`, less the epilogue's TMA store issue) and the softmax hidden
+under the other warpgroup's GEMMs (`pingpong`: ncdc.model.overlap.pingpong_compute). What the
 template does not run (scores other than a plain or causal mask, a log-sum-exp output,
 heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q, K, V and O must be
 [batch..., rows, head]) leaves the kernel with the mma.sync candidates.
@@ -33,7 +33,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec
+from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
 from ncdc.families.codegen import cpp_type
 from ncdc.families.gemm.wgmma import ISSUE_CYCLES, TMA_LATENCY_CYCLES
 from ncdc.language.spec import DTYPE_BYTES, Diagram
@@ -42,7 +42,8 @@ from ncdc.model.launch import Candidate, Family, LaunchShape
 if TYPE_CHECKING:
     from ncdc.families.attention.core import Attention
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg
 DTYPES = ("bf16", "fp16")  # V and O; Q and K these too, or fp8 (S by wgmma k32)
@@ -165,7 +166,7 @@ def candidates(
     run it or the user fixed a query or key tile it does not have. `batch` is the number of
     (batch..., head) slices, `group` a block's tile (the attention family's, for 128
     queries)."""
-    from ncdc.model.cost import WarpgroupBudget, warpgroups_fit
+    from ncdc.model.overlap import WarpgroupBudget, warpgroups_fit
 
     if not offered(hw) or not _runs(at, model.diagram):
         return []
@@ -193,8 +194,7 @@ def candidates(
             shape = LaunchShape((-(-model.sizes[q] // BQ), batch, 1), (THREADS, 1, 1), smem)
             share = pipeline_share(hw, at, s_x, stages)
             share *= store_share(hw, at, s_x, model.sizes[x], share)
-            params = (("wgmma", 1), ("g_q", BQ), ("s_x", s_x), ("pingpong", 1),
-                      ("tensor_permille", max(1, round(1000 * share))))  # fmt: skip
+            params = (("wgmma", 1), ("g_q", BQ), ("s_x", s_x))
             out.append(
                 Candidate(
                     group,
@@ -206,6 +206,8 @@ def candidates(
                     stages,
                     1,
                     LAUNCH_REGISTERS,
+                    tensor_share=permille(share),
+                    pingpong=True,
                 )  # fmt: skip
             )
     return out

@@ -35,6 +35,7 @@ from ncdc.families.base import (
     KernelSource,
     Launch,
     Param,
+    no_masked_loop,
     ones,
     pow2,
     round_up,
@@ -43,13 +44,16 @@ from ncdc.families.base import (
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.families.gemm import splitk as gemm_splitk
 from ncdc.families.gemm import wgmma as gemm_wgmma
+from ncdc.families.gemm.mix import gemm_mix, wgmma_mix
 from ncdc.language.spec import DTYPE_BYTES, Diagram, Op, Tensor
 from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
     from ncdc.model.graph import Kernel
+    from ncdc.model.issue import LoopMix
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 TILES: dict[str, tuple[int, ...]] = {
     "g_m": (32, 64, 128, 256),  # block tile along the m axis
@@ -178,7 +182,7 @@ class GemmFamily:
                 if simt
                 else _mma_tiles(g_m, g_n, s_k, warps, stages, p, ops)
             )
-            params = _params(t, simt) + vec + (("group_m", GROUP_M),)
+            params = _params(t, simt) + vec
             if params in out:
                 continue
             group = {**ones(other, fixed), ops.m: t.bm, ops.n: t.bn}
@@ -190,7 +194,7 @@ class GemmFamily:
             shape = LaunchShape(grid, (threads, 1, 1), _smem_bytes(t, ops, p))
             out[params] = Candidate(
                 group, stream, warp_group, warp_stream, params, (shape,), t.stages, 1,
-                _registers(t, threads, p, simt),
+                _registers(t, threads, p, simt), raster_group=GROUP_M,
             )  # fmt: skip
         # sm_90a: the TMA + wgmma variant competes with these (ncdc/families/gemm/wgmma.py)
         hopper = gemm_wgmma.candidates(model, family, hw, streams, fixed, ops)
@@ -211,6 +215,19 @@ class GemmFamily:
 
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
         return [(family.axes("m")[-1], TILES["g_m"]), (family.axes("n")[-1], TILES["g_n"])]
+
+    def loop_mix(
+        self, model: KernelModel, family: Family, c: Candidate, hw: Hardware
+    ) -> LoopMix | None:
+        """The Hopper GEMM's consumer k tile (`wgmma_mix`), the mma.sync one (`gemm_mix`),
+        none for the fp32 kernel on CUDA cores."""
+        if gemm_wgmma.is_wgmma(c):
+            return wgmma_mix(c, model.tensor_dtype)
+        if not dict(c.params).get("simt", 1):
+            return gemm_mix(family, c, model.tensor_dtype, hw, model)
+        return None
+
+    masked_share = staticmethod(no_masked_loop)
 
     def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
         if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
@@ -379,7 +396,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "warps_m": tiles.warps_m,
         "warps_n": tiles.warps_n,
         "stages": tiles.stages,
-        "group_m": c.param("group_m"),
+        "group_m": c.raster_group,
         "tm": tiles.tm,
         "tn": tiles.tn,
         "a_k": "true" if ops.a_k else "false",

@@ -31,7 +31,8 @@ from ncdc.model.launch import MAX_GRID_X, Candidate, LaunchShape
 if TYPE_CHECKING:
     from ncdc.families.gemm.core import GemmTiles, Operands
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 SPLITS = (2, 4, 8, 16, 32)  # asked-for splits; each gets whole k tiles and none is empty
 MERGE_THREADS = 256
@@ -146,7 +147,7 @@ def render(
         "warps_m": t.warps_m,
         "warps_n": t.warps_n,
         "stages": t.stages,
-        "group_m": c.param("group_m"),
+        "group_m": c.raster_group,
         "a_k": "true" if ops.a_k else "false",
         "b_k": "true" if ops.b_k else "false",
         "vec_a": "true" if vec_a else "false",

@@ -17,7 +17,7 @@ multicasts it to both, and the model counts the pair's joint L2 -> shared-memory
 
 The candidates join the mma.sync ones on sm_90a profiles, and the model picks per shape.
 Their price: the model's usual traffic and tile padding, with the tensor rate at the full
-peak times `pipeline_share` (carried as the candidate's `tensor_permille`), in place of the
+peak times `pipeline_share` (the candidate's `tensor_share`), in place of the
 mma.sync share. wgmma's 8-bit operands exist only K-major: an n-contiguous fp8 B lands in
 a staging slot and the producer warpgroup's other three warps transpose it into the K-major
 slot (`transposes_b`; its shared-memory traffic is in `pipeline_share`). Layout limits (TMA
@@ -38,14 +38,15 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec
+from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.language.spec import DTYPE_BYTES, Diagram, Tensor
 from ncdc.model.launch import Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.model.cost import KernelModel, KernelPlan, Plan
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
 
 
 class Operands(Protocol):
@@ -224,7 +225,6 @@ def candidates(
             share *= tile_s / (tile_s + store_s)
             params = (
                 ("wgmma", 1), ("bm", BM), ("bn", bn), ("bk", bk), ("stages", stages),
-                ("group_m", GROUP_M), ("tensor_permille", max(1, round(1000 * share))),
                 ("tma_store", int(c_size > 0)), ("cluster", cluster),
             )  # fmt: skip
             group = {**{a: fixed.get(a, 1) for a in other}, ops.m: BM, ops.n: bn}
@@ -246,6 +246,8 @@ def candidates(
                     1,
                     LAUNCH_REGISTERS,
                     cluster=((ops.m, cluster),) if cluster > 1 else (),
+                    tensor_share=permille(share),
+                    raster_group=GROUP_M,
                 )  # fmt: skip
             )
     return out
@@ -320,7 +322,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "bn": bn,
         "bk": bk,
         "stages": stages,
-        "group_m": c.param("group_m"),
+        "group_m": c.raster_group,
         "cluster": cluster,
         "b_k": "true" if ops.b_k else "false",
         "batched": "true" if batch else "false",

@@ -20,7 +20,7 @@ from ncdc.check.run import OutputCheck, allocate, compare, launch_args
 from ncdc.errors import NcdcError, SpecError
 from ncdc.hardware.machine import load_hardware
 from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
-from ncdc.model.cost import band_fraction, band_tiles
+from ncdc.model.geometry import band_fraction, band_tiles
 from ncdc.plan.search import kernel_alternatives, plan_diagram, with_kernel
 from ncdc.render import RenderedModule, render_plan
 from tests import support

@@ -23,8 +23,9 @@ from ncdc.families.attention.core import FAMILY
 from ncdc.families.attention.wgmma import is_wgmma
 from ncdc.hardware.machine import load_hardware
 from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
-from ncdc.model.cost import KernelModel, streamed_axes
 from ncdc.model.graph import build_graph
+from ncdc.model.streaming import streamed_axes
+from ncdc.model.structure import KernelModel
 from ncdc.plan.search import plan_diagram, plan_from_candidates
 from ncdc.render import RenderedModule, render_plan
 from ncdc.templates import include

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ncdc.hardware.machine import load_hardware
 from ncdc.language.spec import load_diagram
-from ncdc.model.cost import PIPELINE_LATENCY_S, pipeline_stall
+from ncdc.model.overlap import PIPELINE_LATENCY_S, pipeline_stall
 from ncdc.plan.search import plan_diagram
 
 H200 = load_hardware("h200")
@@ -37,8 +37,8 @@ def test_grouped_order_wave_spans_eight_tile_rows() -> None:
     # mlp (m 4096, n 16384) in 256 x 128 tiles: 16 x 128 tiles. 132 blocks in row order
     # cover 2 tile rows (512 rows of C) across all 128 columns; in groups of 8 tile rows
     # they cover 8 tile rows (2048) of the first ceil(132 / 8) = 17 columns (2176).
-    from ncdc.model.cost import KernelModel
     from ncdc.model.graph import build_graph
+    from ncdc.model.structure import KernelModel
     from ncdc.plan.search import _Checker
 
     d = load_diagram("diagrams/mlp.yaml")

@@ -22,8 +22,9 @@ from ncdc.families.gemm.core import FAMILY
 from ncdc.families.gemm.wgmma import is_wgmma, pipeline_share
 from ncdc.hardware.machine import Hardware, load_hardware
 from ncdc.language.spec import load_diagram
-from ncdc.model.cost import KernelModel, streamed_axes
 from ncdc.model.graph import build_graph
+from ncdc.model.streaming import streamed_axes
+from ncdc.model.structure import KernelModel
 from ncdc.plan.search import kernel_alternatives, plan_diagram, plan_from_candidates
 from ncdc.render import render_plan
 from tests import support

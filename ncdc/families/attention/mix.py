@@ -1,0 +1,229 @@
+"""The attention kernels' main loops as the model counts them: issue slots per key chunk of
+one warp, by instruction class, from each template's structure (ncdc.model.issue.LoopMix):
+the FlashAttention-2-order mma.sync loop with its score path and masks, and the
+FlashAttention-3-order wgmma loop. Each count is fitted to, and tested against, the SASS
+ptxas emits (tests/model/test_issue.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ncdc.families.gemm.mix import WGMMA_CONSUMER_ROWS
+from ncdc.model.issue import ESTIMATE, LoopMix, add_slots
+
+if TYPE_CHECKING:
+    from ncdc.model.launch import Candidate, Family
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan
+
+# Per-warp instructions of the FA2-order softmax step of ncdc's attention template
+# (templates/include/ncdc_attention.cuh), per score a thread holds: the running max, exp2's
+# argument (the scale folded into one FFMA) and the exponential's sum, and the packing of
+# P to 16 bits every two scores; per output value, the rescale by exp(m_old - m_new), and
+# per row the max and sum updates. Per key chunk: the ring's wait and barrier, the loop
+# branches, three LDS of the ring's indices, the row reductions' shuffles. The integer work
+# (cp.async pointers stepped by rows, the ring stage, the tail's key bound) is about
+# constant: 126 and 164 in the d = 128 kernels of 32 and 64 keys (sm_90a, sm_80), the
+# constant is their mean. Counted in the SASS of compiled kernels (tests/test_issue.py):
+# the totals within 5%.
+SOFTMAX_FP32_PER_SCORE = 3
+SOFTMAX_FP32_FIXED = 16
+SOFTMAX_FIXED = {"shuffle": 4, "barrier": 2, "control": 4, "smem": 3}
+ATTENTION_INTEGER = 145
+# Per key tile of one consumer warp of the FlashAttention-3 kernel (attention_wgmma.cu.j2,
+# ncdc_attention_hopper.cuh), counted in its SASS on sm_90a (bf16; d, d_v, s_x = 128, 128,
+# 128 and 64; 192, 128, 128 and 64): one HGMMA per 16 of the head (S) and per 16 keys (P V);
+# per score a thread holds (s_x / 2) the max, exp2's FFMA and the sum, one MUFU.EX2 and
+# half an F2FP pack; per output value (d_v / 2) the rescale; per S wgmma the integer and
+# uniform work of its two descriptors, and a part that grows as the tile shrinks (the
+# least-squares fit of the four kernels, each within 2%); the turn's named barriers, the
+# rings' waits and arrives, the warpgroup fence and waits. The producer warp (one thread:
+# d / 64 + d_v / 64 TMA copies and four mbarrier operations a tile) is left out, as for
+# the GEMM.
+FA3_FP32_PER_SCORE = 3
+FA3_FP32_FIXED = 14
+FA3_FIXED = {"shuffle": 4, "barrier": 10, "control": 5}
+FA3_INTEGER_PER_QK_WGMMA = 11.6
+FA3_INTEGER_FIXED = 34
+FA3_INTEGER_PER_TILE_HALVING = 23  # times 128 / s_x
+# The score path of a fused attention kernel (a score functor: statements between S and
+# the masks; ncdc_attention.cuh score_step), per score a thread holds, counted in the SASS
+# of softcap_attention and alibi_attention (sm_80, sm_90a): the functor sees the
+# natural-log logit and returns a base-2 one (two FMULs), each arithmetic statement is one
+# fp32 instruction, an index is an integer and its conversion, and tanhf (libdevice:
+# 1 - 2 / (2^(2|x| log2 e) + 1) for |x| >= 0.6, an odd polynomial below, both evaluated
+# and one selected) is 11 fp32, 2 MUFU (EX2, RCP) and 2.5 integer (sign and select).
+FUNCTOR_FP32_PER_SCORE = 2
+SCORE_OP_SLOTS: dict[str, dict[str, float]] = {
+    "tanh": {"fp32": 11, "mufu": 2, "integer": 2.5},
+    "exp": {"fp32": 2, "mufu": 1},
+    "sigmoid": {"fp32": 3, "mufu": 2},
+    "index": {"integer": 1},
+}
+# A kernel whose masks bound the keys from below (a window, packed sequences) runs every
+# tile through the masked loop (ncdc_attention.cuh: no clear tiles): per score the key's
+# index, its compares against the row's bounds and their combination (ISETP, PLOP3, SEL,
+# IADD3), and the select of -inf (FSEL); per chunk the mask.any test's branches and warp
+# votes. A window's bounds are two bands per row (the window's and the causal one: 10
+# integer a score in sliding_window_attention's SASS), packed sequences one sequence's
+# start and the causal bound (5.5 in varlen_attention's).
+LOWER_MASK_PER_SCORE: dict[str, dict[str, float]] = {
+    "window": {"integer": 10, "fp32": 1},
+    "packed": {"integer": 5.5, "fp32": 1},
+}
+LOWER_MASK_FIXED = {"barrier": 2, "control": 3}
+# The masked copy of the loop (the diagonal's and the x tail's chunks of a kernel without a
+# lower bound) selects -inf for the dropped keys and takes the max over the selected
+# scores: 2 fp32 more per score than the unmasked copy (FSEL, FMNMX), its integer work
+# about the same, in the SASS of attention and cross_attention (sm_80, sm_90a).
+TAIL_MASK_FP32_PER_SCORE = 2
+# Q's fragments read from the Q tile at each step (d x rows / 16 > Q_REGISTER_HEAD, as
+# ncdc/families/attention/core.py's q_in_registers): one ldmatrix.x4 per 16 x 16 block of Q and
+# its address, per warp and chunk.
+Q_REGISTER_HEAD = 128
+Q_SMEM_INTEGER_PER_BLOCK = 12
+
+
+def masked_share(q: int, x: int, g_q: int, s_x: int, shift: int | None) -> float:
+    """The share of a fused attention kernel's chunk iterations that run its masked loop
+    (ncdc_attention.cuh, attention_forward): block t of g_q queries visits the chunks up to
+    its last query's last key and runs those every one of its rows sees whole (below its
+    first query's last key) unmasked, the rest (the diagonal's and the x tail's) masked.
+    `shift`: a causal mask's offset (key j is seen by query i when j <= i + shift), None
+    without one.
+
+        >>> masked_share(4096, 4096, 128, 64, 0)   # 2 of a block's diagonal chunks
+        0.06060606060606061
+        >>> masked_share(4096, 77, 64, 80, None)   # every chunk is the x tail
+        1.0
+    """
+    visits = masked = 0
+    for q0 in range(0, q, g_q):
+        first_last = x - 1 if shift is None else min(x - 1, q0 + shift)
+        last = x - 1 if shift is None else min(x - 1, min(q0 + g_q, q) - 1 + shift)
+        tiles = last // s_x + 1 if last >= 0 else 0
+        clear = min(tiles, (first_last + 1) // s_x) if first_last >= 0 else 0
+        visits += tiles
+        masked += tiles - clear
+    return masked / visits if visits else 0.0
+
+
+def _score_path(model: KernelModel | None) -> tuple[list[str], str]:
+    """The score functor's statements (op functions, an index as "index") between the
+    logits and the masks, and the mask that bounds the keys from below: "window", "packed"
+    (a varlen mask whose lengths run along an axis the output lacks) or ""."""
+    if model is None:
+        return [], ""
+    ops = model.kernel.ops
+    out_axes = set(model.diagram.tensor(model.kernel.outputs[0]).axes)
+    statements = [
+        "index" if op.kind == "index" else op.fn
+        for op in ops
+        if op.kind in ("map", "binary", "index", "cast")
+    ]
+    masks = {op.fn: op for op in ops if op.kind == "mask"}
+    if "window" in masks:
+        return statements, "window"
+    if "varlen" in masks:
+        lengths = model.diagram.tensor(masks["varlen"].params["lengths"])
+        return statements, "" if set(lengths.axes) <= out_axes else "packed"
+    return statements, ""
+
+
+def attention_mix(
+    family: Family, c: Candidate, sizes: Mapping[str, int], model: KernelModel | None = None
+) -> LoopMix:
+    """The attention kernel's hot key chunk of one warp (estimate_mix): (d / 16)(s_x / 8) +
+    (s_x / 16)(d_v / 8) HMMAs, as many ldmatrix.x4 for K and V over 16 x 16 blocks (Q's
+    too where they do not stay in registers), the chunk's cp.async,
+    SOFTMAX_FP32_PER_SCORE per score a thread holds plus the rescale of its output and
+    SOFTMAX_FP32_FIXED, one exponential per score, ATTENTION_INTEGER and SOFTMAX_FIXED; a
+    warp of 32 query rows (param `warp_q`) does twice the MMAs on the same K/V fragments.
+    A score functor adds its statements per score (FUNCTOR_FP32_PER_SCORE,
+    SCORE_OP_SLOTS: one fp32 for any other), and a mask bounding the keys from below its
+    compares (LOWER_MASK_*): its kernel has no unmasked loop. Otherwise the diagonal's and
+    the x tail's chunks run the masked copy of the loop, TAIL_MASK_FP32_PER_SCORE more
+    per score, on their share of the chunks (`masked_share`)."""
+    params = dict(c.params)
+    threads = c.threads
+    d = math.prod(sizes[a] for a in family.axes("d"))
+    d_v = math.prod(sizes[a] for a in family.axes("d_v"))
+    s_x = params["s_x"]
+    rows = params.get("warp_q", 16)  # query rows of one warp (16 or 32)
+    # K and V fragments: one ldmatrix.x4 per 16 x 16 block, shared by a warp's rows
+    ldsm = (d // 16) * (s_x // 16) + (s_x // 16) * (d_v // 16)
+    integer: float = ATTENTION_INTEGER
+    if d * rows // 16 > Q_REGISTER_HEAD:  # Q's fragments read from SMEM at each step
+        ldsm += (rows // 16) * (d // 16)
+        integer += Q_SMEM_INTEGER_PER_BLOCK * (rows // 16) * (d // 16)
+    copies = math.ceil(s_x * (d + d_v) * 2 / 16 / threads)
+    scores = rows * s_x // 32  # per thread
+    classes: dict[str, float] = {
+        "tensor": rows // 16 * ((d // 16) * (s_x // 8) + (s_x // 16) * (d_v // 8)),
+        "ldmatrix": ldsm,
+        "async_copy": copies + 1,  # and the chunk's commit
+        "fp32": SOFTMAX_FP32_PER_SCORE * scores + rows * d_v // 32 + SOFTMAX_FP32_FIXED,
+        "fp16": scores // 2,
+        "mufu": scores + 2,
+        "integer": integer,
+        **SOFTMAX_FIXED,
+    }
+    statements, below = _score_path(model)
+    if statements:
+        add_slots(classes, {"fp32": FUNCTOR_FP32_PER_SCORE}, scores)
+        for fn in statements:
+            add_slots(classes, SCORE_OP_SLOTS.get(fn, {"fp32": 1}), scores)
+    if below:
+        add_slots(classes, LOWER_MASK_PER_SCORE[below], scores)
+        add_slots(classes, LOWER_MASK_FIXED)
+    elif model is not None:  # the masked loop's share of the chunks (`masked_share`)
+        (q_axis,), (x_axis,) = family.axes("q"), family.axes("x")
+        q, x = sizes[q_axis], sizes[x_axis]
+        causal = [op for op in model.kernel.ops if op.kind == "mask" and op.fn == "causal"]
+        shift = None
+        if causal:
+            shift = x - q if causal[0].params.get("align", "end") == "end" else 0
+        share = masked_share(q, x, params.get("g_q", q), s_x, shift)
+        add_slots(classes, {"fp32": TAIL_MASK_FP32_PER_SCORE * share}, scores)
+    return LoopMix(classes, 2.0 * rows * s_x * (d + d_v), ESTIMATE)
+
+
+def fa3_mix(family: Family, c: Candidate, sizes: Mapping[str, int], dtype: str) -> LoopMix:
+    """The FlashAttention-3 kernel's key tile of one consumer warp (16 of its warpgroup's 64
+    rows): d / 16 (fp8: d / 32) + s_x / 16 wgmmas, the softmax's FA3_FP32_*, MUFU and
+    packing per score, the rescale per output value, FA3_INTEGER_* and FA3_FIXED."""
+    params = dict(c.params)
+    d = math.prod(sizes[a] for a in family.axes("d"))
+    d_v = math.prod(sizes[a] for a in family.axes("d_v"))
+    s_x = params["s_x"]
+    scores = s_x // 2  # per thread: 64 rows x s_x over 128 threads
+    qk = d // (32 if dtype.startswith("fp8") else 16)  # S's wgmmas: k16, or k32 for fp8
+    classes = {
+        "tensor": qk + s_x // 16,
+        "fp32": FA3_FP32_PER_SCORE * scores + d_v // 2 + FA3_FP32_FIXED,
+        "fp16": scores // 2,
+        "mufu": scores + 2,
+        "integer": FA3_INTEGER_PER_QK_WGMMA * qk
+        + FA3_INTEGER_FIXED
+        + FA3_INTEGER_PER_TILE_HALVING * 128 / s_x,
+        **FA3_FIXED,
+    }
+    return LoopMix(classes, 2.0 * WGMMA_CONSUMER_ROWS * s_x * (d + d_v), ESTIMATE)
+
+
+def plan_masked_share(kp: KernelPlan, axes: Mapping[str, int]) -> float:
+    """`masked_share` of an attention kernel plan at the diagram's `axes` (its query and key
+    axes, g_q and s_x); 0 for a kernel without a key chunk."""
+    params = dict(kp.candidate.params) if kp.candidate is not None else {}
+    if "s_x" not in params or not kp.family.axes("q") or not kp.family.axes("x"):
+        return 0.0
+    (q_axis,), (x_axis,) = kp.family.axes("q"), kp.family.axes("x")
+    q, x = axes[q_axis], axes[x_axis]
+    causal = [op for op in kp.kernel.ops if op.kind == "mask" and op.fn == "causal"]
+    shift = None
+    if causal:
+        shift = x - q if causal[0].params.get("align", "end") == "end" else 0
+    return masked_share(q, x, params.get("g_q", q), params["s_x"], shift)

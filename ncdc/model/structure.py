@@ -1,0 +1,492 @@
+"""The structure of one kernel that H, M and FLOPs are computed from (napkin-model.md 3-4).
+
+Pure functions, no I/O and no GPU. For a kernel and the group sizes g_a (woven axes) of one
+level, the number of groups is N = prod_a ceil(a / g_a) and the transfer into that level is
+
+    H = sum over inputs T of (values of T one group needs) x N  +  sum of the outputs' sizes
+
+where a group needs T sliced to g_a along a woven axis a only when a reaches the outputs
+from T without being contracted or reduced on the way, and all of every other axis of T.
+An input not woven over a grouped axis is therefore resent to every group along it: that is
+the a w / g_a term of the paper's Fig. 11 and the a b c / g_c term of a matmul. Residency M
+is one chunk of each input (g on sliced woven axes, s on streamed axes), a buffer per chain
+of in-place operations (accumulators included) and the running max and sum of an online
+softmax. Nothing here is written per diagram. See docs/cost-model.md.
+
+    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.model.graph import build_graph
+    >>> from ncdc.hardware.machine import load_hardware
+    >>> g = build_graph(load_diagram("diagrams/matmul.yaml", {"m": 8, "n": 8, "k": 8}),
+    ...                 load_hardware("napkin"))
+    >>> model = KernelModel(g.diagram, g.kernels[0])
+    >>> int(model.transfer({"m": 4, "n": 8})[0])   # abc (1/g_a + 1/g_c) + ac = 128 + 64 + 64
+    256
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.model.geometry import Band, _mask_band, _ragged, band_fraction, ragged_fraction
+from ncdc.model.graph import Kernel
+
+# CUDA-core operations per weight value a weight-only GEMM widens in its main loop (int8 ->
+# 16 bits in registers): the integer-to-float conversion and half a pack of two into bf16x2
+# or f16x2, rounded up. Each block widens its own copy of the weight tiles it reads.
+WIDEN_OPS_PER_VALUE = 2
+IN_PLACE_KINDS = ("map", "binary", "cast", "mask", "softmax", "norm")
+# CUDA-core FLOPs per element of each non-contraction operation (our count: the arithmetic
+# a straightforward kernel does; exponentials are counted separately on the SFU).
+CUDA_FLOPS_PER_VALUE: dict[str, int] = {
+    "exp": 1,
+    "log": 1,
+    "relu": 1,
+    "gelu": 8,
+    "gelu_tanh": 6,  # x / (1 + exp(-2 u)), u = c (x + 0.044715 x^3): the cubic, the divide
+    "silu": 4,
+    "sigmoid": 4,
+    "tanh": 2,
+    "neg": 1,
+    "abs": 1,
+    "sqrt": 1,
+    "rsqrt": 1,
+    "recip": 1,
+    "square": 1,
+    "add": 1,
+    "sub": 1,
+    "mul": 1,
+    "div": 1,
+    "max": 1,
+    "min": 1,
+    "sum": 1,
+    "mean": 1,
+    "softmax": 4,  # running max, subtract, running sum, scale
+    "log_softmax": 4,  # running max, subtract, running sum, subtract the log
+    "logsumexp": 3,  # running max, subtract, running sum
+    "layernorm": 8,  # mean, variance (2), subtract, scale, weight, bias, ...
+    "rmsnorm": 5,  # square, sum, scale, weight, ...
+    "cast": 2,  # scale and convert
+    "causal": 1,  # compare and select
+    "window": 2,  # two compares and a select
+    "varlen": 2,
+    "index": 0,  # an index the kernel has: no arithmetic
+}
+# Exponentials per element on the special-function units.
+SFU_PER_VALUE = {
+    "exp": 1, "gelu": 1, "gelu_tanh": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1,
+    "log_softmax": 1, "logsumexp": 1,
+}  # fmt: skip
+
+
+def _ceil_div(a: Any, b: Any) -> Any:
+    return -(-a // b)
+
+
+class KernelModel:
+    """The structure of one kernel that H, M and FLOPs are computed from, precomputed once.
+
+    Group sizes `g` map every woven axis to a size; stream sizes `s` map reduced axes to a
+    chunk (absent: whole). Sizes may be NumPy arrays: everything broadcasts, so a search
+    can evaluate many candidates at once. A search calls `transfer` and `resident` for every
+    candidate, so each input's shape is split once into the axes a group slices and a
+    constant for the rest.
+    """
+
+    def __init__(self, diagram: Diagram, kernel: Kernel):
+        self.diagram = diagram
+        self.kernel = kernel
+        self.sizes = {a: diagram.axes[a] for a in kernel.axes}
+        self.reach = _reach(diagram, kernel)
+        self.inputs = [
+            (n, diagram.tensor(n).axes, DTYPE_BYTES[diagram.tensor(n).dtype]) for n in kernel.inputs
+        ]
+        self._inputs = [(_split_shape(self, n, axes), p, axes) for n, axes, p in self.inputs]
+        self.outputs = [
+            (n, diagram.size(diagram.tensor(n)), DTYPE_BYTES[diagram.tensor(n).dtype])
+            for n in kernel.outputs
+        ]
+        self.output_values = sum(size for _, size, _ in self.outputs)
+        self.output_bytes = sum(size * p for _, size, p in self.outputs)
+        self.buffers = _buffers(diagram, kernel)
+        self._buffers = [
+            ([_split_shape(self, n, axes) for n, axes, _ in members], max(p for *_, p in members))
+            for members in self.buffers
+        ]
+        # online softmax: the running max and sum per row, in the softmax's own type
+        self.online = [
+            (op.out, op.axes, op.over[0], DTYPE_BYTES[op.dtype])
+            for op in kernel.ops
+            if op.kind == "softmax"
+        ]
+        self._online = [
+            (_split_shape(self, name, axes), axis, p) for name, axes, axis, p in self.online
+        ]
+        names = list(kernel.inputs) + list(kernel.outputs)
+        self.top_values = sum(diagram.size(diagram.tensor(n)) for n in names)
+        self.top_bytes = sum(
+            diagram.size(diagram.tensor(n)) * DTYPE_BYTES[diagram.tensor(n).dtype] for n in names
+        )
+        self.flops_by_unit = _flops(diagram, kernel)
+        self.widened = _widened(diagram, kernel)
+        # A causal or window mask whose key axis the kernel reduces: key tiles that every
+        # query of a query tile masks are skipped, along with the work and the loads over
+        # that axis. A varlen mask's lengths are data: with the spec's `expected` lengths
+        # the tiles they leave are priced (`Ragged`), without them it is priced dense.
+        self.mask = _mask_band(kernel, self.sizes)
+        self.ragged = _ragged(diagram, kernel)
+        if self.ragged and not self.mask:
+            self.mask = Band(self.ragged.query, self.ragged.key, None, None)
+        key = self.mask.key if self.mask else None
+        self.keyed_flops = _flops(diagram, kernel, key) if key else {}
+        self._keyed = [key is not None and key in axes for _, axes, _ in self.inputs]
+        self._tile_transfers: dict[tuple[int, ...], tuple[int, int]] = {}
+        self._tile_residents: dict[tuple, _Resident] = {}
+        self._tile_work: dict[tuple, tuple[int, float, dict[tuple[str, str], Any]]] = {}
+
+    def per_group(
+        self,
+        name: str,
+        axes: tuple[str, ...],
+        g: Mapping[str, Any],
+        s: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Values of tensor `name` one group holds (s=None: every reduced axis whole)."""
+        n: Any = 1
+        for a in axes:
+            if a in g:
+                n = n * (g[a] if a in self.reach[name] else self.sizes[a])
+            elif s is not None and a in s:
+                n = n * s[a]
+            else:
+                n = n * self.sizes[a]
+        return n
+
+    def groups(self, g: Mapping[str, Any]) -> Any:
+        n: Any = 1
+        for a in self.kernel.woven:
+            n = n * -(-self.sizes[a] // g[a])
+        return n
+
+    def transfer(
+        self, g: Mapping[str, Any], s: Mapping[str, Any] | None = None, clipped: bool = False
+    ) -> tuple[Any, Any]:
+        """(values, bytes) loaded into a level with group sizes g, plus the outputs saved.
+        Under a causal mask, the inputs over its key axis are loaded only for the key
+        chunks (of s) that some query of the group sees. `clipped`: each group loads its
+        tile only up to the tensor's edge, as the kernels' loads from global memory do (a
+        tail tile's rows past the edge are zero-filled, not read); otherwise whole tiles, as
+        a level below shared memory reads them (the zero-filled tile)."""
+        groups = self.groups(g)
+        values: Any = self.output_values
+        nbytes: Any = self.output_bytes
+        kept = self.mask_fraction(g, s) if self.mask else 1
+        for (shape, p, _), keyed in zip(self._inputs, self._keyed, strict=True):
+            v = self._clipped(shape, g) if clipped else _chunk(shape, g, None) * groups
+            if keyed:
+                v = v * kept
+            values = values + v
+            nbytes = nbytes + v * p
+        return values, nbytes
+
+    def _clipped(self, shape: _Shape, g: Mapping[str, Any]) -> Any:
+        """Values of one tensor that all groups load, each its tile cut at the tensor's
+        edge: the tensor's own woven axes whole, once per group along the others."""
+        n: Any = shape.whole_rest
+        for a in self.kernel.woven:
+            if a in shape.sliced:
+                n = n * self.sizes[a]
+            elif a in g:
+                n = n * -(-self.sizes[a] // g[a])
+        return n
+
+    def tile_transfer(
+        self, g: Mapping[str, int], s: Mapping[str, int] | None = None, clipped: bool = False
+    ) -> tuple[int, int]:
+        """`transfer` for one tile of whole numbers, memoised: the candidates of a search
+        share their block, warp and wave tiles. H depends on g only along woven axes (and
+        on the key chunk under a causal mask)."""
+        key = (clipped, *map(g.__getitem__, self.kernel.woven))
+        if self.mask:
+            key += ((s or {}).get(self.mask.key, 0),)
+        if key not in self._tile_transfers:
+            values, nbytes = self.transfer(g, s, clipped)
+            self._tile_transfers[key] = (int(values), int(nbytes))
+        return self._tile_transfers[key]
+
+    def tile_work(
+        self, g: Mapping[str, int], s: Mapping[str, int]
+    ) -> tuple[int, float, dict[tuple[str, str], Any]]:
+        """(groups, `_padding`, `tile_flops`) for one tile of whole numbers, memoised: a
+        search times many launches (warps, stages, splits) of the same tile."""
+        key = (tuple(g.items()), tuple(s.items()))
+        if key not in self._tile_work:
+            self._tile_work[key] = (
+                int(self.groups(g)),
+                _padding(self, g, s),
+                self.tile_flops(g, s),
+            )
+        return self._tile_work[key]
+
+    def mask_fraction(self, g: Mapping[str, Any], s: Mapping[str, Any] | None) -> Any:
+        """Share of the dense work over the key axis that groups of g, streaming keys in
+        chunks of s, do under a causal or window mask (1 without one): `band_fraction`."""
+        if not self.mask:
+            return 1
+        query, key, lo, hi = self.mask
+        queries, keys = self.sizes[query], self.sizes[key]
+        g_q = g.get(query, queries)
+        s_x = (s or {}).get(key, keys)
+        ragged = self.ragged
+
+        def fraction(a: int, b: int) -> Any:
+            if ragged:
+                return ragged_fraction(queries, keys, a, b, lo, hi, ragged.rows, ragged.packed)
+            return band_fraction(queries, keys, a, b, lo, hi)
+
+        if hasattr(g_q, "shape") or hasattr(s_x, "shape"):
+            import numpy as np  # only a vectorised search passes arrays
+
+            each = np.frompyfunc(lambda a, b: fraction(int(a), int(b)), 2, 1)
+            return each(g_q, s_x).astype(np.float64)
+        return fraction(int(g_q), int(s_x))
+
+    def tile_flops(
+        self, g: Mapping[str, int], s: Mapping[str, int]
+    ) -> dict[tuple[str, str], float]:
+        """FLOPs per (unit, kind) that groups of g with chunks s do: under a causal mask,
+        the work over the key axis only for the key chunks a group visits; a weight-only
+        GEMM's widening of its weights, once per group along the activations' own axes."""
+        out = dict(self.flops_by_unit)
+        if self.mask:
+            kept = self.mask_fraction(g, s)
+            out = {unit: n - self.keyed_flops.get(unit, 0) * (1 - kept) for unit, n in out.items()}
+        for values, axes in self.widened:
+            blocks = math.prod(_ceil_div(self.sizes[a], g.get(a, self.sizes[a])) for a in axes)
+            key = ("cuda", "fp32")
+            out[key] = out.get(key, 0) + values * blocks * WIDEN_OPS_PER_VALUE
+        return out
+
+    def resident(
+        self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int = 1, inputs_only: bool = False
+    ) -> tuple[Any, Any]:
+        """(values, bytes) one group holds at once: input chunks (x stages where streamed),
+        then, unless `inputs_only`, buffers and the online-softmax state."""
+        return _held(self.resident_parts(g, s), stages, inputs_only)
+
+    def resident_parts(self, g: Mapping[str, Any], s: Mapping[str, Any]) -> _Resident:
+        """What `resident` adds up, before the pipeline stages multiply the streamed inputs."""
+        streamed, whole, state = [0, 0], [0, 0], [0, 0]
+        for shape, p, axes in self._inputs:
+            v = _chunk(shape, g, s)
+            into = streamed if any(a in s for a in axes) else whole
+            into[0] = into[0] + v
+            into[1] = into[1] + v * p
+        for members, p in self._buffers:
+            v = 0
+            for shape in members:
+                v = _maximum(v, _chunk(shape, g, s))
+            state[0] = state[0] + v
+            state[1] = state[1] + v * p
+        for shape, axis, p in self._online:
+            if axis in s:
+                rows = _chunk(shape, g, s) // s[axis]
+                state[0] = state[0] + 2 * rows
+                state[1] = state[1] + 2 * rows * p
+        return _Resident((streamed[0], streamed[1]), (whole[0], whole[1]), (state[0], state[1]))
+
+    def tile_resident(
+        self, g: Mapping[str, int], s: Mapping[str, int], stages: int = 1, inputs_only: bool = False
+    ) -> tuple[int, int]:
+        """`resident` for one tile of whole numbers, memoised like `tile_transfer`: the
+        candidates of a search share their tiles and differ in stages."""
+        key = (tuple(map(g.__getitem__, self.kernel.woven)), tuple(s.items()))
+        parts = self._tile_residents.get(key)
+        if parts is None:
+            parts = self._tile_residents[key] = self.resident_parts(g, s)
+        return _held(parts, stages, inputs_only)
+
+    def accumulator_values(self, g: Mapping[str, Any], s: Mapping[str, Any]) -> Any:
+        """Values of the buffers (results and intermediates) one group holds."""
+        return self.resident(g, s)[0] - self.resident(g, s, inputs_only=True)[0]
+
+    @property
+    def tensor_dtype(self) -> str:
+        """The dtype the kernel's tensor cores run at ("" without tensor work)."""
+        return next((d for (unit, d) in self.flops_by_unit if unit == "tensor"), "")
+
+    @property
+    def flops(self) -> int:
+        return int(sum(self.flops_by_unit.values()))
+
+
+class _Resident(NamedTuple):
+    """(values, bytes) one group holds of: inputs with a streamed axis (one chunk per
+    pipeline stage), the other inputs, and the buffers and online-softmax state."""
+
+    streamed: tuple[Any, Any]
+    whole: tuple[Any, Any]
+    state: tuple[Any, Any]
+
+
+def _held(parts: _Resident, stages: int, inputs_only: bool) -> tuple[Any, Any]:
+    (sv, sb), (wv, wb), (bv, bb) = parts
+    if stages > 1:
+        sv, sb = sv * stages, sb * stages
+    if inputs_only:
+        return sv + wv, sb + wb
+    return sv + wv + bv, sb + wb + bb
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A tensor as one group sees it: `per_group` split once per kernel."""
+
+    sliced: tuple[str, ...]  # woven axes that reach an output: g of each
+    rest: tuple[tuple[str, int], ...]  # axes not woven, with their sizes: s of each, or whole
+    whole: int  # product of the woven axes that do not reach an output, taken whole
+    whole_rest: int  # whole x the sizes of `rest` (no streaming)
+
+
+def _split_shape(model: KernelModel, name: str, axes: tuple[str, ...]) -> _Shape:
+    """Agrees with `per_group` for group sizes that name every woven axis, as `groups`
+    needs them to."""
+    woven = model.kernel.woven
+    sliced = tuple(a for a in axes if a in woven and a in model.reach.get(name, ()))
+    rest = tuple((a, model.sizes[a]) for a in axes if a not in woven)
+    whole = math.prod(model.sizes[a] for a in axes if a in woven and a not in sliced)
+    return _Shape(sliced, rest, whole, whole * math.prod(size for _, size in rest))
+
+
+def _chunk(shape: _Shape, g: Mapping[str, Any], s: Mapping[str, Any] | None) -> Any:
+    """Values of one tensor a group holds: g along sliced axes, s (or whole) along the rest;
+    s=None: every axis not woven whole."""
+    n: Any = shape.whole_rest if s is None else shape.whole
+    for a in shape.sliced:
+        n = n * g[a]
+    if s is not None:
+        for a, size in shape.rest:
+            n = n * s.get(a, size)
+    return n
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    if hasattr(b, "shape") or hasattr(a, "shape"):
+        import numpy as np  # only a vectorised search passes arrays
+
+        return np.maximum(a, b)
+    return a if a >= b else b
+
+
+def _reach(diagram: Diagram, kernel: Kernel) -> dict[str, set[str]]:
+    """For each tensor of the kernel, the axes that reach an output without being reduced."""
+    reach: dict[str, set[str]] = {}
+    for name in kernel.outputs:
+        reach[name] = set(diagram.tensor(name).axes)
+    for op in reversed(kernel.ops):
+        out = reach.get(op.out, set())
+        through = out & set(op.axes) - set(op.reduced)
+        for name in op.inputs:
+            axes = set(diagram.tensor(name).axes)
+            reach[name] = reach.get(name, set()) | (axes & through)
+    return reach
+
+
+def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str, ...], int]]]:
+    """Results grouped into buffers: an elementwise op, mask, softmax or norm whose input is
+    an intermediate of the same shape with no other consumer works in that input's buffer."""
+    buffer_of: dict[str, int] = {}
+    buffers: list[list[tuple[str, tuple[str, ...], int]]] = []
+    produced = {op.out for op in kernel.ops}
+    for op in kernel.ops:
+        t = diagram.tensor(op.out)
+        entry = (op.out, t.axes, DTYPE_BYTES[t.dtype])
+        source = next((o for o in op.operands if isinstance(o, str)), None)
+        if (
+            op.kind in IN_PLACE_KINDS
+            and source in produced
+            and source not in kernel.outputs
+            and len([c for c in kernel.ops if source in c.inputs]) == 1
+            and set(diagram.tensor(source).axes) == set(t.axes)
+        ):
+            index = buffer_of[source]
+            buffers[index].append(entry)
+        else:
+            buffers.append([entry])
+            index = len(buffers) - 1
+        buffer_of[op.out] = index
+    return buffers
+
+
+def contract_unit(diagram: Diagram, op: Op) -> tuple[str, str]:
+    """(unit, kind) that runs a contraction: tensor cores at the inputs' type (two 8-bit
+    inputs at the 8-bit rate; 16-bit activations times int8 weights at the 16-bit rate,
+    the weights widened first), or CUDA cores in fp32 when an input is fp32."""
+    dtypes = [diagram.tensor(n).dtype for n in op.operands if isinstance(n, str)]
+    if "fp32" in dtypes:
+        return "cuda", "fp32"
+    wide = [d for d in dtypes if DTYPE_BYTES[d] > 1]
+    if wide:
+        return "tensor", wide[0]
+    return "tensor", dtypes[0]
+
+
+def _widened(diagram: Diagram, kernel: Kernel) -> list[tuple[int, tuple[str, ...]]]:
+    """Per weight-only contraction of the kernel (a 16-bit operand times an 8-bit one): the
+    8-bit operand's values, and the axes only the other operand has (a group widens the
+    weights once for its tile along them)."""
+    out = []
+    for op in kernel.ops:
+        if op.kind != "contract":
+            continue
+        a, b = (diagram.tensor(n) for n in op.operands if isinstance(n, str))
+        if {DTYPE_BYTES[a.dtype], DTYPE_BYTES[b.dtype]} != {1, 2}:
+            continue
+        narrow, wide = (a, b) if DTYPE_BYTES[a.dtype] == 1 else (b, a)
+        out.append((diagram.size(narrow), tuple(x for x in wide.axes if x not in narrow.axes)))
+    return out
+
+
+def _flops(
+    diagram: Diagram, kernel: Kernel, axis: str | None = None
+) -> dict[tuple[str, str], float]:
+    """FLOPs per (unit, kind): 2k per output value of a contraction, exponentials on the
+    SFU, the rest on CUDA cores at CUDA_FLOPS_PER_VALUE. With `axis`, only the operations
+    whose result or reduction runs over that axis."""
+    out: dict[tuple[str, str], float] = {}
+
+    def add(key: tuple[str, str], n: float) -> None:
+        if n:
+            out[key] = out.get(key, 0) + n
+
+    for op in kernel.ops:
+        if axis is not None and axis not in op.axes and axis not in op.over:
+            continue
+        result = diagram.size(diagram.tensor(op.out))
+        if op.kind == "contract":
+            k = math.prod(diagram.axes[a] for a in op.over)
+            add(contract_unit(diagram, op), 2 * result * k)
+            add(("cuda", "fp32"), result * len(op.scale))
+            continue
+        source = next((o for o in op.operands if isinstance(o, str)), None)
+        count = diagram.size(diagram.tensor(source)) if source and op.kind == "reduce" else result
+        fn = op.fn
+        add(("cuda", "fp32"), count * CUDA_FLOPS_PER_VALUE.get(fn, 1))
+        add(("sfu", "exp"), count * SFU_PER_VALUE.get(fn, 0))
+    return out
+
+
+def _padding(model: KernelModel, g: Mapping[str, int], s: Mapping[str, int]) -> float:
+    """Work done over useful work: every woven axis runs in whole groups and every
+    streamed axis in whole chunks (a tail is computed padded)."""
+    f = 1.0
+    for a in model.kernel.woven:
+        size = model.sizes[a]
+        f *= -(-size // g[a]) * g[a] / size
+    for a, chunk in s.items():
+        size = model.sizes.get(a, chunk)
+        f *= -(-size // chunk) * chunk / size
+    return f
