@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from ncdc.errors import PlanError
 from ncdc.families import elementwise, gemv, reduce, rowwise
-from ncdc.families.attention import core as attention
 from ncdc.families.attention import decode
+from ncdc.families.attention import family as attention
 from ncdc.families.base import KernelFamily
-from ncdc.families.gemm import core as gemm
+from ncdc.families.gemm import family as gemm
 from ncdc.language.spec import Diagram
 from ncdc.model.graph import Kernel
 from ncdc.model.launch import Family

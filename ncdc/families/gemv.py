@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 from ncdc.errors import PlanError
 from ncdc.families.base import VECTOR_BYTES, KernelSource, Launch, Param, no_masked_loop, ones
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
-from ncdc.families.gemm import core as gemm
+from ncdc.families.gemm import core as gemm_core
+from ncdc.families.gemm import family as gemm
+from ncdc.families.gemm.core import epilogue_context
 from ncdc.language.spec import DTYPE_BYTES, Diagram, Tensor
 from ncdc.model.launch import MAX_GRID_X, Candidate, Family, LaunchShape
 
@@ -89,7 +91,7 @@ class GemvFamily:
 
         d, kernel = model.diagram, model.kernel
         g = read_gemv(family, kernel, d)
-        gemm._epilogue(kernel, d, g.as_gemm())  # refuses what the epilogue cannot run
+        epilogue_context(kernel, d, g.as_gemm())  # refuses what the epilogue cannot run
         p = DTYPE_BYTES[g.w.dtype]
         n_len = d.axes[g.n]
         rows = d.axes[g.m] if g.m else 1
@@ -132,7 +134,7 @@ class GemvFamily:
         ]  # fmt: skip
         # a skinny GEMM: the GEMM family's kernels compete (padded to a 16-row mma tile)
         g_family = gemm.FAMILY.classify(d, kernel)
-        if g_family is not None and g.m and g.w.dtype in gemm.INPUT_DTYPES:
+        if g_family is not None and g.m and g.w.dtype in gemm_core.INPUT_DTYPES:
             out += gemm.FAMILY.candidates(model, g_family, hw, streams, fixed)
         if not out:
             tiles = ", ".join(f"{a}={v}" for a, v in fixed.items())
@@ -197,9 +199,11 @@ class Gemv:
         self.w, self.x, self.c, self.m, self.n, self.k = w, x, c, m, n, k
         self.w_k = w.axes[-1] == k  # W's contiguous axis is k (else n)
 
-    def as_gemm(self) -> gemm.Operands:
+    def as_gemm(self) -> gemm_core.Operands:
         """The same contraction as the GEMM family's epilogue reads it (m: the rows)."""
-        return gemm.Operands(self.x, self.w, self.c, self.m, self.n, self.k, (), True, self.w_k)
+        return gemm_core.Operands(
+            self.x, self.w, self.c, self.m, self.n, self.k, (), True, self.w_k
+        )
 
 
 def gemm_roles(
@@ -288,7 +292,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     assert c is not None
     mm = kp.kernel.ops[0]
     g = read_gemv(kp.family, kp.kernel, d)
-    epilogue = gemm._epilogue(kp.kernel, d, g.as_gemm())
+    epilogue = epilogue_context(kp.kernel, d, g.as_gemm())
     prm = dict(c.params)
     w_k = bool(prm["w_k"])
     layout = "kc" if w_k else "nc"

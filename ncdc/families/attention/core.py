@@ -1,41 +1,21 @@
-"""The fused attention family: FlashAttention-2 order, keys streamed through shared memory.
-
-`templates/attention.cu.j2`: one block per (batch..., g_q queries), one warp per 16 or 32
-queries (warp_q), K and V streamed in chunks of s_x keys through a 2- or 3-stage cp.async
-ring, online softmax in registers with the scale folded into the exponent, the tiles that
-need no mask in a loop of their own (device code in `templates/include/ncdc_attention.cuh`).
-The roles (query, key, head and batch axes) and the checks of what the template covers are
-shared with the decode family (ncdc.families.attention.decode), which runs the same diagrams
-when the query axis is short.
+"""What the attention kernels share: reading a kernel as attention (query, key, head and
+batch roles from the structure), its score path and masks, what the templates cover, and
+the sizes, registers and names of a variant.
 
 Tensors are addressed from the diagram's axis order (row-major); the head axes must be the
-last axis of Q, K, V and O, so that rows are contiguous 16-byte chunks. Problem sizes are
-runtime parameters; tiles and head sizes are compile-time.
-
-    >>> from ncdc.language.spec import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
-    >>> from ncdc.plan.search import plan_diagram
-    >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("a100"))
-    >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel
-    'attention_attention_bf16_q64_x32_d128_w4_s2'
-
-On sm_90a profiles the FlashAttention-3 variant (ncdc.families.attention.wgmma) joins the
-candidates.
+last axis of Q, K, V and O, so that rows are contiguous 16-byte chunks. The attention family
+(ncdc.families.attention.family) and the decode family (decode) read kernels here.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
-from ncdc.families.attention import splitk as attention_splitk
-from ncdc.families.attention import wgmma as attention_wgmma
-from ncdc.families.attention.mix import attention_mix, fa3_mix, plan_masked_share
-from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param, no_arch_problem, round_up
+from ncdc.families.base import MMA_TILE, Param, round_up
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     Statement,
@@ -45,14 +25,11 @@ from ncdc.families.codegen import (
     size_name,
 )
 from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
-from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
+from ncdc.model.launch import MAX_GRID_YZ, Family
 
 if TYPE_CHECKING:
-    from ncdc.hardware.machine import Hardware
     from ncdc.model.graph import Kernel
-    from ncdc.model.issue import LoopMix
     from ncdc.model.structure import KernelModel
-    from ncdc.model.values import KernelPlan, Plan
 
 TILES: dict[str, tuple[int, ...]] = {
     "g_q": (64, 128),  # queries per block
@@ -345,153 +322,6 @@ def require_streamed(model: KernelModel, family: Family, streams: tuple[str, ...
             f"attention kernel {model.kernel.name} needs {x} streamed",
             hint=f"remove {x} from schedule.group and let it stream",
         )
-
-
-class AttentionFamily:
-    """Fused forward attention over a query axis longer than a decode step."""
-
-    name = "attention"
-    tiles: Mapping[str, tuple[int, ...]] = TILES
-    baseline = "attention"
-
-    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
-        roles = attention_roles(diagram, kernel)
-        if roles is None or diagram.axes[roles["q"][0]] <= DECODE_MAX_QUERIES:
-            return None
-        return Family(self.name, roles, TILES)
-
-    def candidates(
-        self,
-        model: KernelModel,
-        family: Family,
-        hw: Hardware,
-        streams: tuple[str, ...],
-        fixed: Mapping[str, int],
-    ) -> list[Candidate]:
-        require_streamed(model, family, streams)
-        at = read_attention(family, model.kernel, model.diagram, attention_wgmma.offered(hw))
-        axes = model.diagram.axes
-        batch = batch_count(at, axes)
-        (q,), (x,) = family.axes("q"), family.axes("x")
-        if at.v_dtype:  # fp8 Q and K: the sm_90a kernel alone runs them
-            group = attention_group(model, family, attention_wgmma.BQ, fixed)
-            hopper = attention_wgmma.candidates(model, family, hw, streams, fixed, at, batch, group)
-            if not hopper:
-                raise PlanError(
-                    f"attention kernel {model.kernel.name}: fp8 Q and K run only in the "
-                    f"sm_90a kernel, which needs 128 queries a block and heads of 128 or 256 "
-                    f"(d_v 64, 128 or 256) with no score path",
-                    hint=f"store {at.q} and {at.k} as {at.value_dtype}, or fix the tiles "
-                    f"at q: 128 and x: 64 or 128",
-                )
-            return hopper
-        out = []
-        sc = at.scores
-        masked = is_masked(at)
-        keys = TILES["s_x"]
-        if max(at.d, at.d_v) > CAUSAL_WIDE_HEAD:
-            # O takes d_v / 2 registers a thread: with 64 keys, d = 256 spilled 36 B (sm_90a)
-            keys = (MMA_TILE,) if masked else (MMA_TILE, 2 * MMA_TILE)
-        plain_rows = sc.plain and not (sc.lo or sc.sequences)
-        for g_q, s_x, warp_q, stages in itertools.product(
-            mma_rows(q, TILES["g_q"], model.sizes[q], fixed),
-            mma_rows(x, keys, model.sizes[x], fixed),
-            TILES["warp_q"],
-            TILES["stages"],
-        ):
-            # 32 rows a warp where O fits and Q's fragments stay in registers (read from
-            # SMEM at each step, Q would cost back the ldmatrix the shared K/V saves), in
-            # blocks of 4 warps: in 2-warp blocks ptxas capped itself at 128 registers and
-            # spilled (causal d = 32, sm_89); with chunks of at most WIDE_WARP_KEYS (80 keys
-            # of d = 64 spilled 24 B, sm_90a); and only where the masks bound keys from above
-            # at most, with no score functor (a lower bound and the functor's row indices
-            # cost registers per block)
-            wide = warp_q > MMA_ROWS
-            if wide and (
-                g_q < WIDE_WARPS * warp_q
-                or s_x > WIDE_WARP_KEYS
-                or not plain_rows
-                or at.d_v > WIDE_WARP_HEAD
-                or not q_in_registers(at.d, warp_q)
-            ):
-                continue
-            warps = g_q // warp_q
-            threads = 32 * warps
-            smem = attention_smem(at, g_q, max(at.d, at.d_v), s_x, stages)  # Q, then O
-            group = attention_group(model, family, g_q, fixed)
-            stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
-            shape = LaunchShape((-(-axes[q] // g_q), batch, 1), (threads, 1, 1), smem)
-            out.append(
-                Candidate(
-                    group, stream, {**group, q: warp_q}, stream,
-                    (("g_q", g_q), ("s_x", s_x), ("warp_q", warp_q)), (shape,), stages, 1,
-                    attention_registers(model, family, g_q, s_x, threads, warp_q, masked),
-                )
-            )  # fmt: skip
-        # a grid too small for the GPU: keys split across blocks (attention_splitk.py)
-        split = attention_splitk.candidates(model, hw, at, out)
-        # sm_90a: the FlashAttention-3 variant competes with these (attention_wgmma.py)
-        group = attention_group(model, family, attention_wgmma.BQ, fixed)
-        hopper = attention_wgmma.candidates(model, family, hw, streams, fixed, at, batch, group)
-        return out + split + hopper
-
-    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
-        diagram = plan.graph.diagram
-        c = kp.candidate
-        assert c is not None, "a GPU plan carries its candidate"
-        at = read_attention(kp.family, kp.kernel, diagram, fp8=attention_wgmma.is_wgmma(c))
-        if attention_wgmma.is_wgmma(c):
-            return attention_wgmma.render(kp, plan, at)
-        g_q, s_x, warp_q, warps = c.param("g_q"), c.param("s_x"), c.param("warp_q"), c.warps
-        name = variant_name(kp.kernel, "attention", at, g_q, s_x, warps, c.stages, warp_q)
-        params = (
-            Param(at.q, "tensor", at.dtype),
-            Param(at.k, "tensor", at.dtype),
-            Param(at.v, "tensor", at.dtype),
-            Param(at.o, "tensor", at.dtype, writes=True),
-            *at.score_params(),
-            *at.lse_params(),
-            *at.size_params(diagram.axes),
-            at.scale_param(),
-        )
-        context = {
-            **at.context(warp_q),
-            "kernel": name,
-            "threads": c.threads,
-            "min_blocks": min_blocks(at, is_masked(at)),
-            "g_q": g_q,
-            "s_x": s_x,
-            "row_blocks": warp_q // MMA_ROWS,
-            "stages": c.stages,
-            "summary": f"fused attention, {g_q} queries per block, keys streamed {s_x} at a "
-            f"time through a {c.stages}-stage cp.async ring, {warps} warps of {warp_q} queries"
-            + (", causal" if at.causal else ""),
-        }
-        if attention_splitk.is_split(c):
-            return attention_splitk.render(kp, plan, at, name, context)
-        return KernelSource("attention.cu.j2", context, (Launch.of(name, c.main, params),))
-
-    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
-        return [(family.axes("q")[-1], TILES["g_q"]), (family.axes("x")[0], TILES["s_x"])]
-
-    def loop_mix(
-        self, model: KernelModel, family: Family, c: Candidate, hw: Hardware
-    ) -> LoopMix | None:
-        """The FlashAttention-3 consumer's key tile (`fa3_mix`) or the FlashAttention-2
-        order's key chunk (`attention_mix`)."""
-        if attention_wgmma.is_wgmma(c):
-            return fa3_mix(family, c, model.sizes, model.tensor_dtype)
-        return attention_mix(family, c, model.sizes, model)
-
-    masked_share = staticmethod(plan_masked_share)
-
-    def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
-        if kp.candidate is not None and attention_wgmma.is_wgmma(kp.candidate):
-            return attention_wgmma.arch_problem(kp.kernel.name, sm)
-        return no_arch_problem(diagram, kp, sm)
-
-
-FAMILY = AttentionFamily()
 
 
 def batch_count(at: Attention, axes: Mapping[str, int]) -> int:

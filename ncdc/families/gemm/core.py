@@ -1,4 +1,6 @@
-"""The GEMM family: C = epilogue(scale * A B) for one contraction and the maps after it.
+"""The gemm family's reading of a kernel, and its cp.async kernel on mma.sync or CUDA cores.
+
+C = epilogue(scale * A B) for one contraction and the maps after it.
 
 16-bit and 8-bit inputs run on tensor cores (mma.sync, fp32 accumulators), fp32 inputs on
 CUDA cores; both stream k through a multi-stage cp.async pipeline (templates/gemm.cu.j2,
@@ -17,7 +19,7 @@ A candidate's template parameters are the block tile as the kernel runs it (`bm`
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"),
     ...                     tiles={"m": 64, "n": 64, "k": 32})
-    >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel  # doctest: +ELLIPSIS
+    >>> render(plan.kernels[0], plan).launches[0].kernel  # doctest: +ELLIPSIS
     'matmul_gemm_bf16_m64_n64_k32_w..._s..._ak_bn'
 """
 
@@ -35,23 +37,18 @@ from ncdc.families.base import (
     KernelSource,
     Launch,
     Param,
-    no_masked_loop,
     ones,
     pow2,
     round_up,
     rounded_options,
 )
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
-from ncdc.families.gemm import splitk as gemm_splitk
-from ncdc.families.gemm import wgmma as gemm_wgmma
-from ncdc.families.gemm.mix import gemm_mix, wgmma_mix
 from ncdc.language.spec import DTYPE_BYTES, Diagram, Op, Tensor
 from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
     from ncdc.model.graph import Kernel
-    from ncdc.model.issue import LoopMix
     from ncdc.model.structure import KernelModel
     from ncdc.model.values import KernelPlan, Plan
 
@@ -108,152 +105,57 @@ class Operands:
     b_k: bool  # B's contiguous axis is k (else n)
 
 
-class GemmFamily:
-    """One contraction of two tensors, then elementwise ops on its result (an epilogue)."""
-
-    name = "gemm"
-    tiles: Mapping[str, tuple[int, ...]] = TILES
-    baseline = "gemm"
-
-    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
-        contracts = [op for op in kernel.ops if op.kind == "contract"]
-        if len(contracts) != 1 or kernel.ops[0] is not contracts[0]:
-            return None
-        mm = contracts[0]
-        operands = tuple(o for o in mm.operands if isinstance(o, str))
-        if len(operands) != 2:
-            return None
-        chain = {mm.out}
-        for op in kernel.ops[1:]:
-            if op.kind not in ("map", "binary", "cast"):
-                return None
-            # An epilogue keeps the tile of the result: other operands broadcast into it. An
-            # op may read only such side operands (silu(G) of a saved gate G, for SwiGLU):
-            # it is computed per output element like the rest.
-            for name in op.inputs:
-                if name not in chain and not set(diagram.tensor(name).axes) <= set(mm.axes):
-                    return None
-            chain.add(op.out)
-        if kernel.ops[-1].out != mm.out and not _reaches(kernel.ops, mm.out):
-            return None
-        a, b = (diagram.tensor(n).axes for n in operands)
-        out = mm.axes
-        roles = {
-            "batch": tuple(x for x in out if x in a and x in b),
-            "m": tuple(x for x in out if x in a and x not in b),
-            "n": tuple(x for x in out if x in b and x not in a),
-            "k": mm.over,
-        }
-        if not roles["m"] or not roles["n"] or not roles["k"]:
-            return None
-        return Family(self.name, roles, TILES)
-
-    def candidates(
-        self,
-        model: KernelModel,
-        family: Family,
-        hw: Hardware,
-        streams: tuple[str, ...],
-        fixed: Mapping[str, int],
-    ) -> list[Candidate]:
-        d, kernel = model.diagram, model.kernel
-        ops = _operands(family, kernel, d)
-        _epilogue(kernel, d, ops)  # refuses an epilogue the template cannot run, now
-        p = DTYPE_BYTES[ops.a.dtype]
-        simt = ops.a.dtype == "fp32"
-        least_k = SIMT_K if simt else MMA_K[p]
-        sizes = model.sizes
-        k_opts = rounded_options(
-            ops.k, TILES["s_k_fp8"] if p == 1 else TILES["s_k"], sizes[ops.k], fixed, least_k
-        )
-        other = tuple(a for a in kernel.woven if a not in (ops.m, ops.n))
-        batches = math.prod(d.axes[a] for a in ops.batch)
-        vec = (("vec_a", int(_whole_chunks(ops.a, d))), ("vec_b", int(_whole_chunks(ops.b, d))))
-        out: dict[tuple, Candidate] = {}
-        for g_m, g_n, s_k, warps, stages in itertools.product(
-            rounded_options(ops.m, TILES["g_m"], sizes[ops.m], fixed, MMA_TILE),
-            rounded_options(ops.n, TILES["g_n"], sizes[ops.n], fixed, MMA_TILE),
-            k_opts,
-            TILES["warps"],
-            TILES["stages"],
-        ):
-            t = (
-                _simt_tiles(g_m, g_n, s_k, warps, stages)
-                if simt
-                else _mma_tiles(g_m, g_n, s_k, warps, stages, p, ops)
-            )
-            params = _params(t, simt) + vec
-            if params in out:
-                continue
-            group = {**ones(other, fixed), ops.m: t.bm, ops.n: t.bn}
-            stream = {a: (t.bk if a == ops.k else fixed.get(a, 1)) for a in streams}
-            warp_group = {**group, ops.m: t.bm // t.warps_m, ops.n: t.bn // t.warps_n}
-            warp_stream = {**stream, ops.k: least_k} if ops.k in stream else stream
-            grid = (-(-d.axes[ops.n] // t.bn), -(-d.axes[ops.m] // t.bm), min(batches, MAX_GRID_YZ))
-            threads = 32 * t.warps
-            shape = LaunchShape(grid, (threads, 1, 1), _smem_bytes(t, ops, p))
-            out[params] = Candidate(
-                group, stream, warp_group, warp_stream, params, (shape,), t.stages, 1,
-                _registers(t, threads, p, simt), raster_group=GROUP_M,
-            )  # fmt: skip
-        # sm_90a: the TMA + wgmma variant competes with these (ncdc/families/gemm/wgmma.py)
-        hopper = gemm_wgmma.candidates(model, family, hw, streams, fixed, ops)
-        # a grid too small for the GPU: k split across blocks (ncdc/families/gemm/splitk.py)
-        kept = _within_block_level(model, hw, list(out.values()))
-        split = gemm_splitk.candidates(model, hw, fixed, ops, kept)
-        return kept + hopper + split
-
-    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
-        if kp.candidate is not None and gemm_splitk.is_splitk(kp.candidate):
-            ops = _operands(kp.family, kp.kernel, plan.graph.diagram)
-            epilogue = _epilogue(kp.kernel, plan.graph.diagram, ops)
-            return gemm_splitk.render(kp, plan, ops, epilogue, _tiles_of(kp.candidate))
-        if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
-            ops = _operands(kp.family, kp.kernel, plan.graph.diagram)
-            return gemm_wgmma.render(kp, plan, ops, _epilogue(kp.kernel, plan.graph.diagram, ops))
-        return _render(kp, plan)
-
-    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
-        return [(family.axes("m")[-1], TILES["g_m"]), (family.axes("n")[-1], TILES["g_n"])]
-
-    def loop_mix(
-        self, model: KernelModel, family: Family, c: Candidate, hw: Hardware
-    ) -> LoopMix | None:
-        """The Hopper GEMM's consumer k tile (`wgmma_mix`), the mma.sync one (`gemm_mix`),
-        none for the fp32 kernel on CUDA cores."""
-        if gemm_wgmma.is_wgmma(c):
-            return wgmma_mix(c, model.tensor_dtype)
-        if not dict(c.params).get("simt", 1):
-            return gemm_mix(family, c, model.tensor_dtype, hw, model)
-        return None
-
-    masked_share = staticmethod(no_masked_loop)
-
-    def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
-        if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
-            return gemm_wgmma.arch_problem(kp.kernel.name, sm)
-        mm = kp.kernel.ops[0]
-        dtypes = sorted({diagram.tensor(n).dtype for n in mm.inputs})
-        fp8 = [t for t in dtypes if t.startswith("fp8")]
-        if fp8 and sm < FP8_MIN_SM:
-            return (
-                f"{kp.kernel.name} multiplies {fp8[0]} on tensor cores, which sm_{sm} lacks "
-                f"(fp8 mma.sync needs sm_{FP8_MIN_SM} or newer)"
-            )
-        if "int8" in dtypes and sm < INT8_MIN_SM:
-            return (
-                f"{kp.kernel.name} multiplies int8 on tensor cores with the m16n8k32 shape, "
-                f"which sm_{sm} lacks (it needs sm_{INT8_MIN_SM} or newer)"
-            )
-        return ""
-
-
-FAMILY = GemmFamily()
-
-
-def _within_block_level(
-    model: KernelModel, hw: Hardware, found: list[Candidate]
+def mma_candidates(
+    model: KernelModel,
+    family: Family,
+    ops: Operands,
+    streams: tuple[str, ...],
+    fixed: Mapping[str, int],
 ) -> list[Candidate]:
+    """Every launch of the cp.async GEMM (mma.sync, or fp32 FMAs on CUDA cores): block
+    tiles, k chunks, warps and pipeline stages, with `fixed` tiles honoured."""
+    d, kernel = model.diagram, model.kernel
+    p = DTYPE_BYTES[ops.a.dtype]
+    simt = ops.a.dtype == "fp32"
+    least_k = SIMT_K if simt else MMA_K[p]
+    sizes = model.sizes
+    k_opts = rounded_options(
+        ops.k, TILES["s_k_fp8"] if p == 1 else TILES["s_k"], sizes[ops.k], fixed, least_k
+    )
+    other = tuple(a for a in kernel.woven if a not in (ops.m, ops.n))
+    batches = math.prod(d.axes[a] for a in ops.batch)
+    vec = (("vec_a", int(_whole_chunks(ops.a, d))), ("vec_b", int(_whole_chunks(ops.b, d))))
+    out: dict[tuple, Candidate] = {}
+    for g_m, g_n, s_k, warps, stages in itertools.product(
+        rounded_options(ops.m, TILES["g_m"], sizes[ops.m], fixed, MMA_TILE),
+        rounded_options(ops.n, TILES["g_n"], sizes[ops.n], fixed, MMA_TILE),
+        k_opts,
+        TILES["warps"],
+        TILES["stages"],
+    ):
+        t = (
+            _simt_tiles(g_m, g_n, s_k, warps, stages)
+            if simt
+            else _mma_tiles(g_m, g_n, s_k, warps, stages, p, ops)
+        )
+        params = _params(t, simt) + vec
+        if params in out:
+            continue
+        group = {**ones(other, fixed), ops.m: t.bm, ops.n: t.bn}
+        stream = {a: (t.bk if a == ops.k else fixed.get(a, 1)) for a in streams}
+        warp_group = {**group, ops.m: t.bm // t.warps_m, ops.n: t.bn // t.warps_n}
+        warp_stream = {**stream, ops.k: least_k} if ops.k in stream else stream
+        grid = (-(-d.axes[ops.n] // t.bn), -(-d.axes[ops.m] // t.bm), min(batches, MAX_GRID_YZ))
+        threads = 32 * t.warps
+        shape = LaunchShape(grid, (threads, 1, 1), _smem_bytes(t, ops, p))
+        out[params] = Candidate(
+            group, stream, warp_group, warp_stream, params, (shape,), t.stages, 1,
+            _registers(t, threads, p, simt), raster_group=GROUP_M,
+        )  # fmt: skip
+    return list(out.values())
+
+
+def within_block_level(model: KernelModel, hw: Hardware, found: list[Candidate]) -> list[Candidate]:
     """The candidates whose inputs the model holds within the block level. The model counts
     an epilogue operand over the output tile (the saved gate of SwiGLU) as held there whole,
     though the kernel reads it straight into registers: a tile it would overflow is left
@@ -266,7 +168,7 @@ def _within_block_level(
     return fit or found
 
 
-def _reaches(ops: tuple[Op, ...], name: str) -> bool:
+def reaches(ops: tuple[Op, ...], name: str) -> bool:
     """Whether the last of `ops` depends on the result `name` (the epilogue is one chain)."""
     found = {name}
     for op in ops:
@@ -290,7 +192,7 @@ def _whole_chunks(t: Tensor, d: Diagram) -> bool:
     return d.axes[t.axes[-1]] * DTYPE_BYTES[t.dtype] % 16 == 0
 
 
-def _tiles_of(c: Candidate) -> GemmTiles:
+def tiles_of(c: Candidate) -> GemmTiles:
     return GemmTiles(
         c.param("bm"), c.param("bn"), c.param("bk"), c.param("warps_m"), c.param("warps_n"),
         c.param("stages"), c.param("tm"), c.param("tn"),
@@ -362,14 +264,14 @@ def _registers(t: GemmTiles, threads: int, p: int, simt: bool) -> int:
     return estimate_registers(t.bm * t.bn, threads, fragments)
 
 
-def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
+def render(kp: KernelPlan, plan: Plan) -> KernelSource:
     """The GEMM kernel of `kp.candidate`: template context and its launch."""
     d = plan.graph.diagram
     c = kp.candidate
     assert c is not None, "a GPU plan carries its candidate"
     mm = kp.kernel.ops[0]
-    ops = _operands(kp.family, kp.kernel, d)
-    tiles = _tiles_of(c)
+    ops = read_operands(kp.family, kp.kernel, d)
+    tiles = tiles_of(c)
     simt = bool(c.param("simt"))
     types = ops.a.dtype if ops.a.dtype == ops.b.dtype else f"{ops.a.dtype}_{ops.b.dtype}"
     name = (
@@ -379,7 +281,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     vec_a, vec_b = bool(c.param("vec_a")), bool(c.param("vec_b"))
     if not (vec_a and vec_b):  # the variant loading element by element names its operands
         name += "_u" + ("" if vec_a else "a") + ("" if vec_b else "b")
-    epilogue = _epilogue(kp.kernel, d, ops)
+    epilogue = epilogue_context(kp.kernel, d, ops)
     axes = [a for a in kp.kernel.axes if a in d.axes]
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
     params.append(Param(ops.c.name, "tensor", ops.c.dtype, writes=True))
@@ -438,7 +340,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     return KernelSource("gemm.cu.j2", context, (launch,))
 
 
-def _operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
+def read_operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
     """The contraction's tensors and roles; PlanError for what the template cannot run."""
     mm = kernel.ops[0]
     roles = family.roles
@@ -489,7 +391,7 @@ def _value(name: str) -> str:
     return f"ncdc_v_{name}"
 
 
-def _epilogue(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
+def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
     """The contraction's scale and the ops after it, as data the template unrolls."""
     mm = kernel.ops[0]
     # Scalars multiply into one factor; a per-row or per-column scale is read per output.

@@ -19,7 +19,7 @@ from ncdc.check.reference import evaluate, from_storage, make_inputs
 from ncdc.check.run import allocate, compare, launch_args, run_diagram
 from ncdc.errors import NcdcError, PlanError
 from ncdc.families import classify_kernel
-from ncdc.families.attention.core import FAMILY
+from ncdc.families.attention.family import FAMILY
 from ncdc.families.attention.wgmma import is_wgmma
 from ncdc.hardware.machine import load_hardware
 from ncdc.language.spec import Diagram, load_diagram, load_diagram_text

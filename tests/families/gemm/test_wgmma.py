@@ -18,7 +18,7 @@ from ncdc.backends.compile import arch_notes, compile_plan, plan_for_arch, targe
 from ncdc.check.buildable import check_buildable
 from ncdc.check.run import run_diagram
 from ncdc.families import classify_kernel
-from ncdc.families.gemm.core import FAMILY
+from ncdc.families.gemm.family import FAMILY
 from ncdc.families.gemm.wgmma import is_wgmma, pipeline_share
 from ncdc.hardware.machine import Hardware, load_hardware
 from ncdc.language.spec import load_diagram
