@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -76,7 +76,7 @@ def peak_of_run(name: str, sizes: dict[str, int], env: dict[str, str]) -> tuple[
 def estimate_of(name: str, sizes: dict[str, int]) -> int:
     from ncdc.check.run import estimate_emulation
     from ncdc.hardware.machine import load_hardware
-    from ncdc.language.spec import load_diagram
+    from ncdc.language.load import load_diagram
     from ncdc.model.records import plan_to_dict
     from ncdc.plan.choose import choose_plan
     from ncdc.render import render_plan
@@ -114,7 +114,7 @@ def ctrl_c_latency(env: dict[str, str], trials: int) -> None:
 
 
 def validation_time() -> None:
-    from ncdc.language.spec import load_diagram_text
+    from ncdc.language.load import load_diagram_text
 
     for n in (300, 3000):
         ops = "\n".join(f"  - Y{i} = relu(Y{i - 1})" for i in range(2, n + 1))

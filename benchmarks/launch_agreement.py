@@ -22,7 +22,7 @@ from pathlib import Path
 from ncdc.families import get_family
 from ncdc.families.base import Launch
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from ncdc.model.values import KernelPlan, Plan
 from ncdc.plan.search import plan_diagram
 

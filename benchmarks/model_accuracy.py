@@ -30,7 +30,7 @@ from ncdc.draw.model import Dot, Picture, Rect, Shape, Text
 from ncdc.draw.model import Path as Line
 from ncdc.draw.svg import write_picture
 from ncdc.hardware.machine import Hardware, load_hardware
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,4 +4,6 @@ Reads a diagram (YAML), builds its hierarchical memory graph, predicts its cost 
 level, picks tiles, renders CUDA kernels, compiles them and runs them on a GPU or on the CPU.
 """
 
-__version__ = "0.1.0"
+from ncdc.version import __version__
+
+__all__ = ["__version__"]

@@ -7,7 +7,7 @@ how to launch what it defines. This module joins the kernels of a diagram into o
 with a header comment and remembers which template each line came from, so a compile error
 can name it.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> module = render_plan(plan_diagram(load_diagram("diagrams/softmax.yaml"),
@@ -23,10 +23,10 @@ from functools import cache
 
 import jinja2
 
-from ncdc import __version__
 from ncdc.families import get_family
 from ncdc.families.base import KernelSource, Launch, Param, Workspace
 from ncdc.model.values import Plan
+from ncdc.version import __version__
 
 # The launch values the backends read with a rendered module, defined with the families.
 __all__ = ["KernelSource", "Launch", "Param", "RenderedModule", "Workspace", "render_plan"]

@@ -15,9 +15,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ncdc.language.spec import BINARY_MAPS, DTYPE_BYTES, MAX_AXIS_SIZE, UNARY_MAPS
+from ncdc.language.diagram import MAX_AXIS_SIZE
+from ncdc.language.dtypes import DTYPES
+from ncdc.language.ops import BINARY_MAPS, UNARY_MAPS
 
-DTYPES = tuple(DTYPE_BYTES)
+DTYPES = tuple(DTYPES)
 
 # Valid identifiers that look like C, C++, CUDA or libc names: they must load, and they
 # must reach generated code only as the names they are.

@@ -18,12 +18,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ncdc.families.base import Param, TensorMapSpec
+from ncdc.language.dtypes import DTYPES
 
 SCALAR_TYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
 
-# CUtensorMapDataType of each ncdc dtype (fp8 moves as bytes).
-TENSOR_MAP_DTYPES = {"fp8_e4m3": 0, "fp8_e5m2": 0, "int8": 0, "fp16": 6, "fp32": 7, "bf16": 9}
-ELEMENT_BYTES = {"fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "fp16": 2, "fp32": 4, "bf16": 2}
 SWIZZLE_MODES = {0: 0, 32: 1, 64: 2, 128: 3}  # CUtensorMapSwizzle
 TENSOR_MAP_MAGIC = 0x50414D54434443  # EmuTensorMap::magic
 ADDRESS_IS_ARGUMENT = 1 << 63
@@ -39,9 +37,10 @@ def tensor_map_problem(spec: TensorMapSpec, address: int | None = None) -> str:
     cuTensorMapEncodeTiled: rank 1-5, 16-byte aligned address and strides, box 1-256 per
     dimension, inner box a multiple of 16 bytes and within the swizzle span)."""
     rank = len(spec.dims)
-    esize = ELEMENT_BYTES.get(spec.dtype, 0)
-    if spec.dtype not in TENSOR_MAP_DTYPES:
+    dtype = DTYPES.get(spec.dtype)
+    if dtype is None or dtype.tensor_map is None:
         return f"no tensor-map element type for {spec.dtype}"
+    esize = dtype.bytes
     if not 1 <= rank <= 5 or len(spec.box) != rank or len(spec.strides) != rank - 1:
         return f"rank {rank} with {len(spec.box)} box sizes and {len(spec.strides)} strides"
     if address is not None and address % 16:
@@ -80,8 +79,8 @@ def encode_emulated_tensor_map(
     data = struct.pack(
         "<QQ7I5I4Q5H5B",
         TENSOR_MAP_MAGIC, where,
-        TENSOR_MAP_DTYPES[spec.dtype], rank, 0, SWIZZLE_MODES[spec.swizzle], 0, 0,
-        ELEMENT_BYTES[spec.dtype],
+        DTYPES[spec.dtype].tensor_map, rank, 0, SWIZZLE_MODES[spec.swizzle], 0, 0,
+        DTYPES[spec.dtype].bytes,
         *padded(spec.dims, 5), *padded(spec.strides, 4), *padded(spec.box, 5),
         *padded([1] * rank, 5),
     )  # fmt: skip

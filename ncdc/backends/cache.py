@@ -8,12 +8,7 @@ The layout of the compile cache, one folder per ncdc version and architecture:
     <cache_root>/0.1.0/sm_90a/attention_bf16_q128_x64_d128_causal-3f2a9c0d1e4b5a69.json
     <cache_root>/0.1.0/sm_90a/attention_bf16_q128_x64_d128_causal-3f2a9c0d1e4b5a69.lock
 
-Entries run as code (a shared object is loaded into the process, a cubin onto the GPU), so
-whoever can write the cache can run code as its user. Hence: the root must be a folder the
-user owns that nobody else can write (else one line, exit 2); every entry carries an
-HMAC-SHA256 under a key in `<root>/key` that only the owner can read, and an entry whose
-HMAC does not verify is rebuilt, never used. A root that cannot be written (read-only,
-full disk) degrades to no cache, with one warning.
+Entries run as code, so the root and every entry are checked and signed (ncdc.paths).
 
 The compile key is the sha256 of everything that changes the cubin: the rendered source,
 the arch, the NVRTC version, the ncdc version, the full option list and the contents of
@@ -26,44 +21,35 @@ anyway). A per-entry `flock` makes concurrent processes compile a kernel once.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import functools
 import hashlib
-import hmac
 import json
-import os
 import re
-import secrets
 import shutil
-import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import ncdc
 from ncdc.backends import nvrtc
-from ncdc.errors import NcdcError, UsageError
+from ncdc.errors import NcdcError
 from ncdc.files import write_atomic
+from ncdc.paths import (
+    KEY_FILE,
+    CacheError,
+    cache_root,
+    cache_write_failed,
+    check_private,
+    locked,
+    sign,
+    usable_dir,
+    verify,
+)
+from ncdc.version import __version__
 
 FORMAT = 2  # bump when the json layout changes (2: an HMAC instead of a sha256)
+
+
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
-KEY_FILE = "key"
-_KEY_BYTES = 32
-
-
-class CacheError(UsageError):
-    """A cache root that is not safe to use: someone else could plant entries in it."""
-
-
-def cache_root() -> Path:
-    """`$NCDC_CACHE`, else `$XDG_CACHE_HOME/ncdc`, else `~/.cache/ncdc`."""
-    if env := os.environ.get("NCDC_CACHE"):
-        return Path(env).expanduser()
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg).expanduser() / "ncdc"
-    return Path.home() / ".cache" / "ncdc"
 
 
 def clear_cache(*, all_versions: bool = False) -> Path:
@@ -73,8 +59,8 @@ def clear_cache(*, all_versions: bool = False) -> Path:
     """
     root = cache_root()
     if not all_versions:
-        shutil.rmtree(root / ncdc.__version__, ignore_errors=True)
-        return root / ncdc.__version__
+        shutil.rmtree(root / __version__, ignore_errors=True)
+        return root / __version__
     if root.is_dir():
         for child in root.iterdir():
             if child.name == KEY_FILE:
@@ -103,143 +89,6 @@ def headers_digest(folder: Path | None = None) -> str:
     return h.hexdigest()
 
 
-# ------------------------------------------------------------------ a root nobody else writes
-
-
-def check_private(folder: Path) -> None:
-    """Raise CacheError unless `folder` is a directory this user owns that no one else can
-    write. A symbolic link is followed: what matters is the folder entries land in."""
-    st = os.stat(folder)
-    where = str(folder)
-    if not stat.S_ISDIR(st.st_mode):
-        raise CacheError("the cache root is not a directory", where=where,
-                         hint="point NCDC_CACHE at a directory of your own")  # fmt: skip
-    if st.st_uid != os.getuid():
-        raise CacheError(
-            f"the cache is owned by uid {st.st_uid}, not by you (uid {os.getuid()}); its "
-            "entries could run someone else's code", where=where,
-            hint="set NCDC_CACHE to a directory of your own, e.g. ~/.cache/ncdc",
-        )  # fmt: skip
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise CacheError(
-            f"the cache is writable by others (mode {stat.S_IMODE(st.st_mode):o}); anyone "
-            "could plant code in it", where=where, hint=f"chmod go-w {folder}",
-        )  # fmt: skip
-
-
-def private_root() -> Path:
-    """The cache root, created (mode 0700) when missing and checked by `check_private`.
-
-    OSError when it cannot be created; CacheError when it is not safe.
-    """
-    root = cache_root()
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    check_private(root)
-    return root
-
-
-def private_dir(*parts: str) -> Path:
-    """A folder under the checked root (`private_dir("emu")`), created 0700 when missing."""
-    folder = private_root().joinpath(*parts)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
-
-
-@functools.cache
-def _warn_once(root: str, reason: str) -> None:
-    from ncdc.output import warn
-
-    warn(f"cache {root} cannot be written ({reason}); continuing without a cache")
-
-
-def usable_dir(*parts: str) -> Path | None:
-    """`private_dir(*parts)`, or None (after one warning) when the cache cannot be written.
-
-    An unsafe root is not degraded: that is an error the user must fix (CacheError).
-    """
-    try:
-        folder = private_dir(*parts)
-        secret_key()
-        if not os.access(folder, os.W_OK):
-            raise PermissionError(13, "permission denied")
-        return folder
-    except CacheError:
-        raise
-    except OSError as e:
-        _warn_once(str(cache_root()), e.strerror or str(e))
-        return None
-
-
-def cache_write_failed(error: OSError) -> None:
-    """A write into the cache failed (a full disk): the result stands, the entry does not."""
-    _warn_once(str(cache_root()), error.strerror or str(error))
-
-
-# ------------------------------------------------------------------------ the signing key
-
-
-def secret_key() -> bytes:
-    """The HMAC key of this cache root, created on first use (mode 0600, written whole)."""
-    return _key_for(str(private_root()))
-
-
-@functools.cache
-def _key_for(root: str) -> bytes:
-    path = Path(root) / KEY_FILE
-    if not path.exists():
-        _create_key(path)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if st.st_uid != os.getuid() or st.st_mode & 0o077 or not stat.S_ISREG(st.st_mode):
-            raise CacheError(
-                "the cache key is readable or owned by someone else", where=str(path),
-                hint=f"remove it (rm {path}); ncdc makes a new one and rebuilds the entries",
-            )  # fmt: skip
-        key = handle.read(_KEY_BYTES + 1)
-    if len(key) != _KEY_BYTES:
-        raise CacheError("the cache key is damaged", where=str(path), hint=f"rm {path}")
-    return key
-
-
-def _create_key(path: Path) -> None:
-    """Write a fresh key under a temporary name and link it in: readers see all of it or
-    none, and of two processes racing to create it, the first one's key wins."""
-    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(secrets.token_bytes(_KEY_BYTES))
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def sign(data: bytes) -> str:
-    """HMAC-SHA256 of `data` under this cache's key, as hex."""
-    return hmac.new(secret_key(), data, hashlib.sha256).hexdigest()
-
-
-def verify(data: bytes, mac: object) -> bool:
-    """Whether `mac` is `sign(data)`; compared in constant time."""
-    return isinstance(mac, str) and hmac.compare_digest(sign(data), mac)
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """An exclusive `flock` on `path`; the kernel drops it if the process dies."""
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-# ------------------------------------------------------------------------ the compile cache
-
-
 def key_parts(source: str, arch: str, options: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Everything the cache key covers, as stored in the entry's json."""
     return {
@@ -247,7 +96,7 @@ def key_parts(source: str, arch: str, options: list[str] | tuple[str, ...] = ())
         "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
         "arch": arch,
         "nvrtc": nvrtc.nvrtc_version(),
-        "ncdc": ncdc.__version__,
+        "ncdc": __version__,
         "options": _portable_options(nvrtc.compile_options(arch, options)),
         "headers_sha256": headers_digest(),
     }
@@ -282,7 +131,7 @@ def cache_key(parts: dict[str, Any]) -> str:
 
 def entry_stem(name: str, arch: str, key: str) -> Path:
     """`<root>/<ncdc version>/<arch>/<name>-<first 16 hex of key>`; add a suffix for a file."""
-    return cache_root() / ncdc.__version__ / arch / f"{name}-{key[:16]}"
+    return cache_root() / __version__ / arch / f"{name}-{key[:16]}"
 
 
 def cached_compile(
@@ -376,8 +225,6 @@ def _write_entry(stem: Path, parts: dict[str, Any], module: nvrtc.CompiledModule
     write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2).encode())
 
 
-# ------------------------------------------------------------------------ `ncdc cache`
-
 SECTIONS = {"compile": None, "emu": "emu", "tune": "tune"}  # name -> folder under the root
 
 
@@ -395,7 +242,7 @@ def cache_info() -> dict[str, Any]:
             problem = e.line()
     sections = {}
     for name, sub in SECTIONS.items():
-        folder = root / (sub or ncdc.__version__)
+        folder = root / (sub or __version__)
         found = [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
         # a cubin's kept main loops (ncdc.backends.sass.main_loops, `sass/`) are not entries of it
         entries = [p for p in found if p.suffix in (".json", ".so") and p.parent.name != "sass"]

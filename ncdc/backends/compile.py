@@ -26,18 +26,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ncdc import __version__
 from ncdc.errors import CompileError, NcdcError, UsageError, file_error
 from ncdc.files import write_atomic, write_together
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.occupancy import blocks_per_sm
-from ncdc.language.spec import Diagram, check_unique_names, load_diagram
+from ncdc.language.diagram import Diagram
+from ncdc.language.load import check_unique_names, load_diagram
 from ncdc.model.records import plan_to_dict
 from ncdc.model.values import KernelPlan, Plan
 from ncdc.plan.choose import PlanSource, choose_plan_source
 from ncdc.plan.search import kernel_alternatives, retime_kernel, with_kernel
 from ncdc.render import Launch, RenderedModule, render_plan
 from ncdc.system import default_jobs
+from ncdc.version import __version__
 
 FORMAT = "ncdc.kernel/1"
 MODELLED = PlanSource("model")

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ncdc import paths
 from ncdc.backends import cache
 from ncdc.errors import CheckFailed, CompileError, NcdcError
 from ncdc.files import write_atomic
@@ -148,7 +149,7 @@ def include_dir() -> Path:
 
 def emu_cache_dir() -> Path:
     """`cache_root()/emu`: the CPU backend's shared objects (see `ncdc.backends.cache`)."""
-    return cache.cache_root() / "emu"
+    return paths.cache_root() / "emu"
 
 
 def find_compiler() -> str:
@@ -244,10 +245,10 @@ def _emu_folder(cache_dir: Path | None) -> Path | None:
     """Where the objects go: `cache_dir` (checked like the root), else `cache_root()/emu`;
     None when the cache cannot be written (one warning, then uncached builds)."""
     if cache_dir is None:
-        return cache.usable_dir("emu")
+        return paths.usable_dir("emu")
     cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    cache.check_private(cache_dir)
-    return cache_dir if cache.usable_dir() is not None else None
+    paths.check_private(cache_dir)
+    return cache_dir if paths.usable_dir() is not None else None
 
 
 def _build_cached(job: _Job, lib: Path, sanitize: str | None) -> EmulatedModule:
@@ -255,14 +256,14 @@ def _build_cached(job: _Job, lib: Path, sanitize: str | None) -> EmulatedModule:
     if (hit := _load_verified(lib, sanitize)) is not None:
         return hit
     try:
-        with cache.locked(lib.with_suffix(".lock")):
+        with paths.locked(lib.with_suffix(".lock")):
             if (hit := _load_verified(lib, sanitize)) is not None:
                 return hit  # another process built it while we waited
             _signature_file(lib).unlink(missing_ok=True)
             _compile(job, lib)
-            write_atomic(_signature_file(lib), cache.sign(lib.read_bytes()).encode())
+            write_atomic(_signature_file(lib), paths.sign(lib.read_bytes()).encode())
     except OSError as e:  # the cache could not be written: build where only we can see
-        cache.cache_write_failed(e)
+        paths.cache_write_failed(e)
         return EmulatedModule(_build_uncached(job), sanitize)
     return EmulatedModule(lib, sanitize)
 
@@ -275,7 +276,7 @@ def _load_verified(lib: Path, sanitize: str | None) -> EmulatedModule | None:
     """The cached module, or None when it is missing, unsigned, forged or will not load."""
     try:
         mac = _signature_file(lib).read_text()
-        if not cache.verify(lib.read_bytes(), mac):
+        if not paths.verify(lib.read_bytes(), mac):
             return None
         return EmulatedModule(lib, sanitize)
     except OSError:  # missing, unreadable, or a damaged object that dlopen refuses

@@ -18,12 +18,12 @@ import numpy as np
 
 from ncdc.backends.arguments import (
     SWIZZLE_MODES,
-    TENSOR_MAP_DTYPES,
     scalar_argument,
     tensor_map_problem,
 )
 from ncdc.errors import NcdcError, NoGpuError
 from ncdc.families.base import Param, TensorMapSpec
+from ncdc.language.dtypes import DTYPES
 from ncdc.render import Launch, RenderedModule
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
@@ -132,7 +132,7 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
 
 def _encode_tiled(driver: Any, spec: TensorMapSpec, rank: int, address: int) -> Any:
     return driver.cuTensorMapEncodeTiled(
-        driver.CUtensorMapDataType(TENSOR_MAP_DTYPES[spec.dtype]), rank, address,
+        driver.CUtensorMapDataType(DTYPES[spec.dtype].tensor_map), rank, address,
         [driver.cuuint64_t(d) for d in spec.dims],
         [driver.cuuint64_t(s) for s in spec.strides],
         [driver.cuuint32_t(b) for b in spec.box],

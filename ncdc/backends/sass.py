@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ncdc.errors import CompileError
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.model.issue import LoopMix
@@ -329,7 +330,7 @@ def loop_bound(
     flops = sum(mma_flops(i) for i in loop)
     moved = sum(_global_bytes(i) for i in loop)
     loaded = sum(_global_bytes(i) for i in loop if _is_global_load(i))
-    wavefronts = -(-smem // SMEM_BYTES_PER_CLOCK)
+    wavefronts = ceil_div(smem, SMEM_BYTES_PER_CLOCK)
     return LoopBound(mix, cycles, flops, moved, wavefronts, round_trips(loop), loaded)
 
 
@@ -562,11 +563,11 @@ def main_loops(cubin: bytes) -> dict[str, str]:
     import hashlib
     import json
 
-    import ncdc
-    from ncdc.backends.cache import sign, usable_dir, verify
     from ncdc.files import write_atomic
+    from ncdc.paths import sign, usable_dir, verify
+    from ncdc.version import __version__
 
-    folder = usable_dir(ncdc.__version__, "sass")
+    folder = usable_dir(__version__, "sass")
     key = hashlib.sha256(cubin + f"main_loop {LOOP_RULE}".encode()).hexdigest()
     path = folder / f"{key}.json" if folder else None
     if path is not None and path.exists():

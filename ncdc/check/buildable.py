@@ -7,7 +7,7 @@ no template covers (a head size, a dtype, an op inside a fused kernel) is a `Pla
 naming the spec, the kernel, the op and what is supported. A profile that is not a GPU (the
 napkin machine) has no kernels to build: its plan is the model alone.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> check_buildable(load_diagram("diagrams/softmax.yaml"), load_hardware("h200")).bound
     'hbm'
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import Diagram, load_diagram
+from ncdc.language.diagram import Diagram
+from ncdc.language.load import load_diagram
 from ncdc.model.values import Plan
 from ncdc.plan.search import plan_diagram, rank_tiles
 
@@ -102,7 +103,7 @@ def plan_buildable_specs(
     abstract: bool = False,
 ) -> list[Plan]:
     """The best plan of every spec file in `paths`, in order, each checked as `rank_buildable`."""
-    from ncdc.language.spec import check_unique_names
+    from ncdc.language.load import check_unique_names
 
     paths = list(paths)
     check_unique_names(paths)  # their baseline entries would collide

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ncdc import __version__
 from ncdc.errors import NcdcError, UsageError
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import check_unique_names, load_diagram
+from ncdc.language.load import check_unique_names, load_diagram
 from ncdc.model.values import Plan
 from ncdc.plan.search import plan_diagram
+from ncdc.version import __version__
 
 FORMAT = "ncdc.baseline/1"
 FIGURES = ("predicted_time_s", "hbm_bytes")

@@ -7,7 +7,7 @@ result (an output, or an intermediate a kernel saves to global memory) is rounde
 stored dtype, as the kernel that stores it and the kernel that reads it back see it. A
 fused intermediate, which never leaves the chip, is not rounded.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> d = load_diagram("diagrams/softmax.yaml", {"m": 2, "n": 3})
     >>> out = evaluate(d, make_inputs(d, seed=0))
     >>> np.allclose(out["Y"].sum(axis=1), 1.0, atol=1e-2)  # Y is stored as bf16
@@ -16,140 +16,69 @@ fused intermediate, which never leaves the chip, is not rounded.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping
-from functools import cache
+from collections.abc import Iterable, Mapping
 
+import ml_dtypes
 import numpy as np
 
-from ncdc.language.spec import INTEGER_DTYPES, Diagram, Op
+from ncdc.language.diagram import Diagram, Op
+from ncdc.language.dtypes import DTYPES
+from ncdc.language.ops import record
 
 # --------------------------------------------------------------------------------------
-# Low-precision formats: rounding (to nearest, ties to even) and storage as raw bits.
-
-FP8_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}
-
-
-@cache
-def _fp8_table(dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """All finite non-negative values of an fp8 format, ascending, with their bit codes."""
-    exp_bits, man_bits, bias = (4, 3, 7) if dtype == "fp8_e4m3" else (5, 2, 15)
-    values, codes = [], []
-    for code in range(128):
-        e, m = code >> man_bits, code & ((1 << man_bits) - 1)
-        if dtype == "fp8_e4m3" and code == 0x7F:
-            continue  # e4m3 has no infinities; 0x7f is NaN
-        if dtype == "fp8_e5m2" and e == (1 << exp_bits) - 1:
-            continue  # inf and NaN
-        if e == 0:
-            v = m / (1 << man_bits) * 2.0 ** (1 - bias)
-        else:
-            v = (1 + m / (1 << man_bits)) * 2.0 ** (e - bias)
-        values.append(v)
-        codes.append(code)
-    return np.array(values), np.array(codes, dtype=np.uint8)
-
-
-def round_fp8(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Round to the nearest fp8 value, ties to even, saturating at the largest finite one
-    (the hardware's cvt.rn.satfinite); NaN stays NaN."""
-    values, codes = _fp8_table(dtype)
-    a = np.abs(np.asarray(x, dtype=np.float64))
-    a_clip = np.minimum(np.nan_to_num(a, nan=0.0, posinf=np.inf), values[-1])
-    hi = np.clip(np.searchsorted(values, a_clip), 0, len(values) - 1)
-    lo = np.maximum(hi - 1, 0)
-    d_lo, d_hi = a_clip - values[lo], values[hi] - a_clip
-    even_hi = (codes[hi] & 1) == 0
-    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & even_hi)
-    r = np.where(pick_hi, values[hi], values[lo])
-    r = np.where(np.isnan(a), np.nan, r)
-    return np.copysign(r, x)
-
-
-def round_bf16(x: np.ndarray) -> np.ndarray:
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
-    out = rounded.astype(np.uint32).view(np.float32).astype(np.float64)
-    return np.where(np.isnan(x), np.nan, out)
+# Low-precision formats: rounding (to nearest, ties to even) and storage as raw bits, with
+# ml_dtypes' bfloat16 and float8 types.
 
 
 def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    """`x` rounded to the values `dtype` can hold, as float64."""
+    """`x` rounded to the values `dtype` can hold, as float64: bf16 from fp32 (as a kernel
+    rounds its fp32 result), fp8 saturating at the largest finite value (the hardware's
+    cvt.rn.satfinite; NaN stays NaN), integers as `round_int`."""
     x = np.asarray(x, dtype=np.float64)
-    if dtype == "fp32":
-        return x.astype(np.float32).astype(np.float64)
-    if dtype == "fp16":
-        return x.astype(np.float16).astype(np.float64)
-    if dtype == "bf16":
-        return round_bf16(x)
-    if dtype in FP8_MAX:
-        return round_fp8(x, dtype)
-    if dtype in INTEGER_DTYPES:
+    d = DTYPES[dtype]
+    if d.integer:
         return round_int(x, dtype)
-    raise ValueError(dtype)
+    if d.is_fp8:
+        x = np.clip(x, d.min_value, d.max_value)  # NaN passes through
+    elif dtype == "bf16":
+        x = x.astype(np.float32)
+    return x.astype(value_dtype(dtype)).astype(np.float64)
 
 
 def round_int(x: np.ndarray, dtype: str) -> np.ndarray:
     """Round to the nearest integer, ties to even, saturating to the type's range; NaN gives
     0 (the hardware's cvt.rni.sat.s8.f32 and cvt.rni.sat.s32.f32)."""
-    lo, hi = INTEGER_DTYPES[dtype]
+    d = DTYPES[dtype]
     x = np.asarray(x, dtype=np.float64)
-    return np.where(np.isnan(x), 0.0, np.clip(np.rint(np.nan_to_num(x)), lo, hi))
+    return np.where(np.isnan(x), 0.0, np.clip(np.rint(np.nan_to_num(x)), d.min_value, d.max_value))
+
+
+def value_dtype(dtype: str) -> np.dtype:
+    """The NumPy dtype holding `dtype`'s values (ml_dtypes for bf16 and fp8)."""
+    name = DTYPES[dtype].values
+    return np.dtype(getattr(ml_dtypes, name) if hasattr(ml_dtypes, name) else name)
 
 
 def to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Values (float64, already representable) -> the array a kernel reads as `dtype`; an
-    array even for a scalar (NumPy's operators turn a 0-d array into a scalar, which a
-    kernel cannot write into)."""
-    return np.asarray(_to_storage(np.asarray(x, dtype=np.float64), dtype))
-
-
-def _to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "fp32":
-        return x.astype(np.float32)
-    if dtype == "fp16":
-        return x.astype(np.float16)
-    if dtype == "bf16":
-        return (round_bf16(x).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    if dtype in FP8_MAX:
-        values, codes = _fp8_table(dtype)
-        r = round_fp8(x, dtype)
-        idx = np.searchsorted(values, np.abs(np.nan_to_num(r)))
-        bits = codes[np.clip(idx, 0, len(codes) - 1)] | np.where(np.signbit(r), 0x80, 0)
-        return np.where(np.isnan(r), 0x7F, bits).astype(np.uint8)
-    if dtype in INTEGER_DTYPES:
+    """Values (float64, already representable) -> the array a kernel reads as `dtype` (raw
+    bits for bf16 and fp8); an array even for a scalar (NumPy's operators turn a 0-d array
+    into a scalar, which a kernel cannot write into)."""
+    x = np.asarray(x, dtype=np.float64)
+    d = DTYPES[dtype]
+    if d.integer:
         # NaN, which no integer holds, stores as the type's minimum: outputs are poisoned with
         # NaN before a run, and an element left unwritten then reads far from any result.
-        lo = INTEGER_DTYPES[dtype][0]
-        return np.where(np.isnan(x), lo, round_int(x, dtype)).astype(storage_dtype(dtype))
-    raise ValueError(dtype)
+        return np.asarray(np.where(np.isnan(x), d.min_value, round_int(x, dtype)).astype(d.bits))
+    return np.asarray(round_to(x, dtype).astype(value_dtype(dtype)).view(d.bits))
 
 
 def from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
     """The array a kernel wrote as `dtype` -> float64 values (an array, 0-d for a scalar)."""
-    return np.asarray(_from_storage(np.asarray(a), dtype))
-
-
-def _from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype in ("fp32", "fp16", *INTEGER_DTYPES):
-        return a.astype(np.float64)
-    if dtype == "bf16":
-        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    if dtype in FP8_MAX:
-        values, codes = _fp8_table(dtype)
-        lookup = np.full(256, np.nan)
-        lookup[codes] = values
-        lookup[codes | 0x80] = -values
-        return lookup[a]
-    raise ValueError(dtype)
-
-
-def storage_dtype(dtype: str) -> np.dtype:
-    """The NumPy dtype that holds `dtype`'s bits."""
-    return np.dtype(
-        {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8_e4m3": np.uint8,
-         "fp8_e5m2": np.uint8, "int8": np.int8, "int32": np.int32}[dtype]
-    )  # fmt: skip
+    a = np.asarray(a)
+    d = DTYPES[dtype]
+    if not d.integer and a.dtype != value_dtype(dtype):
+        a = a.view(value_dtype(dtype))
+    return np.asarray(a.astype(np.float64))
 
 
 # --------------------------------------------------------------------------------------
@@ -178,10 +107,10 @@ def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
             x = _random_lengths(rng, shape, *lengths[t.name])
         elif not shape:
             x = rng.uniform(0.5, 2.0, size=())
-        elif t.dtype in INTEGER_DTYPES:
+        elif DTYPES[t.dtype].integer:
             x = rng.integers(-100, 100, size=shape).astype(np.float64)
         else:
-            x = rng.standard_normal(shape) * (8.0 if t.dtype in FP8_MAX else 1.0)
+            x = rng.standard_normal(shape) * (8.0 if DTYPES[t.dtype].is_fp8 else 1.0)
         out[t.name] = round_to(x, t.dtype)
     return out
 
@@ -245,89 +174,34 @@ def _scale(op: Op, env: Mapping[str, np.ndarray], axes_of: Mapping[str, tuple[st
     return s
 
 
-_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "exp": np.exp,
-    "log": np.log,
-    "relu": lambda x: np.maximum(x, 0.0),
-    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    # gelu(x, approximate=tanh): Hendrycks and Gimpel (2016), as PyTorch and GPT-2 write it
-    "gelu_tanh": lambda x: (
-        0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-    ),
-    "silu": lambda x: x / (1.0 + np.exp(-x)),
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "tanh": np.tanh,
-    "neg": np.negative,
-    "abs": np.abs,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "recip": lambda x: 1.0 / x,
-    "square": np.square,
-}
-_BINARY: dict[str, Callable[..., np.ndarray]] = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    "max": np.maximum,
-    "min": np.minimum,
-}
-
-
-def _logsumexp(x: np.ndarray, axis: tuple[int, ...], keepdims: bool = False) -> np.ndarray:
-    """log(sum(exp(x))) around the row's max: -inf for a row of -inf, NaN kept."""
-    m = np.max(x, axis=axis, keepdims=True)
-    m = np.where(np.isneginf(m), 0.0, m)
-    out = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
-    return out if keepdims else np.squeeze(out, axis=axis)
-
-
-_REDUCE: dict[str, Callable[..., np.ndarray]] = {
-    "sum": np.sum,
-    "max": np.max,
-    "mean": np.mean,
-    "logsumexp": _logsumexp,
-}
-
-_erf_vec = np.frompyfunc(math.erf, 1, 1)
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.asarray(_erf_vec(x), dtype=np.float64)
-
-
 def _evaluate_op(
     op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram
 ) -> np.ndarray:
+    """`op`'s result in float64: by its record's meaning (ncdc.language.ops), or, for a
+    structural operation, by its kind."""
     out_axes = op.axes
+    meaning = record(op.kind, op.fn).meaning
     with np.errstate(all="ignore"):
         if op.kind == "index":
             return np.arange(d.axes[op.params["axis"]], dtype=np.float64)
         if op.kind == "contract":
-            a, b = op.operands
-            letters = {ax: chr(ord("a") + i) for i, ax in enumerate(d.axes)}
-            spec = "{},{}->{}".format(
-                "".join(letters[x] for x in axes_of[a]),  # type: ignore[index]
-                "".join(letters[x] for x in axes_of[b]),  # type: ignore[index]
-                "".join(letters[x] for x in out_axes),
-            )
-            product = np.einsum(spec, env[a], env[b], optimize=True)
-            return product * _scale(op, env, axes_of, out_axes)
-        if op.kind == "map":
-            return _UNARY[op.fn](env[op.operands[0]])
+            return _contract(op, env, axes_of, d)
         if op.kind == "binary":
             args = [
                 _aligned(env[o], axes_of[o], out_axes) if isinstance(o, str) else float(o)
                 for o in op.operands
             ]
-            return np.broadcast_to(_BINARY[op.fn](*args), [d.axes[a] for a in out_axes]).copy()
+            assert meaning is not None
+            return np.broadcast_to(meaning(np, *args), [d.axes[a] for a in out_axes]).copy()
         x = env[op.operands[0]]  # type: ignore[index]
+        if op.kind == "map":
+            assert meaning is not None
+            return np.asarray(meaning(np, x))
         src_axes = axes_of[op.operands[0]]  # type: ignore[index]
         over = tuple(src_axes.index(a) for a in op.over)
-        if op.kind == "reduce":
-            return _REDUCE[op.fn](x, axis=over)
-        if op.kind == "softmax":
-            return _softmax(x, over)
+        if op.kind in ("reduce", "softmax"):
+            assert meaning is not None
+            return np.asarray(meaning(np, x, over))
         if op.kind == "norm":
             return _norm(op, x, over, env, axes_of, src_axes)
         if op.kind == "cast":
@@ -337,26 +211,24 @@ def _evaluate_op(
     raise ValueError(f"no reference for {op.kind}")
 
 
-def _softmax(x: np.ndarray, over: tuple[int, ...]) -> np.ndarray:
-    """Softmax that gives zeros (not NaN) for a row whose entries are all -inf."""
-    m = np.max(x, axis=over, keepdims=True)
-    m = np.where(np.isneginf(m), 0.0, m)
-    e = np.exp(x - m)
-    s = np.sum(e, axis=over, keepdims=True)
-    return np.where(s == 0, 0.0, e / np.where(s == 0, 1.0, s))
+def _contract(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram) -> np.ndarray:
+    a, b = op.operands
+    letters = {ax: chr(ord("a") + i) for i, ax in enumerate(d.axes)}
+    spec = "{},{}->{}".format(
+        "".join(letters[x] for x in axes_of[a]),  # type: ignore[index]
+        "".join(letters[x] for x in axes_of[b]),  # type: ignore[index]
+        "".join(letters[x] for x in op.axes),
+    )
+    product = np.einsum(spec, env[a], env[b], optimize=True)
+    return product * _scale(op, env, axes_of, op.axes)
 
 
 def _norm(op: Op, x: np.ndarray, over: tuple[int, ...], env: dict, axes_of: Mapping,
           src_axes: tuple[str, ...]) -> np.ndarray:  # fmt: skip
-    eps = op.params["eps"]
-    if op.fn == "log_softmax":
-        return x - _logsumexp(x, over, keepdims=True)
-    if op.fn == "layernorm":
-        mean = np.mean(x, axis=over, keepdims=True)
-        var = np.mean((x - mean) ** 2, axis=over, keepdims=True)
-        y = (x - mean) / np.sqrt(var + eps)
-    else:
-        y = x / np.sqrt(np.mean(x * x, axis=over, keepdims=True) + eps)
+    """A norm's normalisation (its record's meaning), then its weight and bias."""
+    meaning = record(op.kind, op.fn).meaning
+    assert meaning is not None
+    y = meaning(np, x, over, op.params["eps"])
     if "weight" in op.params:
         w = op.params["weight"]
         y = y * _aligned(env[w], axes_of[w], src_axes)

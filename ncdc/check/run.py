@@ -35,27 +35,15 @@ from ncdc.backends.arguments import (
 from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.errors import UsageError
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
+from ncdc.language.diagram import Diagram
+from ncdc.language.dtypes import DTYPES
+from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.render import Launch, Param, RenderedModule, Workspace
 
 if TYPE_CHECKING:
     from ncdc.backends.cpu import Counters, Traffic
 
 BACKENDS = ("cpu", "cuda")
-
-# Allowed error, relative to the largest magnitude of the reference output, per output
-# dtype. fp32 kernels differ from float64 by accumulation order; 16-bit outputs by one
-# rounding (2^-8 for bf16) plus their inputs' products; e4m3 keeps 3 mantissa bits (one
-# rounding is up to 2^-4 of the value), e5m2 keeps 2 (2^-3).
-TOLERANCE = {
-    "fp32": 1e-5,
-    "fp16": 1e-2,
-    "bf16": 2e-2,
-    "fp8_e4m3": 7e-2,
-    "fp8_e5m2": 1.3e-1,
-    "int8": 1.0 / 64,
-    "int32": 0.0,  # int8 x int8 accumulates exactly
-}
 
 
 @dataclass(frozen=True)
@@ -105,7 +93,9 @@ def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray) -> OutputC
     scale = float(finite_ref.max()) if finite_ref.size else 0.0
     scale = scale if scale > 0 else 1.0
     max_abs = float(diff.max()) if diff.size else 0.0
-    return OutputCheck(name, dtype, max_abs, max_abs / scale, scale, TOLERANCE[dtype], unexpected)
+    return OutputCheck(
+        name, dtype, max_abs, max_abs / scale, scale, DTYPES[dtype].tolerance, unexpected
+    )
 
 
 def allocate(module: RenderedModule, diagram: Diagram, inputs: Mapping[str, np.ndarray]) -> dict:
@@ -183,20 +173,19 @@ def estimate_emulation(
     comparison's (about 4.5 of the largest output). Checked against measured peaks in
     BENCHMARKS.md. Time: the model's FLOPs and on-chip bytes at the emulator's rate.
 
-        >>> from ncdc.language.spec import load_diagram
+        >>> from ncdc.language.load import load_diagram
         >>> d = load_diagram("diagrams/softmax.yaml", {"m": 2048, "n": 8192})
         >>> round(estimate_emulation(d, _no_module()).memory_bytes / 2**30, 1)  # GiB
         1.0
     """
-    from ncdc.language.spec import DTYPE_BYTES
 
     sizes = {t.name: diagram.size(t) for t in diagram.tensors}
     named = {p.name for launch in module.launches for p in launch.params}
     stored = sum(
-        sizes[t.name] * DTYPE_BYTES[t.dtype]
+        sizes[t.name] * DTYPES[t.dtype].bytes
         for t in diagram.tensors
         if t.name in named or t.name in diagram.outputs
-    ) + sum(int(w.values) * DTYPE_BYTES[w.dtype] for w in module.workspace)
+    ) + sum(int(w.values) * DTYPES[w.dtype].bytes for w in module.workspace)
     largest = max(sizes.values())
     largest_out = max(sizes[name] for name in diagram.outputs)
     memory = BASE_BYTES + 8 * sum(sizes.values()) + stored + max(24 * largest, 36 * largest_out)
@@ -288,7 +277,7 @@ def check_emulation_fits(
     """Refuse (exit 2) an emulation whose estimated peak memory is over `limit`."""
     if estimate.memory_bytes <= limit:
         return
-    from ncdc.cli.report import format_bytes
+    from ncdc.units import format_bytes
 
     hint = (
         "compile the spec again with smaller sizes (ncdc compile SPEC --set AXIS=SIZE), "

@@ -16,7 +16,6 @@ from typing import Annotated
 
 import typer
 
-from ncdc import __version__
 from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, UsageError, file_error
 from ncdc.hardware.machine import (
     Hardware,
@@ -25,9 +24,10 @@ from ncdc.hardware.machine import (
     list_profiles,
     load_hardware,
 )
-from ncdc.language.spec import load_diagram, parse_assignments
+from ncdc.language.load import load_diagram, parse_assignments
 from ncdc.model.graph import MemoryGraph, build_graph, graph_to_dict
 from ncdc.output import detail, emit, error_line, note, stderr
+from ncdc.version import __version__
 
 # Only what every command needs is imported here: a command imports its own views and
 # library (rich tables, NumPy, Jinja) so that `ncdc cost` starts fast.

@@ -1,7 +1,7 @@
 """The cost report: a plan as a table a human reads, in the spirit of opt_einsum's PathInfo.
 
 >>> from rich.console import Console
->>> from ncdc.language.spec import load_diagram
+>>> from ncdc.language.load import load_diagram
 >>> from ncdc.hardware.machine import load_hardware
 >>> from ncdc.plan.search import rank_tiles
 >>> plans = rank_tiles(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"), 3)
@@ -15,49 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from ncdc.model.records import intensity, ridge
 from ncdc.model.values import Plan
+from ncdc.units import format_bytes, format_count, format_rate, format_time
 
 if TYPE_CHECKING:
     from rich.console import Group
     from rich.table import Table
-
-
-def format_bytes(n: float, digits: int = 2) -> str:
-    """1536 -> '1.50 KiB' (binary prefixes, as memory sizes are counted).
-
-    >>> format_bytes(1536), format_bytes(1536, digits=1), format_bytes(100)
-    ('1.50 KiB', '1.5 KiB', '100 B')
-    """
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.{digits}f} {unit}"
-        n /= 1024
-    return f"{n:.{digits}f} TiB"
-
-
-def format_time(s: float) -> str:
-    """2.5e-6 -> '2.50 µs'."""
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.2f} µs"
-
-
-def format_rate(x: float, unit: str) -> str:
-    """Bytes or FLOPs per second, with decimal prefixes as datasheets print them.
-
-    >>> format_rate(4.8e12, "B/s"), format_rate(2500, "FLOP/s"), format_rate(0, "FLOP/s")
-    ('4.80 TB/s', '2.50 kFLOP/s', '0 FLOP/s')
-    """
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if x >= scale:
-            return f"{x / scale:.2f} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
-
-
-def format_count(n: float) -> str:
-    """1.37e11 -> '1.37e+11'; small counts stay whole."""
-    return f"{n:,.0f}" if n < 1e6 else f"{n:.3e}"
 
 
 def with_note(table: Any, note: str | None) -> Any:

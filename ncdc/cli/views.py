@@ -12,10 +12,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-from ncdc.cli.report import format_bytes, format_rate
 from ncdc.errors import UsageError
 from ncdc.hardware.machine import Hardware
 from ncdc.model.graph import ON_CHIP, MemoryGraph
+from ncdc.units import format_bytes, format_rate
 
 if TYPE_CHECKING:
     from ncdc.model.values import Plan
@@ -193,7 +193,7 @@ def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
 
 def cache_table(info: dict) -> Table:
     """`ncdc cache info` for people: one row per cache."""
-    from ncdc.cli.report import format_bytes
+    from ncdc.units import format_bytes
 
     safety = "safe" if info["safe"] else f"UNSAFE: {info['problem']}"
     table = Table(title=f"cache root {escape(info['root'])} ({safety})")

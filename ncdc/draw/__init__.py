@@ -5,7 +5,7 @@ sizes from the plan), a roofline with the diagram's predicted point, and a heat 
 predicted time over the two main tile sizes. Each is a layout function that returns a
 `Picture` of frozen boxes, wires and labels; `write_picture` writes it. See docs/draw.md.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> pic = draw(load_diagram("diagrams/matmul.yaml"), load_hardware("h200"), "plain")
     >>> pic.title
@@ -22,7 +22,7 @@ from ncdc.draw.model import Picture, overlaps
 from ncdc.draw.svg import picture_to_svg, write_picture
 from ncdc.errors import UsageError
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import Diagram
+from ncdc.language.diagram import Diagram
 from ncdc.plan.search import plan_diagram
 
 MODES = ("plan", "plain", "roofline", "tiles")

@@ -15,7 +15,7 @@ sizes (`g_q 64` for a grouped axis, `s_x 128` for a streamed one). Without a pla
 (`plain`), whole arrays are loaded into the on-chip level, as in the paper's first
 diagrams.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> pic = layout_circuit(load_diagram("diagrams/softmax.yaml"), load_hardware("napkin"))
     >>> pic.texts()[0].text
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ncdc.cli.report import format_bytes, format_rate
 from ncdc.draw.model import (
     INK,
     MUTED,
@@ -40,10 +39,12 @@ from ncdc.draw.model import (
     level_colour,
 )
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.language.diagram import Diagram, Op
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.graph import ON_CHIP, Partition, build_graph
 from ncdc.model.structure import KernelModel
 from ncdc.model.values import KernelPlan, Plan
+from ncdc.units import format_bytes, format_rate
 
 PITCH = 24  # between the wires of one bundle
 HEAD = 36  # above a bundle's first wire: its header row
@@ -162,7 +163,7 @@ def describe_circuit(diagram: Diagram, hw: Hardware, plan: Plan | None) -> Circu
                 inputs.append(Edge(name, compute, "", ()))
         t = diagram.tensor(op.out)
         if level_of(op.out) == top:
-            saved = diagram.size(t) * DTYPE_BYTES[t.dtype]
+            saved = diagram.size(t) * DTYPES[t.dtype].bytes
             shown = labels(op.out, part, model) if plan else ()
             output = Edge(op.out, compute, f"save {format_bytes(saved, digits=1)}", shown)
         else:
@@ -202,9 +203,9 @@ def _bytes_in(
     a plan; with one, what every group of the level below the top reads."""
     t = diagram.tensor(name)
     if kp is None:
-        return diagram.size(t) * DTYPE_BYTES[t.dtype]
+        return diagram.size(t) * DTYPES[t.dtype].bytes
     g = kp.tiles[levels[1]].group
-    return int(model.per_group(name, t.axes, g) * model.groups(g)) * DTYPE_BYTES[t.dtype]
+    return int(model.per_group(name, t.axes, g) * model.groups(g)) * DTYPES[t.dtype].bytes
 
 
 def _op_label(op: Op) -> str:

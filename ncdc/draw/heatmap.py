@@ -6,7 +6,7 @@ rows per block for a row-wise kernel. Every cell is the whole diagram planned by
 `plan_diagram` with those two sizes fixed (the rest searched as usual); a tile the model
 refuses is hatched, with the limit it breaks. The model's choice is outlined.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> grid = evaluate_tiles(load_diagram("diagrams/softmax.yaml"), load_hardware("h200"))
     >>> grid.rows.label, grid.cols.values
@@ -23,7 +23,7 @@ from ncdc.draw.model import INK, MUTED, Item, Picture, Rect, Shape, Text
 from ncdc.errors import PlanError
 from ncdc.families import FAMILIES, get_family
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import Diagram
+from ncdc.language.diagram import Diagram
 from ncdc.model.values import KernelPlan
 from ncdc.plan.search import plan_diagram
 

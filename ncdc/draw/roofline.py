@@ -8,7 +8,7 @@ each lower boundary's intensity in that level's colour (the hierarchical rooflin
 whose dot meets its own slope is the one that bounds), the unfused form's point when the
 plan has one, and measured points read from a bench JSON.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("napkin"))

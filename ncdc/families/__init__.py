@@ -5,7 +5,7 @@ is the order a kernel is tried in: a GEMM with an epilogue before an elementwise
 attention before anything with a softmax. Adding a family is one module here, one
 template and one device header (docs/architecture.md).
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.model.graph import build_graph
     >>> g = build_graph(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
@@ -22,7 +22,7 @@ from ncdc.families.attention import decode
 from ncdc.families.attention import family as attention
 from ncdc.families.base import KernelFamily
 from ncdc.families.gemm import family as gemm
-from ncdc.language.spec import Diagram
+from ncdc.language.diagram import Diagram
 from ncdc.model.graph import Kernel
 from ncdc.model.launch import Family
 

@@ -14,25 +14,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ncdc.model.launch import Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.language.spec import Diagram
+    from ncdc.language.diagram import Diagram
     from ncdc.model.graph import Kernel
     from ncdc.model.issue import LoopMix
     from ncdc.model.structure import KernelModel
     from ncdc.model.values import KernelPlan, Plan
 
-# C++ spelling of each dtype, the same on the GPU and in the CPU emulation.
-CPP_TYPES: dict[str, str] = {
-    "fp32": "float",
-    "fp16": "__half",
-    "bf16": "__nv_bfloat16",
-    "fp8_e4m3": "__nv_fp8_e4m3",
-    "fp8_e5m2": "__nv_fp8_e5m2",
-    "int8": "signed char",
-    "int32": "int",
-}
 SCALAR_KINDS = ("int32", "int64", "float32")
 VECTOR_BYTES = 16  # one global load or store instruction's widest access
 MMA_TILE = 16  # rows and columns of the smallest warp tile (mma m16, n8 x 2)
@@ -151,7 +142,7 @@ class KernelFamily(Protocol):
 
 
 def round_up(x: int, to: int) -> int:
-    return -(-x // to) * to
+    return ceil_div(x, to) * to
 
 
 def pow2(x: int) -> int:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ncdc.errors import PlanError
-from ncdc.families.base import CPP_TYPES, VECTOR_BYTES, Param
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Op, Tensor
+from ncdc.families.base import VECTOR_BYTES, Param
+from ncdc.language.diagram import Diagram, Op, Tensor
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.graph import Kernel
 
 ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask")
@@ -25,7 +26,7 @@ ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask")
 
 def cpp_type(dtype: str) -> str:
     """The C++ type of an ncdc dtype: 'bf16' -> '__nv_bfloat16'."""
-    return CPP_TYPES[dtype]
+    return DTYPES[dtype].cpp
 
 
 @dataclass(frozen=True)
@@ -106,26 +107,9 @@ def op_statements(
             steps.append(Statement(tmp, "op_mul", (scaled, arg(factor))))
             scaled = tmp
         dtype = op.params["to"]
-        if dtype not in CPP_TYPES:
-            raise PlanError(
-                f"no code for a cast to {dtype}",
-                hint=f"cast to one of {', '.join(CPP_TYPES)}",
-            )
         steps.append(Statement(out, f"op_cast<{cpp_type(dtype)}>", (scaled,)))
         return steps
     raise PlanError(f"{op.fn} ({op.out}) is not an elementwise operation")
-
-
-def check_dtypes(diagram: Diagram, names: Iterable[str]) -> None:
-    """Refuse a tensor whose dtype has no C++ storage type (every dtype a spec names has
-    one; integers are read exactly and computed on in fp32)."""
-    for name in names:
-        dtype = diagram.tensor(name).dtype
-        if dtype not in CPP_TYPES:
-            raise PlanError(
-                f"tensor {name} is {dtype}, which the generated kernels do not read",
-                hint=f"use one of {', '.join(CPP_TYPES)}",
-            )
 
 
 def needed_ops(ops: Iterable[Op], targets: Iterable[str], known: Iterable[str]) -> list[Op]:
@@ -206,7 +190,7 @@ def split_row_op(
 
 def vector_width(diagram: Diagram, names: Iterable[str]) -> int:
     """Elements per run: a 16-byte vector of the narrowest tensor read or written in runs."""
-    sizes = [DTYPE_BYTES[diagram.tensor(n).dtype] for n in names]
+    sizes = [DTYPES[diagram.tensor(n).dtype].bytes for n in names]
     return VECTOR_BYTES // min(sizes) if sizes else 1
 
 

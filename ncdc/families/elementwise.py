@@ -7,7 +7,7 @@ offset is computed from the output index, so an operand over a subset of the out
 `templates/elementwise.cu.j2`, built by ncdc.families.codegen (shared with the row-wise
 family).
 
-    >>> from ncdc.language.spec import load_diagram_text
+    >>> from ncdc.language.load import load_diagram_text
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> d = load_diagram_text('''
@@ -43,7 +43,6 @@ from ncdc.families.base import (
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     Statement,
-    check_dtypes,
     cpp_type,
     offset_expr,
     op_statements,
@@ -51,8 +50,9 @@ from ncdc.families.codegen import (
     size_name,
     vector_width,
 )
-from ncdc.language.spec import Diagram
+from ncdc.language.diagram import Diagram
 from ncdc.model.launch import Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
@@ -92,7 +92,6 @@ class ElementwiseFamily:
 
         d, kernel = model.diagram, model.kernel
         axes = family.axes("all") or kernel.woven
-        check_dtypes(d, (*kernel.inputs, *kernel.outputs))
         for name in kernel.outputs:
             if set(d.tensor(name).axes) != set(axes):
                 raise PlanError(
@@ -123,7 +122,7 @@ class ElementwiseFamily:
             if params in out:
                 continue
             group = {**ones(axes[:-1], fixed), inner: tile}
-            grid = max(1, min(MAX_GRID, -(-total // (threads * vec * vpt))))
+            grid = max(1, min(MAX_GRID, ceil_div(total, (threads * vec * vpt))))
             shape = LaunchShape((grid, 1, 1), (threads, 1, 1), 0)
             registers = estimate_registers(registers_per_vector * vpt, 1, 0)
             out[params] = Candidate(group, {}, group, {}, params, (shape,), 1, 1, registers)

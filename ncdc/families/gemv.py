@@ -11,7 +11,7 @@ a warp (W k-contiguous) or through shared memory in a fixed order (W n-contiguou
 Where the rows and the columns are both axes (a skinny GEMM), the GEMM family's candidates
 compete with this family's in the same search, so the model picks the cheaper kernel.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/gemv.yaml"), load_hardware("h200"))
@@ -33,8 +33,10 @@ from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.families.gemm import core as gemm_core
 from ncdc.families.gemm import family as gemm
 from ncdc.families.gemm.core import epilogue_context
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Tensor
+from ncdc.language.diagram import Diagram, Tensor
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import MAX_GRID_X, Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
@@ -92,7 +94,7 @@ class GemvFamily:
         d, kernel = model.diagram, model.kernel
         g = read_gemv(family, kernel, d)
         epilogue_context(kernel, d, g.as_gemm())  # refuses what the epilogue cannot run
-        p = DTYPE_BYTES[g.w.dtype]
+        p = DTYPES[g.w.dtype].bytes
         n_len = d.axes[g.n]
         rows = d.axes[g.m] if g.m else 1
         inner = d.axes[g.w.axes[-1]]
@@ -103,7 +105,7 @@ class GemvFamily:
         x_vec = int(vec > 1 and g.x.axes[-1] == g.k)
         if g.w_k:
             for warps, unroll in itertools.product(TILES["warps"], TILES["unroll"]):
-                grid = -(-n_len // warps)
+                grid = ceil_div(n_len, warps)
                 chunk = 32 * vec * unroll
                 params = _params(1, rows, vec, unroll, warps, 0, 0) + (("x_vec", x_vec),)
                 out.append(
@@ -117,7 +119,7 @@ class GemvFamily:
             ):
                 ks = threads // ct
                 cols = ct * vec
-                grid = -(-n_len // cols)
+                grid = ceil_div(n_len, cols)
                 smem = ks * rows * cols * 4
                 params = _params(0, rows, vec, unroll, threads // 32, ct, ks)
                 out.append(

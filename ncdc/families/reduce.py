@@ -12,7 +12,7 @@ again for the output, whichever the model prices faster. A reduction with few ke
 splits its range over `splits` blocks, whose fp32 partials a second kernel merges in a
 fixed order (deterministic); see templates/include/ncdc_reduce.cuh.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/amax.yaml"), load_hardware("h200"))
@@ -42,7 +42,6 @@ from ncdc.families.base import (
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     Statement,
-    check_dtypes,
     cpp_type,
     float_literal,
     needed_ops,
@@ -51,8 +50,10 @@ from ncdc.families.codegen import (
     split_row_op,
 )
 from ncdc.families.rowwise import KINDS, MAX_GRID, ROW_KINDS, rows_contiguous
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Op, Tensor
+from ncdc.language.diagram import Diagram, Op, Tensor
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
@@ -117,11 +118,11 @@ class ReduceFamily:
         wide = min(COALESCE, pow2(kept_n)) if src.axes[-1] in kept else 1
         per_element = _per_element_outputs(d, kernel, reduced)
         registers = estimate_registers(HOLD * max(len(kernel.inputs), 1), 1, 0)
-        stage_bytes = DTYPE_BYTES[_stage_dtype(d, kernel, rowop)]
+        stage_bytes = DTYPES[_stage_dtype(d, kernel, rowop)].bytes
         # Held in shared memory: as few kept indices as still fill a 32-byte sector of the
         # narrowest per-element tensor a row (the model counts bytes, not sectors).
         narrowest = min(
-            DTYPE_BYTES[d.tensor(n).dtype]
+            DTYPES[d.tensor(n).dtype].bytes
             for n in _names(kernel)
             if n in per_element or n == src.name
         )
@@ -136,12 +137,12 @@ class ReduceFamily:
                 if threads % tx:
                     continue
                 ty = threads // tx
-                hold = min(HOLD, pow2(-(-red_n // ty)))
-                chunks = -(-red_n // (ty * hold))
-                blocks_x = -(-kept_n // tx)
+                hold = min(HOLD, pow2(ceil_div(red_n, ty)))
+                chunks = ceil_div(red_n, (ty * hold))
+                blocks_x = ceil_div(kept_n, tx)
                 split_opts = [1]
                 if not per_element and blocks_x < hw.limits.sms * SPLIT_WAVES and chunks > 1:
-                    want = -(-hw.limits.sms * SPLIT_WAVES // blocks_x)
+                    want = ceil_div(hw.limits.sms * SPLIT_WAVES, blocks_x)
                     split_opts.append(min(want, chunks, MAX_SPLITS))
                 stage_opts = [0]
                 if per_element and chunks > 1:
@@ -215,7 +216,7 @@ def _candidate(
     for a in reversed(kept):
         take = min(d.axes[a], left)
         group[a] = take
-        left = max(1, -(-left // take))
+        left = max(1, ceil_div(left, take))
     stream: dict[str, int] = {}
     # A reduced axis that the outputs keep (softmax, norms) is the block's whole where the
     # block holds it (registers or shared memory), else one pass (threads / tx slices of
@@ -228,13 +229,13 @@ def _candidate(
             continue
         take = min(d.axes[a], left)
         (group if a in kernel.woven else stream)[a] = take
-        left = max(1, -(-left // take))
+        left = max(1, ceil_div(left, take))
     group = {a: group.get(a, 1) for a in kernel.woven}
     smem = _smem(shape)
-    grid = min(MAX_GRID, -(-kept_n // tx))
+    grid = min(MAX_GRID, ceil_div(kept_n, tx))
     shapes = [LaunchShape((grid, splits, 1), (threads, 1, 1), smem)]
     if splits > 1:
-        shapes.append(LaunchShape((-(-kept_n // MERGE_THREADS), 1, 1), (MERGE_THREADS, 1, 1)))
+        shapes.append(LaunchShape((ceil_div(kept_n, MERGE_THREADS), 1, 1), (MERGE_THREADS, 1, 1)))
     rowop = _row_op(d, kernel)
     rereads = tuple((n, 1) for n in _source_inputs(kernel, rowop)) if passes == 2 else ()
     budget = min(registers, hw.limits.regs_per_sm // threads // 8 * 8)
@@ -273,7 +274,6 @@ def _row_op(d: Diagram, kernel: Kernel) -> Op:
             hint=f"save {rowops[0].out} from its own kernel: "
             f"schedule: {{materialize: [{rowops[0].out}]}}",
         )
-    check_dtypes(d, (*kernel.inputs, *kernel.outputs))
     return rowops[0]
 
 

@@ -10,7 +10,7 @@ are read twice (see templates/include/ncdc_rowwise.cuh). The elementwise ops are
 `source`, the rest in `finish` (per element) and `finish_row` (per row). The grid strides
 over the rows past MAX_GRID blocks, and the model prices the grid that is launched.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200"))
@@ -38,7 +38,6 @@ from ncdc.families.base import (
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     Statement,
-    check_dtypes,
     cpp_type,
     float_literal,
     needed_ops,
@@ -49,8 +48,10 @@ from ncdc.families.codegen import (
     split_row_op,
     vector_width,
 )
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.language.diagram import Diagram, Op
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
@@ -143,7 +144,7 @@ class RowwiseFamily:
                 group[row] = d.axes[row]
             elif passes == 2:
                 stream[row] = min(d.axes[row], tpr * vpt * vec)  # one pass's chunk of the row
-            grid = max(1, min(MAX_GRID, -(-total_rows // rows)))
+            grid = max(1, min(MAX_GRID, ceil_div(total_rows, rows)))
             shape = LaunchShape((grid, 1, 1), (rows * tpr, 1, 1), smem)
             # __launch_bounds__(threads, 1) makes ptxas fit one block in the register file
             budget = min(registers, hw.limits.regs_per_sm // shape.threads // 8 * 8)
@@ -182,7 +183,6 @@ def _row_op(d: Diagram, kernel: Kernel, row: str) -> Op:
             f"kernel {kernel.name} has {len(rowops)} row operations; the row-wise kernel runs one",
             hint=f"add {rowops[0].out} to schedule.materialize to save it from its own kernel",
         )
-    check_dtypes(d, (*kernel.inputs, *kernel.outputs))
     for name in (*kernel.inputs, *(op.out for op in kernel.ops)):
         t_axes = d.tensor(name).axes
         if row in t_axes and t_axes[-1] != row:
@@ -210,10 +210,10 @@ def _row_layout(d: Diagram, kernel: Kernel, row: str) -> tuple[int, int, int, in
     if runs > MAX_THREADS * widest:
         return vec, MAX_THREADS, VECTORS_PER_THREAD, MAX_THREADS, 2
     tpr = min(
-        MAX_THREADS, max(32, 1 << max(0, math.ceil(math.log2(-(-runs // VECTORS_PER_THREAD)))))
+        MAX_THREADS, max(32, 1 << max(0, math.ceil(math.log2(ceil_div(runs, VECTORS_PER_THREAD)))))
     )
     most = widest if tpr == MAX_THREADS else VECTORS_PER_THREAD
-    vpt = min(most, max(1, -(-runs // tpr)))
+    vpt = min(most, max(1, ceil_div(runs, tpr)))
     return vec, tpr, vpt, RESIDENT_THREADS if vpt * vec >= 32 else MAX_THREADS, 1
 
 
@@ -235,7 +235,7 @@ def _staged(d: Diagram, kernel: Kernel, row: str) -> list[tuple[str, int, int]]:
     for name in kernel.inputs:
         t = d.tensor(name)
         if t.axes == (row,):
-            size = -(-d.axes[row] * DTYPE_BYTES[t.dtype] // 16) * 16
+            size = ceil_div(d.axes[row] * DTYPES[t.dtype].bytes, 16) * 16
             out.append((name, at, size))
             at += size
     return out if at <= STAGE_BYTES else []

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ncdc.units import ceil_div
+
 REG_ALLOC_UNIT = 256  # registers, per warp (cudaOccRegAllocationGranularity, sm_30+)
 SUB_PARTITIONS = 4  # register file sides per SM (cudaOccSubPartitionsPerMultiprocessor)
 SMEM_ALLOC_UNIT = 128  # bytes (cudaOccSMemAllocationGranularity, sm_80+)
@@ -51,7 +53,7 @@ class Limits(Protocol):
 
 
 def _round_up(x: int, unit: int) -> int:
-    return -(-x // unit) * unit
+    return ceil_div(x, unit) * unit
 
 
 def _blocks_by_registers(warps: int, registers: int, limits: Limits) -> int:
@@ -92,7 +94,7 @@ def blocks_per_sm(
     """
     if threads_per_block <= 0:
         raise ValueError(f"threads_per_block must be positive, got {threads_per_block}")
-    warps = -(-threads_per_block // limits.warp_size)
+    warps = ceil_div(threads_per_block, limits.warp_size)
     counts = {
         "registers": _blocks_by_registers(warps, registers_per_thread, limits),
         "smem": _blocks_by_smem(smem_per_block_bytes, limits),
@@ -105,5 +107,5 @@ def blocks_per_sm(
 
 def occupancy(threads_per_block: int, blocks: int, limits: Limits) -> float:
     """Resident warps over the most an SM can hold, between 0 and 1."""
-    warps = -(-threads_per_block // limits.warp_size)
+    warps = ceil_div(threads_per_block, limits.warp_size)
     return blocks * warps * limits.warp_size / limits.threads_per_sm

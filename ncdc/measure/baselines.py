@@ -29,13 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ncdc.families import get_family
-from ncdc.language.spec import Diagram, Op
+from ncdc.language.diagram import Diagram, Op
+from ncdc.language.dtypes import DTYPES
 from ncdc.measure.timing import BaselineResult, Timer, torch_work
 from ncdc.model.launch import Family
 from ncdc.model.values import Plan
 
 Candidate = tuple[str, Callable[[], None]]
-TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# the dtypes the library baselines (cuBLAS, SDPA, torch row ops) are timed in
+BASELINE_DTYPES = ("bf16", "fp16", "fp32")
 COPY_NAME = "copy (device to device)"
 
 
@@ -230,8 +232,8 @@ def _gemm(cupy: Any, g: GemmShape) -> list[Candidate]:
             torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
         return [("cuBLAS fp8 (torch._scaled_mm)", torch_work(torch, scaled))]
-    if torch is not None and g.dtype in TORCH_DTYPES:
-        dt = getattr(torch, TORCH_DTYPES[g.dtype])
+    if torch is not None and g.dtype in BASELINE_DTYPES:
+        dt = getattr(torch, DTYPES[g.dtype].torch)
         a = torch.randn(*operand_shape(g.batch, g.m, g.k), device="cuda", dtype=dt)
         b = torch.randn(*operand_shape(g.batch, g.k, g.n), device="cuda", dtype=dt)
         return [("cuBLAS (torch.matmul)", torch_work(torch, lambda: torch.matmul(a, b)))]
@@ -256,7 +258,7 @@ def operand_shape(batch: int, rows: int, cols: int) -> tuple[int, ...]:
 
 def _attention(cupy: Any, s: AttentionShape) -> list[Candidate]:
     torch = _torch()
-    if torch is not None and s.dtype in TORCH_DTYPES:
+    if torch is not None and s.dtype in BASELINE_DTYPES:
         return _sdpa(torch, s)
     return [("attention (CuPy fp16 matmul-softmax-matmul)", _cupy_attention(cupy, s))]
 
@@ -264,7 +266,7 @@ def _attention(cupy: Any, s: AttentionShape) -> list[Candidate]:
 def _sdpa(torch: Any, s: AttentionShape) -> list[Candidate]:
     from torch.nn.attention import SDPBackend
 
-    dt = getattr(torch, TORCH_DTYPES[s.dtype])
+    dt = getattr(torch, DTYPES[s.dtype].torch)
     q = torch.randn(1, s.q_heads, s.queries, s.d, device="cuda", dtype=dt)
     k = torch.randn(1, s.kv_heads, s.keys, s.d, device="cuda", dtype=dt)
     v = torch.randn(1, s.kv_heads, s.keys, s.d_v, device="cuda", dtype=dt)
@@ -312,10 +314,10 @@ def _cupy_attention(cupy: Any, s: AttentionShape) -> Callable[[], None]:
 def _rowwise(cupy: Any, r: RowShape) -> list[Candidate]:
     torch = _torch()
     eps = float(r.op.params.get("eps", 1e-5))
-    if torch is not None and r.dtype in TORCH_DTYPES:
+    if torch is not None and r.dtype in BASELINE_DTYPES:
         import torch.nn.functional as F
 
-        dt = getattr(torch, TORCH_DTYPES[r.dtype])
+        dt = getattr(torch, DTYPES[r.dtype].torch)
         x = torch.randn(r.rows, r.n, device="cuda", dtype=dt)
         w = torch.randn(r.n, device="cuda", dtype=dt)
         b = torch.randn(r.n, device="cuda", dtype=dt)

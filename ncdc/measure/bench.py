@@ -28,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from ncdc.check.reference import from_storage, round_to, storage_dtype, to_storage
+from ncdc.check.reference import from_storage, round_to, to_storage
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import Diagram, load_diagram
+from ncdc.language.diagram import Diagram
+from ncdc.language.dtypes import DTYPES
+from ncdc.language.load import load_diagram
 from ncdc.measure.timing import BaselineResult, Replay, Timer, Timing
 from ncdc.model.records import dominant_rate
 from ncdc.model.values import Plan
@@ -261,9 +263,9 @@ def device_buffers(cupy: Any, diagram: Diagram, module: RenderedModule, seed: in
         if t.name in inputs:
             out[t.name] = random_device_array(cupy, shape, t.dtype, rng)
         else:
-            out[t.name] = cupy.empty(shape, dtype=storage_dtype(t.dtype))
+            out[t.name] = cupy.empty(shape, dtype=np.dtype(DTYPES[t.dtype].bits))
     for w in module.workspace:
-        out[w.name] = cupy.empty(w.values, dtype=storage_dtype(w.dtype))
+        out[w.name] = cupy.empty(w.values, dtype=np.dtype(DTYPES[w.dtype].bits))
     return out
 
 

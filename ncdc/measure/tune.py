@@ -32,7 +32,8 @@ import numpy as np
 
 from ncdc.errors import CheckFailed, NcdcError
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import Diagram, load_diagram
+from ncdc.language.diagram import Diagram
+from ncdc.language.load import load_diagram
 from ncdc.output import json_number
 from ncdc.plan.choose import Config, plan_config, select_config, write_tuned
 from ncdc.plan.search import rank_tiles

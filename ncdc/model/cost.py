@@ -15,14 +15,15 @@ from typing import Any, NamedTuple
 
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.occupancy import blocks_per_sm
-from ncdc.language.spec import DTYPE_BYTES
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.geometry import band_imbalance, ragged_imbalance
 from ncdc.model.graph import MemoryGraph, Partition
 from ncdc.model.issue import ISSUE, LoopMix, issue_time_s
 from ncdc.model.launch import Candidate, Family
 from ncdc.model.overlap import latency_efficiency, overlap_compute, pingpong_compute, pipeline_stall
-from ncdc.model.structure import KernelModel, _ceil_div
+from ncdc.model.structure import KernelModel
 from ncdc.model.values import KernelPlan, LevelCost, Plan, TileChoice, Transfer, Unfused
+from ncdc.units import ceil_div
 
 REGISTER_OVERHEAD = 40  # addresses, loop counters, softmax state: a kernel's fixed registers
 MAX_REGISTERS = 255
@@ -31,7 +32,7 @@ MAX_REGISTERS = 255
 def estimate_registers(accumulator_values: int, threads: int, fragments: int) -> int:
     """Registers per thread: fp32 accumulators spread over the threads, the operand
     fragments a thread holds, and REGISTER_OVERHEAD. Uncapped: above 255 a kernel spills."""
-    return int(_ceil_div(accumulator_values, threads) + fragments + REGISTER_OVERHEAD)
+    return int(ceil_div(accumulator_values, threads) + fragments + REGISTER_OVERHEAD)
 
 
 Occupancy = Callable[[int, int, int, Any], tuple[int, str]]
@@ -99,9 +100,9 @@ def time_kernel(
         sms = hw.limits.sms
         grid = c.grid
         work = groups * c.splits  # one group's share of one split: what a block does
-        waves = _ceil_div(grid, sms * per_sm)
-        blocks = _ceil_div(grid, sms)
-        busiest = min(work, blocks * _ceil_div(work, grid))
+        waves = ceil_div(grid, sms * per_sm)
+        blocks = ceil_div(grid, sms)
+        busiest = min(work, blocks * ceil_div(work, grid))
         resident = min(per_sm, blocks) * c.warps
         balance = busiest * sms / work
         streams = max(1, min(per_sm, blocks))
@@ -148,14 +149,14 @@ def time_kernel(
         )
     compute: dict[str, float] = {}
     for (unit, kind), n in flops.items():
-        compute[unit] = compute.get(unit, 0.0) + float(n) / _rate(hw, unit, kind, c)
+        compute[unit] = compute.get(unit, 0.0) + float(n) / unit_rate(hw, unit, kind, c)
     stall = 1.0
     if c is not None and c.stages > 1 and not model.online:
         # a GEMM's cp.async ring (attention's double buffer is priced by its warps)
-        chunks = math.prod(_ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
+        chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
         # every group's k tiles are done once, split or not; a split's loop runs its share
         tile_s = max(compute.values(), default=0.0) * hw.limits.sms / (groups * chunks)
-        stall = pipeline_stall(c.stages, streams, tile_s, int(_ceil_div(chunks, c.splits)))
+        stall = pipeline_stall(c.stages, streams, tile_s, int(ceil_div(chunks, c.splits)))
     compute = {unit: t * sm_slow * padding * stall for unit, t in compute.items()}
     if mix is not None and c is not None:
         # the main loops' instructions at the SMs' issue rate: a ceiling no overlap of warps
@@ -169,8 +170,8 @@ def time_kernel(
     if c is not None and c.pingpong:
         # two consumer warpgroups take turns at the tensor pipe: one's softmax runs under
         # the other's MMAs, for every key tile of the blocks the busiest SM runs
-        chunks = math.prod(_ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
-        serial = pingpong_compute(compute, chunks * _ceil_div(grid, hw.limits.sms))
+        chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
+        serial = pingpong_compute(compute, chunks * ceil_div(grid, hw.limits.sms))
     return KernelTiming(
         tuple(transfers), compute, int(grid), per_sm, int(waves), total, padding,
         hw.launch_s * len(c.launches) if c is not None else 0.0, serial,
@@ -188,7 +189,7 @@ def _causal_balance(
     queries, keys = model.sizes[query], model.sizes[key]
     g_q = inner.group.get(query, queries)
     s_x = inner.stream.get(key, keys)
-    tiles = -(-queries // g_q)
+    tiles = ceil_div(queries, g_q)
     split_chunks = c.split_size // s_x if c.splits > 1 else 0
     batches = max(1, grid // (tiles * c.splits))
     if model.ragged:  # never split (attention_splitk)
@@ -202,7 +203,7 @@ def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[i
     d = model.diagram
     values = sum(d.size(d.tensor(name)) * times for name, times in rereads)
     nbytes = sum(
-        d.size(d.tensor(name)) * times * DTYPE_BYTES[d.tensor(name).dtype]
+        d.size(d.tensor(name)) * times * DTYPES[d.tensor(name).dtype].bytes
         for name, times in rereads
     )
     return values, nbytes
@@ -273,7 +274,7 @@ def _top_level(model: KernelModel, hw: Hardware) -> LevelCost:
     return LevelCost(top.name, top.capacity_bytes, model.top_values, model.top_bytes)
 
 
-def _rate(hw: Hardware, unit: str, kind: str, c: Candidate | None = None) -> float:
+def unit_rate(hw: Hardware, unit: str, kind: str, c: Candidate | None = None) -> float:
     """The rate of `unit` for `kind`; a tensor type the GPU lacks (fp8 on an A100) runs at
     its 16-bit rate, as the inputs are widened. A candidate whose family prices its own
     tensor instruction (`tensor_share`: wgmma on Hopper) runs at that share of the peak

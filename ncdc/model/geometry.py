@@ -16,9 +16,10 @@ import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from ncdc.language.spec import Diagram
+from ncdc.language.diagram import Diagram
 from ncdc.model.graph import Kernel
 from ncdc.model.values import Plan
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -34,7 +35,7 @@ class Band(NamedTuple):
     hi: int | None
 
 
-def _mask_band(kernel: Kernel, sizes: Mapping[str, int]) -> Band | None:
+def mask_band(kernel: Kernel, sizes: Mapping[str, int]) -> Band | None:
     """The band of the causal and window masks whose key axis the kernel reduces (the
     streamed key axis of attention) and whose query axis it weaves, else None."""
     band = None
@@ -65,7 +66,7 @@ class Ragged(NamedTuple):
     rows: tuple[tuple[int, ...], ...]
 
 
-def _ragged(diagram: Diagram, kernel: Kernel) -> Ragged | None:
+def ragged_lengths(diagram: Diagram, kernel: Kernel) -> Ragged | None:
     """The `Ragged` of the kernel's varlen mask when its lengths state expected values."""
     for op in kernel.ops:
         if op.fn != "varlen":
@@ -126,7 +127,7 @@ def ragged_spans(
         return total, total
 
     out = []
-    for t in range(-(-queries // g_q)):
+    for t in range(ceil_div(queries, g_q)):
         a, b = t * g_q, min((t + 1) * g_q, queries) - 1
         first = -keys if lo is None else a + lo
         last = 2 * keys if hi is None else b + hi
@@ -151,7 +152,7 @@ def ragged_fraction(
         >>> ragged_fraction(256, 256, 64, 64, None, 0, ((100, 0, 1, 100),), True)
         0.5
     """
-    tiles = -(-queries // g_q)
+    tiles = ceil_div(queries, g_q)
     loaded = 0
     for lengths in rows:
         for c0, c1 in ragged_spans(queries, keys, g_q, s_x, lo, hi, lengths, packed):
@@ -178,7 +179,7 @@ def ragged_imbalance(
         1.5
     """
     per_row = max(1, batches // len(rows))
-    copies = min(per_row, max(1, 4096 // max(len(rows) * -(-queries // g_q), 1)))
+    copies = min(per_row, max(1, 4096 // max(len(rows) * ceil_div(queries, g_q), 1)))
     order = []
     for lengths in rows:
         spans = list(ragged_spans(queries, keys, g_q, s_x, lo, hi, lengths, packed))
@@ -206,7 +207,7 @@ def band_tiles(
         ((1, 64), (2, 128), (2, 128), (2, 128))
     """
     out = []
-    for t in range(-(-queries // g_q)):
+    for t in range(ceil_div(queries, g_q)):
         a, b = t * g_q, min((t + 1) * g_q, queries) - 1
         first = 0 if lo is None else min(max(a + lo, 0), keys)
         last = keys - 1 if hi is None else max(min(b + hi, keys - 1), -1)
@@ -310,9 +311,9 @@ def band_imbalance(
     spans = band_spans(queries, keys, g_q, s_x, lo, hi)
     if longest_first:
         spans.reverse()
-    chunks = max(1, -(-keys // s_x))
+    chunks = max(1, ceil_div(keys, s_x))
     per = split_chunks or chunks
-    splits = -(-chunks // per)
+    splits = ceil_div(chunks, per)
     works = [
         [max(0, min(c1, (z + 1) * per - 1) - max(c0, z * per) + 1) for c0, c1 in spans]
         for z in range(splits)
@@ -337,7 +338,7 @@ def band_spans(
         [(0, 0), (0, 1), (1, 2), (2, 3)]
     """
     out = []
-    for t in range(-(-queries // g_q)):
+    for t in range(ceil_div(queries, g_q)):
         a, b = t * g_q, min((t + 1) * g_q, queries) - 1
         first = 0 if lo is None else min(max(a + lo, 0), keys)
         last = keys - 1 if hi is None else max(min(b + hi, keys - 1), -1)

@@ -8,7 +8,7 @@ kernel knows which axes it can partition into groups (the axes of its outputs) a
 it consumes inside (the axes it can stream). The cost model fills in the group and stream
 sizes per level.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> g = build_graph(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
     >>> [(k.name, k.woven, k.reduced) for k in g.kernels]
@@ -23,7 +23,8 @@ from typing import Any
 
 from ncdc.errors import PlanError
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Op, Tensor
+from ncdc.language.diagram import Diagram, Op, Tensor
+from ncdc.language.dtypes import DTYPES
 
 ON_CHIP = "on-chip"  # home of a fused intermediate: it lives below the top level
 
@@ -39,7 +40,7 @@ class TensorNode:
 
     @property
     def bytes(self) -> int:
-        return self.values * DTYPE_BYTES[self.tensor.dtype]
+        return self.values * DTYPES[self.tensor.dtype].bytes
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ncdc.language.spec import Diagram
-from ncdc.model.cost import _rate
-from ncdc.model.graph import Kernel
-from ncdc.model.structure import _flops
+from ncdc.model.cost import unit_rate
+from ncdc.model.structure import kernel_flops
 from ncdc.model.values import KernelPlan, LevelCost, Plan
 
 FORMAT = "ncdc.cost/1"
@@ -22,15 +20,11 @@ def dominant_rate(plan: Plan) -> float:
     hw = plan.graph.hardware
     best: tuple[float, float] = (0.0, hw.rate("cuda", "fp32"))
     for k in plan.kernels:
-        model_flops = _kernel_flops(plan.graph.diagram, k.kernel)
+        model_flops = kernel_flops(plan.graph.diagram, k.kernel)
         for (unit, kind), n in model_flops.items():
             if unit != "sfu" and n > best[0]:
-                best = (n, _rate(hw, unit, kind, k.candidate))
+                best = (n, unit_rate(hw, unit, kind, k.candidate))
     return best[1]
-
-
-def _kernel_flops(diagram: Diagram, kernel: Kernel) -> dict[tuple[str, str], float]:
-    return _flops(diagram, kernel)
 
 
 def intensity(plan: Plan) -> float:

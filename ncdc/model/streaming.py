@@ -9,7 +9,7 @@ A normalisation needs its whole axis; a softmax saved with its axis still in it 
 from __future__ import annotations
 
 from ncdc.errors import PlanError
-from ncdc.language.spec import Diagram, Op
+from ncdc.language.diagram import Diagram, Op
 from ncdc.model.graph import Kernel
 
 

@@ -13,7 +13,7 @@ is one chunk of each input (g on sliced woven axes, s on streamed axes), a buffe
 of in-place operations (accumulators included) and the running max and sum of an online
 softmax. Nothing here is written per diagram. See docs/cost-model.md.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.model.graph import build_graph
     >>> from ncdc.hardware.machine import load_hardware
     >>> g = build_graph(load_diagram("diagrams/matmul.yaml", {"m": 8, "n": 8, "k": 8}),
@@ -30,60 +30,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
-from ncdc.model.geometry import Band, _mask_band, _ragged, band_fraction, ragged_fraction
+from ncdc.language.diagram import Diagram, Op
+from ncdc.language.dtypes import DTYPES
+from ncdc.language.ops import record
+from ncdc.model.geometry import Band, band_fraction, mask_band, ragged_fraction, ragged_lengths
 from ncdc.model.graph import Kernel
+from ncdc.units import ceil_div
 
 # CUDA-core operations per weight value a weight-only GEMM widens in its main loop (int8 ->
 # 16 bits in registers): the integer-to-float conversion and half a pack of two into bf16x2
 # or f16x2, rounded up. Each block widens its own copy of the weight tiles it reads.
 WIDEN_OPS_PER_VALUE = 2
 IN_PLACE_KINDS = ("map", "binary", "cast", "mask", "softmax", "norm")
-# CUDA-core FLOPs per element of each non-contraction operation (our count: the arithmetic
-# a straightforward kernel does; exponentials are counted separately on the SFU).
-CUDA_FLOPS_PER_VALUE: dict[str, int] = {
-    "exp": 1,
-    "log": 1,
-    "relu": 1,
-    "gelu": 8,
-    "gelu_tanh": 6,  # x / (1 + exp(-2 u)), u = c (x + 0.044715 x^3): the cubic, the divide
-    "silu": 4,
-    "sigmoid": 4,
-    "tanh": 2,
-    "neg": 1,
-    "abs": 1,
-    "sqrt": 1,
-    "rsqrt": 1,
-    "recip": 1,
-    "square": 1,
-    "add": 1,
-    "sub": 1,
-    "mul": 1,
-    "div": 1,
-    "max": 1,
-    "min": 1,
-    "sum": 1,
-    "mean": 1,
-    "softmax": 4,  # running max, subtract, running sum, scale
-    "log_softmax": 4,  # running max, subtract, running sum, subtract the log
-    "logsumexp": 3,  # running max, subtract, running sum
-    "layernorm": 8,  # mean, variance (2), subtract, scale, weight, bias, ...
-    "rmsnorm": 5,  # square, sum, scale, weight, ...
-    "cast": 2,  # scale and convert
-    "causal": 1,  # compare and select
-    "window": 2,  # two compares and a select
-    "varlen": 2,
-    "index": 0,  # an index the kernel has: no arithmetic
-}
-# Exponentials per element on the special-function units.
-SFU_PER_VALUE = {
-    "exp": 1, "gelu": 1, "gelu_tanh": 1, "silu": 1, "sigmoid": 1, "tanh": 1, "softmax": 1,
-    "log_softmax": 1, "logsumexp": 1,
-}  # fmt: skip
-
-
-def _ceil_div(a: Any, b: Any) -> Any:
-    return -(-a // b)
 
 
 class KernelModel:
@@ -102,11 +60,12 @@ class KernelModel:
         self.sizes = {a: diagram.axes[a] for a in kernel.axes}
         self.reach = _reach(diagram, kernel)
         self.inputs = [
-            (n, diagram.tensor(n).axes, DTYPE_BYTES[diagram.tensor(n).dtype]) for n in kernel.inputs
+            (n, diagram.tensor(n).axes, DTYPES[diagram.tensor(n).dtype].bytes)
+            for n in kernel.inputs
         ]
         self._inputs = [(_split_shape(self, n, axes), p, axes) for n, axes, p in self.inputs]
         self.outputs = [
-            (n, diagram.size(diagram.tensor(n)), DTYPE_BYTES[diagram.tensor(n).dtype])
+            (n, diagram.size(diagram.tensor(n)), DTYPES[diagram.tensor(n).dtype].bytes)
             for n in kernel.outputs
         ]
         self.output_values = sum(size for _, size, _ in self.outputs)
@@ -118,7 +77,7 @@ class KernelModel:
         ]
         # online softmax: the running max and sum per row, in the softmax's own type
         self.online = [
-            (op.out, op.axes, op.over[0], DTYPE_BYTES[op.dtype])
+            (op.out, op.axes, op.over[0], DTYPES[op.dtype].bytes)
             for op in kernel.ops
             if op.kind == "softmax"
         ]
@@ -128,20 +87,20 @@ class KernelModel:
         names = list(kernel.inputs) + list(kernel.outputs)
         self.top_values = sum(diagram.size(diagram.tensor(n)) for n in names)
         self.top_bytes = sum(
-            diagram.size(diagram.tensor(n)) * DTYPE_BYTES[diagram.tensor(n).dtype] for n in names
+            diagram.size(diagram.tensor(n)) * DTYPES[diagram.tensor(n).dtype].bytes for n in names
         )
-        self.flops_by_unit = _flops(diagram, kernel)
+        self.flops_by_unit = kernel_flops(diagram, kernel)
         self.widened = _widened(diagram, kernel)
         # A causal or window mask whose key axis the kernel reduces: key tiles that every
         # query of a query tile masks are skipped, along with the work and the loads over
         # that axis. A varlen mask's lengths are data: with the spec's `expected` lengths
         # the tiles they leave are priced (`Ragged`), without them it is priced dense.
-        self.mask = _mask_band(kernel, self.sizes)
-        self.ragged = _ragged(diagram, kernel)
+        self.mask = mask_band(kernel, self.sizes)
+        self.ragged = ragged_lengths(diagram, kernel)
         if self.ragged and not self.mask:
             self.mask = Band(self.ragged.query, self.ragged.key, None, None)
         key = self.mask.key if self.mask else None
-        self.keyed_flops = _flops(diagram, kernel, key) if key else {}
+        self.keyed_flops = kernel_flops(diagram, kernel, key) if key else {}
         self._keyed = [key is not None and key in axes for _, axes, _ in self.inputs]
         self._tile_transfers: dict[tuple[int, ...], tuple[int, int]] = {}
         self._tile_residents: dict[tuple, _Resident] = {}
@@ -168,7 +127,7 @@ class KernelModel:
     def groups(self, g: Mapping[str, Any]) -> Any:
         n: Any = 1
         for a in self.kernel.woven:
-            n = n * -(-self.sizes[a] // g[a])
+            n = n * ceil_div(self.sizes[a], g[a])
         return n
 
     def transfer(
@@ -200,7 +159,7 @@ class KernelModel:
             if a in shape.sliced:
                 n = n * self.sizes[a]
             elif a in g:
-                n = n * -(-self.sizes[a] // g[a])
+                n = n * ceil_div(self.sizes[a], g[a])
         return n
 
     def tile_transfer(
@@ -265,7 +224,7 @@ class KernelModel:
             kept = self.mask_fraction(g, s)
             out = {unit: n - self.keyed_flops.get(unit, 0) * (1 - kept) for unit, n in out.items()}
         for values, axes in self.widened:
-            blocks = math.prod(_ceil_div(self.sizes[a], g.get(a, self.sizes[a])) for a in axes)
+            blocks = math.prod(ceil_div(self.sizes[a], g.get(a, self.sizes[a])) for a in axes)
             key = ("cuda", "fp32")
             out[key] = out.get(key, 0) + values * blocks * WIDEN_OPS_PER_VALUE
         return out
@@ -403,7 +362,7 @@ def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str
     produced = {op.out for op in kernel.ops}
     for op in kernel.ops:
         t = diagram.tensor(op.out)
-        entry = (op.out, t.axes, DTYPE_BYTES[t.dtype])
+        entry = (op.out, t.axes, DTYPES[t.dtype].bytes)
         source = next((o for o in op.operands if isinstance(o, str)), None)
         if (
             op.kind in IN_PLACE_KINDS
@@ -428,7 +387,7 @@ def contract_unit(diagram: Diagram, op: Op) -> tuple[str, str]:
     dtypes = [diagram.tensor(n).dtype for n in op.operands if isinstance(n, str)]
     if "fp32" in dtypes:
         return "cuda", "fp32"
-    wide = [d for d in dtypes if DTYPE_BYTES[d] > 1]
+    wide = [d for d in dtypes if DTYPES[d].bytes > 1]
     if wide:
         return "tensor", wide[0]
     return "tensor", dtypes[0]
@@ -443,19 +402,19 @@ def _widened(diagram: Diagram, kernel: Kernel) -> list[tuple[int, tuple[str, ...
         if op.kind != "contract":
             continue
         a, b = (diagram.tensor(n) for n in op.operands if isinstance(n, str))
-        if {DTYPE_BYTES[a.dtype], DTYPE_BYTES[b.dtype]} != {1, 2}:
+        if {DTYPES[a.dtype].bytes, DTYPES[b.dtype].bytes} != {1, 2}:
             continue
-        narrow, wide = (a, b) if DTYPE_BYTES[a.dtype] == 1 else (b, a)
+        narrow, wide = (a, b) if DTYPES[a.dtype].bytes == 1 else (b, a)
         out.append((diagram.size(narrow), tuple(x for x in wide.axes if x not in narrow.axes)))
     return out
 
 
-def _flops(
+def kernel_flops(
     diagram: Diagram, kernel: Kernel, axis: str | None = None
 ) -> dict[tuple[str, str], float]:
     """FLOPs per (unit, kind): 2k per output value of a contraction, exponentials on the
-    SFU, the rest on CUDA cores at CUDA_FLOPS_PER_VALUE. With `axis`, only the operations
-    whose result or reduction runs over that axis."""
+    SFU, the rest on CUDA cores at their op record's price (ncdc.language.ops). With
+    `axis`, only the operations whose result or reduction runs over that axis."""
     out: dict[tuple[str, str], float] = {}
 
     def add(key: tuple[str, str], n: float) -> None:
@@ -473,9 +432,9 @@ def _flops(
             continue
         source = next((o for o in op.operands if isinstance(o, str)), None)
         count = diagram.size(diagram.tensor(source)) if source and op.kind == "reduce" else result
-        fn = op.fn
-        add(("cuda", "fp32"), count * CUDA_FLOPS_PER_VALUE.get(fn, 1))
-        add(("sfu", "exp"), count * SFU_PER_VALUE.get(fn, 0))
+        price = record(op.kind, op.fn)
+        add(("cuda", "fp32"), count * price.cuda_flops)
+        add(("sfu", "exp"), count * price.sfu)
     return out
 
 
@@ -485,8 +444,8 @@ def _padding(model: KernelModel, g: Mapping[str, int], s: Mapping[str, int]) -> 
     f = 1.0
     for a in model.kernel.woven:
         size = model.sizes[a]
-        f *= -(-size // g[a]) * g[a] / size
+        f *= ceil_div(size, g[a]) * g[a] / size
     for a, chunk in s.items():
         size = model.sizes.get(a, chunk)
-        f *= -(-size // chunk) * chunk / size
+        f *= ceil_div(size, chunk) * chunk / size
     return f

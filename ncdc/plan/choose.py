@@ -7,7 +7,7 @@ hardware profile, the architecture and the GPU it was measured on, and the ncdc 
 An entry stores the chosen candidates themselves (ncdc.model.launch.Candidate), so the plan it
 rebuilds launches exactly what was timed. `ncdc tune` (ncdc.measure.tune) writes the entries.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
     {'m': 128, 'n': 256, 'k': 64}
@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ncdc import __version__
 from ncdc.errors import PlanError
 from ncdc.files import write_atomic
 from ncdc.hardware.machine import Hardware
-from ncdc.language.spec import Diagram
+from ncdc.language.diagram import Diagram
 from ncdc.model.launch import Candidate, candidate_from_dict
 from ncdc.model.values import Plan
 from ncdc.plan.search import plan_diagram, plan_from_candidates, rank_tiles, with_unfused
+from ncdc.version import __version__
 
 FORMAT = "ncdc.tune/1"
 CACHE_FORMAT = 2  # bump when the key or the entry layout changes
@@ -108,7 +108,7 @@ def tuning_key(diagram: Diagram, hardware_name: str, arch: str, device: str) -> 
 
 def tuning_folder() -> Path:
     """`<cache_root>/tune`."""
-    from ncdc.backends.cache import cache_root
+    from ncdc.paths import cache_root
 
     return cache_root() / "tune"
 
@@ -178,7 +178,7 @@ def write_tuned(
     diagram: Diagram, hardware_name: str, arch: str, device: str, best: Config, record: dict
 ) -> Path:
     """Store `best` (with the run's record beside it) atomically; returns the file."""
-    from ncdc.backends.cache import private_dir
+    from ncdc.paths import private_dir
 
     path = tuning_path(diagram, hardware_name, arch, device)
     private_dir(path.parent.name)  # the checked root, created private (see ncdc.backends.cache)
@@ -288,7 +288,7 @@ def choose_plan(
 ) -> Plan:
     """`choose_plan_source`'s plan alone.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
     {'m': 128, 'n': 256, 'k': 64}

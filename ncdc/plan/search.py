@@ -9,7 +9,7 @@ streamed axis is tried, vectorised with NumPy. Explicit tiles (`schedule.tiles`,
 `--tile`) win over the search; an explicit tile that does not fit is an error that says
 which limit it breaks and by how much.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
     >>> plan.bound_kind  # L2 -> SMEM traffic bounds it on Hopper with mma.sync (see the docs)
@@ -27,7 +27,7 @@ from ncdc.errors import PlanError
 from ncdc.families import FAMILIES, classify_kernel, get_family
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.occupancy import blocks_per_sm
-from ncdc.language.spec import Diagram
+from ncdc.language.diagram import Diagram
 from ncdc.model.cost import (
     MAX_REGISTERS,
     KernelTiming,
@@ -41,6 +41,7 @@ from ncdc.model.launch import Candidate, Family
 from ncdc.model.streaming import streamed_axes
 from ncdc.model.structure import KernelModel
 from ncdc.model.values import BreakOption, KernelPlan, Plan, TileChoice, Unfused
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,7 +64,7 @@ def plan_diagram(
     `tiles` (axis -> size, from `--tile`) override the spec's `schedule.tiles`; both win
     over the search.
 
-        >>> from ncdc.language.spec import load_diagram
+        >>> from ncdc.language.load import load_diagram
         >>> from ncdc.hardware.machine import load_hardware
         >>> plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200")).bound
         'hbm'
@@ -239,7 +240,7 @@ def choose_breaks(
     options) where the spec wrote its breaks, on a machine that is not a GPU, or where
     nothing builds (planning it then says why).
 
-        >>> from ncdc.language.spec import load_diagram
+        >>> from ncdc.language.load import load_diagram
         >>> from ncdc.hardware.machine import load_hardware
         >>> d, options = choose_breaks(load_diagram("diagrams/add_rmsnorm.yaml"),
         ...                            load_hardware("h200"), {})
@@ -653,22 +654,22 @@ class _Checker:
             axes = list(reversed(woven))
             if group_m and len(axes) >= 2:
                 n, m = axes[0], axes[1]
-                count_n = -(-model.sizes[n] // group[n])
-                count_m = -(-model.sizes[m] // group[m])
+                count_n = ceil_div(model.sizes[n], group[n])
+                count_m = ceil_div(model.sizes[m], group[m])
                 if left >= group_m * count_n:  # whole groups: rows of tiles, as in row order
-                    rows, cols = min(count_m, -(-left // count_n)), count_n
+                    rows, cols = min(count_m, ceil_div(left, count_n)), count_n
                 else:  # part of one group: its rows, and the columns the wave reaches
                     rows = min(count_m, group_m)
-                    cols = min(count_n, -(-left // rows))
+                    cols = min(count_n, ceil_div(left, rows))
                 found[n] = min(cols * group[n], model.sizes[n])
                 found[m] = min(rows * group[m], model.sizes[m])
-                left = max(-(-left // (count_m * count_n)), 1)
+                left = max(ceil_div(left, (count_m * count_n)), 1)
                 axes = axes[2:]
             for a in axes:
-                count = -(-model.sizes[a] // group[a])
+                count = ceil_div(model.sizes[a], group[a])
                 take = min(count, left)
                 found[a] = min(take * group[a], model.sizes[a])
-                left = max(-(-left // count), 1)
+                left = max(ceil_div(left, count), 1)
             self._waves[key] = found
         return found
 

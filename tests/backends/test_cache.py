@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import ncdc
+from ncdc import paths
 from ncdc.backends import cache, nvrtc
 from tests import support
 
@@ -58,7 +59,7 @@ def compiles(monkeypatch):
 
 def entry_files(root: Path) -> list[str]:
     """The cache's files but its key."""
-    return sorted(p.name for p in root.rglob("*") if p.is_file() and p.name != cache.KEY_FILE)
+    return sorted(p.name for p in root.rglob("*") if p.is_file() and p.name != paths.KEY_FILE)
 
 
 def only_stem(root: Path) -> Path:
@@ -69,12 +70,12 @@ def only_stem(root: Path) -> Path:
 def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("NCDC_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache.cache_root() == tmp_path / "xdg" / "ncdc"
+    assert paths.cache_root() == tmp_path / "xdg" / "ncdc"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert cache.cache_root() == tmp_path / "home" / ".cache" / "ncdc"
+    assert paths.cache_root() == tmp_path / "home" / ".cache" / "ncdc"
     monkeypatch.setenv("NCDC_CACHE", str(tmp_path / "mine"))
-    assert cache.cache_root() == tmp_path / "mine"
+    assert paths.cache_root() == tmp_path / "mine"
 
 
 def test_second_call_is_a_hit(root, compiles):
@@ -272,8 +273,8 @@ def test_planted_cubin_with_a_matching_sha256_is_not_used(root, compiles):
 
 def test_an_entry_signed_under_another_key_is_rebuilt(root, compiles):
     cache.cached_compile(SOURCE, "sm_80", name=NAME)
-    (root / cache.KEY_FILE).unlink()  # a new key: every old entry is someone else's
-    cache._key_for.cache_clear()
+    (root / paths.KEY_FILE).unlink()  # a new key: every old entry is someone else's
+    paths._key_for.cache_clear()
     cache.cached_compile(SOURCE, "sm_80", name=NAME)
     assert len(compiles) == 2
 
@@ -282,7 +283,7 @@ def test_an_entry_signed_under_another_key_is_rebuilt(root, compiles):
 def test_a_root_others_can_write_is_refused(root, mode):
     root.mkdir(parents=True)
     root.chmod(mode)
-    with pytest.raises(cache.CacheError) as e:
+    with pytest.raises(paths.CacheError) as e:
         cache.cached_compile(SOURCE, "sm_80", name=NAME)
     assert e.value.exit_code == 2 and "writable by others" in e.value.line()
     assert "chmod go-w" in e.value.line()
@@ -292,22 +293,22 @@ def test_a_root_others_can_write_is_refused(root, mode):
 def test_a_root_owned_by_someone_else_is_refused(root, monkeypatch):
     root.mkdir(parents=True, mode=0o700)
     monkeypatch.setattr(cache.os, "getuid", lambda: os.stat(root).st_uid + 1)
-    with pytest.raises(cache.CacheError, match="owned by uid"):
+    with pytest.raises(paths.CacheError, match="owned by uid"):
         cache.cached_compile(SOURCE, "sm_80", name=NAME)
 
 
 def test_a_key_others_can_read_is_refused(root, compiles):
     cache.cached_compile(SOURCE, "sm_80", name=NAME)
-    (root / cache.KEY_FILE).chmod(0o644)
-    cache._key_for.cache_clear()
-    with pytest.raises(cache.CacheError, match="cache key"):
+    (root / paths.KEY_FILE).chmod(0o644)
+    paths._key_for.cache_clear()
+    with pytest.raises(paths.CacheError, match="cache key"):
         cache.cached_compile(SOURCE, "sm_80", name=NAME)
 
 
 def test_new_root_and_key_are_private(root, compiles):
     cache.cached_compile(SOURCE, "sm_80", name=NAME)
     assert root.stat().st_mode & 0o077 == 0
-    assert (root / cache.KEY_FILE).stat().st_mode & 0o777 == 0o600
+    assert (root / paths.KEY_FILE).stat().st_mode & 0o777 == 0o600
 
 
 def test_a_cache_that_cannot_be_written_degrades_with_a_warning(
@@ -319,7 +320,7 @@ def test_a_cache_that_cannot_be_written_degrades_with_a_warning(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(cache, "write_atomic", full)
-    cache._warn_once.cache_clear()
+    paths._warn_once.cache_clear()
     module = cache.cached_compile(SOURCE, "sm_80", name=NAME)
     assert module.cubin[:4] == b"\x7fELF"
     err = capsys.readouterr().err
@@ -331,7 +332,7 @@ def test_a_root_that_cannot_be_created_degrades(tmp_path, monkeypatch, headers, 
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("NCDC_CACHE", str(blocker / "cache"))  # a folder under a file
-    cache._warn_once.cache_clear()
+    paths._warn_once.cache_clear()
     assert cache.cached_compile(SOURCE, "sm_80", name=NAME).cubin[:4] == b"\x7fELF"
     assert "without a cache" in capsys.readouterr().err
 

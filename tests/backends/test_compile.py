@@ -132,7 +132,7 @@ def test_compile_error_names_the_generated_line_and_its_template():
 
     from ncdc.backends.cache import cached_compile
     from ncdc.errors import CompileError
-    from ncdc.language.spec import load_diagram
+    from ncdc.language.load import load_diagram
     from ncdc.plan.search import plan_diagram
     from ncdc.render import render_plan
 

@@ -471,7 +471,7 @@ def test_race_generated_softmax_is_clean(tsan: cpu.EmulatedModule) -> None:
     """A generated row-wise kernel (256 threads, block reductions through shared memory)."""
     from ncdc.check.run import run_diagram
     from ncdc.hardware.machine import load_hardware
-    from ncdc.language.spec import load_diagram
+    from ncdc.language.load import load_diagram
     from ncdc.plan.search import plan_diagram
     from ncdc.render import render_plan
 

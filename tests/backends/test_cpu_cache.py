@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncdc.backends import cache, cpu
+from ncdc import paths
+from ncdc.backends import cpu
 from tests import support
 
 REPO = support.ROOT
@@ -29,7 +30,7 @@ SOURCE = (
 @pytest.fixture
 def root(tmp_path, monkeypatch):
     monkeypatch.setenv("NCDC_CACHE", str(tmp_path / "cache"))
-    cache._key_for.cache_clear()
+    paths._key_for.cache_clear()
     return tmp_path / "cache"
 
 
@@ -98,7 +99,7 @@ def test_an_unsafe_cache_dir_is_refused(root, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    with pytest.raises(cache.CacheError) as e:
+    with pytest.raises(paths.CacheError) as e:
         cpu.build(SOURCE, defines={"V": 5}, cache_dir=shared)
     assert e.value.exit_code == 2
     assert list(shared.iterdir()) == []
@@ -172,7 +173,7 @@ def test_a_cache_that_cannot_be_written_still_builds(root, monkeypatch, capsys):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(cpu, "write_atomic", full)
-    cache._warn_once.cache_clear()
+    paths._warn_once.cache_clear()
     module = cpu.build(SOURCE, defines={"V": 9})
     assert value_of(module) == 9
     assert "No space left" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from ncdc.backends import cpu
 from ncdc.backends.cpu import Counters
 from ncdc.check.run import device_aligned, run_diagram
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import load_diagram, load_diagram_text
+from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
 from ncdc.schema import load_schema, validate

@@ -59,7 +59,7 @@ def test_a_compiled_attention_kernel_has_an_hmma_main_loop():
     pytest.importorskip("cuda.bindings")
     from ncdc.backends.compile import compile_plan
     from ncdc.hardware.machine import load_hardware
-    from ncdc.language.spec import load_diagram
+    from ncdc.language.load import load_diagram
     from ncdc.plan.search import plan_diagram
 
     axes = {"b": 1, "h": 1, "q": 128, "x": 128, "d": 64}

@@ -6,7 +6,7 @@ import pytest
 
 from ncdc.check.gate import baseline_from_plans, compare_to_baseline, parse_tolerance
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from ncdc.check.reference import evaluate, from_storage, make_inputs, round_to, to_storage
 from ncdc.check.run import compare
-from ncdc.language.spec import load_diagram, load_diagram_text
+from ncdc.language.load import load_diagram, load_diagram_text
 
 
 @pytest.mark.parametrize(

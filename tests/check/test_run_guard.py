@@ -15,7 +15,7 @@ import pytest
 
 from ncdc.check.run import check_emulation_fits, estimate_emulation, memory_limit
 from ncdc.errors import UsageError
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from tests.support import ROOT, assert_error, ncdc
 
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ncdc import __version__
-from ncdc.system import _cgroup_cpus, default_jobs
+from ncdc.system import cgroup_cpus, default_jobs
 from tests.support import SOFTMAX, ncdc
 
 
@@ -60,10 +60,10 @@ def test_jobs_default_follows_affinity_and_quota(tmp_path):
     assert default_jobs() <= len(os.sched_getaffinity(0))
     quota = tmp_path / "cpu.max"
     quota.write_text("50000 100000\n")
-    assert _cgroup_cpus(quota) == 1
+    assert cgroup_cpus(quota) == 1
     quota.write_text("max 100000\n")
-    assert _cgroup_cpus(quota) is None
-    assert _cgroup_cpus(Path("/no/such/file")) is None
+    assert cgroup_cpus(quota) is None
+    assert cgroup_cpus(Path("/no/such/file")) is None
 
 
 def test_jobs_option_is_validated(tmp_path):

@@ -21,7 +21,9 @@ import pytest
 
 from ncdc.errors import NcdcError, PlanError, SpecError
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import OPERATIONS, Diagram, load_diagram, load_diagram_text
+from ncdc.language.diagram import Diagram
+from ncdc.language.load import load_diagram, load_diagram_text
+from ncdc.language.ops import OPERATIONS
 from ncdc.language.yamlsrc import read_yaml_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan

@@ -13,7 +13,7 @@ import pytest
 
 from ncdc.check.run import run_diagram, run_spec
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import load_diagram_text
+from ncdc.language.load import load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
 from tests import support
@@ -128,7 +128,7 @@ COMPILED = {"int8_quantize": ("int8_quantize",), "swiglu_mlp": ("swiglu_mlp_1_H"
 def test_library_kernels_compile_without_spills(arch: str) -> None:
     from ncdc.backends.cache import cached_compile
     from ncdc.families import get_family
-    from ncdc.language.spec import load_diagram
+    from ncdc.language.load import load_diagram
     from ncdc.render import template_env
 
     hw = load_hardware({"sm_80": "a100", "sm_90a": "h200"}[arch])  # the arch's own profile
@@ -150,7 +150,7 @@ def test_library_kernels_compile_without_spills(arch: str) -> None:
 
 
 def _model(name: str, **sizes: int):
-    from ncdc.language.spec import load_diagram
+    from ncdc.language.load import load_diagram
     from ncdc.model.graph import build_graph
     from ncdc.model.structure import KernelModel
 

@@ -15,7 +15,7 @@ import pytest
 
 from ncdc.check.run import run_spec
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from tests import support
 
 pytestmark = pytest.mark.gpu

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 
 from ncdc.errors import NcdcError, SpecError
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import Diagram, load_diagram, load_diagram_text, parse_assignments
+from ncdc.language.diagram import Diagram
+from ncdc.language.load import load_diagram, load_diagram_text, parse_assignments
 from ncdc.model.graph import build_graph
 from ncdc.plan.search import plan_diagram
 from tests import support

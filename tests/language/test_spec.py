@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ncdc.errors import SpecError
-from ncdc.language.spec import load_diagram, load_diagram_text, parse_assignments
+from ncdc.language.load import load_diagram, load_diagram_text, parse_assignments
 from tests import support
 
 ROOT = support.ROOT

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ncdc.errors import SpecError
-from ncdc.language.spec import load_diagram, load_diagram_text
+from ncdc.language.load import load_diagram, load_diagram_text
 from tests.support import SOFTMAX, assert_error, ncdc
 
 GOOD = Path(SOFTMAX).read_text()

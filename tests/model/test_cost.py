@@ -14,7 +14,7 @@ import pytest
 from ncdc.cli.views import cost_note
 from ncdc.errors import PlanError, SpecError
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import load_diagram, load_diagram_text
+from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.cost import time_kernel
 from ncdc.model.geometry import causal_fraction
 from ncdc.model.overlap import SATURATION_WARPS, latency_efficiency
@@ -43,7 +43,7 @@ def test_matmul_flops_are_2mnk():
 
 def test_attention_flops_and_exponentials():
     # Section 6: 4 q x d per head on tensor cores, plus q x exponentials on the SFU; the
-    # softmax's other arithmetic is 4 FLOPs per score on CUDA cores (CUDA_FLOPS_PER_VALUE).
+    # softmax's other arithmetic is 4 FLOPs per score on CUDA cores (its op record, ncdc.language.ops).
     q, x, d = 256, 512, 64
     plan = plan_diagram(load_diagram_text(ATTENTION), load_hardware("h100"))
     assert plan.flops == 4 * q * x * d + q * x + 4 * q * x
@@ -287,11 +287,11 @@ def test_fp8_mma_sync_on_hopper_runs_at_the_fp16_rate():
     # built on mma.sync is priced at the fp16 mma.sync rate (989.4 TFLOP/s x 4 / 6: one
     # HMMA every 6 cycles against the peak's 4), not that share of the 1978.9 TFLOP/s fp8
     # peak that needs wgmma.
-    from ncdc.model.cost import _rate
+    from ncdc.model.cost import unit_rate
 
     h200 = load_hardware("h200")
-    assert _rate(h200, "tensor", "fp8_e4m3") == pytest.approx(989.4e12 * 4 / 6, rel=1e-3)
-    assert _rate(load_hardware("l40s"), "tensor", "fp8_e4m3") == pytest.approx(733e12)
+    assert unit_rate(h200, "tensor", "fp8_e4m3") == pytest.approx(989.4e12 * 4 / 6, rel=1e-3)
+    assert unit_rate(load_hardware("l40s"), "tensor", "fp8_e4m3") == pytest.approx(733e12)
 
 
 # ---- variable-length attention priced with its expected lengths -------------------------

@@ -10,7 +10,8 @@ import math
 import pytest
 
 from ncdc.hardware.machine import apply_overrides, load_hardware
-from ncdc.language.spec import DTYPE_BYTES, load_diagram_text
+from ncdc.language.dtypes import DTYPES
+from ncdc.language.load import load_diagram_text
 from ncdc.model.overlap import WarpgroupBudget, warpgroups_fit
 from ncdc.model.structure import KernelModel
 from ncdc.plan.search import plan_diagram
@@ -111,7 +112,7 @@ def test_sec5_7_one_kv_block_of_three_warpgroups():
     compute_s = flops / (h100.rate("tensor", "fp8_e4m3") / sms) + flops / (
         h100.rate("tensor", "fp16") / sms
     )
-    kv_bytes = s_x * d * (DTYPE_BYTES["fp8_e4m3"] + DTYPE_BYTES["fp16"])
+    kv_bytes = s_x * d * (DTYPES["fp8_e4m3"].bytes + DTYPES["fp16"].bytes)
     transfer_s = kv_bytes / (h100.bandwidth("hbm") / sms)
     assert round(compute_s * 1e6, 2) == 1.26
     assert round(transfer_s * 1e6, 2) == 0.97

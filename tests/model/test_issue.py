@@ -11,7 +11,7 @@ import pytest
 
 from ncdc.backends import sass
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from ncdc.model.issue import ESTIMATE, MMA_16816_FLOPS, SASS, LoopMix, issue_time_s
 from ncdc.model.overlap import overlap_compute
 from ncdc.plan.search import plan_diagram

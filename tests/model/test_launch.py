@@ -16,7 +16,7 @@ import pytest
 
 from ncdc.backends.compile import compile_plan
 from ncdc.hardware.machine import list_profiles, load_hardware
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from ncdc.model.launch import Candidate, candidate_from_dict
 from ncdc.model.values import Plan
 from ncdc.plan.search import plan_diagram

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ncdc.hardware.machine import apply_overrides, load_hardware
-from ncdc.language.spec import load_diagram_text
+from ncdc.language.load import load_diagram_text
 from ncdc.plan.search import plan_diagram
 
 BIG = 1 << 40  # an l1 that holds everything

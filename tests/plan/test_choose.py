@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from ncdc.backends import cache
+from ncdc import paths
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from ncdc.plan import choose
 from ncdc.plan.search import rank_tiles
 from tests.support import MATMUL, ncdc
@@ -23,7 +23,7 @@ SETS = [arg for axis, size in SIZES.items() for arg in ("--set", f"{axis}={size}
 def tuned(tmp_path, monkeypatch):
     """A tuning entry holding the model's runner-up for the small matmul; its file."""
     monkeypatch.setenv("NCDC_CACHE", str(tmp_path / "cache"))
-    cache._key_for.cache_clear()
+    paths._key_for.cache_clear()
     d = load_diagram(MATMUL, SIZES)
     hw = load_hardware("h200")
     plans = rank_tiles(d, hw, 8)

@@ -18,7 +18,7 @@ from ncdc.backends.compile import CompileReport, compile_plan, compile_specs
 from ncdc.errors import CompileError
 from ncdc.hardware.machine import load_hardware
 from ncdc.hardware.occupancy import blocks_per_sm
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from ncdc.plan.search import kernel_alternatives, plan_diagram
 from tests import support
 

@@ -24,8 +24,10 @@ from ncdc.families.codegen import (
     op_statements,
     size_name,
 )
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Op
+from ncdc.language.diagram import Diagram, Op
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import MAX_GRID_YZ, Family
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.model.graph import Kernel
@@ -206,7 +208,7 @@ def row_values(head: int) -> int:
 def attention_smem(at: Attention, q_rows: int, q_head: int, s_x: int, stages: int = STAGES) -> int:
     """Bytes of the Q tile of q_rows rows of q_head values and the K and V rings."""
     rows = q_rows * row_values(q_head) + stages * s_x * (row_values(at.d) + row_values(at.d_v))
-    return rows * DTYPE_BYTES[at.dtype]
+    return rows * DTYPES[at.dtype].bytes
 
 
 def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ...]] | None:
@@ -279,11 +281,11 @@ def attention_registers(
     head = sum(model.sizes[a] for a in family.axes("d"))
     head_v = math.prod(model.sizes[a] for a in family.axes("d_v"))
     first = next(op for op in model.kernel.ops if op.kind == "contract")
-    p = DTYPE_BYTES[model.diagram.tensor(str(first.operands[0])).dtype]  # Q's (or K's)
+    p = DTYPES[model.diagram.tensor(str(first.operands[0])).dtype].bytes  # Q's (or K's)
     held = head if q_in_registers(head, warp_q) else MMA_TILE
     # Q's fragments, and P's: the chunk's probabilities packed two to a register as the
     # A operand of P V, live beside the fp32 scores they come from
-    fragments = -(-g_q * held * p // (4 * threads)) + -(-g_q * s_x * p // (4 * threads))
+    fragments = ceil_div(g_q * held * p, (4 * threads)) + ceil_div(g_q * s_x * p, (4 * threads))
     fragments += MASK_REGISTERS if masked else 0
     return estimate_registers(g_q * head_v + g_q * s_x, threads, fragments)
 

@@ -8,7 +8,7 @@ The cost model weighs the grid's fill against the merge's traffic through the ca
 candidate carries is the one the kernel launches. Every warp keeps its own online softmax
 over its keys, so no merge happens inside a block.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/decode_attention.yaml"), load_hardware("h200"))
@@ -43,8 +43,9 @@ from ncdc.families.attention.core import (
 from ncdc.families.attention.mix import plan_masked_share
 from ncdc.families.base import KernelSource, Launch, Param, Workspace, no_arch_problem, no_loop_mix
 from ncdc.families.codegen import size_name
-from ncdc.language.spec import Diagram
+from ncdc.language.diagram import Diagram
 from ncdc.model.launch import Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
@@ -108,10 +109,10 @@ class DecodeFamily:
             TILES["stages"],
         ):
             warps = next(w for w in (4, 2, 1) if w <= warps and s_x % (MMA_ROWS * w) == 0)
-            chunks = -(-x_len // s_x)
-            keys_per_split = -(-chunks // min(asked, chunks)) * s_x
-            splits = -(-x_len // keys_per_split)  # none empty
-            stages = min(stages, max(2, -(-keys_per_split // s_x)))  # no stage left unused
+            chunks = ceil_div(x_len, s_x)
+            keys_per_split = ceil_div(chunks, min(asked, chunks)) * s_x
+            splits = ceil_div(x_len, keys_per_split)  # none empty
+            stages = min(stages, max(2, ceil_div(keys_per_split, s_x)))  # no stage left unused
             params = (("s_x", s_x), ("warps", warps), ("stages", stages), ("pack", pack))
             if (params, keys_per_split) in out:
                 continue
@@ -237,7 +238,7 @@ def packed_heads(at: Attention, diagram: Diagram, q_len: int) -> tuple[str, int]
     mask: a score functor, a bias, a length mask or the log-sum-exp address one head per
     block (the rows of the block still map to queries, r % q_len).
 
-        >>> from ncdc.language.spec import load_diagram
+        >>> from ncdc.language.load import load_diagram
         >>> from ncdc.hardware.machine import load_hardware
         >>> from ncdc.plan.search import plan_diagram
         >>> d = load_diagram("tests/specs/decode_q4_gqa.yaml")  # r = 2 heads, q = 4

@@ -7,7 +7,7 @@ ring, online softmax in registers with the scale folded into the exponent, the t
 need no mask in a loop of their own (device code in `templates/include/ncdc_attention.cuh`).
 Problem sizes are runtime parameters; tiles and head sizes are compile-time.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> from ncdc.families.attention.core import read_attention
@@ -44,6 +44,7 @@ from ncdc.families.attention.core import (
 )
 from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param
 from ncdc.model.launch import Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.model.structure import KernelModel
@@ -97,7 +98,7 @@ def candidates(
         smem = attention_smem(at, g_q, max(at.d, at.d_v), s_x, stages)  # Q, then O
         group = attention_group(model, family, g_q, fixed)
         stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
-        shape = LaunchShape((-(-axes[q] // g_q), batch, 1), (threads, 1, 1), smem)
+        shape = LaunchShape((ceil_div(axes[q], g_q), batch, 1), (threads, 1, 1), smem)
         out.append(
             Candidate(
                 group, stream, {**group, q: warp_q}, stream,

@@ -4,7 +4,7 @@ split across blocks for grids too small for the GPU (splitk), and in FlashAttent
 on sm_90a (wgmma). The model picks among their candidates; the kernel's reading (roles,
 score path, masks) is shared with the decode family (ncdc.families.attention.core).
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
@@ -36,7 +36,7 @@ from ncdc.model.launch import Candidate, Family
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.language.spec import Diagram
+    from ncdc.language.diagram import Diagram
     from ncdc.model.graph import Kernel
     from ncdc.model.issue import LoopMix
     from ncdc.model.structure import KernelModel

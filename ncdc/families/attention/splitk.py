@@ -16,7 +16,7 @@ Under a causal or window mask each (query tile, split) block visits the chunks o
 that fall in its range, and the model prices the busiest block slot (`band_imbalance` with
 `split_chunks`); a length mask's work is data, so a varlen kernel is not split.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> d = load_diagram("diagrams/cross_attention.yaml", {"b": 1, "q": 77, "x": 4096})
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from ncdc.families.base import KernelSource, Launch, Param, Workspace
 from ncdc.model.launch import MAX_GRID_YZ, Candidate, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.families.attention.core import Attention
@@ -69,10 +70,10 @@ def candidates(
         if c.grid >= hw.limits.sms:
             continue
         s_x = c.param("s_x")
-        chunks = -(-x_len // s_x)
+        chunks = ceil_div(x_len, s_x)
         for asked in SPLITS:
-            keys_per_split = -(-chunks // min(asked, chunks)) * s_x
-            splits = -(-x_len // keys_per_split)  # none empty
+            keys_per_split = ceil_div(chunks, min(asked, chunks)) * s_x
+            splits = ceil_div(x_len, keys_per_split)  # none empty
             if splits < 2 or splits > MAX_GRID_YZ or (c.params, splits) in out:
                 continue
             gx, gy, _ = c.main.grid
@@ -80,7 +81,7 @@ def candidates(
             shapes = (
                 LaunchShape((gx, gy, splits), c.main.block, c.main.dynamic_smem),
                 LaunchShape(
-                    (-(-q_len // MERGE_ROWS), gy, 1),
+                    (ceil_div(q_len, MERGE_ROWS), gy, 1),
                     (MERGE_THREADS, 1, 1),
                     merge_smem(rows, splits),
                 ),

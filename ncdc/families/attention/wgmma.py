@@ -19,7 +19,7 @@ template does not run (scores other than a plain or causal mask, a log-sum-exp o
 heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q, K, V and O must be
 [batch..., rows, head]) leaves the kernel with the mma.sync candidates.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
 from ncdc.families.codegen import cpp_type
 from ncdc.families.gemm.wgmma import ISSUE_CYCLES, TMA_LATENCY_CYCLES
-from ncdc.language.spec import DTYPE_BYTES, Diagram
+from ncdc.language.diagram import Diagram
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.families.attention.core import Attention
@@ -46,8 +48,8 @@ if TYPE_CHECKING:
     from ncdc.model.values import KernelPlan, Plan
 
 ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg
-DTYPES = ("bf16", "fp16")  # V and O; Q and K these too, or fp8 (S by wgmma k32)
-QK_DTYPES = (*DTYPES, "fp8_e4m3", "fp8_e5m2")
+VALUE_DTYPES = ("bf16", "fp16")  # V and O; Q and K these too, or fp8 (S by wgmma k32)
+QK_DTYPES = (*VALUE_DTYPES, "fp8_e4m3", "fp8_e5m2")
 BQ = 128  # queries per block: two consumer warpgroups of 64
 THREADS = 384  # producer + two consumer warpgroups
 SPAN = 128  # the swizzle span: 64 values of 16 bits, one TMA box row
@@ -78,7 +80,7 @@ def pipeline_share(hw: Hardware, at: Attention, s_x: int, stages: int) -> float:
 
         >>> from ncdc.hardware.machine import load_hardware
         >>> from ncdc.plan.search import plan_diagram
-        >>> from ncdc.language.spec import load_diagram
+        >>> from ncdc.language.load import load_diagram
         >>> from ncdc.families.attention.core import read_attention
         >>> h200 = load_hardware("h200")
         >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), h200)
@@ -88,7 +90,7 @@ def pipeline_share(hw: Hardware, at: Attention, s_x: int, stages: int) -> float:
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
     mma_s = mma_tile_s(hw, at, s_x)
-    loads = (at.d * DTYPE_BYTES[at.dtype] + at.d_v * DTYPE_BYTES[at.value_dtype]) // SPAN
+    loads = (at.d * DTYPES[at.dtype].bytes + at.d_v * DTYPES[at.value_dtype].bytes) // SPAN
     issue_s = (loads + 4) * ISSUE_CYCLES / clock
     fill_s = (TMA_LATENCY_CYCLES / clock + issue_s) / stages
     return mma_s / max(mma_s, issue_s, fill_s)
@@ -110,7 +112,7 @@ def store_share(hw: Hardware, at: Attention, s_x: int, keys: int, share: float) 
 
         >>> from ncdc.hardware.machine import load_hardware
         >>> from ncdc.plan.search import plan_diagram
-        >>> from ncdc.language.spec import load_diagram
+        >>> from ncdc.language.load import load_diagram
         >>> from ncdc.families.attention.core import read_attention
         >>> h200 = load_hardware("h200")
         >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), h200)
@@ -119,9 +121,9 @@ def store_share(hw: Hardware, at: Attention, s_x: int, keys: int, share: float) 
         0.9946
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
-    tiles = -(-keys // s_x) / (2 if at.causal else 1)
+    tiles = ceil_div(keys, s_x) / (2 if at.causal else 1)
     loop_s = max(tiles, 1) * mma_tile_s(hw, at, s_x) / share
-    store_s = (at.d_v * DTYPE_BYTES[at.value_dtype] // SPAN + 4) * ISSUE_CYCLES / clock
+    store_s = (at.d_v * DTYPES[at.value_dtype].bytes // SPAN + 4) * ISSUE_CYCLES / clock
     return loop_s / (loop_s + store_s)
 
 
@@ -132,7 +134,7 @@ def consumer_registers(s_x: int, d_v: int) -> int:
 
 def smem_bytes(at: Attention, s_x: int, stages: int) -> int:
     """Q, then `stages` K and V tiles, and 1024 bytes to align them (the swizzle)."""
-    qk, v = DTYPE_BYTES[at.dtype], DTYPE_BYTES[at.value_dtype]
+    qk, v = DTYPES[at.dtype].bytes, DTYPES[at.value_dtype].bytes
     return 1024 + BQ * at.d * qk + stages * s_x * (at.d * qk + at.d_v * v)
 
 
@@ -142,9 +144,9 @@ def _runs(at: Attention, diagram: Diagram) -> bool:
     log-sum-exp, a positive scale, and Q, K, V and O in [batch..., rows, head] order (O
     with every batch axis, as Q)."""
     sc = at.scores
-    if at.dtype not in QK_DTYPES or at.value_dtype not in DTYPES:
+    if at.dtype not in QK_DTYPES or at.value_dtype not in VALUE_DTYPES:
         return False
-    if at.d * DTYPE_BYTES[at.dtype] % SPAN or at.d > MAX_HEAD or at.d_v not in VALUE_HEADS:
+    if at.d * DTYPES[at.dtype].bytes % SPAN or at.d > MAX_HEAD or at.d_v not in VALUE_HEADS:
         return False
     if not sc.plain or sc.lo or sc.lengths or sc.sequences or sc.window or at.lse:
         return False
@@ -191,7 +193,7 @@ def candidates(
             if warpgroups_fit(hw, WarpgroupBudget(0, smem / 3, 0, regs))[0] < 3:
                 continue
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
-            shape = LaunchShape((-(-model.sizes[q] // BQ), batch, 1), (THREADS, 1, 1), smem)
+            shape = LaunchShape((ceil_div(model.sizes[q], BQ), batch, 1), (THREADS, 1, 1), smem)
             share = pipeline_share(hw, at, s_x, stages)
             share *= store_share(hw, at, s_x, model.sizes[x], share)
             params = (("wgmma", 1), ("g_q", BQ), ("s_x", s_x))
@@ -232,7 +234,7 @@ def _tensor_map(diagram: Diagram, name: str, rows: int) -> TensorMapSpec:
     t = diagram.tensor(name)
     head, length = diagram.axes[t.axes[-1]], diagram.axes[t.axes[-2]]
     slices = math.prod(diagram.axes[a] for a in t.axes[:-2])
-    esize = DTYPE_BYTES[t.dtype]
+    esize = DTYPES[t.dtype].bytes
     return TensorMapSpec(
         tensor=name,
         dtype=t.dtype,

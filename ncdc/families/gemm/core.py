@@ -14,7 +14,7 @@ A candidate's template parameters are the block tile as the kernel runs it (`bm`
 (`warps_m`, `warps_n`), the pipeline depth and, on the fp32 path, the thread tile (`tm`,
 `tn`); its shared memory counts the 16-byte row padding.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"),
@@ -43,8 +43,10 @@ from ncdc.families.base import (
     rounded_options,
 )
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Op, Tensor
+from ncdc.language.diagram import Diagram, Op, Tensor
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
@@ -115,7 +117,7 @@ def mma_candidates(
     """Every launch of the cp.async GEMM (mma.sync, or fp32 FMAs on CUDA cores): block
     tiles, k chunks, warps and pipeline stages, with `fixed` tiles honoured."""
     d, kernel = model.diagram, model.kernel
-    p = DTYPE_BYTES[ops.a.dtype]
+    p = DTYPES[ops.a.dtype].bytes
     simt = ops.a.dtype == "fp32"
     least_k = SIMT_K if simt else MMA_K[p]
     sizes = model.sizes
@@ -145,7 +147,11 @@ def mma_candidates(
         stream = {a: (t.bk if a == ops.k else fixed.get(a, 1)) for a in streams}
         warp_group = {**group, ops.m: t.bm // t.warps_m, ops.n: t.bn // t.warps_n}
         warp_stream = {**stream, ops.k: least_k} if ops.k in stream else stream
-        grid = (-(-d.axes[ops.n] // t.bn), -(-d.axes[ops.m] // t.bm), min(batches, MAX_GRID_YZ))
+        grid = (
+            ceil_div(d.axes[ops.n], t.bn),
+            ceil_div(d.axes[ops.m], t.bm),
+            min(batches, MAX_GRID_YZ),
+        )
         threads = 32 * t.warps
         shape = LaunchShape(grid, (threads, 1, 1), _smem_bytes(t, ops, p))
         out[params] = Candidate(
@@ -189,7 +195,7 @@ def _whole_chunks(t: Tensor, d: Diagram) -> bool:
     """Whether every row of `t` starts on a 16-byte boundary at the planned sizes (every
     pitch is a multiple of its contiguous axis's size): the kernel then copies it with
     16-byte cp.async, a variant fixed at compile time."""
-    return d.axes[t.axes[-1]] * DTYPE_BYTES[t.dtype] % 16 == 0
+    return d.axes[t.axes[-1]] * DTYPES[t.dtype].bytes % 16 == 0
 
 
 def tiles_of(c: Candidate) -> GemmTiles:
@@ -247,7 +253,7 @@ def _smem_bytes(t: GemmTiles, ops: Operands, p: int) -> int:
     """Dynamic shared memory: STAGES copies of the A and B tiles, rows padded by 16 bytes
     (the same formula as MmaTile / SimtTile::SMEM_BYTES; the template checks it). B keeps
     its own type (int8 weights under 16-bit activations)."""
-    pb = DTYPE_BYTES[ops.b.dtype]
+    pb = DTYPES[ops.b.dtype].bytes
     a_rows, a_cols = (t.bm, t.bk) if ops.a_k else (t.bk, t.bm)
     b_rows, b_cols = (t.bn, t.bk) if ops.b_k else (t.bk, t.bn)
     return t.stages * (a_rows * (a_cols + 16 // p) * p + b_rows * (b_cols + 16 // pb) * pb)
@@ -260,7 +266,7 @@ def _registers(t: GemmTiles, threads: int, p: int, simt: bool) -> int:
 
     k = SIMT_K if simt else MMA_K[p]
     warp_m, warp_n = t.bm // t.warps_m, t.bn // t.warps_n
-    fragments = -(-(warp_m + warp_n) * k * p // (4 * 32))
+    fragments = ceil_div((warp_m + warp_n) * k * p, (4 * 32))
     return estimate_registers(t.bm * t.bn, threads, fragments)
 
 

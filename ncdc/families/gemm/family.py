@@ -4,7 +4,7 @@ Its kernels: the cp.async GEMM on mma.sync (or fp32 FMAs on CUDA cores) in
 ncdc.families.gemm.core, the split-K form for grids too small for the GPU (splitk), and the
 TMA + wgmma kernel on sm_90a (wgmma). The model picks among their candidates.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"),
@@ -38,7 +38,7 @@ from ncdc.model.launch import Candidate, Family
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
-    from ncdc.language.spec import Diagram
+    from ncdc.language.diagram import Diagram
     from ncdc.model.graph import Kernel
     from ncdc.model.issue import LoopMix
     from ncdc.model.structure import KernelModel

@@ -9,7 +9,7 @@ stores C: the result does not depend on timing. The model prices the partials' t
 (each slice written once and read once, fp32: `time_kernel`'s split term) and the second
 launch; templates/gemm_splitk.cu.j2 runs the family's own `run_mma` per split.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> d = load_diagram("diagrams/matmul.yaml", {"m": 512, "n": 512, "k": 16384})
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ncdc.families.base import KernelSource, Launch, Param, Workspace
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.model.launch import MAX_GRID_X, Candidate, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.families.gemm.core import GemmTiles, Operands
@@ -64,13 +65,13 @@ def candidates(
         if params.get("simt", 1) or c.grid >= hw.limits.sms:
             continue
         bk = params["bk"]
-        chunks = -(-k_len // bk)
+        chunks = ceil_div(k_len, bk)
         for asked in SPLITS:
-            per = -(-chunks // min(asked, chunks))
+            per = ceil_div(chunks, min(asked, chunks))
             if per < MIN_TILES_PER_SPLIT:
                 continue
             k_per_split = per * bk
-            splits = -(-k_len // k_per_split)
+            splits = ceil_div(k_len, k_per_split)
             if splits < 2:
                 continue
             gx, gy, _ = c.main.grid
@@ -78,7 +79,7 @@ def candidates(
             if key in out:
                 continue
             total = d.axes[ops.m] * d.axes[ops.n]
-            merge_grid = min(-(-total // MERGE_THREADS), MAX_GRID_X)
+            merge_grid = min(ceil_div(total, MERGE_THREADS), MAX_GRID_X)
             shapes = (
                 LaunchShape((gx, gy, splits), c.main.block, c.main.dynamic_smem),
                 LaunchShape((merge_grid, 1, 1), (MERGE_THREADS, 1, 1), 0),

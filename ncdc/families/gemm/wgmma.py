@@ -23,7 +23,7 @@ a staging slot and the producer warpgroup's other three warps transpose it into 
 slot (`transposes_b`; its shared-memory traffic is in `pipeline_share`). Layout limits (TMA
 needs 16-byte aligned strides) leave a kernel with only the mma.sync candidates.
 
-    >>> from ncdc.language.spec import load_diagram
+    >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.machine import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h200"))
@@ -40,8 +40,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
-from ncdc.language.spec import DTYPE_BYTES, Diagram, Tensor
+from ncdc.language.diagram import Diagram, Tensor
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
@@ -74,7 +76,7 @@ class Operands(Protocol):
 
 
 ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg are sm_90a features
-DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")  # wgmma k16 / k32 from descriptors
+INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")  # wgmma k16 / k32 from descriptors
 FP8 = ("fp8_e4m3", "fp8_e5m2")  # 8-bit operands exist only K-major: B must be k-contiguous
 BM = 128  # two consumer warpgroups of 64 rows
 CONSUMERS = 2
@@ -107,7 +109,7 @@ def is_wgmma(c: Candidate) -> bool:
 def mma_tile_s(hw: Hardware, dtype: str, bn: int) -> float:
     """Seconds one SM's tensor cores take for a 128 x bn x (128 bytes of k) tile at peak."""
     per_sm = hw.achieved_rate("tensor", dtype) / hw.limits.sms
-    return 2.0 * BM * bn * (SPAN // DTYPE_BYTES[dtype]) / per_sm
+    return 2.0 * BM * bn * (SPAN // DTYPES[dtype].bytes) / per_sm
 
 
 def stores_c_by_tma(ops: Operands, d: Diagram) -> bool:
@@ -115,7 +117,7 @@ def stores_c_by_tma(ops: Operands, d: Diagram) -> bool:
     [batch,] m, n (n contiguous) with strides TMA can take; else it stores C directly."""
     c = ops.c
     return (
-        DTYPE_BYTES[c.dtype] == 2
+        DTYPES[c.dtype].bytes == 2
         and tuple(c.axes) == (*ops.batch, ops.m, ops.n)
         and _strides_aligned(c, d, 2)
     )
@@ -141,7 +143,7 @@ def pipeline_share(
     0.87
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
-    esize = DTYPE_BYTES[dtype]
+    esize = DTYPES[dtype].bytes
     bk = SPAN // esize
     mma_s = mma_tile_s(hw, dtype, bn)
     issue_s = (loads + 2 + int(transpose)) * ISSUE_CYCLES / clock
@@ -170,11 +172,11 @@ def _runs(ops: Operands, d: Diagram) -> bool:
     """Whether the template runs these operands: 16-bit or fp8 inputs (an fp8 B that is
     n-contiguous is transposed in shared memory), A k-contiguous, at most one batch axis
     held by A and B, strides TMA can take."""
-    if ops.a.dtype not in DTYPES or not ops.a_k or len(ops.batch) > 1:
+    if ops.a.dtype not in INPUT_DTYPES or not ops.a_k or len(ops.batch) > 1:
         return False
     if ops.batch and not (ops.batch[0] in ops.a.axes and ops.batch[0] in ops.b.axes):
         return False
-    esize = DTYPE_BYTES[ops.a.dtype]
+    esize = DTYPES[ops.a.dtype].bytes
     for t, axes in ((ops.a, {ops.m, ops.k}), (ops.b, {ops.n, ops.k})):
         if set(t.axes) - axes - set(ops.batch) or not _strides_aligned(t, d, esize):
             return False
@@ -190,15 +192,15 @@ def candidates(
     d, kernel = model.diagram, model.kernel
     if not offered(hw) or not _runs(ops, d):
         return []
-    esize = DTYPE_BYTES[ops.a.dtype]
+    esize = DTYPES[ops.a.dtype].bytes
     bk = SPAN // esize
     if fixed.get(ops.m, BM) != BM or fixed.get(ops.k, bk) != bk:
         return []
     other = tuple(a for a in kernel.woven if a not in (ops.m, ops.n))
     batches = math.prod(d.axes[a] for a in ops.batch)
-    c_size = DTYPE_BYTES[ops.c.dtype] if stores_c_by_tma(ops, d) else 0
+    c_size = DTYPES[ops.c.dtype].bytes if stores_c_by_tma(ops, d) else 0
     clock = hw.achievable.clock_hz or hw.clock_hz
-    k_tiles = -(-d.axes[ops.k] // bk)
+    k_tiles = ceil_div(d.axes[ops.k], bk)
     out = []
     for bn in TILES["n"]:
         if ops.n in fixed and fixed[ops.n] != bn:
@@ -211,12 +213,12 @@ def candidates(
         # the TMA stores of a tile's C boxes, their commit and wait, and the two named
         # barriers: a consumer's serial cost per tile, over its k tiles' MMA time
         store_s = (bn * c_size // SPAN + 4) * ISSUE_CYCLES / clock if c_size else 0.0
-        tiles_m = -(-d.axes[ops.m] // BM)
+        tiles_m = ceil_div(d.axes[ops.m], BM)
         for cluster, stages in itertools.product(CLUSTERS, TILES["stages"]):
             if cluster > 1 and tiles_m < cluster:
                 continue  # no two tiles along m share a B tile
             # the persistent units: `cluster` tiles stacked along m, one per CTA of a cluster
-            units = -(-tiles_m // cluster) * -(-d.axes[ops.n] // bn) * batches
+            units = ceil_div(tiles_m, cluster) * ceil_div(d.axes[ops.n], bn) * batches
             grid = (cluster * max(1, min(units, hw.limits.sms // cluster)), 1, 1)
             # per stage: A, B as wgmma reads it, and the staging slot of a transposed B
             smem = 1024 + stages * (BM + bn * (2 if transpose else 1)) * bk * esize + c_tile
@@ -263,7 +265,7 @@ def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, i
                 batch: tuple[str, ...]) -> TensorMapSpec:  # fmt: skip
     """The map of `t` over (inner axis, outer axis[, batch axis]) with a `box`."""
     axes = (*inner, *batch)
-    esize = DTYPE_BYTES[t.dtype]
+    esize = DTYPES[t.dtype].bytes
 
     def stride(axis: str) -> int:
         return math.prod(d.axes[a] for a in t.axes[t.axes.index(axis) + 1 :]) * esize
@@ -299,7 +301,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     map_a, map_b = f"ncdc_tma_{ops.a.name}", f"ncdc_tma_{ops.b.name}"
     spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, BM), ops.batch)
     # in a cluster each CTA loads its share of B: n rows (K-major) or k rows (MN-major)
-    b_box = (bk, bn // cluster) if ops.b_k else (SPAN // DTYPE_BYTES[ops.b.dtype], bk // cluster)
+    b_box = (bk, bn // cluster) if ops.b_k else (SPAN // DTYPES[ops.b.dtype].bytes, bk // cluster)
     b_axes = (ops.k, ops.n) if ops.b_k else (ops.n, ops.k)
     spec_b = _tensor_map(ops.b, d, b_axes, b_box, ops.batch)
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
@@ -312,7 +314,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     map_c = ""
     if c.param("tma_store"):
         map_c = f"ncdc_tma_{ops.c.name}"
-        box_c = (SPAN // DTYPE_BYTES[ops.c.dtype], BM // CONSUMERS)
+        box_c = (SPAN // DTYPES[ops.c.dtype].bytes, BM // CONSUMERS)
         spec_c = _tensor_map(ops.c, d, (ops.n, ops.m), box_c, ops.batch)
         params.append(Param(map_c, "tensormap", ops.c.dtype, tensor_map=spec_c))
     context: dict[str, Any] = {
@@ -330,7 +332,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "map_a": map_a,
         "map_b": map_b,
         "map_c": map_c,
-        "c_size": DTYPE_BYTES[ops.c.dtype] if map_c else 0,
+        "c_size": DTYPES[ops.c.dtype].bytes if map_c else 0,
         "a": {"name": ops.a.name, "ctype": cpp_type(ops.a.dtype)},
         "b": {"name": ops.b.name, "ctype": cpp_type(ops.b.dtype)},
         "c": {

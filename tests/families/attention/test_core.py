@@ -22,7 +22,8 @@ from ncdc.check.reference import evaluate, from_storage, make_inputs, round_to
 from ncdc.check.run import OutputCheck, allocate, compare, launch_args, run_diagram
 from ncdc.families.attention.splitk import is_split
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
+from ncdc.language.diagram import Diagram
+from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import kernel_alternatives, plan_diagram, with_kernel
 from ncdc.render import RenderedModule, render_plan
 from tests import support

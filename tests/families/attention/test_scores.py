@@ -19,7 +19,8 @@ from ncdc.check.reference import evaluate, from_storage, make_inputs
 from ncdc.check.run import OutputCheck, allocate, compare, launch_args
 from ncdc.errors import NcdcError, SpecError
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
+from ncdc.language.diagram import Diagram
+from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.geometry import band_fraction, band_tiles
 from ncdc.plan.search import kernel_alternatives, plan_diagram, with_kernel
 from ncdc.render import RenderedModule, render_plan

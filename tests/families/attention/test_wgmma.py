@@ -22,7 +22,8 @@ from ncdc.families import classify_kernel
 from ncdc.families.attention.family import FAMILY
 from ncdc.families.attention.wgmma import is_wgmma
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
+from ncdc.language.diagram import Diagram
+from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.graph import build_graph
 from ncdc.model.streaming import streamed_axes
 from ncdc.model.structure import KernelModel

@@ -21,7 +21,8 @@ from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.check.run import OutputCheck, compare
 from ncdc.families.gemm.family import FAMILY as GEMM
 from ncdc.hardware.machine import load_hardware
-from ncdc.language.spec import Diagram, load_diagram, load_diagram_text
+from ncdc.language.diagram import Diagram
+from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import kernel_alternatives, plan_diagram
 from ncdc.render import KernelSource, template_env
 from tests import support

@@ -21,7 +21,7 @@ from ncdc.families import classify_kernel
 from ncdc.families.gemm.family import FAMILY
 from ncdc.families.gemm.wgmma import is_wgmma, pipeline_share
 from ncdc.hardware.machine import Hardware, load_hardware
-from ncdc.language.spec import load_diagram
+from ncdc.language.load import load_diagram
 from ncdc.model.graph import build_graph
 from ncdc.model.streaming import streamed_axes
 from ncdc.model.structure import KernelModel

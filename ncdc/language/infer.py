@@ -1,0 +1,409 @@
+"""Inference: each parsed statement checked against its op record and given its result's
+axes, dtype and parameters, in dependency order (an operation may use a later line's
+result).
+
+Shapes follow from the axis names: a contraction keeps the axes of both operands but the
+ones it sums over, a reduction drops its axes, a binary map weaves (broadcasts) its operands
+by name, and every other kind keeps its operand's axes. One function per kind of operation.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ncdc.errors import SpecError
+from ncdc.language.checks import Checks
+from ncdc.language.diagram import MAX_AXIS_SIZE, Op, Tensor
+from ncdc.language.dtypes import DTYPES
+from ncdc.language.ops import GELU_APPROXIMATIONS, MASK_ALIGN, OPERATIONS, REDUCE_MAX, OpRecord
+from ncdc.language.parse import Statement
+from ncdc.language.text import did_you_mean, listing, shown
+from ncdc.language.yamlsrc import YamlPath
+
+_EXAMPLES = {
+    "reduce": "s = sum(X, over=n)",
+    "softmax": "P = softmax(S, over=x)",
+    "norm": "Y = layernorm(X, over=n, weight=W, bias=B)",
+    "cast": "Y = cast(X, to=fp8_e4m3, scale=s)",
+    "mask": "M = causal(S, query=q, key=x)",
+    "window": "M = window(S, query=q, key=x, left=4095)",
+    "varlen": "M = varlen(S, query=q, key=x, lengths=L)",
+    "contract": "C = contract(A, B, over=k)",
+}
+
+
+@dataclass
+class Result:
+    """What a kind's inference gives (the rest of an `Op` comes from the statement)."""
+
+    operands: tuple[str | float, ...]
+    axes: tuple[str, ...]
+    dtype: str
+    over: tuple[str, ...] = ()
+    scale: tuple[str | float, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    fn: str = ""  # when the statement stands for another operation (gelu approximate=tanh)
+
+
+class Site:
+    """One statement being inferred: where it is, what it may read, and the checks that
+    fail there."""
+
+    def __init__(
+        self, checks: Checks, st: Statement, i: int, axes: Mapping[str, int],
+        known: dict[str, Tensor], defined: dict[str, Tensor], rec: OpRecord,
+    ):  # fmt: skip
+        self.checks, self.st, self.axes, self.known, self.defined, self.rec = (
+            checks, st, axes, known, defined, rec,
+        )  # fmt: skip
+        self.path: YamlPath = ("ops", i)
+        kw = st.kwargs.get("dtype")
+        self.asked = checks.dtype(kw, self.path) if kw is not None else None
+
+    def fail(self, message: str, hint: str | None = None) -> SpecError:
+        return self.checks.fail(self.path, message, hint)
+
+    def tensor(self, arg: Any, what: str) -> Tensor:
+        """The tensor an argument names, known by now."""
+        st = self.st
+        if not isinstance(arg, str):
+            raise self.fail(f"expected a tensor as {what} of {st.fn}, found {shown(arg)}")
+        if arg not in self.known:
+            hint = did_you_mean(arg, self.defined) or "declare it under inputs or compute it"
+            raise self.fail(f"unknown tensor '{arg}' in '{st.text}'", hint)
+        return self.known[arg]
+
+    def over(self, t: Tensor) -> tuple[str, ...]:
+        """The axes of `over=`, each an axis of `t`."""
+        names = self.st.kwargs.get("over")
+        names = [names] if isinstance(names, str) else names
+        if not isinstance(names, list) or not names or not all(isinstance(a, str) for a in names):
+            raise self.fail(f"expected axis names for 'over', found {shown(names)}")
+        for a in names:
+            self.checks.known_axis(a, self.axes, self.path)
+            if a not in t.axes:
+                raise self.fail(
+                    f"{self.st.fn} over '{a}', but {t.name} has axes {list(t.axes)}",
+                    f"choose one of {listing(t.axes)}",
+                )
+        return tuple(names)
+
+    def out_dtype(self) -> str | None:
+        """The `dtype=` the statement asks its result in, if any (checked first)."""
+        return self.asked
+
+    def scales(self, axes: tuple[str, ...]) -> tuple[str | float, ...]:
+        """The factors of `scale=` (and a trailing `* c`): numbers, or tensors over some of
+        the result's `axes`."""
+        st = self.st
+        raw = st.kwargs.get("scale", [])
+        items = raw if isinstance(raw, list) else [raw]
+        if st.trailing_scale is not None:
+            items = items + [st.trailing_scale]
+        out: list[str | float] = []
+        for item in items:
+            if not isinstance(item, str):
+                out.append(self.checks.number(item, self.path, "scale"))
+                continue
+            t = self.known.get(item)
+            if t is None:
+                raise self.fail(
+                    f"unknown scale tensor '{item}'", "declare it as an input with `axes: []`"
+                )
+            if not set(t.axes) <= set(axes):
+                raise self.fail(
+                    f"scale {item} has axes {list(t.axes)}; expected a scalar or axes of "
+                    f"the result {list(axes)}",
+                    "per tensor `axes: []`, per row or column `axes: [m]`",
+                )
+            out.append(item)
+        return tuple(out)
+
+
+def infer_ops(
+    checks: Checks,
+    statements: list[Statement],
+    axes: Mapping[str, int],
+    inputs: dict[str, Tensor],
+    defined: dict[str, Tensor],
+) -> list[Op]:
+    """Infer shapes in dependency order, so an op may refer to a later line.
+
+    The order is that of repeated passes over the lines, each taking every line whose
+    operands are known by then; computed with counts of unmet operands (Kahn's algorithm) so
+    that it takes time linear in the ops, not quadratic.
+    """
+    producer = {st.out: i for i, st in enumerate(statements)}
+    waiting = [0] * len(statements)
+    dependents: list[list[int]] = [[] for _ in statements]
+    for i, st in enumerate(statements):
+        deps = {n for n in st.names() if n in defined and n not in inputs}
+        if st.out in deps:
+            waiting[i] = len(statements) + 1  # reads itself: never ready, a cycle
+            continue
+        for d in deps:
+            dependents[producer[d]].append(i)
+        waiting[i] = len(deps)
+    now = [i for i, n in enumerate(waiting) if n == 0]
+    later: list[int] = []
+    known = dict(inputs)
+    ops: dict[str, Op] = {}
+    while now or later:
+        if not now:
+            now, later = sorted(later), []
+        i = heapq.heappop(now)
+        op = infer_op(checks, statements[i], i, axes, known, defined)
+        ops[op.out], known[op.out] = op, Tensor(op.out, op.axes, op.dtype)
+        for j in dependents[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0 and j > i:  # the current pass still reaches j
+                heapq.heappush(now, j)
+            elif waiting[j] == 0:
+                later.append(j)
+    if len(ops) < len(statements):
+        pending = [i for i, st in enumerate(statements) if st.out not in ops]
+        i = pending[0]
+        cycle = " -> ".join(statements[j].out for j in pending)
+        raise checks.fail(
+            ("ops", i),
+            f"operations depend on each other in a cycle: {cycle} -> {statements[i].out}",
+            "a result cannot feed its own inputs",
+        )
+    return list(ops.values())  # inference order is a topological order
+
+
+def infer_op(
+    checks: Checks,
+    st: Statement,
+    i: int,
+    axes: Mapping[str, int],
+    known: dict[str, Tensor],
+    defined: dict[str, Tensor],
+) -> Op:
+    """Check one parsed statement against its op record and infer its result."""
+    rec = _record(checks, st, ("ops", i))
+    site = Site(checks, st, i, axes, known, defined, rec)
+    r = _KINDS[rec.kind](site)
+    return Op(
+        out=st.out, fn=r.fn or st.fn, kind=rec.kind, operands=r.operands, over=r.over,
+        axes=r.axes, dtype=r.dtype, scale=r.scale, params=r.params,
+        line=checks.doc.line(site.path), text=st.text,
+    )  # fmt: skip
+
+
+def _record(checks: Checks, st: Statement, path: YamlPath) -> OpRecord:
+    """The statement's op record, its operands and keyword arguments checked."""
+    rec = OPERATIONS.get(st.fn)
+    if rec is None:
+        raise checks.fail(
+            path,
+            f"unknown operation '{st.fn}'; expected one of {listing(sorted(OPERATIONS))}",
+            did_you_mean(st.fn, OPERATIONS),
+        )
+    if st.fn == "max" and len(st.args) == 1:
+        rec = REDUCE_MAX
+    if len(st.args) != rec.operands:
+        raise checks.fail(
+            path, f"{st.fn} expects {rec.operands} operand(s), found {len(st.args)}: '{st.text}'"
+        )
+    for key in st.kwargs:
+        if key not in rec.keywords:
+            raise checks.fail(
+                path,
+                f"{st.fn} has no argument '{key}'; expected "
+                f"{listing(sorted(rec.keywords)) or 'none'}",
+                did_you_mean(key, rec.keywords),
+            )
+    for key in rec.required:
+        if key not in st.kwargs:
+            example = _EXAMPLES.get(st.fn, _EXAMPLES.get(rec.kind, ""))
+            raise checks.fail(path, f"{st.fn} needs '{key}='", f"e.g. {example}")
+    if st.trailing_scale is not None and rec.kind != "contract":
+        raise checks.fail(
+            path,
+            f"a trailing '* {st.trailing_scale}' is only allowed on contract",
+            f"scale in an op of its own: mul(X, {st.trailing_scale})",
+        )
+    return rec
+
+
+def _contract(site: Site) -> Result:
+    st = site.st
+    a, b = site.tensor(st.args[0], "first operand"), site.tensor(st.args[1], "second operand")
+    shared = [x for x in a.axes if x in b.axes]
+    if "over" in st.kwargs:
+        red = site.over(a)
+        for x in red:
+            if x not in b.axes:
+                raise site.fail(
+                    f"contract over '{x}', but {b.name} has axes {list(b.axes)}",
+                    "both operands need the axis",
+                )
+    elif len(shared) == 1:
+        red = (shared[0],)
+    else:
+        raise site.fail(
+            f"contract of {a.name} and {b.name} shares axes "
+            f"{shared}; expected 'over=' to say which are summed",
+            f"e.g. contract({a.name}, {b.name}, over={(shared or ['k'])[-1]})",
+        )
+    out_axes = tuple(dict.fromkeys(x for x in a.axes + b.axes if x not in red))
+    scale = site.scales(out_axes)
+    dtype = site.out_dtype() or _contract_dtype(a.dtype, b.dtype, bool(scale))
+    return Result((a.name, b.name), out_axes, dtype, red, scale)
+
+
+def _contract_dtype(a: str, b: str, scaled: bool) -> str:
+    """Contractions of 8-bit inputs give fp32 unless told (int8 x int8: its exact int32
+    accumulator, unless scaled); otherwise the wider input type."""
+    if a == b == "int8" and not scaled:
+        return "int32"
+    if DTYPES[a].bytes == 1 and DTYPES[b].bytes == 1:
+        return "fp32"
+    return max((a, b), key=lambda d: DTYPES[d].rank)
+
+
+def _index(site: Site) -> Result:
+    (axis,) = site.st.args
+    if not isinstance(axis, str):
+        raise site.fail(f"expected an axis name for index, found {shown(axis)}",
+                        "e.g. I = index(q)")  # fmt: skip
+    site.checks.known_axis(axis, site.axes, site.path)
+    # int32 ranks below every float: sub(J, I) * slope is bf16
+    return Result((), (axis,), site.out_dtype() or "int32", params={"axis": axis})
+
+
+def _unary(site: Site) -> Result:
+    """A map, softmax, norm, mask, cast or reduction of one tensor."""
+    st, kind = site.st, site.rec.kind
+    src = site.tensor(st.args[0], "operand")
+    red = site.over(src) if "over" in site.rec.keywords else ()
+    out_axes = tuple(a for a in src.axes if a not in red) if kind == "reduce" else src.axes
+    r = Result((src.name,), out_axes, site.out_dtype() or src.dtype, red)
+    if kind == "norm":
+        r.params = _norm_params(site, red)
+    elif kind == "mask":
+        r.params = _mask_params(site, src)
+    elif kind == "cast":
+        r.dtype = site.checks.dtype(st.kwargs["to"], site.path)
+        r.params = {"to": r.dtype}
+        r.scale = site.scales(out_axes)
+    if st.fn == "gelu" and "approximate" in st.kwargs:
+        form = st.kwargs["approximate"]
+        if form not in GELU_APPROXIMATIONS:
+            raise site.fail(
+                f"gelu approximate={shown(form)}; expected {listing(sorted(GELU_APPROXIMATIONS))}",
+                f"e.g. gelu({src.name}, approximate=tanh)",
+            )
+        r.fn = GELU_APPROXIMATIONS[form]
+    return r
+
+
+def _norm_params(site: Site, red: tuple[str, ...]) -> dict[str, Any]:
+    """A norm's eps and its weight and bias, over the normalised axes only."""
+    params: dict[str, Any] = {
+        "eps": site.checks.number(site.st.kwargs.get("eps", 1e-5), site.path, "eps")
+    }
+    for key in ("weight", "bias"):
+        if key in site.st.kwargs:
+            w = site.tensor(site.st.kwargs[key], key)
+            if set(w.axes) - set(red):
+                raise site.fail(
+                    f"{key} {w.name} has axes {list(w.axes)}; expected only the normalised "
+                    f"axes {list(red)}"
+                )
+            params[key] = w.name
+    return params
+
+
+def _mask_params(site: Site, src: Tensor) -> dict[str, Any]:
+    """query and key axes of a mask, its alignment, window extents and lengths tensor."""
+    st = site.st
+    params: dict[str, Any] = {}
+    for key in ("query", "key"):
+        ax = st.kwargs[key]
+        if not isinstance(ax, str):
+            raise site.fail(f"expected an axis name for '{key}', found {shown(ax)}")
+        site.checks.known_axis(ax, site.axes, site.path)
+        if ax not in src.axes:
+            raise site.fail(
+                f"{st.fn} {key} axis '{ax}' is not an axis of {src.name} {list(src.axes)}",
+                f"choose one of {listing(src.axes)}",
+            )
+        params[key] = ax
+    if params["query"] == params["key"]:
+        raise site.fail(f"{st.fn} needs two different axes for query and key")
+    if st.fn in ("causal", "window"):
+        align = st.kwargs.get("align", "end")
+        if align not in MASK_ALIGN:
+            raise site.fail(
+                f"expected align=end or align=start, found {shown(align)}",
+                "end: the last query sees the last key (bottom-right); start: top-left",
+            )
+        params["align"] = align
+    if st.fn == "window":
+        for key, default in (("left", None), ("right", 0)):
+            n = st.kwargs.get(key, default)
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_AXIS_SIZE:
+                raise site.fail(
+                    f"expected a whole number of keys from 0 to {MAX_AXIS_SIZE} for "
+                    f"'{key}', found {shown(n)}",
+                    "e.g. window(S, query=q, key=x, left=4095): the key itself and "
+                    "the 4095 before it",
+                )
+            params[key] = n
+    if st.fn == "varlen":
+        params["lengths"] = _lengths(site, src, params).name
+    return params
+
+
+def _lengths(site: Site, src: Tensor, params: Mapping[str, Any]) -> Tensor:
+    """A varlen mask's int32 lengths: over batch axes of the scores (padded sequences), then
+    at most one axis of its own (sequences packed along the query and key axes)."""
+    name = site.st.kwargs["lengths"]
+    lengths = site.known.get(name) if isinstance(name, str) else None
+    if lengths is None:
+        raise site.fail(
+            f"expected a lengths tensor for 'lengths', found {shown(name)}",
+            "declare it as an input: L: {axes: [b], dtype: int32}",
+        )
+    if lengths.dtype != "int32":
+        raise site.fail(
+            f"lengths {lengths.name} is {lengths.dtype}; expected int32",
+            f"declare it as {lengths.name}: {{axes: {list(lengths.axes)}, dtype: int32}}",
+        )
+    own = [a for a in lengths.axes if a not in src.axes]
+    rows = {params["query"], params["key"]} & set(lengths.axes)
+    if len(own) > 1 or rows or (own and own[0] != lengths.axes[-1]):
+        raise site.fail(
+            f"lengths {lengths.name} has axes {list(lengths.axes)}; expected batch "
+            f"axes of {src.name} (padded sequences), then at most one axis of its "
+            "own (sequences packed along the query and key axes)",
+            f"e.g. {lengths.name}: {{axes: [b], dtype: int32}}, or axes: [n] with "
+            "`n` the number of packed sequences",
+        )
+    return lengths
+
+
+def _binary(site: Site) -> Result:
+    st = site.st
+    tensors = [site.tensor(arg, "operand") for arg in st.args if isinstance(arg, str)]
+    if not tensors:
+        raise site.fail(f"{st.fn} needs at least one tensor operand")
+    for arg in st.args:
+        if not isinstance(arg, str):
+            site.checks.number(arg, site.path, "operand")
+    out_axes = tuple(dict.fromkeys(a for t in tensors for a in t.axes))
+    dtype = site.out_dtype() or max((t.dtype for t in tensors), key=lambda d: DTYPES[d].rank)
+    return Result(tuple(st.args), out_axes, dtype)
+
+
+_KINDS: dict[str, Callable[[Site], Result]] = {
+    "contract": _contract,
+    "index": _index,
+    "binary": _binary,
+    **dict.fromkeys(("map", "softmax", "norm", "mask", "cast", "reduce"), _unary),
+}

@@ -1,0 +1,205 @@
+"""The operations of the language: one record each, read by every layer.
+
+A record holds what an operation is everywhere at once: its signature (kind, operands,
+keyword arguments), its price (CUDA-core FLOPs and special-function-unit exponentials per
+value), its float64 meaning (a function of NumPy arrays, which the reference evaluates) and
+the device function the generated code calls (`ncdc::op_<name>`, in
+`templates/include/ncdc_runtime.cuh`), or, for an operation a kernel family builds from its
+structure (a contraction, a softmax, a mask), the kind the reference evaluates it as.
+tests/language/test_ops.py checks every record has all four. Adding a unary operation is one
+record here and its device function.
+
+    >>> OPERATIONS["exp"].kind, OPERATIONS["exp"].sfu, OPERATIONS["exp"].device
+    ('map', 1, 'op_exp')
+    >>> record("reduce", "max").keywords == frozenset({"over", "dtype"})
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# kind -> what an operation of it is
+KINDS = {
+    "contract": "a contraction over shared axes (einsum), with scales",
+    "map": "an elementwise function of one tensor",
+    "binary": "an elementwise function of two operands, broadcast by axis name",
+    "reduce": "a reduction that removes its axes",
+    "softmax": "softmax over an axis",
+    "norm": "a normalisation over axes that keeps them",
+    "cast": "a conversion to another dtype, with scales",
+    "mask": "a mask that sets dropped scores to -inf",
+    "index": "the position along an axis, as a value",
+}
+# kinds whose operations a family builds from the kernel's structure and the reference
+# evaluates by kind (ncdc.check.reference), not by a function of the record
+STRUCTURAL = ("contract", "cast", "mask", "index")
+
+Meaning = Callable[..., Any]  # (np, *arrays[, axis, eps]) -> float64 array
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One operation (see the module docstring). `cuda_flops` are per value of the result
+    (of the input, for a reduction); `sfu` the exponentials per value; `meaning` takes the
+    NumPy module first, then the operands (a reduction, softmax or norm also `axis`, a norm
+    `eps`), so that importing the language does not import NumPy. `spelled` is False for
+    an operation the language reaches through another's argument (gelu's `approximate=`)."""
+
+    name: str
+    kind: str
+    operands: int
+    keywords: frozenset[str]
+    required: frozenset[str]
+    cuda_flops: int
+    sfu: int
+    meaning: Meaning | None
+    device: str
+    spelled: bool = True
+
+
+def _op(
+    name: str, kind: str, operands: int, keywords: str, required: str = "", *,
+    flops: int, sfu: int = 0, meaning: Meaning | None = None, device: bool = False,
+    spelled: bool = True,
+) -> OpRecord:  # fmt: skip
+    return OpRecord(
+        name, kind, operands, frozenset(keywords.split()), frozenset(required.split()),
+        flops, sfu, meaning, f"op_{name}" if device else "", spelled,
+    )  # fmt: skip
+
+
+def _erf(np: Any, x: Any) -> Any:
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x), dtype=np.float64)
+
+
+def _logsumexp(np: Any, x: Any, axis: tuple[int, ...], keepdims: bool = False) -> Any:
+    """log(sum(exp(x))) around the row's max: -inf for a row of -inf, NaN kept."""
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isneginf(m), 0.0, m)
+    out = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def _softmax(np: Any, x: Any, axis: tuple[int, ...]) -> Any:
+    """Softmax that gives zeros (not NaN) for a row whose entries are all -inf."""
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isneginf(m), 0.0, m)
+    e = np.exp(x - m)
+    s = np.sum(e, axis=axis, keepdims=True)
+    return np.where(s == 0, 0.0, e / np.where(s == 0, 1.0, s))
+
+
+def _layernorm(np: Any, x: Any, axis: tuple[int, ...], eps: float) -> Any:
+    mean = np.mean(x, axis=axis, keepdims=True)
+    var = np.mean((x - mean) ** 2, axis=axis, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps)
+
+
+def _rmsnorm(np: Any, x: Any, axis: tuple[int, ...], eps: float) -> Any:
+    return x / np.sqrt(np.mean(x * x, axis=axis, keepdims=True) + eps)
+
+
+def _log_softmax(np: Any, x: Any, axis: tuple[int, ...], eps: float) -> Any:
+    return x - _logsumexp(np, x, axis, keepdims=True)
+
+
+_MAPS = (
+    _op("exp", "map", 1, "dtype", flops=1, sfu=1, meaning=lambda np, x: np.exp(x), device=True),
+    _op("log", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.log(x), device=True),
+    _op("relu", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.maximum(x, 0.0),
+        device=True),
+    _op("gelu", "map", 1, "dtype approximate", flops=8, sfu=1, device=True,
+        meaning=lambda np, x: 0.5 * x * (1.0 + _erf(np, x / math.sqrt(2.0)))),
+    # gelu(x, approximate=tanh): Hendrycks and Gimpel (2016), as PyTorch and GPT-2 write it;
+    # x / (1 + exp(-2 u)), u = c (x + 0.044715 x^3): the cubic, the divide
+    _op("gelu_tanh", "map", 1, "dtype", flops=6, sfu=1, device=True, spelled=False,
+        meaning=lambda np, x: 0.5 * x * (
+            1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))),
+    _op("silu", "map", 1, "dtype", flops=4, sfu=1, device=True,
+        meaning=lambda np, x: x / (1.0 + np.exp(-x))),
+    _op("sigmoid", "map", 1, "dtype", flops=4, sfu=1, device=True,
+        meaning=lambda np, x: 1.0 / (1.0 + np.exp(-x))),
+    _op("tanh", "map", 1, "dtype", flops=2, sfu=1, meaning=lambda np, x: np.tanh(x),
+        device=True),
+    _op("neg", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.negative(x), device=True),
+    _op("abs", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.abs(x), device=True),
+    _op("sqrt", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.sqrt(x), device=True),
+    _op("rsqrt", "map", 1, "dtype", flops=1, meaning=lambda np, x: 1.0 / np.sqrt(x),
+        device=True),
+    _op("recip", "map", 1, "dtype", flops=1, meaning=lambda np, x: 1.0 / x, device=True),
+    _op("square", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.square(x), device=True),
+)  # fmt: skip
+_BINARY = (
+    _op("add", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a + b, device=True),
+    _op("sub", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a - b, device=True),
+    _op("mul", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a * b, device=True),
+    _op("div", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a / b, device=True),
+    _op("max", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: np.maximum(a, b),
+        device=True),
+    _op("min", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: np.minimum(a, b),
+        device=True),
+)  # fmt: skip
+# Reductions and row operations: the row kernels' device code reduces (ncdc_rowwise.cuh);
+# their price per input value: softmax's running max, subtract, running sum and scale (4),
+# log-softmax's max, subtract, sum and the log's subtract (4), logsumexp's max, subtract
+# and sum (3), layernorm's mean, variance (2), subtract, scale, weight and bias (8),
+# rmsnorm's square, sum, scale and weight (5).
+_ROWS = (
+    _op("sum", "reduce", 1, "over dtype", "over", flops=1,
+        meaning=lambda np, x, axis: np.sum(x, axis=axis)),
+    _op("max", "reduce", 1, "over dtype", "over", flops=1,
+        meaning=lambda np, x, axis: np.max(x, axis=axis)),
+    _op("mean", "reduce", 1, "over dtype", "over", flops=1,
+        meaning=lambda np, x, axis: np.mean(x, axis=axis)),
+    # logsumexp reduces a row (cross-entropy); log-softmax normalises it as a norm does
+    _op("logsumexp", "reduce", 1, "over dtype", "over", flops=3, sfu=1, meaning=_logsumexp),
+    _op("softmax", "softmax", 1, "over dtype", "over", flops=4, sfu=1, meaning=_softmax),
+    _op("log_softmax", "norm", 1, "over dtype", "over", flops=4, sfu=1, meaning=_log_softmax),
+    _op("layernorm", "norm", 1, "over weight bias eps dtype", "over", flops=8,
+        meaning=_layernorm),
+    _op("rmsnorm", "norm", 1, "over weight eps dtype", "over", flops=5, meaning=_rmsnorm),
+)  # fmt: skip
+# Structural operations: built by a family from the kernel's structure, evaluated by kind.
+_STRUCTURAL = (
+    # 2k FLOPs per output value on the tensor cores (ncdc.model.structure), one per scale
+    _op("contract", "contract", 2, "over scale dtype", flops=0),
+    _op("cast", "cast", 1, "to scale", "to", flops=2, device=True),  # scale and convert
+    _op("causal", "mask", 1, "query key align", "query key", flops=1, device=True),
+    # key j kept for query i when i + shift - left <= j <= i + shift + right (see MASK_ALIGN):
+    # two compares and a select
+    _op("window", "mask", 1, "query key left right align", "query key left", flops=2),
+    # per-sequence lengths (int32): padded (over batch axes) or packed (over a sequence axis)
+    _op("varlen", "mask", 1, "query key lengths", "query key lengths", flops=2),
+    # I = index(q): the position i along axis q, as a value (ALiBi's j - i is sub(J, I));
+    # an index the kernel has: no arithmetic
+    _op("index", "index", 1, "dtype", flops=0),
+)  # fmt: skip
+
+RECORDS: dict[tuple[str, str], OpRecord] = {
+    (r.kind, r.name): r for r in (*_MAPS, *_BINARY, *_ROWS, *_STRUCTURAL)
+}
+# The operations a spec may name (`max` with two operands; with one and `over=`, the
+# reduction: REDUCE_MAX). A plain dict: its errors list the names.
+OPERATIONS: dict[str, OpRecord] = {
+    r.name: r for r in RECORDS.values() if r.spelled and (r.kind, r.name) != ("reduce", "max")
+}
+REDUCE_MAX = RECORDS[("reduce", "max")]
+UNARY_MAPS = tuple(r.name for r in _MAPS if r.spelled)
+BINARY_MAPS = tuple(r.name for r in _BINARY)
+REDUCTIONS = ("sum", "max", "mean")
+
+# gelu's `approximate=` (PyTorch's spelling) -> the op it stands for
+GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}
+# Where a causal or window mask puts its diagonal when the query and key axes differ in
+# size: `end` (bottom-right, key i + x - q for query i, so a decode step sees every key) or
+# `start` (top-left, key i for query i).
+MASK_ALIGN = ("end", "start")
+
+
+def record(kind: str, name: str) -> OpRecord:
+    """The record of an operation as a validated diagram names it (`Op.kind`, `Op.fn`)."""
+    return RECORDS[(kind, name)]
