@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ncdc.families import get_family
 from ncdc.families.base import Launch
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.model.values import KernelPlan, Plan
 from ncdc.plan.search import plan_diagram

@@ -29,7 +29,8 @@ import yaml
 from ncdc.draw.model import Dot, Picture, Rect, Shape, Text
 from ncdc.draw.model import Path as Line
 from ncdc.draw.svg import write_picture
-from ncdc.hardware.machine import Hardware, load_hardware
+from ncdc.hardware.load import load_hardware
+from ncdc.hardware.machine import Hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
 

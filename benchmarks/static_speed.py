@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 from ncdc.backends import sass
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = (("h200", "sm_90a"), ("a100", "sm_80"))

@@ -8,7 +8,7 @@ with a header comment and remembers which template each line came from, so a com
 can name it.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> module = render_plan(plan_diagram(load_diagram("diagrams/softmax.yaml"),
     ...                                   load_hardware("h200")))

@@ -8,7 +8,7 @@ import numpy as np
 
 from ncdc.backends.cpu import build
 from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan

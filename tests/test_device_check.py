@@ -52,7 +52,7 @@ def test_every_variant_it_checks_is_planned_on_h200():
     import importlib.util
     from importlib.machinery import SourceFileLoader
 
-    from ncdc.hardware.machine import load_hardware
+    from ncdc.hardware.load import load_hardware
     from ncdc.language.load import load_diagram
     from ncdc.plan.search import kernel_alternatives, plan_diagram
 

@@ -23,7 +23,7 @@ MAX_DIFF_LINES = 80
 
 
 def render(spec: Path) -> str:
-    from ncdc.hardware.machine import load_hardware
+    from ncdc.hardware.load import load_hardware
     from ncdc.language.load import load_diagram_text
     from ncdc.plan.search import plan_diagram
     from ncdc.render import render_plan

@@ -172,7 +172,7 @@ def hardware_for_arch(hardware: Hardware, arch: str | None) -> Hardware:
     offer only what `arch` runs (no wgmma variant for sm_90 on an h200 profile); as it is
     otherwise (an a100 plan compiled for sm_90a stays an a100 plan).
 
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> hardware_for_arch(load_hardware("h200"), "sm_90").arch
         'sm_90'
     """
@@ -189,7 +189,7 @@ def plan_for_arch(
     tiles came from, and a note when `arch` lacks features of the profile's own target that
     the profile's plan uses (`ARCH_FEATURES`): the kernels then fall back to what `arch` has.
 
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> d = load_diagram("diagrams/matmul.yaml")
         >>> plan_for_arch(d, load_hardware("h200"), None, "sm_90")[2]
         ('sm_90 lacks wgmma and setmaxnreg; --arch sm_90a builds the Hopper kernel',)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ncdc.errors import CompileError
+from ncdc.hardware.tensor_cores import SUB_PARTITIONS
 from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
@@ -72,7 +73,6 @@ CLASS_ORDER = (
     "tensor", "ldmatrix", "async_copy", "smem", "global", "fp32", "fp16", "mufu",
     "shuffle", "integer", "barrier", "control",
 )  # fmt: skip
-SUB_PARTITIONS = 4  # per SM on sm_80 .. sm_90: each issues one warp instruction per clock
 MUFU_LANES = 4  # per sub-partition (16 per SM)
 SMEM_BYTES_PER_CLOCK = 128  # per SM
 MMA_FLOPS = {"16816": 2 * 16 * 8 * 16, "1688": 2 * 16 * 8 * 8, "16832": 2 * 16 * 8 * 32}

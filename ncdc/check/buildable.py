@@ -8,7 +8,7 @@ naming the spec, the kernel, the op and what is supported. A profile that is not
 napkin machine) has no kernels to build: its plan is the model alone.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> check_buildable(load_diagram("diagrams/softmax.yaml"), load_hardware("h200")).bound
     'hbm'
 """

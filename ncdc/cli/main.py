@@ -17,13 +17,9 @@ from typing import Annotated
 import typer
 
 from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, UsageError, file_error
-from ncdc.hardware.machine import (
-    Hardware,
-    apply_overrides,
-    hardware_to_dict,
-    list_profiles,
-    load_hardware,
-)
+from ncdc.hardware.load import hardware_to_dict, list_profiles, load_hardware
+from ncdc.hardware.machine import Hardware
+from ncdc.hardware.overrides import apply_overrides
 from ncdc.language.load import load_diagram, parse_assignments
 from ncdc.model.graph import MemoryGraph, build_graph, graph_to_dict
 from ncdc.output import detail, emit, error_line, note, stderr

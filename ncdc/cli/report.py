@@ -2,7 +2,7 @@
 
 >>> from rich.console import Console
 >>> from ncdc.language.load import load_diagram
->>> from ncdc.hardware.machine import load_hardware
+>>> from ncdc.hardware.load import load_hardware
 >>> from ncdc.plan.search import rank_tiles
 >>> plans = rank_tiles(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"), 3)
 >>> Console().print(cost_table(plans[0], plans[1:]))  # doctest: +SKIP

@@ -6,7 +6,7 @@ predicted time over the two main tile sizes. Each is a layout function that retu
 `Picture` of frozen boxes, wires and labels; `write_picture` writes it. See docs/draw.md.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> pic = draw(load_diagram("diagrams/matmul.yaml"), load_hardware("h200"), "plain")
     >>> pic.title
     'matmul on h200 (bare algorithm)'

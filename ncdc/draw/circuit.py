@@ -16,7 +16,7 @@ sizes (`g_q 64` for a grouped axis, `s_x 128` for a streamed one). Without a pla
 diagrams.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> pic = layout_circuit(load_diagram("diagrams/softmax.yaml"), load_hardware("napkin"))
     >>> pic.texts()[0].text
     'softmax on napkin (bare algorithm)'

@@ -7,7 +7,7 @@ rows per block for a row-wise kernel. Every cell is the whole diagram planned by
 refuses is hatched, with the limit it breaks. The model's choice is outlined.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> grid = evaluate_tiles(load_diagram("diagrams/softmax.yaml"), load_hardware("h200"))
     >>> grid.rows.label, grid.cols.values
     ('g_m', (1,))

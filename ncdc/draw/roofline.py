@@ -9,7 +9,7 @@ whose dot meets its own slope is the one that bounds), the unfused form's point 
 plan has one, and measured points read from a bench JSON.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("napkin"))
     >>> layout_roofline(plan, []).title

@@ -6,7 +6,7 @@ attention before anything with a softmax. Adding a family is one module here, on
 template and one device header (docs/architecture.md).
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.model.graph import build_graph
     >>> g = build_graph(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
     >>> f = classify_kernel(g.diagram, g.kernels[0])

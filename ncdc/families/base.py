@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 SCALAR_KINDS = ("int32", "int64", "float32")
 VECTOR_BYTES = 16  # one global load or store instruction's widest access
-MMA_TILE = 16  # rows and columns of the smallest warp tile (mma m16, n8 x 2)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ offset is computed from the output index, so an operand over a subset of the out
 family).
 
     >>> from ncdc.language.load import load_diagram_text
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> d = load_diagram_text('''
     ... ncdc: 1

@@ -12,7 +12,7 @@ Where the rows and the columns are both axes (a skinny GEMM), the GEMM family's 
 compete with this family's in the same search, so the model picks the cheaper kernel.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/gemv.yaml"), load_hardware("h200"))
     >>> kp = plan.kernels[0]

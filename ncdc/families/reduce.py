@@ -13,7 +13,7 @@ splits its range over `splits` blocks, whose fp32 partials a second kernel merge
 fixed order (deterministic); see templates/include/ncdc_reduce.cuh.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/amax.yaml"), load_hardware("h200"))
     >>> [launch.kernel for launch in FAMILY.render(plan.kernels[0], plan).launches]

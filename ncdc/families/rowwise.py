@@ -11,7 +11,7 @@ are read twice (see templates/include/ncdc_rowwise.cuh). The elementwise ops are
 over the rows past MAX_GRID blocks, and the model prices the grid that is launched.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200"))
     >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel  # doctest: +ELLIPSIS

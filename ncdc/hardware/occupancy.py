@@ -12,7 +12,7 @@ compute-capability tables, for sm_80 and later:
   `smem_per_block_bytes` of its own;
 - threads: the block's warps must fit in `threads_per_sm`; blocks: at most `blocks_per_sm`.
 
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> H100 = load_hardware("h100").limits
     >>> blocks_per_sm(256, 128, 0, H100)     # 4096 regs/warp: 4 warps per sub-partition
     (2, 'registers')
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ncdc.hardware.tensor_cores import SUB_PARTITIONS
 from ncdc.units import ceil_div
 
 REG_ALLOC_UNIT = 256  # registers, per warp (cudaOccRegAllocationGranularity, sm_30+)
-SUB_PARTITIONS = 4  # register file sides per SM (cudaOccSubPartitionsPerMultiprocessor)
 SMEM_ALLOC_UNIT = 128  # bytes (cudaOccSMemAllocationGranularity, sm_80+)
 SMEM_RESERVED_PER_BLOCK = 1024  # bytes (cudaDevProp::reservedSharedMemPerBlock, sm_80+)
 
@@ -87,7 +87,7 @@ def blocks_per_sm(
     `smem_per_block_bytes` is static plus dynamic shared memory. A block that cannot run
     at all gives 0 and names the resource it exceeds.
 
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> H100 = load_hardware("h100").limits
         >>> blocks_per_sm(128, 32, 100 * 1024, H100)   # 101 KiB allocated per block
         (2, 'smem')

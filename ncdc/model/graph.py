@@ -9,7 +9,7 @@ it consumes inside (the axes it can stream). The cost model fills in the group a
 sizes per level.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> g = build_graph(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
     >>> [(k.name, k.woven, k.reduced) for k in g.kernels]
     [('attention', ('b', 'h', 'q', 'd'), ('x',))]

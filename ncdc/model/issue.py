@@ -23,12 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ncdc.hardware.tensor_cores import HMMA_16816, SUB_PARTITIONS
+
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware
 
 ISSUE = "issue"  # the name of the issue slots' time among a kernel's compute units
-ISSUE_PER_CLOCK = 4  # warp instructions per clock per SM: one per sub-partition (sm_80..sm_90)
-MMA_16816_FLOPS = 2 * 16 * 8 * 16  # one HMMA.16816: the unit `slots_per_mma` counts in
+MMA_16816_FLOPS = HMMA_16816.flops  # one HMMA.16816: the unit `slots_per_mma` counts in
 ESTIMATE = "per-family estimate"
 SASS = "from the SASS"
 
@@ -64,9 +65,9 @@ class LoopMix:
 def issue_time_s(mix: LoopMix, tensor_flops: float, hw: Hardware) -> float:
     """Seconds the SMs need to issue a kernel's main loops that do `tensor_flops` in all:
     iterations (tensor_flops / the mix's FLOPs per iteration) x slots each, at
-    ISSUE_PER_CLOCK per SM per clock of the sustained clock, over every SM.
+    one per sub-partition (SUB_PARTITIONS per SM) per clock of the sustained clock, over every SM.
 
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> hw = load_hardware("a100")   # 108 SMs at the sustained 1200 MHz
         >>> mix = LoopMix({"tensor": 1, "integer": 3}, MMA_16816_FLOPS)
         >>> round(issue_time_s(mix, MMA_16816_FLOPS * 4 * 108 * 1.2e9, hw), 6)   # 4 slots each
@@ -75,7 +76,7 @@ def issue_time_s(mix: LoopMix, tensor_flops: float, hw: Hardware) -> float:
     if not mix.tensor_flops:
         return 0.0
     iterations = tensor_flops / mix.tensor_flops
-    return iterations * mix.slots / (ISSUE_PER_CLOCK * hw.limits.sms * hw.achieved_clock_hz)
+    return iterations * mix.slots / (SUB_PARTITIONS * hw.limits.sms * hw.achieved_clock_hz)
 
 
 def add_slots(classes: dict[str, float], slots: Mapping[str, float], times: float = 1.0) -> None:

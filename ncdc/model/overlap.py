@@ -207,7 +207,7 @@ def warpgroups_fit(hw: Hardware, budget: WarpgroupBudget) -> tuple[int, dict[str
     the register file, threads) `warpgroups_per_sm`, and the whole number the tightest
     allows; with the per-resource counts.
 
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> h100 = load_hardware("h100")   # 228 KiB of shared memory per SM
         >>> n, per = warpgroups_fit(h100, WarpgroupBudget(48 * 1024, 48 * 1024))
         >>> n, round(per["smem"], 2)

@@ -15,7 +15,7 @@ softmax. Nothing here is written per diagram. See docs/cost-model.md.
 
     >>> from ncdc.language.load import load_diagram
     >>> from ncdc.model.graph import build_graph
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> g = build_graph(load_diagram("diagrams/matmul.yaml", {"m": 8, "n": 8, "k": 8}),
     ...                 load_hardware("napkin"))
     >>> model = KernelModel(g.diagram, g.kernels[0])

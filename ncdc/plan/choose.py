@@ -8,7 +8,7 @@ An entry stores the chosen candidates themselves (ncdc.model.launch.Candidate), 
 rebuilds launches exactly what was timed. `ncdc tune` (ncdc.measure.tune) writes the entries.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
     {'m': 128, 'n': 256, 'k': 64}
 """
@@ -289,7 +289,7 @@ def choose_plan(
     """`choose_plan_source`'s plan alone.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> choose_plan(load_diagram("diagrams/matmul.yaml"), load_hardware("h200")).tiles
     {'m': 128, 'n': 256, 'k': 64}
     """

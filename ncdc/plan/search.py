@@ -10,7 +10,7 @@ streamed axis is tried, vectorised with NumPy. Explicit tiles (`schedule.tiles`,
 which limit it breaks and by how much.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
     >>> plan.bound_kind  # L2 -> SMEM traffic bounds it on Hopper with mma.sync (see the docs)
     'memory'
@@ -65,7 +65,7 @@ def plan_diagram(
     over the search.
 
         >>> from ncdc.language.load import load_diagram
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> plan_diagram(load_diagram("diagrams/softmax.yaml"), load_hardware("h200")).bound
         'hbm'
     """
@@ -241,7 +241,7 @@ def choose_breaks(
     nothing builds (planning it then says why).
 
         >>> from ncdc.language.load import load_diagram
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> d, options = choose_breaks(load_diagram("diagrams/add_rmsnorm.yaml"),
         ...                            load_hardware("h200"), {})
         >>> [(o.saved, o.chosen) for o in options]

@@ -13,7 +13,7 @@ import pytest
 from ncdc.backends.compile import compile_spec, write_outputs
 from ncdc.check.run import run_spec
 from ncdc.errors import UsageError
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from tests import support
 
 ROOT = support.ROOT

@@ -13,7 +13,7 @@ import pytest
 from ncdc.backends import cpu
 from ncdc.backends.cpu import Counters
 from ncdc.check.run import device_aligned, run_diagram
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan

@@ -58,7 +58,7 @@ def test_a_compiled_attention_kernel_has_an_hmma_main_loop():
     # the softmax's MUFU.EX2 inside it, as FA2 order puts them.
     pytest.importorskip("cuda.bindings")
     from ncdc.backends.compile import compile_plan
-    from ncdc.hardware.machine import load_hardware
+    from ncdc.hardware.load import load_hardware
     from ncdc.language.load import load_diagram
     from ncdc.plan.search import plan_diagram
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ncdc.check.gate import baseline_from_plans, compare_to_baseline, parse_tolerance
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
 

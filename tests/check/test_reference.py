@@ -149,7 +149,7 @@ def test_an_fp32_output_after_a_saved_bf16_intermediate_meets_the_fp32_tolerance
     # Two kernels, H stored as bf16 between them: the reference must read H rounded, as the
     # second kernel does, or the fp32 output is off by a bf16 rounding (about 4e-3).
     from ncdc.check.run import run_diagram
-    from ncdc.hardware.machine import load_hardware
+    from ncdc.hardware.load import load_hardware
     from ncdc.plan.search import plan_diagram
     from ncdc.render import render_plan
 

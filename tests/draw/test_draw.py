@@ -16,7 +16,7 @@ from ncdc.draw.heatmap import evaluate_tiles, short_reason
 from ncdc.draw.model import Picture, Rect, Text, level_colour, outside, overlaps
 from ncdc.draw.roofline import read_measured
 from ncdc.errors import UsageError
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
 from tests import support

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ncdc.errors import NcdcError, PlanError, SpecError
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.language.ops import OPERATIONS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ncdc.check.reference import round_to
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from tests import support
 from tests.runtime_sizes import run_at_sizes
 

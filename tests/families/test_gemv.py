@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 
 from ncdc.check.run import run_diagram
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import kernel_alternatives, plan_diagram
 from ncdc.render import render_plan

@@ -12,7 +12,7 @@ import importlib.util
 import pytest
 
 from ncdc.check.run import run_diagram, run_spec
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan

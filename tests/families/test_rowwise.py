@@ -9,7 +9,7 @@ import pytest
 
 from ncdc.check.reference import make_inputs, round_to
 from ncdc.check.run import run_diagram
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan

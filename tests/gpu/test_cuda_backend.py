@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ncdc.check.run import run_spec
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from tests import support
 

@@ -11,15 +11,15 @@ import pytest
 import yaml
 
 from ncdc.errors import HardwareError
-from ncdc.hardware.machine import (
+from ncdc.hardware.load import (
     PROFILES_DIR,
-    Hardware,
     _load_builtin,
-    apply_overrides,
     hardware_to_dict,
     list_profiles,
     load_hardware,
 )
+from ncdc.hardware.machine import Hardware
+from ncdc.hardware.overrides import apply_overrides
 
 BUILTINS = ["a100", "b200", "h100", "h200", "l40s", "napkin", "rtx4090"]
 GPUS = [name for name in BUILTINS if name != "napkin"]
@@ -72,7 +72,7 @@ def test_builtin_profile_loads_and_is_complete(name):
 
 
 @pytest.mark.parametrize("name", GPUS)
-def test_gpu_profiles_share_level_names_and_mirror_limits(name):
+def test_gpu_profiles_share_level_names_and_take_limits_from_levels(name):
     hw = load_hardware(name)
     assert hw.level_names() == ["hbm", "l2", "smem", "rf"]
     assert hw.level("smem").capacity_bytes == hw.limits.smem_per_block_bytes
@@ -262,8 +262,13 @@ def test_unknown_key_names_the_yaml_path(tmp_path):
         (lambda d: d["levels"][1]["bandwidth"].update(unit="TFLOP/s"), "expected a unit of B/s"),
         (lambda d: d["levels"][0].update(per="gpc"), "levels.hbm.per: expected one of device"),
         (lambda d: d["levels"].reverse(), "no faster than"),
-        (lambda d: d["levels"][2]["capacity"].update(value=228), "match limits"),
-        (lambda d: d["limits"]["smem_per_block"].update(value=229), "exceeds that per SM"),
+        # a capacity is stated once: the smem level's is the per-block limit
+        (
+            lambda d: d["limits"].update(smem_per_block=d["limits"]["smem_per_sm"]),
+            "limits.smem_per_block: unknown key",
+        ),
+        (lambda d: d["limits"].update(l2=d["limits"]["smem_per_sm"]), "limits.l2: unknown key"),
+        (lambda d: d["levels"][2]["capacity"].update(value=229), "exceeds that per SM"),
         (lambda d: d["rates"].update(tensor={}), "rates.tensor: expected at least one rate"),
         (lambda d: d["rates"]["tensor"].update(fp4=d["rates"]["tensor"]["bf16"]), "'fp4'"),
         (lambda d: d.update(levels=[]), "levels: expected a non-empty list"),
@@ -300,7 +305,7 @@ def test_overrides_replace_levels_and_keep_the_original():
     hw = load_hardware("h100")
     new = apply_overrides(hw, ["smem.capacity=233472", "hbm.bandwidth=4.8e12"])
     assert new.level("smem").capacity_bytes == 233472
-    assert new.limits.smem_per_block_bytes == 233472  # the mirrored limit follows
+    assert new.limits.smem_per_block_bytes == 233472  # the limit the level states follows
     assert new.bandwidth("hbm") == 4.8e12
     assert new.sources["levels.hbm.bandwidth"].kind == "override"
     assert hw.level("smem").capacity_bytes == 227 * 1024

@@ -144,7 +144,7 @@ def test_validation_is_linear_in_the_ops():
 
 def test_checking_a_long_diagram_is_linear_too():
     """`ncdc check` also builds the memory graph, which asks for tensors by name per op."""
-    from ncdc.hardware.machine import load_hardware
+    from ncdc.hardware.load import load_hardware
     from ncdc.model.graph import build_graph
 
     hw = load_hardware("h200")

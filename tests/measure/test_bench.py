@@ -20,7 +20,7 @@ import pytest
 
 from ncdc.backends import cuda
 from ncdc.cli.main import main
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.measure import bench, tune
 from ncdc.measure.baselines import (

@@ -13,7 +13,7 @@ import pytest
 
 from ncdc.cli.views import cost_note
 from ncdc.errors import PlanError, SpecError
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.cost import time_kernel
 from ncdc.model.geometry import causal_fraction

@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from ncdc.hardware.machine import apply_overrides, load_hardware
+from ncdc.hardware.load import load_hardware
+from ncdc.hardware.overrides import apply_overrides
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.load import load_diagram_text
 from ncdc.model.overlap import WarpgroupBudget, warpgroups_fit

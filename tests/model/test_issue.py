@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ncdc.backends import sass
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.model.issue import ESTIMATE, MMA_16816_FLOPS, SASS, LoopMix, issue_time_s
 from ncdc.model.overlap import overlap_compute

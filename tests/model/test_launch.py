@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ncdc.backends.compile import compile_plan
-from ncdc.hardware.machine import list_profiles, load_hardware
+from ncdc.hardware.load import list_profiles, load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.model.launch import Candidate, candidate_from_dict
 from ncdc.model.values import Plan

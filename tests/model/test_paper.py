@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from ncdc.hardware.machine import apply_overrides, load_hardware
+from ncdc.hardware.load import load_hardware
+from ncdc.hardware.overrides import apply_overrides
 from ncdc.language.load import load_diagram_text
 from ncdc.plan.search import plan_diagram
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from ncdc import paths
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan import choose
 from ncdc.plan.search import rank_tiles

@@ -16,7 +16,7 @@ import pytest
 from ncdc.backends import compile as compile_module
 from ncdc.backends.compile import CompileReport, compile_plan, compile_specs
 from ncdc.errors import CompileError
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.hardware.occupancy import blocks_per_sm
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import kernel_alternatives, plan_diagram

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ncdc.errors import PlanError
-from ncdc.hardware.machine import list_profiles, load_hardware
+from ncdc.hardware.load import list_profiles, load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram, rank_tiles
 from tests import support

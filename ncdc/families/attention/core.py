@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
-from ncdc.families.base import MMA_TILE, Param, round_up
+from ncdc.families.base import Param, round_up
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     Statement,
@@ -24,6 +24,7 @@ from ncdc.families.codegen import (
     op_statements,
     size_name,
 )
+from ncdc.hardware.tensor_cores import MMA_TILE
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import MAX_GRID_YZ, Family

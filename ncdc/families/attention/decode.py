@@ -9,7 +9,7 @@ candidate carries is the one the kernel launches. Every warp keeps its own onlin
 over its keys, so no merge happens inside a block.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/decode_attention.yaml"), load_hardware("h200"))
     >>> first, merge = FAMILY.render(plan.kernels[0], plan).launches
@@ -239,7 +239,7 @@ def packed_heads(at: Attention, diagram: Diagram, q_len: int) -> tuple[str, int]
     block (the rows of the block still map to queries, r % q_len).
 
         >>> from ncdc.language.load import load_diagram
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> from ncdc.plan.search import plan_diagram
         >>> d = load_diagram("tests/specs/decode_q4_gqa.yaml")  # r = 2 heads, q = 4
         >>> kp = plan_diagram(d, load_hardware("h200")).kernels[0]

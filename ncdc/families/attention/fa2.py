@@ -8,7 +8,7 @@ need no mask in a loop of their own (device code in `templates/include/ncdc_atte
 Problem sizes are runtime parameters; tiles and head sizes are compile-time.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> from ncdc.families.attention.core import read_attention
     >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("a100"))
@@ -42,7 +42,8 @@ from ncdc.families.attention.core import (
     q_in_registers,
     variant_name,
 )
-from ncdc.families.base import MMA_TILE, KernelSource, Launch, Param
+from ncdc.families.base import KernelSource, Launch, Param
+from ncdc.hardware.tensor_cores import MMA_TILE
 from ncdc.model.launch import Candidate, Family, LaunchShape
 from ncdc.units import ceil_div
 

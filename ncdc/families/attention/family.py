@@ -5,7 +5,7 @@ on sm_90a (wgmma). The model picks among their candidates; the kernel's reading 
 score path, masks) is shared with the decode family (ncdc.families.attention.core).
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
     >>> FAMILY.render(plan.kernels[0], plan).launches[0].kernel.endswith("sm90a")

@@ -11,7 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ncdc.families.gemm.mix import WGMMA_CONSUMER_ROWS
+from ncdc.hardware.tensor_cores import WGMMA_ROWS_PER_WARP, wgmma_k
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.issue import ESTIMATE, LoopMix, add_slots
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ def fa3_mix(family: Family, c: Candidate, sizes: Mapping[str, int], dtype: str) 
     d_v = math.prod(sizes[a] for a in family.axes("d_v"))
     s_x = params["s_x"]
     scores = s_x // 2  # per thread: 64 rows x s_x over 128 threads
-    qk = d // (32 if dtype.startswith("fp8") else 16)  # S's wgmmas: k16, or k32 for fp8
+    qk = d // wgmma_k(DTYPES[dtype].bytes)  # S's wgmmas: k16, or k32 for fp8
     classes = {
         "tensor": qk + s_x // 16,
         "fp32": FA3_FP32_PER_SCORE * scores + d_v // 2 + FA3_FP32_FIXED,
@@ -211,7 +212,7 @@ def fa3_mix(family: Family, c: Candidate, sizes: Mapping[str, int], dtype: str) 
         + FA3_INTEGER_PER_TILE_HALVING * 128 / s_x,
         **FA3_FIXED,
     }
-    return LoopMix(classes, 2.0 * WGMMA_CONSUMER_ROWS * s_x * (d + d_v), ESTIMATE)
+    return LoopMix(classes, 2.0 * WGMMA_ROWS_PER_WARP * s_x * (d + d_v), ESTIMATE)
 
 
 def plan_masked_share(kp: KernelPlan, axes: Mapping[str, int]) -> float:

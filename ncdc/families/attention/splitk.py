@@ -17,7 +17,7 @@ that fall in its range, and the model prices the busiest block slot (`band_imbal
 `split_chunks`); a length mask's work is data, so a varlen kernel is not split.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> d = load_diagram("diagrams/cross_attention.yaml", {"b": 1, "q": 77, "x": 4096})
     >>> c = plan_diagram(d, load_hardware("h200")).kernels[0].candidate

@@ -20,7 +20,7 @@ heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q, K, V and O m
 [batch..., rows, head]) leaves the kernel with the mma.sync candidates.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"))
     >>> plan.kernels[0].candidate.param("wgmma")
@@ -78,7 +78,7 @@ def pipeline_share(hw: Hardware, at: Attention, s_x: int, stages: int) -> float:
     arrives) and, with `stages` slots in flight, one TMA latency per `stages` tiles; the
     slowest sets the pace (as gemm_wgmma.pipeline_share).
 
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> from ncdc.plan.search import plan_diagram
         >>> from ncdc.language.load import load_diagram
         >>> from ncdc.families.attention.core import read_attention
@@ -110,7 +110,7 @@ def store_share(hw: Hardware, at: Attention, s_x: int, keys: int, share: float) 
     (the bytes are the model's as before), against its key tiles (half of them on average
     under a causal mask) at `share` of the peak.
 
-        >>> from ncdc.hardware.machine import load_hardware
+        >>> from ncdc.hardware.load import load_hardware
         >>> from ncdc.plan.search import plan_diagram
         >>> from ncdc.language.load import load_diagram
         >>> from ncdc.families.attention.core import read_attention

@@ -15,7 +15,7 @@ A candidate's template parameters are the block tile as the kernel runs it (`bm`
 `tn`); its shared memory counts the 16-byte row padding.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"),
     ...                     tiles={"m": 64, "n": 64, "k": 32})
@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
 from ncdc.families.base import (
-    MMA_TILE,
     KernelSource,
     Launch,
     Param,
@@ -43,6 +42,7 @@ from ncdc.families.base import (
     rounded_options,
 )
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
+from ncdc.hardware.tensor_cores import MMA_TILE, mma_shape
 from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
@@ -63,12 +63,9 @@ TILES: dict[str, tuple[int, ...]] = {
     "stages": (2, 3, 4, 5),  # cp.async pipeline depth in shared memory (pipeline_stall)
 }
 GROUP_M = 8  # tile rows a run of consecutive blocks walks down (grouped order, L2 reuse)
-MMA_K = {1: 32, 2: 16}  # mma.sync k per bytes per input value
 SIMT_K = 8  # the fp32 path's k step
 SIMT_MAX_OUTPUTS = 64  # fp32 accumulators per thread before registers run out
 GATHER_MAX_OUTPUTS = 64  # the same for 8-bit operands whose fragments are gathered bytewise
-FP8_MIN_SM = 89  # mma.sync with e4m3/e5m2 operands starts with Ada (sm_89)
-INT8_MIN_SM = 80  # mma.sync m16n8k32 .s8.s8.s32 starts with Ampere (sm_80)
 INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "fp32")
 # Weight-only GEMMs: an A type and the narrower B types widened to it in the main loop.
 WIDENED = {"bf16": ("int8",), "fp16": ("int8",)}
@@ -119,7 +116,7 @@ def mma_candidates(
     d, kernel = model.diagram, model.kernel
     p = DTYPES[ops.a.dtype].bytes
     simt = ops.a.dtype == "fp32"
-    least_k = SIMT_K if simt else MMA_K[p]
+    least_k = SIMT_K if simt else mma_shape(p).k
     sizes = model.sizes
     k_opts = rounded_options(
         ops.k, TILES["s_k_fp8"] if p == 1 else TILES["s_k"], sizes[ops.k], fixed, least_k
@@ -212,7 +209,7 @@ def _mma_tiles(
     chunks per thread row), warp tiles of whole 16 x 16 blocks, k of whole mma steps; the
     warp arrangement that pads least, then the squarest warp tile."""
     bm, bn = pow2(max(g_m, MMA_TILE)), pow2(max(g_n, MMA_TILE))
-    mma_k = MMA_K[p]
+    mma_k = mma_shape(p).k
     bk = pow2(max(s_k, mma_k))
     if p == 1 and (ops.a.dtype == "int8" or not (ops.a_k and ops.b_k)):
         # 8-bit fragments gathered byte by byte (no ldmatrix .trans for 8-bit data) need
@@ -264,7 +261,7 @@ def _registers(t: GemmTiles, threads: int, p: int, simt: bool) -> int:
     (16 x k per 16 rows or columns of the warp tile, 4 bytes a register) and addressing."""
     from ncdc.model.cost import estimate_registers
 
-    k = SIMT_K if simt else MMA_K[p]
+    k = SIMT_K if simt else mma_shape(p).k
     warp_m, warp_n = t.bm // t.warps_m, t.bn // t.warps_n
     fragments = ceil_div((warp_m + warp_n) * k * p, (4 * 32))
     return estimate_registers(t.bm * t.bn, threads, fragments)

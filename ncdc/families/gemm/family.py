@@ -5,7 +5,7 @@ ncdc.families.gemm.core, the split-K form for grids too small for the GPU (split
 TMA + wgmma kernel on sm_90a (wgmma). The model picks among their candidates.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"),
     ...                     tiles={"m": 64, "n": 64, "k": 32})
@@ -22,8 +22,6 @@ from ncdc.families.base import KernelSource, no_masked_loop
 from ncdc.families.gemm import splitk as gemm_splitk
 from ncdc.families.gemm import wgmma as gemm_wgmma
 from ncdc.families.gemm.core import (
-    FP8_MIN_SM,
-    INT8_MIN_SM,
     TILES,
     epilogue_context,
     mma_candidates,
@@ -34,6 +32,7 @@ from ncdc.families.gemm.core import (
     within_block_level,
 )
 from ncdc.families.gemm.mix import gemm_mix, wgmma_mix
+from ncdc.hardware.tensor_cores import MMA_SYNC_MIN_SM
 from ncdc.model.launch import Candidate, Family
 
 if TYPE_CHECKING:
@@ -135,18 +134,18 @@ class GemmFamily:
         if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
             return gemm_wgmma.arch_problem(kp.kernel.name, sm)
         mm = kp.kernel.ops[0]
-        dtypes = sorted({diagram.tensor(n).dtype for n in mm.inputs})
-        fp8 = [t for t in dtypes if t.startswith("fp8")]
-        if fp8 and sm < FP8_MIN_SM:
-            return (
-                f"{kp.kernel.name} multiplies {fp8[0]} on tensor cores, which sm_{sm} lacks "
-                f"(fp8 mma.sync needs sm_{FP8_MIN_SM} or newer)"
-            )
-        if "int8" in dtypes and sm < INT8_MIN_SM:
-            return (
-                f"{kp.kernel.name} multiplies int8 on tensor cores with the m16n8k32 shape, "
-                f"which sm_{sm} lacks (it needs sm_{INT8_MIN_SM} or newer)"
-            )
+        for dtype in sorted({diagram.tensor(n).dtype for n in mm.inputs}):
+            least = MMA_SYNC_MIN_SM.get(dtype, 0)
+            if sm < least and dtype == "int8":
+                return (
+                    f"{kp.kernel.name} multiplies int8 on tensor cores with the m16n8k32 "
+                    f"shape, which sm_{sm} lacks (it needs sm_{least} or newer)"
+                )
+            if sm < least:
+                return (
+                    f"{kp.kernel.name} multiplies {dtype} on tensor cores, which sm_{sm} "
+                    f"lacks (fp8 mma.sync needs sm_{least} or newer)"
+                )
         return ""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ncdc.hardware.tensor_cores import WGMMA_ROWS_PER_WARP, wgmma_k
+from ncdc.language.dtypes import DTYPES
 from ncdc.model.issue import ESTIMATE, LoopMix, add_slots
 
 if TYPE_CHECKING:
@@ -45,7 +47,6 @@ GEMM_INTEGER_PER_ELEMENT = 1.75
 WGMMA_PER_TILE = {"barrier": 4, "control": 4}
 WGMMA_INTEGER_PER_MMA = 12
 WGMMA_INTEGER_FIXED = 38
-WGMMA_CONSUMER_ROWS = 16  # rows of the 128 x bn tile one consumer warp accumulates
 # A weight-only GEMM (16-bit A, int8 B) keeps B in shared memory as int8 and widens each
 # fragment register in the main loop (ncdc_gemm.cuh, MmaTile::frag_b with WIDEN_B): per
 # 16-bit pair, one LDS.U16 (two LDS.U8 where B's contiguous axis is n), two I2F.S8 and
@@ -124,14 +125,14 @@ def gemm_mix(
 
 def wgmma_mix(c: Candidate, dtype: str) -> LoopMix:
     """The Hopper GEMM's k tile of one consumer warp (one k tile of 128 bytes per iteration;
-    the warp accumulates WGMMA_CONSUMER_ROWS rows of the 128 x bn tile): bk / 16 wgmmas
+    the warp accumulates WGMMA_ROWS_PER_WARP rows of the 128 x bn tile): bk / 16 wgmmas
     (k32 for fp8), the descriptors' and the ring's integer work (WGMMA_INTEGER_*) and
     WGMMA_PER_TILE."""
     params = dict(c.params)
-    wgmmas = params["bk"] // (32 if dtype.startswith("fp8") else 16)
+    wgmmas = params["bk"] // wgmma_k(DTYPES[dtype].bytes)
     classes: dict[str, float] = {
         "tensor": wgmmas,
         "integer": WGMMA_INTEGER_PER_MMA * wgmmas + WGMMA_INTEGER_FIXED,
         **WGMMA_PER_TILE,
     }
-    return LoopMix(classes, 2.0 * WGMMA_CONSUMER_ROWS * params["bn"] * params["bk"], ESTIMATE)
+    return LoopMix(classes, 2.0 * WGMMA_ROWS_PER_WARP * params["bn"] * params["bk"], ESTIMATE)

@@ -10,7 +10,7 @@ stores C: the result does not depend on timing. The model prices the partials' t
 launch; templates/gemm_splitk.cu.j2 runs the family's own `run_mma` per split.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> d = load_diagram("diagrams/matmul.yaml", {"m": 512, "n": 512, "k": 16384})
     >>> c = plan_diagram(d, load_hardware("h200")).kernels[0].candidate

@@ -24,7 +24,7 @@ slot (`transposes_b`; its shared-memory traffic is in `pipeline_share`). Layout 
 needs 16-byte aligned strides) leave a kernel with only the mma.sync candidates.
 
     >>> from ncdc.language.load import load_diagram
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.plan.search import plan_diagram
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h200"))
     >>> plan.kernels[0].candidate.param("wgmma")
@@ -134,7 +134,7 @@ def pipeline_share(
     transposing warps, and, with `stages` slots in flight, one TMA latency per `stages` k
     tiles; the slowest sets the pace (Little's law).
 
-    >>> from ncdc.hardware.machine import load_hardware
+    >>> from ncdc.hardware.load import load_hardware
     >>> round(pipeline_share(load_hardware("h200"), "bf16", 128, 4, 3), 2)
     1.0
     >>> round(pipeline_share(load_hardware("h200"), "bf16", 64, 3, 2), 2)

@@ -18,7 +18,7 @@ from ncdc.backends.cpu import EmulatedModule, Traffic, build
 from ncdc.check.reference import evaluate, from_storage, make_inputs
 from ncdc.check.run import OutputCheck, allocate, compare, launch_args
 from ncdc.errors import NcdcError, SpecError
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.geometry import band_fraction, band_tiles

@@ -21,7 +21,7 @@ from ncdc.errors import NcdcError, PlanError
 from ncdc.families import classify_kernel
 from ncdc.families.attention.family import FAMILY
 from ncdc.families.attention.wgmma import is_wgmma
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.graph import build_graph

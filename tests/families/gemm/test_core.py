@@ -20,7 +20,7 @@ from ncdc.backends.cpu import EmulatedModule, build
 from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.check.run import OutputCheck, compare
 from ncdc.families.gemm.family import FAMILY as GEMM
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import kernel_alternatives, plan_diagram

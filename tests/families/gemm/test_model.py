@@ -4,7 +4,7 @@ Each case says what it models and where its number comes from."""
 
 from __future__ import annotations
 
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.model.overlap import PIPELINE_LATENCY_S, pipeline_stall
 from ncdc.plan.search import plan_diagram

@@ -12,7 +12,7 @@ import pytest
 
 from ncdc.check.run import run_diagram
 from ncdc.families.gemm.splitk import is_splitk
-from ncdc.hardware.machine import load_hardware
+from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import kernel_alternatives, plan_diagram, plan_from_candidates
 from ncdc.render import render_plan

@@ -20,7 +20,8 @@ from ncdc.check.run import run_diagram
 from ncdc.families import classify_kernel
 from ncdc.families.gemm.family import FAMILY
 from ncdc.families.gemm.wgmma import is_wgmma, pipeline_share
-from ncdc.hardware.machine import Hardware, load_hardware
+from ncdc.hardware.load import load_hardware
+from ncdc.hardware.machine import Hardware
 from ncdc.language.load import load_diagram
 from ncdc.model.graph import build_graph
 from ncdc.model.streaming import streamed_axes

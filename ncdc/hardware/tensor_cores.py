@@ -1,0 +1,60 @@
+"""The SM's tensor cores as data: the instruction shapes each architecture runs, and the
+sub-partitions that issue them (as tinygrad lists its `TensorCore`s per device).
+
+Every architecture ncdc targets (sm_80 to sm_100) has four sub-partitions per SM, each with
+its own scheduler (one warp instruction issued per clock), its own tensor pipe and a
+quarter of the register file (CUDA occupancy calculator, `cudaOccSubPartitionsPerMultiprocessor`).
+`mma.sync` works on one warp's fragments: m16n8k16 for 16-bit inputs and m16n8k32 for
+8-bit ones (PTX ISA, "Matrix shape"; 8-bit floats from sm_89, integers from sm_80). sm_90a
+adds `wgmma` on a warpgroup's fragments (four warps, 64 rows): m64nNk16 for 16-bit inputs,
+m64nNk32 for 8-bit ones, N a multiple of 8 up to 256, A from shared memory or registers
+and B from shared memory (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate").
+
+    >>> mma_shape(2), mma_shape(1)
+    (MmaShape(m=16, n=8, k=16), MmaShape(m=16, n=8, k=32))
+    >>> HMMA_16816.flops, wgmma_k(1), WGMMA_ROWS_PER_WARP
+    (4096, 32, 16)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SUB_PARTITIONS = 4  # per SM, sm_80 .. sm_100
+WARPGROUP_WARPS = 4  # the warps one wgmma runs on
+WGMMA_M = 64  # rows of one wgmma: 16 per warp of its warpgroup
+WGMMA_ROWS_PER_WARP = WGMMA_M // WARPGROUP_WARPS
+WGMMA_K_BYTES = 32  # k of one wgmma in bytes of its inputs: k16 at 16 bits, k32 at 8
+MMA_TILE = 16  # rows and columns of the smallest warp tile of mma.sync (m16, n8 x 2)
+
+
+@dataclass(frozen=True)
+class MmaShape:
+    """One tensor-core instruction's m x n x k."""
+
+    m: int
+    n: int
+    k: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+HMMA_16816 = MmaShape(16, 8, 16)  # the unit of tensor work issue slots are counted in
+
+
+def mma_shape(input_bytes: int) -> MmaShape:
+    """mma.sync's shape for inputs of `input_bytes` bytes a value (2 or 1)."""
+    return MmaShape(16, 8, 32 if input_bytes == 1 else 16)
+
+
+def wgmma_k(input_bytes: int) -> int:
+    """wgmma's k for inputs of `input_bytes` bytes a value: 16 (16-bit) or 32 (8-bit)."""
+    return WGMMA_K_BYTES // input_bytes
+
+
+# The first compute capability whose mma.sync takes each 8-bit input type (16-bit inputs:
+# every architecture ncdc targets). Hopper's fp8 mma.sync has no native HMMA: ptxas emits
+# two fp16 HMMAs for each m16n8k32 (ncdc.families.gemm.mix).
+MMA_SYNC_MIN_SM = {"fp8_e4m3": 89, "fp8_e5m2": 89, "int8": 80}
