@@ -2,7 +2,7 @@
 
 For each diagrams/*.yaml on h200 (sm_90a) and a100 (sm_80), `ncdc compile` builds the
 kernels and `ncdc.backends.sass` reads each one's main loop (a memory-bound loop: the path a
-planned row runs, `sass.stream_path`). Per kernel, one row:
+planned row runs, `loop_bounds.stream_path`). Per kernel, one row:
 
 - tensor FLOP per issued instruction in the main loop (0 for memory-bound kernels);
 - issue: the fraction of peak the loop reaches if issue slots were its only limit, with
@@ -12,7 +12,7 @@ planned row runs, `sass.stream_path`). Per kernel, one row:
   SM per clock (the profile's measured HBM copy bandwidth / SMs / sustained clock);
 - smem: the same with the shared-memory cycles (128 B a clock an SM) as the only limit;
 - latency (memory kernels): Little's law. The SM's resident warps (ptxas's occupancy)
-  each wait `round trips` times `--latency` cycles per iteration (`sass.round_trips`:
+  each wait `round trips` times `--latency` cycles per iteration (`loop_bounds.round_trips`:
   loads issued before the first use share a trip) and move the loop's global bytes
   meanwhile: warps x bytes / (trips x latency) per clock, over the copy bandwidth.
 
@@ -36,7 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ncdc.backends import sass
+from ncdc.backends import loop_bounds, sass
 from ncdc.hardware.load import load_hardware
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ def kernel_rows(report: dict, cubin: bytes, hw_name: str, latency: float) -> lis
     }
     rows = []
     for name, body in sass.split_functions(sass.disassemble(cubin)).items():
-        b = sass.kernel_bound(sass.parse_sass(body), per_clock)
+        b = loop_bounds.kernel_bound(sass.parse_sass(body), per_clock)
         c = b.cycles
         row = {"kernel": name, "flop_per_issue": b.flops_per_issue, "trips": b.round_trips}
         if b.tensor_flops:

@@ -54,7 +54,8 @@ def test_every_variant_it_checks_is_planned_on_h200():
 
     from ncdc.hardware.load import load_hardware
     from ncdc.language.load import load_diagram
-    from ncdc.plan.search import kernel_alternatives, plan_diagram
+    from ncdc.plan.feedback import kernel_alternatives
+    from ncdc.plan.search import plan_diagram
 
     loader = SourceFileLoader("device_check", str(ROOT / "scripts" / "device-check"))
     spec = importlib.util.spec_from_loader("device_check", loader)

@@ -13,7 +13,8 @@ same arguments as the driver's `cuTensorMapEncodeTiled`: on a GPU by the driver
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -96,3 +97,23 @@ def tensor_map_arguments(params: Sequence[Param]) -> dict[str, int]:
     if missing:
         raise ValueError(f"tensor maps name buffers the launch does not pass: {', '.join(missing)}")
     return index
+
+
+def launch_arguments(
+    params: Sequence[Param],
+    buffers: Mapping[str, Any],
+    encode_map: Callable[[TensorMapSpec, int], Any],
+) -> list[Any]:
+    """One launch's arguments in its parameter order, for either backend: a buffer by its
+    name in `buffers`, a scalar by value, a tensor map as `encode_map(spec, index)` makes
+    it (index: the parameter number of the buffer it maps)."""
+    index = tensor_map_arguments(params)
+    out: list[Any] = []
+    for p in params:
+        if p.kind in ("tensor", "workspace"):
+            out.append(buffers[p.name])
+        elif p.tensor_map is not None:
+            out.append(encode_map(p.tensor_map, index[p.tensor_map.tensor]))
+        else:
+            out.append(scalar_argument(p))
+    return out

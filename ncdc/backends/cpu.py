@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,17 @@ import numpy as np
 
 from ncdc import paths
 from ncdc.backends import cache
-from ncdc.errors import CheckFailed, CompileError, NcdcError
+from ncdc.backends.sanitizer_reports import asan_failure, tsan_failure
+from ncdc.backends.traffic import Counters, Traffic
+from ncdc.errors import CompileError, NcdcError
 from ncdc.files import write_atomic
 
 SANITIZERS = (None, "address", "race")
+
+
 _BASE_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
+
+
 _SANITIZE_FLAGS = {
     "address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g"),
     "race": ("-fsanitize=thread", "-g"),
@@ -72,72 +78,21 @@ _RUNTIMES = {
         "halt_on_error=1:report_thread_leaks=0:report_signal_unsafe=0",
     ),
 }  # fmt: skip
+
+
 _ERROR_LINE = re.compile(
     r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$"
 )
+
+
 _SCALAR_DTYPES = {
     "i1": np.int8, "i2": np.int16, "i4": np.int32, "i8": np.int64,
     "u1": np.uint8, "u2": np.uint16, "u4": np.uint32, "u8": np.uint64,
     "f4": np.float32, "f8": np.float64,
 }  # fmt: skip
+
+
 _ERR_LEN = 1024
-
-
-@dataclass(frozen=True)
-class Counters:
-    """Warp-wide requests a launch issued and what they cost, beside the fewest possible for
-    the same bytes (docs/cpu-backend.md, "Access counters"): 32-byte sectors per global
-    load (cp.async's reads included) and store, shared-memory wavefronts per access
-    (ldmatrix, cp.async's writes, `ld_shared`/`st_shared`). Zero when not asked for.
-
-        >>> c = Counters(4, 16, 16, 2, 16, 8, 2, 9, 8)
-        >>> c.excess_sectors, c.bank_conflicts
-        (8, 1)
-    """
-
-    load_requests: int = 0
-    load_sectors: int = 0
-    load_ideal_sectors: int = 0
-    store_requests: int = 0
-    store_sectors: int = 0
-    store_ideal_sectors: int = 0
-    shared_requests: int = 0
-    shared_wavefronts: int = 0
-    shared_ideal_wavefronts: int = 0
-
-    def __add__(self, other: Counters) -> Counters:
-        pairs = zip(astuple(self), astuple(other), strict=True)
-        return Counters(*(a + b for a, b in pairs))
-
-    @property
-    def excess_sectors(self) -> int:
-        """Sectors beyond the ideal: 0 when every global access is fully coalesced."""
-        return (
-            self.load_sectors + self.store_sectors
-            - self.load_ideal_sectors - self.store_ideal_sectors
-        )  # fmt: skip
-
-    @property
-    def bank_conflicts(self) -> int:
-        """Wavefronts beyond the ideal: 0 when no shared-memory access conflicts."""
-        return self.shared_wavefronts - self.shared_ideal_wavefronts
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """Global-memory bytes a launch issued (loads, stores, cp.async, atomics), before caches,
-    and its access counters when the launch asked for them."""
-
-    bytes_read: int
-    bytes_written: int
-    counters: Counters = Counters()
-
-    def __add__(self, other: Traffic) -> Traffic:
-        return Traffic(
-            self.bytes_read + other.bytes_read,
-            self.bytes_written + other.bytes_written,
-            self.counters + other.counters,
-        )
 
 
 def include_dir() -> Path:
@@ -145,11 +100,6 @@ def include_dir() -> Path:
     from ncdc.backends import nvrtc
 
     return nvrtc.ncdc_include_dir()
-
-
-def emu_cache_dir() -> Path:
-    """`cache_root()/emu`: the CPU backend's shared objects (see `ncdc.backends.cache`)."""
-    return paths.cache_root() / "emu"
 
 
 def find_compiler() -> str:
@@ -493,9 +443,6 @@ def _run(
     return Traffic(int(traffic[0]), int(traffic[1]), Counters(*(int(t) for t in traffic[2:])))
 
 
-# ---- sanitized runs: a subprocess with the sanitizer's runtime preloaded ----------------------
-
-
 def sanitizer_runtime(sanitize: str) -> str:
     """The path of the compiler's runtime library for `sanitize` ("address" or "race")."""
     rt = _RUNTIMES[sanitize]
@@ -539,71 +486,12 @@ def _run_sanitized(
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not response.is_file():
             if sanitize == "race":
-                raise _tsan_failure(kernel, proc.stderr)
-            raise _asan_failure(kernel, proc.stderr)
+                raise tsan_failure(kernel, proc.stderr)
+            raise asan_failure(kernel, proc.stderr)
         outputs, traffic, error = pickle.loads(response.read_bytes())
     if error:
         raise NcdcError(error)
     return outputs, traffic
-
-
-def _failure_tail(sanitize: str, kernel: str, stderr: str) -> NcdcError:
-    tail = stderr.strip().splitlines()[-1:] or ["no output"]
-    return NcdcError(f"{sanitize}-sanitized run of {kernel} failed: {tail[0]}")
-
-
-def _asan_failure(kernel: str, stderr: str) -> NcdcError:
-    kind = re.search(r"ERROR: AddressSanitizer: ([\w-]+)", stderr)
-    access = re.search(r"^(READ|WRITE) of size (\d+)", stderr, re.M)
-    where = re.search(r"^NCDC-EMU-WHERE: (.*)$", stderr, re.M)
-    if not kind:
-        return _failure_tail("address", kernel, stderr)
-    text = f"AddressSanitizer: {kind[1]}"
-    if access:
-        text += f": {access[1]} of size {access[2]}"
-    text += f" in {where[1]}" if where else f" in kernel {kernel}"
-    return CheckFailed(text)
-
-
-_TSAN_KIND = re.compile(r"WARNING: ThreadSanitizer: (.+?) \(pid=")
-# "  Write of size 4 at 0x7f.. by thread T3:" then "  Previous read of size 4 at ..."
-_TSAN_ACCESS = re.compile(
-    r"^  (?:Previous )?(?P<atomic>[Aa]tomic )?(?P<op>[Rr]ead|[Ww]rite) of size "
-    r"(?P<size>\d+) at \S+ by (?:thread T(?P<tid>\d+)|main thread)",
-    re.M,
-)
-_TSAN_THREAD = re.compile(r"^  Thread T(?P<tid>\d+) '(?P<name>[^']*)'", re.M)
-_TSAN_GLOBAL = re.compile(r"^  Location is global '(?P<name>[^']+)'", re.M)
-
-
-def _tsan_failure(kernel: str, stderr: str) -> NcdcError:
-    """One line from a TSan report; the fibers are named "block (x,y,z) thread (x,y,z)"."""
-    kind = _TSAN_KIND.search(stderr)
-    if not kind:
-        return _failure_tail("race", kernel, stderr)
-    text = f"ThreadSanitizer: {kind[1]} in kernel {kernel}"
-    names = {m["tid"]: m["name"] for m in _TSAN_THREAD.finditer(stderr)}
-    accesses = [_tsan_access(m, names) for m in _TSAN_ACCESS.finditer(stderr)][:2]
-    if len(accesses) == 2:
-        (who, did, size), (other, other_did, _) = accesses
-        block, _, tid = who.partition(" thread ")
-        other_block, _, other_tid = other.partition(" thread ")
-        if block == other_block and tid and other_tid:
-            who, other = f"thread {tid}", f"thread {other_tid}"
-            text += " " + block
-        unit = "byte" if size == "1" else "bytes"
-        text += f": {who} {did} {size} {unit} that {other} {other_did}, with no barrier between"
-    if loc := _TSAN_GLOBAL.search(stderr):
-        text += f" (on '{loc['name']}')"
-    return CheckFailed(text)
-
-
-def _tsan_access(m: re.Match[str], names: dict[str, str]) -> tuple[str, str, str]:
-    """(who, "read"/"wrote", size) of one access in a TSan report."""
-    tid = m["tid"]
-    who = names.get(tid, f"thread T{tid}") if tid else "the launching thread"
-    did = "wrote" if m["op"].lower() == "write" else "read"
-    return who, ("atomically " + did if m["atomic"] else did), m["size"]
 
 
 def _sanitized_child(request: str, response: str) -> None:

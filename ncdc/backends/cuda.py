@@ -18,11 +18,11 @@ import numpy as np
 
 from ncdc.backends.arguments import (
     SWIZZLE_MODES,
-    scalar_argument,
+    launch_arguments,
     tensor_map_problem,
 )
 from ncdc.errors import NcdcError, NoGpuError
-from ncdc.families.base import Param, TensorMapSpec
+from ncdc.families.base import TensorMapSpec
 from ncdc.language.dtypes import DTYPES
 from ncdc.render import Launch, RenderedModule
 
@@ -69,19 +69,21 @@ def load_module(cupy: Any, module: RenderedModule, arch: str) -> Any:
 
 def launch(cupy: Any, raw: Any, spec: Launch, device: MutableMapping[str, Any]) -> None:
     """One launch with the arguments named by its parameters."""
+    fn, args = _prepared(raw, spec, device)
+    fn(spec.grid, spec.block, args, shared_mem=spec.dynamic_smem)
+
+
+def _prepared(raw: Any, spec: Launch, device: Mapping[str, Any]) -> tuple[Any, tuple[Any, ...]]:
+    """The launch's function, its shared-memory opt-in set, and its arguments over the
+    `device` buffers (a tensor map encoded by the driver over its buffer's pointer)."""
     fn = raw.get_function(spec.kernel)
     if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
         fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
-    args = [_argument(p, device) for p in spec.params]
-    fn(spec.grid, spec.block, tuple(args), shared_mem=spec.dynamic_smem)
-
-
-def _argument(p: Param, device: Mapping[str, Any]) -> Any:
-    if p.kind in ("tensor", "workspace"):
-        return device[p.name]
-    if p.tensor_map is not None:
-        return tensor_map_argument(p.tensor_map, int(device[p.tensor_map.tensor].data.ptr))
-    return scalar_argument(p)
+    args = launch_arguments(
+        spec.params, device,
+        lambda m, _: tensor_map_argument(m, int(device[m.tensor].data.ptr)),
+    )  # fmt: skip
+    return fn, tuple(args)
 
 
 # The CUtensorMap as a kernel argument: 128 bytes (the kernel's `const __grid_constant__
@@ -156,11 +158,6 @@ def run_cuda(module: RenderedModule, buffers: MutableMapping[str, np.ndarray]) -
         buffers[name][...] = cupy.asnumpy(array)
 
 
-def upload(cupy: Any, buffers: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """Device copies of host buffers, by name."""
-    return {name: cupy.asarray(array) for name, array in buffers.items()}
-
-
 def prepare_launches(
     cupy: Any, raw: Any, module: RenderedModule, device: Mapping[str, Any]
 ) -> Callable[[], None]:
@@ -171,11 +168,8 @@ def prepare_launches(
     """
     calls = []
     for spec in module.launches:
-        fn = raw.get_function(spec.kernel)
-        if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
-            fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
-        args = [_argument(p, device) for p in spec.params]
-        calls.append((fn, spec.grid, spec.block, tuple(args), spec.dynamic_smem))
+        fn, args = _prepared(raw, spec, device)
+        calls.append((fn, spec.grid, spec.block, args, spec.dynamic_smem))
 
     def run() -> None:
         for fn, grid, block, args, smem in calls:

@@ -67,10 +67,14 @@ def rank_buildable(
     *,
     abstract: bool = False,
     use_tuned: bool = True,
+    arch: str | None = None,
+    compile: bool = False,
 ) -> tuple[list[Plan], PlanSource]:
     """The plans `ncdc cost` prints (`choose.rank_with_source`: tuned first when the cache
     has it) and where the first one's tiles came from, the first rendered
-    (`check_renders`) unless `abstract`."""
+    (`check_renders`) unless `abstract`. The first is the launch `ncdc compile` settles on
+    for `arch` (the profile's own by default) when the compile cache holds what it compiled
+    (`settle_from_cache`), or, with `compile`, after compiling it now."""
     from ncdc.plan.choose import rank_with_source
 
     try:
@@ -81,15 +85,27 @@ def rank_buildable(
         raise _in_spec(error, diagram) from None
     if not abstract:
         check_renders(ranked[0])
+        if hardware.is_gpu:
+            ranked[0] = settled(ranked[0], arch or hardware.arch, compile)
         ranked[0] = with_compiled_sass(ranked[0])
     return ranked, source
 
 
+def settled(plan: Plan, arch: str, compile: bool) -> Plan:
+    """`plan` as `ncdc compile` settles it for `arch`: compiled now (`compile`), or from the
+    compile cache where it holds the kernels (else `plan` as it is)."""
+    from ncdc.backends.compile import compile_plan, replace_plan, settle_from_cache
+
+    if compile:
+        return replace_plan(compile_plan(plan, arch).plan, plan)
+    return settle_from_cache(plan, arch)
+
+
 def with_compiled_sass(plan: Plan) -> Plan:
     """`plan` priced on the SASS of its kernels where `ncdc compile` has put them in the
-    compile cache (ncdc.backends.sass.cached_mixes), on its families' estimates elsewhere."""
-    from ncdc.backends.sass import cached_mixes
-    from ncdc.plan.search import with_instructions
+    compile cache (ncdc.backends.loop_mixes.cached_mixes), on its families' estimates elsewhere."""
+    from ncdc.backends.loop_mixes import cached_mixes
+    from ncdc.plan.feedback import with_instructions
 
     return with_instructions(plan, cached_mixes(plan))
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -29,8 +28,7 @@ import numpy as np
 
 from ncdc.backends.arguments import (
     encode_emulated_tensor_map,
-    scalar_argument,
-    tensor_map_arguments,
+    launch_arguments,
 )
 from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.errors import UsageError
@@ -39,9 +37,10 @@ from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.render import Launch, Param, RenderedModule, Workspace
+from ncdc.system import available_memory, default_jobs
 
 if TYPE_CHECKING:
-    from ncdc.backends.cpu import Counters, Traffic
+    from ncdc.backends.traffic import Counters, Traffic
 
 BACKENDS = ("cpu", "cuda")
 
@@ -129,18 +128,11 @@ def device_aligned(a: np.ndarray) -> np.ndarray:
 
 
 def launch_args(launch: Launch, buffers: Mapping[str, np.ndarray]) -> list:
-    """The argument list of one launch, in its parameter order (the CPU backend's: a tensor
-    map names its buffer by parameter index, so it follows the buffer anywhere)."""
-    index = tensor_map_arguments(launch.params)
-    return [_arg(p, buffers, index) for p in launch.params]
-
-
-def _arg(p: Param, buffers: Mapping[str, np.ndarray], index: Mapping[str, int]) -> object:
-    if p.kind in ("tensor", "workspace"):
-        return buffers[p.name]
-    if p.tensor_map is not None:
-        return encode_emulated_tensor_map(p.tensor_map, argument=index[p.tensor_map.tensor])
-    return scalar_argument(p)
+    """The argument list of one launch on the CPU backend: a tensor map names its buffer
+    by parameter index, so it follows the buffer anywhere (a sanitizer's subprocess)."""
+    return launch_arguments(
+        launch.params, buffers, lambda spec, i: encode_emulated_tensor_map(spec, argument=i)
+    )
 
 
 # ---- the CPU backend's guard: memory and time estimated before a run -------------------
@@ -202,41 +194,8 @@ def _emulation_seconds(cost: Mapping[str, Any] | None) -> float:
         return 0.0
     flops = float(cost.get("flops", 0))
     moved = float(sum(t["bytes"] for t in cost.get("transfers", ())[1:2]))  # on-chip boundary
-    cores = max(1, _cores())
+    cores = max(1, default_jobs())
     return (flops / EMU_FLOPS_PER_CORE_S + moved / EMU_BYTES_PER_CORE_S) / cores
-
-
-def _cores() -> int:
-    from ncdc.system import default_jobs
-
-    return default_jobs()
-
-
-def available_memory() -> int:
-    """Bytes this process can still use: MemAvailable, capped by a cgroup memory limit."""
-    free = _meminfo_available()
-    limit = _cgroup_memory_left()
-    return min(free, limit) if limit is not None else free
-
-
-def _meminfo_available() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
-def _cgroup_memory_left(root: Path = Path("/sys/fs/cgroup")) -> int | None:
-    try:
-        limit = (root / "memory.max").read_text().strip()
-        if limit == "max":
-            return None
-        return max(0, int(limit) - int((root / "memory.current").read_text()))
-    except (OSError, ValueError):
-        return None
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -336,7 +295,8 @@ def run_diagram(
 def _run_cpu(
     module: RenderedModule, buffers: dict, sanitize: str | None, counters: bool = False
 ) -> Traffic:
-    from ncdc.backends.cpu import Traffic, build
+    from ncdc.backends.cpu import build
+    from ncdc.backends.traffic import Traffic
 
     lib = build(module.source, sanitize=sanitize)
     total = Traffic(0, 0)

@@ -142,7 +142,7 @@ def check(
     """Validate, plan and render (no NVRTC) every spec under PATHS; exit 2 naming each one
     that cannot be built. With --baseline, exit 1 naming every predicted time or HBM
     traffic that grew past the tolerance."""
-    from ncdc.backends.compile import target_hardware
+    from ncdc.backends.targets import target_hardware
     from ncdc.check.gate import CHECK_FORMATS, check_spec, parse_tolerance, read_baseline
     from ncdc.cli.views import find_specs
 
@@ -205,11 +205,19 @@ def cost(
         ),
     ] = False,
     no_tuned: NoTunedOpt = False,
+    compile_now: Annotated[
+        bool,
+        typer.Option(
+            "--compile",
+            help="Compile the kernels first (NVRTC), so the plan is the one compile builds.",
+        ),
+    ] = False,
     fmt: FormatOpt = "table",
 ) -> None:
     """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles. On a GPU
-    profile the plan is rendered first: exit 2 for a spec that cannot be built."""
-    from ncdc.backends.compile import arch_notes, target_hardware
+    profile the plan is rendered first: exit 2 for a spec that cannot be built. The launch
+    is the one `ncdc compile` settles on when the compile cache holds it (or `--compile`)."""
+    from ncdc.backends.targets import arch_notes, target_hardware
     from ncdc.check.buildable import is_model_only, rank_buildable, with_abstract
     from ncdc.cli.report import cost_table, cost_tables, with_note
     from ncdc.cli.views import cost_note
@@ -235,9 +243,18 @@ def cost(
     for line in arch_notes(diagram, profile, tiles, arch):
         note(line)
     ranked, source = rank_buildable(
-        diagram, machine, top_k, tiles, abstract=abstract, use_tuned=not no_tuned
+        diagram,
+        machine,
+        top_k,
+        tiles,
+        abstract=abstract,
+        use_tuned=not no_tuned,
+        arch=arch,
+        compile=compile_now,
     )
     (note if source.kind == "tuned" else detail)(source.describe())
+    for line in ranked[0].notes:
+        note(line)
     data = {**with_abstract(plan_to_dict(ranked[0]), model_only), "tiles_from": source.to_dict()}
     note_line = cost_note(ranked[:1], abstract)
     emit(data, fmt, lambda: with_note(cost_table(ranked[0], ranked[1:]), note_line))
@@ -272,7 +289,9 @@ def compile_cmd(
     ] = None,
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
-    from ncdc.backends.compile import compile_specs, profile_for_arch, report_to_dict, write_sass
+    from ncdc.backends.batch import compile_specs
+    from ncdc.backends.outputs import report_to_dict, write_sass
+    from ncdc.backends.targets import profile_for_arch
     from ncdc.cli.views import compile_table, find_specs
 
     profile, why = profile_for_arch(hardware, arch)

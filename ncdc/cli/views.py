@@ -144,7 +144,7 @@ def compile_table(reports: list, out_dir: Path) -> Table:
 
 def _sass_caption(reports: list) -> str:
     """Per kernel, its main loop's instruction mix and the bound it implies (ncdc.backends.sass)."""
-    from ncdc.backends.compile import sass_summary
+    from ncdc.backends.outputs import sass_summary
 
     lines = []
     for r in reports:

@@ -192,30 +192,10 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
     hw = plan.graph.hardware
     name = plan.graph.diagram.name
     top = hw.levels[0]
-    points = [(intensity(plan), plan.flops / plan.predicted_time_s, f"{name} (model)", INK)]
-    if plan.unfused is not None:
-        u = plan.unfused
-        points.append(
-            (plan.flops / u.top_bytes, plan.flops / u.predicted_time_s, "unfused (model)", MUTED)
-        )
-    points += [
-        (m.flops / m.hbm_bytes, m.flops / m.time_s, f"{m.name} (measured)", MEASURED)
-        for m in measured
-    ]
-    points += _level_points(plan)
+    points = _plot_points(plan, measured)
     ceilings = _ceilings(plan)
     peak = ceilings[0][0]
-    ridge = peak / top.bandwidth_bytes_per_s
-    # every level's slope reaches the peak inside the plot, so each one shows
-    knees = [peak / lv.bandwidth_bytes_per_s for lv in hw.levels]
-    xs = [p[0] for p in points if math.isfinite(p[0])] + [ridge, *knees]
-    ys = [p[1] for p in points] + [c[0] for c in ceilings]
-    axes = _Axes(
-        math.floor(math.log10(min(xs) / 3)),
-        max(math.ceil(math.log10(max(xs) * 4)), math.floor(math.log10(min(xs) / 3)) + 3),
-        min(math.floor(math.log10(min(ys) / 3)), math.ceil(math.log10(peak * 1.5)) - 3),
-        math.ceil(math.log10(peak * 1.5)),
-    )
+    axes = _axes_for(plan, points, ceilings)
     labels = _Labels()
     items: list[Item] = [
         Text(24, 26, f"roofline: {name} on {hw.name}", 15, bold=True),
@@ -262,24 +242,65 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
     for (p0, p1), text, colour in slopes:
         along = [(p0[0] + (p1[0] - p0[0]) * f, p0[1] + (p1[1] - p0[1]) * f) for f in FRACTIONS]
         items.append(labels.place(along, text, colour, beside_slope=True))
-    items.append(
+    items += _captions(top.name, top.bandwidth_bytes_per_s, roof)
+    width = max(PLOT.right + 30, *(t.bbox().right + 24 for t in items if isinstance(t, Text)))
+    return Picture(f"roofline: {name} on {hw.name}", width, PLOT.bottom + 84, tuple(items))
+
+
+def _plot_points(plan: Plan, measured: Sequence[Measured]) -> list[tuple[float, float, str, str]]:
+    """(intensity, FLOP/s, label, colour) of the plan, its unfused form, each measurement
+    and each level's dot."""
+    name = plan.graph.diagram.name
+    points = [(intensity(plan), plan.flops / plan.predicted_time_s, f"{name} (model)", INK)]
+    if plan.unfused is not None:
+        u = plan.unfused
+        points.append(
+            (plan.flops / u.top_bytes, plan.flops / u.predicted_time_s, "unfused (model)", MUTED)
+        )
+    points += [
+        (m.flops / m.hbm_bytes, m.flops / m.time_s, f"{m.name} (measured)", MEASURED)
+        for m in measured
+    ]
+    return points + _level_points(plan)
+
+
+def _axes_for(
+    plan: Plan, points: list[tuple[float, float, str, str]], ceilings: list[tuple[float, str]]
+) -> _Axes:
+    """Decades that hold every point, ceiling and knee: every level's slope reaches the peak
+    inside the plot, so each one shows."""
+    hw = plan.graph.hardware
+    peak = ceilings[0][0]
+    ridge = peak / hw.levels[0].bandwidth_bytes_per_s
+    knees = [peak / lv.bandwidth_bytes_per_s for lv in hw.levels]
+    xs = [p[0] for p in points if math.isfinite(p[0])] + [ridge, *knees]
+    ys = [p[1] for p in points] + [c[0] for c in ceilings]
+    return _Axes(
+        math.floor(math.log10(min(xs) / 3)),
+        max(math.ceil(math.log10(max(xs) * 4)), math.floor(math.log10(min(xs) / 3)) + 3),
+        min(math.floor(math.log10(min(ys) / 3)), math.ceil(math.log10(peak * 1.5)) - 3),
+        math.ceil(math.log10(peak * 1.5)),
+    )
+
+
+def _captions(top: str, top_bandwidth: float, roof: float) -> list[Item]:
+    """The x axis's title, the y axis's unit and the note on the bold roof."""
+    note = (
+        f"bold: the roof this diagram runs under ({_si(roof)}FLOP/s, "
+        f"{_si(top_bandwidth)}B/s from {top})"
+    )
+    return [
         Text(
             PLOT.x + PLOT.w / 2,
             PLOT.bottom + 40,
-            f"arithmetic intensity (FLOP per byte moved: per {top.name} byte for the plan, "
+            f"arithmetic intensity (FLOP per byte moved: per {top} byte for the plan, "
             "per byte a level sends down for its dot)",
             11,
             "middle",
-        )
-    )
-    items.append(Text(PLOT.x - 8, PLOT.y - 10, "FLOP/s", 11, "end"))
-    top_bw = _si(top.bandwidth_bytes_per_s)
-    note = (
-        f"bold: the roof this diagram runs under ({_si(roof)}FLOP/s, {top_bw}B/s from {top.name})"
-    )
-    items.append(Text(24, PLOT.bottom + 64, note, 10, colour=MUTED))
-    width = max(PLOT.right + 30, *(t.bbox().right + 24 for t in items if isinstance(t, Text)))
-    return Picture(f"roofline: {name} on {hw.name}", width, PLOT.bottom + 84, tuple(items))
+        ),
+        Text(PLOT.x - 8, PLOT.y - 10, "FLOP/s", 11, "end"),
+        Text(24, PLOT.bottom + 64, note, 10, colour=MUTED),
+    ]
 
 
 def _level_points(plan: Plan) -> list[tuple[float, float, str, str]]:

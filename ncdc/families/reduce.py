@@ -293,111 +293,29 @@ def _strides(d: Diagram, axes: tuple[str, ...]) -> dict[str, str]:
 
 def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     """The reduction kernel of `kp.candidate` (and its merge): context and launches."""
-    d = plan.graph.diagram
-    kernel = kp.kernel
     c = kp.candidate
     assert c is not None, "a GPU plan carries its candidate"
-    kept, reduced = kp.family.axes("kept"), kp.family.axes("reduced")
-    rowop = _row_op(d, kernel)
-    names = _names(kernel)
-    per_element = {n for n in names if set(d.tensor(n).axes) & set(reduced)}
-    after = {rowop.out}
-    for op in kernel.ops:
-        if set(op.inputs) & after:
-            after.add(op.out)
-    elem_ops = [op for op in kernel.ops if op is not rowop]
-
-    def value(name: str) -> str:
-        if name == rowop.out:
-            return "ncdc_stat" if rowop.kind == "reduce" else f"ncdc_e_{name}"
-        if name in per_element:
-            return f"ncdc_a_{name}" if name in kernel.inputs else f"ncdc_e_{name}"
-        return f"ncdc_r_{name}"
-
-    index = {a: f"ncdc_i_{a}" for a in (*kept, *reduced)}
-
-    def statements(ops: list[Op]) -> list[Statement]:
-        out: list[Statement] = []
-        for op in ops:
-            out += op_statements(op, value, lambda a: index[a], value(op.out))
-        return out
-
-    def reduced_offset(name: str) -> str:
-        """The offset of tensor `name` at reduced index ncdc_j, past its kept offset: one
-        multiply where its reduced axes lie together in the operand's order."""
-        t_axes = d.tensor(name).axes
-        strides = _strides(d, t_axes)
-        mine = tuple(a for a in t_axes if a in reduced)
-        if not mine:
-            return "0"
-        start = t_axes.index(mine[0])
-        together = (
-            mine == tuple(a for a in reduced if a in mine)
-            and t_axes[start : start + len(mine)] == mine
-        )
-        if together and mine == reduced:
-            stride = strides[mine[-1]]
-            return f"ncdc_j * {stride}" if stride else "ncdc_j"
-        terms = [f"{index[a]} * {strides[a]}" if strides[a] else index[a] for a in mine]
-        return " + ".join(terms)
-
-    def kept_offset(name: str) -> str:
-        t_axes = d.tensor(name).axes
-        strides = _strides(d, t_axes)
-        terms = [
-            f"{index[a]} * {strides[a]}" if strides[a] else index[a] for a in t_axes if a in kept
-        ]
-        return " + ".join(terms) or "0"
-
+    r = _Reduction(kp, plan.graph.diagram)
+    parts = split_row_op(
+        r.kernel, r.rowop, r.elem_ops, r.per_element, r.after, r.value, r.statements, "ncdc_y"
+    )
+    d, kernel, rowop = r.d, r.kernel, r.rowop
     src = rowop.operands[0]
     assert isinstance(src, str)
-    parts = split_row_op(kernel, rowop, elem_ops, per_element, after, value, statements, "ncdc_y")
-    row_pre, source_ops, finish_row_ops = parts.row_pre, parts.source_ops, parts.finish_row_ops
-    outputs_elem, outputs_row = parts.outputs_elem, parts.outputs_row
-    finish_stmts, hoisted = parts.finish_stmts, parts.hoisted
-    source_stmts = statements(source_ops)
-
-    def loads(stmts: list[Statement], *extra: str) -> list[dict[str, str]]:
-        used = " ".join([*(" ".join(s.args) for s in stmts), *extra]).split()
-        used_set = {w.strip("(),") for w in used}
-        return [
-            {"name": n, "expr": reduced_offset(n)}
-            for n in kernel.inputs
-            if n in per_element and value(n) in used_set
-        ]
-
-    def needs_indices(exprs: list[str]) -> list[dict[str, str]]:
-        text = " ".join(exprs)
-        if not any(f"{index[a]}" in text for a in reduced):
-            return []
-        # outermost axis last: it needs no division
-        return [{"index": index[a], "size": size_name(a)} for a in reversed(reduced)]
-
-    source_loads = loads(source_stmts, value(src))
-    finish_loads = loads(finish_stmts, *(value(t) for t in outputs_elem))
-    stores = [{"name": t, "value": value(t), "expr": reduced_offset(t)} for t in outputs_elem]
+    source_stmts = r.statements(parts.source_ops)
+    source_loads = r.loads(source_stmts, r.value(src))
+    finish_loads = r.loads(parts.finish_stmts, *(r.value(t) for t in parts.outputs_elem))
+    stores = [
+        {"name": t, "value": r.value(t), "expr": r.reduced_offset(t)} for t in parts.outputs_elem
+    ]
     source_text = [t["expr"] for t in source_loads] + [a for s in source_stmts for a in s.args]
     finish_text = [t["expr"] for t in (*finish_loads, *stores)] + [
-        a for s in finish_stmts for a in s.args
+        a for s in parts.finish_stmts for a in s.args
     ]
     touched = list(dict.fromkeys((*kernel.inputs, *kernel.outputs)))
     threads, tx, hold, splits = (c.param(p) for p in ("threads", "tx", "hold", "splits"))
-    out_dtype = d.tensor(kernel.outputs[0]).dtype.replace("_", "")
-    streamed = "_p2" if c.param("passes") == 2 else ""
-    stage = c.param("stage")
-    staged = "_smem" if stage else ""
-    name = f"{kernel.name}_reduce_{out_dtype}_t{threads}_x{tx}_h{hold}_s{splits}{streamed}{staged}"
-    merge_name = f"{kernel.name}_reduce_merge_{out_dtype}" if splits > 1 else ""
-    kept_n = math.prod(d.axes[a] for a in kept)
-    tensor_params = [
-        Param(t, "tensor", d.tensor(t).dtype, writes=t in kernel.outputs) for t in touched
-    ]
-    workspace: tuple[Workspace, ...] = ()
-    if splits > 1:
-        tensor_params.append(Param(PARTIAL, "workspace", "fp32", writes=True))
-        workspace = (Workspace(PARTIAL, "fp32", 3 * splits * kept_n),)
-    sizes = [Param(size_name(a), "int64", value=d.axes[a]) for a in (*kept, *reduced)]
-    params = [*tensor_params, *sizes]
+    name, merge_name = _names_of(kernel, d, c)
+    params, workspace = _params(r, touched, splits)
     eps = rowop.params.get("eps", 1e-5) if rowop.kind == "norm" else 0.0
     context: dict[str, Any] = {
         "kernel": name,
@@ -419,30 +337,134 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "tx": tx,
         "hold": hold,
         "splits": splits,
-        "stage_rows": stage,
+        "stage_rows": c.param("stage"),
         "stage_ctype": cpp_type(_stage_dtype(d, kernel, rowop)),
-        "per_element": bool(outputs_elem),
-        "per_row": bool(outputs_row),
-        "kept_axes": [{"index": index[a], "size": size_name(a)} for a in reversed(kept)],
-        "kept_count": " * ".join(size_name(a) for a in kept) or "1LL",
-        "reduced_count": " * ".join(size_name(a) for a in reduced),
+        "per_element": bool(parts.outputs_elem),
+        "per_row": bool(parts.outputs_row),
+        "kept_axes": [{"index": r.index[a], "size": size_name(a)} for a in reversed(r.kept)],
+        "kept_count": " * ".join(size_name(a) for a in r.kept) or "1LL",
+        "reduced_count": " * ".join(size_name(a) for a in r.reduced),
         "partial_arg": f"ncdc_io.ncdc_t.{PARTIAL}" if splits > 1 else "nullptr",
-        "offsets": [{"name": t, "expr": kept_offset(t)} for t in touched],
-        "row_inputs": [t for t in kernel.inputs if t not in per_element],
-        "row_statements": statements(row_pre),
-        "source_indices": needs_indices(source_text),
+        "offsets": [{"name": t, "expr": r.kept_offset(t)} for t in touched],
+        "row_inputs": [t for t in kernel.inputs if t not in r.per_element],
+        "row_statements": r.statements(parts.row_pre),
+        "source_indices": r.needs_indices(source_text),
         "source_loads": source_loads,
         "source_statements": source_stmts,
-        "source_value": value(src),
-        "finish_indices": needs_indices(finish_text),
-        "finish_hoisted": statements(hoisted),
+        "source_value": r.value(src),
+        "finish_indices": r.needs_indices(finish_text),
+        "finish_hoisted": r.statements(parts.hoisted),
         "finish_loads": finish_loads,
-        "finish_statements": finish_stmts,
+        "finish_statements": parts.finish_stmts,
         "stores": stores,
-        "finish_row_statements": statements(finish_row_ops),
-        "row_stores": [{"name": t, "value": value(t)} for t in outputs_row],
+        "finish_row_statements": r.statements(parts.finish_row_ops),
+        "row_stores": [{"name": t, "value": r.value(t)} for t in parts.outputs_row],
     }
     launches = [Launch.of(name, c.main, params)]
     if splits > 1:
         launches.append(Launch.of(merge_name, c.launches[1], params))
     return KernelSource("reduce.cu.j2", context, tuple(launches), workspace)
+
+
+def _names_of(kernel: Kernel, d: Diagram, c: Candidate) -> tuple[str, str]:
+    """The kernel's name (every parameter of the variant) and its merge kernel's ("" for
+    none)."""
+    threads, tx, hold, splits = (c.param(p) for p in ("threads", "tx", "hold", "splits"))
+    out_dtype = d.tensor(kernel.outputs[0]).dtype.replace("_", "")
+    streamed = "_p2" if c.param("passes") == 2 else ""
+    staged = "_smem" if c.param("stage") else ""
+    name = f"{kernel.name}_reduce_{out_dtype}_t{threads}_x{tx}_h{hold}_s{splits}{streamed}{staged}"
+    return name, f"{kernel.name}_reduce_merge_{out_dtype}" if splits > 1 else ""
+
+
+def _params(
+    r: _Reduction, touched: list[str], splits: int
+) -> tuple[list[Param], tuple[Workspace, ...]]:
+    """The kernel's parameters (its tensors, the partials' workspace, the sizes) and the
+    workspace a split reduction merges through."""
+    d, kernel = r.d, r.kernel
+    params = [Param(t, "tensor", d.tensor(t).dtype, writes=t in kernel.outputs) for t in touched]
+    workspace: tuple[Workspace, ...] = ()
+    if splits > 1:
+        kept_n = math.prod(d.axes[a] for a in r.kept)
+        params.append(Param(PARTIAL, "workspace", "fp32", writes=True))
+        workspace = (Workspace(PARTIAL, "fp32", 3 * splits * kept_n),)
+    params += [Param(size_name(a), "int64", value=d.axes[a]) for a in (*r.kept, *r.reduced)]
+    return params, workspace
+
+
+class _Reduction:
+    """One reduction kernel as its template sees it: which tensors are per element and
+    which per kept row, the C names of their values and indices, and their offsets."""
+
+    def __init__(self, kp: KernelPlan, d: Diagram):
+        self.d, self.kernel = d, kp.kernel
+        self.kept, self.reduced = kp.family.axes("kept"), kp.family.axes("reduced")
+        self.rowop = _row_op(d, self.kernel)
+        self.per_element = {
+            n for n in _names(self.kernel) if set(d.tensor(n).axes) & set(self.reduced)
+        }
+        self.after = {self.rowop.out}
+        for op in self.kernel.ops:
+            if set(op.inputs) & self.after:
+                self.after.add(op.out)
+        self.elem_ops = [op for op in self.kernel.ops if op is not self.rowop]
+        self.index = {a: f"ncdc_i_{a}" for a in (*self.kept, *self.reduced)}
+
+    def value(self, name: str) -> str:
+        if name == self.rowop.out:
+            return "ncdc_stat" if self.rowop.kind == "reduce" else f"ncdc_e_{name}"
+        if name in self.per_element:
+            return f"ncdc_a_{name}" if name in self.kernel.inputs else f"ncdc_e_{name}"
+        return f"ncdc_r_{name}"
+
+    def statements(self, ops: list[Op]) -> list[Statement]:
+        out: list[Statement] = []
+        for op in ops:
+            out += op_statements(op, self.value, lambda a: self.index[a], self.value(op.out))
+        return out
+
+    def reduced_offset(self, name: str) -> str:
+        """The offset of tensor `name` at reduced index ncdc_j, past its kept offset: one
+        multiply where its reduced axes lie together in the operand's order."""
+        t_axes = self.d.tensor(name).axes
+        strides = _strides(self.d, t_axes)
+        mine = tuple(a for a in t_axes if a in self.reduced)
+        if not mine:
+            return "0"
+        start = t_axes.index(mine[0])
+        together = (
+            mine == tuple(a for a in self.reduced if a in mine)
+            and t_axes[start : start + len(mine)] == mine
+        )
+        if together and mine == self.reduced:
+            stride = strides[mine[-1]]
+            return f"ncdc_j * {stride}" if stride else "ncdc_j"
+        terms = [f"{self.index[a]} * {strides[a]}" if strides[a] else self.index[a] for a in mine]
+        return " + ".join(terms)
+
+    def kept_offset(self, name: str) -> str:
+        t_axes = self.d.tensor(name).axes
+        strides = _strides(self.d, t_axes)
+        terms = [
+            f"{self.index[a]} * {strides[a]}" if strides[a] else self.index[a]
+            for a in t_axes
+            if a in self.kept
+        ]
+        return " + ".join(terms) or "0"
+
+    def loads(self, stmts: list[Statement], *extra: str) -> list[dict[str, str]]:
+        used = " ".join([*(" ".join(s.args) for s in stmts), *extra]).split()
+        used_set = {w.strip("(),") for w in used}
+        return [
+            {"name": n, "expr": self.reduced_offset(n)}
+            for n in self.kernel.inputs
+            if n in self.per_element and self.value(n) in used_set
+        ]
+
+    def needs_indices(self, exprs: list[str]) -> list[dict[str, str]]:
+        text = " ".join(exprs)
+        if not any(f"{self.index[a]}" in text for a in self.reduced):
+            return []
+        # outermost axis last: it needs no division
+        return [{"index": self.index[a], "size": size_name(a)} for a in reversed(self.reduced)]

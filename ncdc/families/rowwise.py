@@ -243,129 +243,127 @@ def _staged(d: Diagram, kernel: Kernel, row: str) -> list[tuple[str, int, int]]:
 
 def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     """The row-wise kernel of `kp.candidate`: its template context and launch."""
-    d = plan.graph.diagram
-    kernel = kp.kernel
     c = kp.candidate
     assert c is not None, "a GPU plan carries its candidate"
-    (row,) = kp.family.axes("row")
-    rows_axes = kp.family.axes("rows")
-    rowop = _row_op(d, kernel, row)
-    names = (*kernel.inputs, *(op.out for op in kernel.ops))
-    per_element = {n for n in names if row in d.tensor(n).axes}
-    after = {rowop.out}
-    for op in kernel.ops:
-        if set(op.inputs) & after:
-            after.add(op.out)
-    elem_ops = [op for op in kernel.ops if op is not rowop]
-
-    def value(name: str) -> str:
-        if name == rowop.out:
-            return "ncdc_stat" if rowop.kind == "reduce" else f"ncdc_e_{name}"
-        if name in per_element:
-            return f"ncdc_a_{name}[ncdc_j]" if name in kernel.inputs else f"ncdc_e_{name}"
-        return f"ncdc_r_{name}"
-
-    index = {a: f"ncdc_i_{a}" for a in rows_axes}
-    index[row] = "(ncdc_c.c0 + ncdc_j * ncdc_c.step)"
-
-    def statements(ops: list[Op]) -> list[Statement]:
-        out: list[Statement] = []
-        for op in ops:
-            out += op_statements(op, value, lambda a: index[a], value(op.out))
-        return out
-
+    r = _RowKernel(kp, plan.graph.diagram)
+    d, kernel, rowop, row = r.d, r.kernel, r.rowop, r.row
     src = rowop.operands[0]
     assert isinstance(src, str)
     parts = split_row_op(
-        kernel, rowop, elem_ops, per_element, after, value, statements, "ncdc_y[ncdc_j]"
-    )
-    row_pre, source_ops, finish_row_ops = parts.row_pre, parts.source_ops, parts.finish_row_ops
-    outputs_elem, outputs_row = parts.outputs_elem, parts.outputs_row
-    finish_stmts, hoisted = parts.finish_stmts, parts.hoisted
-
-    def loads(stmts: list[Statement], *extra: str) -> list[str]:
-        used = " ".join([*(" ".join(s.args) for s in stmts), *extra])
-        return [n for n in kernel.inputs if n in per_element and value(n) in used]
-
-    source_stmts = statements(source_ops)
-    rows_order = tuple(a for a in rows_axes)
-
-    def offset(name: str) -> str:
-        t_axes = d.tensor(name).axes
-        mine = tuple(a for a in t_axes if a != row)
-        if mine == rows_order:
-            return f"ncdc_r * {size_name(row)}" if row in t_axes else "ncdc_r"
-        return offset_expr(mine, lambda a: index[a] if a != row else "0") + (
-            f" * {size_name(row)}" if row in t_axes and mine else ""
-        )
-
+        kernel, rowop, r.elem_ops, r.per_element, r.after, r.value, r.statements,
+        "ncdc_y[ncdc_j]",
+    )  # fmt: skip
+    source_stmts = r.statements(parts.source_ops)
+    source_loads = r.loads(source_stmts, r.value(src))
+    finish_loads = r.loads(parts.finish_stmts, *(r.value(t) for t in parts.outputs_elem))
     touched = [n for n in (*kernel.inputs, *kernel.outputs)]
-    vec, tpr, vpt = c.param("vec"), c.param("tpr"), c.param("vpt")
-    rows_per_block = c.param("rows")
-    out_dtype = d.tensor(kernel.outputs[0]).dtype.replace("_", "")
     passes = c.param("passes")
-    streamed = "_p2" if passes == 2 else ""
-    name = f"{kernel.name}_rowwise_{out_dtype}_r{rows_per_block}_t{tpr}_v{vpt}{streamed}"
+    name = (
+        f"{kernel.name}_rowwise_{d.tensor(kernel.outputs[0]).dtype.replace('_', '')}"
+        f"_r{c.param('rows')}_t{c.param('tpr')}_v{c.param('vpt')}{'_p2' if passes == 2 else ''}"
+    )
     params = [
         Param(t, "tensor", d.tensor(t).dtype, writes=t in kernel.outputs) for t in touched
-    ] + [Param(size_name(a), "int64", value=d.axes[a]) for a in (*rows_axes, row)]
+    ] + [Param(size_name(a), "int64", value=d.axes[a]) for a in (*r.rows_axes, row)]
     # Axis indices of the row (64-bit divisions) only where an offset or a mask needs them.
-    generated = [offset(t) for t in touched] + [
-        a for st in (*source_stmts, *finish_stmts) for a in st.args
+    generated = [r.offset(t) for t in touched] + [
+        a for st in (*source_stmts, *parts.finish_stmts) for a in st.args
     ]
     uses_indices = any("ncdc_i_" in g for g in generated) or any(
         op.kind == "mask" for op in kernel.ops
     )
     eps = rowop.params.get("eps", 1e-5) if rowop.kind == "norm" else 0.0
+    staged = _staged(d, kernel, row)
     context: dict[str, Any] = {
         "kernel": name,
         "doc": "; ".join(op.text for op in kernel.ops),
         "params": param_context(params),
         "kind": KINDS[rowop.fn],
         "eps": float_literal(eps),
-        "rows": rows_per_block,
-        "tpr": tpr,
-        "vpt": vpt,
-        "vec": vec,
+        "rows": c.param("rows"),
+        "tpr": c.param("tpr"),
+        "vpt": c.param("vpt"),
+        "vec": c.param("vec"),
         "streamed": passes == 2,
-        "whole": d.axes[row] % vec == 0,
+        "whole": d.axes[row] % c.param("vec") == 0,
         "threads": c.threads,
-        "per_element": bool(outputs_elem),
-        "per_row": bool(outputs_row),
-        "rows_axes": [{"index": index[a], "size": size_name(a)} for a in reversed(rows_axes)]
+        "per_element": bool(parts.outputs_elem),
+        "per_row": bool(parts.outputs_row),
+        "rows_axes": [{"index": r.index[a], "size": size_name(a)} for a in reversed(r.rows_axes)]
         if uses_indices
         else [],
         "row_size": size_name(row),
-        "rows_count": " * ".join(size_name(a) for a in rows_axes) or "1",
-        "offsets": [{"name": t, "expr": offset(t)} for t in touched],
-        "aligned": [t for t in touched if t in per_element],
-        "row_inputs": [t for t in kernel.inputs if t not in per_element],
-        "row_statements": statements(row_pre),
-        "source_loads": loads(source_stmts, value(src)),
-        "raw_loads": list(
-            dict.fromkeys(
-                loads(source_stmts, value(src))
-                + loads(finish_stmts, *(value(t) for t in outputs_elem))
-            )
-        ),
+        "rows_count": " * ".join(size_name(a) for a in r.rows_axes) or "1",
+        "offsets": [{"name": t, "expr": r.offset(t)} for t in touched],
+        "aligned": [t for t in touched if t in r.per_element],
+        "row_inputs": [t for t in kernel.inputs if t not in r.per_element],
+        "row_statements": r.statements(parts.row_pre),
+        "source_loads": source_loads,
+        "raw_loads": list(dict.fromkeys(source_loads + finish_loads)),
         "ctypes": {t: cpp_type(d.tensor(t).dtype) for t in kernel.inputs},
         "source_statements": source_stmts,
-        "source_value": value(src),
-        "finish_hoisted": statements(hoisted),
-        "finish_loads": loads(finish_stmts, *(value(t) for t in outputs_elem)),
-        "finish_statements": finish_stmts,
+        "source_value": r.value(src),
+        "finish_hoisted": r.statements(parts.hoisted),
+        "finish_loads": finish_loads,
+        "finish_statements": parts.finish_stmts,
         "stores": [
-            {"name": t, "value": value(t), "ctype": cpp_type(d.tensor(t).dtype)}
-            for t in outputs_elem
+            {"name": t, "value": r.value(t), "ctype": cpp_type(d.tensor(t).dtype)}
+            for t in parts.outputs_elem
         ],
-        "finish_row_statements": statements(finish_row_ops),
-        "row_stores": [{"name": t, "value": value(t)} for t in outputs_row],
+        "finish_row_statements": r.statements(parts.finish_row_ops),
+        "row_stores": [{"name": t, "value": r.value(t)} for t in parts.outputs_row],
         "staged": [
-            {"name": t, "ctype": cpp_type(d.tensor(t).dtype), "at": at}
-            for t, at, _ in _staged(d, kernel, row)
+            {"name": t, "ctype": cpp_type(d.tensor(t).dtype), "at": at} for t, at, _ in staged
         ],
-        "staged_names": [t for t, _, _ in _staged(d, kernel, row)],
+        "staged_names": [t for t, _, _ in staged],
         "stage_cols": d.axes[row],
     }
-    assert all(op.kind in ELEMENTWISE_KINDS for op in elem_ops)
+    assert all(op.kind in ELEMENTWISE_KINDS for op in r.elem_ops)
     return KernelSource("rowwise.cu.j2", context, (Launch.of(name, c.main, params),))
+
+
+class _RowKernel:
+    """One row-wise kernel as its template sees it: which tensors run along the row and
+    which are one value per row, and the C names of their values, indices and offsets."""
+
+    def __init__(self, kp: KernelPlan, d: Diagram):
+        self.d, self.kernel = d, kp.kernel
+        (self.row,) = kp.family.axes("row")
+        self.rows_axes = kp.family.axes("rows")
+        self.rowop = _row_op(d, self.kernel, self.row)
+        names = (*self.kernel.inputs, *(op.out for op in self.kernel.ops))
+        self.per_element = {n for n in names if self.row in d.tensor(n).axes}
+        self.after = {self.rowop.out}
+        for op in self.kernel.ops:
+            if set(op.inputs) & self.after:
+                self.after.add(op.out)
+        self.elem_ops = [op for op in self.kernel.ops if op is not self.rowop]
+        self.index = {a: f"ncdc_i_{a}" for a in self.rows_axes}
+        self.index[self.row] = "(ncdc_c.c0 + ncdc_j * ncdc_c.step)"
+
+    def value(self, name: str) -> str:
+        if name == self.rowop.out:
+            return "ncdc_stat" if self.rowop.kind == "reduce" else f"ncdc_e_{name}"
+        if name in self.per_element:
+            return f"ncdc_a_{name}[ncdc_j]" if name in self.kernel.inputs else f"ncdc_e_{name}"
+        return f"ncdc_r_{name}"
+
+    def statements(self, ops: list[Op]) -> list[Statement]:
+        out: list[Statement] = []
+        for op in ops:
+            out += op_statements(op, self.value, lambda a: self.index[a], self.value(op.out))
+        return out
+
+    def loads(self, stmts: list[Statement], *extra: str) -> list[str]:
+        used = " ".join([*(" ".join(s.args) for s in stmts), *extra])
+        return [n for n in self.kernel.inputs if n in self.per_element and self.value(n) in used]
+
+    def offset(self, name: str) -> str:
+        row = self.row
+        t_axes = self.d.tensor(name).axes
+        mine = tuple(a for a in t_axes if a != row)
+        if mine == tuple(self.rows_axes):
+            return f"ncdc_r * {size_name(row)}" if row in t_axes else "ncdc_r"
+        return offset_expr(mine, lambda a: self.index[a] if a != row else "0") + (
+            f" * {size_name(row)}" if row in t_axes and mine else ""
+        )

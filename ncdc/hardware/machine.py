@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ncdc.errors import HardwareError
-from ncdc.hardware.tensor_cores import HMMA_16816, SUB_PARTITIONS
+from ncdc.hardware.arch import HMMA_16816, SUB_PARTITIONS
 
 
 @dataclass(frozen=True)

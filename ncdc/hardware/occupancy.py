@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ncdc.hardware.tensor_cores import SUB_PARTITIONS
+from ncdc.hardware.arch import SUB_PARTITIONS
 from ncdc.units import ceil_div
 
 REG_ALLOC_UNIT = 256  # registers, per warp (cudaOccRegAllocationGranularity, sm_30+)

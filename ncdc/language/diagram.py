@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ncdc.language.dtypes import DTYPES
-
 FORMAT_VERSION = 1
 
 
@@ -27,10 +25,6 @@ class Tensor:
     # values the cost model assumes for an int32 input (a varlen mask's lengths), row-major;
     # the kernels read the real ones
     expected: tuple[int, ...] = ()
-
-    @property
-    def bytes_per_value(self) -> int:
-        return DTYPES[self.dtype].bytes
 
 
 @dataclass(frozen=True)

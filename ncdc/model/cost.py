@@ -83,37 +83,81 @@ def time_kernel(
     `hw` (napkin-model.md 3 and 7). `occupancy` is `blocks_per_sm` or a memo of it.
 
     On a GPU the launch is the candidate's: its grid, threads, shared memory and register
-    budget. A resource of one SM (compute units, SMEM) runs at the pace of the busiest SM:
-    it holds ceil(grid / SMs) blocks, each doing its share of the groups (more than one
-    where the grid strides over them), at the rate its resident warps reach
-    (`latency_efficiency`); a resource the device shares (L2, HBM) at the rate the warps
-    resident on the whole device reach."""
-    levels = hw.levels
+    budget. A resource of one SM (compute units, SMEM) runs at the pace of the busiest SM
+    (`Pace`); a resource the device shares (L2, HBM) at the rate the warps resident on the
+    whole device reach."""
     c = choice.candidate
-    inner = choice.partitions[hw.block_level if c else levels[-1].name]
+    inner = choice.partitions[hw.block_level if c else hw.levels[-1].name]
     groups, tile_padding, flops = model.tile_work(inner.group, inner.stream)
-    grid, per_sm, waves, sm_slow, device_slow, padding = groups, 1, 1, 1.0, 1.0, 1.0
-    streams, balance = 1, 1.0
-    if c is not None:
-        per_sm, _ = occupancy(c.threads, min(c.registers, MAX_REGISTERS), c.smem_bytes, hw.limits)
-        per_sm = max(per_sm, 1)
-        sms = hw.limits.sms
-        grid = c.grid
-        work = groups * c.splits  # one group's share of one split: what a block does
-        waves = ceil_div(grid, sms * per_sm)
-        blocks = ceil_div(grid, sms)
-        busiest = min(work, blocks * ceil_div(work, grid))
-        resident = min(per_sm, blocks) * c.warps
-        balance = busiest * sms / work
-        streams = max(1, min(per_sm, blocks))
-        if model.mask:
-            balance *= _causal_balance(model, inner, grid, sms * streams, c)
-        sm_slow = balance / latency_efficiency(resident)
-        # Little's law for the device's levels: the loads in flight per SM. A streamed
-        # attention ring keeps stages - 1 chunks in flight for each block (one is read)
-        ahead = max(1, c.stages - 1) if model.online else 1
-        device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps * ahead / sms)
-        padding = tile_padding
+    pace = _pace(model, hw, inner, c, groups, tile_padding, occupancy)
+    transfers = _transfers(model, hw, choice, pace)
+    compute = _compute(model, hw, c, inner, flops, groups, pace, mix)
+    # the MMA phase of an FA2-order warp loads its K/V fragments from shared memory
+    fragments = transfers[-1].time_s if c is not None and hw.levels[-2].per == "sm" else 0.0
+    serial = overlap_compute(compute, bool(model.online) and c is not None, pace.streams, fragments)
+    if c is not None and c.pingpong:
+        # two consumer warpgroups take turns at the tensor pipe: one's softmax runs under
+        # the other's MMAs, for every key tile of the blocks the busiest SM runs
+        chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
+        serial = pingpong_compute(compute, chunks * ceil_div(pace.grid, hw.limits.sms))
+    return KernelTiming(
+        tuple(transfers), compute, int(pace.grid), pace.per_sm, int(pace.waves),
+        int(sum(flops.values())), pace.padding,
+        hw.launch_s * len(c.launches) if c is not None else 0.0, serial,
+    )  # fmt: skip
+
+
+class Pace(NamedTuple):
+    """How the busiest SM runs a launch. It holds ceil(grid / SMs) blocks (`streams` of them
+    resident at once), each doing its share of the groups (more than one where the grid
+    strides over them); `balance` is its work over the mean SM's (with a causal or window
+    mask's uneven tiles), `sm_slow` what that and the rate its resident warps reach
+    (`latency_efficiency`) make of the per-SM resources' times, `device_slow` the same for
+    the device-wide levels, `padding` the work done over useful work. On an abstract
+    machine, one group per core and no slowdown."""
+
+    grid: int
+    per_sm: int
+    waves: int
+    sm_slow: float
+    device_slow: float
+    padding: float
+    streams: int
+    balance: float
+
+
+def _pace(
+    model: KernelModel, hw: Hardware, inner: Partition, c: Candidate | None, groups: int,
+    tile_padding: float, occupancy: Occupancy,
+) -> Pace:  # fmt: skip
+    if c is None:
+        return Pace(groups, 1, 1, 1.0, 1.0, 1.0, 1, 1.0)
+    per_sm, _ = occupancy(c.threads, min(c.registers, MAX_REGISTERS), c.smem_bytes, hw.limits)
+    per_sm = max(per_sm, 1)
+    sms = hw.limits.sms
+    grid = c.grid
+    work = groups * c.splits  # one group's share of one split: what a block does
+    blocks = ceil_div(grid, sms)
+    busiest = min(work, blocks * ceil_div(work, grid))
+    resident = min(per_sm, blocks) * c.warps
+    balance = busiest * sms / work
+    streams = max(1, min(per_sm, blocks))
+    if model.mask:
+        balance *= _causal_balance(model, inner, grid, sms * streams, c)
+    # Little's law for the device's levels: the loads in flight per SM. A streamed
+    # attention ring keeps stages - 1 chunks in flight for each block (one is read)
+    ahead = max(1, c.stages - 1) if model.online else 1
+    device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps * ahead / sms)
+    return Pace(
+        grid, per_sm, ceil_div(grid, sms * per_sm), balance / latency_efficiency(resident),
+        device_slow, tile_padding, streams, balance,
+    )  # fmt: skip
+
+
+def _transfers(model: KernelModel, hw: Hardware, choice: TileChoice, pace: Pace) -> list[Transfer]:
+    """The traffic across each level boundary and its time at the rate the pace allows."""
+    c = choice.candidate
+    levels = hw.levels
     transfers = []
     for upper, lower in zip(levels, levels[1:], strict=False):
         part = choice.partitions[lower.name]
@@ -136,17 +180,22 @@ def time_kernel(
             values += merge_values
             nbytes += merge_values * 4
         bandwidth = hw.achieved_bandwidth(upper.name)
-        slow = device_slow if upper.per == "device" else sm_slow
+        slow = pace.device_slow if upper.per == "device" else pace.sm_slow
         transfers.append(
             Transfer(
-                upper.name,
-                lower.name,
-                int(values),
-                int(nbytes),
-                bandwidth,
+                upper.name, lower.name, int(values), int(nbytes), bandwidth,
                 float(nbytes) / bandwidth * slow,
             )
-        )
+        )  # fmt: skip
+    return transfers
+
+
+def _compute(
+    model: KernelModel, hw: Hardware, c: Candidate | None, inner: Partition,
+    flops: Mapping[tuple[str, str], float], groups: int, pace: Pace, mix: LoopMix | None,
+) -> dict[str, float]:  # fmt: skip
+    """Seconds per compute unit at its rate, slowed as the pace says (and a GEMM's ring by
+    its stalls), with the main loop's issue slots as a unit of their own."""
     compute: dict[str, float] = {}
     for (unit, kind), n in flops.items():
         compute[unit] = compute.get(unit, 0.0) + float(n) / unit_rate(hw, unit, kind, c)
@@ -156,26 +205,14 @@ def time_kernel(
         chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
         # every group's k tiles are done once, split or not; a split's loop runs its share
         tile_s = max(compute.values(), default=0.0) * hw.limits.sms / (groups * chunks)
-        stall = pipeline_stall(c.stages, streams, tile_s, int(ceil_div(chunks, c.splits)))
-    compute = {unit: t * sm_slow * padding * stall for unit, t in compute.items()}
+        stall = pipeline_stall(c.stages, pace.streams, tile_s, int(ceil_div(chunks, c.splits)))
+    compute = {unit: t * pace.sm_slow * pace.padding * stall for unit, t in compute.items()}
     if mix is not None and c is not None:
         # the main loops' instructions at the SMs' issue rate: a ceiling no overlap of warps
         # passes (the busiest SM's share, with the padded tails it computes)
         tensor = sum(float(n) for (unit, _), n in flops.items() if unit == "tensor")
-        compute[ISSUE] = issue_time_s(mix, tensor, hw) * padding * balance
-    total = int(sum(flops.values()))
-    # the MMA phase of an FA2-order warp loads its K/V fragments from shared memory
-    fragments = transfers[-1].time_s if c is not None and levels[-2].per == "sm" else 0.0
-    serial = overlap_compute(compute, bool(model.online) and c is not None, streams, fragments)
-    if c is not None and c.pingpong:
-        # two consumer warpgroups take turns at the tensor pipe: one's softmax runs under
-        # the other's MMAs, for every key tile of the blocks the busiest SM runs
-        chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
-        serial = pingpong_compute(compute, chunks * ceil_div(grid, hw.limits.sms))
-    return KernelTiming(
-        tuple(transfers), compute, int(grid), per_sm, int(waves), total, padding,
-        hw.launch_s * len(c.launches) if c is not None else 0.0, serial,
-    )  # fmt: skip
+        compute[ISSUE] = issue_time_s(mix, tensor, hw) * pace.padding * pace.balance
+    return compute
 
 
 def _causal_balance(

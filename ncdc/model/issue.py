@@ -10,7 +10,8 @@ places, and the plan says which:
   from its structure (the warp tile, the key chunk, the k step), before anything is
   compiled (each family's `loop_mix`: ncdc/families/gemm/mix.py, attention/mix.py);
 - **from the SASS**: the instructions of the compiled cubin's main loop, counted by class
-  (`ncdc.backends.sass.loop_mix`), once `ncdc compile` has put the kernel in the compile cache.
+  (`ncdc.backends.loop_mixes.loop_mix`), once `ncdc compile` has put the kernel in the
+  compile cache.
 
     >>> mix = LoopMix({"tensor": 32, "ldmatrix": 12, "integer": 30}, 2 * 64 * 32 * 32)
     >>> mix.slots, round(mix.slots_per_mma, 2)
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ncdc.hardware.tensor_cores import HMMA_16816, SUB_PARTITIONS
+from ncdc.hardware.arch import HMMA_16816, SUB_PARTITIONS
 
 if TYPE_CHECKING:
     from ncdc.hardware.machine import Hardware

@@ -136,6 +136,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             }
             for b in plan.breaks
         ]
+    if plan.notes:
+        out["notes"] = list(plan.notes)
     if plan.unfused is not None:
         out["unfused"] = {
             "hbm_bytes": plan.unfused.top_bytes,

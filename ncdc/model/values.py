@@ -142,6 +142,8 @@ class Plan:
     fixed: Mapping[str, int] = field(hash=False, default_factory=dict)  # tiles the user set
     # the kernel breaks the model weighed where the spec wrote none (ncdc.plan.search)
     breaks: tuple[BreakOption, ...] = ()
+    # candidates the compiler refuted and what replaced them (ncdc.plan.feedback.settle)
+    notes: tuple[str, ...] = ()
 
     @property
     def bound_kind(self) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ncdc.backends.compile import compile_spec, write_outputs
+from ncdc.backends.compile import compile_spec
+from ncdc.backends.outputs import write_outputs
 from ncdc.check.run import run_spec
 from ncdc.errors import UsageError
 from ncdc.hardware.load import load_hardware

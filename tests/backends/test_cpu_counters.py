@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ncdc.backends import cpu
-from ncdc.backends.cpu import Counters
+from ncdc.backends.traffic import Counters
 from ncdc.check.run import device_aligned, run_diagram
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ncdc.backends import sass
+from ncdc.backends import loop_bounds, loop_mixes, sass
 from ncdc.errors import CompileError
 
 LISTING = """
@@ -41,7 +41,7 @@ def test_loop_bound_turns_the_mix_into_cycles():
     # (4096 FLOPs) takes 8 cycles: 16 for two. One MUFU is 32 lanes at 4 a clock: 8. Two
     # LDSM.x4 of 512 B in each of 4 sub-partitions: 4096 B at 128 B a clock, 32 cycles.
     # Issue: 10 slots. Shared memory bounds this loop; the tensor pipe is busy half of it.
-    bound = sass.loop_bound(sass.main_loop(sass.parse_sass(LISTING)), 2048)
+    bound = loop_bounds.loop_bound(sass.main_loop(sass.parse_sass(LISTING)), 2048)
     assert bound.cycles == {"issue": 10.0, "tensor": 16.0, "mufu": 8.0, "smem": 32.0}
     assert bound.bound == "smem" and bound.tensor_share == 0.5
 
@@ -68,7 +68,7 @@ def test_a_compiled_attention_kernel_has_an_hmma_main_loop():
     loop = sass.main_loop(sass.parse_sass(sass.disassemble(report.cubin)))
     mix = sass.count_classes(loop)
     assert mix["tensor"] > 0 and mix["ldmatrix"] > 0 and mix["mufu"] > 0
-    bound = sass.loop_bound(loop, 2048)
+    bound = loop_bounds.loop_bound(loop, 2048)
     assert 0 < bound.tensor_share <= 1
 
 
@@ -98,21 +98,21 @@ def test_a_memory_loop_is_read_along_its_vector_path():
     # together, then their uses: 1 trip). Both branches are uniform; the vector path moves
     # 3 x 512 B per warp (2 loads, 1 store of 16 B at 32 lanes) in 7 slots.
     ins = sass.parse_sass(ROW_LISTING)
-    path = sass.stream_path(sass.main_loop(ins))
+    path = loop_bounds.stream_path(sass.main_loop(ins))
     assert [i.addr for i in path] == [0x10, 0x80, 0x90, 0xA0, 0xB0, 0xC0, 0xD0]
-    assert sass.round_trips(path) == 1
+    assert loop_bounds.round_trips(path) == 1
     scalar = [i for i in sass.main_loop(ins) if 0x20 <= i.addr <= 0x70]
-    assert sass.round_trips(scalar) == 2
-    bound = sass.kernel_bound(ins, 2048)
+    assert loop_bounds.round_trips(scalar) == 2
+    bound = loop_bounds.kernel_bound(ins, 2048)
     assert (bound.issue_slots, bound.global_bytes, bound.load_bytes) == (7, 1536, 1024)
-    stats = sass.bound_to_dict(bound)["static_bounds"]
+    stats = loop_bounds.bound_to_dict(bound)["static_bounds"]
     assert stats["global_round_trips"] == 1 and stats["tensor_flops_per_issue"] == 0
 
 
 def test_static_bounds_of_a_tensor_loop():
     # Two m16n8k16 HMMAs (4096 FLOPs each) in 10 issue slots; two LDSM.x4 (512 B each):
     # 8 wavefronts of 128 B.
-    bound = sass.kernel_bound(sass.parse_sass(LISTING), 2048)
+    bound = loop_bounds.kernel_bound(sass.parse_sass(LISTING), 2048)
     assert (bound.tensor_flops, bound.issue_slots, bound.smem_wavefronts) == (8192, 10, 8)
     assert bound.flops_per_issue == 819.2
 
@@ -149,6 +149,6 @@ def test_the_hot_loop_is_the_first_copy_and_the_masked_one_is_weighted_by_its_ch
     assert share == pytest.approx(4 / 10)
     assert masked_share(256, 256, 64, 64, None) == 0.0  # no mask, no x tail: all clear
     assert masked_share(256, 77, 64, 80, None) == 1.0  # one 80-key chunk of 77 keys: a tail
-    mix = sass.blend(sass.loop_mix(hot), sass.loop_mix(masked), share)
+    mix = loop_mixes.blend(loop_mixes.loop_mix(hot), loop_mixes.loop_mix(masked), share)
     # hot: 4 slots, masked: 6 (ISETP, FSEL more); 0.6 x 4 + 0.4 x 6 = 4.8
     assert mix.slots == pytest.approx(4.8) and mix.tensor_flops == 4096

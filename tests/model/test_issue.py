@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ncdc.backends import sass
+from ncdc.backends import loop_mixes, sass
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.model.issue import ESTIMATE, MMA_16816_FLOPS, SASS, LoopMix, issue_time_s
@@ -70,7 +70,7 @@ def test_a_guarded_tail_path_is_not_what_a_full_tile_issues():
     """
     loop = sass.main_loop(sass.parse_sass(listing))
     assert [i.addr for i in sass.full_tile_path(loop)] == [0x10, 0x20, 0x30, 0x60, 0x70]
-    mix = sass.loop_mix(loop)
+    mix = loop_mixes.loop_mix(loop)
     assert (mix.slots, mix.tensor_flops, mix.source) == (5.0, 4096.0, SASS)
 
 
@@ -101,7 +101,8 @@ def compiled(tmp_path_factory):
     pytest.importorskip("cuda.bindings")
     if not TOOLS:
         pytest.skip("nvdisasm wheel not installed")
-    from ncdc.backends.compile import compile_plan, hardware_for_arch
+    from ncdc.backends.compile import compile_plan
+    from ncdc.backends.targets import hardware_for_arch
 
     mp = pytest.MonkeyPatch()
     root = tmp_path_factory.mktemp("cache")
@@ -144,7 +145,7 @@ def test_the_family_estimate_is_within_15_percent_of_the_sass(compiled):
         loops = sass.main_loops(report.cubin)  # kept for the tests below
         names = [launch.kernel for launch in report.module.launches]
         # the hot loop, and an attention kernel's masked one on its share of the chunks
-        counted = sass.mixes_by_kernel(plan, loops, names)[0]
+        counted = loop_mixes.mixes_by_kernel(plan, loops, names)[0]
         # ptxas keeps the fp8 k tile's loop over its k32 steps rolled on sm_90: its loop is
         # a whole fraction of the estimated iteration
         assert est.tensor_flops % counted.tensor_flops == 0, label

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from ncdc.backends import compile as compile_module
-from ncdc.backends.compile import CompileReport, compile_plan, compile_specs
+from ncdc.backends.batch import compile_specs
+from ncdc.backends.compile import CompileReport, compile_plan
 from ncdc.errors import CompileError
 from ncdc.hardware.load import load_hardware
 from ncdc.hardware.occupancy import blocks_per_sm
 from ncdc.language.load import load_diagram
-from ncdc.plan.search import kernel_alternatives, plan_diagram
+from ncdc.plan.feedback import kernel_alternatives
+from ncdc.plan.search import plan_diagram
 from tests import support
 
 ROOT = support.ROOT

@@ -138,7 +138,7 @@ def test_small_odd_head_gemm_plans():
 @pytest.mark.parametrize("name", ["matmul", "attention_causal", "gqa_attention", "mlp"])
 def test_memoised_search_checks_and_times_every_candidate_as_a_fresh_model_does(name, profile):
     """The search shares residency across pipeline stages, occupancy and wave tiles between
-    candidates (tiling._Checker, KernelModel.tile_resident and tile_transfer). Each
+    candidates (tiling.Checker, KernelModel.tile_resident and tile_transfer). Each
     candidate's shared memory is checked against `per_group` (streamed inputs once per
     stage, plus the kernel's padding), its L2 tile against a wave tile worked out afresh, and its timing against a
     fresh model with no memo."""
@@ -148,16 +148,16 @@ def test_memoised_search_checks_and_times_every_candidate_as_a_fresh_model_does(
     from ncdc.model.graph import Partition, build_graph
     from ncdc.model.streaming import streamed_axes
     from ncdc.model.structure import KernelModel
-    from ncdc.plan.search import _Checker, _gpu_choices
+    from ncdc.plan.kernels import Checker, gpu_choices
 
     hw = load_hardware(profile)
     diagram = load_diagram(f"diagrams/{name}.yaml")
     graph = build_graph(diagram, hw)
     checked = 0
     for kernel in graph.kernels:
-        checker = _Checker(KernelModel(diagram, kernel), hw)
+        checker = Checker(KernelModel(diagram, kernel), hw)
         family = classify_kernel(diagram, kernel)
-        for choice in _gpu_choices(checker, family, streamed_axes(diagram, kernel), {}):
+        for choice in gpu_choices(checker, family, streamed_axes(diagram, kernel), {}):
             fresh = KernelModel(diagram, kernel)
             block = choice.partitions["smem"]
             smem = 0
@@ -170,7 +170,7 @@ def test_memoised_search_checks_and_times_every_candidate_as_a_fresh_model_does(
             # row-wise and elementwise kernels keep their tiles in registers
             assert c.smem_bytes == 0 or smem <= c.smem_bytes <= 2 * smem
             per_sm = blocks_per_sm(c.threads, c.registers, c.smem_bytes, hw.limits)
-            wave = _Checker(fresh, hw).wave_group(
+            wave = Checker(fresh, hw).wave_group(
                 block.group, hw.limits.sms * per_sm[0], choice.splits,
                 c.raster_group,
             )  # fmt: skip

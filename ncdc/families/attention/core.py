@@ -15,16 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
+from ncdc.families.attention.scores import SCORE_KINDS, Scores, pitch_of, read_scores, unsupported
 from ncdc.families.base import Param, round_up
-from ncdc.families.codegen import (
-    ELEMENTWISE_KINDS,
-    Statement,
-    cpp_type,
-    needed_ops,
-    op_statements,
-    size_name,
-)
-from ncdc.hardware.tensor_cores import MMA_TILE
+from ncdc.families.codegen import cpp_type, size_name
+from ncdc.hardware.arch import MMA_TILE
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import MAX_GRID_YZ, Family
@@ -33,6 +27,7 @@ from ncdc.units import ceil_div
 if TYPE_CHECKING:
     from ncdc.model.graph import Kernel
     from ncdc.model.structure import KernelModel
+
 
 TILES: dict[str, tuple[int, ...]] = {
     "g_q": (64, 128),  # queries per block
@@ -43,63 +38,54 @@ TILES: dict[str, tuple[int, ...]] = {
     "warp_q": (16, 32),
     "stages": (2, 3),  # K/V chunks in the cp.async ring (stages - 1 in flight)
 }
+
+
 HEAD_STEP, HEAD_MIN, HEAD_MAX = 16, 32, 256  # head sizes: whole mma k-steps (compile-time)
+
+
 Q_REGISTER_HEAD = 128  # Q's fragments (head x rows / 16) stay in registers up to this; above, SMEM
+
+
 WIDE_WARP_HEAD = 128  # a warp of 32 queries holds O (d_v / 2 fp32 per thread) up to this head
+
+
 WIDE_WARPS = 4  # warps of 32 queries come 4 to a block
+
+
 WIDE_WARP_KEYS = 64  # and take at most this many keys a chunk (the scores: s_x / 4 a thread)
+
+
 # Above this head a masked kernel (or one with a score functor) streams 16 keys a chunk:
 # causal with 32, ptxas spilled at d = 208 (sm_89) and d = 240 (sm_89, sm_90a), 255
 # registers and up to 276 B; with 16, 222 and none.
 CAUSAL_WIDE_HEAD = 192
+
+
 # KeyMask's per-row key limits and rows, and the warp's first and last rows' intervals
 MASK_REGISTERS = 12
+
+
 SPILLY_HEAD = 48  # a head whose kernels get __launch_bounds__(threads, 1): see min_blocks
+
+
 INPUT_DTYPES = ("bf16", "fp16")  # mma.m16n8k16 inputs
+
+
 FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")  # Q and K only, V and O 16-bit: the sm_90a kernel's
+
+
 MMA_ROWS = 16  # queries per warp (the mma's m)
+
+
 STAGES = 2  # K/V chunks in flight: the ring is double-buffered
+
+
 DECODE_MAX_QUERIES = 16  # a query axis this short is a decode step: split the keys instead
-SCORE_KINDS = (*ELEMENTWISE_KINDS, "index")  # what the score path runs between S and softmax
 
 
 def is_lse(op: Op, soft: Op) -> bool:
     """Whether `op` is the log-sum-exp of the softmax's logits over its axis."""
     return op.fn == "logsumexp" and op.over == soft.over and op.operands == soft.operands
-
-
-@dataclass(frozen=True)
-class ScoreInput:
-    """A tensor the logits read at each (query, key): a bias, a per-head slope."""
-
-    name: str
-    dtype: str
-    offset: str  # C++ offset of the (batch...) slice from the batch indices
-    q_pitch: str  # elements between neighbours along the query axis; 0 when it has none
-    x_pitch: str
-
-
-@dataclass(frozen=True)
-class Scores:
-    """What the diagram does to the scaled logits S before softmax: elementwise statements
-    (biases, soft-capping, position terms) and masks, each mask a band of keys around the
-    diagonal or per-sequence lengths (`Visible` in ncdc_attention.cuh)."""
-
-    statements: tuple[Statement, ...] = ()  # computing `result` from ncdc_s, ncdc_i, ncdc_j
-    result: str = "ncdc_s"
-    inputs: tuple[ScoreInput, ...] = ()
-    batch: tuple[str, ...] = ()  # batch axes whose index a statement reads
-    lo: tuple[str, ...] = ()  # C++: key j is seen by query i when j >= i + each of these
-    hi: tuple[str, ...] = ()  # and j <= i + each of these
-    bounded: bool = False  # some mask bounds the keys above: launch the longest tiles first
-    window: bool = False  # a window mask
-    lengths: str = ""  # the int32 lengths tensor of a varlen mask
-    lengths_offset: str = "0"
-    sequences: str = ""  # the axis along which sequences are packed; "" for padded ones
-
-    @property
-    def plain(self) -> bool:
-        return not self.statements
 
 
 @dataclass(frozen=True)
@@ -353,10 +339,50 @@ def read_attention(
             hint="use one head axis of their product size for Q and K (and one for V)",
         )
     (d_axis,), (dv_axis,) = roles["d"], roles["d_v"]
-    contracts = [op for op in kernel.ops if op.kind == "contract"]
-    first, second = contracts
+    first, second = (op for op in kernel.ops if op.kind == "contract")
     soft = next(op for op in kernel.ops if op.kind == "softmax")
     lse_op = next((op for op in kernel.ops if is_lse(op, soft)), None)
+    _check_outputs(kernel, second, soft, lse_op, x_axis)
+    batch = tuple(roles["batch"])
+    scores = read_scores(kernel, diagram, first, soft, batch, q_axis, x_axis)
+    causal = any(op.fn == "causal" for op in kernel.ops)
+    scale = _scale(kernel, first, second, soft)
+    q_name, k_name = (o for o in first.operands if isinstance(o, str))
+    if x_axis in diagram.tensor(q_name).axes:  # contract(K, Q): the same logits
+        q_name, k_name = k_name, q_name
+    v_name = next(o for o in second.operands if isinstance(o, str) and o != soft.out)
+    names = {"Q": q_name, "K": k_name, "V": v_name, "O": second.out}
+    dtype, v_dtype, mixed = _dtypes(kernel, diagram, names, second, x_axis, fp8)
+    d, d_v = diagram.axes[d_axis], diagram.axes[dv_axis]
+    for axis, size in ((d_axis, d), (dv_axis, d_v)):
+        if size % HEAD_STEP or not HEAD_MIN <= size <= HEAD_MAX:
+            fit = min(max(round_up(size, HEAD_STEP), HEAD_MIN), HEAD_MAX)
+            raise PlanError(
+                f"attention kernel {kernel.name}: head size {axis}={size} is not a multiple "
+                f"of {HEAD_STEP} from {HEAD_MIN} to {HEAD_MAX}",
+                hint=f"zero-pad the head to {fit} (axes: {{{axis}: {fit}}}, or --set {axis}={fit})"
+                if size < HEAD_MAX
+                else f"split the head into heads of at most {HEAD_MAX}",
+            )
+    axes_of = {"row": {"Q": q_axis, "K": x_axis, "V": x_axis, "O": q_axis},
+               "head": {"Q": d_axis, "K": d_axis, "V": dv_axis, "O": dv_axis}}  # fmt: skip
+    offset, stride = _layout(
+        kernel, diagram, names, batch, axes_of, {d_axis: str(d), dv_axis: str(d_v)}
+    )
+    if lse_op is not None:  # over (batch..., q) in any order
+        axes = lse_op.axes
+        pitch = {a: pitch_of(axes, a, {d_axis: str(d), dv_axis: str(d_v)}) for a in axes}
+        offset[lse_op.out] = (
+            " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes) or "0"
+        )
+        stride[lse_op.out] = pitch[q_axis]
+    return Attention(q_name, k_name, v_name, second.out, batch, q_axis, x_axis, d, d_v, dtype,
+                      causal, scale, offset, stride, scores,
+                      lse_op.out if lse_op else "", v_dtype if mixed else "")  # fmt: skip
+
+
+def _check_outputs(kernel: Kernel, second: Op, soft: Op, lse_op: Op | None, x_axis: str) -> None:
+    """The fused kernel saves its output and the log-sum-exp (fp32) of the logits only."""
     extra = [n for n in kernel.outputs if n not in (second.out, getattr(lse_op, "out", None))]
     if extra:
         raise PlanError(
@@ -371,12 +397,13 @@ def read_attention(
             f"{lse_op.dtype}; the fused kernel writes it in fp32",
             hint=f"write {lse_op.out} = logsumexp({soft.operands[0]}, over={x_axis}, dtype=fp32)",
         )
-    batch = tuple(roles["batch"])
-    scores = read_scores(kernel, diagram, first, soft, batch, q_axis, x_axis)
-    causal = any(op.fn == "causal" for op in kernel.ops)
+
+
+def _scale(kernel: Kernel, first: Op, second: Op, soft: Op) -> float:
+    """The logits' constant scale: numbers on the first contraction only."""
     if second.scale:
         raise PlanError(
-            _unsupported(kernel, second, "a scale on the first contraction only"),
+            unsupported(kernel, second, "a scale on the first contraction only"),
             hint=f"scale {second.out} in a later kernel, or run it unfused: schedule: "
             f"{{materialize: [{first.out}, {soft.out}]}}",
         )
@@ -384,18 +411,22 @@ def read_attention(
     for factor in first.scale:
         if isinstance(factor, str):
             raise PlanError(
-                _unsupported(kernel, first, "a constant scale (a number)"),
+                unsupported(kernel, first, "a constant scale (a number)"),
                 hint=f"write the scale as a number: {first.out} = contract(...) * 0.125",
             )
         scale *= float(factor)
-    q_name, k_name = (o for o in first.operands if isinstance(o, str))
-    if x_axis in diagram.tensor(q_name).axes:  # contract(K, Q): the same logits
-        q_name, k_name = k_name, q_name
-    v_name = next(o for o in second.operands if isinstance(o, str) and o != soft.out)
-    o_name = second.out
-    names = {"Q": q_name, "K": k_name, "V": v_name, "O": o_name}
+    return scale
+
+
+def _dtypes(
+    kernel: Kernel, diagram: Diagram, names: Mapping[str, str], second: Op, x_axis: str,
+    fp8: bool,
+) -> tuple[str, str, bool]:  # fmt: skip
+    """Q's dtype, V's, and whether they are the mixed fp8 Q.K with 16-bit V and O that only
+    the sm_90a kernel runs (`fp8`); every other kernel has one 16-bit type throughout."""
+    q_name, k_name = names["Q"], names["K"]
     dtype = diagram.tensor(q_name).dtype
-    v_dtype = diagram.tensor(v_name).dtype
+    v_dtype = diagram.tensor(names["V"]).dtype
     mixed = dtype in FP8_DTYPES and v_dtype in INPUT_DTYPES
     if mixed and not fp8:
         raise PlanError(
@@ -419,189 +450,26 @@ def read_attention(
                 else f"store {n} as {want}: "
                 f"inputs: {{{n}: {{axes: [{', '.join(t.axes)}], dtype: {want}}}}}",
             )
-    d, d_v = diagram.axes[d_axis], diagram.axes[dv_axis]
-    for axis, size in ((d_axis, d), (dv_axis, d_v)):
-        if size % HEAD_STEP or not HEAD_MIN <= size <= HEAD_MAX:
-            fit = min(max(round_up(size, HEAD_STEP), HEAD_MIN), HEAD_MAX)
-            raise PlanError(
-                f"attention kernel {kernel.name}: head size {axis}={size} is not a multiple "
-                f"of {HEAD_STEP} from {HEAD_MIN} to {HEAD_MAX}",
-                hint=f"zero-pad the head to {fit} (axes: {{{axis}: {fit}}}, or --set {axis}={fit})"
-                if size < HEAD_MAX
-                else f"split the head into heads of at most {HEAD_MAX}",
-            )
-    row_axis = {"Q": q_axis, "K": x_axis, "V": x_axis, "O": q_axis}
-    head_axis = {"Q": d_axis, "K": d_axis, "V": dv_axis, "O": dv_axis}
-    fixed = {d_axis: str(d), dv_axis: str(d_v)}
+    return dtype, v_dtype, mixed
+
+
+def _layout(
+    kernel: Kernel, diagram: Diagram, names: Mapping[str, str], batch: tuple[str, ...],
+    axes_of: Mapping[str, Mapping[str, str]], fixed: Mapping[str, str],
+) -> tuple[dict[str, str], dict[str, str]]:  # fmt: skip
+    """Each of Q, K, V and O's offset over the batch axes and its row stride, as C
+    expressions; PlanError unless each has batch axes, its row axis and its head last."""
     offset, stride = {}, {}
     for role, n in names.items():
         axes = diagram.tensor(n).axes
-        allowed = {*batch, row_axis[role], head_axis[role]}
-        if axes[-1] != head_axis[role] or row_axis[role] not in axes or not set(axes) <= allowed:
+        row, head = axes_of["row"][role], axes_of["head"][role]
+        if axes[-1] != head or row not in axes or not set(axes) <= {*batch, row, head}:
             raise PlanError(
                 f"attention kernel {kernel.name}: {role} ({n}) has axes {list(axes)}; "
-                f"expected batch axes, {row_axis[role]} and {head_axis[role]} last",
-                hint=f"put {head_axis[role]} last in {n}",
+                f"expected batch axes, {row} and {head} last",
+                hint=f"put {head} last in {n}",
             )
-        pitch = {a: _pitch(axes, a, fixed) for a in axes}
-        terms = [f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes]
-        offset[n] = " + ".join(terms) or "0"
-        stride[n] = pitch[row_axis[role]]
-    if lse_op is not None:  # over (batch..., q) in any order
-        axes = lse_op.axes
-        pitch = {a: _pitch(axes, a, fixed) for a in axes}
-        offset[lse_op.out] = (
-            " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes) or "0"
-        )
-        stride[lse_op.out] = pitch[q_axis]
-    return Attention(q_name, k_name, v_name, o_name, batch, q_axis, x_axis, d, d_v, dtype,
-                      causal, scale, offset, stride, scores,
-                      lse_op.out if lse_op else "", v_dtype if mixed else "")  # fmt: skip
-
-
-def read_scores(
-    kernel: Kernel, diagram: Diagram, first: Op, soft: Op, batch: tuple[str, ...],
-    q_axis: str, x_axis: str,
-) -> Scores:  # fmt: skip
-    """The score path from the logits S = first to the softmax's operand: masks last (each
-    reading the one before, the first reading the transformed logits), and before them the
-    elementwise ops and indices, compiled to statements over the scaled logit `ncdc_s` of
-    query `ncdc_i` and key `ncdc_j`. PlanError, with what to write instead, for what the
-    score path cannot run."""
-    unfused = f"or run it unfused: schedule: {{materialize: [{first.out}, {soft.out}]}}"
-    masks: list[Op] = []
-    name = str(soft.operands[0])
-    by_out = {op.out: op for op in kernel.ops}
-    while name in by_out and by_out[name].kind == "mask":
-        masks.insert(0, by_out[name])
-        name = str(by_out[name].operands[0])
-    logits = name  # what the masks read: S, or S transformed
-    allowed = {*batch, q_axis, x_axis}
-    for op in kernel.ops:
-        if op.kind == "mask" and op not in masks:
-            raise PlanError(
-                _unsupported(kernel, op, "masks applied last, just before softmax"),
-                hint=f"apply {op.fn} to the logits softmax reads: write the other operations "
-                f"first, then {op.out} = {op.fn}(<their result>, ...), " + unfused,
-            )
-        if op.kind in SCORE_KINDS and not set(op.axes) <= allowed:
-            axis = next(a for a in op.axes if a not in allowed)
-            raise PlanError(
-                _unsupported(kernel, op, f"logits over ({', '.join(sorted(allowed))})"),
-                hint=f"drop the axis {axis} from {op.out}'s operands, " + unfused,
-            )
-    sc = _mask_bands(diagram, kernel, masks, batch, q_axis, x_axis, unfused)
-    chain = needed_ops(kernel.ops, [logits], [*kernel.inputs, first.out])
-    for op in kernel.ops:
-        if op.kind in SCORE_KINDS and op not in masks and op not in chain:
-            raise PlanError(
-                _unsupported(kernel, op, "elementwise operations on the logits only"),
-                hint=f"remove {op.out} = {op.fn}(...) from the kernel (compute it beforehand "
-                f"and pass it as an input), " + unfused,
-            )
-    if not chain:
-        return sc
-    produced = {op.out for op in chain}
-    inputs: dict[str, ScoreInput] = {}
-    needs_batch: list[str] = []
-
-    def value(n: str) -> str:
-        if n == first.out:
-            return "ncdc_s"
-        if n in produced:
-            return f"ncdc_e_{n}"
-        t = diagram.tensor(n)
-        if t.dtype not in ("fp32", "fp16", "bf16") or not set(t.axes) <= allowed:
-            raise PlanError(
-                f"attention kernel {kernel.name}: the logits read {n} ({t.dtype}, axes "
-                f"{list(t.axes)}); expected a bf16, fp16 or fp32 tensor over "
-                f"({', '.join(sorted(allowed))})",
-                hint=f"declare {n} as fp32 over some of those axes, " + unfused,
-            )
-        if n not in inputs:
-            pitch = {a: _pitch(t.axes, a, {}) for a in t.axes}
-            inputs[n] = ScoreInput(
-                n, t.dtype,
-                " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in t.axes) or "0",
-                pitch.get(q_axis, "0"), pitch.get(x_axis, "0"),
-            )  # fmt: skip
-        terms = [f"ncdc_p_{n}"]  # a broadcast axis (pitch 0) adds no term
-        terms += [f"ncdc_i * ncdc_q_{n}"] if inputs[n].q_pitch != "0" else []
-        terms += [f"ncdc_j * ncdc_x_{n}"] if inputs[n].x_pitch != "0" else []
-        at = " + ".join(terms)
-        return f"ncdc::to_float(ncdc::ld_global({at}))"
-
-    def index(axis: str) -> str:
-        if axis == q_axis:
-            return "ncdc_i"
-        if axis == x_axis:
-            return "ncdc_j"
-        needs_batch.append(axis)
-        return f"ncdc_b_{axis}"
-
-    statements: list[Statement] = []
-    for op in chain:
-        statements += op_statements(op, value, index, f"ncdc_e_{op.out}")
-    return Scores(
-        tuple(statements), value(logits), tuple(inputs.values()),
-        tuple(a for a in batch if a in needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
-        sc.lengths, sc.lengths_offset, sc.sequences,
-    )  # fmt: skip
-
-
-def _mask_bands(
-    diagram: Diagram,
-    kernel: Kernel, masks: list[Op], batch: tuple[str, ...], q_axis: str, x_axis: str,
-    unfused: str,
-) -> Scores:  # fmt: skip
-    """The masks as bands i + lo <= j <= i + hi (C++ over the sizes) and lengths."""
-    lo: list[str] = []
-    hi: list[str] = []
-    lengths, lengths_offset, sequences = "", "0", ""
-    window = False
-    for op in masks:
-        if (op.params.get("query"), op.params.get("key")) != (q_axis, x_axis):
-            raise PlanError(
-                _unsupported(kernel, op, f"a mask over ({q_axis}, {x_axis})"),
-                hint=f"write {op.fn}({op.operands[0]}, query={q_axis}, key={x_axis}), " + unfused,
-            )
-        if op.fn in ("causal", "window"):
-            shift = (
-                f"(ncdc_size_{x_axis} - ncdc_size_{q_axis})" if op.params["align"] == "end" else "0"
-            )
-            if op.fn == "causal":
-                hi.append(shift)
-            else:
-                window = True
-                lo.append(f"{shift} - {op.params['left']}ll")
-                hi.append(f"{shift} + {op.params['right']}ll")
-        elif op.fn == "varlen":
-            if lengths:
-                raise PlanError(
-                    _unsupported(kernel, op, "one varlen mask"),
-                    hint=f"remove {op.out} = varlen(...): one lengths tensor per kernel",
-                )
-            lengths = op.params["lengths"]
-            t_axes = diagram.tensor(lengths).axes
-            pitch = {a: _pitch(t_axes, a, {}) for a in t_axes}
-            lengths_offset = (
-                " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in t_axes) or "0"
-            )
-            own = [a for a in t_axes if a not in batch]
-            sequences = own[0] if own else ""
-    return Scores(lo=tuple(lo), hi=tuple(hi), bounded=bool(hi), window=window, lengths=lengths,
-                  lengths_offset=lengths_offset, sequences=sequences)  # fmt: skip
-
-
-def _pitch(axes: tuple[str, ...], axis: str, fixed: Mapping[str, str]) -> str:
-    """Elements between neighbours along `axis` of a row-major tensor, as C++ over the size
-    parameters (the head sizes are numbers)."""
-    after = axes[axes.index(axis) + 1 :]
-    return " * ".join(fixed.get(a, size_name(a)) for a in after) or "1"
-
-
-def _unsupported(kernel: Kernel, op: Op, expected: str) -> str:
-    return (
-        f"attention kernel {kernel.name}: no code for {op.fn} ({op.out}) here; "
-        f"the generator covers {expected}"
-    )
+        pitch = {a: pitch_of(axes, a, fixed) for a in axes}
+        offset[n] = " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes) or "0"
+        stride[n] = pitch[row]
+    return offset, stride

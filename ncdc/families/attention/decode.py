@@ -41,6 +41,7 @@ from ncdc.families.attention.core import (
     variant_name,
 )
 from ncdc.families.attention.mix import plan_masked_share
+from ncdc.families.attention.splitk import MERGE_THREADS, merge_smem
 from ncdc.families.base import KernelSource, Launch, Param, Workspace, no_arch_problem, no_loop_mix
 from ncdc.families.codegen import size_name
 from ncdc.language.diagram import Diagram
@@ -64,13 +65,6 @@ TILES: dict[str, tuple[int, ...]] = {
     # weighs the bytes in flight against the blocks per SM the larger ring leaves
     "stages": (2, 3),
 }
-MERGE_THREADS = 128
-
-
-def merge_smem(rows: int, partials: int) -> int:
-    """Bytes of the merge's (m, l) pairs in shared memory: float2 [rows][partials | 1]
-    (ncdc_attention.cuh's merge_pitch)."""
-    return rows * (partials | 1) * 8
 
 
 class DecodeFamily:

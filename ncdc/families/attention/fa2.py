@@ -43,7 +43,7 @@ from ncdc.families.attention.core import (
     variant_name,
 )
 from ncdc.families.base import KernelSource, Launch, Param
-from ncdc.hardware.tensor_cores import MMA_TILE
+from ncdc.hardware.arch import MMA_TILE
 from ncdc.model.launch import Candidate, Family, LaunchShape
 from ncdc.units import ceil_div
 

@@ -51,7 +51,8 @@ def is_split(c: Candidate | None) -> bool:
 
 
 def merge_smem(rows: int, splits: int) -> int:
-    """Bytes of the merge's (m, l) pairs: float2 [rows][splits | 1] (merge_pitch)."""
+    """Bytes of the merge's (m, l) pairs in shared memory: float2 [rows][splits | 1]
+    (ncdc_attention.cuh's merge_pitch); decode's merge of its partials too."""
     return rows * (splits | 1) * 8
 
 

@@ -42,7 +42,7 @@ from ncdc.families.base import (
     rounded_options,
 )
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
-from ncdc.hardware.tensor_cores import MMA_TILE, mma_shape
+from ncdc.hardware.arch import MMA_TILE, mma_shape
 from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape

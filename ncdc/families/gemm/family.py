@@ -32,7 +32,7 @@ from ncdc.families.gemm.core import (
     within_block_level,
 )
 from ncdc.families.gemm.mix import gemm_mix, wgmma_mix
-from ncdc.hardware.tensor_cores import MMA_SYNC_MIN_SM
+from ncdc.hardware.arch import MMA_SYNC_MIN_SM
 from ncdc.model.launch import Candidate, Family
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from ncdc.hardware.tensor_cores import WGMMA_ROWS_PER_WARP, wgmma_k
+from ncdc.hardware.arch import WGMMA_ROWS_PER_WARP, wgmma_k
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.issue import ESTIMATE, LoopMix, add_slots
 

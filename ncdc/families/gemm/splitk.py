@@ -32,6 +32,7 @@ from ncdc.units import ceil_div
 if TYPE_CHECKING:
     from ncdc.families.gemm.core import GemmTiles, Operands
     from ncdc.hardware.machine import Hardware
+    from ncdc.language.diagram import Diagram
     from ncdc.model.structure import KernelModel
     from ncdc.model.values import KernelPlan, Plan
 
@@ -100,30 +101,11 @@ def render(
     c = kp.candidate
     assert c is not None and is_splitk(c)
     first, merge = c.launches
-    name = (
-        f"{kp.kernel.name}_gemm_splitk_{ops.a.dtype}_m{t.bm}_n{t.bn}_k{t.bk}_w{t.warps}"
-        f"_s{t.stages}_a{'k' if ops.a_k else 'm'}_b{'k' if ops.b_k else 'n'}"
-    )
+    name = _kernel_name(kp, ops, t, c)
     vec_a, vec_b = bool(c.param("vec_a")), bool(c.param("vec_b"))
-    if not (vec_a and vec_b):
-        name += "_u" + ("" if vec_a else "a") + ("" if vec_b else "b")
     merge_name = f"{kp.kernel.name}_gemm_splitk_merge_{ops.c.dtype}"
     ws = f"ncdc_partials_{kp.kernel.name}"
-    sizes = [Param(size_name(a), "int64", value=d.axes[a]) for a in kp.kernel.axes if a in d.axes]
-    inputs = [Param(n, "tensor", d.tensor(n).dtype) for n in kp.kernel.inputs]
-    main_params = [
-        *inputs,
-        Param(ws, "workspace", "fp32", writes=True),
-        *sizes,
-        Param("ncdc_k_per_split", "int64", value=c.param("k_per_split")),
-    ]
-    merge_params = [
-        *inputs,
-        Param(ws, "workspace", "fp32"),
-        Param(ops.c.name, "tensor", ops.c.dtype, writes=True),
-        *sizes,
-        Param("ncdc_splits", "int64", value=c.splits),
-    ]
+    inputs, main_params, merge_params = _split_params(kp, d, ops, c, ws)
 
     def listed(params: list[Param]) -> list[dict[str, Any]]:
         return [
@@ -176,3 +158,38 @@ def render(
     total = d.axes[ops.m] * d.axes[ops.n]
     workspace = (Workspace(ws, "fp32", c.splits * total),)
     return KernelSource("gemm_splitk.cu.j2", context, launches, workspace)
+
+
+def _kernel_name(kp: KernelPlan, ops: Operands, t: GemmTiles, c: Candidate) -> str:
+    """A name that carries every parameter of the variant."""
+    name = (
+        f"{kp.kernel.name}_gemm_splitk_{ops.a.dtype}_m{t.bm}_n{t.bn}_k{t.bk}_w{t.warps}"
+        f"_s{t.stages}_a{'k' if ops.a_k else 'm'}_b{'k' if ops.b_k else 'n'}"
+    )
+    vec_a, vec_b = bool(c.param("vec_a")), bool(c.param("vec_b"))
+    if not (vec_a and vec_b):
+        name += "_u" + ("" if vec_a else "a") + ("" if vec_b else "b")
+    return name
+
+
+def _split_params(
+    kp: KernelPlan, d: Diagram, ops: Operands, c: Candidate, ws: str
+) -> tuple[list[Param], list[Param], list[Param]]:
+    """The kernel's inputs, and the parameters of its two launches: the partial sums into
+    the workspace, and the merge into C."""
+    sizes = [Param(size_name(a), "int64", value=d.axes[a]) for a in kp.kernel.axes if a in d.axes]
+    inputs = [Param(n, "tensor", d.tensor(n).dtype) for n in kp.kernel.inputs]
+    main_params = [
+        *inputs,
+        Param(ws, "workspace", "fp32", writes=True),
+        *sizes,
+        Param("ncdc_k_per_split", "int64", value=c.param("k_per_split")),
+    ]
+    merge_params = [
+        *inputs,
+        Param(ws, "workspace", "fp32"),
+        Param(ops.c.name, "tensor", ops.c.dtype, writes=True),
+        *sizes,
+        Param("ncdc_splits", "int64", value=c.splits),
+    ]
+    return inputs, main_params, merge_params

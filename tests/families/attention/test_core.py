@@ -17,14 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncdc.backends.cpu import EmulatedModule, Traffic, build
+from ncdc.backends.cpu import EmulatedModule, build
+from ncdc.backends.traffic import Traffic
 from ncdc.check.reference import evaluate, from_storage, make_inputs, round_to
 from ncdc.check.run import OutputCheck, allocate, compare, launch_args, run_diagram
 from ncdc.families.attention.splitk import is_split
 from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
-from ncdc.plan.search import kernel_alternatives, plan_diagram, with_kernel
+from ncdc.plan.feedback import kernel_alternatives, with_kernel
+from ncdc.plan.search import plan_diagram
 from ncdc.render import RenderedModule, render_plan
 from tests import support
 

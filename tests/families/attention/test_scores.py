@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncdc.backends.cpu import EmulatedModule, Traffic, build
+from ncdc.backends.cpu import EmulatedModule, build
+from ncdc.backends.traffic import Traffic
 from ncdc.check.reference import evaluate, from_storage, make_inputs
 from ncdc.check.run import OutputCheck, allocate, compare, launch_args
 from ncdc.errors import NcdcError, SpecError
@@ -22,7 +23,8 @@ from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.geometry import band_fraction, band_tiles
-from ncdc.plan.search import kernel_alternatives, plan_diagram, with_kernel
+from ncdc.plan.feedback import kernel_alternatives, with_kernel
+from ncdc.plan.search import plan_diagram
 from ncdc.render import RenderedModule, render_plan
 from tests import support
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncdc.backends import sass
+from ncdc.backends import loop_mixes, sass
 from ncdc.backends.compile import compile_plan
 from ncdc.backends.cpu import build
 from ncdc.check.reference import evaluate, from_storage, make_inputs
@@ -141,7 +141,7 @@ def test_compiles_to_tma_and_wgmma_without_spills(
         "WARPGROUP.DEPBAR.LE",
         "WARPGROUP.DEPBAR.LE",
     ]
-    mix = sass.loop_mix(sass.parse_sass(loop))
+    mix = loop_mixes.loop_mix(sass.parse_sass(loop))
     assert mix.slots_per_mma < most
     est = plan.kernels[0].instructions
     assert est is not None and est.tensor_flops == mix.tensor_flops

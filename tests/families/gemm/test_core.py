@@ -23,7 +23,8 @@ from ncdc.families.gemm.family import FAMILY as GEMM
 from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
-from ncdc.plan.search import kernel_alternatives, plan_diagram
+from ncdc.plan.feedback import kernel_alternatives
+from ncdc.plan.search import plan_diagram
 from ncdc.render import KernelSource, template_env
 from tests import support
 

@@ -39,11 +39,11 @@ def test_grouped_order_wave_spans_eight_tile_rows() -> None:
     # they cover 8 tile rows (2048) of the first ceil(132 / 8) = 17 columns (2176).
     from ncdc.model.graph import build_graph
     from ncdc.model.structure import KernelModel
-    from ncdc.plan.search import _Checker
+    from ncdc.plan.kernels import Checker
 
     d = load_diagram("diagrams/mlp.yaml")
     (kernel,) = build_graph(d, H200).kernels
-    checker = _Checker(KernelModel(d, kernel), H200)
+    checker = Checker(KernelModel(d, kernel), H200)
     group = {"m": 256, "n": 128}
     assert checker.wave_group(group, 132, 1) == {"n": 16384, "m": 512}
     assert checker.wave_group(group, 132, 1, 8) == {"n": 17 * 128, "m": 2048}

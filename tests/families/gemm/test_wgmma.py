@@ -14,7 +14,8 @@ import pytest
 
 import ncdc
 from ncdc.backends import sass
-from ncdc.backends.compile import arch_notes, compile_plan, plan_for_arch, target_hardware
+from ncdc.backends.compile import compile_plan
+from ncdc.backends.targets import arch_notes, plan_for_arch, target_hardware
 from ncdc.check.buildable import check_buildable
 from ncdc.check.run import run_diagram
 from ncdc.families import classify_kernel
@@ -26,7 +27,8 @@ from ncdc.language.load import load_diagram
 from ncdc.model.graph import build_graph
 from ncdc.model.streaming import streamed_axes
 from ncdc.model.structure import KernelModel
-from ncdc.plan.search import kernel_alternatives, plan_diagram, plan_from_candidates
+from ncdc.plan.feedback import kernel_alternatives
+from ncdc.plan.search import plan_diagram, plan_from_candidates
 from ncdc.render import render_plan
 from tests import support
 

@@ -1,5 +1,6 @@
-"""The SM's tensor cores as data: the instruction shapes each architecture runs, and the
-sub-partitions that issue them (as tinygrad lists its `TensorCore`s per device).
+"""What each architecture has, as data: the SM's tensor-core instruction shapes and the
+sub-partitions that issue them (as tinygrad lists its `TensorCore`s per device), the shared
+memory a block may opt into, and the features of an `a` target.
 
 Every architecture ncdc targets (sm_80 to sm_100) has four sub-partitions per SM, each with
 its own scheduler (one warp instruction issued per clock), its own tensor pipe and a
@@ -58,3 +59,20 @@ def wgmma_k(input_bytes: int) -> int:
 # every architecture ncdc targets). Hopper's fp8 mma.sync has no native HMMA: ptxas emits
 # two fp16 HMMAs for each m16n8k32 (ncdc.families.gemm.mix).
 MMA_SYNC_MIN_SM = {"fp8_e4m3": 89, "fp8_e5m2": 89, "int8": 80}
+
+
+def arch_number(arch: str) -> int:
+    """The compute capability of an arch name: 'sm_90a' -> 90.
+
+    >>> arch_number("sm_90a"), arch_number("sm_80")
+    (90, 80)
+    """
+    return int("".join(ch for ch in arch.split("_")[-1] if ch.isdigit()) or 0)
+
+
+# Opt-in shared memory per block by compute capability (CUDA C Programming Guide, "Technical
+# Specifications per Compute Capability"): what a kernel may ask for on that architecture.
+SMEM_PER_BLOCK = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448, 100: 232448}
+# The architecture-specific features of an `a` target (PTX ISA, "Target ISA notes": wgmma and
+# setmaxnreg need sm_90a) and what they build.
+A_FEATURES = {"sm_90a": ("wgmma and setmaxnreg", "the Hopper kernel")}

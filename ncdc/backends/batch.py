@@ -1,0 +1,160 @@
+"""Compiling many specs at once (`ncdc compile FOLDER`): a process pool over the machine's
+cores, each spec's failure reported on its own line, the others carried on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ncdc.backends.compile import CompileReport, compile_spec
+from ncdc.backends.outputs import check_out_dir, write_outputs
+from ncdc.errors import CompileError, NcdcError, file_error
+from ncdc.hardware.machine import Hardware
+from ncdc.language.load import check_unique_names
+from ncdc.system import default_jobs
+
+
+@dataclass(frozen=True)
+class SpecFailure:
+    """A spec of a batch that could not be compiled or written, and why."""
+
+    spec: Path
+    error: NcdcError
+
+
+@dataclass(frozen=True)
+class CompileBatch:
+    """What a compile of several specs produced: the kernels written and the failures."""
+
+    reports: tuple[CompileReport, ...]
+    failures: tuple[SpecFailure, ...]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when everything compiled, else the highest exit code among the failures."""
+        return max((f.error.exit_code for f in self.failures), default=0)
+
+
+def compile_specs(
+    specs: Sequence[Path], hardware: Hardware, *, out_dir: Path, arch: str | None = None,
+    sizes: Mapping[str, int] | None = None, tiles: Mapping[str, int] | None = None,
+    use_cache: bool = True, strict: bool = False, jobs: int | None = None,
+    use_tuned: bool = True,
+) -> CompileBatch:  # fmt: skip
+    """Compile every spec (in `jobs` worker processes when there are several) and write
+    each one's outputs together. One spec: its error is raised. Several: a spec that fails
+    does not stop the others; the batch lists each failure.
+
+    With `strict`, a kernel that spills registers is a compile error (exit 3) and nothing
+    is written for its diagram.
+    """
+    check_out_dir(out_dir)
+    check_unique_names(specs)
+    work = [(spec, hardware, arch, sizes, tiles, use_cache, use_tuned) for spec in specs]
+    if len(work) == 1:
+        report = _compile_job(work[0])
+        _finish(report, out_dir, strict)
+        return CompileBatch((report,), ())
+    reports, failures = _compile_parallel(work, jobs or default_jobs())
+    written = []
+    for report in reports:
+        try:
+            _finish(report, out_dir, strict)
+            written.append(report)
+        except NcdcError as e:
+            failures.append(SpecFailure(Path(report.diagram.source), e))
+        except OSError as e:
+            failures.append(SpecFailure(Path(report.diagram.source), file_error(e)))
+    order = {spec: i for i, spec in enumerate(specs)}
+    failures.sort(key=lambda f: order.get(f.spec, len(order)))
+    return CompileBatch(tuple(written), tuple(failures))
+
+
+def _finish(report: CompileReport, out_dir: Path, strict: bool) -> None:
+    if strict and report.spills:
+        spilled = [k.launch.kernel for k in report.kernels if k.spill_stores_bytes]
+        raise CompileError(
+            f"{', '.join(spilled)} spills {report.spills} bytes of registers",
+            where=report.diagram.source,
+            hint="try smaller tiles with --tile, or drop --strict",
+        )
+    write_outputs(report, out_dir)
+
+
+def _compile_job(job: tuple) -> CompileReport:
+    spec, hardware, arch, sizes, tiles, use_cache, use_tuned = job
+    return compile_spec(
+        spec, hardware, arch=arch, sizes=sizes, tiles=tiles, use_cache=use_cache,
+        use_tuned=use_tuned,
+    )  # fmt: skip
+
+
+def _pool_context() -> Any:
+    """Worker processes start by spawning when CUDA or torch is loaded here: a fork after
+    their initialisation hangs or crashes; otherwise the platform default."""
+    import multiprocessing
+    import sys
+
+    if any(name in sys.modules for name in ("cupy", "torch")):
+        return multiprocessing.get_context("spawn")
+    return None
+
+
+def _compile_parallel(
+    jobs: list[tuple], workers: int
+) -> tuple[list[CompileReport], list[SpecFailure]]:
+    """Compile in worker processes; a progress bar on a terminal, silence in CI. Ctrl-C
+    cancels every queued job and stops the workers."""
+    from rich.progress import Progress
+
+    from ncdc.output import stderr
+
+    results: dict[int, CompileReport] = {}
+    failures: list[SpecFailure] = []
+    pool = ProcessPoolExecutor(
+        max_workers=min(len(jobs), workers), mp_context=_pool_context(), initializer=_worker_init
+    )
+    try:
+        with Progress(
+            console=stderr(), transient=True, disable=not stderr().is_terminal
+        ) as bar:  # fmt: skip
+            task = bar.add_task("compiling", total=len(jobs))
+            futures = {pool.submit(_compile_job, job): i for i, job in enumerate(jobs)}
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    results[i] = future.result()
+                except NcdcError as e:
+                    failures.append(SpecFailure(jobs[i][0], e))
+                bar.advance(task)
+    except BaseException:
+        _stop_pool(pool)
+        raise
+    pool.shutdown()
+    return [results[i] for i in sorted(results)], failures
+
+
+def _worker_init() -> None:
+    """In a worker: SIGTERM ends it at once, even inside NVRTC (the parent's handler would
+    wait for the compile to return); Ctrl-C is the parent's to handle."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued and end the workers now (on Ctrl-C or SIGTERM)."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.terminate()
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(timeout=1.0)

@@ -1,0 +1,217 @@
+"""The score path of a fused attention kernel: what runs between the logits S = Q K^T and the
+softmax. Elementwise transforms (a scale, soft-capping, ALiBi's positions, an additive bias)
+become C statements over the scaled logit of query `ncdc_i` and key `ncdc_j`; the masks
+(causal, window, varlen) become the bands and lengths the kernel's key loop skips and
+selects by. What the score path cannot run is refused with what to write instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ncdc.errors import PlanError
+from ncdc.families.codegen import ELEMENTWISE_KINDS, Statement, needed_ops, op_statements, size_name
+from ncdc.language.diagram import Diagram, Op
+
+if TYPE_CHECKING:
+    from ncdc.model.graph import Kernel
+
+
+SCORE_KINDS = (*ELEMENTWISE_KINDS, "index")  # what the score path runs between S and softmax
+
+
+@dataclass(frozen=True)
+class ScoreInput:
+    """A tensor the logits read at each (query, key): a bias, a per-head slope."""
+
+    name: str
+    dtype: str
+    offset: str  # C++ offset of the (batch...) slice from the batch indices
+    q_pitch: str  # elements between neighbours along the query axis; 0 when it has none
+    x_pitch: str
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What the diagram does to the scaled logits S before softmax: elementwise statements
+    (biases, soft-capping, position terms) and masks, each mask a band of keys around the
+    diagonal or per-sequence lengths (`Visible` in ncdc_attention.cuh)."""
+
+    statements: tuple[Statement, ...] = ()  # computing `result` from ncdc_s, ncdc_i, ncdc_j
+    result: str = "ncdc_s"
+    inputs: tuple[ScoreInput, ...] = ()
+    batch: tuple[str, ...] = ()  # batch axes whose index a statement reads
+    lo: tuple[str, ...] = ()  # C++: key j is seen by query i when j >= i + each of these
+    hi: tuple[str, ...] = ()  # and j <= i + each of these
+    bounded: bool = False  # some mask bounds the keys above: launch the longest tiles first
+    window: bool = False  # a window mask
+    lengths: str = ""  # the int32 lengths tensor of a varlen mask
+    lengths_offset: str = "0"
+    sequences: str = ""  # the axis along which sequences are packed; "" for padded ones
+
+    @property
+    def plain(self) -> bool:
+        return not self.statements
+
+
+def read_scores(
+    kernel: Kernel, diagram: Diagram, first: Op, soft: Op, batch: tuple[str, ...],
+    q_axis: str, x_axis: str,
+) -> Scores:  # fmt: skip
+    """The score path from the logits S = first to the softmax's operand: masks last (each
+    reading the one before, the first reading the transformed logits), and before them the
+    elementwise ops and indices, compiled to statements over the scaled logit `ncdc_s` of
+    query `ncdc_i` and key `ncdc_j`. PlanError, with what to write instead, for what the
+    score path cannot run."""
+    unfused = f"or run it unfused: schedule: {{materialize: [{first.out}, {soft.out}]}}"
+    masks: list[Op] = []
+    name = str(soft.operands[0])
+    by_out = {op.out: op for op in kernel.ops}
+    while name in by_out and by_out[name].kind == "mask":
+        masks.insert(0, by_out[name])
+        name = str(by_out[name].operands[0])
+    logits = name  # what the masks read: S, or S transformed
+    allowed = {*batch, q_axis, x_axis}
+    for op in kernel.ops:
+        if op.kind == "mask" and op not in masks:
+            raise PlanError(
+                unsupported(kernel, op, "masks applied last, just before softmax"),
+                hint=f"apply {op.fn} to the logits softmax reads: write the other operations "
+                f"first, then {op.out} = {op.fn}(<their result>, ...), " + unfused,
+            )
+        if op.kind in SCORE_KINDS and not set(op.axes) <= allowed:
+            axis = next(a for a in op.axes if a not in allowed)
+            raise PlanError(
+                unsupported(kernel, op, f"logits over ({', '.join(sorted(allowed))})"),
+                hint=f"drop the axis {axis} from {op.out}'s operands, " + unfused,
+            )
+    sc = _mask_bands(diagram, kernel, masks, batch, q_axis, x_axis, unfused)
+    chain = needed_ops(kernel.ops, [logits], [*kernel.inputs, first.out])
+    for op in kernel.ops:
+        if op.kind in SCORE_KINDS and op not in masks and op not in chain:
+            raise PlanError(
+                unsupported(kernel, op, "elementwise operations on the logits only"),
+                hint=f"remove {op.out} = {op.fn}(...) from the kernel (compute it beforehand "
+                f"and pass it as an input), " + unfused,
+            )
+    if not chain:
+        return sc
+    reader = _ScoreValues(kernel, diagram, first, batch, q_axis, x_axis, chain, unfused)
+    statements: list[Statement] = []
+    for op in chain:
+        statements += op_statements(op, reader.value, reader.index, f"ncdc_e_{op.out}")
+    return Scores(
+        tuple(statements), reader.value(logits), tuple(reader.inputs.values()),
+        tuple(a for a in batch if a in reader.needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
+        sc.lengths, sc.lengths_offset, sc.sequences,
+    )  # fmt: skip
+
+
+class _ScoreValues:
+    """The C expressions of the score path's values: the scaled logit, each transformed
+    score, and the tensors it reads (as score inputs with their pitches), and of its
+    indices (query, key, a batch axis)."""
+
+    def __init__(
+        self, kernel: Kernel, diagram: Diagram, first: Op, batch: tuple[str, ...],
+        q_axis: str, x_axis: str, chain: list[Op], unfused: str,
+    ):  # fmt: skip
+        self.kernel, self.diagram, self.first, self.batch = kernel, diagram, first, batch
+        self.q_axis, self.x_axis, self.unfused = q_axis, x_axis, unfused
+        self.produced = {op.out for op in chain}
+        self.inputs: dict[str, ScoreInput] = {}
+        self.needs_batch: list[str] = []
+
+    def value(self, n: str) -> str:
+        if n == self.first.out:
+            return "ncdc_s"
+        if n in self.produced:
+            return f"ncdc_e_{n}"
+        t = self.diagram.tensor(n)
+        allowed = {*self.batch, self.q_axis, self.x_axis}
+        if t.dtype not in ("fp32", "fp16", "bf16") or not set(t.axes) <= allowed:
+            raise PlanError(
+                f"attention kernel {self.kernel.name}: the logits read {n} ({t.dtype}, axes "
+                f"{list(t.axes)}); expected a bf16, fp16 or fp32 tensor over "
+                f"({', '.join(sorted(allowed))})",
+                hint=f"declare {n} as fp32 over some of those axes, " + self.unfused,
+            )
+        if n not in self.inputs:
+            pitch = {a: pitch_of(t.axes, a, {}) for a in t.axes}
+            self.inputs[n] = ScoreInput(
+                n, t.dtype,
+                " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in self.batch if a in t.axes) or "0",
+                pitch.get(self.q_axis, "0"), pitch.get(self.x_axis, "0"),
+            )  # fmt: skip
+        terms = [f"ncdc_p_{n}"]  # a broadcast axis (pitch 0) adds no term
+        terms += [f"ncdc_i * ncdc_q_{n}"] if self.inputs[n].q_pitch != "0" else []
+        terms += [f"ncdc_j * ncdc_x_{n}"] if self.inputs[n].x_pitch != "0" else []
+        return f"ncdc::to_float(ncdc::ld_global({' + '.join(terms)}))"
+
+    def index(self, axis: str) -> str:
+        if axis == self.q_axis:
+            return "ncdc_i"
+        if axis == self.x_axis:
+            return "ncdc_j"
+        self.needs_batch.append(axis)
+        return f"ncdc_b_{axis}"
+
+
+def _mask_bands(
+    diagram: Diagram,
+    kernel: Kernel, masks: list[Op], batch: tuple[str, ...], q_axis: str, x_axis: str,
+    unfused: str,
+) -> Scores:  # fmt: skip
+    """The masks as bands i + lo <= j <= i + hi (C++ over the sizes) and lengths."""
+    lo: list[str] = []
+    hi: list[str] = []
+    lengths, lengths_offset, sequences = "", "0", ""
+    window = False
+    for op in masks:
+        if (op.params.get("query"), op.params.get("key")) != (q_axis, x_axis):
+            raise PlanError(
+                unsupported(kernel, op, f"a mask over ({q_axis}, {x_axis})"),
+                hint=f"write {op.fn}({op.operands[0]}, query={q_axis}, key={x_axis}), " + unfused,
+            )
+        if op.fn in ("causal", "window"):
+            shift = (
+                f"(ncdc_size_{x_axis} - ncdc_size_{q_axis})" if op.params["align"] == "end" else "0"
+            )
+            if op.fn == "causal":
+                hi.append(shift)
+            else:
+                window = True
+                lo.append(f"{shift} - {op.params['left']}ll")
+                hi.append(f"{shift} + {op.params['right']}ll")
+        elif op.fn == "varlen":
+            if lengths:
+                raise PlanError(
+                    unsupported(kernel, op, "one varlen mask"),
+                    hint=f"remove {op.out} = varlen(...): one lengths tensor per kernel",
+                )
+            lengths = op.params["lengths"]
+            t_axes = diagram.tensor(lengths).axes
+            pitch = {a: pitch_of(t_axes, a, {}) for a in t_axes}
+            lengths_offset = (
+                " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in t_axes) or "0"
+            )
+            own = [a for a in t_axes if a not in batch]
+            sequences = own[0] if own else ""
+    return Scores(lo=tuple(lo), hi=tuple(hi), bounded=bool(hi), window=window, lengths=lengths,
+                  lengths_offset=lengths_offset, sequences=sequences)  # fmt: skip
+
+
+def pitch_of(axes: tuple[str, ...], axis: str, fixed: Mapping[str, str]) -> str:
+    """Elements between neighbours along `axis` of a row-major tensor, as C++ over the size
+    parameters (the head sizes are numbers)."""
+    after = axes[axes.index(axis) + 1 :]
+    return " * ".join(fixed.get(a, size_name(a)) for a in after) or "1"
+
+
+def unsupported(kernel: Kernel, op: Op, expected: str) -> str:
+    return (
+        f"attention kernel {kernel.name}: no code for {op.fn} ({op.out}) here; "
+        f"the generator covers {expected}"
+    )
