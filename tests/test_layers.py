@@ -278,6 +278,7 @@ def test_every_module_has_a_test_named_after_it_or_its_folder() -> None:
             stem = rel.stem
             ok = (folder / f"test_{stem}.py").exists() or any(folder.glob(f"test_{stem}_*.py"))
             ok = ok or (folder.parent / f"test_{folder.name}.py").exists()
+            ok = ok or (folder / f"test_{folder.name}.py").exists()
         if not ok:
             missing.append(str(rel))
     assert missing == []

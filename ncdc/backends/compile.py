@@ -139,7 +139,7 @@ def priced_from_sass(report: CompileReport) -> CompileReport:
     functions = sass.main_loops(report.cubin)
     names = [launch.kernel for launch in report.module.launches]
     plan = with_instructions(plan, loop_mixes.mixes_by_kernel(plan, functions, names))
-    return dataclasses.replace(report, plan=dataclasses.replace(plan, notes=report.plan.notes))
+    return dataclasses.replace(report, plan=plan)
 
 
 def built_kernels(report: CompileReport) -> list[Built]:

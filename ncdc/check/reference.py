@@ -40,9 +40,10 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
         return round_int(x, dtype)
     if d.is_fp8:
         x = np.clip(x, d.min_value, d.max_value)  # NaN passes through
-    elif dtype == "bf16":
-        x = x.astype(np.float32)
-    return x.astype(value_dtype(dtype)).astype(np.float64)
+    with np.errstate(over="ignore"):  # past the largest finite value: an infinity, as cvt.rn
+        if dtype == "bf16":
+            x = x.astype(np.float32)
+        return x.astype(value_dtype(dtype)).astype(np.float64)
 
 
 def round_int(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -132,6 +132,7 @@ class RowwiseFamily:
         registers = estimate_registers(vec * vpt * max(len(kernel.inputs), 1), 1, 0)
         smem = sum(size for _, _, size in _staged(d, kernel, row))
         out: dict[int, Candidate] = {}
+        spilling: set[int] = set()
         for asked in row_opts:
             # A row held in registers takes vpt * vec of them per thread: keep blocks small
             # enough that the register file gives every thread what it needs.
@@ -146,13 +147,18 @@ class RowwiseFamily:
                 stream[row] = min(d.axes[row], tpr * vpt * vec)  # one pass's chunk of the row
             grid = max(1, min(MAX_GRID, ceil_div(total_rows, rows)))
             shape = LaunchShape((grid, 1, 1), (rows * tpr, 1, 1), smem)
-            # __launch_bounds__(threads, 1) makes ptxas fit one block in the register file
-            budget = min(registers, hw.limits.regs_per_sm // shape.threads // 8 * 8)
+            # __launch_bounds__(threads, 1) makes ptxas fit one block in the register file:
+            # a block whose threads cannot have the registers the held row needs would spill
+            cap = hw.limits.regs_per_sm // shape.threads // 8 * 8
             params = (("rows", rows), ("tpr", tpr), ("vpt", vpt), ("vec", vec), ("passes", passes))
             out[rows] = Candidate(
-                group, stream, group, stream, params, (shape,), 1, 1, budget, rereads
-            )
-        return list(out.values())
+                group, stream, group, stream, params, (shape,), 1, 1, min(registers, cap),
+                rereads,
+            )  # fmt: skip
+            if registers > cap:
+                spilling.add(rows)
+        fits = [c for rows, c in out.items() if rows not in spilling]
+        return fits or list(out.values())
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
         return _render(kp, plan)

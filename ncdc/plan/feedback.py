@@ -28,7 +28,7 @@ def with_kernel(plan: Plan, index: int, kp: KernelPlan) -> Plan:
     """`plan` with its kernel `index` run as `kp`; the totals summed again."""
     kernels = list(plan.kernels)
     kernels[index] = kp
-    return replace(summarize(plan.graph, tuple(kernels)), fixed=plan.fixed)
+    return _with_kernels(plan, kernels)
 
 
 def retime_kernel(plan: Plan, kp: KernelPlan, registers: int) -> KernelPlan:
@@ -54,7 +54,17 @@ def with_instructions(plan: Plan, mixes: Mapping[int, LoopMix]) -> Plan:
         model = KernelModel(plan.graph.diagram, kp.kernel)
         choice = TileChoice(kp.tiles, kp.block_tile, kp.candidate)
         kernels[i] = evaluate_kernel(model, kp.family, plan.graph.hardware, choice, mix)
-    return replace(summarize(plan.graph, tuple(kernels), plan.unfused), fixed=plan.fixed)
+    return _with_kernels(plan, kernels)
+
+
+def _with_kernels(plan: Plan, kernels: list[KernelPlan]) -> Plan:
+    """`plan` with these kernel plans, the totals summed again; what the plan knew beside
+    its kernels (the fixed tiles, the breaks weighed, the unfused comparison, the notes)
+    kept."""
+    return replace(
+        summarize(plan.graph, tuple(kernels), plan.unfused),
+        fixed=plan.fixed, breaks=plan.breaks, notes=plan.notes,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------ settling on a candidate

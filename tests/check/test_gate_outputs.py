@@ -11,12 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ncdc import files
 from ncdc.check.gate import check_made_for, parse_tolerance, read_baseline
 from ncdc.errors import UsageError
-from tests.support import MATMUL, ROOT, SOFTMAX, assert_error, ncdc, ncdc_version
-
-SPECS = ROOT / "diagrams"
+from tests.support import MATMUL, SOFTMAX, assert_error, ncdc, ncdc_version
 
 
 @pytest.mark.parametrize(
@@ -112,56 +109,3 @@ def test_baseline_of_a_folder_with_twins_is_refused(tmp_path):
     assert_error(ncdc("check", str(folder), "--baseline", "x.json"), 2, contains="x.json")
     path = write_baseline(tmp_path / "b.json")
     assert_error(ncdc("check", str(folder), "--baseline", str(path)), 2, contains="softmax")
-
-
-def test_folder_compile_goes_past_a_refused_diagram(tmp_path):
-    folder = tmp_path / "specs"
-    folder.mkdir()
-    for name in ("softmax", "fp8_matmul", "rmsnorm"):
-        shutil.copy(SPECS / f"{name}.yaml", folder / f"{name}.yaml")
-    (folder / "broken.yaml").write_text("ncdc: 1\nname: broken\n")
-    out = tmp_path / "out"
-    result = ncdc("compile", str(folder), "--arch", "sm_80", "-o", str(out), "--format", "json")
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 2, result.stderr
-    assert any("fp8" in e for e in errors) and any("broken" in e for e in errors)
-    assert result.returncode == 2
-    compiled = json.loads(result.stdout)
-    assert sorted(d["name"] for d in compiled) == ["rmsnorm", "softmax"]
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{n}{s}" for n in ("rmsnorm", "softmax") for s in (".cu", ".cubin", ".json")
-    )
-    assert "Traceback" not in result.stderr
-
-
-def test_out_at_an_existing_file_is_exit_2(tmp_path):
-    target = tmp_path / "kernel.cu"
-    target.write_text("mine\n")
-    assert_error(ncdc("compile", SOFTMAX, "-o", str(target)), 2, contains="existing file")
-    assert target.read_text() == "mine\n"
-
-
-def test_outputs_are_written_together_or_not_at_all(tmp_path, monkeypatch):
-    old = {tmp_path / f"k{s}": f"old {s}".encode() for s in (".cu", ".cubin", ".json")}
-    for path, data in old.items():
-        path.write_bytes(data)
-    staged = []
-    real = files._stage
-
-    def full_disk_on_the_third(path, data):
-        if len(staged) == 2:
-            raise OSError(28, "No space left on device", str(path))
-        staged.append(path)
-        return real(path, data)
-
-    monkeypatch.setattr(files, "_stage", full_disk_on_the_third)
-    with pytest.raises(OSError):
-        files.write_together({p: b"new" for p in old})
-    assert {p: p.read_bytes() for p in old} == old
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in old)
-
-
-def test_files_get_the_umask_mode(tmp_path):
-    files.write_atomic(tmp_path / "x", b"1")
-    assert (tmp_path / "x").stat().st_mode & 0o777 == files.file_mode()
-    assert files.file_mode() != 0o600  # not a temporary file's mode

@@ -5,48 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ncdc.cli.views import cost_note
-from ncdc.errors import PlanError, SpecError
+from ncdc.errors import SpecError
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.cost import time_kernel
-from ncdc.model.geometry import causal_fraction
-from ncdc.model.overlap import SATURATION_WARPS, latency_efficiency
-from ncdc.model.records import FORMAT, plan_to_dict
+from ncdc.model.overlap import SATURATION_WARPS
 from ncdc.model.structure import KernelModel
 from ncdc.model.values import TileChoice
 from ncdc.plan.search import plan_diagram
 from tests.support import ncdc
-
-ATTENTION = """
-ncdc: 1
-name: att
-axes: {q: 256, x: 512, d: 64}
-inputs: {Q: {axes: [q, d], dtype: bf16}, K: {axes: [x, d], dtype: bf16},
-         V: {axes: [x, d], dtype: bf16}}
-ops: ["S = contract(Q, K, over=d)", "P = softmax(S, over=x)", "O = contract(P, V, over=x)"]
-outputs: [O]
-"""
-
-
-def test_matmul_flops_are_2mnk():
-    # napkin-model.md section 1: a contraction of size k costs 2k FLOPs per output value.
-    plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
-    assert plan.flops == 2 * 4096**3
-
-
-def test_attention_flops_and_exponentials():
-    # Section 6: 4 q x d per head on tensor cores, plus q x exponentials on the SFU; the
-    # softmax's other arithmetic is 4 FLOPs per score on CUDA cores (its op record, ncdc.language.ops).
-    q, x, d = 256, 512, 64
-    plan = plan_diagram(load_diagram_text(ATTENTION), load_hardware("h100"))
-    assert plan.flops == 4 * q * x * d + q * x + 4 * q * x
 
 
 def test_time_is_the_largest_and_the_sum():
@@ -87,141 +60,6 @@ def test_waves_round_up():
     k = plan_diagram(load_diagram("diagrams/matmul.yaml"), hw).kernels[0]
     assert k.waves == math.ceil(k.grid / (hw.limits.sms * k.blocks_per_sm))
     assert k.compute["tensor"] >= 2 * 4096**3 / hw.achieved_rate("tensor", "bf16")
-
-
-def test_stream_of_a_saved_softmax_is_refused():
-    # Section 5: plain softmax, whose output still has the axis, does not stream.
-    text = """
-ncdc: 1
-name: s
-axes: {q: 64, x: 64}
-inputs: {S: {axes: [q, x], dtype: bf16}}
-ops: ["P = softmax(S, over=x)"]
-outputs: [P]
-schedule: {stream: [x]}
-"""
-    with pytest.raises(PlanError, match="cannot stream x: softmax P over x is saved"):
-        plan_diagram(load_diagram_text(text), load_hardware("napkin"))
-
-
-def test_stream_through_layernorm_is_refused():
-    text = """
-ncdc: 1
-name: ln
-axes: {m: 64, n: 64, k: 32}
-inputs: {X: {axes: [m, n], dtype: bf16}, W: {axes: [n, k], dtype: bf16}}
-ops: ["Y = layernorm(X, over=n)", "Z = contract(Y, W, over=n)"]
-outputs: [Z]
-schedule: {stream: [n]}
-"""
-    with pytest.raises(PlanError, match="cannot stream n: layernorm Y over n"):
-        plan_diagram(load_diagram_text(text), load_hardware("napkin"))
-
-
-def test_online_softmax_streams():
-    plan = plan_diagram(load_diagram_text(ATTENTION), load_hardware("napkin"))
-    assert "x" in plan.kernels[0].tiles["l1"].stream
-
-
-def test_plan_to_dict_fields():
-    plan = plan_diagram(
-        load_diagram("diagrams/attention.yaml"), load_hardware("h200"), compare_unfused=True
-    )
-    data = plan_to_dict(plan)
-    assert data["format"] == FORMAT
-    for key in ("spec", "hardware", "flops", "tiles", "levels", "transfers", "compute_time_s",
-                "predicted_time_s", "predicted_time_no_overlap_s", "bound", "kernels",
-                "intensity_flop_per_byte", "ridge_flop_per_byte", "unfused"):  # fmt: skip
-        assert key in data, key
-    assert [t["upper"] for t in data["transfers"]] == ["hbm", "l2", "smem"]
-    assert data["unfused"]["ratio"] > 10  # fusion keeps the q x scores on chip
-
-
-CAUSAL = """
-ncdc: 1
-name: causal
-axes: {q: 256, x: 256, d: 64}
-inputs: {Q: {axes: [q, d], dtype: bf16}, K: {axes: [x, d], dtype: bf16},
-         V: {axes: [x, d], dtype: bf16}}
-ops: ["S = contract(Q, K, over=d)", "M = causal(S, query=q, key=x)",
-      "P = softmax(M, over=x)", "O = contract(P, V, over=x)"]
-outputs: [O]
-"""
-
-
-def test_causal_fraction_by_hand():
-    # q = x = 256, tiles of 64 queries and chunks of 64 keys: query tile t sees keys up to
-    # 64 (t + 1) - 1, so it loads 64, 128, 192, 256 keys: 640 of 4 x 256 = 5/8.
-    assert causal_fraction(256, 256, 64, 64) == Fraction(5, 8)
-    # 16-query tiles (one warp each): warps 0-3 load one chunk, 4-7 two, 8-11 three,
-    # 12-15 four: 64 x (4 + 8 + 12 + 16) = 2560 of 16 x 256 keys, again 5/8.
-    assert causal_fraction(256, 256, 16, 64) == Fraction(5, 8)
-    # more keys than queries: the diagonal is aligned at the end, query i sees i + 256 keys
-    assert causal_fraction(256, 512, 256, 64) == 1
-    # more queries than keys: queries 0-191 see no key; one 256-query tile still loads all
-    assert causal_fraction(256, 64, 64, 64) == Fraction(1, 4)
-    # nothing is skipped without streaming (one chunk of all keys)
-    assert causal_fraction(256, 256, 64, 256) == 1
-
-
-def test_causal_attention_skips_masked_tiles():
-    # The kernel visits key chunk j of query tile t only if some query of t sees a key of
-    # j (ncdc/templates/include/ncdc_attention.cuh): with q = x = 256, g_q = s_x = 64 that is
-    # 5/8 of the dense work (test above). FLOPs: dense 4 q x d + q x (exp) + 4 q x
-    # (softmax) + q x (mask) = 16,777,216 + 393,216 = 17,170,432; x 5/8 = 10,731,520.
-    # K and V into SMEM (block tile): dense 2 x 4 tiles x 256 x 64 = 131,072, causal
-    # 81,920; with Q (16,384) and O (16,384) 114,688 values. Into registers (16-query
-    # warps, also 5/8): K and V 16 x 2 x 256 x 64 x 5/8 = 327,680, plus Q and O.
-    hw = load_hardware("h200")
-    plan = plan_diagram(load_diagram_text(CAUSAL), hw, {"q": 64, "x": 64})
-    square = ATTENTION.replace("q: 256, x: 512", "q: 256, x: 256")
-    dense = plan_diagram(load_diagram_text(square), hw, {"q": 64, "x": 64})
-    assert plan.flops == 10_731_520
-    assert dense.flops == 4 * 256 * 256 * 64 + 5 * 256 * 256  # no mask: all of it
-    smem = {t.lower: t.values for t in plan.transfers}
-    assert smem["smem"] == 114_688
-    assert smem["rf"] == 327_680 + 2 * 16_384
-    dense_smem = {t.lower: t.values for t in dense.transfers}
-    assert dense_smem["smem"] == 131_072 + 2 * 16_384
-    # 5/8 of the work, but 4 query tiles on 132 SMs: the kernel lasts as long as its
-    # longest block, the last tile, which does all 4 chunks (`causal_imbalance`: its 4
-    # chunks over the mean 2.5, 8/5), so the tensor time is the dense one.
-    assert plan.kernels[0].compute["tensor"] == pytest.approx(
-        dense.kernels[0].compute["tensor"] * 5 / 8 * 8 / 5
-    )
-
-
-def test_causal_attention_at_q_equals_x_is_about_half():
-    # attention_causal.yaml (q = x = 4096) against attention.yaml: about half the FLOPs and
-    # the K/V traffic into SMEM (the diagonal tiles are computed in full, so a bit more);
-    # the time a bit more again, the longest block setting it (FlashAttention-2 measures
-    # 0.59 on an A100, docs/cost-model.md).
-    hw = load_hardware("h200")
-    causal = plan_diagram(load_diagram("diagrams/attention_causal.yaml"), hw)
-    dense = plan_diagram(load_diagram("diagrams/attention.yaml"), hw)
-    assert 0.5 < causal.flops / dense.flops < 0.53
-    smem = [t.values for t in (causal, dense) for t in t.transfers if t.lower == "smem"]
-    assert 0.5 < smem[0] / smem[1] < 0.56
-    assert 0.5 < causal.predicted_time_s / dense.predicted_time_s < 0.6
-
-
-def test_causal_decode_sees_every_key():
-    # One query aligned at the end of 4096 keys sees them all: nothing is skipped.
-    text = CAUSAL.replace("q: 256, x: 256", "q: 1, x: 4096")
-    hw = load_hardware("h200")
-    causal = plan_diagram(load_diagram_text(text), hw)
-    dense = plan_diagram(load_diagram_text(ATTENTION.replace("q: 256, x: 512", "q: 1, x: 4096")),
-                         hw)  # fmt: skip
-    assert causal.kernels[0].family.name == "decode_attention"
-    assert causal.flops == dense.flops + 4096  # plus the mask's one compare per score
-    assert causal.top_bytes == dense.top_bytes
-
-
-def test_latency_efficiency():
-    # Little's law: a unit reaches its peak once SATURATION_WARPS warps per SM are in
-    # flight; below that, in proportion.
-    assert SATURATION_WARPS == 8
-    assert [latency_efficiency(w) for w in (1, 4, 8, 32)] == [0.125, 0.5, 1.0, 1.0]
 
 
 def test_attention_tiles_keep_enough_warps_per_sm():

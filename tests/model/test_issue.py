@@ -39,23 +39,6 @@ def test_overlap_across_warps_is_bounded_by_the_issue_rate():
     assert overlap_compute({**units, "issue": 1.4}, False, 1) == 1.4
 
 
-def test_fp8_mma_on_sm90_is_two_hmmas_and_four_fadds():
-    # Hopper has no fp8 mma.sync: per m16n8k32 ptxas emits two HMMA.16816 and four FADDs.
-    # Ada (sm_89) has the fp8 mma: one instruction. Warp tile 64 x 32, k tile 64: two k32
-    # steps of 4 x 4 MMAs.
-    axes = {"m": 512, "n": 512, "k": 512}
-    tiles = {"m": 128, "n": 128, "k": 64}
-    d = load_diagram("diagrams/fp8_matmul.yaml", axes)
-    hopper = plan_diagram(d, load_hardware("h200"), tiles).kernels[0]
-    ada = plan_diagram(d, load_hardware("l40s"), tiles).kernels[0]
-    assert hopper.instructions is not None and ada.instructions is not None
-    c = dict(hopper.candidate.params)
-    mmas = (64 // 32) * (c["bm"] // c["warps_m"] // 16) * (c["bn"] // c["warps_n"] // 8)
-    assert hopper.instructions.classes["tensor"] == 2 * mmas
-    assert hopper.instructions.classes["fp32"] == 4 * mmas
-    assert ada.instructions.classes["tensor"] == mmas and not ada.instructions.classes["fp32"]
-
-
 def test_a_guarded_tail_path_is_not_what_a_full_tile_issues():
     # The loop (0x10 .. 0x70) copies with cp.async, or for a tail tile jumps over it to an
     # element-wise LDG path; a full tile skips the LDG region (0x40 .. 0x50).
@@ -134,27 +117,6 @@ def compiled(tmp_path_factory):
     mp.undo()
 
 
-def test_the_family_estimate_is_within_15_percent_of_the_sass(compiled):
-    # The estimate (ncdc.model.issue.estimate_mix) counts what each template issues per warp and
-    # main-loop iteration; the SASS is ptxas's loop, on the path a full tile takes. Both
-    # count the same iteration (the same tensor FLOPs: a wgmma's from its shape, a quarter
-    # of the warpgroup's 64 x N x K per warp), so their slots per FLOP agree.
-    for label, plan, report in compiled:
-        est = plan.kernels[0].instructions
-        assert est is not None and est.source == ESTIMATE, label
-        loops = sass.main_loops(report.cubin)  # kept for the tests below
-        names = [launch.kernel for launch in report.module.launches]
-        # the hot loop, and an attention kernel's masked one on its share of the chunks
-        counted = loop_mixes.mixes_by_kernel(plan, loops, names)[0]
-        # ptxas keeps the fp8 k tile's loop over its k32 steps rolled on sm_90: its loop is
-        # a whole fraction of the estimated iteration
-        assert est.tensor_flops % counted.tensor_flops == 0, label
-        assert counted.slots_per_mma == pytest.approx(est.slots_per_mma, rel=0.15), label
-    assert dict(compiled[1][1].kernels[0].candidate.params).get("simt") == 0
-    assert compiled[1][1].kernels[0].candidate.splits > 1  # split-k
-    assert not dict(compiled[2][1].kernels[0].candidate.params).get("wgmma")  # fp8 mma.sync
-
-
 def test_cost_before_and_after_compiling_agree(compiled):
     # `ncdc cost` of a library diagram prices its main loops on the family's estimate
     # before `ncdc compile`, on the SASS after: the predicted times agree within 15%, and
@@ -208,3 +170,24 @@ def test_a_cubin_is_disassembled_once(compiled, monkeypatch):
     data["loops"] = {k: "" for k in data["loops"]}
     entry.write_text(json.dumps(data))
     assert sass.main_loops(report.cubin) == first
+
+
+def test_the_family_estimate_is_within_15_percent_of_the_sass(compiled):
+    # The estimate (ncdc.model.issue.estimate_mix) counts what each template issues per warp and
+    # main-loop iteration; the SASS is ptxas's loop, on the path a full tile takes. Both
+    # count the same iteration (the same tensor FLOPs: a wgmma's from its shape, a quarter
+    # of the warpgroup's 64 x N x K per warp), so their slots per FLOP agree.
+    for label, plan, report in compiled:
+        est = plan.kernels[0].instructions
+        assert est is not None and est.source == ESTIMATE, label
+        loops = sass.main_loops(report.cubin)  # kept for the tests below
+        names = [launch.kernel for launch in report.module.launches]
+        # the hot loop, and an attention kernel's masked one on its share of the chunks
+        counted = loop_mixes.mixes_by_kernel(plan, loops, names)[0]
+        # ptxas keeps the fp8 k tile's loop over its k32 steps rolled on sm_90: its loop is
+        # a whole fraction of the estimated iteration
+        assert est.tensor_flops % counted.tensor_flops == 0, label
+        assert counted.slots_per_mma == pytest.approx(est.slots_per_mma, rel=0.15), label
+    assert dict(compiled[1][1].kernels[0].candidate.params).get("simt") == 0
+    assert compiled[1][1].kernels[0].candidate.splits > 1  # split-k
+    assert not dict(compiled[2][1].kernels[0].candidate.params).get("wgmma")  # fp8 mma.sync

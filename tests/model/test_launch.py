@@ -35,7 +35,7 @@ FP8 = {
     "attention_fp8",
 }
 # fp8 Q and K attention runs only in the sm_90a wgmma kernel: other GPU profiles refuse it
-# (tests/test_tiling.py checks the one-line refusal)
+# (tests/plan/test_search.py checks the one-line refusal)
 SM90A_ONLY = {"attention_fp8"}
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from ncdc.model.overlap import overlap_compute, pingpong_time, pipeline_time
+from ncdc.model.overlap import (
+    SATURATION_WARPS,
+    latency_efficiency,
+    overlap_compute,
+    pingpong_time,
+    pipeline_time,
+)
 
 
 def test_a_pipeline_runs_at_its_slower_side_once_it_has_two_buffers():
@@ -38,3 +44,10 @@ def test_warp_specialised_overlap_is_bounded_by_the_issue_rate():
     # Producer, consumers and the ping-pong pair all issue from the same SM schedulers.
     assert pipeline_time(100, 3, 1.0, 1.0, issue_s=1.5) == pytest.approx(150.0)
     assert pingpong_time(100, 1.0, 0.5, issue_s=1.5) == pytest.approx(150.0)
+
+
+def test_latency_efficiency():
+    # Little's law: a unit reaches its peak once SATURATION_WARPS warps per SM are in
+    # flight; below that, in proportion.
+    assert SATURATION_WARPS == 8
+    assert [latency_efficiency(w) for w in (1, 4, 8, 32)] == [0.125, 0.5, 1.0, 1.0]

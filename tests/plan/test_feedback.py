@@ -97,3 +97,44 @@ def test_registers_reprice_the_plan(monkeypatch) -> None:
     expected, _ = blocks_per_sm(kp.candidate.threads, 255, kp.smem_bytes, H200.limits)
     assert kp.blocks_per_sm == max(expected, 1) < plan.kernels[0].blocks_per_sm
     assert report.plan.predicted_time_s >= plan.predicted_time_s
+
+
+def test_cost_shows_the_launch_compile_settles_on(tmp_path) -> None:
+    # The model's first fp8 GEMM tile spills 8 B on sm_90a (NVRTC 13.5) and `compile`
+    # replaces it: `cost` prices the model's first until the compile cache holds what
+    # compile built, then the replacement, with compile's note; `--compile` gets there
+    # in one step from an empty cache.
+    spec = str(ROOT / "tests/specs/gemm_fp8_e4m3_transposed.yaml")
+    env = {"NCDC_CACHE": str(tmp_path / "cache")}
+    import json
+
+    def cost(*extra: str, cache: str = "cache") -> dict:
+        r = support.ncdc("cost", spec, "--format", "json", *extra,
+                         env={"NCDC_CACHE": str(tmp_path / cache)})  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    before = cost()
+    assert "notes" not in before
+    built = support.ncdc("compile", spec, "-o", str(tmp_path / "out"), env=env)
+    assert built.returncode == 0 and "replaced by the next-best" in built.stderr, built.stderr
+    after = cost()
+    assert after["notes"] and "replaced by the next-best" in after["notes"][0]
+    assert after["notes"][0] in built.stderr
+    assert after["kernels"][0]["tiles"] != before["kernels"][0]["tiles"]
+    report = json.loads((tmp_path / "out" / "gemm_fp8_e4m3_transposed.json").read_text())
+    launch = report["kernels"][0]
+    assert after["kernels"][0]["launches"][0]["grid"] == launch["grid"]
+    assert after["kernels"][0]["registers_per_thread"] == launch["resources"]["registers"]
+    assert cost("--compile", cache="fresh") == {**after, "tiles_from": after["tiles_from"]}
+
+
+def test_settling_from_the_cache_stops_where_an_entry_is_missing(monkeypatch) -> None:
+    # nothing compiled: the model's plan, no note; a plan is never half settled
+    from ncdc.backends import cache
+    from ncdc.backends.compile import settle_from_cache
+
+    d = load_diagram(ROOT / "diagrams/softmax.yaml", {"m": 4096})
+    plan = plan_diagram(d, H200)
+    monkeypatch.setattr(cache, "find_cached", lambda *a, **k: None)
+    assert settle_from_cache(plan, "sm_90a") is plan

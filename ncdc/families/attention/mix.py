@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 # branches, three LDS of the ring's indices, the row reductions' shuffles. The integer work
 # (cp.async pointers stepped by rows, the ring stage, the tail's key bound) is about
 # constant: 126 and 164 in the d = 128 kernels of 32 and 64 keys (sm_90a, sm_80), the
-# constant is their mean. Counted in the SASS of compiled kernels (tests/test_issue.py):
+# constant is their mean. Counted in the SASS of compiled kernels (tests/model/test_issue.py):
 # the totals within 5%.
 SOFTMAX_FP32_PER_SCORE = 3
 SOFTMAX_FP32_FIXED = 16

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # k tile's ring indices; fragment addresses are loop-invariant (kept in registers), so the
 # integer work is a fixed part (ring slot, k offset, predicates: 30) and 3.5 per 16-byte
 # cp.async (its global pointer's increment and swizzled shared address), the least-squares
-# fit of nine kernels (each one's slots within 5% of its SASS: tests/test_issue.py). An
+# fit of nine kernels (each one's slots within 5% of its SASS: tests/model/test_issue.py). An
 # operand whose rows are not 16-byte aligned (the `_ua` / `_ub` / `_uab` kernels) is staged
 # element by element: per element a thread holds, one LDG, one STS and 1.75 integer (its
 # address and bounds predicate), fit to the 64 x 64 x 32 kernels. 8-bit inputs (IMMA.16832, k tiles

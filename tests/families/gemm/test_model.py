@@ -33,24 +33,6 @@ def test_matmul_on_h200_takes_a_three_stage_ring() -> None:
     assert kp.candidate.param("bk") == 64 and kp.candidate.stages == 3
 
 
-def test_grouped_order_wave_spans_eight_tile_rows() -> None:
-    # mlp (m 4096, n 16384) in 256 x 128 tiles: 16 x 128 tiles. 132 blocks in row order
-    # cover 2 tile rows (512 rows of C) across all 128 columns; in groups of 8 tile rows
-    # they cover 8 tile rows (2048) of the first ceil(132 / 8) = 17 columns (2176).
-    from ncdc.model.graph import build_graph
-    from ncdc.model.structure import KernelModel
-    from ncdc.plan.kernels import Checker
-
-    d = load_diagram("diagrams/mlp.yaml")
-    (kernel,) = build_graph(d, H200).kernels
-    checker = Checker(KernelModel(d, kernel), H200)
-    group = {"m": 256, "n": 128}
-    assert checker.wave_group(group, 132, 1) == {"n": 16384, "m": 512}
-    assert checker.wave_group(group, 132, 1, 8) == {"n": 17 * 128, "m": 2048}
-    # a wave of whole groups (8 x 128 = 1024 blocks and more) is whole rows of tiles
-    assert checker.wave_group(group, 1100, 1, 8) == checker.wave_group(group, 1100, 1)
-
-
 def test_fp8_is_priced_at_the_rate_its_mma_sync_runs() -> None:
     # Hopper has no fp8 mma.sync: ptxas emits fp16 HMMAs for each m16n8k32 (see
     # BENCHMARKS.md, "GEMM main loop, from the SASS"), so the fp8 GEMM's tensor time equals

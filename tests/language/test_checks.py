@@ -1,0 +1,28 @@
+"""The small checks of reading a spec (ncdc.language.checks): one line each, with the YAML path."""
+
+from __future__ import annotations
+
+import pytest
+
+from ncdc.errors import SpecError
+from ncdc.language.checks import Checks
+from ncdc.language.yamlsrc import read_yaml_text
+
+
+@pytest.fixture
+def checks() -> Checks:
+    return Checks(read_yaml_text("axes: {m: 4}\nvalue: 1\n", "t.yaml"))
+
+
+@pytest.mark.parametrize("value", [True, float("inf"), float("nan"), 10**400, "1"])
+def test_a_number_is_finite_and_not_a_boolean(checks: Checks, value: object) -> None:
+    with pytest.raises(SpecError, match="expected a (finite )?number"):
+        checks.number(value, ("value",), "eps")
+
+
+def test_an_unknown_axis_or_dtype_names_the_choices(checks: Checks) -> None:
+    with pytest.raises(SpecError, match="declared axes are m") as e:
+        checks.known_axis("n", {"m": 4}, ("axes",))
+    assert e.value.where == "t.yaml:1: axes"
+    with pytest.raises(SpecError, match="did you mean 'bf16'"):
+        checks.dtype("bf61", ("value",))

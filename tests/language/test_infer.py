@@ -1,0 +1,67 @@
+"""Inference (ncdc.language.infer): every result's axes and dtype from its operation and
+operands, in dependency order.
+"""
+
+from __future__ import annotations
+
+from ncdc.language.load import load_diagram, load_diagram_text
+from tests import support
+
+ROOT = support.ROOT
+
+
+BASE = """ncdc: 1
+name: mm
+axes: {m: 64, n: 32, k: 16}
+inputs:
+  A: {axes: [m, k], dtype: bf16}
+  B: {axes: [k, n], dtype: bf16}
+ops:
+  - C = contract(A, B, over=k)
+outputs: [C]
+"""
+
+
+def test_attention_shapes():
+    d = load_diagram(ROOT / "diagrams/attention.yaml")
+    assert d.tensor("S").axes == ("b", "h", "q", "x")
+    assert d.tensor("O").axes == ("b", "h", "q", "d")
+    assert d.ops[0].scale == (0.08838834764831845,)
+    assert d.schedule.stream == ("x",)
+
+
+def test_gqa_is_plain_weaving():
+    # K and V are not woven over r: S and O gain r from Q alone.
+    d = load_diagram(ROOT / "diagrams/gqa_attention.yaml")
+    assert d.tensor("K").axes == ("b", "g", "x", "d")
+    assert d.tensor("S").axes == ("b", "g", "r", "q", "x")
+    assert d.tensor("O").axes == ("b", "g", "r", "q", "d")
+
+
+def test_ops_may_be_written_in_any_order():
+    text = BASE.replace(
+        "  - C = contract(A, B, over=k)\n", "  - C = exp(D)\n  - D = contract(A, B, over=k)\n"
+    )
+    d = load_diagram_text(text)
+    assert [op.out for op in d.ops] == ["D", "C"]
+
+
+def test_broadcast_binary_and_cast():
+    text = """
+ncdc: 1
+name: q8
+axes: {m: 4, n: 8}
+inputs:
+  X: {axes: [m, n], dtype: fp32}
+  s: {axes: [], dtype: fp32}
+  b: {axes: [n], dtype: bf16}
+ops:
+  - Y = add(X, b)
+  - Z = cast(Y, to=fp8_e4m3, scale=s)
+  - W = mul(Z, 0.5)
+outputs: [W]
+"""
+    d = load_diagram_text(text)
+    assert d.tensor("Y").axes == ("m", "n") and d.tensor("Y").dtype == "fp32"
+    assert d.tensor("Z").dtype == "fp8_e4m3" and d.ops[1].scale == ("s",)
+    assert d.ops[2].operands == ("Z", 0.5)

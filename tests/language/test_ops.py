@@ -1,0 +1,82 @@
+"""One record per operation (ncdc.language.ops): every operation has its signature, its
+price, its float64 meaning and its device function, and each layer reads them there."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from ncdc.backends import nvrtc
+from ncdc.check import reference
+from ncdc.language.ops import KINDS, OPERATIONS, RECORDS, REDUCE_MAX, STRUCTURAL, record
+
+HEADERS = "\n".join(p.read_text() for p in nvrtc.ncdc_include_dir().glob("*"))
+ALL = sorted(RECORDS.values(), key=lambda r: (r.kind, r.name))
+
+
+@pytest.mark.parametrize("rec", ALL, ids=lambda r: f"{r.kind}:{r.name}")
+def test_every_record_has_all_four(rec) -> None:
+    # signature
+    assert rec.kind in KINDS and rec.operands in (1, 2) and rec.required <= rec.keywords
+    # price: stated, never a default (an exponential counts on the SFU, not twice)
+    assert rec.cuda_flops >= 0 and rec.sfu in (0, 1)
+    # float64 meaning: its own function, or its kind's evaluator in the reference
+    if rec.kind in STRUCTURAL:
+        assert rec.meaning is None
+        assert f'op.kind == "{rec.kind}"' in _reference_source()
+    else:
+        assert callable(rec.meaning)
+    # device function: named ncdc::op_<name> in the headers, where the record names one
+    if rec.device:
+        assert rec.device == f"op_{rec.name}"
+        assert re.search(rf"\b{rec.device}\b", HEADERS), f"no {rec.device} in the headers"
+
+
+def _reference_source() -> str:
+    import inspect
+
+    return inspect.getsource(reference)
+
+
+@pytest.mark.parametrize(
+    "name, x, expected",
+    [("exp", 0.0, 1.0), ("relu", -1.0, 0.0), ("sigmoid", 0.0, 0.5), ("silu", 0.0, 0.0),
+     ("rsqrt", 4.0, 0.5), ("square", -3.0, 9.0), ("gelu", 0.0, 0.0), ("tanh", 0.0, 0.0)],
+)  # fmt: skip
+def test_unary_meanings_by_hand(name: str, x: float, expected: float) -> None:
+    assert record("map", name).meaning(np, np.array([x]))[0] == pytest.approx(expected)
+
+
+def test_reductions_and_rows_by_hand() -> None:
+    x = np.array([[1.0, 2.0, 3.0]])
+    assert record("reduce", "sum").meaning(np, x, (1,))[0] == 6.0
+    assert REDUCE_MAX.meaning(np, x, (1,))[0] == 3.0
+    assert record("reduce", "logsumexp").meaning(np, x, (1,))[0] == pytest.approx(
+        np.log(np.exp(x).sum())
+    )
+    p = record("softmax", "softmax").meaning(np, np.array([[-np.inf, -np.inf]]), (1,))
+    assert p.tolist() == [[0.0, 0.0]]  # a fully masked row: zeros, not NaN
+    y = record("norm", "rmsnorm").meaning(np, np.array([[3.0, 4.0]]), (1,), 0.0)
+    assert y[0] == pytest.approx([3 / np.sqrt(12.5), 4 / np.sqrt(12.5)])
+
+
+def test_the_spelled_operations_are_the_language() -> None:
+    assert "gelu_tanh" not in OPERATIONS  # gelu(X, approximate=tanh)
+    assert OPERATIONS["max"].kind == "binary" and REDUCE_MAX.kind == "reduce"
+    assert all(r.spelled for r in OPERATIONS.values())
+
+
+def test_the_model_prices_every_op_from_its_record() -> None:
+    # layernorm: 8 CUDA-core FLOPs per value (its record), no SFU
+    from ncdc.hardware.load import load_hardware
+    from ncdc.language.load import load_diagram
+    from ncdc.model.graph import build_graph
+    from ncdc.model.structure import KernelModel
+
+    d = load_diagram("diagrams/layernorm.yaml", {"m": 4, "n": 8})
+    g = build_graph(d, load_hardware("h200"))
+    flops = KernelModel(d, g.kernels[0]).flops_by_unit
+    assert flops[("cuda", "fp32")] == 4 * 8 * record("norm", "layernorm").cuda_flops
+    assert ("sfu", "exp") not in flops

@@ -1,0 +1,22 @@
+"""The one-line operation syntax (ncdc.language.parse)."""
+
+from __future__ import annotations
+
+from ncdc.language.load import load_diagram_text
+
+BASE = """ncdc: 1
+name: mm
+axes: {m: 64, n: 32, k: 16}
+inputs:
+  A: {axes: [m, k], dtype: bf16}
+  B: {axes: [k, n], dtype: bf16}
+ops:
+  - C = contract(A, B, over=k)
+outputs: [C]
+"""
+
+
+def test_keyword_colon_form_is_read_too():
+    # DESIGN.md writes `over: k`; YAML reads such a line as a one-key mapping.
+    d = load_diagram_text(BASE.replace("over=k", "over: k"))
+    assert d.ops[0].over == ("k",)
