@@ -13,7 +13,9 @@ from tests import support
 
 ROOT = support.ROOT
 DOTTED = re.compile(r"(?<![\w/.-])ncdc(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?![\w/(-])")
-PATHS = re.compile(r"(?<![\w/.-])(?:ncdc|tests|benchmarks|scripts|diagrams)/[A-Za-z0-9_/.-]+\.(?:py|j2|cuh|h|yaml)\b")
+PATHS = re.compile(
+    r"(?<![\w/.-])(?:ncdc|tests|benchmarks|scripts|diagrams)/[A-Za-z0-9_/.-]+\.(?:py|j2|cuh|h|yaml)\b"
+)
 FORMATS = re.compile(r"ncdc\.[a-z]+/\d")  # record formats ("ncdc.cost/1"), not modules
 
 
