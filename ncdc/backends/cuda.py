@@ -10,7 +10,7 @@ hands CuPy the cubin. This is the only module that imports CuPy, and only inside
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from ncdc.backends.arguments import (
     tensor_map_problem,
 )
 from ncdc.errors import NcdcError, NoGpuError
-from ncdc.families.base import TensorMapSpec
+from ncdc.families.base import Param, TensorMapSpec
 from ncdc.language.dtypes import DTYPES
 from ncdc.render import Launch, RenderedModule
 
@@ -79,11 +79,16 @@ def _prepared(raw: Any, spec: Launch, device: Mapping[str, Any]) -> tuple[Any, t
     fn = raw.get_function(spec.kernel)
     if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
         fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
+    return fn, device_arguments(spec.params, device)
+
+
+def device_arguments(params: Sequence[Param], device: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A launch's arguments over CuPy `device` buffers: each buffer as CuPy passes it, a
+    tensor map encoded by the driver over its buffer's pointer, scalars by value."""
     args = launch_arguments(
-        spec.params, device,
-        lambda m, _: tensor_map_argument(m, int(device[m.tensor].data.ptr)),
-    )  # fmt: skip
-    return fn, tuple(args)
+        params, device, lambda m, _: tensor_map_argument(m, int(device[m.tensor].data.ptr))
+    )
+    return tuple(args)
 
 
 # The CUtensorMap as a kernel argument: 128 bytes (the kernel's `const __grid_constant__

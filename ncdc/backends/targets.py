@@ -119,6 +119,7 @@ def plan_for_arch(
     the profile's plan uses (`A_FEATURES`): the kernels then fall back to what `arch` has.
 
         >>> from ncdc.hardware.load import load_hardware
+        >>> from ncdc.language.load import load_diagram
         >>> d = load_diagram("diagrams/matmul.yaml")
         >>> plan_for_arch(d, load_hardware("h200"), None, "sm_90")[2]
         ('sm_90 lacks wgmma and setmaxnreg; --arch sm_90a builds the Hopper kernel',)

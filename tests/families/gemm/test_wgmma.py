@@ -265,8 +265,8 @@ def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
 
     device = {p.name: DeviceArray(0x100000 * (i + 1)) for i, p in enumerate(launch.params)}
     maps = 0
-    for p, (_, offset, size) in zip(launch.params, layout, strict=True):
-        arg = cuda._argument(p, device)
+    args = cuda.device_arguments(launch.params, device)
+    for p, arg, (_, offset, size) in zip(launch.params, args, layout, strict=True):
         if p.kind == "tensormap":
             maps += 1
             assert size == 128 and (0x210 + offset) % 64 == 0
