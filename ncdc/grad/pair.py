@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ncdc.errors import SpecError
 from ncdc.grad.derive import Backward
@@ -80,10 +80,13 @@ class _Build:
 
 
 def make_pair(
-    diagram: Diagram, backward: Backward, ways: Mapping[str, str], suffix: str = ""
-) -> Pair:
+    diagram: Diagram, backward: Backward, ways: Mapping[str, str], suffix: str = "",
+    *, schedule: bool = True,
+) -> Pair:  # fmt: skip
     """The pair with each intermediate the backward reads got as `ways` says; Undecided
-    for the first one it reads that `ways` does not name."""
+    for the first one it reads that `ways` does not name. The forward keeps the spec's
+    schedule (`schedule=False`: leaves out its group and stream, which saving an
+    intermediate can make illegal)."""
     b = _Build([], [], [], [], [], {t.name for t in diagram.tensors} | _made(backward))
     todo, seen = list(backward.reads), set()
     while todo:
@@ -93,7 +96,7 @@ def make_pair(
         seen.add(name)
         todo += _resolve(diagram, name, ways, b)
     fwd_name, bwd_name = _names(diagram, suffix)
-    forward_text = _forward_text(diagram, fwd_name, b)
+    forward_text = _forward_text(diagram, fwd_name, b, schedule)
     backward_text = _backward_text(diagram, backward, bwd_name, b)
     used = {k: v for k, v in ways.items() if k in seen}
     order = [op.out for op in diagram.ops]
@@ -179,13 +182,13 @@ def _names(diagram: Diagram, suffix: str) -> tuple[str, str]:
     return names
 
 
-def _forward_text(diagram: Diagram, name: str, b: _Build) -> str:
-    kept = ", ".join(b.saved) or "nothing more"
-    doc = f"{diagram.doc} Forward of the training pair (ncdc grad): also saves {kept}."
+def _forward_text(diagram: Diagram, name: str, b: _Build, schedule: bool) -> str:
+    saves = ", ".join(b.saved) or "nothing more"
+    doc = f"{diagram.doc} Forward of the training pair (ncdc grad): also saves {saves}."
     ops = [op.text for op in diagram.ops] + b.forward_lines
     outputs = list(diagram.outputs) + [n for n in b.saved if n not in diagram.outputs]
-    return diagram_text(name, doc.strip(), diagram.axes, diagram.inputs, ops, outputs,
-                        diagram.schedule)  # fmt: skip
+    kept = diagram.schedule if schedule else replace(diagram.schedule, group=(), stream=())
+    return diagram_text(name, doc.strip(), diagram.axes, diagram.inputs, ops, outputs, kept)
 
 
 def _backward_text(diagram: Diagram, backward: Backward, name: str, b: _Build) -> str:

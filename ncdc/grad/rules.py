@@ -6,7 +6,8 @@ Every share comes out over its tensor's axes, in its tensor's order, stored in i
 tensor's dtype; statistics a rule reduces (a row's sum, mean, variance) are fp32.
 
 - contract: two contractions, the gradient with the other operand, over the axes the
-  other operand kept (a product with it where it kept none); numbers in the scale carry
+  other operand kept (a product with it where it kept none; over the longest, then a sum
+  over the rest, where it kept several: a GEMM sums one axis); numbers in the scale carry
   over, tensors in it are woven into the gradient first.
 - map, binary: the record's derivative (ncdc.language.ops), summed over the axes an
   operand was broadcast along.
@@ -110,6 +111,10 @@ def _contract_share(s: Site, g: str, mine: str, other: str, c: float) -> str:
             break
     else:
         pair = (g, other)
+    if len(kept) > 1:  # a GEMM sums one axis: the longest, then a sum over the others
+        longest = max(kept, key=lambda a: s.diagram.axes[a])
+        made = tape.emit("contract", pair, s.stem(mine), over=longest, scale=scale, dtype=STAT)
+        return s.share(made, mine)
     made = tape.emit("contract", pair, s.stem(mine), over=kept, scale=scale, dtype=t.dtype)
     return tape.arrange(made, t.axes, t.dtype)
 

@@ -133,7 +133,8 @@ def _descend(
     pass is): from every result saved, drop one save at a time, each time the drop that
     makes the plan fastest, until no drop makes it faster or builds. Greedy: up to n^2 / 2
     sets for n results, each kernel priced once (`memo`)."""
-    current = tuple(breakable_results(diagram))
+    # an index is a value the kernel has, never a kernel of its own
+    current = tuple(r for r in breakable_results(diagram) if _made_by(diagram, r) != "index")
     options = _weigh_sets(diagram, hardware, fixed, [current], memo)
     best = options[0]
     while best.predicted_time_s is not None:
@@ -176,3 +177,9 @@ def with_break_hint(
         where=error.where,
         hint=f"save these results: schedule: {{materialize: [{saved}]}}",
     )
+
+
+def _made_by(diagram: Diagram, name: str) -> str:
+    """The kind of the op that computes `name`."""
+    op = diagram.producer(name)
+    return op.kind if op is not None else ""
