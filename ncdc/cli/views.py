@@ -18,6 +18,7 @@ from ncdc.units import format_bytes, format_rate
 if TYPE_CHECKING:
     pass
 
+
 def graph_tree(graph: MemoryGraph) -> Tree:
     """The memory graph as a tree: levels, then each kernel's loads, operations and saves."""
     d = graph.diagram
@@ -180,5 +181,3 @@ def cache_table(info: dict) -> Table:
     for name, s in info["sections"].items():
         table.add_row(name, str(s["entries"]), format_bytes(s["bytes"]), escape(s["path"]))
     return table
-
-
