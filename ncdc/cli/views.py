@@ -18,6 +18,7 @@ from ncdc.units import format_bytes, format_rate, format_time
 if TYPE_CHECKING:
     pass
 
+
 def graph_tree(graph: MemoryGraph) -> Tree:
     """The memory graph as a tree: levels, then each kernel's loads, operations and saves."""
     d = graph.diagram

@@ -4,11 +4,10 @@ running several persistent tiles, and chosen by the model where it is faster."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import dataclasses
 import re
 import subprocess
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
