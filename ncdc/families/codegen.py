@@ -21,7 +21,7 @@ from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.graph import Kernel
 
-ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask")
+ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask", "index")
 
 
 def cpp_type(dtype: str) -> str:
@@ -39,10 +39,17 @@ class Statement:
 
 
 def float_literal(value: float) -> str:
-    """A C++ float literal for a number from the spec (they are finite by construction)."""
+    """A C++ float for a number from the spec: a literal, or an infinity (an elementwise
+    operand may be `inf` or `-inf`, a mask's value); NaN never reaches here.
+
+        >>> float_literal(0.5), float_literal(float("-inf"))
+        ('0.5f', '(-ncdc::infinity())')
+    """
     v = float(value)
-    if not math.isfinite(v):
-        raise PlanError(f"the constant {value} is not finite", hint="use a finite number")
+    if math.isinf(v):
+        return "ncdc::infinity()" if v > 0 else "(-ncdc::infinity())"
+    if v != v:
+        raise PlanError(f"the constant {value} is not a number", hint="use a number")
     return f"{v!r}f"
 
 

@@ -86,12 +86,14 @@ class Checks:
             )
         return str(value)
 
-    def number(self, value: Any, path: YamlPath, what: str) -> float:
+    def number(self, value: Any, path: YamlPath, what: str, infinite: bool = False) -> float:
+        """A number from the spec: finite, or also `inf` and `-inf` where `infinite` (an
+        operand of an elementwise operation: a mask's `where(K, S, -inf)`)."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(path, f"expected a number for {what}, found {shown(value)}")
         if isinstance(value, int) and abs(value) > 2**1023:  # float() would overflow
             found = f"a whole number of {value.bit_length()} bits"
             raise self.fail(path, f"expected a finite number for {what}, found {found}")
-        if value != value or value in (float("inf"), float("-inf")):
+        if value != value or (not infinite and value in (float("inf"), float("-inf"))):
             raise self.fail(path, f"expected a finite number for {what}, found {value}")
         return float(value)

@@ -395,9 +395,13 @@ def _binary(site: Site) -> Result:
         raise site.fail(f"{st.fn} needs at least one tensor operand")
     for arg in st.args:
         if not isinstance(arg, str):
-            site.checks.number(arg, site.path, "operand")
+            site.checks.number(arg, site.path, "operand", infinite=True)
     out_axes = tuple(dict.fromkeys(a for t in tensors for a in t.axes))
-    dtype = site.out_dtype() or max((t.dtype for t in tensors), key=lambda d: DTYPES[d].rank)
+    # where(C, A, B) has the type of its values; a condition of 0s and 1s adds none
+    typed = [site.known[a] for a in st.args[1:] if isinstance(a, str)] if st.fn == "where" else []
+    dtype = site.out_dtype() or max(
+        (t.dtype for t in typed or tensors), key=lambda d: DTYPES[d].rank
+    )
     return Result(tuple(st.args), out_axes, dtype)
 
 

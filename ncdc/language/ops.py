@@ -26,7 +26,7 @@ from typing import Any
 KINDS = {
     "contract": "a contraction over shared axes (einsum), with scales",
     "map": "an elementwise function of one tensor",
-    "binary": "an elementwise function of two operands, broadcast by axis name",
+    "binary": "an elementwise function of two operands (three for `where`), broadcast by axis name",
     "reduce": "a reduction that removes its axes",
     "softmax": "softmax over an axis",
     "norm": "a normalisation over axes that keeps them",
@@ -70,6 +70,16 @@ def _op(
         name, kind, operands, frozenset(keywords.split()), frozenset(required.split()),
         flops, sfu, meaning, f"op_{name}" if device else "", spelled,
     )  # fmt: skip
+
+
+COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
 
 
 def _erf(np: Any, x: Any) -> Any:
@@ -132,6 +142,14 @@ _MAPS = (
         device=True),
     _op("recip", "map", 1, "dtype", flops=1, meaning=lambda np, x: 1.0 / x, device=True),
     _op("square", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.square(x), device=True),
+    _op("floor", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.floor(x), device=True),
+    # cosf and sinf: a Payne-Hanek or Cody-Waite range reduction and a degree-8 polynomial
+    # (libdevice), about 12 fp32 instructions for the arguments positions give
+    _op("cos", "map", 1, "dtype", flops=12, meaning=lambda np, x: np.cos(x), device=True),
+    _op("sin", "map", 1, "dtype", flops=12, meaning=lambda np, x: np.sin(x), device=True),
+    # logic on truth values: 0 is false, anything else (NaN included) true
+    _op("not", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.where(x != 0, 0.0, 1.0),
+        device=True),
 )  # fmt: skip
 _BINARY = (
     _op("add", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a + b, device=True),
@@ -142,6 +160,19 @@ _BINARY = (
         device=True),
     _op("min", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: np.minimum(a, b),
         device=True),
+    # Comparisons give 1 where they hold and 0 elsewhere (NaN compares false but for ne), in
+    # the type of their widest operand; a compare and a select each
+    *(_op(name, "binary", 2, "dtype", flops=2, device=True,
+          meaning=lambda np, a, b, f=f: np.where(f(a, b), 1.0, 0.0))
+      for name, f in COMPARISONS.items()),
+    _op("and", "binary", 2, "dtype", flops=2, device=True,
+        meaning=lambda np, a, b: np.where((a != 0) & (b != 0), 1.0, 0.0)),
+    _op("or", "binary", 2, "dtype", flops=2, device=True,
+        meaning=lambda np, a, b: np.where((a != 0) | (b != 0), 1.0, 0.0)),
+    # where(C, A, B): A where C is true (not 0), else B; a compare and a select. Its type is
+    # its values' (A's and B's), not the condition's.
+    _op("where", "binary", 3, "dtype", flops=2, device=True,
+        meaning=lambda np, c, a, b: np.where(c != 0, a, b)),
 )  # fmt: skip
 # Reductions and row operations: the row kernels' device code reduces (ncdc_rowwise.cuh);
 # their price per input value: softmax's running max, subtract, running sum and scale (4),
@@ -189,7 +220,7 @@ OPERATIONS: dict[str, OpRecord] = {
 }
 REDUCE_MAX = RECORDS[("reduce", "max")]
 UNARY_MAPS = tuple(r.name for r in _MAPS if r.spelled)
-BINARY_MAPS = tuple(r.name for r in _BINARY)
+BINARY_MAPS = tuple(r.name for r in _BINARY if r.operands == 2)  # `where` takes three
 REDUCTIONS = ("sum", "max", "mean")
 
 # gelu's `approximate=` (PyTorch's spelling) -> the op it stands for

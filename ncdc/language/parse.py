@@ -14,7 +14,8 @@ from typing import Any
 from ncdc.errors import SpecError, excerpt
 
 _TOKEN = re.compile(
-    r"\s*(?:(?P<num>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
+    r"\s*(?:(?P<num>[-+]?(?:(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|inf(?!\w)))"
+    r"|(?P<name>[A-Za-z_]\w*)"
     r"|(?P<punct>[=(),:\[\]*]))"
 )
 
@@ -143,4 +144,5 @@ def _tokenize(text: str, where: str) -> list[tuple[str, str]]:
 
 
 def _number(text: str) -> float | int:
+    """A number token: whole numbers stay ints; `inf` and `-inf` (a mask's value) are floats."""
     return int(text) if re.fullmatch(r"[-+]?\d+", text) else float(text)

@@ -20,9 +20,15 @@ MAX_BREAK_SETS = 64  # sets of saved results weighed, fewest saves first
 
 def breakable_results(diagram: Diagram) -> list[str]:
     """Results a kernel may end at: those another op reads (an intermediate, or an output
-    that later ops read too)."""
+    that later ops read too), but for those computed from positions and numbers alone (a
+    mask rule's terms), which any kernel recomputes for less than reading them back."""
     read = {n for op in diagram.ops for n in op.inputs}
-    return [op.out for op in diagram.ops if op.out in read]
+    inputs = {t.name for t in diagram.inputs}
+    data: set[str] = set()  # results that depend on some input
+    for op in diagram.ops:
+        if any(n in inputs or n in data for n in op.inputs):
+            data.add(op.out)
+    return [op.out for op in diagram.ops if op.out in read and op.out in data]
 
 
 def with_breaks(diagram: Diagram, saved: Sequence[str]) -> Diagram:
@@ -74,14 +80,18 @@ def _weigh_breaks(
     top = hardware.levels[0].name
     bandwidth = hardware.achieved_bandwidth(top)
     least: list[tuple[float, int, tuple[str, ...], MemoryGraph]] = []
+    options: list[BreakOption] = []
     for saved in _break_sets(diagram, base):
-        graph = build_graph(with_breaks(diagram, saved), hardware)
+        try:
+            graph = build_graph(with_breaks(diagram, saved), hardware)
+        except PlanError as error:  # kernels that would each read what the other saves
+            options.append(BreakOption(saved, 0, None, 0.0, error.message.split("; ")[0]))
+            continue
         nbytes = sum(KernelModel(graph.diagram, k).top_bytes for k in graph.kernels)
         time = nbytes / bandwidth + hardware.launch_s * len(graph.kernels)
         least.append((time, nbytes, saved, graph))
     least.sort(key=lambda x: (x[0], len(x[2])))
     memo: dict[tuple, float] = {}
-    options: list[BreakOption] = []
     best: BreakOption | None = None
     for bound, nbytes, saved, graph in least:
         if (

@@ -95,3 +95,20 @@ def test_an_odd_innermost_size_keeps_vector_runs() -> None:
         issued = outcome.result.bytes_read + outcome.result.bytes_written
         per_element[n] = issued / (200 * n)
     assert per_element[130] < 1.06 * per_element[128], per_element
+
+
+def test_comparisons_logic_and_where_with_nan_and_infinities() -> None:
+    from ncdc.check.reference import make_inputs
+    from ncdc.language.load import load_diagram_text
+
+    # One build at the spec's sizes, run at others (odd inner sizes): 1 and 0 from the
+    # comparisons, -inf from the select, NaN compared as IEEE 754 does (false; ne: true)
+    text = (support.SPECS / "ew_compare_where.yaml").read_text()
+    for m, n in [(37, 130), (3, 7), (5, 64)]:
+        d = load_diagram_text(text, sizes={"m": m, "n": n})
+        inputs = make_inputs(d, seed=m)
+        inputs["X"][0, :3] = [np.nan, 0.25, -0.5]
+        got, want, _ = run(text, {"m": 37, "n": 130}, {"m": m, "n": n}, inputs)
+        w, ref = got["W"], want["W"]
+        assert np.array_equal(w, ref), (m, n)
+        assert w[0, 0] == -np.inf  # NaN > T and NaN <= -0.5 are false: dropped

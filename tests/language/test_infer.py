@@ -65,3 +65,43 @@ outputs: [W]
     assert d.tensor("Y").axes == ("m", "n") and d.tensor("Y").dtype == "fp32"
     assert d.tensor("Z").dtype == "fp8_e4m3" and d.ops[1].scale == ("s",)
     assert d.ops[2].operands == ("Z", 0.5)
+
+
+COMPARE = """ncdc: 1
+name: cmp
+axes: {m: 4, n: 8}
+inputs:
+  X: {axes: [m, n], dtype: bf16}
+  T: {axes: [m], dtype: fp32}
+ops:
+  - G = gt(X, T)
+  - Y = where(G, X, -inf)
+  - N = not(G)
+  - Z = where(N, 1, 0)
+outputs: [Y, Z]
+"""
+
+
+def test_where_has_its_values_type_and_comparisons_their_widest():
+    d = load_diagram_text(COMPARE)
+    assert d.tensor("G").dtype == "fp32" and d.tensor("G").axes == ("m", "n")
+    assert d.tensor("Y").dtype == "bf16"  # X's, not the fp32 condition's
+    assert d.tensor("Z").dtype == "fp32"  # numbers only: the condition's
+    assert d.ops[1].operands == ("G", "X", float("-inf"))
+
+
+def test_where_takes_three_operands_and_finite_scales_stay_finite():
+    from ncdc.errors import SpecError
+
+    for bad, message in [
+        ("Y = where(G, X)", "where expects 3 operand(s)"),
+        ("Y = mul(X, inf) * 2", "only allowed on contract"),
+        ("Y = cast(X, to=fp32, scale=inf)", "expected a finite number"),
+    ]:
+        text = COMPARE.replace("Y = where(G, X, -inf)", bad)
+        try:
+            load_diagram_text(text)
+        except SpecError as e:
+            assert message in e.message, (bad, e.message)
+        else:
+            raise AssertionError(bad)

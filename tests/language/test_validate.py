@@ -127,7 +127,7 @@ EXPECTED = {
     "unknown_dtype": "spec.yaml:5: inputs.A.dtype: unknown dtype 'bfloat16'; expected one of fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, int32 (hint: did you mean 'bf16'?)",
     "input_unknown_key": "spec.yaml:5: inputs.A.layout: unknown key 'layout'; expected one of axes, doc, dtype, expected",
     "input_missing_dtype": "spec.yaml:5: inputs.A: missing key 'dtype' (hint: add `dtype:`; see docs/diagram-language.md)",
-    "unknown_operation": "spec.yaml:8: ops[0]: unknown operation 'matmul'; expected one of abs, add, cast, causal, contract, div, exp, gelu, index, layernorm, log, log_softmax, logsumexp, max, mean, min, mul, neg, recip, relu, rmsnorm, rsqrt, sigmoid, silu, softmax, sqrt, square, sub, sum, tanh, varlen, window (hint: did you mean 'mul'?)",
+    "unknown_operation": "spec.yaml:8: ops[0]: unknown operation 'matmul'; expected one of abs, add, and, cast, causal, contract, cos, div, eq, exp, floor, ge, gelu, gt, index, layernorm, le, log, log_softmax, logsumexp, lt, max, mean, min, mul, ne, neg, not, or, recip, relu, rmsnorm, rsqrt, sigmoid, silu, sin, softmax, sqrt, square, sub, sum, tanh, varlen, where, window (hint: did you mean 'mul'?)",
     "unparsable_op": "spec.yaml:8: ops[0]: cannot parse 'C := contract(A, B)': expected '=', found ':' (hint: write e.g. 'C = contract(A, B, over=k)')",
     "bad_character": "spec.yaml:8: ops[0]: unexpected character '+' at column 28 of 'C = contract(A, B, over=k) + 1' (hint: operations look like 'Y = gelu(X)')",
     "unknown_tensor": "spec.yaml:8: ops[0]: unknown tensor 'Bt' in 'C = contract(A, Bt, over=k)' (hint: did you mean 'B'?)",

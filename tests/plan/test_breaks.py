@@ -144,3 +144,15 @@ def test_a_row_operand_strided_along_the_row_runs_in_the_reduction_kernel() -> N
     # now read strided by the reduction family (test_kernel_reduce runs it).
     plan = check_buildable(load_diagram_text(STRIDED_BIAS), H200)
     assert [kp.family.name for kp in plan.kernels] == ["reduce"]
+
+
+def test_results_of_positions_alone_are_never_saved_and_impossible_sets_are_skipped() -> None:
+    # A mask rule's terms depend on no input: recomputed, never a kernel break; a set of
+    # breaks whose kernels would each read what the other saves is weighed as not building
+    from ncdc.plan.breaks import breakable_results, choose_breaks
+
+    d = load_diagram("tests/specs/attn_sinks_window_odd.yaml")
+    assert breakable_results(d) == ["S", "M", "P"]
+    chosen, options = choose_breaks(d, H200, {})
+    assert chosen.schedule.materialize == ()
+    assert all(o.predicted_time_s is None for o in options if not o.chosen and o.problem)
