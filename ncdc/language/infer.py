@@ -31,6 +31,7 @@ _EXAMPLES = {
     "mask": "M = causal(S, query=q, key=x)",
     "window": "M = window(S, query=q, key=x, left=4095)",
     "varlen": "M = varlen(S, query=q, key=x, lengths=L)",
+    "gather": "Y = gather(E, ids, axis=v)",
     "contract": "C = contract(A, B, over=k)",
 }
 
@@ -276,6 +277,40 @@ def _index(site: Site) -> Result:
     return Result((), (axis,), site.out_dtype() or "int32", params={"axis": axis})
 
 
+def _gather(site: Site) -> Result:
+    """T with its axis `axis` replaced, in place, by the index's axes that T lacks (those it
+    has are matched by name: a label per row picks from that row)."""
+    st = site.st
+    src = site.tensor(st.args[0], "source")
+    index = site.tensor(st.args[1], "index")
+    axis = st.kwargs["axis"]
+    if not isinstance(axis, str):
+        example = f"gather({src.name}, {index.name}, axis={src.axes[-1] if src.axes else 'v'})"
+        raise site.fail(f"expected an axis name for 'axis', found {shown(axis)}", f"e.g. {example}")
+    site.checks.known_axis(axis, site.axes, site.path)
+    if axis not in src.axes:
+        raise site.fail(
+            f"gather along '{axis}', but {src.name} has axes {list(src.axes)}",
+            f"choose one of {listing(src.axes)}",
+        )
+    if index.dtype != "int32":
+        raise site.fail(
+            f"the index {index.name} of gather is {index.dtype}; expected int32",
+            f"declare it as {index.name}: {{axes: {list(index.axes)}, dtype: int32}}, or "
+            f"round it: cast({index.name}, to=int32)",
+        )
+    if axis in index.axes:
+        raise site.fail(
+            f"the index {index.name} has the gathered axis '{axis}' itself",
+            f"index {src.name} along '{axis}' by a tensor over other axes",
+        )
+    out: list[str] = []
+    for a in src.axes:
+        out += [b for b in index.axes if b not in src.axes] if a == axis else [a]
+    return Result((src.name, index.name), tuple(out), site.out_dtype() or src.dtype,
+                  params={"axis": axis})  # fmt: skip
+
+
 def _unary(site: Site) -> Result:
     """A map, softmax, norm, mask, cast or reduction of one tensor."""
     st, kind = site.st, site.rec.kind
@@ -408,6 +443,7 @@ def _binary(site: Site) -> Result:
 _KINDS: dict[str, Callable[[Site], Result]] = {
     "contract": _contract,
     "index": _index,
+    "gather": _gather,
     "binary": _binary,
     **dict.fromkeys(("map", "softmax", "norm", "mask", "cast", "reduce"), _unary),
 }

@@ -33,10 +33,11 @@ KINDS = {
     "cast": "a conversion to another dtype, with scales",
     "mask": "a mask that sets dropped scores to -inf",
     "index": "the position along an axis, as a value",
+    "gather": "values selected along an axis by an index tensor (int32)",
 }
 # kinds whose operations a family builds from the kernel's structure and the reference
 # evaluates by kind (ncdc.check.reference), not by a function of the record
-STRUCTURAL = ("contract", "cast", "mask", "index")
+STRUCTURAL = ("contract", "cast", "mask", "index", "gather")
 
 Meaning = Callable[..., Any]  # (np, *arrays[, axis, eps]) -> float64 array
 
@@ -208,6 +209,10 @@ _STRUCTURAL = (
     # I = index(q): the position i along axis q, as a value (ALiBi's j - i is sub(J, I));
     # an index the kernel has: no arithmetic
     _op("index", "index", 1, "dtype", flops=0),
+    # Y = gather(T, I, axis=v): T with its axis v replaced by I's axes, Y[.., i.., ..] =
+    # T[.., I[i..], ..]; the index is rounded to the nearest whole number and checked against
+    # v's size first (out of range is an error, never a read): a compare and a convert
+    _op("gather", "gather", 2, "axis dtype", "axis", flops=2, device=True),
 )  # fmt: skip
 
 RECORDS: dict[tuple[str, str], OpRecord] = {

@@ -48,3 +48,26 @@ def test_run_of_a_cu_without_json_is_one_line(tmp_path):
     result = ncdc("run", str(tmp_path / "k.cu"))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "k.json" in result.stderr
+
+
+def test_an_index_out_of_range_is_refused_after_an_emulated_run(monkeypatch):
+    """The kernel reads nothing at a bad index and sets the status word; the run names the
+    first bad value and the range it must be in (exit 2, bad input)."""
+    import ncdc.check.run as run
+    from ncdc.errors import IndexRangeError
+    from ncdc.language.load import load_diagram
+    from ncdc.plan.search import plan_diagram
+    from ncdc.render import render_plan
+
+    diagram = load_diagram(ROOT / "tests/specs/gather_embedding_odd.yaml", {"t": 5, "d": 20})
+    module = render_plan(plan_diagram(diagram, H200))
+    drawn = run.make_inputs(diagram, 0)
+    drawn["ids"][3] = 101  # v has 101 rows: 0 .. 100
+    monkeypatch.setattr(run, "make_inputs", lambda d, seed: drawn)
+    try:
+        run.run_diagram(diagram, module, backend="cpu")
+    except IndexRangeError as e:
+        assert e.exit_code == 2
+        assert "index ids[3] = 101 is out of range" in e.message and "0 .. 100" in e.message
+    else:
+        raise AssertionError("an index out of range was not refused")

@@ -105,3 +105,44 @@ def test_where_takes_three_operands_and_finite_scales_stay_finite():
             assert message in e.message, (bad, e.message)
         else:
             raise AssertionError(bad)
+
+
+GATHER = """
+ncdc: 1
+name: g
+axes: {t: 5, v: 11, d: 8}
+inputs:
+  E: {axes: [v, d], dtype: bf16}
+  Z: {axes: [t, v], dtype: bf16}
+  ids: {axes: [t], dtype: int32}
+ops:
+  - Y = gather(E, ids, axis=v)
+  - P = gather(Z, ids, axis=v, dtype=fp32)
+outputs: [Y, P]
+"""
+
+
+def test_gather_replaces_the_axis_by_the_index_axes_the_source_lacks():
+    d = load_diagram_text(GATHER)
+    # an embedding: E's v replaced by ids' t, in place
+    assert d.tensor("Y").axes == ("t", "d") and d.tensor("Y").dtype == "bf16"
+    # a label per row: ids' t is Z's own, so v goes and nothing comes in
+    assert d.tensor("P").axes == ("t",) and d.tensor("P").dtype == "fp32"
+    assert d.ops[0].params["axis"] == "v" and d.ops[0].operands == ("E", "ids")
+
+
+def test_gather_refuses_a_float_index_and_an_axis_the_source_lacks():
+    from ncdc.errors import SpecError
+
+    for bad, message in [
+        ("Y = gather(E, Z, axis=v)", "expected int32"),
+        ("Y = gather(E, ids, axis=t)", "gather along 't', but E has axes"),
+        ("Y = gather(Z, E, axis=v)", "the index E of gather is bf16"),
+        ("Y = gather(E, ids, axis=3)", "expected an axis name for 'axis'"),
+    ]:
+        try:
+            load_diagram_text(GATHER.replace("Y = gather(E, ids, axis=v)", bad))
+        except SpecError as e:
+            assert message in e.message, (bad, e.message)
+        else:
+            raise AssertionError(bad)

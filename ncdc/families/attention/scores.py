@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from ncdc.model.graph import Kernel
 
 
-SCORE_KINDS = ELEMENTWISE_KINDS  # what the score path runs between S and softmax
+# what the score path runs between S and softmax: a gather reads memory the fused kernel does
+# not stage, so it is saved first (the kernel-break search puts it in a kernel of its own)
+SCORE_KINDS = tuple(k for k in ELEMENTWISE_KINDS if k != "gather")
 
 
 @dataclass(frozen=True)

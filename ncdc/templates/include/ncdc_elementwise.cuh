@@ -68,6 +68,22 @@ NCDC_DEVICE float op_causal(float x, long long i, long long j, long long shift) 
   return j > i + shift ? negative_infinity() : x;
 }
 
+// ---- gathers ------------------------------------------------------------------------------
+// The element at `index` along an axis of n elements `pitch` apart from p, the index rounded
+// to the nearest whole number as an int32 stores it (exact: the generator keeps n <= 2^24).
+// An index outside [0, n), or NaN, reads nothing there: it gives NaN (from element 0, which
+// is in range) and sets *status, which the host reads after the launches and reports
+// (ncdc.check.run.check_indices). Branch-free but for the store, so that an unrolled run of
+// gathers keeps its loads in flight.
+template <class T>
+NCDC_DEVICE float op_gather(const T* p, float index, long long n, long long pitch, int* status) {
+  const float k = rintf(index);  // to nearest, ties to even; NaN fails both comparisons
+  const bool ok = k >= 0.0f && k < float(n);
+  if (!ok) *status = 1;  // every writer writes 1: no atomic needed
+  const float x = to_float(ld_global(p + (ok ? (long long)k : 0LL) * pitch));
+  return ok ? x : __int_as_float(0x7fc00000);
+}
+
 // ---- storage bits ------------------------------------------------------------------------
 // A storage element <-> its raw bits (in the low bits of a 32-bit word), for unpacking and
 // packing vector registers without type punning.
