@@ -9,6 +9,7 @@ from typing import Any
 
 from ncdc.errors import SpecError, excerpt
 from ncdc.language.dtypes import DTYPES
+from ncdc.language.hints import dtype_hint
 from ncdc.language.names import check_identifier
 from ncdc.language.text import describe, did_you_mean, listing, shown
 from ncdc.language.yamlsrc import YamlDoc, YamlPath
@@ -82,7 +83,7 @@ class Checks:
             raise self.fail(
                 path,
                 f"unknown dtype {shown(value)}; expected one of {listing(DTYPES)}",
-                did_you_mean(str(value), DTYPES),
+                dtype_hint(str(value)) or did_you_mean(str(value), DTYPES),
             )
         return str(value)
 

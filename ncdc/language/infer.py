@@ -18,6 +18,7 @@ from ncdc.errors import SpecError
 from ncdc.language.checks import Checks
 from ncdc.language.diagram import MAX_AXIS_SIZE, Op, Tensor
 from ncdc.language.dtypes import DTYPES
+from ncdc.language.hints import keyword_hint, operation_hint
 from ncdc.language.ops import GELU_APPROXIMATIONS, MASK_ALIGN, OPERATIONS, REDUCE_MAX, OpRecord
 from ncdc.language.parse import Statement
 from ncdc.language.text import did_you_mean, listing, shown
@@ -202,7 +203,7 @@ def _record(checks: Checks, st: Statement, path: YamlPath) -> OpRecord:
         raise checks.fail(
             path,
             f"unknown operation '{st.fn}'; expected one of {listing(sorted(OPERATIONS))}",
-            did_you_mean(st.fn, OPERATIONS),
+            operation_hint(st.fn) or did_you_mean(st.fn, OPERATIONS),
         )
     if st.fn == "max" and len(st.args) == 1:
         rec = REDUCE_MAX
@@ -216,7 +217,8 @@ def _record(checks: Checks, st: Statement, path: YamlPath) -> OpRecord:
                 path,
                 f"{st.fn} has no argument '{key}'; expected "
                 f"{listing(sorted(rec.keywords)) or 'none'}",
-                did_you_mean(key, rec.keywords),
+                keyword_hint(st.fn, key, st.kwargs[key], tuple(rec.keywords))
+                or did_you_mean(key, rec.keywords),
             )
     for key in rec.required:
         if key not in st.kwargs:

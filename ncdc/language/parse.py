@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ncdc.errors import SpecError, excerpt
+from ncdc.language.hints import infix_hint
 
 _TOKEN = re.compile(
     r"\s*(?:(?P<num>[-+]?(?:(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|inf(?!\w)))"
@@ -60,7 +61,7 @@ def parse_op_text(text: str, where: str) -> Statement:
         return SpecError(
             f"cannot parse '{text.strip()}': expected {expected}, found {found}",
             where=where,
-            hint="write e.g. 'C = contract(A, B, over=k)'",
+            hint=infix_hint(text) or "write e.g. 'C = contract(A, B, over=k)'",
         )
 
     def take(kind: str, value: str | None = None) -> str:
@@ -135,7 +136,7 @@ def _tokenize(text: str, where: str) -> list[tuple[str, str]]:
                 f"unexpected character {text[pos]!r} at column {pos + 1} of "
                 f"'{excerpt(text.strip(), 80)}'",
                 where=where,
-                hint="operations look like 'Y = gelu(X)'",
+                hint=infix_hint(text) or "operations look like 'Y = gelu(X)'",
             )
         kind = m.lastgroup or "punct"
         tokens.append((kind, m.group(kind)))
