@@ -83,6 +83,15 @@ def _nvrtc() -> Any:
     return nvrtc
 
 
+def available() -> bool:
+    """Whether NVRTC is installed and loads (kernels can be compiled here)."""
+    try:
+        _nvrtc()
+    except CompileError:
+        return False
+    return True
+
+
 def _check(nvrtc: Any, result: tuple[Any, ...]) -> tuple[Any, ...]:
     """Unwrap a `(status, *values)` tuple from cuda.bindings, raising on a bad status."""
     status, *values = result
@@ -122,7 +131,7 @@ def check_arch(arch: str) -> str:
     return arch
 
 
-def _cuda_include_dir() -> Path | None:
+def cuda_include_dir() -> Path | None:
     """The CUDA headers (`cuda_bf16.h`, `cuda_fp16.h`, `cuda_fp8.h`): from the runtime wheel
     (`nvidia/cu13/include`, or `nvidia/cuda_runtime/include` for cu12 wheels), else from a
     toolkit (`$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`)."""
@@ -169,7 +178,7 @@ def ncdc_include_dir() -> Path:
 
 def include_dirs() -> list[Path]:
     """The `-I` folders: the CUDA headers from the runtime wheel, then ncdc's headers."""
-    cuda = _cuda_include_dir()
+    cuda = cuda_include_dir()
     return [p for p in (cuda, ncdc_include_dir()) if p is not None]
 
 
