@@ -81,6 +81,11 @@ class PlanError(NcdcError):
     """A schedule or tile that cannot work: illegal stream, tile over a capacity limit."""
 
 
+class IndexRangeError(NcdcError):
+    """An index tensor with a value outside the axis it selects along: the kernels read
+    nothing there and report it, and the run is refused (bad input, exit 2)."""
+
+
 class CheckFailed(NcdcError):
     """A check that ran and failed: a wrong result, a cost over its baseline."""
 

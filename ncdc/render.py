@@ -82,7 +82,7 @@ def render_plan(plan: Plan) -> RenderedModule:
         for launch in ks.launches:
             parts.append(("export", f"NCDC_EXPORT_KERNEL({launch.kernel});\n"))
         launches += ks.launches
-        workspace += ks.workspace
+        workspace += [w for w in ks.workspace if w not in workspace]  # one status word
     source = ""
     origin: list[str] = []
     for where, text in parts:

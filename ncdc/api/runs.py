@@ -38,7 +38,8 @@ class HostRun:
 
     def __call__(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
                  stream: Any) -> Any:  # fmt: skip
-        from ncdc.check.run import allocate_storage, run_emulated
+        from ncdc.check.reference import from_storage
+        from ncdc.check.run import allocate_storage, check_indices, run_emulated
 
         if stream is not None:
             raise ArrayError(
@@ -52,6 +53,8 @@ class HostRun:
         module, diagram = self.built.module, self.built.diagram
         buffers = allocate_storage(module, diagram, bits)
         run_emulated(self.lib, module, buffers)
+        values = {n: from_storage(b, diagram.tensor(n).dtype) for n, b in bits.items()}
+        check_indices(diagram, buffers, values)  # an index out of range: refused
         family = views[0].family if views else "numpy"
         results = []
         for i, name in enumerate(diagram.outputs):

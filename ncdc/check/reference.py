@@ -91,9 +91,10 @@ def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
 
     Scalars (per-tensor scales) are drawn from [0.5, 2]; tensors from a normal
     distribution, wider for fp8 so its range is used; integer tensors from [-100,
-    100). Lengths (the int32 `lengths` of a varlen mask) are drawn from 0 to the axis
-    they measure, and always include a 0 and a 1 when there are enough of them; packed
-    lengths add up to at most the axis.
+    100), but a gather's index from 0 to the size of the axis it selects along, and int32
+    ids compared for equality as runs of equal ids. Lengths (the int32 `lengths` of a
+    varlen mask) are drawn from 0 to the axis they measure, and always include a 0 and a 1
+    when there are enough of them; packed lengths add up to at most the axis.
     """
     rng = np.random.default_rng(seed)
     lengths = {
@@ -101,11 +102,19 @@ def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
         for op in diagram.ops
         if op.fn == "varlen"
     }
+    indices = index_ranges(diagram)
+    labels = {o for op in diagram.ops if op.fn in ("eq", "ne") for o in op.operands}
     out = {}
     for t in diagram.inputs:
         shape = tuple(diagram.axes[a] for a in t.axes)
         if t.name in lengths:
             x = _random_lengths(rng, shape, *lengths[t.name])
+        elif t.name in indices:  # a gather's index: within the axis it selects along
+            x = rng.integers(0, indices[t.name], size=shape).astype(np.float64)
+        elif t.name in labels and DTYPES[t.dtype].integer and shape:
+            # ids compared for equality (documents of packed sequences): runs of equal ids
+            # along the last axis, so both outcomes occur
+            x = np.cumsum(rng.random(shape) < 4 / shape[-1], axis=-1).astype(np.float64)
         elif not shape:
             x = rng.uniform(0.5, 2.0, size=())
         elif DTYPES[t.dtype].integer:
@@ -113,6 +122,17 @@ def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
         else:
             x = rng.standard_normal(shape) * (8.0 if DTYPES[t.dtype].is_fp8 else 1.0)
         out[t.name] = round_to(x, t.dtype)
+    return out
+
+
+def index_ranges(diagram: Diagram) -> dict[str, int]:
+    """The inputs that index a gather, each with the size of the axis it selects along (the
+    smallest, where it indexes several)."""
+    out: dict[str, int] = {}
+    for op in diagram.ops:
+        if op.kind == "gather" and diagram.producer(str(op.operands[1])) is None:
+            name, size = str(op.operands[1]), diagram.axes[op.params["axis"]]
+            out[name] = min(size, out.get(name, size))
     return out
 
 
@@ -195,6 +215,8 @@ def _evaluate_op(
             return np.arange(d.axes[op.params["axis"]], dtype=np.float64)
         if op.kind == "contract":
             return _contract(op, env, axes_of, d)
+        if op.kind == "gather":
+            return _gather(op, env, axes_of, d)
         if op.kind == "binary":
             args = [
                 _aligned(env[o], axes_of[o], out_axes) if isinstance(o, str) else float(o)
@@ -230,6 +252,32 @@ def _contract(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diag
     )
     product = np.einsum(spec, env[a], env[b], optimize=True)
     return product * _scale(op, env, axes_of, op.axes)
+
+
+def gather_indices(op: Op, env: Mapping[str, np.ndarray], axes_of: Mapping, d: Diagram
+                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """A gather's index at each value of its result, rounded to the nearest whole number
+    (ties to even, as an int32 stores it), and where it is out of range (or NaN)."""
+    name = str(op.operands[1])
+    k = np.rint(_aligned(env[name], axes_of[name], op.axes))
+    bad = ~((k >= 0) & (k < d.axes[op.params["axis"]]))  # NaN compares false: bad
+    return np.where(bad, 0, k).astype(np.int64), bad
+
+
+def _gather(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram) -> np.ndarray:
+    """T[.., I[i..], ..] over the result's axes; NaN where the index is out of range (a run
+    refuses those: ncdc.check.run.check_indices)."""
+    source = str(op.operands[0])
+    k, bad = gather_indices(op, env, axes_of, d)
+    shape = [d.axes[a] for a in op.axes]
+    at = []
+    for a in axes_of[source]:
+        if a == op.params["axis"]:
+            at.append(np.broadcast_to(k, shape))
+        else:
+            axis = np.arange(d.axes[a]).reshape([-1 if b == a else 1 for b in op.axes])
+            at.append(np.broadcast_to(axis, shape))
+    return np.where(np.broadcast_to(bad, shape), np.nan, env[source][tuple(at)])
 
 
 def _norm(op: Op, x: np.ndarray, over: tuple[int, ...], env: dict, axes_of: Mapping,

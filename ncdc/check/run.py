@@ -30,7 +30,8 @@ from ncdc.backends.arguments import (
 )
 from ncdc.backends.outputs import load_compiled
 from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
-from ncdc.errors import UsageError
+from ncdc.errors import IndexRangeError, UsageError
+from ncdc.families.codegen import STATUS
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
@@ -122,8 +123,35 @@ def allocate_storage(
             shape = tuple(diagram.axes[a] for a in t.axes)
             buffers[t.name] = device_aligned(to_storage(np.full(shape, np.nan), t.dtype))
     for w in module.workspace:
-        buffers[w.name] = device_aligned(to_storage(np.full(w.values, np.nan), w.dtype))
+        fill = 0.0 if w.zeroed else np.nan
+        buffers[w.name] = device_aligned(to_storage(np.full(w.values, fill), w.dtype))
     return buffers
+
+
+def check_indices(diagram: Diagram, buffers: Mapping[str, np.ndarray], env: Mapping) -> None:
+    """Refuse a run whose kernels found an index out of range (they set the status word and
+    read nothing there), naming the first such value of the index tensor, where it is and
+    the range it must be in; `env` holds the index tensors' values (the reference's)."""
+    status = buffers.get(STATUS)
+    if status is None or not np.asarray(status).any():
+        return
+    for op in diagram.ops:
+        if op.kind != "gather":
+            continue
+        name, axis = str(op.operands[1]), op.params["axis"]
+        values = np.asarray(env[name], dtype=np.float64)
+        k = np.rint(values)
+        bad = ~((k >= 0) & (k < diagram.axes[axis]))
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            where = f"{name}[{', '.join(map(str, at))}]" if at else name
+            raise IndexRangeError(
+                f"index {where} = {values[at]:g} is out of range: {op.out} = gather("
+                f"{op.operands[0]}, {name}, axis={axis}) selects among 0 .. "
+                f"{diagram.axes[axis] - 1} (the size of {axis}); the kernels read nothing there",
+                hint=f"keep every value of {name} from 0 to {diagram.axes[axis] - 1}",
+            )
+    raise IndexRangeError("a kernel found an index out of range", hint="check the index tensors")
 
 
 DEVICE_ALIGNMENT = 256  # bytes: what cudaMalloc returns (CUDA C++ Programming Guide)
@@ -299,6 +327,7 @@ def run_diagram(
         run_cuda(module, buffers)
         read = written = 0
     seconds = time.perf_counter() - start
+    check_indices(diagram, buffers, expected)
     checks, values = [], {}
     for name in diagram.outputs:
         dtype = diagram.tensor(name).dtype

@@ -60,11 +60,13 @@ class Param:
 
 @dataclass(frozen=True)
 class Workspace:
-    """Scratch memory a kernel needs besides the diagram's tensors (split-k partials)."""
+    """Scratch memory a kernel needs besides the diagram's tensors (split-k partials, an
+    index status word); `zeroed`: filled with zeros before the launches (else unset)."""
 
     name: str
     dtype: str
     values: int
+    zeroed: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,17 +16,40 @@ from dataclasses import dataclass
 from typing import Any
 
 from ncdc.errors import PlanError
-from ncdc.families.base import VECTOR_BYTES, Param
+from ncdc.families.base import VECTOR_BYTES, Param, Workspace
 from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.graph import Kernel
 
-ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask")
+ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask", "index", "gather")
 
 
 def cpp_type(dtype: str) -> str:
     """The C++ type of an ncdc dtype: 'bf16' -> '__nv_bfloat16'."""
     return DTYPES[dtype].cpp
+
+
+STATUS = "ncdc_status"  # the int32 word a kernel sets when an index is out of range
+GATHER_LIMIT = 2**24  # an index travels as fp32, exact up to here
+
+
+def status_param() -> Param:
+    """The index status word of a kernel that gathers (a workspace its launches share)."""
+    return Param(STATUS, "workspace", "int32", writes=True)
+
+
+def status_workspace() -> Workspace:
+    return Workspace(STATUS, "int32", 1, zeroed=True)
+
+
+@dataclass(frozen=True)
+class Pointers:
+    """Where a family's generated code finds a tensor's buffer (`tensor(name)`, a C pointer
+    expression) and the index status word (`status`): what a gather reads through."""
+
+    tensor: Callable[[str], str]
+    status: str
+    buffers: frozenset[str]  # the tensors it has a buffer of: the kernel's inputs
 
 
 @dataclass(frozen=True)
@@ -39,10 +62,17 @@ class Statement:
 
 
 def float_literal(value: float) -> str:
-    """A C++ float literal for a number from the spec (they are finite by construction)."""
+    """A C++ float for a number from the spec: a literal, or an infinity (an elementwise
+    operand may be `inf` or `-inf`, a mask's value); NaN never reaches here.
+
+        >>> float_literal(0.5), float_literal(float("-inf"))
+        ('0.5f', '(-ncdc::infinity())')
+    """
     v = float(value)
-    if not math.isfinite(v):
-        raise PlanError(f"the constant {value} is not finite", hint="use a finite number")
+    if math.isinf(v):
+        return "ncdc::infinity()" if v > 0 else "(-ncdc::infinity())"
+    if v != v:
+        raise PlanError(f"the constant {value} is not a number", hint="use a number")
     return f"{v!r}f"
 
 
@@ -70,12 +100,14 @@ def offset_expr(axes: tuple[str, ...], index: Callable[[str], str]) -> str:
 
 
 def op_statements(
-    op: Op, value: Callable[[str], str], index: Callable[[str], str], out: str
-) -> list[Statement]:
+    op: Op, value: Callable[[str], str], index: Callable[[str], str], out: str,
+    pointers: Pointers | None = None, diagram: Diagram | None = None,
+) -> list[Statement]:  # fmt: skip
     """The statements computing `op` (an elementwise kind) into the variable `out`.
 
     `value(name)` is the C expression of a tensor's value for the current element and
-    `index(axis)` that of an axis index there.
+    `index(axis)` that of an axis index there; a gather reads its source through
+    `pointers` (the diagram gives the source's axes).
     """
 
     def arg(o: str | float) -> str:
@@ -83,6 +115,8 @@ def op_statements(
 
     if op.kind == "index":
         return [Statement(out, "op_id", (f"float({index(op.params['axis'])})",))]
+    if op.kind == "gather":
+        return [gather_statement(op, value, index, out, pointers, diagram)]
     args = tuple(arg(o) for o in op.operands)
     scaled = args[0]
     steps: list[Statement] = []
@@ -110,6 +144,40 @@ def op_statements(
         steps.append(Statement(out, f"op_cast<{cpp_type(dtype)}>", (scaled,)))
         return steps
     raise PlanError(f"{op.fn} ({op.out}) is not an elementwise operation")
+
+
+def gather_statement(
+    op: Op, value: Callable[[str], str], index: Callable[[str], str], out: str,
+    pointers: Pointers | None, diagram: Diagram | None,
+) -> Statement:  # fmt: skip
+    """`out = ncdc::op_gather(source at this element with the gathered axis at 0, index,
+    axis size, pitch along it, status)`."""
+    source, indices = (str(o) for o in op.operands)
+    axis = op.params["axis"]
+    if pointers is None or diagram is None:
+        raise PlanError(
+            f"no code for gather ({op.out}) in this kernel",
+            hint=f"save {op.out} in a kernel of its own: schedule: {{materialize: [{op.out}]}}",
+        )
+    if diagram.axes[axis] > GATHER_LIMIT:
+        raise PlanError(
+            f"gather ({op.out}) along {axis} of {diagram.axes[axis]} values; the kernels take "
+            f"indices up to {GATHER_LIMIT} (exact in fp32)",
+            hint=f"split {axis} into parts of at most {GATHER_LIMIT}",
+        )
+    if source not in pointers.buffers:
+        raise PlanError(
+            f"gather ({op.out}) from {source}, which this kernel computes; a gather reads its "
+            "source from memory",
+            hint=f"save {source}: schedule: {{materialize: [{source}]}}",
+        )
+    t = diagram.tensor(source)
+    at = offset_expr(t.axes, lambda a: "0" if a == axis else index(a))
+    pitch = " * ".join(size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]) or "1"
+    base = f"{pointers.tensor(source)} + {at}" if at != "0" else pointers.tensor(source)
+    return Statement(
+        out, "op_gather", (base, value(indices), size_name(axis), pitch, pointers.status)
+    )
 
 
 def needed_ops(ops: Iterable[Op], targets: Iterable[str], known: Iterable[str]) -> list[Op]:
@@ -196,8 +264,9 @@ def vector_width(diagram: Diagram, names: Iterable[str]) -> int:
 
 def param_context(params: Iterable[Param]) -> list[dict[str, Any]]:
     """The kernel parameters as the templates declare them: tensors, then sizes."""
+    buffers = ("tensor", "workspace")
     return [
-        {"name": p.name, "tensor": p.kind == "tensor", "writes": p.writes,
-         "ctype": cpp_type(p.dtype) if p.kind == "tensor" else "long long"}
+        {"name": p.name, "tensor": p.kind in buffers, "writes": p.writes,
+         "ctype": cpp_type(p.dtype) if p.kind in buffers else "long long"}
         for p in params
     ]  # fmt: skip

@@ -42,12 +42,16 @@ from ncdc.families.base import (
 )
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
+    STATUS,
+    Pointers,
     Statement,
     cpp_type,
     offset_expr,
     op_statements,
     param_context,
     size_name,
+    status_param,
+    status_workspace,
     vector_width,
 )
 from ncdc.language.diagram import Diagram
@@ -113,7 +117,9 @@ class ElementwiseFamily:
         ]  # fmt: skip
         vec = vector_width(d, runs)
         total = math.prod(d.axes[a] for a in axes)
-        registers_per_vector = vec * max(len(kernel.inputs), 1)
+        # a value per input per lane; a gather's lane also holds its 64-bit address
+        gathers = sum(op.kind == "gather" for op in kernel.ops)
+        registers_per_vector = vec * (max(len(kernel.inputs), 1) + 2 * gathers)
         out: dict[tuple, Candidate] = {}
         for threads, asked in itertools.product(TILES["threads"], TILES["vectors_per_thread"]):
             tile = fixed.get(inner, min(threads * vec * asked, model.sizes[inner]))
@@ -168,8 +174,10 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         return f"ncdc_e_{name}"
 
     statements: list[Statement] = []
+    pointers = Pointers(lambda n: f"ncdc_t.{n}", f"ncdc_t.{STATUS}", frozenset(kernel.inputs))
     for op in kernel.ops:
-        statements += op_statements(op, value, lambda a: elem_index[a], value(op.out))
+        statements += op_statements(op, value, lambda a: elem_index[a], value(op.out), pointers, d)
+    loaded = [n for n in kernel.inputs if n not in kernel.gathered_only]
 
     def access(name: str) -> dict[str, Any]:
         t = d.tensor(name)
@@ -189,10 +197,18 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     threads = c.threads
     dtype = d.tensor(kernel.outputs[0]).dtype
     name = f"{kernel.name}_elementwise_{dtype.replace('_', '')}_t{threads}_v{vec}"
-    params = [
-        Param(n, "tensor", d.tensor(n).dtype, writes=n in kernel.outputs)
-        for n in (*kernel.inputs, *kernel.outputs)
-    ] + [Param(size_name(a), "int64", value=d.axes[a]) for a in axes]
+    gathers = any(op.kind == "gather" for op in kernel.ops)
+    sources = [str(op.operands[0]) for op in kernel.ops if op.kind == "gather"]
+    # the gathered axes and the sources' other axes size their pitches
+    other = dict.fromkeys(a for n in sources for a in d.tensor(n).axes if a not in axes)
+    params = (
+        [
+            Param(n, "tensor", d.tensor(n).dtype, writes=n in kernel.outputs)
+            for n in (*kernel.inputs, *kernel.outputs)
+        ]
+        + ([status_param()] if gathers else [])
+        + [Param(size_name(a), "int64", value=d.axes[a]) for a in (*axes, *other)]
+    )
     context = {
         "kernel": name,
         "threads": threads,
@@ -200,11 +216,15 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "vpt": c.param("vpt"),
         "axes": [{"name": a, "size": size_name(a), "index": index[a]} for a in reversed(axes)],
         "inner": inner,
-        "inputs": [access(n) for n in kernel.inputs],
+        "inputs": [access(n) for n in loaded],
         "outputs": [access(n) for n in kernel.outputs],
         "statements": statements,
         "result": {n: value(n) for n in kernel.outputs},
         "params": param_context(params),
         "doc": "; ".join(op.text for op in kernel.ops),
+        # A run of gathers holds a 64-bit address per value; without a bound on blocks per
+        # SM ptxas keeps such a kernel at 32 registers and spills (sm_80, sm_90a)
+        "min_blocks": 1 if gathers else 0,
     }
-    return KernelSource("elementwise.cu.j2", context, (Launch.of(name, c.main, params),))
+    workspace = (status_workspace(),) if gathers else ()
+    return KernelSource("elementwise.cu.j2", context, (Launch.of(name, c.main, params),), workspace)

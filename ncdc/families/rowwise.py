@@ -37,6 +37,8 @@ from ncdc.families.base import (
 )
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
+    STATUS,
+    Pointers,
     Statement,
     cpp_type,
     float_literal,
@@ -46,6 +48,8 @@ from ncdc.families.codegen import (
     param_context,
     size_name,
     split_row_op,
+    status_param,
+    status_workspace,
     vector_width,
 )
 from ncdc.language.diagram import Diagram, Op
@@ -104,6 +108,8 @@ class RowwiseFamily:
         for op in kernel.ops:
             if op not in rowops and op.kind not in ELEMENTWISE_KINDS:
                 return None
+        if kernel.gathered_only:
+            return None  # rows it would gather, not load: the gather is saved first
         rows = tuple(a for a in kernel.woven if a not in row)
         return Family(self.name, {"rows": rows, "row": row}, TILES)
 
@@ -268,12 +274,16 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         f"{kernel.name}_rowwise_{d.tensor(kernel.outputs[0]).dtype.replace('_', '')}"
         f"_r{c.param('rows')}_t{c.param('tpr')}_v{c.param('vpt')}{'_p2' if passes == 2 else ''}"
     )
-    params = [
-        Param(t, "tensor", d.tensor(t).dtype, writes=t in kernel.outputs) for t in touched
-    ] + [Param(size_name(a), "int64", value=d.axes[a]) for a in (*r.rows_axes, row)]
+    gathers = any(op.kind == "gather" for op in kernel.ops)
+    params = (
+        [Param(t, "tensor", d.tensor(t).dtype, writes=t in kernel.outputs) for t in touched]
+        + ([status_param()] if gathers else [])
+        + [Param(size_name(a), "int64", value=d.axes[a]) for a in (*r.rows_axes, row)]
+    )
     # Axis indices of the row (64-bit divisions) only where an offset or a mask needs them.
+    per_row = r.statements(parts.row_pre) + r.statements(parts.finish_row_ops)
     generated = [r.offset(t) for t in touched] + [
-        a for st in (*source_stmts, *parts.finish_stmts) for a in st.args
+        a for st in (*source_stmts, *parts.finish_stmts, *per_row) for a in st.args
     ]
     uses_indices = any("ncdc_i_" in g for g in generated) or any(
         op.kind == "mask" for op in kernel.ops
@@ -325,7 +335,8 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "stage_cols": d.axes[row],
     }
     assert all(op.kind in ELEMENTWISE_KINDS for op in r.elem_ops)
-    return KernelSource("rowwise.cu.j2", context, (Launch.of(name, c.main, params),))
+    workspace = (status_workspace(),) if gathers else ()
+    return KernelSource("rowwise.cu.j2", context, (Launch.of(name, c.main, params),), workspace)
 
 
 class _RowKernel:
@@ -356,8 +367,13 @@ class _RowKernel:
 
     def statements(self, ops: list[Op]) -> list[Statement]:
         out: list[Statement] = []
+        pointers = Pointers(
+            lambda n: f"ncdc_t.{n}", f"ncdc_t.{STATUS}", frozenset(self.kernel.inputs)
+        )
         for op in ops:
-            out += op_statements(op, self.value, lambda a: self.index[a], self.value(op.out))
+            out += op_statements(
+                op, self.value, lambda a: self.index[a], self.value(op.out), pointers, self.d
+            )
         return out
 
     def loads(self, stmts: list[Statement], *extra: str) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ncdc.errors import SpecError, excerpt
 from ncdc.language.dtypes import DTYPES
+from ncdc.language.hints import dtype_hint
 from ncdc.language.names import check_identifier
 from ncdc.language.text import describe, did_you_mean, listing, shown
 from ncdc.language.yamlsrc import YamlDoc, YamlPath
@@ -82,16 +83,18 @@ class Checks:
             raise self.fail(
                 path,
                 f"unknown dtype {shown(value)}; expected one of {listing(DTYPES)}",
-                did_you_mean(str(value), DTYPES),
+                dtype_hint(str(value)) or did_you_mean(str(value), DTYPES),
             )
         return str(value)
 
-    def number(self, value: Any, path: YamlPath, what: str) -> float:
+    def number(self, value: Any, path: YamlPath, what: str, infinite: bool = False) -> float:
+        """A number from the spec: finite, or also `inf` and `-inf` where `infinite` (an
+        operand of an elementwise operation: a mask's `where(K, S, -inf)`)."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(path, f"expected a number for {what}, found {shown(value)}")
         if isinstance(value, int) and abs(value) > 2**1023:  # float() would overflow
             found = f"a whole number of {value.bit_length()} bits"
             raise self.fail(path, f"expected a finite number for {what}, found {found}")
-        if value != value or value in (float("inf"), float("-inf")):
+        if value != value or (not infinite and value in (float("inf"), float("-inf"))):
             raise self.fail(path, f"expected a finite number for {what}, found {value}")
         return float(value)

@@ -18,6 +18,7 @@ from ncdc.errors import SpecError
 from ncdc.language.checks import Checks
 from ncdc.language.diagram import MAX_AXIS_SIZE, Op, Tensor
 from ncdc.language.dtypes import DTYPES
+from ncdc.language.hints import keyword_hint, operation_hint
 from ncdc.language.ops import GELU_APPROXIMATIONS, MASK_ALIGN, OPERATIONS, REDUCE_MAX, OpRecord
 from ncdc.language.parse import Statement
 from ncdc.language.text import did_you_mean, listing, shown
@@ -31,6 +32,7 @@ _EXAMPLES = {
     "mask": "M = causal(S, query=q, key=x)",
     "window": "M = window(S, query=q, key=x, left=4095)",
     "varlen": "M = varlen(S, query=q, key=x, lengths=L)",
+    "gather": "Y = gather(E, ids, axis=v)",
     "contract": "C = contract(A, B, over=k)",
 }
 
@@ -201,7 +203,7 @@ def _record(checks: Checks, st: Statement, path: YamlPath) -> OpRecord:
         raise checks.fail(
             path,
             f"unknown operation '{st.fn}'; expected one of {listing(sorted(OPERATIONS))}",
-            did_you_mean(st.fn, OPERATIONS),
+            operation_hint(st.fn) or did_you_mean(st.fn, OPERATIONS),
         )
     if st.fn == "max" and len(st.args) == 1:
         rec = REDUCE_MAX
@@ -215,7 +217,8 @@ def _record(checks: Checks, st: Statement, path: YamlPath) -> OpRecord:
                 path,
                 f"{st.fn} has no argument '{key}'; expected "
                 f"{listing(sorted(rec.keywords)) or 'none'}",
-                did_you_mean(key, rec.keywords),
+                keyword_hint(st.fn, key, st.kwargs[key], tuple(rec.keywords))
+                or did_you_mean(key, rec.keywords),
             )
     for key in rec.required:
         if key not in st.kwargs:
@@ -274,6 +277,40 @@ def _index(site: Site) -> Result:
     site.checks.known_axis(axis, site.axes, site.path)
     # int32 ranks below every float: sub(J, I) * slope is bf16
     return Result((), (axis,), site.out_dtype() or "int32", params={"axis": axis})
+
+
+def _gather(site: Site) -> Result:
+    """T with its axis `axis` replaced, in place, by the index's axes that T lacks (those it
+    has are matched by name: a label per row picks from that row)."""
+    st = site.st
+    src = site.tensor(st.args[0], "source")
+    index = site.tensor(st.args[1], "index")
+    axis = st.kwargs["axis"]
+    if not isinstance(axis, str):
+        example = f"gather({src.name}, {index.name}, axis={src.axes[-1] if src.axes else 'v'})"
+        raise site.fail(f"expected an axis name for 'axis', found {shown(axis)}", f"e.g. {example}")
+    site.checks.known_axis(axis, site.axes, site.path)
+    if axis not in src.axes:
+        raise site.fail(
+            f"gather along '{axis}', but {src.name} has axes {list(src.axes)}",
+            f"choose one of {listing(src.axes)}",
+        )
+    if index.dtype != "int32":
+        raise site.fail(
+            f"the index {index.name} of gather is {index.dtype}; expected int32",
+            f"declare it as {index.name}: {{axes: {list(index.axes)}, dtype: int32}}, or "
+            f"round it: cast({index.name}, to=int32)",
+        )
+    if axis in index.axes:
+        raise site.fail(
+            f"the index {index.name} has the gathered axis '{axis}' itself",
+            f"index {src.name} along '{axis}' by a tensor over other axes",
+        )
+    out: list[str] = []
+    for a in src.axes:
+        out += [b for b in index.axes if b not in src.axes] if a == axis else [a]
+    return Result((src.name, index.name), tuple(out), site.out_dtype() or src.dtype,
+                  params={"axis": axis})  # fmt: skip
 
 
 def _unary(site: Site) -> Result:
@@ -395,15 +432,20 @@ def _binary(site: Site) -> Result:
         raise site.fail(f"{st.fn} needs at least one tensor operand")
     for arg in st.args:
         if not isinstance(arg, str):
-            site.checks.number(arg, site.path, "operand")
+            site.checks.number(arg, site.path, "operand", infinite=True)
     out_axes = tuple(dict.fromkeys(a for t in tensors for a in t.axes))
-    dtype = site.out_dtype() or max((t.dtype for t in tensors), key=lambda d: DTYPES[d].rank)
+    # where(C, A, B) has the type of its values; a condition of 0s and 1s adds none
+    typed = [site.known[a] for a in st.args[1:] if isinstance(a, str)] if st.fn == "where" else []
+    dtype = site.out_dtype() or max(
+        (t.dtype for t in typed or tensors), key=lambda d: DTYPES[d].rank
+    )
     return Result(tuple(st.args), out_axes, dtype)
 
 
 _KINDS: dict[str, Callable[[Site], Result]] = {
     "contract": _contract,
     "index": _index,
+    "gather": _gather,
     "binary": _binary,
     **dict.fromkeys(("map", "softmax", "norm", "mask", "cast", "reduce"), _unary),
 }

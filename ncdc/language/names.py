@@ -12,7 +12,8 @@ from ncdc.language.text import shown
 MAX_NAME_LENGTH = 48
 
 
-# Names that would break or hijack generated C++: keywords, CUDA built-ins, our prefixes.
+# Names that would break or hijack generated C++: keywords, CUDA built-ins, our prefixes;
+# and `inf`, which an operation line reads as a number.
 _RESERVED = frozenset(
     """alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
     char16_t char32_t class compl concept const consteval constexpr constinit const_cast
@@ -24,7 +25,7 @@ _RESERVED = frozenset(
     typename union unsigned using virtual void volatile wchar_t while xor xor_eq
     threadIdx blockIdx blockDim gridDim warpSize dim3 half float2 float4 int4 uint4 uint2
     size_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
-    main NULL INFINITY NAN min max std""".split()
+    main NULL INFINITY NAN min max std inf""".split()
 )
 
 

@@ -28,17 +28,18 @@ from typing import Any
 KINDS = {
     "contract": "a contraction over shared axes (einsum), with scales",
     "map": "an elementwise function of one tensor",
-    "binary": "an elementwise function of two operands, broadcast by axis name",
+    "binary": "an elementwise function of two operands (three for `where`), broadcast by axis name",
     "reduce": "a reduction that removes its axes",
     "softmax": "softmax over an axis",
     "norm": "a normalisation over axes that keeps them",
     "cast": "a conversion to another dtype, with scales",
     "mask": "a mask that sets dropped scores to -inf",
     "index": "the position along an axis, as a value",
+    "gather": "values selected along an axis by an index tensor (int32)",
 }
 # kinds whose operations a family builds from the kernel's structure and the reference
 # evaluates by kind (ncdc.check.reference), not by a function of the record
-STRUCTURAL = ("contract", "cast", "mask", "index")
+STRUCTURAL = ("contract", "cast", "mask", "index", "gather")
 
 Meaning = Callable[..., Any]  # (np, *arrays[, axis, eps]) -> float64 array
 
@@ -79,10 +80,10 @@ def _op(
     )  # fmt: skip
 
 
-# Derivatives that need a comparison (a step or a sign), which the language lacks.
-_STEP = "its derivative is a step, which needs a comparison (where) the language lacks"
-_SIGN = "its derivative is the sign, which needs a comparison (where) the language lacks"
-_PICK = "its gradient goes to the larger (smaller) operand, which needs a comparison (where)"
+# Derivatives that need a comparison (a step or a sign), which ncdc grad does not derive yet.
+_STEP = "its derivative is a step, which ncdc grad does not derive yet"
+_SIGN = "its derivative is the sign, which ncdc grad does not derive yet"
+_PICK = "its gradient goes to the larger (smaller) operand, which ncdc grad does not derive yet"
 # gelu'(x) = Phi(x) + x phi(x) (exact); 1 / sqrt(2) = 0.7071..., 1 / sqrt(2 pi) = 0.3989...
 _D_GELU = (
     "mul(g, add(mul(add(erf(mul(x, 0.7071067811865476)), 1), 0.5), "
@@ -95,6 +96,15 @@ _D_GELU_TANH = (
     f"mul(g, add(mul(add({_T}, 1), 0.5), mul(mul(x, sub(1, square({_T}))), "
     "mul(add(mul(square(x), 0.134145), 1), 0.3989422804014327))))"
 )
+_FLAT = "it is piecewise constant: no gradient flows through it"
+COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
 
 
 def _erf(np: Any, x: Any) -> Any:
@@ -168,6 +178,17 @@ _MAPS = (
         d=("mul(g, neg(square(y)))",)),
     _op("square", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.square(x), device=True,
         d=("mul(g, mul(x, 2))",)),
+    _op("floor", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.floor(x), device=True,
+        no_d=_FLAT),
+    # cosf and sinf: a Payne-Hanek or Cody-Waite range reduction and a degree-8 polynomial
+    # (libdevice), about 12 fp32 instructions for the arguments positions give
+    _op("cos", "map", 1, "dtype", flops=12, meaning=lambda np, x: np.cos(x), device=True,
+        d=("mul(g, neg(sin(x)))",)),
+    _op("sin", "map", 1, "dtype", flops=12, meaning=lambda np, x: np.sin(x), device=True,
+        d=("mul(g, cos(x))",)),
+    # logic on truth values: 0 is false, anything else (NaN included) true
+    _op("not", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.where(x != 0, 0.0, 1.0),
+        device=True, no_d=_FLAT),
 )  # fmt: skip
 _BINARY = (
     _op("add", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a + b, device=True,
@@ -182,6 +203,21 @@ _BINARY = (
         device=True, no_d=_PICK),
     _op("min", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: np.minimum(a, b),
         device=True, no_d=_PICK),
+
+    # Comparisons give 1 where they hold and 0 elsewhere (NaN compares false but for ne), in
+    # the type of their widest operand; a compare and a select each
+    *(_op(name, "binary", 2, "dtype", flops=2, device=True, no_d=_FLAT,
+          meaning=lambda np, a, b, f=f: np.where(f(a, b), 1.0, 0.0))
+      for name, f in COMPARISONS.items()),
+    _op("and", "binary", 2, "dtype", flops=2, device=True, no_d=_FLAT,
+        meaning=lambda np, a, b: np.where((a != 0) & (b != 0), 1.0, 0.0)),
+    _op("or", "binary", 2, "dtype", flops=2, device=True, no_d=_FLAT,
+        meaning=lambda np, a, b: np.where((a != 0) | (b != 0), 1.0, 0.0)),
+    # where(C, A, B): A where C is true (not 0), else B; a compare and a select. Its type is
+    # its values' (A's and B's), not the condition's.
+    _op("where", "binary", 3, "dtype", flops=2, device=True,
+        no_d="its gradient is a where of its own, which ncdc grad does not derive yet",
+        meaning=lambda np, c, a, b: np.where(c != 0, a, b)),
 )  # fmt: skip
 # Reductions and row operations: the row kernels' device code reduces (ncdc_rowwise.cuh);
 # their price per input value: softmax's running max, subtract, running sum and scale (4),
@@ -217,6 +253,10 @@ _STRUCTURAL = (
     # I = index(q): the position i along axis q, as a value (ALiBi's j - i is sub(J, I));
     # an index the kernel has: no arithmetic
     _op("index", "index", 1, "dtype", flops=0),
+    # Y = gather(T, I, axis=v): T with its axis v replaced by I's axes, Y[.., i.., ..] =
+    # T[.., I[i..], ..]; the index is rounded to the nearest whole number and checked against
+    # v's size first (out of range is an error, never a read): a compare and a convert
+    _op("gather", "gather", 2, "axis dtype", "axis", flops=2, device=True),
 )  # fmt: skip
 
 RECORDS: dict[tuple[str, str], OpRecord] = {
@@ -229,7 +269,7 @@ OPERATIONS: dict[str, OpRecord] = {
 }
 REDUCE_MAX = RECORDS[("reduce", "max")]
 UNARY_MAPS = tuple(r.name for r in _MAPS if r.spelled)
-BINARY_MAPS = tuple(r.name for r in _BINARY)
+BINARY_MAPS = tuple(r.name for r in _BINARY if r.operands == 2)  # `where` takes three
 REDUCTIONS = ("sum", "max", "mean")
 
 # gelu's `approximate=` (PyTorch's spelling) -> the op it stands for

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ncdc.errors import SpecError, excerpt
+from ncdc.language.hints import infix_hint
 
 _TOKEN = re.compile(
-    r"\s*(?:(?P<num>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
+    r"\s*(?:(?P<num>[-+]?(?:(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|inf(?!\w)))"
+    r"|(?P<name>[A-Za-z_]\w*)"
     r"|(?P<punct>[=(),:\[\]*]))"
 )
 
@@ -59,7 +61,7 @@ def parse_op_text(text: str, where: str) -> Statement:
         return SpecError(
             f"cannot parse '{text.strip()}': expected {expected}, found {found}",
             where=where,
-            hint="write e.g. 'C = contract(A, B, over=k)'",
+            hint=infix_hint(text) or "write e.g. 'C = contract(A, B, over=k)'",
         )
 
     def take(kind: str, value: str | None = None) -> str:
@@ -134,7 +136,7 @@ def _tokenize(text: str, where: str) -> list[tuple[str, str]]:
                 f"unexpected character {text[pos]!r} at column {pos + 1} of "
                 f"'{excerpt(text.strip(), 80)}'",
                 where=where,
-                hint="operations look like 'Y = gelu(X)'",
+                hint=infix_hint(text) or "operations look like 'Y = gelu(X)'",
             )
         kind = m.lastgroup or "punct"
         tokens.append((kind, m.group(kind)))
@@ -143,4 +145,5 @@ def _tokenize(text: str, where: str) -> list[tuple[str, str]]:
 
 
 def _number(text: str) -> float | int:
+    """A number token: whole numbers stay ints; `inf` and `-inf` (a mask's value) are floats."""
     return int(text) if re.fullmatch(r"[-+]?\d+", text) else float(text)

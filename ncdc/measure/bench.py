@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ncdc.check.reference import from_storage, round_to, to_storage
+from ncdc.check.reference import from_storage, index_ranges, round_to, to_storage
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
@@ -255,17 +255,21 @@ def device_buffers(cupy: Any, diagram: Diagram, module: RenderedModule, seed: in
     rng = cupy.random.default_rng(seed)
     named = {p.name for launch in module.launches for p in launch.params}
     inputs = {t.name for t in diagram.inputs}
+    indices = index_ranges(diagram)  # a gather's index: within the axis it selects along
     out: dict[str, Any] = {}
     for t in diagram.tensors:
         if t.name not in named and t.name not in diagram.outputs:
             continue
         shape = tuple(diagram.axes[a] for a in t.axes)
-        if t.name in inputs:
+        if t.name in indices:
+            out[t.name] = rng.integers(0, indices[t.name], size=shape, dtype=np.int32)
+        elif t.name in inputs:
             out[t.name] = random_device_array(cupy, shape, t.dtype, rng)
         else:
             out[t.name] = cupy.empty(shape, dtype=np.dtype(DTYPES[t.dtype].bits))
     for w in module.workspace:
-        out[w.name] = cupy.empty(w.values, dtype=np.dtype(DTYPES[w.dtype].bits))
+        make = cupy.zeros if w.zeroed else cupy.empty
+        out[w.name] = make(w.values, dtype=np.dtype(DTYPES[w.dtype].bits))
     return out
 
 

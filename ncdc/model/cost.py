@@ -168,7 +168,8 @@ def _transfers(model: KernelModel, hw: Hardware, choice: TileChoice, pace: Pace)
         if c is not None and c.cluster and lower.name == hw.block_level:
             # a cluster's blocks multicast what they share: the traffic of their joint tile
             group = {**group, **{a: group[a] * n for a, n in c.cluster}}
-        values, nbytes = model.tile_transfer(group, part.stream, clipped)
+        top = upper.name == levels[0].name  # into the device's cache: a row read once
+        values, nbytes = model.tile_transfer(group, part.stream, clipped, top)
         if c is not None and c.rereads:
             # inputs the kernel reads again from global memory (a long row's second pass)
             again = _reread(model, c.rereads)

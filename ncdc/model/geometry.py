@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ncdc.language.diagram import Diagram
 from ncdc.model.graph import Kernel
+from ncdc.model.masks import read_mask_rule, rule_band
 from ncdc.model.values import Plan
 from ncdc.units import ceil_div
 
@@ -36,23 +37,37 @@ class Band(NamedTuple):
 
 
 def mask_band(kernel: Kernel, sizes: Mapping[str, int]) -> Band | None:
-    """The band of the causal and window masks whose key axis the kernel reduces (the
-    streamed key axis of attention) and whose query axis it weaves, else None."""
+    """The band of the causal and window masks, and of a mask rule's select
+    (ncdc.model.masks.rule_band), whose key axis the kernel reduces (the streamed key axis of
+    attention) and whose query axis it weaves, else None."""
     band = None
-    for op in kernel.ops:
-        if op.kind != "mask" or op.fn not in ("causal", "window"):
-            continue
-        query, key = op.params.get("query"), op.params.get("key")
+    for query, key, lo, hi in _bands(kernel, sizes):
         if query not in kernel.woven or key not in kernel.reduced:
             continue
-        shift = sizes[key] - sizes[query] if op.params.get("align", "end") == "end" else 0
-        lo = shift - op.params["left"] if op.fn == "window" else None
-        hi = shift + op.params["right"] if op.fn == "window" else shift
         if band is not None and (band.query, band.key) == (query, key):
             lo = lo if band.lo is None else band.lo if lo is None else max(lo, band.lo)
             hi = hi if band.hi is None else band.hi if hi is None else min(hi, band.hi)
         band = Band(str(query), str(key), lo, hi)
     return band
+
+
+def _bands(kernel: Kernel, sizes: Mapping[str, int]) -> list[Band]:
+    """Each mask's band (its key tiles outside are skipped), in the kernel's order."""
+    out = []
+    for op in kernel.ops:
+        if op.kind != "mask" or op.fn not in ("causal", "window"):
+            continue
+        query, key = op.params["query"], op.params["key"]
+        shift = sizes[key] - sizes[query] if op.params.get("align", "end") == "end" else 0
+        lo = shift - op.params["left"] if op.fn == "window" else None
+        hi = shift + op.params["right"] if op.fn == "window" else shift
+        out.append(Band(query, key, lo, hi))
+    rule = read_mask_rule(kernel)
+    if rule is not None and rule.query is not None:
+        lo, hi = rule_band(rule)
+        if lo is not None or hi is not None:
+            out.append(Band(rule.query, rule.key, lo, hi))
+    return out
 
 
 class Ragged(NamedTuple):

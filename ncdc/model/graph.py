@@ -59,6 +59,18 @@ class Kernel:
     def axes(self) -> tuple[str, ...]:
         return self.woven + self.reduced
 
+    @property
+    def gathered_only(self) -> frozenset[str]:
+        """The inputs read only as a gather's source, at the rows its indices select (never
+        loaded whole); an input a gather picks from and another op reads whole (a label's
+        logit beside the row's log-sum-exp) is not one."""
+        sources = {str(op.operands[0]) for op in self.ops if op.kind == "gather"}
+        whole = {
+            n for op in self.ops for n in op.inputs
+            if not (op.kind == "gather" and n == op.operands[0])
+        }  # fmt: skip
+        return frozenset(n for n in sources if n in self.inputs and n not in whole)
+
 
 @dataclass(frozen=True)
 class Partition:

@@ -59,10 +59,17 @@ class KernelModel:
         self.kernel = kernel
         self.sizes = {a: diagram.axes[a] for a in kernel.axes}
         self.reach = _reach(diagram, kernel)
+        # What the kernel reads of its inputs: each input it reads whole, and each gather's
+        # rows (a tensor over the gather's result, priced by the sectors each index touches)
+        self.gathered = gathered_reads(diagram, kernel)
+        only = kernel.gathered_only
         self.inputs = [
             (n, diagram.tensor(n).axes, DTYPES[diagram.tensor(n).dtype].bytes)
             for n in kernel.inputs
-        ]
+            if n not in only
+        ] + [(g.out, g.axes, g.bytes) for g in self.gathered]
+        self._gathers: list[Gathered | None] = [None] * (len(self.inputs) - len(self.gathered))
+        self._gathers += self.gathered
         self._inputs = [(_split_shape(self, n, axes), p, axes) for n, axes, p in self.inputs]
         self.outputs = [
             (n, diagram.size(diagram.tensor(n)), DTYPES[diagram.tensor(n).dtype].bytes)
@@ -84,11 +91,14 @@ class KernelModel:
         self._online = [
             (_split_shape(self, name, axes), axis, p) for name, axes, axis, p in self.online
         ]
-        names = list(kernel.inputs) + list(kernel.outputs)
+        names = [n for n in kernel.inputs if n not in only] + list(kernel.outputs)
         self.top_values = sum(diagram.size(diagram.tensor(n)) for n in names)
         self.top_bytes = sum(
             diagram.size(diagram.tensor(n)) * DTYPES[diagram.tensor(n).dtype].bytes for n in names
         )
+        for g in self.gathered:  # the rows a gather reads, each once (whole values)
+            self.top_values += math.ceil(g.distinct)
+            self.top_bytes += math.ceil(g.distinct) * g.bytes
         self.flops_by_unit = kernel_flops(diagram, kernel)
         self.widened = _widened(diagram, kernel)
         # A causal or window mask whose key axis the kernel reduces: key tiles that every
@@ -131,24 +141,32 @@ class KernelModel:
         return n
 
     def transfer(
-        self, g: Mapping[str, Any], s: Mapping[str, Any] | None = None, clipped: bool = False
-    ) -> tuple[Any, Any]:
+        self, g: Mapping[str, Any], s: Mapping[str, Any] | None = None, clipped: bool = False,
+        top: bool = False,
+    ) -> tuple[Any, Any]:  # fmt: skip
         """(values, bytes) loaded into a level with group sizes g, plus the outputs saved.
         Under a causal mask, the inputs over its key axis are loaded only for the key
         chunks (of s) that some query of the group sees. `clipped`: each group loads its
         tile only up to the tensor's edge, as the kernels' loads from global memory do (a
         tail tile's rows past the edge are zero-filled, not read); otherwise whole tiles, as
-        a level below shared memory reads them (the zero-filled tile)."""
+        a level below shared memory reads them (the zero-filled tile). A gather's rows cost
+        the 32-byte sectors each index touches; out of the `top` level (into the device's
+        cache, which holds a row once read), each distinct row once, and nothing for rows
+        of a tensor the kernel also reads whole."""
         groups = self.groups(g)
         values: Any = self.output_values
         nbytes: Any = self.output_bytes
         kept = self.mask_fraction(g, s) if self.mask else 1
-        for (shape, p, _), keyed in zip(self._inputs, self._keyed, strict=True):
+        reads = zip(self._inputs, self._keyed, self._gathers, strict=True)
+        for (shape, p, _), keyed, gathered in reads:
             v = self._clipped(shape, g) if clipped else _chunk(shape, g, None) * groups
             if keyed:
                 v = v * kept
+            if gathered is not None and top:
+                v = 0 if gathered.direct else _minimum(v, gathered.distinct)
             values = values + v
-            nbytes = nbytes + v * p
+            sectors = gathered.sector_share(g, self.sizes) if gathered and not top else 1
+            nbytes = nbytes + v * p * sectors
         return values, nbytes
 
     def _clipped(self, shape: _Shape, g: Mapping[str, Any]) -> Any:
@@ -163,16 +181,17 @@ class KernelModel:
         return n
 
     def tile_transfer(
-        self, g: Mapping[str, int], s: Mapping[str, int] | None = None, clipped: bool = False
-    ) -> tuple[int, int]:
+        self, g: Mapping[str, int], s: Mapping[str, int] | None = None, clipped: bool = False,
+        top: bool = False,
+    ) -> tuple[int, int]:  # fmt: skip
         """`transfer` for one tile of whole numbers, memoised: the candidates of a search
         share their block, warp and wave tiles. H depends on g only along woven axes (and
         on the key chunk under a causal mask)."""
-        key = (clipped, *map(g.__getitem__, self.kernel.woven))
+        key = (clipped, top, *map(g.__getitem__, self.kernel.woven))
         if self.mask:
             key += ((s or {}).get(self.mask.key, 0),)
         if key not in self._tile_transfers:
-            values, nbytes = self.transfer(g, s, clipped)
+            values, nbytes = self.transfer(g, s, clipped, top)
             self._tile_transfers[key] = (int(values), int(nbytes))
         return self._tile_transfers[key]
 
@@ -332,6 +351,14 @@ def _chunk(shape: _Shape, g: Mapping[str, Any], s: Mapping[str, Any] | None) -> 
     return n
 
 
+def _minimum(a: Any, b: Any) -> Any:
+    if hasattr(a, "shape"):
+        import numpy as np  # only a vectorised search passes arrays
+
+        return np.minimum(a, b)
+    return a if a <= b else b
+
+
 def _maximum(a: Any, b: Any) -> Any:
     if hasattr(b, "shape") or hasattr(a, "shape"):
         import numpy as np  # only a vectorised search passes arrays
@@ -352,6 +379,55 @@ def _reach(diagram: Diagram, kernel: Kernel) -> dict[str, set[str]]:
             axes = set(diagram.tensor(name).axes)
             reach[name] = reach.get(name, set()) | (axes & through)
     return reach
+
+
+SECTOR_BYTES = 32  # what one global load moves at the least (an L2 sector)
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """The rows one gather of the kernel reads from its source, a kernel input: a tensor over
+    the gather's result (`out`, `axes`), each index reading a run over the source's axes
+    after the gathered one (`run`)."""
+
+    out: str
+    source: str
+    axes: tuple[str, ...]
+    bytes: int  # per value, the source's
+    run: tuple[str, ...]
+    distinct: float  # values of the distinct rows the indices select, expected
+    direct: bool  # the kernel also reads the source whole (a label picked from its logits)
+
+    def sector_share(self, g: Mapping[str, Any], sizes: Mapping[str, int]) -> Any:
+        """Bytes moved over bytes used of each index's run: its 32-byte sectors, whole."""
+        run: Any = 1
+        for a in self.run:
+            run = run * g.get(a, sizes[a])
+        used = run * self.bytes
+        return ceil_div(used, SECTOR_BYTES) * SECTOR_BYTES / used
+
+
+def gathered_reads(diagram: Diagram, kernel: Kernel) -> list[Gathered]:
+    """Each gather of the kernel whose source is a kernel input. Random indices into r rows,
+    n per slice of the source (n: the index's values along the axes the source lacks),
+    select r (1 - (1 - 1/r)^n) distinct rows of each slice, at most one per index."""
+    out = []
+    for op in kernel.ops:
+        if op.kind != "gather" or str(op.operands[0]) not in kernel.inputs:
+            continue
+        source = str(op.operands[0])
+        t, index = diagram.tensor(source), diagram.tensor(str(op.operands[1]))
+        axis = op.params["axis"]
+        rows = diagram.axes[axis]
+        picks = math.prod(diagram.axes[a] for a in index.axes if a not in t.axes)
+        distinct = min(
+            diagram.size(t) * (1 - (1 - 1 / rows) ** picks),
+            float(diagram.size(diagram.tensor(op.out))),
+        )
+        run = t.axes[t.axes.index(axis) + 1 :]
+        whole = source not in kernel.gathered_only
+        out.append(Gathered(op.out, source, op.axes, DTYPES[t.dtype].bytes, run, distinct, whole))
+    return out
 
 
 def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str, ...], int]]]:

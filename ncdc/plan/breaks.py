@@ -20,9 +20,15 @@ MAX_BREAK_SETS = 64  # sets of saved results weighed, fewest saves first
 
 def breakable_results(diagram: Diagram) -> list[str]:
     """Results a kernel may end at: those another op reads (an intermediate, or an output
-    that later ops read too)."""
+    that later ops read too), but for those computed from positions and numbers alone (a
+    mask rule's terms), which any kernel recomputes for less than reading them back."""
     read = {n for op in diagram.ops for n in op.inputs}
-    return [op.out for op in diagram.ops if op.out in read]
+    inputs = {t.name for t in diagram.inputs}
+    data: set[str] = set()  # results that depend on some input
+    for op in diagram.ops:
+        if any(n in inputs or n in data for n in op.inputs):
+            data.add(op.out)
+    return [op.out for op in diagram.ops if op.out in read and op.out in data]
 
 
 def with_breaks(diagram: Diagram, saved: Sequence[str]) -> Diagram:

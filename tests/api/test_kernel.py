@@ -166,3 +166,15 @@ def test_the_cpu_backend_refuses_gpu_arrays_and_bad_backends(monkeypatch) -> Non
         assert "backend 'cpu' runs on host arrays; the inputs are on cuda:0" in error(k, x)
     with pytest.raises(ArrayError, match="unknown backend 'gpu'"):
         ncdc.load(ROWSTATS, backend="gpu")
+
+
+def test_a_gather_on_numpy_reads_the_rows_and_refuses_an_index_out_of_range() -> None:
+    from ncdc.errors import IndexRangeError
+
+    embed = ncdc.load(str(support.SPECS / "gather_embedding_odd.yaml"))
+    table = rng().standard_normal((101, 130)).astype(ml_dtypes.bfloat16)
+    ids = np.array([0, 100, 7, 7], dtype=np.int32)
+    y = embed(table, ids)
+    assert np.array_equal(np.asarray(y, dtype=np.float32), table[ids].astype(np.float32))
+    with pytest.raises(IndexRangeError, match=r"index ids\[1\] = 101 is out of range"):
+        embed(table, np.array([0, 101, 7, 7], dtype=np.int32))

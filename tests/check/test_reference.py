@@ -168,3 +168,52 @@ def test_a_scalar_is_stored_as_a_0d_array(dtype):
     assert isinstance(stored, np.ndarray) and stored.shape == ()
     back = from_storage(stored, dtype)
     assert isinstance(back, np.ndarray) and back.shape == ()
+
+
+GATHER = """
+ncdc: 1
+name: g
+axes: {t: 6, v: 7, d: 3}
+inputs:
+  E: {axes: [v, d], dtype: fp32}
+  Z: {axes: [t, v], dtype: fp32}
+  ids: {axes: [t], dtype: int32}
+ops:
+  - Y = gather(E, ids, axis=v)
+  - P = gather(Z, ids, axis=v)
+outputs: [Y, P]
+"""
+
+
+def test_gather_picks_rows_and_labels_and_draws_indices_in_range():
+    d = load_diagram_text(GATHER)
+    inputs = make_inputs(d, seed=1)
+    ids = inputs["ids"].astype(int)
+    assert ids.min() >= 0 and ids.max() < 7  # the size of v, the axis it selects along
+    out = evaluate(d, inputs)
+    np.testing.assert_array_equal(out["Y"], inputs["E"][ids])
+    np.testing.assert_array_equal(out["P"], inputs["Z"][np.arange(6), ids])
+
+
+def test_an_index_out_of_range_gives_nan_not_a_read():
+    d = load_diagram_text(GATHER)
+    inputs = make_inputs(d, seed=1)
+    inputs["ids"][[1, 4]] = [7, -1]  # one past the end, and negative
+    out = evaluate(d, inputs)
+    assert np.isnan(out["Y"][[1, 4]]).all() and np.isfinite(np.delete(out["Y"], [1, 4], 0)).all()
+    assert np.isnan(out["P"][[1, 4]]).all()
+
+
+def test_ids_compared_for_equality_come_in_runs():
+    # document ids of packed sequences (doc[q] == doc[x]): nondecreasing runs, so that both
+    # outcomes of the comparison occur
+    text = """
+ncdc: 1
+name: docs
+axes: {q: 40}
+inputs: {doc: {axes: [q], dtype: int32}}
+ops: ["P = eq(doc, 2)"]
+outputs: [P]
+"""
+    ids = make_inputs(load_diagram_text(text), seed=2)["doc"]
+    assert (np.diff(ids) >= 0).all() and ids[0] in (0, 1)

@@ -89,3 +89,25 @@ def test_a_run_on_the_users_arrays_saves_its_outputs(tmp_path):
                    str(tmp_path / "mine.npz"))  # fmt: skip
     assert refused.returncode == 2 and "was not written by ncdc run --save" in refused.stderr
     assert (tmp_path / "mine.npz").read_bytes() == b"my data"
+
+
+def test_an_index_out_of_range_is_refused_after_an_emulated_run():
+    """The kernel reads nothing at a bad index and sets the status word; the run names the
+    first bad value and the range it must be in (exit 2, bad input)."""
+    import ncdc.check.run as run
+    from ncdc.errors import IndexRangeError
+    from ncdc.language.load import load_diagram
+    from ncdc.plan.search import plan_diagram
+    from ncdc.render import render_plan
+
+    diagram = load_diagram(ROOT / "tests/specs/gather_embedding_odd.yaml", {"t": 5, "d": 20})
+    module = render_plan(plan_diagram(diagram, H200))
+    drawn = run.make_inputs(diagram, 0)
+    drawn["ids"][3] = 101  # v has 101 rows: 0 .. 100
+    try:
+        run.run_diagram(diagram, module, backend="cpu", inputs=drawn)
+    except IndexRangeError as e:
+        assert e.exit_code == 2
+        assert "index ids[3] = 101 is out of range" in e.message and "0 .. 100" in e.message
+    else:
+        raise AssertionError("an index out of range was not refused")

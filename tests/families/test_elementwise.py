@@ -95,3 +95,42 @@ def test_an_odd_innermost_size_keeps_vector_runs() -> None:
         issued = outcome.result.bytes_read + outcome.result.bytes_written
         per_element[n] = issued / (200 * n)
     assert per_element[130] < 1.06 * per_element[128], per_element
+
+
+def test_comparisons_logic_and_where_with_nan_and_infinities() -> None:
+    from ncdc.check.reference import make_inputs
+    from ncdc.language.load import load_diagram_text
+
+    # One build at the spec's sizes, run at others (odd inner sizes): 1 and 0 from the
+    # comparisons, -inf from the select, NaN compared as IEEE 754 does (false; ne: true)
+    text = (support.SPECS / "ew_compare_where.yaml").read_text()
+    for m, n in [(37, 130), (3, 7), (5, 64)]:
+        d = load_diagram_text(text, sizes={"m": m, "n": n})
+        inputs = make_inputs(d, seed=m)
+        inputs["X"][0, :3] = [np.nan, 0.25, -0.5]
+        got, want, _ = run(text, {"m": 37, "n": 130}, {"m": m, "n": n}, inputs)
+        w, ref = got["W"], want["W"]
+        assert np.array_equal(w, ref), (m, n)
+        assert w[0, 0] == -np.inf  # NaN > T and NaN <= -0.5 are false: dropped
+
+
+def test_gather_reads_the_selected_rows_at_any_size() -> None:
+    from ncdc.check.reference import make_inputs
+    from ncdc.language.load import load_diagram_text
+
+    # One build, run at other sizes (the table's size v a runtime parameter too): the first
+    # and last rows, repeats, and rows of 130 and 7 values (a vector run and a tail, or none)
+    text = (support.SPECS / "gather_embedding_odd.yaml").read_text()
+    for t, v, d in [(37, 101, 130), (4, 3, 7)]:
+        diagram = load_diagram_text(text, sizes={"t": t, "v": v, "d": d})
+        inputs = make_inputs(diagram, seed=t)
+        inputs["ids"][:3] = [0, v - 1, v - 1]
+        sizes = {"t": t, "v": v, "d": d}
+        got, want, _ = run(text, {"t": 37, "v": 101, "d": 130}, sizes, inputs)
+        assert np.array_equal(got["Y"], want["Y"]), sizes
+        assert np.array_equal(got["Y"][1], inputs["E"][v - 1].astype(np.float32))
+        assert got["ncdc_status"].tolist() == [0]  # no index out of range
+    inputs["ids"][2] = 3  # one past the end of the last run's table
+    got, want, _ = run(text, {"t": 37, "v": 101, "d": 130}, sizes, inputs)
+    assert got["ncdc_status"].tolist() == [1] and np.isnan(got["Y"][2]).all()
+    assert np.array_equal(got["Y"][:2], want["Y"][:2])

@@ -65,3 +65,84 @@ outputs: [W]
     assert d.tensor("Y").axes == ("m", "n") and d.tensor("Y").dtype == "fp32"
     assert d.tensor("Z").dtype == "fp8_e4m3" and d.ops[1].scale == ("s",)
     assert d.ops[2].operands == ("Z", 0.5)
+
+
+COMPARE = """ncdc: 1
+name: cmp
+axes: {m: 4, n: 8}
+inputs:
+  X: {axes: [m, n], dtype: bf16}
+  T: {axes: [m], dtype: fp32}
+ops:
+  - G = gt(X, T)
+  - Y = where(G, X, -inf)
+  - N = not(G)
+  - Z = where(N, 1, 0)
+outputs: [Y, Z]
+"""
+
+
+def test_where_has_its_values_type_and_comparisons_their_widest():
+    d = load_diagram_text(COMPARE)
+    assert d.tensor("G").dtype == "fp32" and d.tensor("G").axes == ("m", "n")
+    assert d.tensor("Y").dtype == "bf16"  # X's, not the fp32 condition's
+    assert d.tensor("Z").dtype == "fp32"  # numbers only: the condition's
+    assert d.ops[1].operands == ("G", "X", float("-inf"))
+
+
+def test_where_takes_three_operands_and_finite_scales_stay_finite():
+    from ncdc.errors import SpecError
+
+    for bad, message in [
+        ("Y = where(G, X)", "where expects 3 operand(s)"),
+        ("Y = mul(X, inf) * 2", "only allowed on contract"),
+        ("Y = cast(X, to=fp32, scale=inf)", "expected a finite number"),
+    ]:
+        text = COMPARE.replace("Y = where(G, X, -inf)", bad)
+        try:
+            load_diagram_text(text)
+        except SpecError as e:
+            assert message in e.message, (bad, e.message)
+        else:
+            raise AssertionError(bad)
+
+
+GATHER = """
+ncdc: 1
+name: g
+axes: {t: 5, v: 11, d: 8}
+inputs:
+  E: {axes: [v, d], dtype: bf16}
+  Z: {axes: [t, v], dtype: bf16}
+  ids: {axes: [t], dtype: int32}
+ops:
+  - Y = gather(E, ids, axis=v)
+  - P = gather(Z, ids, axis=v, dtype=fp32)
+outputs: [Y, P]
+"""
+
+
+def test_gather_replaces_the_axis_by_the_index_axes_the_source_lacks():
+    d = load_diagram_text(GATHER)
+    # an embedding: E's v replaced by ids' t, in place
+    assert d.tensor("Y").axes == ("t", "d") and d.tensor("Y").dtype == "bf16"
+    # a label per row: ids' t is Z's own, so v goes and nothing comes in
+    assert d.tensor("P").axes == ("t",) and d.tensor("P").dtype == "fp32"
+    assert d.ops[0].params["axis"] == "v" and d.ops[0].operands == ("E", "ids")
+
+
+def test_gather_refuses_a_float_index_and_an_axis_the_source_lacks():
+    from ncdc.errors import SpecError
+
+    for bad, message in [
+        ("Y = gather(E, Z, axis=v)", "expected int32"),
+        ("Y = gather(E, ids, axis=t)", "gather along 't', but E has axes"),
+        ("Y = gather(Z, E, axis=v)", "the index E of gather is bf16"),
+        ("Y = gather(E, ids, axis=3)", "expected an axis name for 'axis'"),
+    ]:
+        try:
+            load_diagram_text(GATHER.replace("Y = gather(E, ids, axis=v)", bad))
+        except SpecError as e:
+            assert message in e.message, (bad, e.message)
+        else:
+            raise AssertionError(bad)

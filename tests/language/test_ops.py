@@ -12,14 +12,14 @@ from ncdc.backends import nvrtc
 from ncdc.check import reference
 from ncdc.language.ops import KINDS, OPERATIONS, RECORDS, REDUCE_MAX, STRUCTURAL, record
 
-HEADERS = "\n".join(p.read_text() for p in nvrtc.ncdc_include_dir().glob("*"))
+HEADERS = "\n".join(p.read_text() for p in nvrtc.ncdc_include_dir().glob("*.*h"))  # .cuh, .h
 ALL = sorted(RECORDS.values(), key=lambda r: (r.kind, r.name))
 
 
 @pytest.mark.parametrize("rec", ALL, ids=lambda r: f"{r.kind}:{r.name}")
 def test_every_record_has_all_four(rec) -> None:
     # signature
-    assert rec.kind in KINDS and rec.operands in (1, 2) and rec.required <= rec.keywords
+    assert rec.kind in KINDS and rec.operands in (1, 2, 3) and rec.required <= rec.keywords
     # price: stated, never a default (an exponential counts on the SFU, not twice)
     assert rec.cuda_flops >= 0 and rec.sfu in (0, 1)
     # float64 meaning: its own function, or its kind's evaluator in the reference
@@ -94,3 +94,22 @@ def test_every_map_has_a_derivative_or_says_why_not(rec) -> None:
 
 def test_erf_by_hand() -> None:
     assert record("map", "erf").meaning(np, np.array([0.5]))[0] == pytest.approx(0.5204998778)
+
+
+@pytest.mark.parametrize(
+    "name, a, b, expected",
+    [("eq", 1.0, 1.0, 1.0), ("ne", np.nan, np.nan, 1.0), ("lt", np.nan, 1.0, 0.0),
+     ("le", 2.0, 2.0, 1.0), ("gt", 3.0, 2.0, 1.0), ("ge", 1.0, 2.0, 0.0),
+     ("and", 2.0, np.nan, 1.0), ("and", 0.0, 1.0, 0.0), ("or", 0.0, -0.5, 1.0)],
+)  # fmt: skip
+def test_comparisons_and_logic_by_hand(name: str, a: float, b: float, expected: float) -> None:
+    got = record("binary", name).meaning(np, np.array([a]), np.array([b]))[0]
+    assert got == expected
+
+
+def test_where_and_not_by_hand() -> None:
+    where = record("binary", "where").meaning
+    c = np.array([1.0, 0.0, np.nan])
+    assert where(np, c, np.array([5.0] * 3), -np.inf).tolist() == [5.0, -np.inf, 5.0]
+    assert record("map", "not").meaning(np, c).tolist() == [0.0, 1.0, 0.0]
+    assert record("map", "floor").meaning(np, np.array([-1.5]))[0] == -2.0

@@ -102,3 +102,23 @@ def test_causal_decode_sees_every_key():
     assert causal.kernels[0].family.name == "decode_attention"
     assert causal.flops == dense.flops + 4096  # plus the mask's one compare per score
     assert causal.top_bytes == dense.top_bytes
+
+
+def test_a_mask_rule_bounds_the_band_with_the_built_in_masks() -> None:
+    # prefix-LM's rule keeps nothing past i + 36; a causal mask beside it (end-aligned at
+    # q=100, x=130: j <= i + 30) takes the tighter upper side
+    from ncdc.model.geometry import Band, mask_band
+    from ncdc.model.graph import build_graph
+    from tests import support
+
+    text = (support.SPECS / "attn_prefix_lm_odd.yaml").read_text()
+    for edit, want in [((), Band("q", "x", None, 36)),
+                       ((("M = where(K0, S, -inf)", "M = where(K0, S, -inf)\n  - M2 = causal(M, "
+                          "query=q, key=x)"), ("softmax(M,", "softmax(M2,")),
+                        Band("q", "x", None, 30))]:  # fmt: skip
+        t = text
+        for old, new in edit:
+            t = t.replace(old, new)
+        d = load_diagram_text(t)
+        kernel = build_graph(d, load_hardware("h200")).kernels[0]
+        assert mask_band(kernel, d.axes) == want

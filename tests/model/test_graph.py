@@ -23,3 +23,12 @@ def test_the_graph_as_json() -> None:
     data = graph_to_dict(build_graph(load_diagram("diagrams/softmax.yaml"), load_hardware("a100")))
     assert data["format"] == "ncdc.graph/1" and data["levels"][0]["name"] == "hbm"
     assert [k["name"] for k in data["kernels"]] == ["softmax"]
+
+
+def test_a_source_the_kernel_also_reads_whole_is_not_gathered_only():
+    # the fused cross-entropy: the label's logit comes from the row the log-sum-exp reads
+    d = load_diagram("diagrams/cross_entropy.yaml")
+    (kernel,) = build_graph(d, load_hardware("h200")).kernels
+    assert kernel.inputs == ("Z", "label") and kernel.gathered_only == frozenset()
+    (emb,) = build_graph(load_diagram("diagrams/embedding.yaml"), load_hardware("h200")).kernels
+    assert emb.gathered_only == {"E"}

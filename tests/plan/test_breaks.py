@@ -187,3 +187,15 @@ def test_a_long_diagram_whose_fewest_saves_do_not_build_descends_from_all_saved(
     # S, its causal mask and exp(M - L) in one GEMM's epilogue; P, dP, dS saved between GEMMs
     assert {"P", "dP", "dS"} <= set(chosen.schedule.materialize)
     assert "S" not in chosen.schedule.materialize
+
+
+def test_results_of_positions_alone_are_never_saved_and_impossible_sets_are_skipped() -> None:
+    # A mask rule's terms depend on no input: recomputed, never a kernel break; a set of
+    # breaks whose kernels would each read what the other saves is weighed as not building
+    from ncdc.plan.breaks import breakable_results, choose_breaks
+
+    d = load_diagram("tests/specs/attn_sinks_window_odd.yaml")
+    assert breakable_results(d) == ["S", "M", "P"]
+    chosen, options = choose_breaks(d, H200, {})
+    assert chosen.schedule.materialize == ()
+    assert all(o.predicted_time_s is None for o in options if not o.chosen and o.problem)

@@ -22,6 +22,7 @@ from ncdc.hardware.arch import MMA_TILE
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import MAX_GRID_YZ, Family
+from ncdc.model.masks import read_mask_rule
 from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
@@ -231,7 +232,11 @@ def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ..
     q_axes, k_axes = diagram.tensor(q_name).axes, diagram.tensor(k_name).axes
     v_axes = diagram.tensor(v_name).axes
     only_q = [a for a in first.axes if a in q_axes and a not in k_axes]
-    named = {str(op.params.get("query")) for op in kernel.ops if op.kind == "mask"} & set(only_q)
+    named = {str(op.params.get("query")) for op in kernel.ops if op.kind == "mask"}
+    rule = read_mask_rule(kernel)
+    if rule is not None and rule.query is not None:
+        named.add(rule.query)  # a mask rule compares the key's position with this one's
+    named &= set(only_q)
     if len(named) > 1 or not only_q:
         return None
     # the longest; of equals, the innermost in Q (the query axis of [.., r, q, d])

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 from ncdc.hardware.arch import WGMMA_ROWS_PER_WARP, wgmma_k
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.issue import ESTIMATE, LoopMix, add_slots
+from ncdc.model.masks import read_mask_rule, rule_band
 
 if TYPE_CHECKING:
+    from ncdc.model.graph import Kernel
     from ncdc.model.launch import Candidate, Family
     from ncdc.model.structure import KernelModel
     from ncdc.model.values import KernelPlan
@@ -112,6 +114,17 @@ def masked_share(q: int, x: int, g_q: int, s_x: int, shift: int | None) -> float
     return masked / visits if visits else 0.0
 
 
+def diagonal(kernel: Kernel, q: int, x: int) -> int | None:
+    """The key offset of the diagonal past which the masked loop runs (j > i + shift): a
+    causal mask's, else a mask rule's band's upper side (ncdc.model.masks.rule_band), else
+    None (only the x tail is masked)."""
+    causal = [op for op in kernel.ops if op.kind == "mask" and op.fn == "causal"]
+    if causal:
+        return x - q if causal[0].params.get("align", "end") == "end" else 0
+    rule = read_mask_rule(kernel)
+    return rule_band(rule)[1] if rule is not None else None
+
+
 def _score_path(model: KernelModel | None) -> tuple[list[str], str]:
     """The score functor's statements (op functions, an index as "index") between the
     logits and the masks, and the mask that bounds the keys from below: "window", "packed"
@@ -126,8 +139,9 @@ def _score_path(model: KernelModel | None) -> tuple[list[str], str]:
         if op.kind in ("map", "binary", "index", "cast")
     ]
     masks = {op.fn: op for op in ops if op.kind == "mask"}
-    if "window" in masks:
-        return statements, "window"
+    rule = read_mask_rule(model.kernel)
+    if "window" in masks or (rule is not None and rule_band(rule)[0] is not None):
+        return statements, "window"  # a window, or a mask rule's band bounded below
     if "varlen" in masks:
         lengths = model.diagram.tensor(masks["varlen"].params["lengths"])
         return statements, "" if set(lengths.axes) <= out_axes else "packed"
@@ -183,10 +197,7 @@ def attention_mix(
     elif model is not None:  # the masked loop's share of the chunks (`masked_share`)
         (q_axis,), (x_axis,) = family.axes("q"), family.axes("x")
         q, x = sizes[q_axis], sizes[x_axis]
-        causal = [op for op in model.kernel.ops if op.kind == "mask" and op.fn == "causal"]
-        shift = None
-        if causal:
-            shift = x - q if causal[0].params.get("align", "end") == "end" else 0
+        shift = diagonal(model.kernel, q, x)
         share = masked_share(q, x, params.get("g_q", q), s_x, shift)
         add_slots(classes, {"fp32": TAIL_MASK_FP32_PER_SCORE * share}, scores)
     return LoopMix(classes, 2.0 * rows * s_x * (d + d_v), ESTIMATE)
@@ -223,8 +234,5 @@ def plan_masked_share(kp: KernelPlan, axes: Mapping[str, int]) -> float:
         return 0.0
     (q_axis,), (x_axis,) = kp.family.axes("q"), kp.family.axes("x")
     q, x = axes[q_axis], axes[x_axis]
-    causal = [op for op in kp.kernel.ops if op.kind == "mask" and op.fn == "causal"]
-    shift = None
-    if causal:
-        shift = x - q if causal[0].params.get("align", "end") == "end" else 0
+    shift = diagonal(kp.kernel, q, x)
     return masked_share(q, x, params.get("g_q", q), params["s_x"], shift)

@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING
 from ncdc.errors import PlanError
 from ncdc.families.codegen import ELEMENTWISE_KINDS, Statement, needed_ops, op_statements, size_name
 from ncdc.language.diagram import Diagram, Op
+from ncdc.model.masks import mask_select, read_mask_rule, rule_band
 
 if TYPE_CHECKING:
     from ncdc.model.graph import Kernel
 
 
-SCORE_KINDS = (*ELEMENTWISE_KINDS, "index")  # what the score path runs between S and softmax
+# what the score path runs between S and softmax: a gather reads memory the fused kernel does
+# not stage, so it is saved first (the kernel-break search puts it in a kernel of its own)
+SCORE_KINDS = tuple(k for k in ELEMENTWISE_KINDS if k != "gather")
 
 
 @dataclass(frozen=True)
@@ -199,8 +202,32 @@ def _mask_bands(
             )
             own = [a for a in t_axes if a not in batch]
             sequences = own[0] if own else ""
+    rule_lo, rule_hi = _rule_band(kernel, q_axis, x_axis, unfused)
+    lo += rule_lo
+    hi += rule_hi
     return Scores(lo=tuple(lo), hi=tuple(hi), bounded=bool(hi), window=window, lengths=lengths,
                   lengths_offset=lengths_offset, sequences=sequences)  # fmt: skip
+
+
+def _rule_band(
+    kernel: Kernel, q_axis: str, x_axis: str, unfused: str
+) -> tuple[list[str], list[str]]:
+    """The band of the kernel's mask rule (ncdc.model.masks.rule_band) as the key loop's
+    bounds, which the cost model prices too (ncdc.model.geometry.mask_band)."""
+    rule = read_mask_rule(kernel)
+    if rule is None or rule.query is None:
+        return [], []
+    lo, hi = rule_band(rule)
+    if lo is None and hi is None:
+        return [], []
+    if (rule.query, rule.key) != (q_axis, x_axis):
+        select = mask_select(kernel)
+        assert select is not None
+        raise PlanError(
+            unsupported(kernel, select, f"a mask rule over the positions of {q_axis} and {x_axis}"),
+            hint=f"compare index({x_axis}) with index({q_axis}), " + unfused,
+        )
+    return ([f"{lo}ll"] if lo is not None else []), ([f"{hi}ll"] if hi is not None else [])
 
 
 def pitch_of(axes: tuple[str, ...], axis: str, fixed: Mapping[str, str]) -> str:

@@ -41,7 +41,7 @@ from ncdc.families.base import (
     round_up,
     rounded_options,
 )
-from ncdc.families.codegen import axis_pitch, cpp_type, size_name
+from ncdc.families.codegen import axis_pitch, cpp_type, float_literal, size_name
 from ncdc.hardware.arch import MMA_TILE, mma_shape
 from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
@@ -385,10 +385,6 @@ def read_operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
     return Operands(a, b, c, m, n, k, batch, a.axes[-1] == k, b.axes[-1] == k)
 
 
-def _literal(x: float) -> str:
-    return f"{float(x)!r}f"
-
-
 def _value(name: str) -> str:
     """The C++ local holding the epilogue value `name` (a diagram tensor's name)."""
     return f"ncdc_v_{name}"
@@ -402,7 +398,7 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
     scale = [
         {"kind": "tensor", "name": f}
         if isinstance(f, str)
-        else {"kind": "number", "name": _literal(f)}
+        else {"kind": "number", "name": float_literal(f)}
         for f in scalars
     ]
     operands: dict[str, dict[str, Any]] = {}
@@ -412,7 +408,7 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
 
     def arg(x: str | float) -> dict[str, str]:
         if not isinstance(x, str):
-            return {"kind": "number", "name": _literal(x)}
+            return {"kind": "number", "name": float_literal(x)}
         if x in chain:
             return {"kind": "value", "name": _value(x)}
         t = d.tensor(x)

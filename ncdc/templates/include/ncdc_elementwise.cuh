@@ -29,6 +29,11 @@ NCDC_DEVICE float op_sqrt(float x) { return sqrtf(x); }
 NCDC_DEVICE float op_rsqrt(float x) { return rsqrtf(x); }
 NCDC_DEVICE float op_recip(float x) { return 1.0f / x; }
 NCDC_DEVICE float op_square(float x) { return x * x; }
+NCDC_DEVICE float op_floor(float x) { return floorf(x); }
+NCDC_DEVICE float op_cos(float x) { return cosf(x); }
+NCDC_DEVICE float op_sin(float x) { return sinf(x); }
+// Truth values: 0 is false, anything else (NaN included) true; results are 1 or 0.
+NCDC_DEVICE float op_not(float x) { return x != 0.0f ? 0.0f : 1.0f; }
 
 // ---- binary maps -------------------------------------------------------------------------
 NCDC_DEVICE float op_add(float a, float b) { return a + b; }
@@ -38,6 +43,17 @@ NCDC_DEVICE float op_div(float a, float b) { return a / b; }
 // NaN in either operand gives NaN (fmaxf would drop it and hide a bad value).
 NCDC_DEVICE float op_max(float a, float b) { return (a != a || a > b) ? a : b; }
 NCDC_DEVICE float op_min(float a, float b) { return (a != a || a < b) ? a : b; }
+// Comparisons: 1 where they hold, else 0; NaN compares false (ne: true), as in IEEE 754.
+NCDC_DEVICE float op_eq(float a, float b) { return a == b ? 1.0f : 0.0f; }
+NCDC_DEVICE float op_ne(float a, float b) { return a != b ? 1.0f : 0.0f; }
+NCDC_DEVICE float op_lt(float a, float b) { return a < b ? 1.0f : 0.0f; }
+NCDC_DEVICE float op_le(float a, float b) { return a <= b ? 1.0f : 0.0f; }
+NCDC_DEVICE float op_gt(float a, float b) { return a > b ? 1.0f : 0.0f; }
+NCDC_DEVICE float op_ge(float a, float b) { return a >= b ? 1.0f : 0.0f; }
+NCDC_DEVICE float op_and(float a, float b) { return a != 0.0f && b != 0.0f ? 1.0f : 0.0f; }
+NCDC_DEVICE float op_or(float a, float b) { return a != 0.0f || b != 0.0f ? 1.0f : 0.0f; }
+// where(c, a, b): a where c is true (not 0, NaN included), else b.
+NCDC_DEVICE float op_where(float c, float a, float b) { return c != 0.0f ? a : b; }
 
 // ---- casts and masks ---------------------------------------------------------------------
 // The value `x` takes when stored as T: round to nearest even, fp8 saturating (satfinite).
@@ -46,10 +62,27 @@ NCDC_DEVICE float op_cast(float x) {
   return to_float(from_float<T>(x));
 }
 NCDC_DEVICE float negative_infinity() { return __int_as_float(0xff800000); }
+NCDC_DEVICE float infinity() { return __int_as_float(0x7f800000); }
 // Causal mask aligned at the end: key j is hidden from query i when j > i + shift, where
 // shift = keys - queries (so a single decode query sees every key).
 NCDC_DEVICE float op_causal(float x, long long i, long long j, long long shift) {
   return j > i + shift ? negative_infinity() : x;
+}
+
+// ---- gathers ------------------------------------------------------------------------------
+// The element at `index` along an axis of n elements `pitch` apart from p, the index rounded
+// to the nearest whole number as an int32 stores it (exact: the generator keeps n <= 2^24).
+// An index outside [0, n), or NaN, reads nothing there: it gives NaN (from element 0, which
+// is in range) and sets *status, which the host reads after the launches and reports
+// (ncdc.check.run.check_indices). Branch-free but for the store, so that an unrolled run of
+// gathers keeps its loads in flight.
+template <class T>
+NCDC_DEVICE float op_gather(const T* p, float index, long long n, long long pitch, int* status) {
+  const float k = rintf(index);  // to nearest, ties to even; NaN fails both comparisons
+  const bool ok = k >= 0.0f && k < float(n);
+  if (!ok) *status = 1;  // every writer writes 1: no atomic needed
+  const float x = to_float(ld_global(p + (ok ? (long long)k : 0LL) * pitch));
+  return ok ? x : __int_as_float(0x7fc00000);
 }
 
 // ---- storage bits ------------------------------------------------------------------------

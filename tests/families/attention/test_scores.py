@@ -392,3 +392,66 @@ def test_window_outside_attention_is_refused_with_a_hint() -> None:
     with pytest.raises(NcdcError) as err:
         render_plan(plan_diagram(load_diagram_text(text), HW))
     assert "softmax" in (err.value.hint or "") and "causal" in (err.value.hint or "")
+
+
+# ------------------------------------------------------------- mask rules as diagrams
+
+_PREFIX = ("F = lt(J, 1024)", "F = lt(J, 21)")
+_SINKS = (("W0 = sub(I, 1020)", "W0 = sub(I, 33)"), ("N = lt(J, 4)", "N = lt(J, 3)"))
+
+
+def _spec(name: str, sizes: dict[str, int]) -> Diagram:
+    return load_diagram(support.SPECS / f"{name}.yaml", sizes)
+
+
+@pytest.mark.parametrize(
+    "diagram",
+    [
+        pytest.param(lambda: _library("prefix_lm_attention", {"h": 2, "q": 150, "x": 150},
+                                      (_PREFIX,)), id="prefix-lm"),
+        pytest.param(lambda: _library("attention_sinks", {"h": 1, "q": 130, "x": 170},
+                                      _SINKS), id="sinks"),
+        pytest.param(lambda: _spec("attn_prefix_lm_odd", {}), id="prefix-lm-odd"),
+        pytest.param(lambda: _spec("attn_sinks_window_odd", {}), id="sinks-window-inverted"),
+    ],
+)  # fmt: skip
+def test_mask_rules_run_fused_against_the_reference(diagram) -> None:
+    d = diagram()
+    checks, out, module, traffic = _run(d)
+    _assert_ok(checks)
+    assert module.launches[0].kernel.endswith("_scores")
+    # the kernel loads the key tiles of the band the rule implies, as the model prices them
+    plan = plan_diagram(d, HW, tiles=SMALL)
+    assert traffic.bytes_read + traffic.bytes_written == plan.kernels[0].transfers[1].bytes
+
+
+def test_a_rule_band_skips_key_tiles_as_the_model_prices_them() -> None:
+    # prefix-LM: keys past i + 20 are dropped, so the last key tiles of the first query
+    # tiles are never loaded: less traffic than the dense kernel
+    d = _library("prefix_lm_attention", {"h": 1, "q": 256, "x": 256}, (_PREFIX,))
+    dense = _library("prefix_lm_attention", {"h": 1, "q": 256, "x": 256},
+                     (("M = where(K0, S, -inf)", "M = where(K0, S, -1e30)"),))  # fmt: skip
+    masked, full = plan_diagram(d, HW, tiles=SMALL), plan_diagram(dense, HW, tiles=SMALL)
+    tiles = band_tiles(256, 256, 64, 32, None, 20)
+    assert masked.kernels[0].flops < full.kernels[0].flops
+    keys = sum(n for _, n in tiles)
+    assert masked.kernels[0].flops == pytest.approx(full.kernels[0].flops * keys / (4 * 256))
+    source = render_plan(masked).source
+    assert "ncdc_slice.vis.hi = ncdc::attn::lmin(ncdc_slice.vis.hi, 20ll);" in source
+
+
+def test_decode_runs_a_mask_rule() -> None:
+    d = _spec("attn_prefix_lm_odd", {"q": 5, "x": 150})
+    checks, _, module, _ = _run(d, {"x": 32}, splits=2)
+    assert module.launches[0].kernel.startswith("attn_prefix_lm_odd_decode_attention")
+    _assert_ok(checks)
+
+
+def test_a_rule_on_another_axis_than_the_query_is_refused() -> None:
+    # the rule compares the key's position with the head's: no band the kernel can skip by
+    text = (support.SPECS / "attn_prefix_lm_odd.yaml").read_text()
+    text = text.replace("I = index(q)", "I = index(h)")
+    with pytest.raises(NcdcError) as err:
+        render_plan(plan_diagram(load_diagram_text(text), HW))
+    assert "mask rule over the positions of q and x" in err.value.message
+    assert "index(q)" in (err.value.hint or "")
