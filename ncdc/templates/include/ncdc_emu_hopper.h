@@ -782,8 +782,13 @@ inline void* map_shared(const void* p, unsigned rank, const char* what) {
                                  reinterpret_cast<uintptr_t>(peer.tls_anchor));
 }
 
-// mbarrier.arrive.release.cluster.shared::cluster: one arrival on CTA `rank`'s barrier at the
-// offset of `bar`.
+// mbarrier.arrive.shared::cluster.b64 _, [mapa(bar, rank)]: one arrival on CTA `rank`'s barrier
+// at the offset of `bar`, a release at CTA scope (the ISA's default `.release.cta`). Its
+// memory-ordering effect on a peer's threads is the one the emulated instructions can
+// observe: a peer reaches this block's shared memory only by its multicast (the emulator has
+// no ld.shared::cluster), so what such an arrive orders is this thread's reads before the
+// peer's refill after its wait, and under ThreadSanitizer that edge is the release below. A
+// kernel that published its writes to a peer would need `.release.cluster`; none does.
 inline void mbar_arrive_cluster(uint64_t* bar, unsigned rank) {
   Untracked quiet;
   Worker& peer = cluster_peer(rank, "mbarrier.arrive.shared::cluster");

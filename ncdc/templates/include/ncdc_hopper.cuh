@@ -223,13 +223,19 @@ NCDC_DEVICE void cluster_sync() {
   cluster_wait();
 }
 
-// One arrival on the mbarrier of CTA `rank` at the offset of this block's `bar` (mapa, then
-// mbarrier.arrive.release.cluster.shared::cluster).
+// One arrival on the mbarrier of CTA `rank` at the offset of this block's `bar`: mapa, then
+// mbarrier.arrive.shared::cluster.b64 with the ISA's default semantics, a release at CTA
+// scope (PTX ISA, mbarrier.arrive: `.sem` defaults to `.release`, `.scope` to `.cta`), as
+// CUTLASS's ClusterBarrier::arrive(cta_id) issues it. It orders this thread's completed
+// reads before whatever the peer does after its wait (a consumer's release of a stage its
+// wgmmas have retired, before the peer's multicast refills it), and it compiles to the
+// arrive alone; the `.release.cluster` form costs a MEMBAR.ALL.GPU per arrive, and is
+// needed only to publish this thread's writes to the peer, which no kernel here does.
 NCDC_DEVICE void mbar_arrive_cluster(unsigned long long* bar, unsigned rank) {
 #ifdef NCDC_GPU
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
       ::"r"(smem_address(bar)), "r"(rank) : "memory");
 #else
   emu::mbar_arrive_cluster(reinterpret_cast<uint64_t*>(bar), rank);
