@@ -4,11 +4,10 @@ running several persistent tiles, and chosen by the model where it is faster."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import dataclasses
 import re
 import subprocess
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -214,9 +213,7 @@ def test_an_arch_without_wgmma_falls_back_to_mma_sync(tmp_path: Path) -> None:
     assert arch_notes(load_diagram(DIAGRAMS / "matmul.yaml"), h200, None, "sm_90") == (why,)
 
 
-@pytest.mark.parametrize(
-    "name", ["matmul", "batched_matmul", "mlp", "swiglu_mlp", "fp8_matmul"]
-)
+@pytest.mark.parametrize("name", ["matmul", "batched_matmul", "mlp", "swiglu_mlp", "fp8_matmul"])
 def test_wgmma_main_loops_hold_no_fence_and_advance_their_descriptors(name: str) -> None:
     # The model runs these library GEMMs on h200 in clusters of 2; a consumer warp releases
     # each stage on its own CTA and its peer every k tile. With `.release.cluster` that
