@@ -120,6 +120,8 @@ struct Problem {
   int z_q, z_k, z_o;  // the slice of Q, of K and V and of O: the maps' third coordinate
   long long shift;    // causal: key j is visible to query i when j <= i + shift
   float scale_log2;   // the logits' scale times log2(e), positive
+  float* lse = nullptr;      // the log-sum-exp of each query's logits (natural log), or none
+  long long lse_stride = 0;  // its pitch along the queries
 };
 
 // Key tiles the block reads: all of them, or (causal) up to its last row's diagonal.
@@ -416,6 +418,12 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     inv[h] = attn::inverse_sum(l);
+    // the row's log-sum-exp from its max (raw logits, or base 2 after a score functor)
+    const long long row = row0 + 8 * h;
+    if (p.lse != nullptr && t == 0 && row < p.q_len) {
+      const float m = Scores::kIdentity ? st.m[h] * p.scale_log2 : st.m[h];
+      st_global(p.lse + row * p.lse_stride, attn::row_lse(m, l));
+    }
   }
   store_o<TV, Cfg>(smem, map_o, o_acc, inv, p, consumer);
 }

@@ -110,6 +110,35 @@ def test_score_transforms_match_the_reference(spec: str, sizes: dict[str, int]) 
     assert result.ok, [c for c in result.checks if not c.ok]
 
 
+# The log-sum-exp output on the FlashAttention-3 kernel: diagrams/attention_lse.yaml (causal,
+# queries aligned at the end of the keys) and the soft-capped diagram with one (the max in
+# base 2 after the functor), at odd sizes; rows that see no key would be -inf.
+SOFTCAP_2_LSE = SOFTCAP_2.replace(
+    "  - O = contract(P, V, over=x)\n",
+    "  - Z = logsumexp(M, over=x, dtype=fp32)\n  - O = contract(P, V, over=x)\n",
+).replace("outputs: [O]", "outputs: [O, Z]")
+assert "outputs: [O, Z]" in SOFTCAP_2_LSE
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes"),
+    [
+        ("attention_lse", {"b": 1, "h": 2, "q": 130, "x": 300}),
+        ("softcap_2_lse", {"b": 1, "g": 1, "r": 2, "q": 77, "x": 201}),
+    ],
+)
+def test_log_sum_exp_output_matches_the_reference(spec: str, sizes: dict[str, int]) -> None:
+    if spec == "softcap_2_lse":
+        d = load_diagram_text(SOFTCAP_2_LSE, sizes=sizes)
+    else:
+        d = load_diagram(DIAGRAMS / f"{spec}.yaml", sizes)
+    _, module = wgmma_module(d, 128, 2)
+    assert module.launches[0].kernel.endswith("_lse_sm90a")
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok and len(result.checks) == 2, result.checks  # O and the log-sum-exp
+
+
 # FlashAttention-3's fp8 configuration (sec. 3.3 and 4.1 of the paper): diagrams/attention_fp8.yaml
 # (e4m3 Q and K, S by wgmma k32; fp16 V and O; d = 128) with the paper's 64 keys a tile.
 FP8_FILE = (DIAGRAMS / "attention_fp8.yaml").read_text()
