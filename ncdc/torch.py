@@ -53,9 +53,7 @@ def op(
     "ncdc::<diagram name>") and return it (a `torch.library.CustomOpDef`, callable, also
     reachable as `torch.ops.<namespace>.<op>`). Options as `ncdc.load`."""
     torch = _torch()
-    kernel = load(
-        spec, hardware=hardware, arch=arch, tiles=tiles, sizes=sizes, use_tuned=use_tuned
-    )
+    kernel = load(spec, hardware=hardware, arch=arch, tiles=tiles, sizes=sizes, use_tuned=use_tuned)
     name = name or f"ncdc::{kernel.name}"
     if not OP_NAME.match(name):
         raise UsageError(
@@ -79,9 +77,9 @@ def op(
 def schema(kernel: Kernel) -> str:
     """The operator's schema: one Tensor per input, a Tensor or a tuple of them out.
 
-        >>> from ncdc.api.kernel import load
-        >>> schema(load("diagrams/attention.yaml"))
-        '(Tensor Q, Tensor K, Tensor V) -> Tensor'
+    >>> from ncdc.api.kernel import load
+    >>> schema(load("diagrams/attention.yaml"))
+    '(Tensor Q, Tensor K, Tensor V) -> Tensor'
     """
     args = ", ".join(f"Tensor {n}" for n in kernel.inputs)
     outs = kernel.outputs

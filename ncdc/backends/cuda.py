@@ -87,9 +87,7 @@ class DeviceModule:
     def _prepare(self, cupy: Any, spec: Launch) -> tuple[Any, ...]:
         fn = self._loaded.get_function(spec.kernel)
         if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
-            cupy.cuda.driver.funcSetAttribute(
-                fn.ptr, MAX_DYNAMIC_SMEM_ATTRIBUTE, spec.dynamic_smem
-            )
+            cupy.cuda.driver.funcSetAttribute(fn.ptr, MAX_DYNAMIC_SMEM_ATTRIBUTE, spec.dynamic_smem)
         tensor_map_arguments(spec.params)  # every map names a buffer the launch passes
         recipe = tuple(_recipe(p) for p in spec.params)
         return fn, spec.grid, spec.block, spec.dynamic_smem, recipe
@@ -104,7 +102,7 @@ class DeviceModule:
     def run(self, addresses: Mapping[str, int], stream: Any = None) -> None:
         """Enqueue every launch, in order, on `stream` (anything with the stream's handle
         as `.ptr`; None: CuPy's current stream)."""
-        for (fn, grid, block, smem, recipe) in self._launches:
+        for fn, grid, block, smem, recipe in self._launches:
             args = tuple(_argument(kind, what, addresses) for kind, what in recipe)
             fn(grid, block, args, shared_mem=smem, stream=stream)
 

@@ -86,9 +86,7 @@ class Launch:
         cluster: tuple[int, int, int] = (1, 1, 1),
     ) -> Launch:  # fmt: skip
         """The launch of a candidate's `shape`, named and with its parameters."""
-        return Launch(
-            kernel, shape.grid, shape.block, shape.dynamic_smem, tuple(params), cluster
-        )
+        return Launch(kernel, shape.grid, shape.block, shape.dynamic_smem, tuple(params), cluster)
 
     @property
     def shape(self) -> LaunchShape:

@@ -13,7 +13,7 @@ import pytest
 
 import ncdc
 from ncdc.api import kernel as kernel_module
-from ncdc.check.reference import evaluate, from_storage, round_to
+from ncdc.check.reference import evaluate
 from ncdc.check.run import compare
 from ncdc.errors import ArrayError
 from ncdc.language.load import load_diagram

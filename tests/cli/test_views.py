@@ -9,7 +9,6 @@ from ncdc.cli.views import graph_tree, hardware_list_table, hardware_table
 from ncdc.hardware.load import list_profiles, load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.model.graph import build_graph
-from tests import support
 
 
 def _text(renderable) -> str:
