@@ -121,7 +121,9 @@ def test_cost_before_and_after_compiling_agree(compiled):
     # `ncdc cost` of a library diagram prices its main loops on the family's estimate
     # before `ncdc compile`, on the SASS after: the predicted times agree within 15%, and
     # neither makes a wgmma GEMM issue-bound (its 64 x 256 x 16 HGMMA is 32 HMMA.16816s),
-    # nor the FlashAttention-3 kernel (2.2 slots per HMMA.16816, under Hopper's 4).
+    # nor the FlashAttention-3 kernel (2.2 slots per HMMA.16816, under Hopper's 4; with a
+    # score functor more, softcap_attention's tanhf 6.9, its softmax still under the other
+    # warpgroup's GEMMs).
     from ncdc.check.buildable import with_compiled_sass
 
     for label, plan, _ in compiled[1:]:
@@ -130,7 +132,8 @@ def test_cost_before_and_after_compiling_agree(compiled):
         assert after.predicted_time_s == pytest.approx(plan.predicted_time_s, rel=0.15), label
         for k in (*plan.kernels, *after.kernels):
             if dict(k.candidate.params).get("wgmma"):
-                most = 1 if k.family.name == "gemm" else 3
+                functor = any(op.kind in ("map", "binary", "index") for op in k.kernel.ops)
+                most = 1 if k.family.name == "gemm" else 8 if functor else 3
                 assert k.bound != "issue" and k.instructions.slots_per_mma < most, label
 
 

@@ -105,7 +105,7 @@ class AttentionFamily:
         """The FlashAttention-3 consumer's key tile (`fa3_mix`) or the FlashAttention-2
         order's key chunk (`attention_mix`)."""
         if attention_wgmma.is_wgmma(c):
-            return fa3_mix(family, c, model.sizes, model.tensor_dtype)
+            return fa3_mix(family, c, model.sizes, model.tensor_dtype, model)
         return attention_mix(family, c, model.sizes, model)
 
     masked_share = staticmethod(plan_masked_share)

@@ -66,6 +66,15 @@ SCORE_OP_SLOTS: dict[str, dict[str, float]] = {
     "sigmoid": {"fp32": 3, "mufu": 2},
     "index": {"integer": 1},
 }
+# The FlashAttention-3 kernel's score functor (ncdc_attention_hopper.cuh, softmax_tile),
+# per score, counted in the SASS of softcap_attention, alibi_attention and
+# tests/specs/attn_bias_bhqx (h200, sm_90a; totals within 5%): the scale and log2 e
+# multiplies partly fold into the statements (1.5 fp32), an index is half an integer (a
+# query's is hoisted out of the tile: its rows are fixed), and a tensor read at each key (a
+# bias over the key axis) one global load and 1.6 integer for its address.
+FA3_FUNCTOR_FP32_PER_SCORE = 1.5
+FA3_INDEX_INTEGER = 0.5
+FA3_KEY_INPUT_PER_SCORE = {"global": 1, "integer": 1.6}
 # A kernel whose masks bound the keys from below (a window, packed sequences) runs every
 # tile through the masked loop (ncdc_attention.cuh: no clear tiles): per score the key's
 # index, its compares against the row's bounds and their combination (ISETP, PLOP3, SEL,
@@ -203,10 +212,14 @@ def attention_mix(
     return LoopMix(classes, 2.0 * rows * s_x * (d + d_v), ESTIMATE)
 
 
-def fa3_mix(family: Family, c: Candidate, sizes: Mapping[str, int], dtype: str) -> LoopMix:
+def fa3_mix(
+    family: Family, c: Candidate, sizes: Mapping[str, int], dtype: str,
+    model: KernelModel | None = None,
+) -> LoopMix:  # fmt: skip
     """The FlashAttention-3 kernel's key tile of one consumer warp (16 of its warpgroup's 64
     rows): d / 16 (fp8: d / 32) + s_x / 16 wgmmas, the softmax's FA3_FP32_*, MUFU and
-    packing per score, the rescale per output value, FA3_INTEGER_* and FA3_FIXED."""
+    packing per score, the rescale per output value, FA3_INTEGER_* and FA3_FIXED; a score
+    functor's statements per score, as in the FlashAttention-2 loop (`attention_mix`)."""
     params = dict(c.params)
     d = math.prod(sizes[a] for a in family.axes("d"))
     d_v = math.prod(sizes[a] for a in family.axes("d_v"))
@@ -223,7 +236,23 @@ def fa3_mix(family: Family, c: Candidate, sizes: Mapping[str, int], dtype: str) 
         + FA3_INTEGER_PER_TILE_HALVING * 128 / s_x,
         **FA3_FIXED,
     }
+    statements, _ = _score_path(model)
+    if statements and model is not None:
+        add_slots(classes, {"fp32": FA3_FUNCTOR_FP32_PER_SCORE}, scores)
+        for fn in statements:
+            slots = {"integer": FA3_INDEX_INTEGER} if fn == "index" else None
+            add_slots(classes, slots or SCORE_OP_SLOTS.get(fn, {"fp32": 1}), scores)
+        add_slots(classes, FA3_KEY_INPUT_PER_SCORE, scores * _key_inputs(model, family))
     return LoopMix(classes, 2.0 * WGMMA_ROWS_PER_WARP * s_x * (d + d_v), ESTIMATE)
+
+
+def _key_inputs(model: KernelModel, family: Family) -> int:
+    """The kernel's input tensors over the key axis that its score path reads (a bias), each
+    loaded once per score; Q, K and V are the contractions' operands, not the score path's."""
+    keys = set(family.axes("x"))
+    read = {n for op in model.kernel.ops if op.kind in ("map", "binary") for n in op.inputs}
+    inputs = read & set(model.kernel.inputs)
+    return sum(1 for n in inputs if keys & set(model.diagram.tensor(n).axes))
 
 
 def plan_masked_share(kp: KernelPlan, axes: Mapping[str, int]) -> float:

@@ -7,15 +7,18 @@ to 24 registers and one of its threads issues the TMA loads (Q once; each key ti
 V into rings of `stages` slots); warpgroups 1 and 2 rise to 240 and each owns 64 queries:
 S = Q K^T by wgmma m64nS_Xk16 from 128-byte-swizzled shared memory, the online softmax in
 registers, P packed to 16 bits in registers and O += P V by wgmma with A from registers.
-Named barriers make the two take turns at the tensor cores, so that one's softmax runs
-under the other's GEMMs. The epilogue stages O / l in the V ring, swizzled, and one thread
-of each consumer stores its 64 rows with TMA (rows beyond q are clipped).
+A diagram's score transforms (soft-capping, ALiBi, an additive bias) run as the family's
+score functor on each logit before the mask and the softmax. Named barriers make the two
+take turns at the tensor cores, so that one's softmax runs under the other's GEMMs. The
+epilogue stages O / l in the V ring, swizzled, and one thread of each consumer stores its
+64 rows with TMA (rows beyond q are clipped); a log-sum-exp output takes each row's
+(m + log2 l) ln 2 from the thread that holds it.
 
 The candidates join the mma.sync ones on sm_90a profiles and the model picks per shape.
 Their price: the model's traffic and padding, the tensor rate at the full wgmma peak
 (the candidate's `tensor_share`, less the epilogue's TMA store issue) and the softmax hidden
 under the other warpgroup's GEMMs (`pingpong`: ncdc.model.overlap.pingpong_compute). What the
-template does not run (scores other than a plain or causal mask, a log-sum-exp output,
+template does not run (masks other than a causal one,
 heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q, K, V and O must be
 [batch..., rows, head]) leaves the kernel with the mma.sync candidates.
 
@@ -140,15 +143,16 @@ def smem_bytes(at: Attention, s_x: int, stages: int) -> int:
 
 def _runs(at: Attention, diagram: Diagram) -> bool:
     """Whether the template runs this attention: 16-bit (or fp8 Q and K), Q and K heads of
-    whole 128-byte rows, d_v of 64, 128 or 256, no score path but a causal mask, no
-    log-sum-exp, a positive scale, and Q, K, V and O in [batch..., rows, head] order (O
-    with every batch axis, as Q)."""
+    whole 128-byte rows, d_v of 64, 128 or 256, score transforms (soft-capping, ALiBi,
+    biases: the score functor) and no mask but a causal one, a log-sum-exp output or
+    none, a positive scale, and Q, K, V and O in [batch..., rows, head] order (O with
+    every batch axis, as Q)."""
     sc = at.scores
     if at.dtype not in QK_DTYPES or at.value_dtype not in VALUE_DTYPES:
         return False
     if at.d * DTYPES[at.dtype].bytes % SPAN or at.d > MAX_HEAD or at.d_v not in VALUE_HEADS:
         return False
-    if not sc.plain or sc.lo or sc.lengths or sc.sequences or sc.window or at.lse:
+    if sc.lo or sc.lengths or sc.sequences or sc.window:
         return False
     if len(sc.hi) > 1 or bool(sc.hi) != at.causal or at.scale <= 0:
         return False
@@ -246,6 +250,24 @@ def _tensor_map(diagram: Diagram, name: str, rows: int) -> TensorMapSpec:
     )
 
 
+def _score_context(at: Attention, kernel: str) -> dict[str, object]:
+    """What attention_scores.j2 reads to write the score functor, its object and its
+    tensors' parameters, and the log-sum-exp output's offset and pitch (the attention
+    family's context, less the masks this variant keeps in its own terms)."""
+    keys = (
+        "statements",
+        "score_result",
+        "score_inputs",
+        "score_batch",
+        "lengths",
+        "lse",
+        "offset",
+        "stride",
+    )
+    full = at.context()
+    return {"kernel": kernel, **{k: full[k] for k in keys}}
+
+
 def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
     """The FlashAttention-3 kernel of `kp.candidate`: template context, maps and launch."""
     d = plan.graph.diagram
@@ -259,6 +281,8 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         + (f"_dv{at.d_v}" if at.d_v != at.d else "")
         + f"_s{stages}"
         + ("_causal" if at.causal else "")
+        + ("" if at.scores.plain else "_scores")
+        + ("_lse" if at.lse else "")
         + "_sm90a"
     )
     maps = {t: f"ncdc_tma_{t}" for t in (at.q, at.k, at.v, at.o)}
@@ -267,6 +291,8 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         Param(at.k, "tensor", at.dtype),
         Param(at.v, "tensor", at.value_dtype),
         Param(at.o, "tensor", at.value_dtype, writes=True),
+        *at.score_params(),
+        *at.lse_params(),
         *at.size_params(d.axes),
         at.scale_param(),
         Param(maps[at.q], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.q, BQ)),
@@ -288,5 +314,6 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         "z_q": _slice_index(d, at.q), "z_k": _slice_index(d, at.k), "z_o": _slice_index(d, at.o),
         "map_q": maps[at.q], "map_k": maps[at.k], "map_v": maps[at.v], "map_o": maps[at.o],
         "smem_bytes": c.smem_bytes,
+        **_score_context(at, name),
     }  # fmt: skip
     return KernelSource("attention_wgmma.cu.j2", context, (Launch.of(name, c.main, params),))

@@ -37,16 +37,18 @@ GEMM_INTEGER_PER_COPY = 3.5
 GEMM_INTEGER_PER_ELEMENT = 1.75
 # Per k tile (128 bytes of k: four wgmma m64nNk16, or k32 for fp8) of one consumer warp
 # of the Hopper GEMM (templates/gemm_wgmma.cu.j2, wgmma_gemm in ncdc_hopper.cuh), counted
-# in its SASS on sm_90a: the full barrier's try-wait (SYNCS.PHASECHK), the empty barrier's
-# arrive, WARPGROUP.ARRIVE (wgmma.fence) and WARPGROUP.DEPBAR (commit and wait for one in
-# flight); the loop's branches; and the integer and uniform work of building each wgmma's
-# two shared-memory descriptors (12 each) and the ring's slot, phase and barrier
-# addresses (38). The producer warp (one thread issuing the TMA copies and mbarrier
-# operations, about 70 slots per k tile for a block of 8 consumer warps issuing 8 x 98)
-# is left out: its slots are a tenth of the consumers' and overlap them.
-WGMMA_PER_TILE = {"barrier": 4, "control": 4}
-WGMMA_INTEGER_PER_MMA = 12
-WGMMA_INTEGER_FIXED = 38
+# in its SASS on sm_90a: the full barrier's try-wait (SYNCS.PHASECHK), WARPGROUP.ARRIVE
+# (wgmma.fence) and WARPGROUP.DEPBAR (commit and wait for one in flight), and one arrive on
+# the empty barrier of each CTA of the cluster; the loop's branches; per wgmma, its two
+# descriptors advanced from the ones built before the loop (a UIADD3 and a UMOV of the
+# constant high word each, 4); and the ring's slot, phase and barrier addresses and the
+# stage's descriptor offset (27: 25 to 30 over bn 64-256, 16-bit and fp8, clusters of 1
+# and 2). The producer warp (one thread issuing the TMA copies and mbarrier operations,
+# about 70 slots per k tile for a block of 8 consumer warps issuing 8 x 58) is left out:
+# its slots overlap the consumers'.
+WGMMA_PER_TILE = {"barrier": 3, "control": 4}
+WGMMA_INTEGER_PER_MMA = 4
+WGMMA_INTEGER_FIXED = 27
 # A weight-only GEMM (16-bit A, int8 B) keeps B in shared memory as int8 and widens each
 # fragment register in the main loop (ncdc_gemm.cuh, MmaTile::frag_b with WIDEN_B): per
 # 16-bit pair, one LDS.U16 (two LDS.U8 where B's contiguous axis is n), two I2F.S8 and
@@ -126,8 +128,8 @@ def gemm_mix(
 def wgmma_mix(c: Candidate, dtype: str) -> LoopMix:
     """The Hopper GEMM's k tile of one consumer warp (one k tile of 128 bytes per iteration;
     the warp accumulates WGMMA_ROWS_PER_WARP rows of the 128 x bn tile): bk / 16 wgmmas
-    (k32 for fp8), the descriptors' and the ring's integer work (WGMMA_INTEGER_*) and
-    WGMMA_PER_TILE."""
+    (k32 for fp8), the descriptors' and the ring's integer work (WGMMA_INTEGER_*),
+    WGMMA_PER_TILE and an empty arrive per CTA of the cluster."""
     params = dict(c.params)
     wgmmas = params["bk"] // wgmma_k(DTYPES[dtype].bytes)
     classes: dict[str, float] = {
@@ -135,4 +137,5 @@ def wgmma_mix(c: Candidate, dtype: str) -> LoopMix:
         "integer": WGMMA_INTEGER_PER_MMA * wgmmas + WGMMA_INTEGER_FIXED,
         **WGMMA_PER_TILE,
     }
+    classes["barrier"] += params.get("cluster", 1)  # the empty arrives, one per CTA
     return LoopMix(classes, 2.0 * WGMMA_ROWS_PER_WARP * params["bn"] * params["bk"], ESTIMATE)

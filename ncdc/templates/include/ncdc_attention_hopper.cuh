@@ -7,8 +7,9 @@
 //     the TMA loads: Q once, then each key tile's K and V into rings of STAGES slots, K and V
 //     with full and empty mbarriers of their own (so S = Q K^T starts before V lands);
 //   * warpgroups 1 and 2 rise to kConsumerRegs and each owns 64 queries: S = Q K^T by wgmma
-//     m64nSXk16 (k32 for fp8 Q and K) from shared memory (both K-major), the online softmax on the accumulators
-//     (base 2, the scale folded into the exponent), P packed to 16 bits in registers (the
+//     m64nSXk16 (k32 for fp8 Q and K) from shared memory (both K-major), the diagram's score
+//     functor if it has one, the online softmax on the accumulators (base 2, the scale folded
+//     into the exponent), P packed to 16 bits in registers (the
 //     accumulator layout of m64nNk16 is, element for element, its A fragment layout), and
 //     O += P V by wgmma with A from registers and V as an MN-major B.
 // The epilogue stages O / l in the V ring (swizzled) and stores it with TMA (store_o).
@@ -119,6 +120,8 @@ struct Problem {
   int z_q, z_k, z_o;  // the slice of Q, of K and V and of O: the maps' third coordinate
   long long shift;    // causal: key j is visible to query i when j <= i + shift
   float scale_log2;   // the logits' scale times log2(e), positive
+  float* lse = nullptr;      // the log-sum-exp of each query's logits (natural log), or none
+  long long lse_stride = 0;  // its pitch along the queries
 };
 
 // Key tiles the block reads: all of them, or (causal) up to its last row's diagonal.
@@ -209,13 +212,29 @@ struct Rows {
   float m[2], l[2];  // max of the logits (unscaled), partial sum of this thread's exps
 };
 
-// Masks tile `key0` (MASKED) where it crosses x_len or a row's diagonal, then turns the
-// logits into exps against the new row max; alpha: the factor the old O and l are
-// rescaled by.
-template <class Cfg, bool CAUSAL, bool MASKED>
+// Transforms tile `key0`'s logits by the diagram's score path (unless Scores::kIdentity),
+// masks it (MASKED) where it crosses x_len or a row's diagonal, then turns the logits into
+// exps against the new row max; alpha: the factor the old O and l are rescaled by. Plain
+// scores fold the scale into the exponent (one FFMA a score, the max over raw logits); a
+// score functor sees the natural-log logit s * scale of query i and key j, as in the
+// FlashAttention-2 kernel (ncdc_attention.cuh, score_step), and its result times log2 e is
+// what the max and exponent take. Its indices are clamped into the problem (rows past
+// q_len are never stored, keys past x_len are masked), so it reads no tensor past its end.
+template <class Cfg, bool CAUSAL, bool MASKED, class Scores>
 NCDC_DEVICE void softmax_tile(float* s, Rows& st, float* alpha, int key0, long long row0, int t,
-                              const Problem& p) {
+                              const Problem& p, const Scores& scores) {
   constexpr int N = Cfg::SX / 2;
+  const float fold = Scores::kIdentity ? p.scale_log2 : 1.0f;
+  if (!Scores::kIdentity) {
+    const float scale = p.scale_log2 * (1.0f / attn::kLog2e);
+    const int rows[2] = {int(attn::lmin(row0, p.q_len - 1)), int(attn::lmin(row0 + 8, p.q_len - 1))};
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      int key = key0 + 8 * (i / 4) + 2 * t + i % 2;
+      if (MASKED) key = attn::imin(key, p.x_len - 1);
+      s[i] = scores(s[i] * scale, rows[(i / 2) % 2], key) * attn::kLog2e;
+    }
+  }
   if (MASKED) {
 #pragma unroll
     for (int i = 0; i < N; ++i) {
@@ -231,14 +250,14 @@ NCDC_DEVICE void softmax_tile(float* s, Rows& st, float* alpha, int key0, long l
     for (int i = 2 * h; i < N; i += 4) mx = fmaxf(mx, fmaxf(s[i], s[i + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    base[h] = mx == attn::neg_inf() ? 0.0f : mx * p.scale_log2;
-    alpha[h] = attn::exp2_fast(fmaf(st.m[h], p.scale_log2, -base[h]));
+    base[h] = mx == attn::neg_inf() ? 0.0f : mx * fold;
+    alpha[h] = attn::exp2_fast(fmaf(st.m[h], fold, -base[h]));
     st.m[h] = mx;
   }
   float sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < N; ++i) {
-    s[i] = attn::exp2_fast(fmaf(s[i], p.scale_log2, -base[(i / 2) % 2]));
+    s[i] = attn::exp2_fast(fmaf(s[i], fold, -base[(i / 2) % 2]));
     sum[(i / 2) % 2] += s[i];
   }
 #pragma unroll
@@ -259,10 +278,10 @@ NCDC_DEVICE void release(unsigned long long* bar, int lane) {
 // One key tile j >= 1 of a consumer warpgroup, in its turn at the tensor cores: S of tile j
 // and P V of tile j - 1 issued together, the softmax of j while P V runs, then O rescaled
 // and P of j packed. `stage` and `phase` are tile j - 1's slot, advanced to j's.
-template <class TQ, class TV, class Cfg, bool CAUSAL, bool MASKED>
+template <class TQ, class TV, class Cfg, bool CAUSAL, bool MASKED, class Scores>
 NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned char* smem,
                       const Barriers& bar, const Problem& p, int j, int consumer, int& stage,
-                      unsigned& phase, long long row0) {
+                      unsigned& phase, long long row0, const Scores& scores) {
   const int lane = threadIdx.x % 32, t = lane % 4;
   const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
   const unsigned char* ks = smem + Cfg::Q_BYTES;
@@ -284,7 +303,7 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
   wgmma_wait<1>();  // S of tile j
   wgmma_fence_operands<Cfg::SX / 2>(s);
   release(&bar.empty_k[next], lane);
-  softmax_tile<Cfg, CAUSAL, MASKED>(s, st, alpha, j * Cfg::SX, row0, t, p);
+  softmax_tile<Cfg, CAUSAL, MASKED>(s, st, alpha, j * Cfg::SX, row0, t, p, scores);
   wgmma_wait<0>();  // P V of tile j - 1: its P registers and V slot are free
   wgmma_fence_operands<Cfg::DV / 2>(o_acc);
   fence_registers<Cfg::SX / 4>(pr);
@@ -330,9 +349,9 @@ NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const floa
 }
 
 // A consumer warpgroup: its 64 rows through every key tile, then O / l stored.
-template <class TQ, class TV, class Cfg, bool CAUSAL>
+template <class TQ, class TV, class Cfg, bool CAUSAL, class Scores>
 NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem& p, int consumer,
-                         const TensorMap* map_o) {
+                         const TensorMap* map_o, const Scores& scores) {
   const int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const unsigned char* ks = smem + Cfg::Q_BYTES;
   const unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
@@ -362,9 +381,9 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
     wgmma_fence_operands<Cfg::SX / 2>(s);
     release(&bar.empty_k[0], lane);
     if (Cfg::SX > p.x_len || (CAUSAL && Cfg::SX - 1 > first_row + p.shift))
-      softmax_tile<Cfg, CAUSAL, true>(s, st, alpha, 0, row0, t, p);
+      softmax_tile<Cfg, CAUSAL, true>(s, st, alpha, 0, row0, t, p, scores);
     else
-      softmax_tile<Cfg, CAUSAL, false>(s, st, alpha, 0, row0, t, p);
+      softmax_tile<Cfg, CAUSAL, false>(s, st, alpha, 0, row0, t, p, scores);
     pack_p<TV, Cfg::SX / 2>(pr, s);
   }
   // the tiles every row of the block sees whole run unmasked, the rest masked
@@ -374,9 +393,11 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
   int stage = 0;  // of tile j - 1
   unsigned phase = 0;
   for (int j = 1; j < unmasked; ++j)
-    step<TQ, TV, Cfg, CAUSAL, false>(s, o_acc, pr, st, smem, bar, p, j, consumer, stage, phase, row0);
+    step<TQ, TV, Cfg, CAUSAL, false>(s, o_acc, pr, st, smem, bar, p, j, consumer, stage, phase, row0,
+                                     scores);
   for (int j = unmasked; j < tiles; ++j)
-    step<TQ, TV, Cfg, CAUSAL, true>(s, o_acc, pr, st, smem, bar, p, j, consumer, stage, phase, row0);
+    step<TQ, TV, Cfg, CAUSAL, true>(s, o_acc, pr, st, smem, bar, p, j, consumer, stage, phase, row0,
+                                    scores);
   if (tiles > 0) {  // the last tile's P V
     named_bar_sync(mine, kPair);
     mbar_wait(&bar.full_v[stage], phase);
@@ -397,14 +418,21 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     inv[h] = attn::inverse_sum(l);
+    // the row's log-sum-exp from its max (raw logits, or base 2 after a score functor)
+    const long long row = row0 + 8 * h;
+    if (p.lse != nullptr && t == 0 && row < p.q_len) {
+      const float m = Scores::kIdentity ? st.m[h] * p.scale_log2 : st.m[h];
+      st_global(p.lse + row * p.lse_stride, attn::row_lse(m, l));
+    }
   }
   store_o<TV, Cfg>(smem, map_o, o_acc, inv, p, consumer);
 }
 
-// The whole kernel body: barriers, the warp split and the register budgets.
-template <class TQ, class TV, class Cfg, bool CAUSAL>
+// The whole kernel body: barriers, the warp split and the register budgets. `scores`: the
+// diagram's score path (attn::PlainScores, or the functor its template generates).
+template <class TQ, class TV, class Cfg, bool CAUSAL, class Scores = attn::PlainScores>
 NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
-                         const TensorMap* map_o, const Problem& p) {
+                         const TensorMap* map_o, const Problem& p, const Scores& scores = Scores()) {
   __shared__ unsigned long long q_full, full_k[Cfg::STAGES], empty_k[Cfg::STAGES];
   __shared__ unsigned long long full_v[Cfg::STAGES], empty_v[Cfg::STAGES];
   unsigned char* smem = wgmma_gemm::aligned_smem();
@@ -426,7 +454,7 @@ NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const T
     if (threadIdx.x == 0) produce<Cfg, CAUSAL>(map_q, map_k, map_v, smem, bar, p);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consume<TQ, TV, Cfg, CAUSAL>(smem, bar, p, group - 1, map_o);
+    consume<TQ, TV, Cfg, CAUSAL>(smem, bar, p, group - 1, map_o, scores);
   }
 }
 

@@ -911,13 +911,16 @@ inline void worker_main(Launch& l, Cluster* cluster = nullptr, unsigned rank = 0
   w.tsan_sched = __tsan_get_current_fiber();
 #endif
   if (l.dynamic_smem) {
-    // 1024-aligned in every block, so that one offset names the same bytes in each block of a
-    // cluster (a GPU gives every block of a kernel the same shared-memory window)
+    // 2^18-aligned in every block: one offset names the same bytes in each block of a cluster
+    // (a GPU gives every block of a kernel the same shared-memory window), and the low 18 bits
+    // of an address are its offset, as a GPU's shared-window addresses stay below 2^18 (a
+    // wgmma descriptor's 14-bit start field, address bits 4-17, never wraps)
+    constexpr size_t kWindow = size_t(1) << 18;
 #ifdef NCDC_ASAN
     void* p = nullptr;  // exact redzones: the size as asked
-    if (posix_memalign(&p, 1024, l.dynamic_smem) == 0) w.dynamic_smem = static_cast<unsigned char*>(p);
+    if (posix_memalign(&p, kWindow, l.dynamic_smem) == 0) w.dynamic_smem = static_cast<unsigned char*>(p);
 #else
-    w.dynamic_smem = static_cast<unsigned char*>(std::aligned_alloc(1024, (l.dynamic_smem + 1023) & ~size_t(1023)));
+    w.dynamic_smem = static_cast<unsigned char*>(std::aligned_alloc(kWindow, (l.dynamic_smem + kWindow - 1) & ~(kWindow - 1)));
 #endif
   }
   uint64_t nblocks = uint64_t(l.grid.x) * l.grid.y * l.grid.z;

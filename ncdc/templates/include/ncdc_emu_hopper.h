@@ -578,14 +578,16 @@ struct Descriptor {
 
 inline Descriptor decode_descriptor(uint64_t desc) {
   Worker& w = *tl_worker;
+  // the block's dynamic shared memory starts a 2^18-aligned window (ncdc_emu.h): the field
+  // is the offset in it
   uintptr_t field = uintptr_t(desc & 0x3fff) << 4;
   auto lo = reinterpret_cast<uintptr_t>(w.dynamic_smem), hi = lo + w.launch->dynamic_smem;
-  uintptr_t window = lo & ~uintptr_t(0x3ffff);
-  uintptr_t at = window + field;
-  if (at < lo) at += 0x40000;
+  uintptr_t at = lo + field;
   if (!w.dynamic_smem || at >= hi)
     fail("wgmma descriptor start address is not in the block's dynamic shared memory");
   if (desc >> 49 & 7) fail("wgmma descriptor base offset other than 0 is not emulated");
+  if (desc >> 14 & 3)  // a start address advanced out of its 14-bit field carries into them
+    fail("wgmma descriptor with reserved bits 14-15 set (a start address past the shared window)");
   static constexpr unsigned kSwizzle[4] = {0, 128, 64, 32};
   return {reinterpret_cast<const unsigned char*>(at), uint32_t(desc >> 16 & 0x3fff) << 4,
           uint32_t(desc >> 32 & 0x3fff) << 4, kSwizzle[desc >> 62 & 3]};
@@ -782,8 +784,13 @@ inline void* map_shared(const void* p, unsigned rank, const char* what) {
                                  reinterpret_cast<uintptr_t>(peer.tls_anchor));
 }
 
-// mbarrier.arrive.release.cluster.shared::cluster: one arrival on CTA `rank`'s barrier at the
-// offset of `bar`.
+// mbarrier.arrive.shared::cluster.b64 _, [mapa(bar, rank)]: one arrival on CTA `rank`'s barrier
+// at the offset of `bar`, a release at CTA scope (the ISA's default `.release.cta`). Its
+// memory-ordering effect on a peer's threads is the one the emulated instructions can
+// observe: a peer reaches this block's shared memory only by its multicast (the emulator has
+// no ld.shared::cluster), so what such an arrive orders is this thread's reads before the
+// peer's refill after its wait, and under ThreadSanitizer that edge is the release below. A
+// kernel that published its writes to a peer would need `.release.cluster`; none does.
 inline void mbar_arrive_cluster(uint64_t* bar, unsigned rank) {
   Untracked quiet;
   Worker& peer = cluster_peer(rank, "mbarrier.arrive.shared::cluster");

@@ -223,13 +223,19 @@ NCDC_DEVICE void cluster_sync() {
   cluster_wait();
 }
 
-// One arrival on the mbarrier of CTA `rank` at the offset of this block's `bar` (mapa, then
-// mbarrier.arrive.release.cluster.shared::cluster).
+// One arrival on the mbarrier of CTA `rank` at the offset of this block's `bar`: mapa, then
+// mbarrier.arrive.shared::cluster.b64 with the ISA's default semantics, a release at CTA
+// scope (PTX ISA, mbarrier.arrive: `.sem` defaults to `.release`, `.scope` to `.cta`), as
+// CUTLASS's ClusterBarrier::arrive(cta_id) issues it. It orders this thread's completed
+// reads before whatever the peer does after its wait (a consumer's release of a stage its
+// wgmmas have retired, before the peer's multicast refills it), and it compiles to the
+// arrive alone; the `.release.cluster` form costs a MEMBAR.ALL.GPU per arrive, and is
+// needed only to publish this thread's writes to the peer, which no kernel here does.
 NCDC_DEVICE void mbar_arrive_cluster(unsigned long long* bar, unsigned rank) {
 #ifdef NCDC_GPU
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
       ::"r"(smem_address(bar)), "r"(rank) : "memory");
 #else
   emu::mbar_arrive_cluster(reinterpret_cast<uint64_t*>(bar), rank);
@@ -312,6 +318,16 @@ NCDC_DEVICE unsigned long long smem_desc(const void* start, unsigned lbo, unsign
          (static_cast<unsigned long long>((lbo >> 4) & 0x3fff) << 16) |
          (static_cast<unsigned long long>((sbo >> 4) & 0x3fff) << 32) |
          (static_cast<unsigned long long>(swizzle) << 62);
+}
+
+// A descriptor of the same layout `bytes` further on (a multiple of 16): its start field,
+// address bits 4-17, grows by bytes / 16 in the low word alone. A shared-window address stays
+// below 2^18 (the CPU backend's shared memory is 2^18-aligned, so its offsets do too), so an
+// in-bounds start never carries out of the field; the emulator rejects a descriptor whose
+// reserved bits 14-15 are set.
+NCDC_DEVICE unsigned long long desc_advance(unsigned long long desc, unsigned bytes) {
+  unsigned lo = static_cast<unsigned>(desc) + (bytes >> 4);
+  return (desc & 0xffffffff00000000ull) | lo;
 }
 
 // wgmma.fence: before the first wgmma.mma_async, and after touching its registers.
@@ -812,16 +828,28 @@ NCDC_DEVICE void transpose_stages(unsigned char* smem, unsigned long long* full,
   }
 }
 
-// The descriptors of k step `kk` of a stage: A K-major (rows of 128 bytes, 8-row groups 1024
-// apart); B K-major the same, or MN-major (k rows of 128 bytes, 8-k groups 1024 apart,
-// 128-byte column blocks BK * 128 apart).
+// A consumer's descriptors of k step 0 of stage 0, built once: A K-major (rows of 128 bytes,
+// 8-row groups 1024 apart, this consumer's 64 rows); B K-major the same, or MN-major (k rows
+// of 128 bytes, 8-k groups 1024 apart, 128-byte column blocks BK * 128 apart). Every other
+// stage and k step has the same layout further on: the main loop advances these
+// (`desc_advance`, one add per descriptor) rather than rebuilding them from addresses.
 template <class Cfg>
-NCDC_DEVICE void stage_descriptors(unsigned char* a, unsigned char* b, int kk, int consumer,
-                                   unsigned long long& da, unsigned long long& db) {
-  da = smem_desc(a + consumer * 64 * Cfg::SPAN + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
-  if constexpr (Cfg::B_KMAJOR) db = smem_desc(b + kk * Cfg::KSTEP * Cfg::ES, 16, 1024, kSwizzle128);
-  else db = smem_desc(b + kk * Cfg::KSTEP * Cfg::SPAN, Cfg::BK * Cfg::SPAN, 1024, kSwizzle128);
+NCDC_DEVICE void first_descriptors(unsigned char* smem, int consumer, unsigned long long& da,
+                                   unsigned long long& db) {
+  da = smem_desc(smem + consumer * 64 * Cfg::SPAN, 16, 1024, kSwizzle128);
+  if constexpr (Cfg::B_KMAJOR) db = smem_desc(smem + Cfg::A_BYTES, 16, 1024, kSwizzle128);
+  else db = smem_desc(smem + Cfg::A_BYTES, Cfg::BK * Cfg::SPAN, 1024, kSwizzle128);
+#ifdef NCDC_GPU
+  asm volatile("" : "+l"(da), "+l"(db));  // kept in registers, not rebuilt in the loop by ptxas
+#endif
 }
+
+// Bytes from one k step to the next: KSTEP values along a K-major row (A, and a K-major B),
+// or KSTEP 128-byte k rows of an MN-major B.
+template <class Cfg>
+constexpr unsigned kStepBytesA = Cfg::KSTEP * Cfg::ES;
+template <class Cfg>
+constexpr unsigned kStepBytesB = Cfg::B_KMAJOR ? Cfg::KSTEP * Cfg::ES : Cfg::KSTEP * Cfg::SPAN;
 
 // The TMA-store epilogue of one consumer's 64 x BN tile: wait until the previous tile's
 // stores have read `ctile`, write each in-bounds value (`out.value`, cast to C) into its
@@ -888,20 +916,22 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
   int stage = 0, held = -1;
   unsigned phase = 0;
   float acc[Cfg::BN / 2];
+  unsigned long long da0, db0;
+  first_descriptors<Cfg>(smem, consumer, da0, db0);
   for (int u = s.first; u < s.units; u += s.step) {
     long long z, tm, tn;
     tile_at<Cfg>(s, u, p, z, tm, tn);
     for (int kt = 0; kt < s.k_tiles; ++kt) {
       mbar_wait(&full[stage], phase);
-      unsigned char* a = smem + stage * Cfg::STAGE_BYTES;
-      unsigned char* b = a + Cfg::A_BYTES;
+      unsigned long long da = desc_advance(da0, unsigned(stage) * Cfg::STAGE_BYTES);
+      unsigned long long db = desc_advance(db0, unsigned(stage) * Cfg::STAGE_BYTES);
       wgmma_fence_operands<Cfg::BN / 2>(acc);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Cfg::BK / Cfg::KSTEP; ++kk) {
-        unsigned long long da, db;
-        stage_descriptors<Cfg>(a, b, kk, consumer, da, db);
-        Mma<T>::template run<Cfg::BN, Cfg::B_KMAJOR ? 0 : 1>(acc, da, db, (kt > 0 || kk > 0) ? 1 : 0);
+        Mma<T>::template run<Cfg::BN, Cfg::B_KMAJOR ? 0 : 1>(
+            acc, desc_advance(da, kk * kStepBytesA<Cfg>), desc_advance(db, kk * kStepBytesB<Cfg>),
+            (kt > 0 || kk > 0) ? 1 : 0);
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous k tile's wgmmas are done: release its stage
@@ -955,7 +985,10 @@ NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Tenso
   // a peer's multicast and releases reach these barriers only once they exist
   if constexpr (Cfg::CLUSTER > 1) cluster_sync();
   else __syncthreads();
-  int group = threadIdx.x / 128;
+  // the warpgroup's index, broadcast from lane 0 so the compiler keeps it (and the
+  // consumer's descriptors built from it) in uniform registers, as CUTLASS's
+  // canonical_warp_group_idx does
+  int group = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
   if (group == 0) {
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) produce<Cfg>(map_a, map_b, smem, full, empty, staged, p, batched);

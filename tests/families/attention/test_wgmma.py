@@ -81,6 +81,64 @@ def test_causal_grouped_query_attention_matches_the_reference() -> None:
     assert result.bytes_written == 2 * 130 * 64 * 2
 
 
+# The score path on the FlashAttention-3 kernel: soft-capping at 2 (tanh far from linear,
+# so a kernel that skipped the functor fails), ALiBi's per-head slopes times j - i, and an
+# additive bias over (b, h, q, x), each at odd sizes: TMA's zero rows past q, a masked key
+# tail, and the functor's indices clamped inside the tensors it reads.
+SOFTCAP_2 = (DIAGRAMS / "softcap_attention.yaml").read_text()
+SOFTCAP_2 = SOFTCAP_2.replace("mul(S, 0.02)", "mul(S, 0.5)").replace("mul(T, 50)", "mul(T, 2)")
+assert "mul(T, 2)" in SOFTCAP_2
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes"),
+    [
+        ("softcap_2", {"b": 1, "g": 1, "r": 2, "q": 130, "x": 300}),
+        ("alibi_attention", {"b": 1, "h": 2, "q": 77, "x": 201}),
+        ("../tests/specs/attn_bias_bhqx", {"b": 1, "h": 2, "q": 133, "x": 157}),
+    ],
+)
+def test_score_transforms_match_the_reference(spec: str, sizes: dict[str, int]) -> None:
+    if spec == "softcap_2":
+        d = load_diagram_text(SOFTCAP_2, sizes=sizes)
+    else:
+        d = load_diagram(DIAGRAMS / f"{spec}.yaml", sizes)
+    _, module = wgmma_module(d, 128, 2)
+    assert module.launches[0].kernel.endswith("_scores_sm90a")
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok, [c for c in result.checks if not c.ok]
+
+
+# The log-sum-exp output on the FlashAttention-3 kernel: diagrams/attention_lse.yaml (causal,
+# queries aligned at the end of the keys) and the soft-capped diagram with one (the max in
+# base 2 after the functor), at odd sizes; rows that see no key would be -inf.
+SOFTCAP_2_LSE = SOFTCAP_2.replace(
+    "  - O = contract(P, V, over=x)\n",
+    "  - Z = logsumexp(M, over=x, dtype=fp32)\n  - O = contract(P, V, over=x)\n",
+).replace("outputs: [O]", "outputs: [O, Z]")
+assert "outputs: [O, Z]" in SOFTCAP_2_LSE
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes"),
+    [
+        ("attention_lse", {"b": 1, "h": 2, "q": 130, "x": 300}),
+        ("softcap_2_lse", {"b": 1, "g": 1, "r": 2, "q": 77, "x": 201}),
+    ],
+)
+def test_log_sum_exp_output_matches_the_reference(spec: str, sizes: dict[str, int]) -> None:
+    if spec == "softcap_2_lse":
+        d = load_diagram_text(SOFTCAP_2_LSE, sizes=sizes)
+    else:
+        d = load_diagram(DIAGRAMS / f"{spec}.yaml", sizes)
+    _, module = wgmma_module(d, 128, 2)
+    assert module.launches[0].kernel.endswith("_lse_sm90a")
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok and len(result.checks) == 2, result.checks  # O and the log-sum-exp
+
+
 # FlashAttention-3's fp8 configuration (sec. 3.3 and 4.1 of the paper): diagrams/attention_fp8.yaml
 # (e4m3 Q and K, S by wgmma k32; fp16 V and O; d = 128) with the paper's 64 keys a tile.
 FP8_FILE = (DIAGRAMS / "attention_fp8.yaml").read_text()
@@ -111,6 +169,10 @@ def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
         ("attention_causal", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4),
         # fp8: S by QGMMA k32, P V by HGMMA in fp16 (no type suffix), P from registers
         ("fp8", ("QGMMA.64x64x32.F32.E4M3.E4M3 R", "HGMMA.64x128x16.F32 R"), 3),
+        # score functors, causal: ALiBi (3.4 slots per HMMA.16816; 8.2 on mma.sync), and
+        # soft-capping, whose libdevice tanhf is 11 fp32 and 2 MUFU a score (6.9; 9.2)
+        ("alibi_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4),
+        ("softcap_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 8),
     ],
 )
 def test_compiles_to_tma_and_wgmma_without_spills(

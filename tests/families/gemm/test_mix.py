@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
@@ -40,6 +42,8 @@ def test_a_wgmma_k_tile_is_its_wgmmas_and_their_descriptors() -> None:
     mix = wgmma_mix(c, "bf16")
     assert mix.classes["tensor"] == 4
     assert mix.classes["integer"] == 4 * WGMMA_INTEGER_PER_MMA + WGMMA_INTEGER_FIXED
-    assert mix.classes["barrier"] == WGMMA_PER_TILE["barrier"]
+    assert mix.classes["barrier"] == WGMMA_PER_TILE["barrier"] + 1  # one CTA's empty arrive
+    clustered = dataclasses.replace(c, params=(*c.params, ("cluster", 2)))
+    assert wgmma_mix(clustered, "bf16").classes["barrier"] == WGMMA_PER_TILE["barrier"] + 2
     assert mix.tensor_flops == 2 * 16 * 256 * 64
     assert wgmma_mix(c, "fp8_e4m3").classes["tensor"] == 2  # k32 a wgmma

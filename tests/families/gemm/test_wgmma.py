@@ -213,6 +213,31 @@ def test_an_arch_without_wgmma_falls_back_to_mma_sync(tmp_path: Path) -> None:
     assert arch_notes(load_diagram(DIAGRAMS / "matmul.yaml"), h200, None, "sm_90") == (why,)
 
 
+@pytest.mark.parametrize("name", ["matmul", "batched_matmul", "mlp", "swiglu_mlp", "fp8_matmul"])
+def test_wgmma_main_loops_hold_no_fence_and_advance_their_descriptors(name: str) -> None:
+    # The model runs these library GEMMs on h200 in clusters of 2; a consumer warp releases
+    # each stage on its own CTA and its peer every k tile. With `.release.cluster` that
+    # arrive compiled to MEMBAR.ALL.GPU (and ERRBAR, CGAERRBAR) before each SYNCS.ARRIVE:
+    # 8 of the 105 instructions of matmul's loop. The CTA-scope form is the arrive alone.
+    # Descriptors rebuilt from addresses per k step took 84 integer instructions per k
+    # tile of 4 wgmmas (after the fence's removal); advanced by constants from the ones
+    # built before the loop, 45 (a UIADD3 and a UMOV per descriptor, and the ring's work).
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
+    if sass.find_tool("nvdisasm") is None:
+        pytest.skip("cuobjdump and nvdisasm are not installed")
+    report = compile_plan_for(DIAGRAMS / f"{name}.yaml", load_hardware("h200"), "sm_90a")
+    loops = sass.main_loops(report.cubin)
+    for launch in report.module.launches:
+        assert launch.kernel.endswith("_c2_sm90a"), launch.kernel  # the clustered kernel
+        loop = sass.parse_sass(loops[launch.kernel])
+        ops = [i.op for i in loop]
+        assert any(i.kind == "tensor" and i.opcode.endswith("GMMA") for i in loop), ops
+        assert sum(op.startswith("SYNCS.ARRIVE") for op in ops) == 2, ops  # own and peer
+        assert not any(op.startswith(("MEMBAR", "ERRBAR", "CGAERRBAR")) for op in ops), ops
+        wgmmas = sum(i.kind == "tensor" for i in loop)
+        assert sass.count_classes(loop)["integer"] <= 12 * wgmmas, ops
+
+
 def kernel_params(cubin: bytes, kernel: str, tmp: Path) -> list[tuple[int, int, int]]:
     """(ordinal, offset, size) of each parameter of `kernel`: cuobjdump's EIATTR_KPARAM_INFO."""
     tool = sass.find_tool("cuobjdump")
