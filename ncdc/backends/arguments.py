@@ -27,6 +27,16 @@ SWIZZLE_MODES = {0: 0, 32: 1, 64: 2, 128: 3}  # CUtensorMapSwizzle
 TENSOR_MAP_MAGIC = 0x50414D54434443  # EmuTensorMap::magic
 ADDRESS_IS_ARGUMENT = 1 << 63
 
+# A driver workaround CUTLASS applies to every map it encodes (CUTLASS 4.3.4,
+# include/cute/atom/copy_traits_sm90_tma.hpp, right after cuTensorMapEncodeTiled; CHANGELOG:
+# "a driver TMA descriptor related bug" that causes occasional errors when the tensor's
+# memory is under 128 KiB): with a driver of CUDA 13.1 or older (cudaDriverGetVersion <= 13010)
+# and a tensor spanning fewer than 128 KiB, clear bit 21 of the encoded map's second 64-bit
+# word. The bit's meaning is not documented (CUtensorMap is opaque).
+DRIVER_BUG_LAST_VERSION = 13010
+DRIVER_BUG_SPAN_BYTES = 128 * 1024
+DRIVER_BUG_WORD, DRIVER_BUG_BIT = 1, 21
+
 
 def scalar_argument(p: Param) -> np.generic:
     """The value of a scalar parameter in its C type."""
@@ -60,6 +70,32 @@ def tensor_map_problem(spec: TensorMapSpec, address: int | None = None) -> str:
     if spec.swizzle and inner > spec.swizzle:
         return f"inner box of {inner} bytes exceeds the {spec.swizzle}-byte swizzle span"
     return ""
+
+
+def tensor_span_bytes(spec: TensorMapSpec) -> int:
+    """Bytes from the map's first element to one past its last (the cosize of its layout):
+    what CUTLASS compares with 128 KiB, which is not the allocation's size.
+
+    >>> tensor_span_bytes(TensorMapSpec("A", "bf16", (64, 32), (256,), (64, 32), 128))
+    8064
+    """
+    esize = DTYPES[spec.dtype].bytes
+    last = (spec.dims[0] - 1) * esize
+    last += sum((d - 1) * s for d, s in zip(spec.dims[1:], spec.strides, strict=True))
+    return last + esize
+
+
+def mend_tensor_map(words: Sequence[int], spec: TensorMapSpec, driver_version: int) -> list[int]:
+    """The driver's encoded map (16 little-endian 64-bit words) with CUTLASS's driver
+    workaround applied (DRIVER_BUG_*): bit 21 of word 1 cleared when the driver is CUDA 13.1
+    or older and the tensor spans under 128 KiB; every other bit as the driver gave it."""
+    out = [int(w) for w in words]
+    if (
+        driver_version <= DRIVER_BUG_LAST_VERSION
+        and tensor_span_bytes(spec) < DRIVER_BUG_SPAN_BYTES
+    ):
+        out[DRIVER_BUG_WORD] &= ~(1 << DRIVER_BUG_BIT) & (2**64 - 1)
+    return out
 
 
 def encode_emulated_tensor_map(

@@ -19,6 +19,7 @@ import numpy as np
 from ncdc.backends.arguments import (
     SWIZZLE_MODES,
     launch_arguments,
+    mend_tensor_map,
     tensor_map_problem,
 )
 from ncdc.errors import NcdcError, NoGpuError
@@ -56,9 +57,11 @@ def device_arch(cupy: Any) -> str:
 def load_module(cupy: Any, module: RenderedModule, arch: str) -> Any:
     """Compile (through the cache) and load `module` for `arch`; returns a cupy.RawModule."""
     from ncdc.backends.cache import cached_compile
+    from ncdc.backends.compile import check_entry_registers
 
     name = module.cache_name
     compiled = cached_compile(module.source, arch, name=name, line_origin=module.origin)
+    check_entry_registers(module, compiled)  # budgets ptxas did not give would hang
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.cubin"
         path.write_bytes(compiled.cubin)
@@ -131,10 +134,19 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     words = [int(w) for w in tmap.opaque]
     if len(words) * 8 != TENSOR_MAP_BYTES:
         raise NcdcError(f"cuTensorMapEncodeTiled gave {len(words) * 8} bytes, not 128")
+    words = mend_tensor_map(words, spec, _driver_version(driver))
     value = np.array([tuple(words)], dtype=TENSOR_MAP_DTYPE)
     value.flags.writeable = False  # cached: every launch over this pointer passes these bytes
     _TENSOR_MAPS[key] = value
     return value
+
+
+def _driver_version(driver: Any) -> int:
+    """The driver's CUDA version, 1000 major + 10 minor (cuDriverGetVersion)."""
+    err, version = driver.cuDriverGetVersion()
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise NcdcError(f"cuDriverGetVersion failed: {err}")
+    return int(version)
 
 
 def _encode_tiled(driver: Any, spec: TensorMapSpec, rank: int, address: int) -> Any:

@@ -288,4 +288,6 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         "map_q": maps[at.q], "map_k": maps[at.k], "map_v": maps[at.v], "map_o": maps[at.o],
         "smem_bytes": c.smem_bytes,
     }  # fmt: skip
-    return KernelSource("attention_wgmma.cu.j2", context, (Launch.of(name, c.main, params),))
+    return KernelSource(
+        "attention_wgmma.cu.j2", context, (Launch.of(name, c.main, params, LAUNCH_REGISTERS),)
+    )

@@ -357,4 +357,6 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "batches": size_name(batch) if batch else "1",
         **epilogue,
     }
-    return KernelSource("gemm_wgmma.cu.j2", context, (Launch.of(name, c.main, params),))
+    return KernelSource(
+        "gemm_wgmma.cu.j2", context, (Launch.of(name, c.main, params, LAUNCH_REGISTERS),)
+    )

@@ -290,7 +290,7 @@ NCDC_DEVICE void setmaxnreg_inc() {
 #ifdef NCDC_GPU
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
 #else
-  emu::setmaxnreg(REGS);
+  emu::setmaxnreg(REGS, true);
 #endif
 }
 
@@ -299,7 +299,7 @@ NCDC_DEVICE void setmaxnreg_dec() {
 #ifdef NCDC_GPU
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
 #else
-  emu::setmaxnreg(REGS);
+  emu::setmaxnreg(REGS, false);
 #endif
 }
 

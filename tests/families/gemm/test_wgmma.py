@@ -276,3 +276,28 @@ def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
         else:
             assert size == np.asarray(arg).nbytes == 8
     assert maps == 3  # A, B and the TMA-stored C
+
+
+@pytest.mark.parametrize(
+    "header, family",
+    [("ncdc_hopper.cuh", "ncdc.families.gemm.wgmma"),
+     ("ncdc_attention_hopper.cuh", "ncdc.families.attention.wgmma")],
+)  # fmt: skip
+def test_setmaxnreg_budgets_fill_the_pool_ptxas_gives(header, family):
+    """Producer + two consumers' setmaxnreg budgets (the header's constants) add up to at
+    most the three warpgroups' entry registers, the count the launch declares and ptxas must
+    give (ncdc.backends.compile.check_entry_registers): more would hang the last .inc.
+    CUTLASS's and FlashAttention-3's budgets fill the pool exactly, as these do."""
+    import importlib
+
+    from ncdc.backends.cpu import include_dir
+
+    text = (include_dir() / header).read_text()
+    producer, consumer = map(
+        int, re.search(r"kProducerRegs = (\d+), kConsumerRegs = (\d+);", text).groups()
+    )
+    module = importlib.import_module(family)
+    assert module.LAUNCH_REGISTERS == 65536 // module.THREADS // 8 * 8 == 168
+    assert producer + 2 * consumer == 3 * module.LAUNCH_REGISTERS
+    assert consumer == module.CONSUMER_REGISTERS
+    assert producer == getattr(module, "PRODUCER_REGISTERS", producer)
