@@ -10,8 +10,8 @@ import pytest
 
 from ncdc.backends.arguments import (
     encode_emulated_tensor_map,
-    mend_tensor_map,
     launch_arguments,
+    mend_tensor_map,
     scalar_argument,
     tensor_map_problem,
     tensor_span_bytes,
