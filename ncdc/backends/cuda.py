@@ -127,6 +127,7 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     rank = len(spec.dims)
     try:
         err, tmap = _encode_tiled(driver, spec, rank, address)
+        version = _driver_version(driver)
     except Exception as e:  # no driver library: cuda-bindings raises its own loader errors
         raise NoGpuError(f"cannot encode tensor maps: {e}", hint="use --backend cpu") from None
     if err != driver.CUresult.CUDA_SUCCESS:
@@ -134,7 +135,7 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     words = [int(w) for w in tmap.opaque]
     if len(words) * 8 != TENSOR_MAP_BYTES:
         raise NcdcError(f"cuTensorMapEncodeTiled gave {len(words) * 8} bytes, not 128")
-    words = mend_tensor_map(words, spec, _driver_version(driver))
+    words = mend_tensor_map(words, spec, version)
     value = np.array([tuple(words)], dtype=TENSOR_MAP_DTYPE)
     value.flags.writeable = False  # cached: every launch over this pointer passes these bytes
     _TENSOR_MAPS[key] = value
@@ -145,7 +146,7 @@ def _driver_version(driver: Any) -> int:
     """The driver's CUDA version, 1000 major + 10 minor (cuDriverGetVersion)."""
     err, version = driver.cuDriverGetVersion()
     if err != driver.CUresult.CUDA_SUCCESS:
-        raise NcdcError(f"cuDriverGetVersion failed: {err}")
+        raise NoGpuError(f"cuDriverGetVersion failed: {err}", hint="use --backend cpu")
     return int(version)
 
 

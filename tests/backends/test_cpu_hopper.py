@@ -241,6 +241,25 @@ def test_tma_box_swizzle_and_out_of_bounds_fill(hopper: cpu.EmulatedModule, span
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(
+    "c0, c1, dim",
+    [(COLS, 0, 0), (0, ROWS, 1), (-64, 0, 0), (0, -8, 1)],  # past the end, or before 0
+)
+def test_a_box_wholly_outside_the_tensor_is_refused(
+    hopper: cpu.EmulatedModule, c0: int, c1: int, dim: int
+) -> None:
+    """The PTX ISA covers a box that crosses the boundary, not one wholly outside: ncdc's
+    kernels issue none, and the emulator refuses one, load or store, naming where it lies."""
+    with pytest.raises(NcdcError, match=rf"wholly outside the tensor in dimension {dim}"):
+        tma_case(hopper, 128, c0, c1)
+    spec = TensorMapSpec("dst", "bf16", (COLS, ROWS), (COLS * 2,), (64, 8), 128)
+    tmap = encode_emulated_tensor_map(spec, argument=1)
+    dst = np.zeros((ROWS, COLS), np.uint16)
+    image = np.zeros(1024, np.uint8)
+    with pytest.raises(NcdcError, match=rf"wholly outside the tensor in dimension {dim}"):
+        hopper.launch("tma_store_box", 1, 64, [tmap, dst, c0, c1, image, image.size], 3072)
+
+
 @pytest.mark.parametrize("span", [0, 128])
 def test_tma_store_writes_the_box_in_bounds_only(hopper: cpu.EmulatedModule, span: int) -> None:
     rng = np.random.default_rng()

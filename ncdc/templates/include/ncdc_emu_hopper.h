@@ -390,6 +390,23 @@ inline void mbar_wait_parity(uint64_t* bar, uint32_t parity) {
 }
 
 // ---- TMA (cp.async.bulk.tensor, tile mode) ------------------------------------------------------
+// A box wholly outside the tensor is refused: the PTX ISA (5.5.3.3, "Out of Boundary Access")
+// covers a box that crosses the tensor's boundary (its outside elements zero-filled, the
+// whole box counted on the mbarrier), and no primary source says what TMA does with a box
+// that lies entirely outside it, so ncdc's kernels issue none.
+inline void tma_require_overlap(const EmuTensorMap& t, const int32_t* coords) {
+  for (unsigned d = 0; d < t.rank; ++d) {
+    int64_t c = coords[d];
+    if (c + int64_t(t.box[d]) <= 0 || c >= int64_t(t.dims[d])) {
+      std::string at;
+      for (unsigned e = 0; e < t.rank; ++e) at += (e ? ", " : "") + std::to_string(coords[e]);
+      fail("cp.async.bulk.tensor: the box at (" + at + ") lies wholly outside the tensor in dimension " +
+           std::to_string(d) + " (" + std::to_string(t.box[d]) + " from " + std::to_string(c) + ", size " +
+           std::to_string(t.dims[d]) + "); what TMA does with such a box is not specified");
+    }
+  }
+}
+
 // Visits the box's elements in shared-memory order: f(smem offset before swizzling, global
 // address or null when out of bounds).
 template <class F>
@@ -397,6 +414,7 @@ inline void tma_box(const EmuTensorMap& t, const int32_t* coords, F&& f) {
   if (t.interleave != 0) fail("cp.async.bulk.tensor: interleaved tensor maps are not emulated");
   for (unsigned d = 0; d < t.rank; ++d)
     if (t.elem_strides[d] != 1) fail("cp.async.bulk.tensor: element strides other than 1 are not emulated");
+  tma_require_overlap(t, coords);
   unsigned char* base = tensor_base(t);
   size_t total = 1;
   for (unsigned d = 0; d < t.rank; ++d) total *= t.box[d];

@@ -100,9 +100,12 @@ def few_sms(hw: Hardware, sms: int) -> Hardware:
     ("spec", "sizes", "bn", "sms"),
     [
         # bf16, B [b, k, n] (each CTA multicasts half the k rows of each column block, 3D
-        # boxes): 3 tile rows, so the second unit leaves CTA 1 a tile past m; 4 SMs: two
-        # clusters, each running a unit of both batches; 5 k tiles wrap the ring of 3
-        ("batched_matmul.yaml", {"b": 2, "m": 300, "n": 72, "k": 264}, 64, 4),
+        # boxes): 3 tile rows, so the second unit leaves CTA 1 a tile past m, whose A box
+        # it does not issue (the emulator refuses a box wholly outside its tensor); n = 72
+        # leaves the second column block of B wholly past n, not issued either; 4 SMs: two
+        # clusters, each running a unit of both batches; 5 k tiles wrap the ring of 3, the
+        # last 40 long (both k shares in bounds)
+        ("batched_matmul.yaml", {"b": 2, "m": 300, "n": 72, "k": 296}, 64, 4),
         # fp8, B [n, k] (each CTA multicasts half the n rows), scales fused; m and k tails
         ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 200, "n": 72, "k": 80}, 64, 2),
         # fp8, B [k, n] staged by the multicast and transposed in each CTA; two n tiles
@@ -137,6 +140,8 @@ def test_cuda_tensor_map_is_encoded_by_the_driver_and_cached(
         return driver.CUresult.CUDA_SUCCESS, Map()
 
     monkeypatch.setattr(driver, "cuTensorMapEncodeTiled", encode)
+    # a driver past CUDA 13.1: the map's bytes as the driver gave them (no workaround)
+    monkeypatch.setattr(driver, "cuDriverGetVersion", lambda: (driver.CUresult.CUDA_SUCCESS, 13020))
     monkeypatch.setattr(cuda, "_TENSOR_MAPS", {})
     spec = TensorMapSpec("A", "bf16", (136, 77, 2), (272, 272 * 77), (64, 128, 1), 128)
     first = cuda.tensor_map_argument(spec, 0x10000)
@@ -257,6 +262,7 @@ def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
     monkeypatch.setattr(
         driver, "cuTensorMapEncodeTiled", lambda *a: (driver.CUresult.CUDA_SUCCESS, Map())
     )
+    monkeypatch.setattr(driver, "cuDriverGetVersion", lambda: (driver.CUresult.CUDA_SUCCESS, 13020))
     monkeypatch.setattr(cuda, "_TENSOR_MAPS", {})
 
     class DeviceArray:  # a cupy.ndarray as far as the launch needs: CuPy passes its pointer
@@ -301,3 +307,21 @@ def test_setmaxnreg_budgets_fill_the_pool_ptxas_gives(header, family):
     assert producer + 2 * consumer == 3 * module.LAUNCH_REGISTERS
     assert consumer == module.CONSUMER_REGISTERS
     assert producer == getattr(module, "PRODUCER_REGISTERS", producer)
+
+
+def test_no_cluster_whose_last_k_share_lies_past_k() -> None:
+    """batched_matmul's B is [b, k, n] (MN-major): a cluster splits each k tile of 64 into
+    two shares of 32 rows, and a last k tile of 8 (k = 264) would leave the second share
+    wholly past k, stale rows that reach every output: no cluster is offered there, and
+    one is at k = 296 (a last tile of 40)."""
+
+    hw = load_hardware("h200")
+
+    def clusters(k: int) -> set[int]:
+        d = load_diagram(DIAGRAMS / "batched_matmul.yaml", {"b": 2, "m": 300, "n": 72, "k": k})
+        found = kernel_alternatives(plan_diagram(d, hw), 0, 1000)
+        return {
+            dict(kp.candidate.params).get("cluster", 1) for kp in found if is_wgmma(kp.candidate)
+        }
+
+    assert clusters(264) == {1} and clusters(296) == {1, 2}
