@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -214,3 +214,14 @@ def cost_note(plans: Sequence[Plan], abstract: bool) -> str | None:
     for plan in plans:
         lines += dense_varlen_notes(plan)
     return "\n".join(lines) or None
+
+
+def calibration_table(found: dict[str, Any]) -> Table:
+    """What `ncdc calibrate` measured: each profile entry it wrote and how."""
+    table = Table(title="ncdc calibrate")
+    for col in ("profile entry", "value", "how"):
+        table.add_column(col, overflow="fold")
+    for path, f in found.items():
+        if path != "samples":
+            table.add_row(path, f"{f['value']:g} {f['unit']}", f["method"])
+    return table

@@ -9,13 +9,15 @@ still says where it happened. `run_many` runs a list of jobs over a few slots at
 per GPU: each slot's environment names its device) and hands each outcome over as it
 arrives.
 
-    >>> outcome = run_isolated([sys.executable, "worker.py"], {"name": "x"}, folder, 60)  # doctest: +SKIP
+    >>> job = {"name": "x"}
+    >>> outcome = run_isolated([sys.executable, "worker.py"], job, folder, 60)  # doctest: +SKIP
     >>> outcome.status, outcome.stage  # doctest: +SKIP
     ('timeout', 'run')
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -128,9 +130,7 @@ def run_many(
                 i, job = pending.pop(0)
                 slot = free.pop(0)
                 where = folder / f"{i:03d}"
-                future = pool.submit(
-                    run_isolated, command, job, where, timeout_s(job), slots[slot]
-                )
+                future = pool.submit(run_isolated, command, job, where, timeout_s(job), slots[slot])
                 running[future] = slot
 
         start()
@@ -143,10 +143,8 @@ def run_many(
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the child's process group (its own session: nothing else is in it)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 

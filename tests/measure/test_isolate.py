@@ -66,9 +66,7 @@ def test_the_jobs_after_a_fault_run_and_each_slot_has_its_environment(tmp_path):
         {"name": "e", "do": "finish"},
     ]
     slots = [{"SLOT": "0"}, {"SLOT": "1"}]
-    outcomes = list(
-        run_many(_command(tmp_path), jobs, tmp_path / "jobs", lambda j: 4.0, slots)
-    )
+    outcomes = list(run_many(_command(tmp_path), jobs, tmp_path / "jobs", lambda j: 4.0, slots))
     by_name = {o.job["name"]: o for o in outcomes}
     assert sorted(by_name) == ["a", "b", "c", "d", "e"]
     assert [by_name[n].status for n in "abcde"] == ["ok", "timeout", "crashed", "ok", "ok"]
