@@ -26,23 +26,10 @@ import yaml
 from ncdc.errors import UsageError
 from ncdc.files import write_atomic
 from ncdc.hardware.machine import Hardware
+from ncdc.measure.microbench import Sample
 
 HMMA_FLOPS = 4096  # one HMMA.16816 (m16n8k16) of one sub-partition
 SUB_PARTITIONS = 4  # per SM (Hopper, Ada, Ampere)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One microbenchmark's raw result: `amount` of work (bytes, FLOPs, operations,
-    cycles) in `seconds`, and how it was measured."""
-
-    amount: float
-    seconds: float
-    method: str
-
-    @property
-    def rate(self) -> float:
-        return self.amount / self.seconds
 
 
 @dataclass(frozen=True)

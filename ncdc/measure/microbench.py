@@ -16,12 +16,27 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ncdc.hardware.machine import Hardware
-from ncdc.measure.calibrate import Sample
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One microbenchmark's raw result: `amount` of work (bytes, FLOPs, operations,
+    cycles) in `seconds`, and how it was measured."""
+
+    amount: float
+    seconds: float
+    method: str
+
+    @property
+    def rate(self) -> float:
+        return self.amount / self.seconds
+
 
 THREADS = 256
 MMA_KINDS = {"bf16": "mma_bf16", "fp16": "mma_fp16", "fp8_e4m3": "mma_fp8_e4m3"}

@@ -13,12 +13,12 @@ import yaml
 from ncdc.errors import NcdcError
 from ncdc.hardware.load import load_hardware
 from ncdc.measure.calibrate import (
-    Sample,
     builtin_tree,
     calibrated_figures,
     calibrated_profile,
     write_profile,
 )
+from ncdc.measure.microbench import Sample
 from tests import support
 
 H200 = load_hardware("h200")
