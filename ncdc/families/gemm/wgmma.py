@@ -207,6 +207,8 @@ def candidates(
             continue
         if bn // 2 + REGISTER_OVERHEAD > CONSUMER_REGISTERS:
             continue
+        if not ops.b_k and bn * esize % SPAN:
+            continue  # an MN-major B tile is whole 128-byte column blocks (ncdc_hopper.cuh)
         loads = 2 if ops.b_k else 1 + bn * esize // SPAN
         transpose = transposes_b(ops)
         c_tile = BM * bn * c_size

@@ -325,3 +325,13 @@ def test_no_cluster_whose_last_k_share_lies_past_k() -> None:
         }
 
     assert clusters(264) == {1} and clusters(296) == {1, 2}
+
+
+def test_an_mn_major_b_tile_is_whole_column_blocks() -> None:
+    """fp8_matmul's B is [k, n] (MN-major): its tile is whole 128-byte column blocks, 128
+    fp8 values, so no 64-wide n tile is offered (the header's static_assert refuses it;
+    at 512^3 the model used to pick one, and its compile failed)."""
+    d = load_diagram(DIAGRAMS / "fp8_matmul.yaml", {"m": 512, "n": 512, "k": 512})
+    found = kernel_alternatives(plan_diagram(d, load_hardware("h200")), 0, 1000)
+    widths = {kp.candidate.param("bn") for kp in found if is_wgmma(kp.candidate)}
+    assert widths and 64 not in widths
