@@ -143,3 +143,34 @@ def test_every_variant_it_checks_is_planned_on_h200():
     for job in jobs:
         _, module = check.variant_module(job)
         assert module.launches, job["name"]
+
+
+def test_the_table_survives_missing_figures(capsys):
+    """No row may crash the table or the summary: a failed run, a skipped row, a bench
+    without a baseline or a model error, a failed tune, a row without a result."""
+    from ncdc.measure.bench import BenchResult, Timing, bench_to_dict
+
+    check = load_script()
+    bare = BenchResult(
+        name="c", source="c.yaml", axes={"m": 64}, hardware="h200", gpu="NVIDIA H200",
+        arch="sm_90a", families=("gemm",), bound_kind="compute", flops=2e9, hbm_bytes=1e6,
+        peak=989.4e12, predicted_s=0.0, tiles={}, timing=Timing(0.2, 0.19, 0.21, 500),
+        baselines=(),
+    )  # fmt: skip
+    rows = [
+        {"step": "diagrams", "name": "a", "status": "failed", "stage": "run",
+         "detail": "run: RuntimeError: boom", "result": {}},
+        {"step": "diagrams", "name": "b", "status": "skipped", "detail": "time budget spent"},
+        {"step": "diagrams", "name": "c", "status": "ok", "result": {"bench": bench_to_dict(bare)}},
+        {"step": "tune", "name": "tune matmul", "status": "failed", "stage": "tune",
+         "detail": "CheckFailed", "result": None},
+        {"step": "tune", "name": "tune attention", "status": "timeout", "stage": None},
+    ]  # fmt: skip
+    lines = [check.format_row(r) for r in rows]
+    assert "FAILED at run" in lines[0] and "boom" in lines[0]
+    assert "skipped" in lines[1] and "0.200 ms, 10.00 TFLOP/s" in lines[2]  # 2e9 FLOP in 0.2 ms
+    assert "baseline" not in lines[2] and "model" not in lines[2]
+    assert "FAILED at tune" in lines[3] and "TIMEOUT" in lines[4]
+    check.print_summary({"rows": rows, "ncdc_version": "0", "date": "today", "seconds": 3.0})
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.endswith("3 s: 1 ok, 2 failed, 1 timeout, 1 skipped")
