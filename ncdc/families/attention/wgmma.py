@@ -242,6 +242,7 @@ def _tensor_map(diagram: Diagram, name: str, rows: int) -> TensorMapSpec:
         strides=(head * esize, length * head * esize),
         box=(SPAN // esize, rows, 1),
         swizzle=SPAN,
+        axes=((t.axes[-1],), (t.axes[-2],), tuple(t.axes[:-2])),
     )
 
 
@@ -289,5 +290,7 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         "smem_bytes": c.smem_bytes,
     }  # fmt: skip
     return KernelSource(
-        "attention_wgmma.cu.j2", context, (Launch.of(name, c.main, params, LAUNCH_REGISTERS),)
+        "attention_wgmma.cu.j2",
+        context,
+        (Launch.of(name, c.main, params, entry_registers=LAUNCH_REGISTERS),),
     )
