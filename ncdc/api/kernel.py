@@ -302,12 +302,15 @@ class Kernel:
     def _prepare_run(self, sizes: tuple[int, ...], device: int) -> Any:
         from ncdc.api import runs
 
-        built = self._build(sizes, device)
+        # host arrays on backend "cuda" run the current GPU's build; built before the lock
+        # is taken, since _build takes it too
+        host_on_gpu = device == HOST and self._options.backend == "cuda"
+        built = self._build(sizes, _current_gpu() if host_on_gpu else device)
         with self._shared.lock:
             run = self._shared.runs.get((sizes, device))
             if run is None:
-                if device == HOST and self._options.backend == "cuda":
-                    run = runs.HostOnDevice(self._build(sizes, _current_gpu()), self._inputs)
+                if host_on_gpu:
+                    run = runs.HostOnDevice(built, self._inputs)
                 elif device == HOST:
                     run = runs.HostRun(built, self._inputs)
                 else:

@@ -97,7 +97,7 @@ def test_misaligned_and_scattered_device_arrays_are_refused(monkeypatch) -> None
         with pytest.raises(ArrayError, match="not on a 16-byte boundary"):
             softmax(shifted)
         elsewhere = type(whole)(np.zeros((2, 64), np.uint16), device=1)
-        with pytest.raises(ArrayError, match="input X is on cuda:1"):
+        with pytest.raises(ArrayError, match="input B is on cuda:1, but A is on cuda:0"):
             ncdc.load(str(support.DIAGRAMS / "matmul.yaml"))(
                 gpu.asarray(np.zeros((2, 8), np.uint16)), elsewhere
             )
