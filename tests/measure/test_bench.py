@@ -91,15 +91,19 @@ def test_bench_plan_control_flow(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     launches = []
 
-    class Raw:
-        def get_function(self, name):
-            def fn(grid, block, args, shared_mem=0):
-                launches.append(name)
-                cupy.clock.now += 0.25
+    class Loaded:  # a DeviceModule as far as bench needs: its launches bound to buffers
+        def __init__(self, module):
+            self.module = module
 
-            return fn
+        def bind(self, addresses, keep=None):
+            def run():
+                for spec in self.module.launches:
+                    launches.append(spec.kernel)
+                    cupy.clock.now += 0.25
 
-    monkeypatch.setattr(cuda, "load_module", lambda cupy, module, arch: Raw())
+            return run
+
+    monkeypatch.setattr(cuda, "load_module", lambda cupy, module, arch: Loaded(module))
     monkeypatch.setattr(bench, "device_buffers", lambda *a, **k: defaultdict(object))
     plan = plan_of("softmax", m=64, n=256)
     r = bench.bench_plan(plan, warmup_ms=1, rep_ms=5, baseline=False)
