@@ -111,7 +111,8 @@ def test_a_planted_hang_and_fault_leave_the_other_rows_intact(tmp_path, capsys):
 
 def test_cpu_backend_rows_and_a_broken_spec(tmp_path):
     """The whole script on the cpu backend (a profile without wgmma, --quick): the
-    pre-flight, then a diagram that runs and one that cannot load, each its own row."""
+    pre-flight, then a diagram that runs and one that cannot load, each its own row, and
+    the api row (ncdc.load; ncdc.torch.op under torch.compile where PyTorch is)."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
     folder = tmp_path / "specs"
     folder.mkdir()
@@ -128,6 +129,10 @@ def test_cpu_backend_rows_and_a_broken_spec(tmp_path):
     assert rows["softmax"]["status"] == "ok" and rows["softmax"]["stage"] == "run"
     assert rows["layernorm"]["status"] == "failed" and rows["layernorm"]["stage"] == "load"
     assert "malformed YAML" in rows["layernorm"]["detail"] and record["in_progress"] is None
+    (api,) = [r for r in record["rows"] if r["step"] == "api"]  # ncdc.load into a NaN out=
+    assert api["status"] == "ok" and api["result"]["checks"][0]["name"] == "matmul C"
+    if importlib.util.find_spec("torch") is None:
+        assert api["result"]["torch_compile"] == "not run: PyTorch is not installed"
 
 
 def test_every_variant_it_checks_is_planned_on_h200():
