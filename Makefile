@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.ncdc-installed
 DEMO   ?= diagrams/attention.yaml
 DEMO_OUT ?= out/demo
 
-.PHONY: demo test test-fast lint golden docs bench clean soak
+.PHONY: demo test test-fast test-torch torch-env lint golden docs bench clean soak
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,6 +29,24 @@ demo: $(STAMP)
 test: $(STAMP)
 	@command -v "$${CXX:-g++}" >/dev/null || { echo "make test: the CPU backend needs a C++ compiler: apt-get install g++, or set CXX" >&2; exit 2; }
 	$(PY) -m pytest -q -ra -n auto
+
+# The torch op (tests/test_torch.py) and the API on torch tensors, in a second environment
+# with PyTorch (`make test` skips them: PyPI's torch brings ~3 GB of CUDA libraries, so
+# pip here takes the CPU build where an index offers it). .ci/run runs both targets.
+TORCH_VENV  ?= .venv-torch
+TORCH_PY    := $(TORCH_VENV)/bin/python
+TORCH_STAMP := $(TORCH_VENV)/.ncdc-installed
+
+$(TORCH_STAMP): pyproject.toml
+	test -x $(TORCH_PY) || python3 -m venv $(TORCH_VENV)
+	$(TORCH_PY) -m pip install --quiet --upgrade pip
+	$(TORCH_PY) -m pip install --quiet -e '.[dev,torch]'
+	touch $(TORCH_STAMP)
+
+torch-env: $(TORCH_STAMP)
+
+test-torch: $(TORCH_STAMP)
+	$(TORCH_PY) -m pytest -q -ra -n 2 tests/test_torch.py tests/api
 
 # Regenerate tests/golden/*.cu after an intended change to what is generated.
 golden: $(STAMP)

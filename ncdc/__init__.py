@@ -25,6 +25,10 @@ def __getattr__(name: str) -> Any:
         import ncdc.api
 
         return getattr(ncdc.api, name)
+    if name == "torch":  # ncdc.torch.op without importing ncdc.torch first
+        import importlib
+
+        return importlib.import_module("ncdc.torch")
     raise AttributeError(f"module 'ncdc' has no attribute {name!r}")
 
 

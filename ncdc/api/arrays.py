@@ -17,9 +17,8 @@ raw bits (uint16 for bf16, uint8 for fp8; CuPy has no bf16), torch tensors as to
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,9 +30,9 @@ DLPACK_CPU, DLPACK_CUDA = 1, 2  # DLDeviceType codes of __dlpack_device__ (dlpac
 GPU_ALIGNMENT = 16  # bytes: vector loads and TMA need 16-byte aligned global addresses
 
 
-@dataclass(frozen=True, slots=True)
-class ArrayView:
-    """What a kernel needs to know of one array: where it lives and how it is laid out."""
+class ArrayView(NamedTuple):
+    """What a kernel needs to know of one array: where it lives and how it is laid out.
+    (A named tuple: one is made per array per call, and a tuple is the cheapest to make.)"""
 
     array: Any  # the array itself (a NumPy, torch or CuPy array)
     family: str  # "numpy", "torch" or "cupy": the library results are returned in

@@ -15,8 +15,9 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeGuard, Union
 
+from ncdc.errors import UsageError
 from ncdc.hardware.load import load_hardware
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.overrides import apply_overrides
@@ -29,17 +30,24 @@ if TYPE_CHECKING:
     from ncdc.model.values import Plan
 
 SpecLike = Union[str, "os.PathLike[str]", Diagram]
+PathsLike = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 HardwareLike = Union[str, "os.PathLike[str]", Hardware]
 
 
 def diagram_of(spec: SpecLike, sizes: Mapping[str, int] | None = None) -> Diagram:
-    """The diagram `spec` names: a loaded Diagram (resized), YAML text (it has a line
-    break) or the path of a spec file."""
+    """The diagram `spec` names: a loaded Diagram (resized), YAML text (`is_text`) or the
+    path of a spec file."""
     if isinstance(spec, Diagram):
         return with_sizes(spec, sizes)
-    if isinstance(spec, str) and "\n" in spec:
+    if is_text(spec):
         return load_diagram_text(spec, "<string>", sizes)
     return load_diagram(Path(spec), sizes)
+
+
+def is_text(spec: SpecLike) -> TypeGuard[str]:
+    """Whether `spec` is a spec's YAML text rather than a path: a string with a line break,
+    or a one-line YAML flow mapping (`{ncdc: 1, name: ...}`)."""
+    return isinstance(spec, str) and ("\n" in spec or spec.lstrip().startswith("{"))
 
 
 def machine(hardware: HardwareLike, hw: Sequence[str] | None = None) -> Hardware:
@@ -49,11 +57,7 @@ def machine(hardware: HardwareLike, hw: Sequence[str] | None = None) -> Hardware
 
 
 def _is_folder(spec: SpecLike) -> bool:
-    return (
-        not isinstance(spec, Diagram)
-        and not (isinstance(spec, str) and "\n" in spec)
-        and (Path(spec).is_dir())
-    )
+    return not isinstance(spec, Diagram) and not is_text(spec) and (Path(spec).is_dir())
 
 
 # ---- cost ------------------------------------------------------------------------------
@@ -144,18 +148,28 @@ def compile_batch(
     sizes: Mapping[str, int] | None = None, tiles: Mapping[str, int] | None = None,
     hardware: HardwareLike | None = None, hw: Sequence[str] | None = None,
     use_cache: bool = True, strict: bool = False, jobs: int | None = None,
-    use_tuned: bool = True,
+    use_tuned: bool = True, emit: Sequence[str] = (),
 ) -> CompileBatch:  # fmt: skip
     """`ncdc compile`: every spec compiled for `arch` (default: the profile's) and its
-    files written into `out`, planned for `compile_target`'s profile."""
+    files written into `out`, planned for `compile_target`'s profile; `emit` adds the
+    exports ("c": `<name>.h` and `.c`; "torch": `<name>.py`)."""
     from ncdc.backends.batch import compile_diagram, compile_specs
+    from ncdc.backends.exports import EMITS
     from ncdc.language.load import find_specs
 
+    unknown = [e for e in emit if e not in EMITS]
+    if unknown:
+        raise UsageError(f"unknown export {unknown[0]!r}", hint=f"emit one of {', '.join(EMITS)}")
     profile, _ = compile_target(hardware, hw, arch)
     options: dict[str, Any] = dict(
-        arch=arch, tiles=tiles, use_cache=use_cache, strict=strict, use_tuned=use_tuned
+        arch=arch,
+        tiles=tiles,
+        use_cache=use_cache,
+        strict=strict,
+        use_tuned=use_tuned,
+        emit=tuple(emit),
     )
-    if isinstance(spec, Diagram) or (isinstance(spec, str) and "\n" in spec):
+    if isinstance(spec, Diagram) or is_text(spec):
         return compile_diagram(diagram_of(spec, sizes), profile, out_dir=Path(out), **options)
     specs = find_specs([Path(spec)])
     return compile_specs(specs, profile, out_dir=Path(out), sizes=sizes, jobs=jobs, **options)
@@ -193,7 +207,7 @@ class CheckReport:
 
 
 def check_report(
-    paths: SpecLike | Sequence[str | os.PathLike[str]], *, hardware: HardwareLike = "h200",
+    paths: PathsLike, *, hardware: HardwareLike = "h200",
     arch: str | None = None, baseline: str | os.PathLike[str] | None = None,
     tolerance: str | float = "5%",
 ) -> CheckReport:  # fmt: skip
@@ -214,7 +228,9 @@ def check_report(
     return CheckReport(checks, tuple(regressions))
 
 
-def check(paths: SpecLike | Sequence[str | os.PathLike[str]], **options: Any) -> dict[str, Any]:
+def check(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], **options: Any
+) -> dict[str, Any]:
     """What `ncdc check PATHS --format json` prints: each spec valid (planned and rendered,
     as `compile` would build it) or the error naming its file and line, and with
     `baseline` every predicted time or HBM traffic that grew past `tolerance`. Options:

@@ -125,6 +125,9 @@ class Kernel:
         self._shared = shared
         self._inputs = tuple((t.name, t.axes, t.dtype) for t in diagram.inputs)
         self._axes = tuple(diagram.axes)
+        self._outputs = tuple(
+            (n, diagram.tensor(n).axes, diagram.tensor(n).dtype) for n in diagram.outputs
+        )
         self._sizes = tuple(diagram.axes.values())  # for plan, source and cost()
 
     # ---- what a user reads -----------------------------------------------------------
@@ -256,16 +259,15 @@ class Kernel:
                                  f"{len(names)} outputs ({', '.join(names)})")  # fmt: skip
         axes = dict(zip(self._axes, sizes, strict=True))
         views = []
-        for name, a in zip(names, given, strict=True):
-            t = self.diagram.tensor(name)
+        for (name, out_axes, dtype), a in zip(self._outputs, given, strict=True):
             v = arr.view(a)
-            want = tuple(axes[x] for x in t.axes)
+            want = tuple(axes[x] for x in out_axes)
             if tuple(v.shape) != want:
                 raise ArrayError(
-                    f"output {name}: expected shape {want} [{', '.join(t.axes)}], found "
+                    f"output {name}: expected shape {want} [{', '.join(out_axes)}], found "
                     f"{tuple(v.shape)}"
                 )
-            _check_layout(f"output {name}", t.dtype, v, prefix=False)
+            _check_layout(f"output {name}", dtype, v, prefix=False)
             views.append(v)
         return views
 
@@ -302,14 +304,12 @@ class Kernel:
     def _prepare_run(self, sizes: tuple[int, ...], device: int) -> Any:
         from ncdc.api import runs
 
-        # host arrays on backend "cuda" run the current GPU's build; built before the lock
-        # is taken, since _build takes it too
-        host_on_gpu = device == HOST and self._options.backend == "cuda"
-        built = self._build(sizes, _current_gpu() if host_on_gpu else device)
+        on_gpu = device == HOST and self._options.backend == "cuda"  # host arrays, GPU run
+        built = self._build(sizes, _current_gpu() if on_gpu else device)  # takes the lock
         with self._shared.lock:
             run = self._shared.runs.get((sizes, device))
             if run is None:
-                if host_on_gpu:
+                if on_gpu:
                     run = runs.HostOnDevice(built, self._inputs)
                 elif device == HOST:
                     run = runs.HostRun(built, self._inputs)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ncdc.api import arrays as arr
 from ncdc.api.arrays import ArrayView
+from ncdc.backends.arguments import scratch_buffers
 from ncdc.errors import ArrayError
 from ncdc.language.dtypes import DTYPES
 
@@ -106,7 +107,7 @@ class DeviceRun:
              diagram.tensor(name).dtype)
             for name in diagram.outputs
         ]  # fmt: skip
-        self.scratch = _scratch(built)
+        self.scratch = scratch_buffers(built.diagram, built.module)
 
     def __call__(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
                  stream: Any) -> Any:  # fmt: skip
@@ -135,22 +136,6 @@ class DeviceRun:
             with self.cupy.cuda.Device(self.device):
                 self.loaded.run(addresses, alloc.stream)
         return results
-
-
-def _scratch(built: Any) -> list[tuple[str, int]]:
-    """Buffers a call allocates besides inputs and outputs: intermediates saved between
-    kernels, and workspaces (split-k partials), in bytes."""
-    diagram, module = built.diagram, built.module
-    named = dict.fromkeys(p.name for launch in module.launches for p in launch.params
-                          if p.kind == "tensor")  # fmt: skip
-    given = {t.name for t in diagram.inputs} | set(diagram.outputs)
-    out = []
-    for name in named:
-        if name not in given:
-            t = diagram.tensor(name)
-            out.append((name, max(1, diagram.size(t) * DTYPES[t.dtype].bytes)))
-    out += [(w.name, max(1, w.values * DTYPES[w.dtype].bytes)) for w in module.workspace]
-    return out
 
 
 class _TorchMemory:

@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from ncdc.families.base import Param, TensorMapSpec
+from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
+from ncdc.render import RenderedModule
 
 SCALAR_TYPES = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
 
@@ -36,6 +38,21 @@ ADDRESS_IS_ARGUMENT = 1 << 63
 DRIVER_BUG_LAST_VERSION = 13010
 DRIVER_BUG_SPAN_BYTES = 128 * 1024
 DRIVER_BUG_WORD, DRIVER_BUG_BIT = 1, 21
+
+
+def scratch_buffers(diagram: Diagram, module: RenderedModule) -> list[tuple[str, int]]:
+    """Buffers a call needs besides the diagram's inputs and outputs, in bytes: the
+    intermediates saved between kernels and the workspaces (split-k partials)."""
+    named = dict.fromkeys(p.name for launch in module.launches for p in launch.params
+                          if p.kind == "tensor")  # fmt: skip
+    given = {t.name for t in diagram.inputs} | set(diagram.outputs)
+    out = []
+    for name in named:
+        if name not in given:
+            t = diagram.tensor(name)
+            out.append((name, max(1, diagram.size(t) * DTYPES[t.dtype].bytes)))
+    out += [(w.name, max(1, w.values * DTYPES[w.dtype].bytes)) for w in module.workspace]
+    return out
 
 
 def scalar_argument(p: Param) -> np.generic:

@@ -45,27 +45,27 @@ def compile_specs(
     specs: Sequence[Path], hardware: Hardware, *, out_dir: Path, arch: str | None = None,
     sizes: Mapping[str, int] | None = None, tiles: Mapping[str, int] | None = None,
     use_cache: bool = True, strict: bool = False, jobs: int | None = None,
-    use_tuned: bool = True,
+    use_tuned: bool = True, emit: Sequence[str] = (),
 ) -> CompileBatch:  # fmt: skip
     """Compile every spec (in `jobs` worker processes when there are several) and write
     each one's outputs together. One spec: its error is raised. Several: a spec that fails
     does not stop the others; the batch lists each failure.
 
     With `strict`, a kernel that spills registers is a compile error (exit 3) and nothing
-    is written for its diagram.
+    is written for its diagram. `emit` adds exports (`ncdc.backends.exports.EMITS`).
     """
     check_out_dir(out_dir)
     check_unique_names(specs)
     work = [(spec, hardware, arch, sizes, tiles, use_cache, use_tuned) for spec in specs]
     if len(work) == 1:
         report = _compile_job(work[0])
-        _finish(report, out_dir, strict)
+        _finish(report, out_dir, strict, emit)
         return CompileBatch((report,), ())
     reports, failures = _compile_parallel(work, jobs or default_jobs())
     written = []
     for report in reports:
         try:
-            _finish(report, out_dir, strict)
+            _finish(report, out_dir, strict, emit)
             written.append(report)
         except NcdcError as e:
             failures.append(SpecFailure(Path(report.diagram.source), e))
@@ -79,7 +79,7 @@ def compile_specs(
 def compile_diagram(
     diagram: Diagram, hardware: Hardware, *, out_dir: Path, arch: str | None = None,
     tiles: Mapping[str, int] | None = None, use_cache: bool = True, strict: bool = False,
-    use_tuned: bool = True,
+    use_tuned: bool = True, emit: Sequence[str] = (),
 ) -> CompileBatch:  # fmt: skip
     """`compile_specs` of one loaded diagram, in this process."""
     from ncdc.backends.compile import compile_diagram as compile_one
@@ -88,11 +88,11 @@ def compile_diagram(
     report = compile_one(
         diagram, hardware, arch=arch, tiles=tiles, use_cache=use_cache, use_tuned=use_tuned
     )
-    _finish(report, out_dir, strict)
+    _finish(report, out_dir, strict, emit)
     return CompileBatch((report,), ())
 
 
-def _finish(report: CompileReport, out_dir: Path, strict: bool) -> None:
+def _finish(report: CompileReport, out_dir: Path, strict: bool, emit: Sequence[str]) -> None:
     if strict and report.spills:
         spilled = [k.launch.kernel for k in report.kernels if k.spill_stores_bytes]
         raise CompileError(
@@ -100,7 +100,7 @@ def _finish(report: CompileReport, out_dir: Path, strict: bool) -> None:
             where=report.diagram.source,
             hint="try smaller tiles with --tile, or drop --strict",
         )
-    write_outputs(report, out_dir)
+    write_outputs(report, out_dir, tuple(emit))
 
 
 def _compile_job(job: tuple) -> CompileReport:

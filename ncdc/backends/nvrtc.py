@@ -131,7 +131,7 @@ def check_arch(arch: str) -> str:
     return arch
 
 
-def _cuda_include_dir() -> Path | None:
+def cuda_include_dir() -> Path | None:
     """The CUDA headers (`cuda_bf16.h`, `cuda_fp16.h`, `cuda_fp8.h`): from the runtime wheel
     (`nvidia/cu13/include`, or `nvidia/cuda_runtime/include` for cu12 wheels), else from a
     toolkit (`$CUDA_HOME/include`, `$CUDA_PATH/include`, `/usr/local/cuda/include`)."""
@@ -178,7 +178,7 @@ def ncdc_include_dir() -> Path:
 
 def include_dirs() -> list[Path]:
     """The `-I` folders: the CUDA headers from the runtime wheel, then ncdc's headers."""
-    cuda = _cuda_include_dir()
+    cuda = cuda_include_dir()
     return [p for p in (cuda, ncdc_include_dir()) if p is not None]
 
 

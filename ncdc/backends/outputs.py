@@ -150,18 +150,29 @@ def check_out_dir(out_dir: Path) -> None:
         )  # fmt: skip
 
 
-def write_outputs(report: CompileReport, out_dir: Path) -> list[Path]:
-    """Write `<name>.cu`, `.cubin`, `.json` into `out_dir` atomically; touch nothing else.
+def write_outputs(report: CompileReport, out_dir: Path, emit: tuple[str, ...] = ()) -> list[Path]:
+    """Write `<name>.cu`, `.cubin`, `.json` (and the exports `emit` names: `.h` and `.c`,
+    `.py`) into `out_dir` atomically; touch nothing else.
 
     A file of that name that ncdc did not write is never overwritten: that is an error.
     """
+    from ncdc.backends.exports import export_files, is_generated
+
+    exports = {out_dir / name: data for name, data in export_files(report, emit).items()}
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / report.diagram.name
     _refuse_foreign(stem)
+    for path in exports:
+        if not is_generated(path):
+            raise UsageError(
+                "exists and was not written by ncdc; refusing to overwrite it", where=str(path),
+                hint="choose another folder with -o",
+            )  # fmt: skip
     files = {
         stem.with_suffix(".cu"): report.module.source.encode(),
         stem.with_suffix(".cubin"): report.cubin,
         stem.with_suffix(".json"): (json.dumps(report_to_dict(report), indent=2) + "\n").encode(),
+        **exports,
     }
     write_together(files)  # a full disk leaves the old three, never a mix
     return list(files)

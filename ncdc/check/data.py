@@ -17,6 +17,7 @@ import json
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +119,8 @@ def save_outputs(path: Path, diagram: Diagram, outputs: Mapping[str, np.ndarray]
     mark = json.dumps({"format": SAVED_FORMAT, "diagram": diagram.name,
                        "axes": dict(diagram.axes)})  # fmt: skip
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays, **{MARK: np.array(mark)})
+    entries: dict[str, Any] = {**arrays, MARK: np.array(mark)}
+    np.savez(buffer, **entries)
     write_atomic(path, buffer.getvalue())
 
 

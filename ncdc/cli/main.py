@@ -226,6 +226,16 @@ def cost(
     emit(report.data, fmt, lambda: with_note(cost_table(best, others), report.footer))
 
 
+def c_build_note(name: str, out: Path) -> str:
+    """How to build the C export: its headers (cuda.h from the NVRTC wheels or a toolkit)
+    and the libraries it links (none of CUDA's: the driver is opened at run time)."""
+    from ncdc.backends.nvrtc import cuda_include_dir
+
+    include = cuda_include_dir()
+    flag = f"-I {include}" if include is not None else "-I <CUDA toolkit>/include"
+    return f"build the C export with: cc -c {out / name}.c {flag}; link with -ldl -lpthread"
+
+
 @app.command("compile")
 def compile_cmd(
     spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.", metavar="SPEC")],
@@ -253,6 +263,15 @@ def compile_cmd(
         Path | None,
         typer.Option("--sass", help="Write the cubin's SASS listing here.", metavar="FILE"),
     ] = None,
+    emits: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--emit",
+            metavar="c|torch",
+            help="Also write an export that runs without ncdc: c (<name>.h and .c, one launch "
+            "function over the CUDA driver) or torch (<name>.py, a torch custom op). Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
     from ncdc.api.commands import compile_batch, compile_target
@@ -266,6 +285,7 @@ def compile_cmd(
         spec, out=out, arch=arch, sizes=parse_assignments(set_ or []),
         tiles=parse_assignments(tile or [], "--tile"), hardware=profile,
         use_cache=not no_cache, strict=strict, jobs=jobs, use_tuned=not no_tuned,
+        emit=emits or (),
     )  # fmt: skip
     reports = list(batch.reports)
     for r in reports:
@@ -280,6 +300,8 @@ def compile_cmd(
             write_sass(reports, sass_file)
         if any(d["sass"] is None for d in data):
             note("no SASS instruction mix: pip install 'ncdc[nvrtc]' for cuobjdump and nvdisasm")
+        if "c" in (emits or ()):
+            note(c_build_note(reports[0].diagram.name, out))
         emit(data if len(data) > 1 else data[0], fmt, lambda: compile_table(reports, out))
     if batch.failures:
         note(f"{len(reports)} of {len(reports) + len(batch.failures)} specs compiled")

@@ -60,7 +60,15 @@ def _apply_override(hw: Hardware, text: str) -> Hardware:
     limits = dataclasses.replace(hw.limits, **level_limits(levels))
     unit = "B" if attr == "capacity" else "B/s"
     sources = {**hw.sources, f"levels.{name}.{attr}": Source(value, unit, text, "override")}
-    return dataclasses.replace(hw, levels=levels, limits=limits, sources=sources)
+    achievable = hw.achievable
+    if attr == "bandwidth" and name in achievable.bandwidth:
+        # the model prices a measured copy bandwidth before the datasheet's: the question
+        # "what if this level moved VALUE" replaces the measured figure too
+        measured = {k: v for k, v in achievable.bandwidth.items() if k != name}
+        achievable = dataclasses.replace(achievable, bandwidth=measured)
+    return dataclasses.replace(
+        hw, levels=levels, limits=limits, sources=sources, achievable=achievable
+    )
 
 
 def _override_level(level: Level, attr: str, value: float) -> Level:

@@ -77,7 +77,7 @@ def test_key_changes_with_everything_that_changes_the_cubin(root, compiles, monk
 def test_key_names_the_header_folders_by_content_not_place(root, compiles, monkeypatch, tmp_path):
     """A fresh clone or virtual environment (the same headers elsewhere) hits; a changed
     CUDA header misses."""
-    cuda = nvrtc._cuda_include_dir()
+    cuda = nvrtc.cuda_include_dir()
     if cuda is None:
         pytest.skip("no CUDA headers")
     cache.cached_compile(SOURCE, "sm_80", name=NAME)
@@ -85,7 +85,7 @@ def test_key_names_the_header_folders_by_content_not_place(root, compiles, monke
     shutil.copytree(nvrtc.ncdc_include_dir(), ncdc_copy)
     shutil.copytree(cuda, cuda_copy)
     monkeypatch.setattr(nvrtc, "ncdc_include_dir", lambda: ncdc_copy)
-    monkeypatch.setattr(nvrtc, "_cuda_include_dir", lambda: cuda_copy)
+    monkeypatch.setattr(nvrtc, "cuda_include_dir", lambda: cuda_copy)
     cache.cached_compile(SOURCE, "sm_80", name=NAME)
     assert len(compiles) == 1
     with (cuda_copy / "cuda_fp16.h").open("a") as f:

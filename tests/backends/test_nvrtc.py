@@ -172,15 +172,15 @@ def test_cuda_headers_fall_back_to_the_toolkit(tmp_path, monkeypatch):
     monkeypatch.setattr(nvrtc, "TOOLKIT_DEFAULT", tmp_path / "none")
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    assert nvrtc._cuda_include_dir() is None
+    assert nvrtc.cuda_include_dir() is None
     toolkit = tmp_path / "cuda-13.0"
     (toolkit / "include").mkdir(parents=True)
     (toolkit / "include" / "cuda_bf16.h").write_text("")
     monkeypatch.setenv("CUDA_PATH", str(toolkit))
-    assert nvrtc._cuda_include_dir() == toolkit / "include"
+    assert nvrtc.cuda_include_dir() == toolkit / "include"
     other = tmp_path / "home"
     (other / "include").mkdir(parents=True)
     (other / "include" / "cuda_bf16.h").write_text("")
     monkeypatch.setenv("CUDA_HOME", str(other))  # CUDA_HOME is asked first
-    assert nvrtc._cuda_include_dir() == other / "include"
+    assert nvrtc.cuda_include_dir() == other / "include"
     assert nvrtc.include_dirs()[0] == other / "include"

@@ -48,3 +48,44 @@ def test_run_of_a_cu_without_json_is_one_line(tmp_path):
     result = ncdc("run", str(tmp_path / "k.cu"))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "k.json" in result.stderr
+
+
+def test_a_compiled_hopper_kernel_runs_again_from_its_cu(tmp_path):
+    """Tensor maps, the shared-memory opt-in and clusters come back from the .json (a
+    `ncdc run DIR/<name>.cu` of any TMA kernel crashed before the .json carried them)."""
+    import ncdc as api
+
+    sizes = {"b": 1, "h": 1, "q": 70, "x": 70}  # fp8 attention runs only in the wgmma kernel
+    api.compile(str(ROOT / "diagrams/attention_fp8.yaml"), out=tmp_path, sizes=sizes)
+    meta = json.loads((tmp_path / "attention_fp8.json").read_text())
+    kernel = meta["kernels"][0]
+    assert "wgmma" in kernel["name"] and any(p["kind"] == "tensormap" for p in kernel["params"])
+    assert kernel["dynamic_smem_bytes"] > 48 * 1024 and kernel["cluster"] == [1, 1, 1]
+    result = ncdc("run", str(tmp_path / "attention_fp8.cu"), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["ok"]
+
+
+def test_a_run_on_the_users_arrays_saves_its_outputs(tmp_path):
+    import ml_dtypes
+    import numpy as np
+
+    x = np.random.default_rng(5).standard_normal((5, 70)).astype(ml_dtypes.bfloat16)
+    np.savez(tmp_path / "in.npz", X=x.view(np.uint16))
+    out = tmp_path / "out.npz"
+    result = ncdc("run", support.SOFTMAX, "--inputs", str(tmp_path / "in.npz"), "--save",
+                  str(out), "--format", "json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["ok"] and data["axes"] == SMALL_SOFTMAX  # sized by the array
+    with np.load(out) as saved:
+        y = saved["Y"].astype(np.float64)
+    e = np.exp(x.astype(np.float64) - x.astype(np.float64).max(axis=1, keepdims=True))
+    assert np.abs(y - e / e.sum(axis=1, keepdims=True)).max() < 1e-2
+    again = ncdc("run", support.SOFTMAX, "--inputs", str(tmp_path / "in.npz"), "--set", "m=6")
+    support.assert_error(again, 2, contains="--set")
+    (tmp_path / "mine.npz").write_bytes(b"my data")
+    refused = ncdc("run", support.SOFTMAX, "--inputs", str(tmp_path / "in.npz"), "--save",
+                   str(tmp_path / "mine.npz"))  # fmt: skip
+    assert refused.returncode == 2 and "was not written by ncdc run --save" in refused.stderr
+    assert (tmp_path / "mine.npz").read_bytes() == b"my data"

@@ -52,3 +52,15 @@ def test_bad_overrides_are_one_line_with_a_hint(override, expected):
     assert "hint: write LEVEL.FIELD=NUMBER with LEVEL one of hbm, l2, smem, rf" in line
     assert "FIELD capacity|bandwidth" in line
     assert "\n" not in line
+
+
+def test_a_bandwidth_override_replaces_the_measured_copy_bandwidth_too() -> None:
+    # a100's hbm has a measured copy bandwidth the model prices before the datasheet's
+    from ncdc.hardware.load import load_hardware
+
+    hw = load_hardware("a100")
+    assert "hbm" in hw.achievable.bandwidth
+    faster = apply_overrides(hw, ["hbm.bandwidth=4e12"])
+    assert faster.achieved_bandwidth("hbm") == 4e12
+    assert faster.achievable.bandwidth.keys() == hw.achievable.bandwidth.keys() - {"hbm"}
+    assert apply_overrides(hw, ["hbm.capacity=1000000"]).achievable == hw.achievable

@@ -1,0 +1,175 @@
+"""ncdc.torch: a diagram as a torch custom op, on CPU tensors (the emulated kernel; the GPU
+runs in scripts/device-check): its results against the float64 reference, its schema and
+fake checked by torch.library.opcheck, torch.compile with no graph break, one name one op.
+
+These tests need PyTorch (`make test-torch` installs it in .venv-torch); without it they
+are skipped.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ncdc  # noqa: E402
+import ncdc.torch as ncdc_torch  # noqa: E402
+from ncdc.errors import ArrayError, UsageError  # noqa: E402
+from tests import support  # noqa: E402
+from tests.api.test_kernel import check_against_reference, rng  # noqa: E402
+
+SOFTMAX = support.SOFTMAX
+ROWSTATS = str(support.SPECS / "rowstats_two_outputs.yaml")
+DEQUANT = str(support.SPECS / "ew_dequant_fp8.yaml")
+
+
+@pytest.fixture(scope="module")
+def softmax():
+    return ncdc_torch.op(SOFTMAX, name="ncdc_test::softmax")
+
+
+def _bf16(shape) -> torch.Tensor:
+    return torch.from_numpy(rng().standard_normal(shape).astype(np.float32)).to(torch.bfloat16)
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def test_the_op_runs_the_kernel_on_cpu_tensors(softmax) -> None:
+    x = _bf16((3, 77))
+    y = softmax(x)
+    assert y.dtype == torch.bfloat16 and y.shape == (3, 77)
+    check_against_reference(SOFTMAX, {"X": _numpy(x)}, {"Y": _numpy(y)})
+    assert torch.equal(torch.ops.ncdc_test.softmax(x), y)  # reachable through torch.ops
+
+
+def test_opcheck_finds_the_schema_fake_and_dispatch_consistent(softmax) -> None:
+    torch.library.opcheck(softmax, (_bf16((2, 40)),))
+
+
+def test_two_outputs_come_back_as_a_tuple_and_fp8_inputs_as_torch_dtypes() -> None:
+    stats = ncdc_torch.op(ROWSTATS, name="ncdc_test::rowstats")
+    d = ncdc.load(ROWSTATS).diagram
+    x = torch.from_numpy(rng().standard_normal((5, 31)).astype(np.float32)).to(
+        getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[d.inputs[0].dtype])
+    )
+    got = stats(x)
+    assert isinstance(got, tuple) and len(got) == len(d.outputs)
+    check_against_reference(
+        ROWSTATS, {"X": _numpy(x)}, dict(zip(d.outputs, map(_numpy, got), strict=True))
+    )
+
+    dequant = ncdc_torch.op(DEQUANT, name="ncdc_test::dequant")
+    xq = torch.from_numpy(rng().standard_normal((4, 130)).astype(np.float32)).to(
+        torch.float8_e4m3fn
+    )
+    s = torch.tensor(0.5)
+    y = dequant(xq, s)
+    want = torch.clamp(xq.to(torch.float32) * 0.5, min=0)
+    assert torch.equal(y, want)  # fp8 -> fp32 times a power of two is exact
+
+
+def test_torch_compile_traces_it_with_no_graph_break(softmax) -> None:
+    x = _bf16((4, 50))
+    f = torch.compile(lambda t: softmax(t * 2) + 1, fullgraph=True, backend="aot_eager")
+    assert torch.equal(f(x), softmax(x * 2) + 1)
+    y = f(_bf16((6, 50)))  # a new size: retraced through the fake, rebuilt once
+    assert y.shape == (6, 50)
+
+
+def test_torch_compile_with_inductor(softmax) -> None:
+    x = _bf16((2, 33))
+    f = torch.compile(lambda t: softmax(t).float().sum(dim=1), fullgraph=True)
+    assert torch.allclose(f(x), torch.ones(2), atol=0.05)
+
+
+def test_the_fake_gives_shapes_by_axis_name_and_refuses_a_wrong_rank(softmax) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        y = softmax(torch.empty(7, 9, dtype=torch.bfloat16))
+        assert y.shape == (7, 9) and y.dtype == torch.bfloat16
+        with pytest.raises(ArrayError, match=r"expected 2 dimensions \[m, n\]"):
+            softmax(torch.empty(7, dtype=torch.bfloat16))
+
+
+def test_one_name_is_one_op(softmax) -> None:
+    assert ncdc.torch.op is ncdc_torch.op  # reachable from import ncdc alone
+    assert ncdc_torch.op(SOFTMAX, name="ncdc_test::softmax") is softmax
+    with pytest.raises(UsageError, match="already registered for another diagram"):
+        ncdc_torch.op(support.MATMUL, name="ncdc_test::softmax")
+    with pytest.raises(UsageError, match="expected an operator name 'namespace::name'"):
+        ncdc_torch.op(SOFTMAX, name="softmax")
+
+
+def test_wrong_tensors_are_one_error_each(softmax) -> None:
+    with pytest.raises(ArrayError, match="expected torch.bfloat16 for bf16, found torch.float16"):
+        softmax(torch.zeros(2, 8, dtype=torch.float16))
+    with pytest.raises(ArrayError, match="not contiguous"):
+        ncdc.load(SOFTMAX)(_bf16((8, 4)).t())
+
+
+# ---- the torch export (ncdc compile --emit torch) -------------------------------------
+
+LAUNCH = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import {name} as module
+for _ in range(2):
+    module.launch({stream}, {addresses})
+print(module.WORKSPACE_BYTES)
+"""
+
+
+@pytest.mark.parametrize("version", [13000, 13020])
+def test_the_torch_export_launches_what_the_json_describes(tmp_path, version) -> None:
+    import subprocess
+    import sys
+
+    from ncdc.backends import nvrtc
+    from ncdc.language.load import load_diagram
+    from tests.backends import fakecuda
+
+    if not nvrtc.available() or fakecuda.compiler() is None:
+        pytest.skip("needs NVRTC and a C compiler")
+    driver = fakecuda.build_driver(tmp_path / "driver")
+    spec, name = support.DIAGRAMS / "attention_fp8.yaml", "attention_fp8"
+    out = tmp_path / "out"
+    ncdc.compile(str(spec), out=out, sizes={"b": 1, "h": 2, "q": 70, "x": 70}, emit=["torch"])
+    meta = fakecuda.read_meta(out, name)
+    given = fakecuda.addresses(meta, load_diagram(spec, meta["axes"]))
+    script = LAUNCH.format(name=name, stream=fakecuda.STREAM,
+                           addresses={**given, "workspace": fakecuda.WORKSPACE})  # fmt: skip
+    log = tmp_path / "driver.log"
+    ran = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True,
+                         env=fakecuda.environment(driver, log, meta, version))  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    fakecuda.check_log(log, meta, given, int(ran.stdout), version, calls=2)
+
+
+def test_the_torch_export_is_an_op_with_a_fake(tmp_path, monkeypatch) -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ncdc.backends import nvrtc
+
+    if not nvrtc.available():
+        pytest.skip("needs NVRTC")
+    ncdc.compile(str(support.SPECS / "multi_mlp_two_gemms.yaml"), out=tmp_path, sizes={"m": 24},
+                 emit=["torch"])  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__("multi_mlp_two_gemms")
+    assert torch.ops.ncdc_export.multi_mlp_two_gemms.default is not None
+    shapes = [shape for _, shape, _ in module.INPUTS]
+    with FakeTensorMode():
+        y = module.op(*(torch.empty(s, dtype=torch.bfloat16) for s in shapes))
+        assert y.shape == (24, 1024) and y.dtype == torch.bfloat16
+        with pytest.raises(ValueError, match="the sizes it was compiled for"):
+            module.op(*(torch.empty(s, dtype=torch.bfloat16) for s in shapes[:-1]),
+                      torch.empty(7, dtype=torch.bfloat16))  # fmt: skip
+    with pytest.raises(ValueError, match="input X is on cpu"):
+        module.op(*(torch.zeros(s, dtype=torch.bfloat16) for s in shapes))
