@@ -139,17 +139,25 @@ def _random_lengths(
 
 
 def evaluate(
-    diagram: Diagram, inputs: Mapping[str, np.ndarray], materialized: Iterable[str] | None = None
+    diagram: Diagram,
+    inputs: Mapping[str, np.ndarray],
+    materialized: Iterable[str] | None = None,
+    *,
+    rounded: bool = True,
 ) -> dict[str, np.ndarray]:
     """Every tensor of the diagram (inputs and results), in float64.
 
     `materialized` names the results stored in global memory, each rounded to its dtype
     before later operations read it; by default the outputs and the schedule's
-    `materialize` list (a run passes the tensors its kernels actually store).
+    `materialize` list (a run passes the tensors its kernels actually store). With
+    `rounded=False` nothing is rounded but by a cast: the diagram's exact function, which
+    finite differences can differentiate (ncdc grad's tests).
     """
     saved = set(diagram.outputs) | set(
         diagram.schedule.materialize if materialized is None else materialized
     )
+    if not rounded:
+        saved = set()
     env: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
     axes_of = {t.name: t.axes for t in diagram.tensors}
     for op in diagram.ops:

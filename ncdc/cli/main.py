@@ -382,6 +382,58 @@ def run(
 
 
 @app.command()
+def grad(
+    spec: SpecArg,
+    out: Annotated[
+        Path | None,
+        typer.Option("-o", "--out", help="Folder to write <name>_fwd.yaml and <name>_bwd.yaml.",
+                     metavar="DIR"),
+    ] = None,
+    wrt: Annotated[
+        list[str] | None,
+        typer.Option("--wrt", help="An input to differentiate (repeatable; default: every "
+                     "floating-point input).", metavar="NAME"),
+    ] = None,
+    save: Annotated[
+        list[str] | None,
+        typer.Option("--save", help="An intermediate the forward must save (repeatable).",
+                     metavar="NAME"),
+    ] = None,
+    recompute: Annotated[
+        list[str] | None,
+        typer.Option("--recompute", help="An intermediate the backward must recompute "
+                     "(repeatable).", metavar="NAME"),
+    ] = None,
+    show_cost: Annotated[
+        bool, typer.Option("--cost", help="Also both passes' costs and the unfused step.")
+    ] = False,
+    set_: SetOpt = None,
+    hardware: HardwareOpt = "h200",
+    hw: HwOpt = None,
+    fmt: FormatOpt = "table",
+) -> None:
+    """Derive the training pair: a forward that saves what the backward needs, and the
+    backward, with save or recompute chosen by the model's price."""
+    from ncdc.cli.views import grad_table
+    from ncdc.grad.choose import choose_pair
+    from ncdc.grad.report import grad_to_dict, pair_paths, write_pair
+
+    if out is None and not show_cost:
+        raise UsageError("nothing to do", where="ncdc grad", hint="give -o DIR, or --cost")
+    diagram = load_diagram(spec, parse_assignments(set_ or []))
+    if out is not None:
+        pair_paths(diagram.name, out)  # refuse files that are there before pricing
+    choice = choose_pair(
+        diagram, load_machine(hardware, hw), wrt=wrt, save=save or (), recompute=recompute or ()
+    )
+    paths = write_pair(choice, out) if out is not None else None
+    for path in paths or ():
+        note(f"wrote {path}")
+    data = grad_to_dict(choice, hardware, paths, cost=show_cost)
+    emit(data, fmt, lambda: grad_table(choice, data, show_cost))
+
+
+@app.command()
 def draw(
     spec: SpecArg,
     out: Annotated[

@@ -13,7 +13,7 @@ from rich.tree import Tree
 
 from ncdc.hardware.machine import Hardware
 from ncdc.model.graph import ON_CHIP, MemoryGraph
-from ncdc.units import format_bytes, format_rate
+from ncdc.units import format_bytes, format_rate, format_time
 
 if TYPE_CHECKING:
     pass
@@ -192,3 +192,31 @@ def calibration_table(found: dict[str, Any]) -> Table:
         if path != "samples":
             table.add_row(path, f"{f['value']:g} {f['unit']}", f["method"])
     return table
+
+
+def grad_table(choice, data: dict, show_cost: bool):  # noqa: ANN001, ANN201 - grad.choose.Choice
+    """`ncdc grad`: each way of getting the backward's reads, priced, the chosen one marked;
+    with `--cost`, both passes' cost tables and the totals against the unfused step."""
+    from rich.console import Group
+
+    from ncdc.cli.report import cost_table
+    from ncdc.grad.choose import ways_text
+
+    table = Table(title=f"{data['diagram']}: save or recompute (forward + backward, predicted)")
+    for col in ("ways", "saved", "held", "forward", "backward", "total", ""):
+        table.add_column(col, overflow="fold")
+    for a in choice.alternatives:
+        times = [format_time(t) if t is not None else "-" for t in
+                 (a.forward_s, a.backward_s, a.total_s)]  # fmt: skip
+        table.add_row(
+            ways_text(a.ways), ", ".join(a.saved) or "-", format_bytes(a.held_bytes),
+            *times, "chosen" if a.chosen else a.note,
+        )  # fmt: skip
+    if not show_cost:
+        return table
+    summary = (
+        f"forward {format_time(data['forward_s'])} + backward {format_time(data['backward_s'])}"
+        f" = {format_time(data['total_s'])} (backward / forward {data['backward_over_forward']}x);"
+        f" unfused training step {format_time(data['unfused_s'])}"
+    )
+    return Group(table, cost_table(choice.forward), cost_table(choice.backward), summary)

@@ -6,8 +6,10 @@ value), its float64 meaning (a function of NumPy arrays, which the reference eva
 the device function the generated code calls (`ncdc::op_<name>`, in
 `templates/include/ncdc_runtime.cuh`), or, for an operation a kernel family builds from its
 structure (a contraction, a softmax, a mask), the kind the reference evaluates it as.
-tests/language/test_ops.py checks every record has all four. Adding a unary operation is one
-record here and its device function.
+tests/language/test_ops.py checks every record has all four. A map or binary record also
+holds its derivative, an expression in the language's own operations (`ncdc grad` expands
+it into op lines), or the reason it has none. Adding a unary operation is one record here
+and its device function.
 
     >>> OPERATIONS["exp"].kind, OPERATIONS["exp"].sfu, OPERATIONS["exp"].device
     ('map', 1, 'op_exp')
@@ -47,7 +49,10 @@ class OpRecord:
     (of the input, for a reduction); `sfu` the exponentials per value; `meaning` takes the
     NumPy module first, then the operands (a reduction, softmax or norm also `axis`, a norm
     `eps`), so that importing the language does not import NumPy. `spelled` is False for
-    an operation the language reaches through another's argument (gelu's `approximate=`)."""
+    an operation the language reaches through another's argument (gelu's `approximate=`).
+    `derivative` is, per operand, the incoming gradient `g` times the partial derivative,
+    written with the operands (`x`; `a`, `b`), the result `y` and numbers; `no_derivative`
+    says why an operation has none (a map or binary record has one or the other)."""
 
     name: str
     kind: str
@@ -59,17 +64,37 @@ class OpRecord:
     meaning: Meaning | None
     device: str
     spelled: bool = True
+    derivative: tuple[str, ...] = ()
+    no_derivative: str = ""
 
 
 def _op(
     name: str, kind: str, operands: int, keywords: str, required: str = "", *,
     flops: int, sfu: int = 0, meaning: Meaning | None = None, device: bool = False,
-    spelled: bool = True,
+    spelled: bool = True, d: tuple[str, ...] = (), no_d: str = "",
 ) -> OpRecord:  # fmt: skip
     return OpRecord(
         name, kind, operands, frozenset(keywords.split()), frozenset(required.split()),
-        flops, sfu, meaning, f"op_{name}" if device else "", spelled,
+        flops, sfu, meaning, f"op_{name}" if device else "", spelled, d, no_d,
     )  # fmt: skip
+
+
+# Derivatives that need a comparison (a step or a sign), which the language lacks.
+_STEP = "its derivative is a step, which needs a comparison (where) the language lacks"
+_SIGN = "its derivative is the sign, which needs a comparison (where) the language lacks"
+_PICK = "its gradient goes to the larger (smaller) operand, which needs a comparison (where)"
+# gelu'(x) = Phi(x) + x phi(x) (exact); 1 / sqrt(2) = 0.7071..., 1 / sqrt(2 pi) = 0.3989...
+_D_GELU = (
+    "mul(g, add(mul(add(erf(mul(x, 0.7071067811865476)), 1), 0.5), "
+    "mul(x, mul(exp(mul(square(x), -0.5)), 0.3989422804014327))))"
+)
+# tanh form: t = tanh(c (x + 0.044715 x^3)), c = sqrt(2/pi); d/dx = 0.5 (1 + t)
+# + 0.5 c x (1 - t^2)(1 + 3 * 0.044715 x^2), with 0.5 c = 0.3989...
+_T = "tanh(mul(add(x, mul(mul(x, square(x)), 0.044715)), 0.7978845608028654))"
+_D_GELU_TANH = (
+    f"mul(g, add(mul(add({_T}, 1), 0.5), mul(mul(x, sub(1, square({_T}))), "
+    "mul(add(mul(square(x), 0.134145), 1), 0.3989422804014327))))"
+)
 
 
 def _erf(np: Any, x: Any) -> Any:
@@ -108,40 +133,55 @@ def _log_softmax(np: Any, x: Any, axis: tuple[int, ...], eps: float) -> Any:
 
 
 _MAPS = (
-    _op("exp", "map", 1, "dtype", flops=1, sfu=1, meaning=lambda np, x: np.exp(x), device=True),
-    _op("log", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.log(x), device=True),
+    _op("exp", "map", 1, "dtype", flops=1, sfu=1, meaning=lambda np, x: np.exp(x), device=True,
+        d=("mul(g, y)",)),
+    _op("log", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.log(x), device=True,
+        d=("div(g, x)",)),
     _op("relu", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.maximum(x, 0.0),
-        device=True),
-    _op("gelu", "map", 1, "dtype approximate", flops=8, sfu=1, device=True,
+        device=True, no_d=_STEP),
+    _op("gelu", "map", 1, "dtype approximate", flops=8, sfu=1, device=True, d=(_D_GELU,),
         meaning=lambda np, x: 0.5 * x * (1.0 + _erf(np, x / math.sqrt(2.0)))),
     # gelu(x, approximate=tanh): Hendrycks and Gimpel (2016), as PyTorch and GPT-2 write it;
     # x / (1 + exp(-2 u)), u = c (x + 0.044715 x^3): the cubic, the divide
     _op("gelu_tanh", "map", 1, "dtype", flops=6, sfu=1, device=True, spelled=False,
-        meaning=lambda np, x: 0.5 * x * (
+        d=(_D_GELU_TANH,), meaning=lambda np, x: 0.5 * x * (
             1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))),
+    # erf, which gelu's derivative reads (erff's polynomial); 2 / sqrt(pi) = 1.1283...
+    _op("erf", "map", 1, "dtype", flops=8, meaning=lambda np, x: _erf(np, x), device=True,
+        d=("mul(g, mul(exp(neg(square(x))), 1.1283791670955126))",)),
     _op("silu", "map", 1, "dtype", flops=4, sfu=1, device=True,
-        meaning=lambda np, x: x / (1.0 + np.exp(-x))),
+        meaning=lambda np, x: x / (1.0 + np.exp(-x)),
+        d=("mul(g, mul(sigmoid(x), add(mul(x, sub(1, sigmoid(x))), 1)))",)),
     _op("sigmoid", "map", 1, "dtype", flops=4, sfu=1, device=True,
-        meaning=lambda np, x: 1.0 / (1.0 + np.exp(-x))),
+        meaning=lambda np, x: 1.0 / (1.0 + np.exp(-x)), d=("mul(g, mul(y, sub(1, y)))",)),
     _op("tanh", "map", 1, "dtype", flops=2, sfu=1, meaning=lambda np, x: np.tanh(x),
-        device=True),
-    _op("neg", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.negative(x), device=True),
-    _op("abs", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.abs(x), device=True),
-    _op("sqrt", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.sqrt(x), device=True),
+        device=True, d=("mul(g, sub(1, square(y)))",)),
+    _op("neg", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.negative(x), device=True,
+        d=("neg(g)",)),
+    _op("abs", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.abs(x), device=True,
+        no_d=_SIGN),
+    _op("sqrt", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.sqrt(x), device=True,
+        d=("div(mul(g, 0.5), y)",)),
     _op("rsqrt", "map", 1, "dtype", flops=1, meaning=lambda np, x: 1.0 / np.sqrt(x),
-        device=True),
-    _op("recip", "map", 1, "dtype", flops=1, meaning=lambda np, x: 1.0 / x, device=True),
-    _op("square", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.square(x), device=True),
+        device=True, d=("mul(g, mul(mul(y, square(y)), -0.5))",)),
+    _op("recip", "map", 1, "dtype", flops=1, meaning=lambda np, x: 1.0 / x, device=True,
+        d=("mul(g, neg(square(y)))",)),
+    _op("square", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.square(x), device=True,
+        d=("mul(g, mul(x, 2))",)),
 )  # fmt: skip
 _BINARY = (
-    _op("add", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a + b, device=True),
-    _op("sub", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a - b, device=True),
-    _op("mul", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a * b, device=True),
-    _op("div", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a / b, device=True),
+    _op("add", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a + b, device=True,
+        d=("g", "g")),
+    _op("sub", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a - b, device=True,
+        d=("g", "neg(g)")),
+    _op("mul", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a * b, device=True,
+        d=("mul(g, b)", "mul(g, a)")),
+    _op("div", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a / b, device=True,
+        d=("div(g, b)", "neg(div(mul(g, a), square(b)))")),
     _op("max", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: np.maximum(a, b),
-        device=True),
+        device=True, no_d=_PICK),
     _op("min", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: np.minimum(a, b),
-        device=True),
+        device=True, no_d=_PICK),
 )  # fmt: skip
 # Reductions and row operations: the row kernels' device code reduces (ncdc_rowwise.cuh);
 # their price per input value: softmax's running max, subtract, running sum and scale (4),

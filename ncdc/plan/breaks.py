@@ -38,7 +38,8 @@ def choose_breaks(
     (`breakable_results`, fewest first, up to MAX_BREAK_SETS), each priced by the model as
     the sum of its kernels' best plans, the cheapest that builds chosen (ties: fewer
     saves). A set whose least possible time (its top-level bytes at the achieved bandwidth
-    plus a launch per kernel) is above the best so far is not planned. Returns the diagram
+    plus a launch per kernel) is above the best so far is not planned. Where none of
+    those builds, a greedy descent from every result saved (`_descend`). Returns the diagram
     with the chosen breaks and every option weighed; the diagram unchanged (and no
     options) where the spec wrote its breaks, on a machine that is not a GPU, or where
     nothing builds (planning it then says why).
@@ -71,24 +72,43 @@ def _break_sets(diagram: Diagram, base: tuple[str, ...]) -> list[tuple[str, ...]
 def _weigh_breaks(
     diagram: Diagram, hardware: Hardware, fixed: Mapping[str, int], base: tuple[str, ...]
 ) -> tuple[Diagram, tuple[BreakOption, ...]]:
+    memo: dict[tuple, float] = {}
+    sets = _break_sets(diagram, base)
+    options = _weigh_sets(diagram, hardware, fixed, sets, memo)
+    if not any(o.predicted_time_s is not None for o in options) and len(sets) == MAX_BREAK_SETS:
+        options = _descend(diagram, hardware, fixed, base, memo)
+    built = [o for o in options if o.predicted_time_s is not None]
+    if not built:
+        return diagram, ()
+    best = min(built, key=lambda o: (o.predicted_time_s, len(o.saved)))
+    ordered = sorted(options, key=lambda o: (len(o.saved), o.saved))
+    marked = tuple(replace(o, chosen=o is best) for o in ordered)
+    return with_breaks(diagram, best.saved), marked
+
+
+def _weigh_sets(
+    diagram: Diagram, hardware: Hardware, fixed: Mapping[str, int],
+    sets: Sequence[tuple[str, ...]], memo: dict[tuple, float],
+) -> list[BreakOption]:  # fmt: skip
+    """Each set priced, the least-traffic first; a set whose traffic alone takes longer
+    than the best found is not planned."""
     top = hardware.levels[0].name
     bandwidth = hardware.achieved_bandwidth(top)
     least: list[tuple[float, int, tuple[str, ...], MemoryGraph]] = []
-    for saved in _break_sets(diagram, base):
-        graph = build_graph(with_breaks(diagram, saved), hardware)
+    options: list[BreakOption] = []
+    for saved in sets:
+        try:
+            graph = build_graph(with_breaks(diagram, saved), hardware)
+        except PlanError as error:  # kernels that would each wait for the other
+            options.append(BreakOption(saved, 0, None, 0.0, error.message.split("; ")[0]))
+            continue
         nbytes = sum(KernelModel(graph.diagram, k).top_bytes for k in graph.kernels)
         time = nbytes / bandwidth + hardware.launch_s * len(graph.kernels)
         least.append((time, nbytes, saved, graph))
     least.sort(key=lambda x: (x[0], len(x[2])))
-    memo: dict[tuple, float] = {}
-    options: list[BreakOption] = []
-    best: BreakOption | None = None
+    best: float | None = None
     for bound, nbytes, saved, graph in least:
-        if (
-            best is not None
-            and best.predicted_time_s is not None
-            and bound >= best.predicted_time_s
-        ):
+        if best is not None and bound >= best:
             options.append(
                 BreakOption(
                     saved, nbytes, None, bound, "not planned: its traffic alone takes longer"
@@ -100,15 +120,33 @@ def _weigh_breaks(
         except PlanError as error:
             options.append(BreakOption(saved, nbytes, None, bound, error.message.split("; ")[0]))
             continue
-        option = BreakOption(saved, nbytes, time, bound)
-        options.append(option)
-        if best is None or best.predicted_time_s is None or time < best.predicted_time_s:
-            best = option
-    if best is None:
-        return diagram, ()
-    ordered = sorted(options, key=lambda o: (len(o.saved), o.saved))
-    marked = tuple(replace(o, chosen=o is best) for o in ordered)
-    return with_breaks(diagram, best.saved), marked
+        options.append(BreakOption(saved, nbytes, time, bound))
+        best = time if best is None else min(best, time)
+    return options
+
+
+def _descend(
+    diagram: Diagram, hardware: Hardware, fixed: Mapping[str, int], base: tuple[str, ...],
+    memo: dict[tuple, float],
+) -> list[BreakOption]:  # fmt: skip
+    """Where none of the fewest-first sets builds (a long diagram, as a derived backward
+    pass is): from every result saved, drop one save at a time, each time the drop that
+    makes the plan fastest, until no drop makes it faster or builds. Greedy: up to n^2 / 2
+    sets for n results, each kernel priced once (`memo`)."""
+    # an index is a value the kernel has, never a kernel of its own
+    current = tuple(r for r in breakable_results(diagram) if _made_by(diagram, r) != "index")
+    options = _weigh_sets(diagram, hardware, fixed, [current], memo)
+    best = options[0]
+    while best.predicted_time_s is not None:
+        drops = [tuple(r for r in current if r != drop) for drop in current if drop not in base]
+        tried = [_weigh_sets(diagram, hardware, fixed, [saved], memo)[0] for saved in drops]
+        options += tried
+        built = [o for o in tried if o.predicted_time_s is not None]
+        better = min(built, key=lambda o: o.predicted_time_s or 0.0, default=None)
+        if better is None or (better.predicted_time_s or 0.0) >= best.predicted_time_s:
+            break
+        best, current = better, better.saved
+    return options
 
 
 def _kernel_time(
@@ -139,3 +177,9 @@ def with_break_hint(
         where=error.where,
         hint=f"save these results: schedule: {{materialize: [{saved}]}}",
     )
+
+
+def _made_by(diagram: Diagram, name: str) -> str:
+    """The kind of the op that computes `name`."""
+    op = diagram.producer(name)
+    return op.kind if op is not None else ""

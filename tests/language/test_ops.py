@@ -80,3 +80,17 @@ def test_the_model_prices_every_op_from_its_record() -> None:
     flops = KernelModel(d, g.kernels[0]).flops_by_unit
     assert flops[("cuda", "fp32")] == 4 * 8 * record("norm", "layernorm").cuda_flops
     assert ("sfu", "exp") not in flops
+
+
+@pytest.mark.parametrize("rec", [r for r in ALL if r.kind in ("map", "binary")],
+                         ids=lambda r: f"{r.kind}:{r.name}")  # fmt: skip
+def test_every_map_has_a_derivative_or_says_why_not(rec) -> None:
+    # ncdc grad expands the derivative (tests/grad/test_derive.py checks it numerically)
+    assert bool(rec.derivative) != bool(rec.no_derivative)
+    if rec.derivative:
+        assert len(rec.derivative) == rec.operands
+        assert all("g" in expr for expr in rec.derivative)
+
+
+def test_erf_by_hand() -> None:
+    assert record("map", "erf").meaning(np, np.array([0.5]))[0] == pytest.approx(0.5204998778)

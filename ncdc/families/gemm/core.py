@@ -408,6 +408,7 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
     operands: dict[str, dict[str, Any]] = {}
     chain = {mm.out}
     steps: list[dict[str, Any]] = []
+    shifts: list[dict[str, str]] = []
 
     def arg(x: str | float) -> dict[str, str]:
         if not isinstance(x, str):
@@ -442,6 +443,8 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
         elif op.kind in ("map", "binary"):
             args = [arg(x) for x in op.operands]
             steps.append({"out": _value(op.out), "fn": op.fn, "cast": "", "args": args})
+        elif op.kind == "mask" and op.fn == "causal":
+            steps.append(_causal_step(op, arg(op.operands[0]), ops, shifts))
         else:
             raise PlanError(f"no GEMM epilogue for {op.fn} ({op.out})")
         chain.add(op.out)
@@ -453,5 +456,25 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
         "exact": "true" if exact else "false",
         "steps": steps,
         "operands": list(operands.values()),
+        "shifts": shifts,
         "result": _value(kernel.ops[-1].out),
     }
+
+
+def _causal_step(
+    op: Op, src: dict[str, str], ops: Operands, shifts: list[dict[str, str]]
+) -> dict[str, Any]:
+    """A causal mask on C (a backward pass recomputing masked scores): its query and key
+    axes are C's m and n (either way round), the diagonal's shift a member the kernel sets
+    from the sizes."""
+    roles = {ops.m: "ncdc_row", ops.n: "ncdc_col"}
+    q, k = op.params["query"], op.params["key"]
+    if q not in roles or k not in roles:
+        raise PlanError(f"no GEMM epilogue for causal ({op.out}) over a batch axis",
+                        hint="mask along the rows and columns of the contraction")  # fmt: skip
+    shift = f"ncdc_shift_{op.out}"
+    value = f"{size_name(k)} - {size_name(q)}" if op.params["align"] != "start" else "0"
+    shifts.append({"name": shift, "value": value})
+    args = [src, {"kind": "value", "name": roles[q]}, {"kind": "value", "name": roles[k]},
+            {"kind": "value", "name": shift}]  # fmt: skip
+    return {"out": _value(op.out), "fn": "causal", "cast": "", "args": args}

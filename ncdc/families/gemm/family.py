@@ -61,7 +61,8 @@ class GemmFamily:
             return None
         chain = {mm.out}
         for op in kernel.ops[1:]:
-            if op.kind not in ("map", "binary", "cast"):
+            # a causal mask masks C by its row and column (a backward pass recomputing P)
+            if op.kind not in ("map", "binary", "cast") and op.fn != "causal":
                 return None
             # An epilogue keeps the tile of the result: other operands broadcast into it. An
             # op may read only such side operands (silu(G) of a saved gate G, for SwiGLU):

@@ -14,6 +14,7 @@ NCDC_DEVICE float op_exp(float x) { return expf(x); }
 NCDC_DEVICE float op_log(float x) { return logf(x); }
 NCDC_DEVICE float op_relu(float x) { return x > 0.0f ? x : (x == x ? 0.0f : x); }
 NCDC_DEVICE float op_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+NCDC_DEVICE float op_erf(float x) { return erff(x); }
 // gelu(x, approximate=tanh) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi)(x + 0.044715 x^3):
 // one exp and a divide instead of erff's polynomial; exact to fp32 rounding of that form.
 NCDC_DEVICE float op_gelu_tanh(float x) {

@@ -1,0 +1,281 @@
+"""The backward rule of each kind of operation: given the gradient `g` of an op's result,
+write the lines of each active operand's share of its gradient (ncdc.grad.derive sums the
+shares). One function per kind, as the inference has one per kind (ncdc.language.infer).
+
+Every share comes out over its tensor's axes, in its tensor's order, stored in its
+tensor's dtype; statistics a rule reduces (a row's sum, mean, variance) are fp32.
+
+- contract: two contractions, the gradient with the other operand, over the axes the
+  other operand kept (a product with it where it kept none; over the longest, then a sum
+  over the rest, where it kept several: a GEMM sums one axis); numbers in the scale carry
+  over, tensors in it are woven into the gradient first.
+- map, binary: the record's derivative (ncdc.language.ops), summed over the axes an
+  operand was broadcast along.
+- reduce: sum and mean broadcast the gradient back; logsumexp multiplies it by softmax.
+- softmax: dS = P * (dP - sum(dP * P)); log_softmax: dX = dY - exp(Y) * sum(dY).
+- layernorm, rmsnorm: the normalised values and the row statistics recomputed from X,
+  dX = r * (dXh - mean(dXh) - Xh * mean(dXh * Xh)) (no mean term for rmsnorm).
+- cast to a float type: the gradient times the scale (rounding passed straight through).
+- mask: the gradient where the mask keeps a score, zero where it drops one (nothing to do
+  when only softmax and logsumexp read the mask: their gradients are zero where P is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from ncdc.errors import SpecError
+from ncdc.grad.tape import Tape
+from ncdc.language.diagram import Diagram, Op, Tensor
+from ncdc.language.dtypes import DTYPES
+from ncdc.language.ops import record
+
+STAT = "fp32"  # the dtype of the row statistics a rule reduces
+
+
+@dataclass(frozen=True)
+class Site:
+    """One op being differentiated: the diagram, the tape, the op, the gradient of its
+    result and the tensors that need a gradient."""
+
+    diagram: Diagram
+    tape: Tape
+    op: Op
+    g: str
+    active: Collection[str]
+
+    def tensor(self, name: str) -> Tensor:
+        return self.diagram.tensor(name)
+
+    def wants(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.active
+
+    def refuse(self, why: str, hint: str | None = None) -> SpecError:
+        return SpecError(
+            f"cannot differentiate '{self.op.text}': {why}",
+            where=f"{self.diagram.source}:{self.op.line}" if self.op.line else self.diagram.source,
+            hint=hint,
+        )
+
+    def stem(self, name: str) -> str:
+        return f"d{name}"
+
+    def share(self, value: str, target: str) -> str:
+        """`value` summed over the axes `target` lacks and put in `target`'s axis order and
+        dtype."""
+        t = self.tensor(target)
+        extra = tuple(a for a in self.tape.axes[value] if a not in t.axes)
+        if extra:
+            value = self.tape.emit("sum", (value,), self.stem(target), over=extra, dtype=t.dtype)
+        return self.tape.arrange(value, t.axes, t.dtype)
+
+
+Share = tuple[str, str]  # (operand, the name of its share of the gradient)
+
+
+def _contract(s: Site) -> list[Share]:
+    op, tape = s.op, s.tape
+    c = 1.0
+    for number in (f for f in op.scale if not isinstance(f, str)):
+        c *= float(number)
+    g = s.g
+    for f in op.scale:
+        if isinstance(f, str):
+            if s.wants(f):
+                raise s.refuse(f"the gradient of the scale tensor {f} is not derived",
+                               f"multiply by {f} in a mul op of its own")  # fmt: skip
+            g = tape.emit("mul", (g, f), s.stem(op.out), dtype=s.tensor(op.out).dtype)
+    a, b = (str(x) for x in op.operands)
+    shares = []
+    for mine, other in ((a, b), (b, a)):
+        if s.wants(mine):
+            shares.append((mine, _contract_share(s, g, mine, other, c)))
+    return shares
+
+
+def _contract_share(s: Site, g: str, mine: str, other: str, c: float) -> str:
+    """d mine = g times `other` over the axes `other` kept of its own (they are in g), or g
+    woven with `other` where it kept none (an outer product is a binary mul)."""
+    tape, t = s.tape, s.tensor(mine)
+    kept = tuple(a for a in s.tensor(other).axes if a not in t.axes)
+    scale = c if c != 1.0 else None
+    if not kept:
+        product = tape.emit("mul", (g, other), s.stem(mine), dtype=None if scale else t.dtype)
+        if scale:
+            product = tape.emit("mul", (product, scale), s.stem(mine), dtype=t.dtype)
+        return s.share(product, mine)
+    for pair in ((g, other), (other, g)):  # the operand order that gives mine's axis order
+        axes = tuple(dict.fromkeys(x for n in pair for x in tape.axes[n] if x not in kept))
+        if axes == t.axes:
+            break
+    else:
+        pair = (g, other)
+    if len(kept) > 1:  # a GEMM sums one axis: the longest, then a sum over the others
+        longest = max(kept, key=lambda a: s.diagram.axes[a])
+        made = tape.emit("contract", pair, s.stem(mine), over=longest, scale=scale, dtype=STAT)
+        return s.share(made, mine)
+    made = tape.emit("contract", pair, s.stem(mine), over=kept, scale=scale, dtype=t.dtype)
+    return tape.arrange(made, t.axes, t.dtype)
+
+
+def _elementwise(s: Site) -> list[Share]:
+    """map and binary: the record's derivative, per operand."""
+    op = s.op
+    rec = record(op.kind, op.fn)
+    if not rec.derivative:
+        raise s.refuse(rec.no_derivative)
+    env = {"g": s.g, "y": op.out, "x": op.operands[0], "a": op.operands[0]}
+    if len(op.operands) > 1:
+        env["b"] = op.operands[1]
+    shares = []
+    for operand, expr in zip(op.operands, rec.derivative, strict=True):
+        if not s.wants(operand):
+            continue
+        t = s.tensor(str(operand))
+        broadcast = set(s.tape.axes[op.out]) != set(t.axes)
+        value = s.tape.expand(expr, env, s.stem(t.name), STAT if broadcast else t.dtype)
+        if not isinstance(value, str):
+            raise AssertionError(f"derivative of {op.fn} is a number")
+        shares.append((t.name, s.share(value, t.name)))
+    return shares
+
+
+def _reduce(s: Site) -> list[Share]:
+    op, tape = s.op, s.tape
+    x = str(op.operands[0])
+    if not s.wants(x):
+        return []
+    t = s.tensor(x)
+    if op.fn == "max":
+        raise s.refuse(
+            "the gradient of a max goes to the largest value, which needs a comparison "
+            "(where) the language lacks",
+            "logsumexp is a smooth maximum with a gradient",
+        )
+    g = s.g
+    if op.fn == "logsumexp":  # d x = g * exp(x - lse), the softmax of x
+        p = tape.emit("exp", (tape.emit("sub", (x, op.out), s.stem(x)),), s.stem(x))
+        return [(x, tape.emit("mul", (p, g), s.stem(x), dtype=t.dtype))]
+    if op.fn == "mean":  # g / (the count over the axes), counted at run time: sizes --set
+        ones = tape.emit("add", (tape.zeros(op.over), 1.0), "one")
+        count = tape.emit("sum", (ones,), "count", over=op.over, dtype=STAT)
+        g = tape.emit("div", (g, count), s.stem(x))
+    return [(x, tape.emit("add", (tape.zeros(t.axes), g), s.stem(x), dtype=t.dtype))]
+
+
+def _softmax(s: Site) -> list[Share]:
+    op, tape = s.op, s.tape
+    x = str(op.operands[0])
+    if not s.wants(x):
+        return []
+    stem, y = s.stem(x), op.out
+    row = tape.emit("sum", (tape.emit("mul", (s.g, y), stem),), stem, over=op.over, dtype=STAT)
+    inner = tape.emit("sub", (s.g, row), stem)
+    return [(x, tape.emit("mul", (y, inner), stem, dtype=s.tensor(x).dtype))]
+
+
+def _norm(s: Site) -> list[Share]:
+    op = s.op
+    if op.fn == "log_softmax":
+        return _log_softmax(s)
+    tape, x, stem = s.tape, str(op.operands[0]), s.stem(op.out)
+    r = xh = ""
+    if s.wants(x) or s.wants(op.params.get("weight")):
+        r, xh = _normalised(s)
+    shares = []
+    for key in ("weight", "bias"):
+        w = op.params.get(key)
+        if s.wants(w):
+            value = tape.emit("mul", (s.g, xh), stem) if key == "weight" else s.g
+            shares.append((str(w), s.share(value, str(w))))
+    if not s.wants(x):
+        return shares
+    gx = s.g
+    if "weight" in op.params:
+        gx = tape.emit("mul", (s.g, op.params["weight"]), stem)
+    m2 = tape.emit("mean", (tape.emit("mul", (gx, xh), stem),), stem, over=op.over, dtype=STAT)
+    inner = tape.emit("sub", (gx, tape.emit("mul", (xh, m2), stem)), stem)
+    if op.fn == "layernorm":
+        m1 = tape.emit("mean", (gx,), stem, over=op.over, dtype=STAT)
+        inner = tape.emit("sub", (inner, m1), stem)
+    dx = tape.emit("mul", (inner, r), s.stem(x), dtype=s.tensor(x).dtype)
+    return [*shares, (x, dx)]
+
+
+def _normalised(s: Site) -> tuple[str, str]:
+    """A norm's reciprocal deviation r (fp32, over the rows) and normalised values Xh,
+    recomputed from X. Written only as a share reads them (an unread line is an error)."""
+    op, tape, x, stem = s.op, s.tape, str(s.op.operands[0]), s.stem(s.op.out)
+    centred = x
+    if op.fn == "layernorm":
+        mean = tape.emit("mean", (x,), stem, over=op.over, dtype=STAT)
+        centred = tape.emit("sub", (x, mean), stem)
+    var = tape.emit("mean", (tape.emit("square", (centred,), stem),), stem, over=op.over,
+                    dtype=STAT)  # fmt: skip
+    eps = float(op.params["eps"])
+    r = tape.emit("rsqrt", (tape.emit("add", (var, eps), stem, dtype=STAT),), stem, dtype=STAT)
+    return r, tape.emit("mul", (centred, r), stem)
+
+
+def _log_softmax(s: Site) -> list[Share]:
+    op, tape = s.op, s.tape
+    x = str(op.operands[0])
+    if not s.wants(x):
+        return []
+    stem = s.stem(x)
+    row = tape.emit("sum", (s.g,), stem, over=op.over, dtype=STAT)
+    p = tape.emit("exp", (op.out,), stem)
+    return [(x, tape.emit("sub", (s.g, tape.emit("mul", (p, row), stem)), stem,
+                          dtype=s.tensor(x).dtype))]  # fmt: skip
+
+
+def _cast(s: Site) -> list[Share]:
+    op, tape = s.op, s.tape
+    x = str(op.operands[0])
+    for f in op.scale:
+        if s.wants(f):
+            raise s.refuse(f"the gradient of the scale tensor {f} of a cast is not derived")
+    if not s.wants(x):
+        return []
+    if DTYPES[op.params["to"]].integer:
+        raise s.refuse(
+            f"a cast to {op.params['to']} rounds to whole numbers: its derivative is zero",
+            "cast to a float type, or pass the gradient straight through outside ncdc",
+        )
+    t = s.tensor(x)
+    factors = list(op.scale) or [1.0]  # the rounding passes the gradient straight through
+    g = s.g
+    for i, f in enumerate(factors):
+        g = tape.emit("mul", (g, f), s.stem(x), dtype=t.dtype if i == len(factors) - 1 else None)
+    return [(x, tape.arrange(g, t.axes, t.dtype))]
+
+
+def _mask(s: Site) -> list[Share]:
+    op, tape = s.op, s.tape
+    x = str(op.operands[0])
+    if not s.wants(x):
+        return []
+    # softmax's and logsumexp's gradients are products with P = exp(x - lse), zero where
+    # the mask put -inf: nothing to mask again
+    if all(c.kind == "softmax" or c.fn == "logsumexp" for c in s.diagram.consumers(op.out)):
+        return [(x, s.g)]
+    keys = {k: v for k, v in op.params.items() if k in ("query", "key", "align", "left",
+                                                        "right", "lengths")}  # fmt: skip
+    t = s.tensor(x)
+    dropped = tape.emit(op.fn, (tape.zeros(t.axes),), "keep", **keys)  # 0 kept, -inf dropped
+    keep = tape.emit("exp", (dropped,), "keep")
+    return [(x, tape.emit("mul", (s.g, keep), s.stem(x), dtype=t.dtype))]
+
+
+RULES: dict[str, Callable[[Site], list[Share]]] = {
+    "contract": _contract,
+    "map": _elementwise,
+    "binary": _elementwise,
+    "reduce": _reduce,
+    "softmax": _softmax,
+    "norm": _norm,
+    "cast": _cast,
+    "mask": _mask,
+    "index": lambda s: [],
+}
