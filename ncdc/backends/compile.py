@@ -179,6 +179,7 @@ def _report(
     plan: Plan, module: RenderedModule, compiled: CompiledModule, arch: str
 ) -> CompileReport:
     """The report of `module` (rendered from `plan`) compiled: each launch's resources."""
+    check_entry_registers(module, compiled)
     limits = plan.graph.hardware.limits
     kernels = []
     for launch in module.launches:
@@ -202,6 +203,35 @@ def _report(
         plan.graph.diagram, plan, module, arch, compiled.cubin, compiled.nvrtc_version,
         tuple(kernels),
     )  # fmt: skip
+
+
+# ptxas's warning when it drops every setmaxnreg of a kernel (C7508: "'setmaxnreg' ignored;
+# unable to determine register count at entry"); the kernel then runs on one flat allocation.
+SETMAXNREG_IGNORED = "'setmaxnreg' ignored"
+
+
+def check_entry_registers(module: RenderedModule, compiled: CompiledModule) -> None:
+    """CompileError unless ptxas gave each setmaxnreg kernel of `module` exactly the
+    registers its budgets assume at entry (`Launch.entry_registers`) and kept its
+    setmaxnreg: with fewer, the block's pool cannot cover the budgets and the last
+    setmaxnreg.inc waits forever on the GPU; with the instructions dropped, the kernel runs
+    on budgets it was not priced with."""
+    for launch in module.launches:
+        res = compiled.resources.get(launch.kernel)
+        if not launch.entry_registers or res is None:
+            continue
+        hint = (
+            f"NVRTC {compiled.nvrtc_version} allocates differently from the one these budgets "
+            "were set with: --arch sm_90 builds the mma.sync kernels instead"
+        )
+        if res.registers != launch.entry_registers:
+            raise CompileError(
+                f"kernel {launch.kernel}: ptxas gave {res.registers} registers a thread, its "
+                f"setmaxnreg budgets assume {launch.entry_registers} (it would hang on a GPU)",
+                hint=hint,
+            )
+        if SETMAXNREG_IGNORED in compiled.log:
+            raise CompileError(f"kernel {launch.kernel}: ptxas ignored its setmaxnreg", hint=hint)
 
 
 def compile_spec(

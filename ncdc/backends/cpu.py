@@ -296,12 +296,15 @@ class EmulatedModule:
         args: Sequence[Any],
         dynamic_smem: int = 0,
         counters: bool = False,
+        entry_registers: int = 0,
     ) -> Traffic:
         """Run `kernel` over `grid` x `block`; arrays are device memory, written in place.
 
         Arrays must be contiguous; scalars are passed by value with the kernel's parameter
         type (a NumPy scalar must match it exactly; a Python number is converted).
         `counters`: also count sectors and bank conflicts (slower: every access is logged).
+        `entry_registers`: the registers a thread starts with, as ptxas gave them, which
+        bound the block's setmaxnreg pool (0: the most `__launch_bounds__(threads, 1)` allows).
         """
         g, b = _dim3(grid), _dim3(block)
         _default_threads()
@@ -309,11 +312,16 @@ class EmulatedModule:
             values = _check_args(kernel, self.signature(kernel), args)
             dll = self._dll
             return _interruptible(
-                lambda: _run(dll, kernel, g, b, int(dynamic_smem), values, counters)
+                lambda: _run(
+                    dll, kernel, g, b, int(dynamic_smem), values, counters, entry_registers
+                )
             )
         assert self.sanitize is not None  # a plain library is loaded in this process
         arrays = [a for a in args if isinstance(a, np.ndarray) and not _by_value_struct(a)]
-        request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args), counters)
+        request = (
+            str(self.library), kernel, g, b, int(dynamic_smem), list(args), counters,
+            entry_registers,
+        )  # fmt: skip
         outputs, traffic = _run_sanitized(self.sanitize, kernel, request)
         for dst, src in zip(arrays, outputs, strict=True):
             dst[...] = src
@@ -409,6 +417,7 @@ def _run(
     smem: int,
     values: list[Any],
     counters: bool = False,
+    entry_registers: int = 0,
 ) -> Traffic:
     """Call the library's launch entry; arrays are passed by pointer, 0-d arrays by value."""
     n = len(values)
@@ -425,7 +434,7 @@ def _run(
     fn = getattr(dll, f"ncdc_launch_{kernel}")
     fn.restype = ctypes.c_int
     range_arr = (ctypes.c_ulonglong * max(len(ranges), 1))(*ranges)
-    traffic = (ctypes.c_ulonglong * 11)(int(counters))
+    traffic = (ctypes.c_ulonglong * 11)(int(counters), int(entry_registers))  # the inputs
     err = ctypes.create_string_buffer(_ERR_LEN)
     rc = fn(
         (ctypes.c_uint * 3)(*grid),
@@ -496,7 +505,9 @@ def _run_sanitized(
 
 def _sanitized_child(request: str, response: str) -> None:
     """Runs in the subprocess: device buffers are malloc'd inside the library (redzones)."""
-    library, kernel, grid, block, smem, args, counters = pickle.loads(Path(request).read_bytes())
+    library, kernel, grid, block, smem, args, counters, registers = pickle.loads(
+        Path(request).read_bytes()
+    )
     dll = ctypes.CDLL(library)
     try:
         values = _check_args(kernel, _signature(dll, Path(library), kernel), args)
@@ -519,7 +530,7 @@ def _sanitized_child(request: str, response: str) -> None:
         device.append(np.frombuffer(array_t.from_address(ptr), dtype=v.dtype).reshape(v.shape))
     error, traffic = "", Traffic(0, 0)
     try:
-        traffic = _run(dll, kernel, grid, block, smem, device, counters)
+        traffic = _run(dll, kernel, grid, block, smem, device, counters, registers)
     except NcdcError as e:
         error = e.line()
     outputs = [d.copy() for d in device if d.ndim != 0]

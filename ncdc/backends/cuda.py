@@ -18,6 +18,7 @@ import numpy as np
 
 from ncdc.backends.arguments import (
     SWIZZLE_MODES,
+    mend_tensor_map,
     scalar_argument,
     tensor_map_arguments,
     tensor_map_problem,
@@ -57,10 +58,12 @@ def device_arch(cupy: Any) -> str:
 def load_module(cupy: Any, module: RenderedModule, arch: str) -> DeviceModule:
     """Compile (through the cache) and load `module` for `arch` on the current device."""
     from ncdc.backends.cache import cached_compile
+    from ncdc.backends.compile import check_entry_registers
 
     compiled = cached_compile(
         module.source, arch, name=module.cache_name, line_origin=module.origin
     )
+    check_entry_registers(module, compiled)  # budgets ptxas did not give would hang
     return DeviceModule(cupy, module, compiled.cubin)
 
 
@@ -194,6 +197,7 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     rank = len(spec.dims)
     try:
         err, tmap = _encode_tiled(driver, spec, rank, address)
+        version = _driver_version(driver)
     except Exception as e:  # no driver library: cuda-bindings raises its own loader errors
         raise NoGpuError(f"cannot encode tensor maps: {e}", hint="use --backend cpu") from None
     if err != driver.CUresult.CUDA_SUCCESS:
@@ -201,12 +205,21 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     words = [int(w) for w in tmap.opaque]
     if len(words) * 8 != TENSOR_MAP_BYTES:
         raise NcdcError(f"cuTensorMapEncodeTiled gave {len(words) * 8} bytes, not 128")
+    words = mend_tensor_map(words, spec, version)
     value = np.array([tuple(words)], dtype=TENSOR_MAP_DTYPE)
     value.flags.writeable = False  # cached: every launch over this pointer passes these bytes
     _TENSOR_MAPS[key] = value
     if len(_TENSOR_MAPS) > MAX_TENSOR_MAPS:
         _TENSOR_MAPS.popitem(last=False)
     return value
+
+
+def _driver_version(driver: Any) -> int:
+    """The driver's CUDA version, 1000 major + 10 minor (cuDriverGetVersion)."""
+    err, version = driver.cuDriverGetVersion()
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise NoGpuError(f"cuDriverGetVersion failed: {err}", hint="use --backend cpu")
+    return int(version)
 
 
 def _encode_tiled(driver: Any, spec: TensorMapSpec, rank: int, address: int) -> Any:

@@ -56,6 +56,7 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
                 "block": list(k.launch.block),
                 "dynamic_smem_bytes": k.launch.dynamic_smem,
                 "cluster": list(k.launch.cluster),
+                "entry_registers": k.launch.entry_registers,
                 "params": [asdict(p) for p in k.launch.params],
                 "resources": {
                     "registers": k.registers,
@@ -105,7 +106,7 @@ def launch_from_dict(kernel: dict[str, Any]) -> Launch:
         raise ValueError("grid, block and cluster have three dimensions each")
     return Launch(
         str(kernel["name"]), grid, block, int(kernel["dynamic_smem_bytes"]),  # type: ignore[arg-type]
-        tuple(params), cluster,  # type: ignore[arg-type]
+        tuple(params), cluster, int(kernel.get("entry_registers", 0)),  # type: ignore[arg-type]
     )  # fmt: skip
 
 

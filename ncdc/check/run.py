@@ -357,6 +357,7 @@ def run_emulated(
         total += lib.launch(
             launch.kernel, launch.grid, launch.block, launch_args(launch, buffers),
             dynamic_smem=launch.dynamic_smem, counters=counters,
+            entry_registers=launch.entry_registers,
         )  # fmt: skip
     return total
 

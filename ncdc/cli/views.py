@@ -5,7 +5,7 @@ tables of the other commands. Pure presentation; no decisions are made here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -180,6 +180,17 @@ def cache_table(info: dict) -> Table:
         table.add_column(col, justify="right" if col in ("entries", "size") else "left")
     for name, s in info["sections"].items():
         table.add_row(name, str(s["entries"]), format_bytes(s["bytes"]), escape(s["path"]))
+    return table
+
+
+def calibration_table(found: dict[str, Any]) -> Table:
+    """What `ncdc calibrate` measured: each profile entry it wrote and how."""
+    table = Table(title="ncdc calibrate")
+    for col in ("profile entry", "value", "how"):
+        table.add_column(col, overflow="fold")
+    for path, f in found.items():
+        if path != "samples":
+            table.add_row(path, f"{f['value']:g} {f['unit']}", f["method"])
     return table
 
 

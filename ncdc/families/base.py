@@ -71,7 +71,14 @@ class Workspace:
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch: its extern "C" name, shape, dynamic shared memory, parameters."""
+    """One kernel launch: its extern "C" name, shape, dynamic shared memory, parameters.
+
+    `entry_registers` is, for a kernel whose warpgroups re-budget their registers with
+    setmaxnreg, the per-thread count its budgets assume the kernel starts with: the block's
+    pool is that count times its threads, and a budget the pool cannot cover waits forever
+    (PTX ISA, setmaxnreg). ptxas must give exactly that count (ncdc.backends.compile checks
+    it) and the CPU emulator enforces the pool with it; 0 for a kernel without setmaxnreg.
+    """
 
     kernel: str
     grid: tuple[int, int, int]
@@ -81,14 +88,18 @@ class Launch:
     # thread-block cluster dimensions, fixed in the kernel at compile time
     # (__cluster_dims__): a plain launch forms the clusters; the grid is a multiple of them
     cluster: tuple[int, int, int] = (1, 1, 1)
+    entry_registers: int = 0
 
     @staticmethod
     def of(
         kernel: str, shape: LaunchShape, params: Sequence[Param],
-        cluster: tuple[int, int, int] = (1, 1, 1),
+        cluster: tuple[int, int, int] = (1, 1, 1), entry_registers: int = 0,
     ) -> Launch:  # fmt: skip
         """The launch of a candidate's `shape`, named and with its parameters."""
-        return Launch(kernel, shape.grid, shape.block, shape.dynamic_smem, tuple(params), cluster)
+        return Launch(
+            kernel, shape.grid, shape.block, shape.dynamic_smem, tuple(params), cluster,
+            entry_registers,
+        )  # fmt: skip
 
     @property
     def shape(self) -> LaunchShape:

@@ -130,7 +130,7 @@ def quantiles(times_ms: Sequence[float]) -> Timing:
 
 def flush_bytes(hardware: Hardware) -> int:
     """Bytes to overwrite between repetitions so the next one finds nothing of its inputs
-    in L2: twice the profile's L2 (the H200's 50 MiB gives 100 MiB)."""
+    in L2: twice the profile's L2 (the H200's 60 MiB gives 120 MiB)."""
     return 2 * hardware.limits.l2_bytes
 
 

@@ -109,9 +109,14 @@ class TuneResult:
     check_axes: Mapping[str, int] = field(hash=False)
     candidates: tuple[Candidate, ...]
     cache_file: str = ""
+    # False for a tune on the CPU emulator (ncdc.measure.distribute): correctness only, and
+    # the best is the model's best candidate that is correct
+    timed: bool = True
 
     @property
     def best(self) -> Candidate | None:
+        if not self.timed:
+            return next((c for c in self.candidates if not c.error), None)
         ok = [c for c in self.candidates if c.ok]
         return min(ok, key=lambda c: c.measured_ms) if ok else None
 
@@ -285,13 +290,19 @@ def tune_table(r: TuneResult) -> Any:
     best = r.best
     for c in r.candidates:
         launch = ", ".join(f"{w}/{st}/{sp}" for w, st, sp in c.config.kernels)
-        verdict = "best" if c is best else ("ok" if c.ok else c.error)
+        passed = c.ok or (not r.timed and not c.error)
+        verdict = "best" if c is best else ("ok" if passed else c.error)
+        measured = f"{c.measured_ms:.3f}" if c.ok else ("inf" if r.timed else "-")
         table.add_row(
             str(c.rank), " ".join(f"{a}={v}" for a, v in c.config.tiles.items()), launch,
-            f"{c.predicted_s * 1e6:.1f}", f"{c.measured_ms:.3f}" if c.ok else "inf", verdict,
+            f"{c.predicted_s * 1e6:.1f}", measured, verdict,
         )  # fmt: skip
+    kept = f"kept in {r.cache_file or '(not written)'}"
+    if not r.timed:
+        table.caption = f"checked on the CPU emulator, not timed: the model's best correct; {kept}"
+        return table
     table.caption = (
         f"Spearman(predicted, measured) = {r.spearman:.2f}; the model's pick ran "
-        f"{r.model_pick_gap:+.1%} against the best; kept in {r.cache_file or '(not written)'}"
+        f"{r.model_pick_gap:+.1%} against the best; {kept}"
     )
     return table

@@ -241,6 +241,25 @@ def test_tma_box_swizzle_and_out_of_bounds_fill(hopper: cpu.EmulatedModule, span
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(
+    "c0, c1, dim",
+    [(COLS, 0, 0), (0, ROWS, 1), (-64, 0, 0), (0, -8, 1)],  # past the end, or before 0
+)
+def test_a_box_wholly_outside_the_tensor_is_refused(
+    hopper: cpu.EmulatedModule, c0: int, c1: int, dim: int
+) -> None:
+    """The PTX ISA covers a box that crosses the boundary, not one wholly outside: ncdc's
+    kernels issue none, and the emulator refuses one, load or store, naming where it lies."""
+    with pytest.raises(NcdcError, match=rf"wholly outside the tensor in dimension {dim}"):
+        tma_case(hopper, 128, c0, c1)
+    spec = TensorMapSpec("dst", "bf16", (COLS, ROWS), (COLS * 2,), (64, 8), 128)
+    tmap = encode_emulated_tensor_map(spec, argument=1)
+    dst = np.zeros((ROWS, COLS), np.uint16)
+    image = np.zeros(1024, np.uint8)
+    with pytest.raises(NcdcError, match=rf"wholly outside the tensor in dimension {dim}"):
+        hopper.launch("tma_store_box", 1, 64, [tmap, dst, c0, c1, image, image.size], 3072)
+
+
 @pytest.mark.parametrize("span", [0, 128])
 def test_tma_store_writes_the_box_in_bounds_only(hopper: cpu.EmulatedModule, span: int) -> None:
     rng = np.random.default_rng()
@@ -348,12 +367,24 @@ def test_named_barrier_orders_the_warps(hopper: cpu.EmulatedModule) -> None:
         hopper.launch("named", 1, 64, [x, 32, out])
 
 
-def test_setmaxnreg_checks_the_register_file(hopper: cpu.EmulatedModule) -> None:
+def test_setmaxnreg_budgets_fit_the_pool_the_block_started_with(
+    hopper: cpu.EmulatedModule,
+) -> None:
+    # 384 threads start with 168 registers each (what __launch_bounds__(384, 1) allows):
+    # a pool of 64512, which 40 + 2 x 232 fills exactly (CUTLASS's and ncdc's GEMM budgets);
+    # the consumers' .inc waits for the producer's .dec whichever runs first
     out = np.zeros(384, np.int32)
-    hopper.launch("maxnreg", 1, 384, [40, 232, out])  # 128 * (40 + 2 * 232) = 64512 registers
+    hopper.launch("maxnreg", 1, 384, [40, 232, out])
     assert out.sum() == 384
-    with pytest.raises(NcdcError, match="over the SM's 65536"):
+    # 40 + 2 x 256 is 576 a thread of three warpgroups, over 3 x 168: the last .inc waits forever
+    with pytest.raises(NcdcError, match=r"deadlock: setmaxnreg.inc 256 .* 384 threads x 168"):
         hopper.launch("maxnreg", 1, 384, [40, 256, out])
+    # the same budgets under a ptxas that gave the kernel 160 registers: 61440 do not cover them
+    with pytest.raises(NcdcError, match=r"deadlock: setmaxnreg.inc 232 .* 384 threads x 160"):
+        hopper.launch("maxnreg", 1, 384, [40, 232, out], entry_registers=160)
+    out[:] = 0
+    hopper.launch("maxnreg", 1, 384, [40, 232, out], entry_registers=168)  # as ptxas gives now
+    assert out.sum() == 384
 
 
 def test_race_sanitizer_follows_mbarrier_phases(tmp_path: Path) -> None:

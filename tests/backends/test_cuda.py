@@ -43,3 +43,22 @@ def test_device_info_versions():
     info = cuda.device_info(FakeCupy())
     assert info["name"] == "Fake H200"
     assert info["driver_version"] == "13.0" and info["runtime_version"] == "12.9"
+
+
+def test_tensor_map_argument_applies_the_driver_workaround(monkeypatch):
+    """The driver's words pass through mend_tensor_map with the driver's version: a 4 KiB
+    tensor under a CUDA 13.0 driver loses bit 21 of word 1 and keeps every other bit."""
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings not installed")
+    from cuda.bindings import driver
+
+    from ncdc.families.base import TensorMapSpec
+
+    class Encoded:
+        opaque = [0xFFFF_FFFF_FFFF_FFFF] * 16
+
+    monkeypatch.setattr(cuda, "_encode_tiled", lambda *_: (driver.CUresult.CUDA_SUCCESS, Encoded))
+    monkeypatch.setattr(cuda, "_driver_version", lambda _: 13000)
+    spec = TensorMapSpec("A", "bf16", (64, 32), (256,), (64, 32), 128)
+    words = list(cuda.tensor_map_argument(spec, 0x10000)[0])
+    assert words[1] == 0xFFFF_FFFF_FFFF_FFFF ^ (1 << 21)
+    assert words[:1] + words[2:] == Encoded.opaque[:1] + Encoded.opaque[2:]

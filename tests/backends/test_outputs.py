@@ -86,3 +86,16 @@ def test_outputs_are_written_together_or_not_at_all(tmp_path, monkeypatch):
         files.write_together({p: b"new" for p in old})
     assert {p: p.read_bytes() for p in old} == old
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in old)
+
+
+def test_a_launch_read_back_keeps_its_entry_registers():
+    """A setmaxnreg kernel re-run from its .json keeps the register count its budgets
+    assume (the emulator's pool); a .json written before the field reads as none."""
+    from ncdc.backends.outputs import launch_from_dict
+
+    kernel = {"name": "k", "grid": [2, 1, 1], "block": [384, 1, 1], "dynamic_smem_bytes": 0,
+              "cluster": [2, 1, 1], "params": [], "entry_registers": 168}  # fmt: skip
+    launch = launch_from_dict(kernel)
+    assert (launch.cluster, launch.entry_registers) == ((2, 1, 1), 168)
+    del kernel["entry_registers"]
+    assert launch_from_dict(kernel).entry_registers == 0

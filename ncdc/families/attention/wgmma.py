@@ -316,4 +316,8 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         "smem_bytes": c.smem_bytes,
         **_score_context(at, name),
     }  # fmt: skip
-    return KernelSource("attention_wgmma.cu.j2", context, (Launch.of(name, c.main, params),))
+    return KernelSource(
+        "attention_wgmma.cu.j2",
+        context,
+        (Launch.of(name, c.main, params, entry_registers=LAUNCH_REGISTERS),),
+    )

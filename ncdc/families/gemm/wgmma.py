@@ -207,6 +207,8 @@ def candidates(
             continue
         if bn // 2 + REGISTER_OVERHEAD > CONSUMER_REGISTERS:
             continue
+        if not ops.b_k and bn * esize % SPAN:
+            continue  # an MN-major B tile is whole 128-byte column blocks (ncdc_hopper.cuh)
         loads = 2 if ops.b_k else 1 + bn * esize // SPAN
         transpose = transposes_b(ops)
         c_tile = BM * bn * c_size
@@ -217,6 +219,8 @@ def candidates(
         for cluster, stages in itertools.product(CLUSTERS, TILES["stages"]):
             if cluster > 1 and tiles_m < cluster:
                 continue  # no two tiles along m share a B tile
+            if cluster > 1 and short_k_share(d.axes[ops.k], bk, cluster, ops.b_k):
+                continue
             # the persistent units: `cluster` tiles stacked along m, one per CTA of a cluster
             units = ceil_div(tiles_m, cluster) * ceil_div(d.axes[ops.n], bn) * batches
             grid = (cluster * max(1, min(units, hw.limits.sms // cluster)), 1, 1)
@@ -253,6 +257,17 @@ def candidates(
                 )  # fmt: skip
             )
     return out
+
+
+def short_k_share(k: int, bk: int, cluster: int, b_k: bool) -> bool:
+    """Whether an MN-major B's last k tile is so short that the share of its last CTA would
+    lie wholly past k: the kernel issues no such TMA box (no source says what TMA does with
+    one), and the stale rows it would leave reach every output (BBoxes, ncdc_hopper.cuh).
+
+    >>> short_k_share(264, 64, 2, b_k=False), short_k_share(296, 64, 2, b_k=False)
+    (True, False)
+    """
+    return not b_k and 0 < k % bk <= bk // cluster
 
 
 def arch_problem(kernel_name: str, sm: int) -> str:
@@ -358,5 +373,5 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "batches": size_name(batch) if batch else "1",
         **epilogue,
     }
-    launch = Launch.of(name, c.main, params, cluster=(cluster, 1, 1))
+    launch = Launch.of(name, c.main, params, (cluster, 1, 1), entry_registers=LAUNCH_REGISTERS)
     return KernelSource("gemm_wgmma.cu.j2", context, (launch,))

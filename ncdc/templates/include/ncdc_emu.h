@@ -228,6 +228,7 @@ struct Launch {
   std::atomic<bool> failed{false};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   bool counting = false;  // record accesses per warp (sectors, wavefronts)
+  unsigned entry_regs = 0;  // registers a thread at entry (setmaxnreg's pool), 0: not given
   Counters counters;      // summed over the workers under error_lock
   std::string error;
   std::atomic_flag error_lock = ATOMIC_FLAG_INIT;
@@ -960,8 +961,9 @@ inline void asan_report(const char*) {
 }
 #endif
 
-// traffic (11 values): on entry, traffic[0] != 0 asks for the access counters; on return,
-// bytes read and written, then the Counters in their order (0 unless asked).
+// traffic (11 values): on entry, traffic[0] != 0 asks for the access counters and traffic[1]
+// gives the registers a thread has at entry (0: not given); on return, bytes read and
+// written, then the Counters in their order (0 unless asked).
 inline int launch(const char* name, const void* kernel, Invoker invoke, const unsigned* grid,
                   const unsigned* block, unsigned long long smem, void** args,
                   const unsigned long long* ranges, int nranges, unsigned long long* traffic,
@@ -980,6 +982,7 @@ inline int launch(const char* name, const void* kernel, Invoker invoke, const un
   l.ranges = reinterpret_cast<const uint64_t*>(ranges);
   l.nranges = nranges;
   l.counting = traffic[0] != 0;
+  l.entry_regs = unsigned(traffic[1]);
   uint64_t nblocks = uint64_t(l.grid.x) * l.grid.y * l.grid.z;
   uint64_t nthreads = uint64_t(l.block.x) * l.block.y * l.block.z;
   unsigned cluster = cluster_size_of(name);

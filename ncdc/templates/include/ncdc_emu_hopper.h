@@ -390,6 +390,23 @@ inline void mbar_wait_parity(uint64_t* bar, uint32_t parity) {
 }
 
 // ---- TMA (cp.async.bulk.tensor, tile mode) ------------------------------------------------------
+// A box wholly outside the tensor is refused: the PTX ISA (5.5.3.3, "Out of Boundary Access")
+// covers a box that crosses the tensor's boundary (its outside elements zero-filled, the
+// whole box counted on the mbarrier), and no primary source says what TMA does with a box
+// that lies entirely outside it, so ncdc's kernels issue none.
+inline void tma_require_overlap(const EmuTensorMap& t, const int32_t* coords) {
+  for (unsigned d = 0; d < t.rank; ++d) {
+    int64_t c = coords[d];
+    if (c + int64_t(t.box[d]) <= 0 || c >= int64_t(t.dims[d])) {
+      std::string at;
+      for (unsigned e = 0; e < t.rank; ++e) at += (e ? ", " : "") + std::to_string(coords[e]);
+      fail("cp.async.bulk.tensor: the box at (" + at + ") lies wholly outside the tensor in dimension " +
+           std::to_string(d) + " (" + std::to_string(t.box[d]) + " from " + std::to_string(c) + ", size " +
+           std::to_string(t.dims[d]) + "); what TMA does with such a box is not specified");
+    }
+  }
+}
+
 // Visits the box's elements in shared-memory order: f(smem offset before swizzling, global
 // address or null when out of bounds).
 template <class F>
@@ -397,6 +414,7 @@ inline void tma_box(const EmuTensorMap& t, const int32_t* coords, F&& f) {
   if (t.interleave != 0) fail("cp.async.bulk.tensor: interleaved tensor maps are not emulated");
   for (unsigned d = 0; d < t.rank; ++d)
     if (t.elem_strides[d] != 1) fail("cp.async.bulk.tensor: element strides other than 1 are not emulated");
+  tma_require_overlap(t, coords);
   unsigned char* base = tensor_base(t);
   size_t total = 1;
   for (unsigned d = 0; d < t.rank; ++d) total *= t.box[d];
@@ -551,19 +569,47 @@ inline void named_sync(unsigned id, unsigned count) {
 }
 
 // ---- setmaxnreg ---------------------------------------------------------------------------------
-// Checks the count and that the block's warpgroups together fit the SM's 64K registers.
-inline void setmaxnreg(unsigned regs) {
+// PTX ISA, setmaxnreg: the block owns a pool of registers, its threads times the per-thread
+// count it was launched with (ptxas's count, Launch::entry_regs; without one, the most
+// __launch_bounds__(threads, 1) allows), and each warpgroup starts holding the entry count.
+// .dec returns what it drops to the pool; .inc waits until the pool holds what it adds,
+// forever when the budgets add up to more than the pool (here a deadlock report). The count
+// is per thread, a multiple of 8 in [24, 256]; .dec may not raise a warpgroup's count nor
+// .inc lower it. Every thread of the warpgroup executes it: the first to pass moves the
+// warpgroup's count, the others find it moved.
+inline unsigned entry_registers() {
+  Worker& w = *tl_worker;
+  if (w.launch->entry_regs) return w.launch->entry_regs;
+  return std::min(255u, 65536u / w.nthreads) / 8 * 8;
+}
+
+inline void setmaxnreg(unsigned regs, bool inc) {
   Untracked quiet;
+  const char* op = inc ? "setmaxnreg.inc" : "setmaxnreg.dec";
   if (regs < 24 || regs > 256 || regs % 8)
-    fail("setmaxnreg count must be a multiple of 8 in [24, 256], got " + std::to_string(regs));
+    fail(std::string(op) + " count must be a multiple of 8 in [24, 256], got " + std::to_string(regs));
+  Worker& w = *tl_worker;
+  if (w.nthreads % 128) fail(std::string(op) + " in a block of " + std::to_string(w.nthreads) + " threads, not whole warpgroups");
   BlockHopper& h = hopper();
-  unsigned wg = linear_tid() / 128;
-  if (wg >= 32) fail("setmaxnreg: too many warpgroups");
-  h.regs[wg] = regs;
-  unsigned total = 0;
-  for (unsigned r : h.regs) total += r * 128;
-  if (total > 65536)
-    fail("setmaxnreg: the warpgroups ask for " + std::to_string(total) + " registers, over the SM's 65536");
+  unsigned wg = linear_tid() / 128, groups = w.nthreads / 128, entry = entry_registers();
+  if (groups > 32) fail("setmaxnreg: too many warpgroups");
+  auto held = [&](unsigned g) { return h.regs[g] ? h.regs[g] : entry; };
+  if (inc ? regs < held(wg) : regs > held(wg))
+    fail(std::string(op) + " " + std::to_string(regs) + " from " + std::to_string(held(wg)) +
+         " registers a thread (.inc may not lower the count, nor .dec raise it)");
+  auto free_registers = [&] {
+    unsigned used = 0;
+    for (unsigned g = 0; g < groups; ++g) used += 128 * held(g);
+    return w.nthreads * entry - used;
+  };
+  std::string what = std::string(op) + " " + std::to_string(regs) + " of warpgroup " + std::to_string(wg) +
+                     " (the block's pool is " + std::to_string(w.nthreads) + " threads x " +
+                     std::to_string(entry) + " registers at entry, " + std::to_string(w.nthreads * entry) + ")";
+  spin_until([&] { return held(wg) >= regs || free_registers() >= 128 * (regs - held(wg)); }, what);
+  if (h.regs[wg] != regs) {
+    h.regs[wg] = regs;
+    ++h.progress;  // a .dec may let a waiting .inc go on
+  }
 }
 
 // ---- wgmma --------------------------------------------------------------------------------------

@@ -296,7 +296,7 @@ NCDC_DEVICE void setmaxnreg_inc() {
 #ifdef NCDC_GPU
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
 #else
-  emu::setmaxnreg(REGS);
+  emu::setmaxnreg(REGS, true);
 #endif
 }
 
@@ -305,7 +305,7 @@ NCDC_DEVICE void setmaxnreg_dec() {
 #ifdef NCDC_GPU
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
 #else
-  emu::setmaxnreg(REGS);
+  emu::setmaxnreg(REGS, false);
 #endif
 }
 
@@ -633,8 +633,8 @@ struct Problem {
 };
 
 // The persistent sequence of a block: units of CLUSTER tiles stacked along m (one per CTA
-// of a cluster; a unit past the last m tile leaves its CTA a tile of zeros it does not
-// store), unit first, first + step, ... below `units`.
+// of a cluster; a unit past the last m tile leaves its CTA a tile it loads no A for and does
+// not store), unit first, first + step, ... below `units`.
 // Counts are 32-bit (a tensor map's coordinates are): fewer registers held across the loops.
 template <class Cfg>
 struct Schedule {
@@ -679,23 +679,57 @@ NCDC_DEVICE unsigned char* aligned_smem() {
   return p + ((1024 - smem_address(p) % 1024) % 1024);
 }
 
+// No TMA box lies wholly outside its tensor: for a box that crosses the boundary the PTX
+// ISA (5.5.3.3) zero-fills the outside and the whole box counts on the mbarrier, but no
+// primary source says what TMA does with one entirely outside. A box that would be is not
+// issued, nor its bytes expected; its shared memory keeps stale values that reach only
+// accumulators of rows past m or columns past n, which are never stored (a k share past k
+// would reach every output: the plan runs no cluster whose last k tile is that short).
+//
+// The boxes of a B tile: CLUSTER shares (one loaded by each rank) of B_BLOCKS column
+// blocks; box (r, j) starts along n at n0 + r * BN / CLUSTER (K-major) or n0 + j * ROW
+// (MN-major), and along k at k0 (K-major) or k0 + r * BK / CLUSTER (MN-major).
+template <class Cfg>
+struct BBoxes {
+  static constexpr int BLOCKS = Cfg::B_K ? 1 : Cfg::BN / Cfg::ROW;
+  static constexpr int BYTES = Cfg::B_BYTES / (Cfg::CLUSTER * BLOCKS);  // one box
+  NCDC_DEVICE static int n_at(int r, int j, int n0) {
+    return Cfg::B_K ? n0 + r * (Cfg::BN / Cfg::CLUSTER) : n0 + j * Cfg::ROW;
+  }
+  NCDC_DEVICE static int k_at(int r, int k0) { return Cfg::B_K ? k0 : k0 + r * (Cfg::BK / Cfg::CLUSTER); }
+  NCDC_DEVICE static bool live(int r, int j, int n0, int k0, const Problem& p) {
+    return n_at(r, j, n0) < p.n && k_at(r, k0) < p.k;
+  }
+  // The bytes of every rank's live boxes: each lands in every CTA of the cluster.
+  NCDC_DEVICE static unsigned live_bytes(int n0, int k0, const Problem& p) {
+    unsigned bytes = 0;
+    for (int r = 0; r < Cfg::CLUSTER; ++r)
+      for (int j = 0; j < BLOCKS; ++j)
+        if (live(r, j, n0, k0, p)) bytes += BYTES;
+    return bytes;
+  }
+};
+
 // This CTA's share of a B tile, multicast to every CTA of the cluster: a K-major B's n rows
 // rank * BN / CLUSTER on (its map's box is BK x BN / CLUSTER), or an MN-major one's k rows
 // rank * BK / CLUSTER on of each 128-byte column block (box ROW x BK / CLUSTER); rows of
 // 128 bytes, so a share starts on a 1024-byte swizzle atom and lands where the whole tile's
-// load would have put it.
+// load would have put it. Live boxes only (BBoxes).
 template <class Cfg>
 NCDC_DEVICE void load_b_share(unsigned char* b, const TensorMap* map_b, unsigned long long* bar,
-                              int rank, int k0, int n0, int zi, bool batched) {
+                              int rank, int k0, int n0, int zi, const Problem& p, bool batched) {
+  using Boxes = BBoxes<Cfg>;
   constexpr auto kAll = static_cast<unsigned short>((1u << Cfg::CLUSTER) - 1);
   if constexpr (Cfg::B_K) {
     constexpr int ROWS = Cfg::BN / Cfg::CLUSTER;
     unsigned char* at = b + rank * ROWS * Cfg::SPAN;
+    if (!Boxes::live(rank, 0, n0, k0, p)) return;
     if (batched) tma_load_3d_multicast(at, map_b, bar, kAll, k0, n0 + rank * ROWS, zi);
     else tma_load_2d_multicast(at, map_b, bar, kAll, k0, n0 + rank * ROWS);
   } else {
     constexpr int ROWS = Cfg::BK / Cfg::CLUSTER;
-    for (int j = 0; j < Cfg::BN / Cfg::ROW; ++j) {
+    for (int j = 0; j < Boxes::BLOCKS; ++j) {
+      if (!Boxes::live(rank, j, n0, k0, p)) continue;
       unsigned char* at = b + j * Cfg::BK * Cfg::SPAN + rank * ROWS * Cfg::SPAN;
       int c0 = n0 + j * Cfg::ROW, c1 = k0 + rank * ROWS;
       if (batched) tma_load_3d_multicast(at, map_b, bar, kAll, c0, c1, zi);
@@ -724,22 +758,28 @@ NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigne
       int k0 = int(kt * Cfg::BK);
       // a transposed B lands in the staging slot after the K-major one, on its own barrier
       unsigned long long* b_bar = Cfg::TRANSPOSE_B ? &staged[stage] : &full[stage];
+      // a CTA of a cluster whose tile row lies past m loads no A (BBoxes)
+      const bool a_live = m0 < p.m;
+      const unsigned a_bytes = a_live ? Cfg::A_BYTES : 0, b_bytes = BBoxes<Cfg>::live_bytes(n0, k0, p);
       if constexpr (Cfg::TRANSPOSE_B) {
         b += Cfg::B_BYTES;
-        mbar_arrive_expect_tx(&full[stage], Cfg::A_BYTES);
-        mbar_arrive_expect_tx(b_bar, Cfg::B_BYTES);
+        mbar_arrive_expect_tx(&full[stage], a_bytes);
+        mbar_arrive_expect_tx(b_bar, b_bytes);
       } else {
-        mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
+        mbar_arrive_expect_tx(&full[stage], a_bytes + b_bytes);
       }
-      if (batched) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
-      else tma_load_2d(a, map_a, &full[stage], k0, m0);
+      if (a_live) {
+        if (batched) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
+        else tma_load_2d(a, map_a, &full[stage], k0, m0);
+      }
       if constexpr (Cfg::CLUSTER > 1) {
-        load_b_share<Cfg>(b, map_b, b_bar, s.rank, k0, n0, zi, batched);
+        load_b_share<Cfg>(b, map_b, b_bar, s.rank, k0, n0, zi, p, batched);
       } else if constexpr (Cfg::B_K) {
         if (batched) tma_load_3d(b, map_b, b_bar, k0, n0, zi);
         else tma_load_2d(b, map_b, b_bar, k0, n0);
       } else {
         for (int j = 0; j < Cfg::BN / Cfg::ROW; ++j) {  // 128-byte column blocks of B
+          if (!BBoxes<Cfg>::live(0, j, n0, k0, p)) break;
           unsigned char* bj = b + j * Cfg::BK * Cfg::SPAN;
           if (batched) tma_load_3d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0, zi);
           else tma_load_2d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0);
@@ -883,7 +923,7 @@ NCDC_DEVICE void store_tile(const TensorMap* map_c, bool batched, unsigned char*
   if (tid == 0) {
     int m0 = int(tm * Cfg::BM) + consumer * 64, n0 = int(tn * Cfg::BN), zi = int(z);
     for (int j = 0; j < Cfg::C_BOXES; ++j) {
-      if (n0 + j * Cfg::C_COLS >= p.n) break;  // a box wholly outside C
+      if (m0 >= p.m || n0 + j * Cfg::C_COLS >= p.n) break;  // a box wholly outside C
       if (batched) tma_store_3d(map_c, ctile + j * 64 * 128, n0 + j * Cfg::C_COLS, m0, zi);
       else tma_store_2d(map_c, ctile + j * 64 * 128, n0 + j * Cfg::C_COLS, m0);
     }

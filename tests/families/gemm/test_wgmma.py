@@ -101,9 +101,12 @@ def few_sms(hw: Hardware, sms: int) -> Hardware:
     ("spec", "sizes", "bn", "sms"),
     [
         # bf16, B [b, k, n] (each CTA multicasts half the k rows of each column block, 3D
-        # boxes): 3 tile rows, so the second unit leaves CTA 1 a tile past m; 4 SMs: two
-        # clusters, each running a unit of both batches; 5 k tiles wrap the ring of 3
-        ("batched_matmul.yaml", {"b": 2, "m": 300, "n": 72, "k": 264}, 64, 4),
+        # boxes): 3 tile rows, so the second unit leaves CTA 1 a tile past m, whose A box
+        # it does not issue (the emulator refuses a box wholly outside its tensor); n = 72
+        # leaves the second column block of B wholly past n, not issued either; 4 SMs: two
+        # clusters, each running a unit of both batches; 5 k tiles wrap the ring of 3, the
+        # last 40 long (both k shares in bounds)
+        ("batched_matmul.yaml", {"b": 2, "m": 300, "n": 72, "k": 296}, 64, 4),
         # fp8, B [n, k] (each CTA multicasts half the n rows), scales fused; m and k tails
         ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 200, "n": 72, "k": 80}, 64, 2),
         # fp8, B [k, n] staged by the multicast and transposed in each CTA; two n tiles
@@ -138,6 +141,8 @@ def test_cuda_tensor_map_is_encoded_by_the_driver_and_cached(
         return driver.CUresult.CUDA_SUCCESS, Map()
 
     monkeypatch.setattr(driver, "cuTensorMapEncodeTiled", encode)
+    # a driver past CUDA 13.1: the map's bytes as the driver gave them (no workaround)
+    monkeypatch.setattr(driver, "cuDriverGetVersion", lambda: (driver.CUresult.CUDA_SUCCESS, 13020))
     monkeypatch.setattr(cuda, "_TENSOR_MAPS", OrderedDict())
     spec = TensorMapSpec("A", "bf16", (136, 77, 2), (272, 272 * 77), (64, 128, 1), 128)
     first = cuda.tensor_map_argument(spec, 0x10000)
@@ -283,6 +288,7 @@ def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
     monkeypatch.setattr(
         driver, "cuTensorMapEncodeTiled", lambda *a: (driver.CUresult.CUDA_SUCCESS, Map())
     )
+    monkeypatch.setattr(driver, "cuDriverGetVersion", lambda: (driver.CUresult.CUDA_SUCCESS, 13020))
     monkeypatch.setattr(cuda, "_TENSOR_MAPS", OrderedDict())
 
     device = {p.name: 0x100000 * (i + 1) for i, p in enumerate(launch.params)}
@@ -299,3 +305,56 @@ def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
         else:
             assert size == np.asarray(arg).nbytes == 8
     assert maps == 3  # A, B and the TMA-stored C
+
+
+@pytest.mark.parametrize(
+    "header, family",
+    [("ncdc_hopper.cuh", "ncdc.families.gemm.wgmma"),
+     ("ncdc_attention_hopper.cuh", "ncdc.families.attention.wgmma")],
+)  # fmt: skip
+def test_setmaxnreg_budgets_fill_the_pool_ptxas_gives(header, family):
+    """Producer + two consumers' setmaxnreg budgets (the header's constants) add up to at
+    most the three warpgroups' entry registers, the count the launch declares and ptxas must
+    give (ncdc.backends.compile.check_entry_registers): more would hang the last .inc.
+    CUTLASS's and FlashAttention-3's budgets fill the pool exactly, as these do."""
+    import importlib
+
+    from ncdc.backends.cpu import include_dir
+
+    text = (include_dir() / header).read_text()
+    producer, consumer = map(
+        int, re.search(r"kProducerRegs = (\d+), kConsumerRegs = (\d+);", text).groups()
+    )
+    module = importlib.import_module(family)
+    assert module.LAUNCH_REGISTERS == 65536 // module.THREADS // 8 * 8 == 168
+    assert producer + 2 * consumer == 3 * module.LAUNCH_REGISTERS
+    assert consumer == module.CONSUMER_REGISTERS
+    assert producer == getattr(module, "PRODUCER_REGISTERS", producer)
+
+
+def test_no_cluster_whose_last_k_share_lies_past_k() -> None:
+    """batched_matmul's B is [b, k, n] (MN-major): a cluster splits each k tile of 64 into
+    two shares of 32 rows, and a last k tile of 8 (k = 264) would leave the second share
+    wholly past k, stale rows that reach every output: no cluster is offered there, and
+    one is at k = 296 (a last tile of 40)."""
+
+    hw = load_hardware("h200")
+
+    def clusters(k: int) -> set[int]:
+        d = load_diagram(DIAGRAMS / "batched_matmul.yaml", {"b": 2, "m": 300, "n": 72, "k": k})
+        found = kernel_alternatives(plan_diagram(d, hw), 0, 1000)
+        return {
+            dict(kp.candidate.params).get("cluster", 1) for kp in found if is_wgmma(kp.candidate)
+        }
+
+    assert clusters(264) == {1} and clusters(296) == {1, 2}
+
+
+def test_an_mn_major_b_tile_is_whole_column_blocks() -> None:
+    """fp8_matmul's B is [k, n] (MN-major): its tile is whole 128-byte column blocks, 128
+    fp8 values, so no 64-wide n tile is offered (the header's static_assert refuses it;
+    at 512^3 the model used to pick one, and its compile failed)."""
+    d = load_diagram(DIAGRAMS / "fp8_matmul.yaml", {"m": 512, "n": 512, "k": 512})
+    found = kernel_alternatives(plan_diagram(d, load_hardware("h200")), 0, 1000)
+    widths = {kp.candidate.param("bn") for kp in found if is_wgmma(kp.candidate)}
+    assert widths and 64 not in widths
