@@ -386,23 +386,34 @@ def grad(
     spec: SpecArg,
     out: Annotated[
         Path | None,
-        typer.Option("-o", "--out", help="Folder to write <name>_fwd.yaml and <name>_bwd.yaml.",
-                     metavar="DIR"),
+        typer.Option(
+            "-o",
+            "--out",
+            help="Folder to write <name>_fwd.yaml and <name>_bwd.yaml.",
+            metavar="DIR",
+        ),
     ] = None,
     wrt: Annotated[
         list[str] | None,
-        typer.Option("--wrt", help="An input to differentiate (repeatable; default: every "
-                     "floating-point input).", metavar="NAME"),
+        typer.Option(
+            "--wrt",
+            help="An input to differentiate (repeatable; default: every floating-point input).",
+            metavar="NAME",
+        ),
     ] = None,
     save: Annotated[
         list[str] | None,
-        typer.Option("--save", help="An intermediate the forward must save (repeatable).",
-                     metavar="NAME"),
+        typer.Option(
+            "--save", help="An intermediate the forward must save (repeatable).", metavar="NAME"
+        ),
     ] = None,
     recompute: Annotated[
         list[str] | None,
-        typer.Option("--recompute", help="An intermediate the backward must recompute "
-                     "(repeatable).", metavar="NAME"),
+        typer.Option(
+            "--recompute",
+            help="An intermediate the backward must recompute (repeatable).",
+            metavar="NAME",
+        ),
     ] = None,
     show_cost: Annotated[
         bool, typer.Option("--cost", help="Also both passes' costs and the unfused step.")
