@@ -26,6 +26,7 @@ softmax. Nothing here is written per diagram. See docs/cost-model.md.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -86,9 +87,7 @@ class KernelModel:
         ]
         names = list(kernel.inputs) + list(kernel.outputs)
         self.top_values = sum(diagram.size(diagram.tensor(n)) for n in names)
-        self.top_bytes = sum(
-            diagram.size(diagram.tensor(n)) * DTYPES[diagram.tensor(n).dtype].bytes for n in names
-        )
+        self.top_bytes = top_bytes(diagram, kernel)
         self.flops_by_unit = kernel_flops(diagram, kernel)
         self.widened = _widened(diagram, kernel)
         # A causal or window mask whose key axis the kernel reduces: key tiles that every
@@ -340,6 +339,15 @@ def _maximum(a: Any, b: Any) -> Any:
     return a if a >= b else b
 
 
+def top_bytes(diagram: Diagram, kernel: Kernel) -> int:
+    """Bytes a kernel reads and writes at the top level at the least: each input once and
+    each saved result once (what the break search bounds a set of breaks by)."""
+    names = (*kernel.inputs, *kernel.outputs)
+    return sum(
+        diagram.size(diagram.tensor(n)) * DTYPES[diagram.tensor(n).dtype].bytes for n in names
+    )
+
+
 def _reach(diagram: Diagram, kernel: Kernel) -> dict[str, set[str]]:
     """For each tensor of the kernel, the axes that reach an output without being reduced."""
     reach: dict[str, set[str]] = {}
@@ -360,6 +368,7 @@ def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str
     buffer_of: dict[str, int] = {}
     buffers: list[list[tuple[str, tuple[str, ...], int]]] = []
     produced = {op.out for op in kernel.ops}
+    readers = Counter(name for op in kernel.ops for name in op.inputs)
     for op in kernel.ops:
         t = diagram.tensor(op.out)
         entry = (op.out, t.axes, DTYPES[t.dtype].bytes)
@@ -368,7 +377,7 @@ def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str
             op.kind in IN_PLACE_KINDS
             and source in produced
             and source not in kernel.outputs
-            and len([c for c in kernel.ops if source in c.inputs]) == 1
+            and readers[source] == 1
             and set(diagram.tensor(source).axes) == set(t.axes)
         ):
             index = buffer_of[source]

@@ -11,7 +11,7 @@ from ncdc.errors import PlanError
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.model.graph import Kernel, MemoryGraph, build_graph
-from ncdc.model.structure import KernelModel
+from ncdc.model.structure import top_bytes
 from ncdc.model.values import BreakOption
 from ncdc.plan.kernels import rank_kernel
 
@@ -76,7 +76,7 @@ def _weigh_breaks(
     least: list[tuple[float, int, tuple[str, ...], MemoryGraph]] = []
     for saved in _break_sets(diagram, base):
         graph = build_graph(with_breaks(diagram, saved), hardware)
-        nbytes = sum(KernelModel(graph.diagram, k).top_bytes for k in graph.kernels)
+        nbytes = sum(top_bytes(graph.diagram, k) for k in graph.kernels)
         time = nbytes / bandwidth + hardware.launch_s * len(graph.kernels)
         least.append((time, nbytes, saved, graph))
     least.sort(key=lambda x: (x[0], len(x[2])))

@@ -305,3 +305,25 @@ def test_a_converter_that_makes_no_png_is_not_used(tmp_path: Path, monkeypatch) 
             draw_to_file(d, hw, tmp_path / "x.png")
     finally:
         svg_module.find_converter.cache_clear()
+
+
+def test_drawing_a_chain_is_linear(monkeypatch) -> None:
+    # Issue 31: drawing a 1,000-op chain took over 90 s: a kernel model per operation, and
+    # per column a scan of every tensor and every reader. Doubling the chain must about
+    # double the work (benchmarks/bench_check_scaling.py has the times).
+    from ncdc.draw import circuit
+    from ncdc.language.load import load_diagram_text
+    from ncdc.model.structure import KernelModel
+
+    hw = load_hardware("h200")
+    counts = []
+    for n in (40, 80):
+        diagram = load_diagram_text(support.chain_spec(n), "chain.yaml")
+        plan = plan_diagram(diagram, hw)
+        reads = support.count_calls(monkeypatch, circuit, "_reads")
+        models = support.count_calls(monkeypatch, KernelModel, "__init__")
+        circuit.layout_circuit(diagram, hw, plan)
+        counts.append((reads[0], models[0]))
+        monkeypatch.undo()
+    assert counts[0][1] == counts[1][1] == len(plan.kernels), counts  # one model a kernel
+    assert counts[1][0] < 2.6 * counts[0][0], counts
