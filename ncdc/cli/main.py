@@ -16,7 +16,14 @@ from typing import Annotated
 
 import typer
 
-from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, UsageError, file_error
+from ncdc.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    NcdcError,
+    UsageError,
+    file_error,
+    inert,
+)
 from ncdc.hardware.load import hardware_to_dict, list_profiles, load_hardware
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.overrides import apply_overrides
@@ -181,7 +188,7 @@ def _report_check(checks: list, regressions: list[str], fmt: str) -> None:
             if not c.ok:
                 error_line(c.error)
         for line in regressions:
-            stderr().print(f"regression: {line}", markup=False, soft_wrap=True)
+            stderr().print(f"regression: {inert(line)}", markup=False, soft_wrap=True)
     note(f"{sum(c.ok for c in checks)} of {len(checks)} specs valid")
 
 

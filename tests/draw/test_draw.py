@@ -327,3 +327,17 @@ def test_drawing_a_chain_is_linear(monkeypatch) -> None:
         monkeypatch.undo()
     assert counts[0][1] == counts[1][1] == len(plan.kernels), counts  # one model a kernel
     assert counts[1][0] < 2.6 * counts[0][0], counts
+
+
+def test_a_doc_with_control_characters_draws_valid_xml(tmp_path) -> None:
+    # Issue 31: an ESC in a doc made `draw` write an SVG no XML parser reads (exit 0).
+    data = json.loads(support.renamed_text(support.DIAGRAMS / "softmax.yaml", {}))
+    data["doc"] = "evil \x1b[31mred\x07 \x0c \ufffe \u202e end"
+    spec = tmp_path / "esc.yaml"
+    spec.write_text(json.dumps(data))
+    out = tmp_path / "esc.svg"
+    result = support.ncdc("draw", str(spec), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    root = ET.parse(out).getroot()  # a parser, not a string search, says it is XML
+    texts = [el.text or "" for el in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert any("\\x1b[31mred\\x07" in t for t in texts), texts
