@@ -43,9 +43,10 @@ from ncdc.backends import cache
 from ncdc.backends.sanitizer_reports import asan_failure, tsan_failure
 from ncdc.backends.traffic import Counters, Traffic
 from ncdc.errors import CompileError, NcdcError
-from ncdc.files import write_atomic
+from ncdc.files import read_regular, write_atomic
 
 SANITIZERS = (None, "address", "race")
+MAX_SOURCE_BYTES = 16 << 20  # a kernel source read from a file (a generated one is far smaller)
 
 
 _BASE_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
@@ -132,9 +133,12 @@ def _read_source(source: str | Path) -> tuple[str, Path | None]:
     if isinstance(source, Path) or ("\n" not in source and Path(source).is_file()):
         path = Path(source)
         try:
-            return path.read_text(), path
+            raw = read_regular(path, MAX_SOURCE_BYTES, what="a kernel source")
+            return raw.decode("utf-8", errors="replace"), path
         except OSError as e:
-            raise NcdcError(f"cannot read kernel source: {e}", where=str(path)) from e
+            raise NcdcError(
+                f"cannot read kernel source: {e.strerror or e}", where=str(path)
+            ) from None
     return source, None
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -30,8 +29,11 @@ from ncdc.backends.arguments import (
     encode_emulated_tensor_map,
     launch_arguments,
 )
+from ncdc.backends.outputs import MAX_META_BYTES, MAX_SOURCE_BYTES
+from ncdc.bounded import read_json
 from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.errors import UsageError
+from ncdc.files import read_regular
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
@@ -423,10 +425,12 @@ def on_chip_boundary(cost: Mapping[str, Any], hardware: Hardware) -> tuple[str, 
 
 def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
     """The diagram, module and predicted cost of a `.cu` written by `ncdc compile`."""
+    from ncdc.check import compiled
+
     meta_path = cu.with_suffix(".json")
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        source = cu.read_text(encoding="utf-8")
+        meta = read_json(meta_path, MAX_META_BYTES, error=UsageError)
+        source = read_regular(cu, MAX_SOURCE_BYTES, error=UsageError).decode("utf-8")
         spec_text = meta["spec_text"]
         launches = tuple(
             Launch(k["name"], tuple(k["grid"]), tuple(k["block"]), k["dynamic_smem_bytes"],
@@ -453,6 +457,8 @@ def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
             "another compile)", where=str(cu),
             hint="compile the spec again with ncdc compile",
         )  # fmt: skip
-    diagram = load_diagram_text(spec_text, meta.get("spec", str(cu)), meta["axes"])
+    sizes = compiled.checked_sizes(meta.get("axes"), str(meta_path))
+    diagram = load_diagram_text(spec_text, str(meta.get("spec", cu)), sizes)
+    compiled.check_launches(diagram, launches, workspace, str(meta_path))
     name = "__".join(launch.kernel for launch in launches)
     return diagram, RenderedModule(name, source, launches, workspace, ()), meta["cost"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from ncdc.draw.model import FONT, PAPER, Dot, Item, Picture, Shape, Text
 from ncdc.draw.model import Path as Wire
 from ncdc.errors import UsageError, inert
-from ncdc.files import write_atomic
+from ncdc.files import read_prefix, write_atomic
 
 MARK = "draw/1"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -162,7 +162,7 @@ def write_picture(picture: Picture, path: Path) -> None:
 def _refuse_foreign(path: Path) -> None:
     if not path.exists():
         return
-    head = path.read_bytes()[:4096]
+    head = read_prefix(path, 4096) or b""  # a FIFO or a device is not ncdc's either
     ours = (head.startswith(PNG_SIGNATURE) and PNG_MARK in head) or (
         f'data-ncdc="{MARK}"'.encode() in head
     )

@@ -5,6 +5,7 @@ the float64 reference.
 from __future__ import annotations
 
 import json
+import os
 
 from ncdc.backends.compile import compile_spec
 from ncdc.backends.outputs import write_outputs
@@ -48,3 +49,49 @@ def test_run_of_a_cu_without_json_is_one_line(tmp_path):
     result = ncdc("run", str(tmp_path / "k.cu"))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "k.json" in result.stderr
+
+
+def _compiled(tmp_path):
+    report = compile_spec(ROOT / "diagrams/softmax.yaml", H200, sizes=SMALL_SOFTMAX)
+    write_outputs(report, tmp_path)
+    return tmp_path / "softmax.cu", tmp_path / "softmax.json"
+
+
+def _edit_json(meta_path, edit) -> None:
+    meta = json.loads(meta_path.read_text())
+    edit(meta)
+    meta_path.write_text(json.dumps(meta))
+
+
+def test_an_edited_grid_is_refused_before_the_run(tmp_path):
+    # Issue 31: a .json edited to a grid of 2^61 blocks made `run` emulate forever.
+    cu, meta_path = _compiled(tmp_path)
+    for grid in ([2**31 - 1, 65535, 32768], [2**61, 1, 1], [4096, 1, 1], [0, 1, 1], ["8", 1, 1]):
+        _edit_json(meta_path, lambda m, g=grid: m["kernels"][0].update(grid=g))
+        result = ncdc("run", str(cu), timeout=120)
+        support.assert_error(result, 2, contains="kernel ")
+        assert "grid" in result.stderr
+
+
+def test_edited_sizes_and_blocks_are_refused_before_the_run(tmp_path):
+    cu, meta_path = _compiled(tmp_path)
+    edits = [
+        lambda m: m.update(axes={"m": 2**40, "n": 70}),
+        lambda m: m.update(axes={"m": "5", "n": 70}),
+        lambda m: m["kernels"][0].update(block=[2048, 1, 1]),
+        lambda m: m["kernels"][0].update(dynamic_smem_bytes=1 << 40),
+    ]
+    for edit in edits:
+        cu, meta_path = _compiled(tmp_path)
+        _edit_json(meta_path, edit)
+        support.assert_error(ncdc("run", str(cu), timeout=120), 2, contains="softmax.json")
+
+
+def test_a_json_that_is_a_fifo_or_too_deep_is_refused(tmp_path):
+    cu, meta_path = _compiled(tmp_path)
+    meta_path.unlink()
+    os.mkfifo(meta_path)
+    support.assert_error(ncdc("run", str(cu), timeout=60), 2, contains="named pipe")
+    meta_path.unlink()
+    meta_path.write_text("[" * 200_000 + "]" * 200_000)
+    support.assert_error(ncdc("run", str(cu), timeout=60), 2, contains="deeper than")

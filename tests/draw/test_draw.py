@@ -5,6 +5,7 @@ files are written only where ncdc may write them."""
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -146,7 +147,9 @@ def test_roofline_measured_points(tmp_path: Path) -> None:
         ("{}", "expected a JSON list of runs"),
         ('[{"name": "a", "flops": 1}]', "missing time_s, hbm_bytes"),
         ('[{"name": "a", "flops": 1, "time_s": 0, "hbm_bytes": 1}]', "time_s must be a positive"),
-        ("[1", "not JSON"),
+        ("[1", "not valid JSON"),
+        ("[" * 100_000, "nested deeper than 64"),
+        ("[1e999]", "expected a finite number"),
     ],
 )
 def test_measured_file_errors_are_one_line(tmp_path: Path, content: str, expected: str) -> None:
@@ -156,6 +159,14 @@ def test_measured_file_errors_are_one_line(tmp_path: Path, content: str, expecte
         read_measured(bench)
     assert expected in info.value.line()
     assert "\n" not in info.value.line()
+
+
+def test_a_measured_file_that_is_a_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
+    # Issue 31: every file ncdc reads goes through one guarded reader.
+    bench = tmp_path / "bench.json"
+    os.mkfifo(bench)
+    with pytest.raises(UsageError, match="expected a bench JSON, found a named pipe"):
+        read_measured(bench)
 
 
 @pytest.mark.parametrize("hw", HARDWARE)
@@ -224,6 +235,14 @@ def test_writes_svg_and_refuses_foreign_files(tmp_path: Path) -> None:
         draw_to_file(d, hw, foreign)
     assert foreign.read_text() == "<svg xmlns='http://www.w3.org/2000/svg'/>"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.svg", "softmax.svg"]
+
+
+def test_a_fifo_in_the_way_of_a_drawing_is_refused_without_hanging(tmp_path: Path) -> None:
+    # Issue 31: the check of who drew a file read it whole, and hung on a FIFO.
+    d, hw = load_diagram(ROOT / "diagrams/softmax.yaml"), load_hardware("h200")
+    os.mkfifo(tmp_path / "x.svg")
+    with pytest.raises(UsageError, match="x.svg: exists and was not drawn by ncdc"):
+        draw_to_file(d, hw, tmp_path / "x.svg")
 
 
 def test_other_suffix_is_a_usage_error(tmp_path: Path) -> None:
