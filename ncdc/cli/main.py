@@ -519,7 +519,7 @@ def cache_clear_cmd(
         typer.Option("--all", help="Every ncdc version's kernels, CPU objects and tuned tiles."),
     ] = False,
 ) -> None:
-    """Remove this ncdc version's compiled kernels (with --all: everything but the key)."""
+    """Remove this ncdc version's compiled kernels (with --all: all ncdc put there but the key)."""
     from ncdc.backends.cache import clear_cache
 
     note(f"removed {clear_cache(all_versions=all_versions)}")
