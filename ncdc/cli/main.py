@@ -29,7 +29,7 @@ from ncdc.hardware.machine import Hardware
 from ncdc.hardware.overrides import apply_overrides
 from ncdc.language.load import load_diagram, parse_assignments
 from ncdc.model.graph import MemoryGraph, build_graph, graph_to_dict
-from ncdc.output import detail, emit, error_line, note, stderr
+from ncdc.output import detail, emit, error_line, note, stderr, warn
 from ncdc.version import __version__
 
 # Only what every command needs is imported here: a command imports its own views and
@@ -383,6 +383,10 @@ def run(
         use_tuned=not no_tuned, counters=counters,
     )  # fmt: skip
     emit(outcome.to_dict(), fmt, lambda: run_table(outcome))
+    for c in outcome.result.checks:
+        if c.reference_nonfinite:  # an all-inf output compares equal and says little
+            warn(f"{c.name}: {c.reference_nonfinite} reference values are NaN or inf; "
+                 "there only NaN or the same inf matches, no error is measured")  # fmt: skip
     if not outcome.result.ok:
         raise typer.Exit(EXIT_CHECK_FAILED)
 

@@ -166,13 +166,14 @@ def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
     title = f"{outcome.diagram.name} on the {r.backend} backend ({r.seconds:.2f} s with the build)"
     table = Table(title=title)
     columns = ("output", "dtype", "max |ref|", "max abs error", "error / max |ref|",
-               "tolerance", "unwritten or NaN", "result")  # fmt: skip
+               "tolerance", "unwritten or NaN", "NaN/inf mismatch", "result")  # fmt: skip
     for col in columns:
         table.add_column(col)
     for c in r.checks:
         table.add_row(
             c.name, c.dtype, f"{c.scale:.3g}", f"{c.max_abs_error:.3g}",
             f"{c.max_rel_error:.2e}", f"{c.tolerance:g}", str(c.unexpected_nan),
+            str(c.nonfinite_mismatch),
             "[green]ok[/]" if c.ok else "[red]MISMATCH[/]",
         )  # fmt: skip
     if r.backend == "cpu":

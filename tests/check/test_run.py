@@ -95,3 +95,29 @@ def test_a_json_that_is_a_fifo_or_too_deep_is_refused(tmp_path):
     meta_path.unlink()
     meta_path.write_text("[" * 200_000 + "]" * 200_000)
     support.assert_error(ncdc("run", str(cu), timeout=60), 2, contains="deeper than")
+
+
+OVERFLOWING = """\
+ncdc: 1
+name: overflowing
+axes: {m: 4, n: 32}
+inputs:
+  X: {axes: [m, n], dtype: fp32}
+ops:
+  - Z = mul(X, 1e30)
+  - Y = exp(Z)
+outputs: [Y]
+"""
+
+
+def test_a_reference_of_infinities_is_one_warning_line_and_no_numpy_warning(tmp_path):
+    # Issue 31: NumPy's RuntimeWarnings (inf - inf in the comparison) leaked onto stderr,
+    # and an output that is inf where the reference is said nothing.
+    spec = tmp_path / "overflowing.yaml"
+    spec.write_text(OVERFLOWING)
+    result = ncdc("run", str(spec), "--format", "json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: Y: ") and "NaN or inf" in lines[0]
+    check = json.loads(result.stdout)["outputs"][0]
+    assert check["reference_nonfinite"] > 0 and check["nonfinite_mismatch"] == 0
