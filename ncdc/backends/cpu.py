@@ -23,6 +23,7 @@ import atexit
 import ctypes
 import functools
 import hashlib
+import itertools
 import os
 import pickle
 import re
@@ -46,6 +47,7 @@ from ncdc.errors import CompileError, NcdcError
 from ncdc.files import read_regular, write_atomic
 
 SANITIZERS = (None, "address", "race")
+MAX_LIBRARY_BYTES = 256 << 20  # a built kernel library (a sanitized one is a few MiB)
 MAX_SOURCE_BYTES = 16 << 20  # a kernel source read from a file (a generated one is far smaller)
 
 
@@ -215,11 +217,12 @@ def _build_cached(job: _Job, lib: Path, sanitize: str | None) -> EmulatedModule:
                 return hit  # another process built it while we waited
             _signature_file(lib).unlink(missing_ok=True)
             _compile(job, lib)
-            write_atomic(_signature_file(lib), paths.sign(lib.read_bytes()).encode())
+            image = read_regular(lib, MAX_LIBRARY_BYTES, what="a built kernel library")
+            write_atomic(_signature_file(lib), paths.sign(image).encode())
     except OSError as e:  # the cache could not be written: build where only we can see
         paths.cache_write_failed(e)
         return EmulatedModule(_build_uncached(job), sanitize)
-    return EmulatedModule(lib, sanitize)
+    return EmulatedModule(lib, sanitize, image)  # the bytes signed, not what lib holds now
 
 
 def _signature_file(lib: Path) -> Path:
@@ -227,21 +230,44 @@ def _signature_file(lib: Path) -> Path:
 
 
 def _load_verified(lib: Path, sanitize: str | None) -> EmulatedModule | None:
-    """The cached module, or None when it is missing, unsigned, forged or will not load."""
+    """The cached module, or None when it is missing, unsigned, forged or will not load.
+    The bytes verified are the bytes loaded: `lib` is read once, and what runs is a private
+    copy of them, so swapping `lib` after the check changes nothing."""
     try:
-        mac = _signature_file(lib).read_text()
-        if not paths.verify(lib.read_bytes(), mac):
+        mac = read_regular(_signature_file(lib), 1024, what="a signature").decode()
+        image = read_regular(lib, MAX_LIBRARY_BYTES, what="a kernel library")
+        if not paths.verify(image, mac):
             return None
-        return EmulatedModule(lib, sanitize)
-    except OSError:  # missing, unreadable, or a damaged object that dlopen refuses
-        return None
+        return EmulatedModule(lib, sanitize, image)
+    except (OSError, NcdcError, UnicodeDecodeError):  # missing, planted, or a damaged
+        return None  # object that dlopen refuses
+
+
+@functools.cache
+def _private_folder() -> Path:
+    """This process's own folder (0700, made by mkdtemp, checked like the cache root and
+    removed at exit): what is loaded is copied here, where no one else can swap it."""
+    folder = Path(tempfile.mkdtemp(prefix="ncdc-emu-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    paths.check_private(folder)
+    return folder
+
+
+_COPIES = itertools.count()
+
+
+def _private_copy(image: bytes, name: str) -> Path:
+    """`image` written to a new file of the private folder (never one that exists)."""
+    path = _private_folder() / f"{next(_COPIES)}-{name}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o700)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(image)
+    return path
 
 
 def _build_uncached(job: _Job) -> Path:
-    """Build into a private temporary folder removed when the process exits."""
-    folder = Path(tempfile.mkdtemp(prefix="ncdc-emu-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    lib = folder / f"{job.stem}.so"
+    """Build into the private folder (removed when the process exits)."""
+    lib = _private_folder() / f"{next(_COPIES)}-{job.stem}.so"
     _compile(job, lib)
     return lib
 
@@ -279,12 +305,21 @@ def _dim3(v: int | Sequence[int]) -> tuple[int, int, int]:
 
 
 class EmulatedModule:
-    """A kernel library built for the CPU backend; `launch` runs one of its kernels."""
+    """A kernel library built for the CPU backend; `launch` runs one of its kernels.
 
-    def __init__(self, library: Path, sanitize: str | None = None):
+    `image` is the library's bytes as verified (read from `library` when not given); what
+    is loaded, here or by the sanitizer's child process, is a private copy of them."""
+
+    def __init__(self, library: Path, sanitize: str | None = None, image: bytes | None = None):
         self.library = library
         self.sanitize = sanitize
-        self._dll = ctypes.CDLL(str(library)) if sanitize is None else None
+        if image is None:
+            image = read_regular(library, MAX_LIBRARY_BYTES, what="a kernel library")
+        self._loaded = _private_copy(image, library.name)
+        self._dll = None
+        if sanitize is None:
+            self._dll = ctypes.CDLL(str(self._loaded))
+            self._loaded.unlink()  # mapped now: the copy is needed no longer
 
     def signature(self, kernel: str) -> list[str]:
         """The kernel's parameters: "p" for a pointer, "i4", "f4", "u8"... for scalars."""
@@ -317,7 +352,7 @@ class EmulatedModule:
             )
         assert self.sanitize is not None  # a plain library is loaded in this process
         arrays = [a for a in args if isinstance(a, np.ndarray) and not _by_value_struct(a)]
-        request = (str(self.library), kernel, g, b, int(dynamic_smem), list(args), counters)
+        request = (str(self._loaded), kernel, g, b, int(dynamic_smem), list(args), counters)
         outputs, traffic = _run_sanitized(self.sanitize, kernel, request)
         for dst, src in zip(arrays, outputs, strict=True):
             dst[...] = src
@@ -470,6 +505,19 @@ def _asan_runtime() -> str:
 _TSAN_BAD_MAPPING = "ThreadSanitizer: unexpected memory mapping"
 
 
+# The sanitizer's child: isolated (`-I`: no current folder, script folder, PYTHONPATH or
+# user site on its import path), in a private working folder, and given the folder that
+# holds this ncdc package last, after the standard library, so nothing there shadows it.
+_CHILD = (
+    "import sys; sys.path.append(sys.argv[1]); import ncdc.backends.cpu as e; "
+    "e._sanitized_child(sys.argv[2], sys.argv[3])"
+)
+
+
+def _package_parent() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
 def _run_sanitized(
     sanitize: str, kernel: str, request: tuple[Any, ...]
 ) -> tuple[list[np.ndarray], Traffic]:
@@ -480,14 +528,13 @@ def _run_sanitized(
         env = dict(os.environ)
         env["LD_PRELOAD"] = sanitizer_runtime(sanitize)
         env[rt.options_var] = rt.options
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
-        code = "import sys, ncdc.backends.cpu as e; e._sanitized_child(sys.argv[1], sys.argv[2])"
-        cmd = [sys.executable, "-c", code, str(req), str(response)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        cmd = [sys.executable, "-I", "-c", _CHILD, _package_parent(), str(req), str(response)]
+        run = functools.partial(
+            subprocess.run, env=env, cwd=tmp, capture_output=True, text=True, check=False
+        )
+        proc = run(cmd)
         if _TSAN_BAD_MAPPING in proc.stderr and (setarch := shutil.which("setarch")):
-            cmd = [setarch, os.uname().machine, "-R", *cmd]
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+            proc = run([setarch, os.uname().machine, "-R", *cmd])
         if proc.returncode != 0 or not response.is_file():
             if sanitize == "race":
                 raise tsan_failure(kernel, proc.stderr)
