@@ -43,7 +43,7 @@ from ncdc import paths
 from ncdc.backends import cache
 from ncdc.backends.sanitizer_reports import asan_failure, tsan_failure
 from ncdc.backends.traffic import Counters, Traffic
-from ncdc.errors import CompileError, NcdcError
+from ncdc.errors import CompileError, NcdcError, UsageError
 from ncdc.files import read_regular, write_atomic
 
 SANITIZERS = (None, "address", "race")
@@ -343,7 +343,7 @@ class EmulatedModule:
         `counters`: also count sectors and bank conflicts (slower: every access is logged).
         """
         g, b = _dim3(grid), _dim3(block)
-        _default_threads()
+        _emulator_settings()
         if self._dll is not None:
             values = _check_args(kernel, self.signature(kernel), args)
             dll = self._dll
@@ -364,9 +364,25 @@ def _by_value_struct(a: np.ndarray) -> bool:
     return a.ndim == 0 and a.dtype.kind == "V"
 
 
-def _default_threads() -> None:
-    """The emulator's pool defaults to every core of the machine; use the CPUs this process
-    may use (affinity, cgroup quota) instead, unless NCDC_EMU_THREADS says otherwise."""
+# The emulator's settings from the environment (read by ncdc_emu.h, which ignores what it
+# cannot parse): each checked here first. A fiber stack under 64 KiB overflows into its
+# guard page in an ordinary kernel (1 KiB crashed every launch).
+EMULATOR_SETTINGS = {"NCDC_EMU_THREADS": (1, 4096), "NCDC_EMU_STACK_KIB": (64, 1 << 20)}
+
+
+def _emulator_settings() -> None:
+    """Refuse (UsageError, exit 2) an emulator setting that is not a whole number in its
+    range (an empty one is unset, as for the emulator); then default the pool to the CPUs
+    this process may use (affinity, cgroup quota) rather than every core of the machine,
+    unless NCDC_EMU_THREADS says otherwise."""
+    for name, (low, high) in EMULATOR_SETTINGS.items():
+        text = os.environ.get(name)
+        if text and not (re.fullmatch(r"[0-9]+", text) and low <= int(text) <= high):
+            raise UsageError(
+                f"{name}={text!r} is not a whole number from {low} to {high}",
+                where="environment",
+                hint=f"unset {name}, or set it within that range",
+            )
     if "NCDC_EMU_THREADS" not in os.environ:
         from ncdc.system import default_jobs
 

@@ -17,7 +17,7 @@ import pytest
 
 from ncdc import paths
 from ncdc.backends import cpu
-from ncdc.errors import NcdcError
+from ncdc.errors import NcdcError, UsageError
 from tests import support
 
 REPO = support.ROOT
@@ -190,6 +190,29 @@ def test_emulator_threads_default_to_the_cpus_allowed(root, monkeypatch):
     monkeypatch.setenv("NCDC_EMU_THREADS", "1")  # the user's choice stands
     value_of(cpu.build(SOURCE, defines={"V": 10}))
     assert os.environ["NCDC_EMU_THREADS"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("NCDC_EMU_STACK_KIB", "1"), ("NCDC_EMU_STACK_KIB", "128k"), ("NCDC_EMU_THREADS", "0"),
+     ("NCDC_EMU_THREADS", "-4"), ("NCDC_EMU_THREADS", "lots"), ("NCDC_EMU_THREADS", "99999")],
+)  # fmt: skip
+def test_a_bad_emulator_setting_is_one_line_before_any_launch(root, monkeypatch, name, value):
+    # Issue 31: NCDC_EMU_STACK_KIB=1 segfaulted (exit 139, no message); bad NCDC_EMU_THREADS
+    # values were silently ignored.
+    module = cpu.build(SOURCE, defines={"V": 11})
+    monkeypatch.setenv(name, value)
+    with pytest.raises(UsageError, match=f"{name}='{value}' is not a whole number") as e:
+        value_of(module)
+    assert e.value.exit_code == 2 and f"hint: unset {name}" in e.value.line()
+    monkeypatch.setenv(name, "")  # empty is unset, for ncdc as for the emulator
+    assert value_of(module) == 11
+
+
+def test_a_tiny_fiber_stack_from_the_command_line_is_exit_2(tmp_path):
+    env = {"NCDC_EMU_STACK_KIB": "1", "NCDC_CACHE": str(tmp_path / "cache")}
+    result = support.ncdc("run", support.SOFTMAX, "--set", "m=4", "--set", "n=64", env=env)
+    support.assert_error(result, 2, contains="NCDC_EMU_STACK_KIB='1'")
 
 
 def _asan_or_skip() -> None:
