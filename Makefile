@@ -32,7 +32,7 @@ test: $(STAMP)
 
 # Regenerate tests/golden/*.cu after an intended change to what is generated.
 golden: $(STAMP)
-	$(PY) tests/test_golden.py
+	$(PY) tests/test_render.py
 
 # 16 concurrent compile, run and cost processes on one cache for 60 s, randomly interrupted
 # and killed, then no corrupt cache entry and no partial output. Not part of `make test`.

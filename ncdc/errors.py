@@ -92,6 +92,11 @@ class UsageError(NcdcError):
     """A bad command-line argument or option value."""
 
 
+class ArrayError(NcdcError, ValueError):
+    """An array handed to a kernel that does not fit its diagram: a shape, dtype, layout or
+    device the kernel cannot take (also a ValueError, for programs that catch those)."""
+
+
 class HardwareError(NcdcError):
     """A hardware profile that is missing, malformed or inconsistent."""
 

@@ -15,6 +15,7 @@ from ncdc.backends.compile import CompileReport, compile_spec
 from ncdc.backends.outputs import check_out_dir, write_outputs
 from ncdc.errors import CompileError, NcdcError, file_error
 from ncdc.hardware.machine import Hardware
+from ncdc.language.diagram import Diagram
 from ncdc.language.load import check_unique_names
 from ncdc.system import default_jobs
 
@@ -73,6 +74,22 @@ def compile_specs(
     order = {spec: i for i, spec in enumerate(specs)}
     failures.sort(key=lambda f: order.get(f.spec, len(order)))
     return CompileBatch(tuple(written), tuple(failures))
+
+
+def compile_diagram(
+    diagram: Diagram, hardware: Hardware, *, out_dir: Path, arch: str | None = None,
+    tiles: Mapping[str, int] | None = None, use_cache: bool = True, strict: bool = False,
+    use_tuned: bool = True,
+) -> CompileBatch:  # fmt: skip
+    """`compile_specs` of one loaded diagram, in this process."""
+    from ncdc.backends.compile import compile_diagram as compile_one
+
+    check_out_dir(out_dir)
+    report = compile_one(
+        diagram, hardware, arch=arch, tiles=tiles, use_cache=use_cache, use_tuned=use_tuned
+    )
+    _finish(report, out_dir, strict)
+    return CompileBatch((report,), ())
 
 
 def _finish(report: CompileReport, out_dir: Path, strict: bool) -> None:

@@ -210,8 +210,18 @@ def compile_spec(
     use_cache: bool = True, use_tuned: bool = True,
 ) -> CompileReport:  # fmt: skip
     """Load, plan and compile one spec; `use_tuned=False` ignores the tuning cache."""
-    diagram = load_diagram(spec, sizes)
-    # explicit beats tuned beats modelled
+    return compile_diagram(
+        load_diagram(spec, sizes), hardware, arch=arch, tiles=tiles, use_cache=use_cache,
+        use_tuned=use_tuned,
+    )  # fmt: skip
+
+
+def compile_diagram(
+    diagram: Diagram, hardware: Hardware, *, arch: str | None = None,
+    tiles: Mapping[str, int] | None = None, use_cache: bool = True, use_tuned: bool = True,
+) -> CompileReport:  # fmt: skip
+    """Plan and compile `diagram` (explicit tiles beat tuned beat modelled) as `ncdc
+    compile` does, priced on the cubin's SASS where the tools are installed."""
     arch = arch or default_arch(hardware)
     plan, source, notes = plan_for_arch(diagram, hardware, tiles, arch, use_tuned=use_tuned)
     report = compile_plan(plan, arch, use_cache=use_cache, source=source)

@@ -9,16 +9,17 @@ hands CuPy the cubin. This is the only module that imports CuPy, and only inside
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from pathlib import Path
+from collections import OrderedDict
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ncdc.backends.arguments import (
     SWIZZLE_MODES,
-    launch_arguments,
+    scalar_argument,
+    tensor_map_arguments,
     tensor_map_problem,
 )
 from ncdc.errors import NcdcError, NoGpuError
@@ -53,42 +54,111 @@ def device_arch(cupy: Any) -> str:
     return arch + "a" if arch in ("sm_90", "sm_100") else arch
 
 
-def load_module(cupy: Any, module: RenderedModule, arch: str) -> Any:
-    """Compile (through the cache) and load `module` for `arch`; returns a cupy.RawModule."""
+def load_module(cupy: Any, module: RenderedModule, arch: str) -> DeviceModule:
+    """Compile (through the cache) and load `module` for `arch` on the current device."""
     from ncdc.backends.cache import cached_compile
 
-    name = module.cache_name
-    compiled = cached_compile(module.source, arch, name=name, line_origin=module.origin)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{name}.cubin"
-        path.write_bytes(compiled.cubin)
-        raw = cupy.RawModule(path=str(path))
-        raw.get_function(module.launches[0].kernel)  # load now, while the file exists
-    return raw
-
-
-def launch(cupy: Any, raw: Any, spec: Launch, device: MutableMapping[str, Any]) -> None:
-    """One launch with the arguments named by its parameters."""
-    fn, args = _prepared(raw, spec, device)
-    fn(spec.grid, spec.block, args, shared_mem=spec.dynamic_smem)
-
-
-def _prepared(raw: Any, spec: Launch, device: Mapping[str, Any]) -> tuple[Any, tuple[Any, ...]]:
-    """The launch's function, its shared-memory opt-in set, and its arguments over the
-    `device` buffers (a tensor map encoded by the driver over its buffer's pointer)."""
-    fn = raw.get_function(spec.kernel)
-    if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
-        fn.max_dynamic_shared_size_bytes = spec.dynamic_smem
-    return fn, device_arguments(spec.params, device)
-
-
-def device_arguments(params: Sequence[Param], device: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A launch's arguments over CuPy `device` buffers: each buffer as CuPy passes it, a
-    tensor map encoded by the driver over its buffer's pointer, scalars by value."""
-    args = launch_arguments(
-        params, device, lambda m, _: tensor_map_argument(m, int(device[m.tensor].data.ptr))
+    compiled = cached_compile(
+        module.source, arch, name=module.cache_name, line_origin=module.origin
     )
-    return tuple(args)
+    return DeviceModule(cupy, module, compiled.cubin)
+
+
+MAX_DYNAMIC_SMEM_ATTRIBUTE = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h)
+
+
+class DeviceModule:
+    """A compiled module loaded on one GPU: the function of each launch, its shared-memory
+    opt-in set once, ready to run every launch in order on buffers given by address.
+
+    A buffer travels as its 64-bit device address (the bytes of a pointer parameter),
+    whichever library allocated it; scalars by value in their C type; a tensor map encoded
+    by the driver over its buffer's address (`tensor_map_argument`, cached per address).
+    """
+
+    def __init__(self, cupy: Any, module: RenderedModule, cubin: bytes, device: int = -1):
+        self.module = module
+        self.device = cupy.cuda.runtime.getDevice() if device < 0 else device
+        with cupy.cuda.Device(self.device):
+            self._loaded = cupy.cuda.function.Module()
+            self._loaded.load(cubin)
+            self._launches = [self._prepare(cupy, spec) for spec in module.launches]
+
+    def _prepare(self, cupy: Any, spec: Launch) -> tuple[Any, ...]:
+        fn = self._loaded.get_function(spec.kernel)
+        if spec.dynamic_smem > DEFAULT_SMEM_LIMIT:
+            cupy.cuda.driver.funcSetAttribute(
+                fn.ptr, MAX_DYNAMIC_SMEM_ATTRIBUTE, spec.dynamic_smem
+            )
+        tensor_map_arguments(spec.params)  # every map names a buffer the launch passes
+        recipe = tuple(_recipe(p) for p in spec.params)
+        return fn, spec.grid, spec.block, spec.dynamic_smem, recipe
+
+    def arguments(self, addresses: Mapping[str, int]) -> list[tuple[Any, ...]]:
+        """Each launch's argument tuple over the buffers at `addresses` (by name)."""
+        return [
+            tuple(_argument(kind, what, addresses) for kind, what in recipe)
+            for *_, recipe in self._launches
+        ]
+
+    def run(self, addresses: Mapping[str, int], stream: Any = None) -> None:
+        """Enqueue every launch, in order, on `stream` (anything with the stream's handle
+        as `.ptr`; None: CuPy's current stream)."""
+        for (fn, grid, block, smem, recipe) in self._launches:
+            args = tuple(_argument(kind, what, addresses) for kind, what in recipe)
+            fn(grid, block, args, shared_mem=smem, stream=stream)
+
+    def bind(
+        self, addresses: Mapping[str, int], stream: Any = None, keep: Any = None
+    ) -> BoundLaunches:
+        """Every launch on the buffers at `addresses`, its arguments built once: what
+        `ncdc bench` and `ncdc tune` time between CUDA events. `keep` (the buffers
+        themselves) lives as long as the result."""
+        calls = tuple(
+            (fn, grid, block, args, smem)
+            for (fn, grid, block, smem, _), args in zip(
+                self._launches, self.arguments(addresses), strict=True
+            )
+        )
+        return BoundLaunches(calls, stream, keep)
+
+
+@dataclass(frozen=True)
+class BoundLaunches:
+    """A module's launches with their arguments built: calling it enqueues them in order."""
+
+    calls: tuple[tuple[Any, ...], ...]
+    stream: Any
+    buffers: Any  # what the addresses point into: kept alive with the launches
+
+    def __call__(self) -> None:
+        for fn, grid, block, args, smem in self.calls:
+            fn(grid, block, args, shared_mem=smem, stream=self.stream)
+
+
+def _recipe(p: Param) -> tuple[str, Any]:
+    """How one parameter's argument is made at each call: ("buffer", name), ("map", spec)
+    or ("value", the scalar in its C type)."""
+    if p.kind in ("tensor", "workspace"):
+        return "buffer", p.name
+    if p.tensor_map is not None:
+        return "map", p.tensor_map
+    return "value", scalar_argument(p)
+
+
+def _argument(kind: str, what: Any, addresses: Mapping[str, int]) -> Any:
+    if kind == "buffer":
+        return np.uint64(addresses[what])
+    if kind == "map":
+        return tensor_map_argument(what, addresses[what.tensor])
+    return what
+
+
+def device_arguments(params: Sequence[Param], addresses: Mapping[str, int]) -> tuple[Any, ...]:
+    """One launch's arguments over buffers at device `addresses`, as `DeviceModule` passes
+    them."""
+    tensor_map_arguments(params)
+    return tuple(_argument(*_recipe(p), addresses) for p in params)
 
 
 # The CUtensorMap as a kernel argument: 128 bytes (the kernel's `const __grid_constant__
@@ -99,7 +169,8 @@ def device_arguments(params: Sequence[Param], device: Mapping[str, Any]) -> tupl
 # type its scalar conversion takes.
 TENSOR_MAP_DTYPE = np.dtype({"names": [f"w{i}" for i in range(16)], "formats": ["<u8"] * 16})
 TENSOR_MAP_BYTES = 128
-_TENSOR_MAPS: dict[tuple[TensorMapSpec, int], Any] = {}
+MAX_TENSOR_MAPS = 4096  # encoded maps kept: a program cycling through buffers stays bounded
+_TENSOR_MAPS: OrderedDict[tuple[TensorMapSpec, int], Any] = OrderedDict()
 
 
 def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
@@ -110,6 +181,7 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     key = (spec, address)
     found = _TENSOR_MAPS.get(key)
     if found is not None:
+        _TENSOR_MAPS.move_to_end(key)
         return found
     problem = tensor_map_problem(spec, address)
     if problem:
@@ -134,6 +206,8 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     value = np.array([tuple(words)], dtype=TENSOR_MAP_DTYPE)
     value.flags.writeable = False  # cached: every launch over this pointer passes these bytes
     _TENSOR_MAPS[key] = value
+    if len(_TENSOR_MAPS) > MAX_TENSOR_MAPS:
+        _TENSOR_MAPS.popitem(last=False)
     return value
 
 
@@ -154,33 +228,12 @@ def _encode_tiled(driver: Any, spec: TensorMapSpec, rank: int, address: int) -> 
 def run_cuda(module: RenderedModule, buffers: MutableMapping[str, np.ndarray]) -> None:
     """Copy `buffers` to the GPU, run every launch in order, copy them back in place."""
     cupy = require_gpu()
-    raw = load_module(cupy, module, device_arch(cupy))
+    loaded = load_module(cupy, module, device_arch(cupy))
     device = {name: cupy.asarray(array) for name, array in buffers.items()}
-    for spec in module.launches:
-        launch(cupy, raw, spec, device)
+    loaded.run({name: int(a.data.ptr) for name, a in device.items()})
     cupy.cuda.Device().synchronize()
     for name, array in device.items():
         buffers[name][...] = cupy.asnumpy(array)
-
-
-def prepare_launches(
-    cupy: Any, raw: Any, module: RenderedModule, device: Mapping[str, Any]
-) -> Callable[[], None]:
-    """A callable that runs every launch of `module` in order on `device` buffers.
-
-    Functions and argument tuples are built once, so a timed call costs the launches and
-    little Python: what `ncdc bench` and `ncdc tune` time between CUDA events.
-    """
-    calls = []
-    for spec in module.launches:
-        fn, args = _prepared(raw, spec, device)
-        calls.append((fn, spec.grid, spec.block, args, spec.dynamic_smem))
-
-    def run() -> None:
-        for fn, grid, block, args, smem in calls:
-            fn(grid, block, args, shared_mem=smem)
-
-    return run
 
 
 def device_info(cupy: Any) -> dict[str, Any]:

@@ -83,6 +83,15 @@ def _nvrtc() -> Any:
     return nvrtc
 
 
+def available() -> bool:
+    """Whether NVRTC is installed and loads (kernels can be compiled here)."""
+    try:
+        _nvrtc()
+    except CompileError:
+        return False
+    return True
+
+
 def _check(nvrtc: Any, result: tuple[Any, ...]) -> tuple[Any, ...]:
     """Unwrap a `(status, *values)` tuple from cuda.bindings, raising on a bad status."""
     status, *values = result

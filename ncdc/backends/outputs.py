@@ -3,7 +3,8 @@ file ncdc did not write; the .json's fields are documented in docs/compile.md.
 
 The JSON carries everything a launcher needs (kernel names, grid, block, dynamic shared
 memory, parameter order and dtypes) plus the tiles, the predicted cost and the resource
-report; it also embeds the spec, so `ncdc run DIR/<name>.cu` can rebuild the reference.
+report; it also embeds the spec, so `ncdc run DIR/<name>.cu` can rebuild the reference
+(`load_compiled` reads the three back).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from typing import Any
 from ncdc.backends.compile import CompileReport
 from ncdc.bounded import read_json
 from ncdc.errors import NcdcError, UsageError
-from ncdc.files import read_prefix, write_atomic, write_together
+from ncdc.families.base import Launch, Param, TensorMapSpec, Workspace
+from ncdc.files import read_prefix, read_regular, write_atomic, write_together
 from ncdc.language.diagram import Diagram
+from ncdc.language.load import load_diagram_text
 from ncdc.model.records import plan_to_dict
+from ncdc.render import RenderedModule
 from ncdc.version import __version__
 
 FORMAT = "ncdc.kernel/1"
@@ -41,6 +45,10 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
         "spec": d.source,
         "spec_text": _spec_text(d),
         "axes": dict(d.axes),
+        # Every kernel is for exactly these sizes: its tiles, fast paths (aligned copies),
+        # grid and tensor maps were chosen for them. Other sizes: compile again, or call
+        # ncdc.load, which plans and compiles each set of sizes once (docs/launch.md).
+        "fixed_sizes": True,
         "hardware": report.plan.graph.hardware.name,
         "arch": report.arch,
         "nvrtc_version": report.nvrtc_version,
@@ -50,6 +58,7 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
                 "grid": list(k.launch.grid),
                 "block": list(k.launch.block),
                 "dynamic_smem_bytes": k.launch.dynamic_smem,
+                "cluster": list(k.launch.cluster),
                 "params": [asdict(p) for p in k.launch.params],
                 "resources": {
                     "registers": k.registers,
@@ -75,6 +84,32 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
         },
         "cost": plan_to_dict(report.plan),
     }
+
+
+def launch_from_dict(kernel: dict[str, Any]) -> Launch:
+    """One entry of the .json's `kernels` back as the Launch it was written from (a tensor
+    map's arguments as a TensorMapSpec); KeyError, TypeError or ValueError when malformed."""
+    params = []
+    for p in kernel["params"]:
+        fields = dict(p)
+        spec = fields.pop("tensor_map", None)
+        if spec is not None:
+            spec = TensorMapSpec(
+                tensor=str(spec["tensor"]), dtype=str(spec["dtype"]),
+                dims=tuple(int(x) for x in spec["dims"]),
+                strides=tuple(int(x) for x in spec["strides"]),
+                box=tuple(int(x) for x in spec["box"]), swizzle=int(spec["swizzle"]),
+                axes=tuple(tuple(str(a) for a in group) for group in spec.get("axes", ())),
+            )  # fmt: skip
+        params.append(Param(**fields, tensor_map=spec))
+    grid, block = (tuple(int(x) for x in kernel[k]) for k in ("grid", "block"))
+    cluster = tuple(int(x) for x in kernel.get("cluster", (1, 1, 1)))
+    if len(grid) != 3 or len(block) != 3 or len(cluster) != 3:
+        raise ValueError("grid, block and cluster have three dimensions each")
+    return Launch(
+        str(kernel["name"]), grid, block, int(kernel["dynamic_smem_bytes"]),  # type: ignore[arg-type]
+        tuple(params), cluster,  # type: ignore[arg-type]
+    )  # fmt: skip
 
 
 def sass_summary(report: CompileReport) -> dict[str, Any] | None:
@@ -156,3 +191,40 @@ def _is_our_json(path: Path) -> bool:
         return str(meta.get("format", "")).startswith("ncdc.kernel/")
     except (OSError, NcdcError, AttributeError):
         return False
+
+
+def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
+    """The diagram, module and predicted cost of a `.cu` written by `ncdc compile`."""
+    from ncdc.backends import compiled
+
+    meta_path = cu.with_suffix(".json")
+    try:
+        meta = read_json(meta_path, MAX_META_BYTES, error=UsageError)
+        source = read_regular(cu, MAX_SOURCE_BYTES, error=UsageError).decode("utf-8")
+        spec_text = meta["spec_text"]
+        launches = tuple(launch_from_dict(k) for k in meta["kernels"])
+        workspace = tuple(Workspace(**w) for w in meta["workspace"])
+    except FileNotFoundError as e:
+        raise UsageError(
+            f"cannot read {e.filename}", where=str(cu),
+            hint="a .cu runs with the .json that ncdc compile wrote beside it",
+        ) from None  # fmt: skip
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(
+            f"{meta_path.name} is not a kernel description written by ncdc ({e})", where=str(cu),
+            hint="compile the spec again with ncdc compile",
+        ) from None  # fmt: skip
+    if not spec_text:
+        raise UsageError("the .json carries no spec text", where=str(meta_path))
+    expected = meta.get("files", {}).get("cu_sha256")
+    if expected and hashlib.sha256(source.encode()).hexdigest() != expected:
+        raise UsageError(
+            f"{cu.name} is not the source {meta_path.name} describes (edited, or written by "
+            "another compile)", where=str(cu),
+            hint="compile the spec again with ncdc compile",
+        )  # fmt: skip
+    sizes = compiled.checked_sizes(meta.get("axes"), str(meta_path))
+    diagram = load_diagram_text(spec_text, str(meta.get("spec", cu)), sizes)
+    compiled.check_launches(diagram, launches, workspace, str(meta_path))
+    name = "__".join(launch.kernel for launch in launches)
+    return diagram, RenderedModule(name, source, launches, workspace, ()), meta["cost"]

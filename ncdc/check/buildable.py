@@ -15,7 +15,7 @@ napkin machine) has no kernels to build: its plan is the model alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -149,3 +149,14 @@ def with_abstract(data: dict[str, Any], model_only: bool) -> dict[str, Any]:
 def _in_spec(error: PlanError, diagram: Diagram) -> PlanError:
     where = diagram.source if error.where is None else f"{diagram.source}: {error.where}"
     return PlanError(error.message, where=where, hint=error.hint)
+
+
+def cost_note(plans: Sequence[Plan], abstract: bool) -> str | None:
+    """The lines under `ncdc cost`'s table: the model-only caveat, and each varlen mask
+    priced dense for want of expected lengths; None when there is nothing to say."""
+    from ncdc.model.geometry import dense_varlen_notes
+
+    lines = [MODEL_ONLY] if abstract else []
+    for plan in plans:
+        lines += dense_varlen_notes(plan)
+    return "\n".join(lines) or None

@@ -15,11 +15,10 @@ in global memory, for comparison with the model's on-chip boundary traffic.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,19 +28,18 @@ from ncdc.backends.arguments import (
     encode_emulated_tensor_map,
     launch_arguments,
 )
-from ncdc.backends.outputs import MAX_META_BYTES, MAX_SOURCE_BYTES
-from ncdc.bounded import read_json
+from ncdc.backends.outputs import load_compiled
 from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.errors import UsageError
-from ncdc.files import read_regular
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
-from ncdc.language.load import load_diagram, load_diagram_text
-from ncdc.render import Launch, Param, RenderedModule, Workspace
+from ncdc.language.load import load_diagram
+from ncdc.render import Launch, RenderedModule
 from ncdc.system import available_memory, default_jobs
 
 if TYPE_CHECKING:
+    from ncdc.backends.cpu import EmulatedModule
     from ncdc.backends.traffic import Counters, Traffic
 
 BACKENDS = ("cpu", "cuda")
@@ -82,6 +80,8 @@ class RunResult:
     bytes_written: int
     seconds: float  # wall time of building (or loading) and running the kernels
     counters: Counters | None = None  # CPU backend with counters: sectors and wavefronts
+    # each output's values (float64), for `ncdc run --save`
+    outputs: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -112,16 +112,26 @@ def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray) -> OutputC
 
 
 def allocate(module: RenderedModule, diagram: Diagram, inputs: Mapping[str, np.ndarray]) -> dict:
-    """Device buffers for every tensor a launch names: inputs filled, the rest NaN."""
+    """Device buffers for every tensor a launch names: inputs (float64 values) filled, the
+    rest NaN."""
+    bits = {name: to_storage(x, diagram.tensor(name).dtype) for name, x in inputs.items()}
+    return allocate_storage(module, diagram, bits)
+
+
+def allocate_storage(
+    module: RenderedModule, diagram: Diagram, inputs: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """`allocate` with the inputs given as the bits kernels read (`to_storage`): every
+    buffer aligned as a GPU's, every one but the inputs poisoned with NaN."""
     named = {p.name for launch in module.launches for p in launch.params}
     buffers: dict[str, np.ndarray] = {}
     for t in diagram.tensors:
         if t.name not in named and t.name not in diagram.outputs:
             continue  # a fused intermediate never exists in global memory
-        shape = tuple(diagram.axes[a] for a in t.axes)
         if t.name in inputs:
-            buffers[t.name] = device_aligned(to_storage(inputs[t.name], t.dtype))
+            buffers[t.name] = device_aligned(inputs[t.name])
         else:
+            shape = tuple(diagram.axes[a] for a in t.axes)
             buffers[t.name] = device_aligned(to_storage(np.full(shape, np.nan), t.dtype))
     for w in module.workspace:
         buffers[w.name] = device_aligned(to_storage(np.full(w.values, np.nan), w.dtype))
@@ -270,10 +280,12 @@ def check_emulation_fits(
 def run_diagram(
     diagram: Diagram, module: RenderedModule, *, backend: str = "cpu", seed: int = 0,
     sanitize: str | None = None, estimate: EmulationEstimate | None = None,
-    counters: bool = False,
+    counters: bool = False, inputs: Mapping[str, np.ndarray] | None = None,
 ) -> RunResult:  # fmt: skip
     """Run `module` (rendered from `diagram`) on `backend` and check every output;
-    `counters` (cpu backend): also count global sectors and shared-memory wavefronts."""
+    `counters` (cpu backend): also count global sectors and shared-memory wavefronts.
+    `inputs` (float64 values, rounded to their dtypes): the data; fresh random inputs from
+    `seed` otherwise."""
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend '{backend}'; expected one of {', '.join(BACKENDS)}")
     if counters and backend != "cpu":
@@ -281,7 +293,8 @@ def run_diagram(
             "access counters come from the CPU emulator", where="--counters",
             hint="run with --backend cpu, or drop --counters",
         )  # fmt: skip
-    inputs = make_inputs(diagram, seed)
+    if inputs is None:
+        inputs = make_inputs(diagram, seed)
     stored = {p.name for launch in module.launches for p in launch.params if p.kind == "tensor"}
     expected = evaluate(diagram, inputs, stored - set(inputs))
     buffers = allocate(module, diagram, inputs)
@@ -298,21 +311,30 @@ def run_diagram(
         run_cuda(module, buffers)
         read = written = 0
     seconds = time.perf_counter() - start
-    checks = []
+    checks, values = [], {}
     for name in diagram.outputs:
         dtype = diagram.tensor(name).dtype
-        got = from_storage(buffers[name], dtype)
-        checks.append(compare(name, dtype, got, expected[name]))
-    return RunResult(backend, tuple(checks), read, written, seconds, counted)
+        values[name] = from_storage(buffers[name], dtype)
+        checks.append(compare(name, dtype, values[name], expected[name]))
+    return RunResult(backend, tuple(checks), read, written, seconds, counted, values)
 
 
 def _run_cpu(
     module: RenderedModule, buffers: dict, sanitize: str | None, counters: bool = False
 ) -> Traffic:
     from ncdc.backends.cpu import build
+
+    return run_emulated(build(module.source, sanitize=sanitize), module, buffers, counters)
+
+
+def run_emulated(
+    lib: EmulatedModule, module: RenderedModule, buffers: Mapping[str, np.ndarray],
+    counters: bool = False,
+) -> Traffic:  # fmt: skip
+    """Every launch of `module`, in order, on the CPU emulator `lib` (built from its source)
+    over `buffers` (`allocate`); the global-memory traffic they issued."""
     from ncdc.backends.traffic import Traffic
 
-    lib = build(module.source, sanitize=sanitize)
     total = Traffic(0, 0)
     for launch in module.launches:
         total += lib.launch(
@@ -380,13 +402,18 @@ def run_spec(
     spec: Path, hardware: Hardware, *, backend: str = "cpu", seed: int = 0,
     sanitize: str | None = None, sizes: Mapping[str, int] | None = None,
     tiles: Mapping[str, int] | None = None, max_memory: int | None = None,
-    use_tuned: bool = True, counters: bool = False,
+    use_tuned: bool = True, counters: bool = False, inputs: Path | None = None,
+    save: Path | None = None,
 ) -> RunOutcome:  # fmt: skip
     """Plan, render and run a spec, or run a `.cu` that `ncdc compile` wrote.
 
-    On the cpu backend the run's memory is estimated first and a run over `max_memory`
-    bytes (default: DEFAULT_MEMORY_SHARE of the available memory) is refused (exit 2).
+    `inputs`: an .npz of the user's data (ncdc.check.data), which also sizes a spec's
+    axes; `save`: an .npz the outputs are written to. On the cpu backend the run's memory
+    is estimated first and a run over `max_memory` bytes (default: DEFAULT_MEMORY_SHARE of
+    the available memory) is refused (exit 2).
     """
+    from ncdc.check import data
+
     if seed < 0:
         raise UsageError(f"expected a seed of 0 or more, found {seed}", where="--seed")
     if spec.suffix == ".cu":
@@ -396,21 +423,15 @@ def run_spec(
                 hint="run the spec instead, or compile again with the sizes",
             )  # fmt: skip
         diagram, module, cost = load_compiled(spec)
+        arrays = data.read_arrays(inputs, diagram) if inputs else None
         tiles_from = None
     else:
-        from ncdc.model.records import plan_to_dict
-        from ncdc.plan.choose import choose_plan_source
-        from ncdc.render import render_plan
-
         diagram = load_diagram(spec, sizes)
-        # explicit beats tuned beats modelled
-        plan, source = choose_plan_source(diagram, hardware, tiles, use_tuned=use_tuned)
-        tiles_from = source.to_dict()
-        from ncdc.output import detail, note
-
-        (note if source.kind == "tuned" else detail)(source.describe())
-        module = render_plan(plan)
-        cost = plan_to_dict(plan)
+        arrays = data.read_arrays(inputs, diagram) if inputs else None
+        if arrays is not None and inputs is not None:
+            diagram = _sized_by(diagram, arrays, sizes or {}, inputs)
+        module, cost, tiles_from = _planned(diagram, hardware, tiles, use_tuned)
+    values = data.input_values(inputs, diagram, arrays) if arrays and inputs else None
     estimate = None
     if backend == "cpu":
         estimate = estimate_emulation(diagram, module, cost)
@@ -418,10 +439,48 @@ def run_spec(
         check_emulation_fits(estimate, limit, compiled=spec.suffix == ".cu")
     result = run_diagram(
         diagram, module, backend=backend, seed=seed, sanitize=sanitize, estimate=estimate,
-        counters=counters,
+        counters=counters, inputs=values,
     )  # fmt: skip
+    if save is not None:
+        data.save_outputs(save, diagram, result.outputs)
     boundary, predicted = on_chip_boundary(cost, hardware)
     return RunOutcome(diagram, module, result, boundary, predicted, tiles_from)
+
+
+def _planned(
+    diagram: Diagram, hardware: Hardware, tiles: Mapping[str, int] | None, use_tuned: bool
+) -> tuple[RenderedModule, dict[str, Any], dict[str, Any]]:
+    """The module `ncdc compile` builds for `diagram` (explicit beats tuned beats modelled,
+    settled as the compile cache knows it), its cost, and where its tiles came from."""
+    from ncdc.backends.compile import settle_from_cache
+    from ncdc.model.records import plan_to_dict
+    from ncdc.output import detail, note
+    from ncdc.plan.choose import choose_plan_source
+    from ncdc.render import render_plan
+
+    plan, source = choose_plan_source(diagram, hardware, tiles, use_tuned=use_tuned)
+    (note if source.kind == "tuned" else detail)(source.describe())
+    if hardware.is_gpu:
+        plan = settle_from_cache(plan, hardware.arch)
+    return render_plan(plan), plan_to_dict(plan), source.to_dict()
+
+
+def _sized_by(
+    diagram: Diagram, arrays: Mapping[str, np.ndarray], sizes: Mapping[str, int], path: Path
+) -> Diagram:
+    """`diagram` at the sizes its input arrays give; an axis `--set` to another size than
+    an array gives is an error."""
+    from ncdc.language.bind import bind_sizes
+    from ncdc.language.load import with_sizes
+
+    bound = bind_sizes(diagram, [arrays[t.name].shape for t in diagram.inputs])
+    for axis, n in sizes.items():
+        if bound[axis] != n:
+            raise UsageError(
+                f"--set {axis}={n}, but the arrays give {axis}={bound[axis]}", where=str(path),
+                hint=f"drop --set {axis}: the arrays size the run",
+            )  # fmt: skip
+    return with_sizes(diagram, bound)
 
 
 def on_chip_boundary(cost: Mapping[str, Any], hardware: Hardware) -> tuple[str, int]:
@@ -433,44 +492,3 @@ def on_chip_boundary(cost: Mapping[str, Any], hardware: Hardware) -> tuple[str, 
             return f"{t['upper']}->{t['lower']}", int(t["bytes"])
     first = cost["transfers"][0]
     return f"{first['upper']}->{first['lower']}", int(first["bytes"])
-
-
-def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
-    """The diagram, module and predicted cost of a `.cu` written by `ncdc compile`."""
-    from ncdc.check import compiled
-
-    meta_path = cu.with_suffix(".json")
-    try:
-        meta = read_json(meta_path, MAX_META_BYTES, error=UsageError)
-        source = read_regular(cu, MAX_SOURCE_BYTES, error=UsageError).decode("utf-8")
-        spec_text = meta["spec_text"]
-        launches = tuple(
-            Launch(k["name"], tuple(k["grid"]), tuple(k["block"]), k["dynamic_smem_bytes"],
-                   tuple(Param(**p) for p in k["params"]))
-            for k in meta["kernels"]
-        )  # fmt: skip
-        workspace = tuple(Workspace(**w) for w in meta["workspace"])
-    except FileNotFoundError as e:
-        raise UsageError(
-            f"cannot read {e.filename}", where=str(cu),
-            hint="a .cu runs with the .json that ncdc compile wrote beside it",
-        ) from None  # fmt: skip
-    except (ValueError, KeyError, TypeError) as e:
-        raise UsageError(
-            f"{meta_path.name} is not a kernel description written by ncdc ({e})", where=str(cu),
-            hint="compile the spec again with ncdc compile",
-        ) from None  # fmt: skip
-    if not spec_text:
-        raise UsageError("the .json carries no spec text", where=str(meta_path))
-    expected = meta.get("files", {}).get("cu_sha256")
-    if expected and hashlib.sha256(source.encode()).hexdigest() != expected:
-        raise UsageError(
-            f"{cu.name} is not the source {meta_path.name} describes (edited, or written by "
-            "another compile)", where=str(cu),
-            hint="compile the spec again with ncdc compile",
-        )  # fmt: skip
-    sizes = compiled.checked_sizes(meta.get("axes"), str(meta_path))
-    diagram = load_diagram_text(spec_text, str(meta.get("spec", cu)), sizes)
-    compiled.check_launches(diagram, launches, workspace, str(meta_path))
-    name = "__".join(launch.kernel for launch in launches)
-    return diagram, RenderedModule(name, source, launches, workspace, ()), meta["cost"]

@@ -149,28 +149,19 @@ def check(
     """Validate, plan and render (no NVRTC) every spec under PATHS; exit 2 naming each one
     that cannot be built. With --baseline, exit 1 naming every predicted time or HBM
     traffic that grew past the tolerance."""
-    from ncdc.backends.targets import target_hardware
-    from ncdc.check.gate import CHECK_FORMATS, check_spec, parse_tolerance, read_baseline
-    from ncdc.cli.views import find_specs
+    from ncdc.api.commands import check_report
+    from ncdc.check.gate import CHECK_FORMATS
 
     if fmt not in CHECK_FORMATS:
         raise UsageError(f"unknown format '{fmt}'; expected one of {', '.join(CHECK_FORMATS)}",
                          where="--format")  # fmt: skip
-    limit = parse_tolerance(tolerance)  # refused before any work, like every bad option
-    base = read_baseline(baseline) if baseline is not None else None
-    specs = find_specs(paths)
-    machine = target_hardware(load_hardware(hardware), arch)
-    checks = [check_spec(path, machine) for path in specs]
-    bad = [c for c in checks if not c.ok]
-    regressions: list[str] = []
-    if not bad and base is not None and baseline is not None:
-        from ncdc.check.gate import gate
-
-        regressions = gate(specs, machine, base, baseline, limit)
-    _report_check(checks, regressions, fmt)
-    if bad:
+    report = check_report(
+        paths, hardware=hardware, arch=arch, baseline=baseline, tolerance=tolerance
+    )
+    _report_check(list(report.checks), list(report.regressions), fmt)
+    if not all(c.ok for c in report.checks):
         raise typer.Exit(EXIT_BAD_INPUT)
-    if regressions:
+    if report.regressions:
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
@@ -224,47 +215,22 @@ def cost(
     """Predicted cost per memory level, FLOPs, time, bound and the chosen tiles. On a GPU
     profile the plan is rendered first: exit 2 for a spec that cannot be built. The launch
     is the one `ncdc compile` settles on when the compile cache holds it (or `--compile`)."""
-    from ncdc.backends.targets import arch_notes, target_hardware
-    from ncdc.check.buildable import is_model_only, rank_buildable, with_abstract
+    from ncdc.api.commands import cost_report
     from ncdc.cli.report import cost_table, cost_tables, with_note
-    from ncdc.cli.views import cost_note
-    from ncdc.model.records import plan_to_dict
 
-    profile = load_machine(hardware, hw)
-    machine = target_hardware(profile, arch)
-    sizes = parse_assignments(set_ or [])
-    tiles = parse_assignments(tile or [], "--tile")
-    model_only = is_model_only(machine, abstract)
-    if spec.is_dir():
-        from ncdc.check.buildable import plan_buildable_specs
-        from ncdc.check.gate import baseline_from_plans
-        from ncdc.cli.views import find_specs
-
-        plans = plan_buildable_specs(find_specs([spec]), machine, sizes, tiles, abstract=abstract)
-        emit(
-            with_abstract(baseline_from_plans(plans), model_only), fmt,
-            lambda: with_note(cost_tables(plans), cost_note(plans, abstract)),
-        )  # fmt: skip
+    report = cost_report(
+        spec, sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
+        hardware=hardware, hw=hw, arch=arch, top_k=top_k, abstract=abstract,
+        use_tuned=not no_tuned, compile=compile_now,
+    )  # fmt: skip
+    if report.folder:
+        emit(report.data, fmt, lambda: with_note(cost_tables(list(report.plans)), report.footer))
         return
-    diagram = load_diagram(spec, sizes)
-    for line in arch_notes(diagram, profile, tiles, arch):
+    (note if report.tuned else detail)(report.detail)
+    for line in report.notes:
         note(line)
-    ranked, source = rank_buildable(
-        diagram,
-        machine,
-        top_k,
-        tiles,
-        abstract=abstract,
-        use_tuned=not no_tuned,
-        arch=arch,
-        compile=compile_now,
-    )
-    (note if source.kind == "tuned" else detail)(source.describe())
-    for line in ranked[0].notes:
-        note(line)
-    data = {**with_abstract(plan_to_dict(ranked[0]), model_only), "tiles_from": source.to_dict()}
-    note_line = cost_note(ranked[:1], abstract)
-    emit(data, fmt, lambda: with_note(cost_table(ranked[0], ranked[1:]), note_line))
+    best, *others = report.plans
+    emit(report.data, fmt, lambda: with_note(cost_table(best, others), report.footer))
 
 
 @app.command("compile")
@@ -296,17 +262,16 @@ def compile_cmd(
     ] = None,
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
-    from ncdc.backends.batch import compile_specs
+    from ncdc.api.commands import compile_batch, compile_target
     from ncdc.backends.outputs import report_to_dict, write_sass
-    from ncdc.backends.targets import profile_for_arch
-    from ncdc.cli.views import compile_table, find_specs
+    from ncdc.cli.views import compile_table
 
-    profile, why = profile_for_arch(hardware, arch)
+    profile, why = compile_target(hardware, hw, arch)
     if why:
         note(why)
-    batch = compile_specs(
-        find_specs([spec]), load_machine(profile, hw), out_dir=out, arch=arch,
-        sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
+    batch = compile_batch(
+        spec, out=out, arch=arch, sizes=parse_assignments(set_ or []),
+        tiles=parse_assignments(tile or [], "--tile"), hardware=profile,
         use_cache=not no_cache, strict=strict, jobs=jobs, use_tuned=not no_tuned,
     )  # fmt: skip
     reports = list(batch.reports)
@@ -371,6 +336,17 @@ def run(
             "warp-wide access, beside the ideal.",
         ),
     ] = False,
+    inputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--inputs", metavar="FILE.npz",
+            help="Run on these arrays (one per input, by name) instead of random inputs.",
+        ),
+    ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option("--save", metavar="FILE.npz", help="Write the outputs here (by name)."),
+    ] = None,
 ) -> None:
     """Run a diagram's kernels, compare with a float64 reference; exit 1 on a mismatch."""
     from ncdc.check.run import memory_limit, run_spec
@@ -380,8 +356,10 @@ def run(
         spec, load_machine(hardware, hw), backend=backend, seed=seed, sanitize=sanitize,
         sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
         max_memory=memory_limit(max_memory) if max_memory is not None else None,
-        use_tuned=not no_tuned, counters=counters,
+        use_tuned=not no_tuned, counters=counters, inputs=inputs, save=save,
     )  # fmt: skip
+    if save is not None:
+        note(f"wrote {save}")
     emit(outcome.to_dict(), fmt, lambda: run_table(outcome))
     for c in outcome.result.checks:
         if c.reference_nonfinite:  # an all-inf output compares equal and says little
@@ -442,7 +420,7 @@ def bench(
     fmt: FormatOpt = "table",
 ) -> None:
     """Time kernels on the GPU beside cuBLAS, SDPA or PyTorch and a device copy."""
-    from ncdc.cli.views import find_specs
+    from ncdc.language.load import find_specs
     from ncdc.measure.bench import bench_specs, bench_table, bench_to_dict
 
     results = bench_specs(

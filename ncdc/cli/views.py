@@ -1,44 +1,22 @@
 """Human views of ncdc's data: rich trees and tables for `show` and `hardware`, and the
-search for spec files that `check` walks. Pure presentation; no decisions are made here.
+tables of the other commands. Pure presentation; no decisions are made here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.tree import Tree
 
-from ncdc.errors import UsageError
 from ncdc.hardware.machine import Hardware
 from ncdc.model.graph import ON_CHIP, MemoryGraph
 from ncdc.output import safe_markup
 from ncdc.units import format_bytes, format_rate
 
 if TYPE_CHECKING:
-    from ncdc.model.values import Plan
-
-SPEC_SUFFIXES = (".yaml", ".yml")
-
-
-def find_specs(paths: Iterable[Path]) -> list[Path]:
-    """Every spec file named, or found under a named folder, sorted within each folder."""
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found += sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES)
-        elif path.exists():
-            found.append(path)
-        else:
-            raise UsageError("no such file or folder", where=str(path), hint="check the path")
-    if not found:
-        raise UsageError(
-            "no spec files found", where=" ".join(map(str, paths)), hint="specs end in .yaml"
-        )
-    return found
-
+    pass
 
 def graph_tree(graph: MemoryGraph) -> Tree:
     """The memory graph as a tree: levels, then each kernel's loads, operations and saves."""
@@ -208,13 +186,3 @@ def cache_table(info: dict) -> Table:
     return table
 
 
-def cost_note(plans: Sequence[Plan], abstract: bool) -> str | None:
-    """The lines under `ncdc cost`'s table: the model-only caveat, and each varlen mask
-    priced dense for want of expected lengths; None when there is nothing to say."""
-    from ncdc.check.buildable import MODEL_ONLY
-    from ncdc.model.geometry import dense_varlen_notes
-
-    lines = [MODEL_ONLY] if abstract else []
-    for plan in plans:
-        lines += dense_varlen_notes(plan)
-    return "\n".join(lines) or None

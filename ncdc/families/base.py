@@ -39,6 +39,10 @@ class TensorMapSpec:
     strides: tuple[int, ...]  # bytes between consecutive indices of dimensions 1..rank-1
     box: tuple[int, ...]  # the box one copy moves, elements per dimension
     swizzle: int  # bytes of the shared-memory swizzle span: 0 (none), 32, 64 or 128
+    # Per dimension, the diagram axes whose sizes multiply to it (dims and strides follow
+    # the sizes; the box and swizzle are the tiles'): what a launcher at other sizes would
+    # encode again. Empty where unknown.
+    axes: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,11 +76,19 @@ class Launch:
     block: tuple[int, int, int]
     dynamic_smem: int
     params: tuple[Param, ...]
+    # thread-block cluster dimensions, fixed in the kernel at compile time
+    # (__cluster_dims__): a plain launch forms the clusters; the grid is a multiple of them
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
     @staticmethod
-    def of(kernel: str, shape: LaunchShape, params: Sequence[Param]) -> Launch:
+    def of(
+        kernel: str, shape: LaunchShape, params: Sequence[Param],
+        cluster: tuple[int, int, int] = (1, 1, 1),
+    ) -> Launch:  # fmt: skip
         """The launch of a candidate's `shape`, named and with its parameters."""
-        return Launch(kernel, shape.grid, shape.block, shape.dynamic_smem, tuple(params))
+        return Launch(
+            kernel, shape.grid, shape.block, shape.dynamic_smem, tuple(params), cluster
+        )
 
     @property
     def shape(self) -> LaunchShape:

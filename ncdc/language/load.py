@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ncdc.errors import SpecError
+from ncdc.errors import SpecError, UsageError
 from ncdc.language.diagram import MAX_AXIS_SIZE, Diagram
 from ncdc.language.names import IDENTIFIER
 from ncdc.language.text import did_you_mean, listing
@@ -33,7 +33,27 @@ from ncdc.language.yamlsrc import read_yaml_file, read_yaml_text
 def load_diagram(path: str | Path, sizes: Mapping[str, int] | None = None) -> Diagram:
     """Read and validate the spec at `path`; `sizes` overrides axis sizes (`--set`)."""
     doc = read_yaml_file(Path(path))
-    return _with_sizes(Validator(doc).diagram(), sizes)
+    return with_sizes(Validator(doc).diagram(), sizes)
+
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+
+
+def find_specs(paths: Iterable[Path]) -> list[Path]:
+    """Every spec file named, or found under a named folder, sorted within each folder."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.suffix in SPEC_SUFFIXES)
+        elif path.exists():
+            found.append(path)
+        else:
+            raise UsageError("no such file or folder", where=str(path), hint="check the path")
+    if not found:
+        raise UsageError(
+            "no spec files found", where=" ".join(map(str, paths)), hint="specs end in .yaml"
+        )
+    return found
 
 
 def spec_names(paths: Iterable[str | Path]) -> dict[Path, str]:
@@ -74,7 +94,7 @@ def load_diagram_text(
     text: str, source: str = "<string>", sizes: Mapping[str, int] | None = None
 ) -> Diagram:
     """Like `load_diagram`, from YAML text."""
-    return _with_sizes(Validator(read_yaml_text(text, source)).diagram(), sizes)
+    return with_sizes(Validator(read_yaml_text(text, source)).diagram(), sizes)
 
 
 def parse_assignments(items: Iterable[str], option: str = "--set") -> dict[str, int]:
@@ -102,7 +122,8 @@ def parse_assignments(items: Iterable[str], option: str = "--set") -> dict[str, 
     return out
 
 
-def _with_sizes(diagram: Diagram, sizes: Mapping[str, int] | None) -> Diagram:
+def with_sizes(diagram: Diagram, sizes: Mapping[str, int] | None) -> Diagram:
+    """`diagram` with the axis `sizes` given (`--set`), checked as a spec's own sizes are."""
     if not sizes:
         return diagram
     for axis in sizes:

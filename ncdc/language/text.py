@@ -35,5 +35,13 @@ def listing(names: Iterable[str]) -> str:
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
-    match = difflib.get_close_matches(word, list(choices), n=1)
+    """A hint naming the choice `word` was likely meant to be (one that differs only in
+    case first), or None.
+
+        >>> did_you_mean("b", ["A", "B"]), did_you_mean("sofmax", ["softmax"])
+        ("did you mean 'B'?", "did you mean 'softmax'?")
+    """
+    choices = list(choices)
+    same = [c for c in choices if c.lower() == word.lower()]
+    match = same or difflib.get_close_matches(word, choices, n=1)
     return f"did you mean '{match[0]}'?" if match else None

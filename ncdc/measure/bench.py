@@ -274,10 +274,11 @@ def module_runner(
 ) -> Callable[[], None]:
     """Load `module` (compiled through the cache), allocate its buffers once, and return a
     callable that runs all its launches."""
-    from ncdc.backends.cuda import load_module, prepare_launches
+    from ncdc.backends.cuda import load_module
 
-    raw = load_module(cupy, module, arch)
-    return prepare_launches(cupy, raw, module, device_buffers(cupy, diagram, module, seed))
+    buffers = device_buffers(cupy, diagram, module, seed)
+    addresses = {name: int(a.data.ptr) for name, a in buffers.items()}
+    return load_module(cupy, module, arch).bind(addresses, keep=buffers)
 
 
 # ------------------------------------------------------------------------------ bench

@@ -7,7 +7,7 @@ import json
 
 from rich.console import Console
 
-from ncdc.cli.views import find_specs, graph_tree, hardware_list_table, hardware_table
+from ncdc.cli.views import graph_tree, hardware_list_table, hardware_table
 from ncdc.hardware.load import list_profiles, load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.model.graph import build_graph
@@ -32,14 +32,6 @@ def test_hardware_tables_list_every_profile_and_its_numbers() -> None:
     text = _text(hardware_list_table([load_hardware(n) for n in list_profiles()]))
     assert all(n in text for n in list_profiles())
     assert "132" in _text(hardware_table(load_hardware("h200")))  # SMs
-
-
-def test_find_specs_lists_a_folders_yaml_files_sorted(tmp_path) -> None:
-    (tmp_path / "b.yaml").write_text("x")
-    (tmp_path / "a.yaml").write_text("x")
-    (tmp_path / "notes.txt").write_text("x")
-    assert [p.name for p in find_specs([tmp_path])] == ["a.yaml", "b.yaml"]
-    assert len(find_specs([support.DIAGRAMS])) == len(list(support.DIAGRAMS.glob("*.yaml")))
 
 
 # A doc carrying terminal escapes: ESC sequences (colour, a window title), a C1 CSI and a

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ncdc.errors import SpecError
-from ncdc.language.load import load_diagram, parse_assignments
+from ncdc.language.load import find_specs, load_diagram, parse_assignments
 from tests import support
 
 ROOT = support.ROOT
@@ -52,3 +52,11 @@ def test_unknown_set_axis_and_version():
     assert result.returncode == 2
     assert "unknown axis 'z'" in result.stderr
     assert run_cli("--version").stdout.startswith("ncdc ")
+
+
+def test_find_specs_lists_a_folders_yaml_files_sorted(tmp_path) -> None:
+    (tmp_path / "b.yaml").write_text("x")
+    (tmp_path / "a.yaml").write_text("x")
+    (tmp_path / "notes.txt").write_text("x")
+    assert [p.name for p in find_specs([tmp_path])] == ["a.yaml", "b.yaml"]
+    assert len(find_specs([support.DIAGRAMS])) == len(list(support.DIAGRAMS.glob("*.yaml")))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ncdc.cli.views import cost_note
+from ncdc.check.buildable import cost_note
 from ncdc.errors import SpecError
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text

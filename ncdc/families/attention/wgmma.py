@@ -242,6 +242,7 @@ def _tensor_map(diagram: Diagram, name: str, rows: int) -> TensorMapSpec:
         strides=(head * esize, length * head * esize),
         box=(SPAN // esize, rows, 1),
         swizzle=SPAN,
+        axes=((t.axes[-1],), (t.axes[-2],), tuple(t.axes[:-2])),
     )
 
 

@@ -277,6 +277,7 @@ def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, i
         strides=tuple(stride(a) for a in axes[1:]),
         box=(*box, *([1] * len(batch))),
         swizzle=SPAN,
+        axes=tuple((a,) for a in axes),
     )
 
 
@@ -357,4 +358,5 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "batches": size_name(batch) if batch else "1",
         **epilogue,
     }
-    return KernelSource("gemm_wgmma.cu.j2", context, (Launch.of(name, c.main, params),))
+    launch = Launch.of(name, c.main, params, cluster=(cluster, 1, 1))
+    return KernelSource("gemm_wgmma.cu.j2", context, (launch,))

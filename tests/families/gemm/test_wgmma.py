@@ -4,6 +4,8 @@ running several persistent tiles, and chosen by the model where it is faster."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import dataclasses
 import re
 import subprocess
@@ -137,7 +139,7 @@ def test_cuda_tensor_map_is_encoded_by_the_driver_and_cached(
         return driver.CUresult.CUDA_SUCCESS, Map()
 
     monkeypatch.setattr(driver, "cuTensorMapEncodeTiled", encode)
-    monkeypatch.setattr(cuda, "_TENSOR_MAPS", {})
+    monkeypatch.setattr(cuda, "_TENSOR_MAPS", OrderedDict())
     spec = TensorMapSpec("A", "bf16", (136, 77, 2), (272, 272 * 77), (64, 128, 1), 128)
     first = cuda.tensor_map_argument(spec, 0x10000)
     again = cuda.tensor_map_argument(spec, 0x10000)
@@ -257,13 +259,9 @@ def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
     monkeypatch.setattr(
         driver, "cuTensorMapEncodeTiled", lambda *a: (driver.CUresult.CUDA_SUCCESS, Map())
     )
-    monkeypatch.setattr(cuda, "_TENSOR_MAPS", {})
+    monkeypatch.setattr(cuda, "_TENSOR_MAPS", OrderedDict())
 
-    class DeviceArray:  # a cupy.ndarray as far as the launch needs: CuPy passes its pointer
-        def __init__(self, ptr: int) -> None:
-            self.data = type("Pointer", (), {"ptr": ptr})()
-
-    device = {p.name: DeviceArray(0x100000 * (i + 1)) for i, p in enumerate(launch.params)}
+    device = {p.name: 0x100000 * (i + 1) for i, p in enumerate(launch.params)}
     maps = 0
     args = cuda.device_arguments(launch.params, device)
     for p, arg, (_, offset, size) in zip(launch.params, args, layout, strict=True):
@@ -272,7 +270,8 @@ def test_cuda_launch_arguments_match_the_kernels_parameter_layout(
             assert size == 128 and (0x210 + offset) % 64 == 0
             assert arg.shape == (1,) and arg.tobytes() == np.array(Map.opaque, "<u8").tobytes()
         elif p.kind in ("tensor", "workspace"):
-            assert size == 8 and arg is device[p.name]
+            # the buffer's device address, 8 bytes by value: a pointer parameter's bytes
+            assert size == 8 and arg.dtype == np.uint64 and int(arg) == device[p.name]
         else:
             assert size == np.asarray(arg).nbytes == 8
     assert maps == 3  # A, B and the TMA-stored C

@@ -1,4 +1,4 @@
-"""What a run trusts of a compiled kernel's `.json` (ncdc.check.compiled): sizes, grids,
+"""What a run trusts of a compiled kernel's `.json` (ncdc.backends.compiled): sizes, grids,
 blocks, shared memory and workspace within the limits of a launch and of the diagram. The
 command-line attacks (an edited grid of 2^61 blocks) are in tests/check/test_run.py."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ncdc.check.compiled import check_launches, checked_sizes
+from ncdc.backends.compiled import check_launches, checked_sizes
 from ncdc.errors import UsageError
 from ncdc.language.load import load_diagram
 from ncdc.render import Launch, Workspace

@@ -1,0 +1,250 @@
+"""How a built diagram runs on the arrays of one call: emulated on the host, launched on a
+GPU, or host arrays carried to a GPU and back. A run is made once per sizes and device
+(`ncdc.api.kernel.Kernel`) and called with the checked `ArrayView`s of each call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ncdc.api import arrays as arr
+from ncdc.api.arrays import ArrayView
+from ncdc.errors import ArrayError
+from ncdc.language.dtypes import DTYPES
+
+Inputs = Sequence[tuple[str, tuple[str, ...], str]]  # (name, axes, dtype) in inputs: order
+
+
+def _returned(results: list[Any]) -> Any:
+    """One output as itself, several as a tuple in `outputs:` order."""
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+class HostRun:
+    """The cpu backend: the build's source emulated, on copies of the host arrays."""
+
+    def __init__(self, built: Any, inputs: Inputs):
+        from ncdc.backends.cpu import build
+
+        self.built = built
+        self.inputs = inputs
+        self.lib = build(built.module.source)
+
+    def __call__(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
+                 stream: Any) -> Any:  # fmt: skip
+        from ncdc.check.run import allocate_storage, run_emulated
+
+        if stream is not None:
+            raise ArrayError(
+                "stream= is for GPU arrays; host arrays run on the cpu backend",
+                hint="drop stream=, or pass torch or CuPy arrays on a GPU",
+            )
+        bits = {
+            name: arr.host_bits(v, dtype)
+            for (name, _, dtype), v in zip(self.inputs, views, strict=True)
+        }
+        module, diagram = self.built.module, self.built.diagram
+        buffers = allocate_storage(module, diagram, bits)
+        run_emulated(self.lib, module, buffers)
+        family = views[0].family if views else "numpy"
+        results = []
+        for i, name in enumerate(diagram.outputs):
+            dtype = diagram.tensor(name).dtype
+            if outs is None:
+                results.append(arr.from_host_bits(buffers[name], dtype, family))
+            else:
+                arr.host_bits(outs[i], dtype)[...] = buffers[name]
+                results.append(outs[i].array)
+        return _returned(results)
+
+
+class _Stream:
+    """A stream as CuPy's launch takes it: anything whose `.ptr` is the handle."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+
+def stream_handle(stream: Any) -> int:
+    """The CUstream of `stream`: a torch.cuda.Stream, a CuPy stream, or the handle."""
+    for attribute in ("cuda_stream", "ptr"):
+        handle = getattr(stream, attribute, None)
+        if handle is not None:
+            return int(handle)
+    if isinstance(stream, int) and stream >= 0:
+        return stream
+    raise ArrayError(
+        f"expected a CUDA stream for stream=, found a {type(stream).__name__}",
+        hint="pass a torch.cuda.Stream, a cupy.cuda.Stream or its handle (an int)",
+    )
+
+
+class DeviceRun:
+    """The cuda backend: every launch of the build enqueued on the caller's stream, over
+    the caller's arrays (no copy); outputs, intermediates and workspaces allocated by the
+    caller's library on that stream."""
+
+    def __init__(self, built: Any, inputs: Inputs, device: int):
+        from ncdc.backends.cuda import DeviceModule, require_gpu
+
+        if built.cubin is None:
+            raise ArrayError("no cubin was compiled for the GPU", hint="pip install 'ncdc[cuda]'")
+        self.cupy = require_gpu()
+        self.device = device
+        self.inputs = inputs
+        self.loaded = DeviceModule(self.cupy, built.module, built.cubin, device)
+        diagram = built.diagram
+        self.outputs = [
+            (name, tuple(diagram.axes[a] for a in diagram.tensor(name).axes),
+             diagram.tensor(name).dtype)
+            for name in diagram.outputs
+        ]  # fmt: skip
+        self.scratch = _scratch(built)
+
+    def __call__(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
+                 stream: Any) -> Any:  # fmt: skip
+        return _returned(self.launch(views, outs, stream))
+
+    def launch(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
+               stream: Any) -> list[Any]:  # fmt: skip
+        family = views[0].family if views else "cupy"
+        alloc = (_TorchMemory if family == "torch" else _CupyMemory)(self, stream)
+        addresses = {name: v.address for (name, _, _), v in zip(self.inputs, views, strict=True)}
+        with alloc.on_stream():
+            if outs is None:
+                results = [alloc.output(shape, dtype) for _, shape, dtype in self.outputs]
+            else:
+                results = [v.array for v in outs]
+            for (name, _, _), r in zip(self.outputs, results, strict=True):
+                addresses[name] = alloc.address(r)
+            # Scratch memory returns to the allocator when this call returns: allocated on
+            # the launch stream, its next user there waits for these kernels.
+            scratch = [alloc.scratch(nbytes) for _, nbytes in self.scratch]
+            for (name, _), buffer in zip(self.scratch, scratch, strict=True):
+                addresses[name] = alloc.address(buffer)
+        if self.cupy.cuda.runtime.getDevice() == self.device:
+            self.loaded.run(addresses, alloc.stream)
+        else:
+            with self.cupy.cuda.Device(self.device):
+                self.loaded.run(addresses, alloc.stream)
+        return results
+
+
+def _scratch(built: Any) -> list[tuple[str, int]]:
+    """Buffers a call allocates besides inputs and outputs: intermediates saved between
+    kernels, and workspaces (split-k partials), in bytes."""
+    diagram, module = built.diagram, built.module
+    named = dict.fromkeys(p.name for launch in module.launches for p in launch.params
+                          if p.kind == "tensor")  # fmt: skip
+    given = {t.name for t in diagram.inputs} | set(diagram.outputs)
+    out = []
+    for name in named:
+        if name not in given:
+            t = diagram.tensor(name)
+            out.append((name, max(1, diagram.size(t) * DTYPES[t.dtype].bytes)))
+    out += [(w.name, max(1, w.values * DTYPES[w.dtype].bytes)) for w in module.workspace]
+    return out
+
+
+class _TorchMemory:
+    """Allocation through torch's caching allocator, on torch's current stream (or the
+    given one): memory freed after the call is reused only behind its kernels."""
+
+    def __init__(self, run: DeviceRun, stream: Any):
+        self.torch = sys.modules["torch"]
+        self.device = self.torch.device("cuda", run.device)
+        self.given = stream
+        if stream is None:
+            handle = self.torch.cuda.current_stream(self.device).cuda_stream
+        else:
+            handle = stream_handle(stream)
+        self.stream = _Stream(handle)
+
+    def on_stream(self) -> Any:
+        if self.given is None:
+            return contextlib.nullcontext()
+        s = self.given
+        if not isinstance(s, self.torch.cuda.Stream):
+            s = self.torch.cuda.ExternalStream(self.stream.ptr, device=self.device)
+        return self.torch.cuda.stream(s)
+
+    def output(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self.torch.empty(shape, dtype=arr.torch_dtype(dtype), device=self.device)
+
+    def scratch(self, nbytes: int) -> Any:
+        return self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
+
+    @staticmethod
+    def address(t: Any) -> int:
+        return int(t.data_ptr())
+
+
+class _CupyMemory:
+    """Allocation through CuPy's memory pool, on CuPy's current stream (or the given one):
+    the pool reuses a block freed on a stream only on that stream."""
+
+    def __init__(self, run: DeviceRun, stream: Any):
+        self.cupy = run.cupy
+        self.device = run.device
+        self.given = stream
+        self.stream = None if stream is None else _Stream(stream_handle(stream))
+
+    def on_stream(self) -> Any:
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.cupy.cuda.Device(self.device))
+        if self.stream is not None:
+            stack.enter_context(self.cupy.cuda.ExternalStream(self.stream.ptr))
+        return stack
+
+    def output(self, shape: tuple[int, ...], dtype: str) -> Any:
+        return self.cupy.empty(shape, dtype=np.dtype(DTYPES[dtype].bits))
+
+    def scratch(self, nbytes: int) -> Any:
+        return self.cupy.empty(nbytes, dtype=np.uint8)
+
+    @staticmethod
+    def address(a: Any) -> int:
+        return int(a.data.ptr)
+
+
+class HostOnDevice:
+    """backend='cuda' on host arrays: copied to the current GPU, run there, copied back."""
+
+    def __init__(self, built: Any, inputs: Inputs):
+        from ncdc.backends.cuda import require_gpu
+
+        self.cupy = require_gpu()
+        self.inputs = inputs
+        self.built = built
+        self.device = int(self.cupy.cuda.runtime.getDevice())
+        self.run = DeviceRun(built, inputs, self.device)
+
+    def __call__(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
+                 stream: Any) -> Any:  # fmt: skip
+        cupy = self.cupy
+        with cupy.cuda.Device(self.device):
+            on_gpu = [
+                arr.view(cupy.asarray(np.ascontiguousarray(arr.host_bits(v, dtype))))
+                for (_, _, dtype), v in zip(self.inputs, views, strict=True)
+            ]
+            results = self.run.launch(on_gpu, None, stream)
+            cupy.cuda.Device(self.device).synchronize()
+            bits = [cupy.asnumpy(r) for r in results]
+        family = views[0].family if views else "numpy"
+        diagram = self.built.diagram
+        returned = []
+        for i, (name, b) in enumerate(zip(diagram.outputs, bits, strict=True)):
+            dtype = diagram.tensor(name).dtype
+            if outs is None:
+                returned.append(arr.from_host_bits(b, dtype, family))
+            else:
+                arr.host_bits(outs[i], dtype)[...] = b
+                returned.append(outs[i].array)
+        return _returned(returned)

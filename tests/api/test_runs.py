@@ -1,0 +1,115 @@
+"""ncdc.load's GPU path (ncdc/api/runs.py, ncdc.backends.cuda.DeviceModule) on a GPU made
+of the CPU emulator (tests/api/fakes.py): the arguments, outputs, scratch buffers, tensor
+maps, shared-memory opt-in and stream a real launch would get, with results checked
+against the reference. The real GPU runs in scripts/device-check.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ncdc
+from ncdc.api.runs import stream_handle
+from ncdc.errors import ArrayError
+from tests import support
+from tests.api.fakes import fake_gpu
+from tests.api.test_kernel import check_against_reference, rng
+
+pytest.importorskip("cuda.bindings.nvrtc", reason="the cuda backend compiles with NVRTC")
+
+SOFTMAX = str(support.DIAGRAMS / "softmax.yaml")
+MULTI = str(support.SPECS / "multi_mlp_two_gemms.yaml")
+
+
+def test_softmax_on_device_arrays_runs_on_the_callers_stream(monkeypatch) -> None:
+    with fake_gpu(monkeypatch) as gpu:
+        softmax = ncdc.load(SOFTMAX)
+        x = rng().standard_normal((5, 300)).astype(ml_dtypes.bfloat16)
+        y = softmax(gpu.asarray(x.view(np.uint16)))  # CuPy holds bf16 as its bits
+        assert type(y).__name__ == "FakeDeviceArray" and y.dtype == np.uint16
+        check_against_reference(SOFTMAX, {"X": x}, {"Y": y.host.view(ml_dtypes.bfloat16)})
+        assert gpu.launches[-1][4] is None  # CuPy's current stream
+
+        class Stream:  # a cupy.cuda.Stream as the launch reads it
+            ptr = 0x5EED
+
+        out = gpu.empty((5, 300), np.uint16)
+        assert softmax(gpu.asarray(x.view(np.uint16)), out=out, stream=Stream()) is out
+        assert np.array_equal(out.host, y.host) and gpu.launches[-1][4].ptr == 0x5EED
+
+
+def test_a_diagram_of_two_kernels_gets_its_intermediate_allocated(monkeypatch) -> None:
+    d = ncdc.load(MULTI).diagram
+    with fake_gpu(monkeypatch) as gpu:
+        mlp = ncdc.load(MULTI, sizes={"m": 24})
+        sizes = {"m": 24, **{a: n for a, n in d.axes.items() if a != "m"}}
+        inputs = {
+            t.name: (rng().standard_normal([sizes[a] for a in t.axes]) * 0.5).astype(
+                ml_dtypes.bfloat16 if t.dtype == "bf16" else np.float32
+            )
+            for t in d.inputs
+        }
+        got = mlp(*(gpu.asarray(inputs[t.name].view(np.uint16) if t.dtype == "bf16"
+                                else inputs[t.name]) for t in d.inputs))  # fmt: skip
+        assert len({launch[0] for launch in gpu.launches}) >= 2  # two kernels, in order
+        results = got if isinstance(got, tuple) else (got,)
+        outputs = {
+            name: r.host.view(ml_dtypes.bfloat16) if d.tensor(name).dtype == "bf16" else r.host
+            for name, r in zip(d.outputs, results, strict=True)
+        }
+        check_against_reference(MULTI, inputs, outputs)
+
+
+def test_a_hopper_kernel_gets_its_tensor_maps_and_shared_memory_opt_in(monkeypatch) -> None:
+    # fp8 attention runs only in the sm_90a wgmma kernel: TMA loads, > 48 KiB of smem
+    spec = str(support.DIAGRAMS / "attention_fp8.yaml")
+    with fake_gpu(monkeypatch) as gpu:
+        attention = ncdc.load(spec)
+        shape = (1, 2, 70, 128)
+        q = (rng().standard_normal(shape) * 4).astype(ml_dtypes.float8_e4m3fn)
+        k = (rng().standard_normal(shape) * 4).astype(ml_dtypes.float8_e4m3fn)
+        v = rng().standard_normal(shape).astype(np.float16)
+        o = attention(*(gpu.asarray(a.view(np.uint8) if a.dtype.itemsize == 1 else a)
+                        for a in (q, k, v)))  # fmt: skip
+        name, _, _, smem, _ = gpu.launches[-1]
+        assert "wgmma" in name and smem > 48 * 1024
+        assert (8, smem) in [(attribute, value) for _, attribute, value in gpu.attributes]
+        check_against_reference(spec, {"Q": q, "K": k, "V": v}, {"O": o.host})
+
+
+def test_host_arrays_run_on_the_gpu_with_backend_cuda(monkeypatch) -> None:
+    with fake_gpu(monkeypatch) as gpu:
+        softmax = ncdc.load(SOFTMAX, backend="cuda")
+        x = rng().standard_normal((2, 64)).astype(ml_dtypes.bfloat16)
+        y = softmax(x)
+        assert isinstance(y, np.ndarray) and y.dtype == ml_dtypes.bfloat16
+        assert gpu.launches, "ran on the (fake) GPU"
+        check_against_reference(SOFTMAX, {"X": x}, {"Y": y})
+
+
+def test_misaligned_and_scattered_device_arrays_are_refused(monkeypatch) -> None:
+    with fake_gpu(monkeypatch) as gpu:
+        softmax = ncdc.load(SOFTMAX)
+        whole = gpu.asarray(np.zeros(2 * 64 + 1, np.uint16))
+        shifted = type(whole)(whole.host[1:].reshape(2, 64))
+        with pytest.raises(ArrayError, match="not on a 16-byte boundary"):
+            softmax(shifted)
+        elsewhere = type(whole)(np.zeros((2, 64), np.uint16), device=1)
+        with pytest.raises(ArrayError, match="input X is on cuda:1"):
+            ncdc.load(str(support.DIAGRAMS / "matmul.yaml"))(
+                gpu.asarray(np.zeros((2, 8), np.uint16)), elsewhere
+            )
+
+
+def test_a_stream_is_its_handle() -> None:
+    class TorchStream:
+        cuda_stream = 11
+
+    class CupyStream:
+        ptr = 12
+
+    assert [stream_handle(s) for s in (TorchStream(), CupyStream(), 13)] == [11, 12, 13]
+    with pytest.raises(ArrayError, match="expected a CUDA stream"):
+        stream_handle("default")
