@@ -11,6 +11,7 @@ and exits with `error.exit_code`. A traceback is shown only with `--debug`.
 from __future__ import annotations
 
 import errno
+import re
 
 # Exit codes (DESIGN.md, "Command line"): 0 ok, 1 a check failed, 2 bad input or usage,
 # 3 compile error, 4 no GPU where one is needed.
@@ -36,6 +37,29 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     return cut + (" ..." if len(text.splitlines()) > 1 else "")
 
 
+# What a terminal or an XML parser must never receive from a user's text: C0 and C1 control
+# characters (ESC starts a terminal's escape sequences; XML 1.0 forbids most C0 characters,
+# even escaped), lone surrogates (no UTF-8 encoder writes them), the noncharacters U+FFFE
+# and U+FFFF, line separators and the bidirectional overrides that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff"
+                      "\u2028\u2029\u202a-\u202e\u2066-\u2069]")  # fmt: skip
+
+
+def inert(text: str) -> str:
+    r"""`text` with every control character shown as an escape (`\x1b`, `\u202e`): safe
+    on a terminal, in an error line and in an SVG. Tabs and line breaks are kept.
+
+        >>> inert("red \x1b[31m text"), inert("ok")
+        ('red \\x1b[31m text', 'ok')
+    """
+    return _CONTROL.sub(_escaped, text)
+
+
+def _escaped(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 class NcdcError(Exception):
     """An error meant for the user: what went wrong, where, and what to try."""
 
@@ -54,7 +78,7 @@ class NcdcError(Exception):
             text = f"{self.where}: {text}"
         if self.hint:
             text = f"{text} (hint: {self.hint})"
-        return " ".join(text.splitlines())
+        return inert(" ".join(text.splitlines()))
 
     def __str__(self) -> str:
         return self.line()

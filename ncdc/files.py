@@ -1,7 +1,11 @@
-"""Writing files so that no reader ever sees half of one, and an interrupt leaves nothing.
+"""Reading files so that none can hang ncdc or fill its memory, and writing them so that no
+reader ever sees half of one and an interrupt leaves nothing.
 
-Files get the mode a plain `open()` would give them (0666 less the umask), not the 0600 of
-a temporary file.
+Every file ncdc reads (specs, profiles, baselines, keys, tuning records, compiled `.json`
+and `.cu`, cache entries) goes through `read_regular`: a regular file only (a FIFO would
+hang the read, `/dev/zero` never ends), its size checked before a byte is read. Files get
+the mode a plain `open()` would give them (0666 less the umask), not the 0600 of a
+temporary file.
 
     >>> import tempfile; folder = Path(tempfile.mkdtemp())
     >>> write_together({folder / "a.cu": b"1", folder / "a.json": b"2"})
@@ -14,9 +18,70 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from ncdc.errors import FileError, NcdcError
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)  # fmt: skip
+
+
+def read_regular(
+    path: Path,
+    limit: int,
+    *,
+    what: str = "a file",
+    noun: str | None = None,
+    hint: str | None = None,
+    error: type[NcdcError] = FileError,
+) -> bytes:
+    """The bytes of `path` when it is a regular file of at most `limit` bytes.
+
+    The open does not block (a FIFO's would), the kind and the size are read from the open
+    file before anything else, and at most `limit + 1` bytes are read (a file that grows
+    meanwhile is refused too). Anything but a regular file is `error` "expected {what},
+    found a named pipe"; a larger one "file is N bytes; expected {noun} under {limit}
+    bytes". OSError (missing, unreadable) is left to the caller, who knows what to say.
+
+        >>> read_regular(Path("/dev/null"), 10)
+        Traceback (most recent call last):
+        ...
+        ncdc.errors.FileError: /dev/null: expected a file, found a character device
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    too_big = f"expected {noun or what} under {limit} bytes"
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        os.close(fd)  # a directory's descriptor cannot become a file object
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
+            raise error(f"expected {what}, found {kind}", where=str(path), hint=hint)
+        raise error(f"file is {st.st_size} bytes; {too_big}", where=str(path))
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew while we read
+        raise error(f"file is over {limit} bytes; {too_big}", where=str(path))
+    return data
+
+
+def read_prefix(path: Path, size: int) -> bytes | None:
+    """The first `size` bytes of `path` if it is a regular file, else None (missing, a
+    FIFO, a device): enough to tell whether ncdc wrote it, without hanging on it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(size)
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ncdc.errors import UsageError
+from ncdc.errors import UsageError, inert
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -78,23 +78,35 @@ def emit(data: Any, fmt: str, table: Callable[[], RenderableType]) -> None:
 def note(message: str) -> None:
     """A message for the person at the terminal (stderr); `-q` hides it."""
     if VERBOSITY.level >= 0:
-        stderr().print(message, markup=False, soft_wrap=True)
+        stderr().print(inert(message), markup=False, soft_wrap=True)
 
 
 def detail(message: str) -> None:
     """A message shown only with `-v`."""
     if VERBOSITY.level > 0:
-        stderr().print(message, markup=False, soft_wrap=True)
+        stderr().print(inert(message), markup=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
     """`warning: message` on stderr, one line, shown even with `-q`."""
-    stderr().print(f"warning: {message}", markup=False, soft_wrap=True)
+    stderr().print(f"warning: {inert(message)}", markup=False, soft_wrap=True)
 
 
 def error_line(message: str) -> None:
     """`error: message` on stderr, one line."""
-    stderr().print(f"error: {message}", markup=False, soft_wrap=True)
+    stderr().print(f"error: {inert(message)}", markup=False, soft_wrap=True)
+
+
+def safe_markup(text: str) -> str:
+    r"""A user's text (a doc, a path, a profile's title) for a rich renderable: read as
+    plain text, never as markup, with control characters made visible (ncdc.errors.inert).
+
+        >>> print(safe_markup("[red]x\x1b"))
+        \[red]x\x1b
+    """
+    from rich.markup import escape
+
+    return escape(inert(text))
 
 
 def json_number(x: float | None) -> float | None:

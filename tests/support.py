@@ -3,6 +3,8 @@ script or CI runs it (a subprocess of `python -m ncdc`), with its error contract
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import re
@@ -91,3 +93,37 @@ def renamed_text(path: Path, mapping: dict[str, str]) -> str:
             for key, value in schedule.items()
         }
     return json.dumps(out)
+
+
+def chain_spec(n: int) -> str:
+    """A spec of `n` elementwise operations, each reading the one before (as in
+    benchmarks/bench_check_scaling.py): long diagrams must cost linear work."""
+    ops = "".join(f"  - Y{i} = relu(Y{i - 1})\n" for i in range(2, n + 1))
+    return (
+        "ncdc: 1\nname: chain\naxes: {m: 64, n: 64}\ninputs:\n"
+        f"  X: {{axes: [m, n], dtype: fp32}}\nops:\n  - Y1 = relu(X)\n{ops}outputs: [Y{n}]\n"
+    )
+
+
+def count_calls(monkeypatch, owner: object, name: str) -> list[int]:
+    """Count the calls of `owner.name` (a function, property or cached property) from now
+    on: a one-item list the caller reads. A scaling test asserts how the count grows with
+    a diagram's size, never a wall-clock time."""
+    original = inspect.getattr_static(owner, name)
+    calls = [0]
+    if isinstance(original, (property, functools.cached_property)):
+        getter = original.fget if isinstance(original, property) else original.func
+
+        def counted_property(self):
+            calls[0] += 1
+            return getter(self)
+
+        monkeypatch.setattr(owner, name, property(counted_property))
+        return calls
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls

@@ -18,8 +18,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ncdc"
 
 # The floors, lowest first: a module may import its own floor's modules and any below.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("ground", ("ncdc.version", "ncdc.errors", "ncdc.files", "ncdc.system", "ncdc.output",
-                "ncdc.units", "ncdc.paths", "ncdc.schema", "ncdc.templates")),
+    ("ground", ("ncdc.version", "ncdc.errors", "ncdc.files", "ncdc.bounded", "ncdc.system",
+                "ncdc.output", "ncdc.units", "ncdc.paths", "ncdc.schema", "ncdc.templates")),
     ("language", ("ncdc.language",)),
     ("hardware", ("ncdc.hardware",)),
     ("model", ("ncdc.model",)),

@@ -31,15 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from ncdc.backends import nvrtc
+from ncdc.bounded import read_json
 from ncdc.errors import NcdcError
-from ncdc.files import write_atomic
+from ncdc.files import read_regular, write_atomic
 from ncdc.paths import (
     KEY_FILE,
+    MARKER_FILE,
     CacheError,
     cache_root,
     cache_write_failed,
     check_private,
+    is_marked,
     locked,
+    ncdc_entries,
     sign,
     usable_dir,
     verify,
@@ -50,26 +54,32 @@ FORMAT = 2  # bump when the json layout changes (2: an HMAC instead of a sha256)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+MAX_ENTRY_BYTES = 64 << 20  # a cubin of the largest kernels is a few MiB
 
 
 def clear_cache(*, all_versions: bool = False) -> Path:
-    """Remove this ncdc version's entries (or every version's); returns the folder removed.
-
-    The emulator's objects and the tuned tiles go with `all_versions`; the key stays.
+    """Remove this ncdc version's entries (or, with `all_versions`, every entry of ncdc's
+    manifest: each version's, the emulator's objects, the tuned tiles); returns the folder
+    removed. The key and anything ncdc did not make stay; a folder without ncdc's marker
+    (`NCDC_CACHE=$HOME`, say) is refused, and nothing in it is touched.
     """
     root = cache_root()
-    if not all_versions:
-        shutil.rmtree(root / __version__, ignore_errors=True)
-        return root / __version__
-    if root.is_dir():
-        for child in root.iterdir():
-            if child.name == KEY_FILE:
-                continue
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                child.unlink(missing_ok=True)
-    return root
+    if not root.exists():
+        return root / __version__ if not all_versions else root
+    if not is_marked(root):
+        raise CacheError(
+            f"not a cache ncdc made (no {MARKER_FILE}); refusing to delete anything in it",
+            where=str(root),
+            hint="check NCDC_CACHE; ncdc clears only a folder it made (remove ncdc's entries "
+            "by hand: version folders such as 0.1.0/, emu/, tune/)",
+        )
+    doomed = ncdc_entries(root) if all_versions else [root / __version__]
+    for child in doomed:
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+    return root if all_versions else root / __version__
 
 
 def headers_digest(folder: Path | None = None) -> str:
@@ -188,8 +198,8 @@ def find_cached(
 def _read_entry(stem: Path, parts: dict[str, Any]) -> nvrtc.CompiledModule | None:
     """The cached module, or None when missing, unreadable, inconsistent or unsigned."""
     try:
-        meta = json.loads(stem.with_suffix(".json").read_text())
-        cubin = stem.with_suffix(".cubin").read_bytes()
+        meta = read_json(stem.with_suffix(".json"), MAX_ENTRY_BYTES)
+        cubin = read_regular(stem.with_suffix(".cubin"), MAX_ENTRY_BYTES)
         if meta["key_parts"] != parts or not verify(_signed_bytes(meta, cubin), meta["hmac"]):
             return None
         resources = {k: nvrtc.KernelResources(**fields) for k, fields in meta["resources"].items()}
@@ -200,8 +210,8 @@ def _read_entry(stem: Path, parts: dict[str, Any]) -> nvrtc.CompiledModule | Non
             resources=resources,
             nvrtc_version=meta["nvrtc_version"],
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    except (OSError, NcdcError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # missing, planted as a FIFO, damaged: rebuilt
 
 
 def _signed_bytes(meta: dict[str, Any], cubin: bytes) -> bytes:

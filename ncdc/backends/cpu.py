@@ -23,6 +23,7 @@ import atexit
 import ctypes
 import functools
 import hashlib
+import itertools
 import os
 import pickle
 import re
@@ -42,10 +43,12 @@ from ncdc import paths
 from ncdc.backends import cache
 from ncdc.backends.sanitizer_reports import asan_failure, tsan_failure
 from ncdc.backends.traffic import Counters, Traffic
-from ncdc.errors import CompileError, NcdcError
-from ncdc.files import write_atomic
+from ncdc.errors import CompileError, NcdcError, UsageError
+from ncdc.files import read_regular, write_atomic
 
 SANITIZERS = (None, "address", "race")
+MAX_LIBRARY_BYTES = 256 << 20  # a built kernel library (a sanitized one is a few MiB)
+MAX_SOURCE_BYTES = 16 << 20  # a kernel source read from a file (a generated one is far smaller)
 
 
 _BASE_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden")
@@ -132,9 +135,12 @@ def _read_source(source: str | Path) -> tuple[str, Path | None]:
     if isinstance(source, Path) or ("\n" not in source and Path(source).is_file()):
         path = Path(source)
         try:
-            return path.read_text(), path
+            raw = read_regular(path, MAX_SOURCE_BYTES, what="a kernel source")
+            return raw.decode("utf-8", errors="replace"), path
         except OSError as e:
-            raise NcdcError(f"cannot read kernel source: {e}", where=str(path)) from e
+            raise NcdcError(
+                f"cannot read kernel source: {e.strerror or e}", where=str(path)
+            ) from None
     return source, None
 
 
@@ -211,11 +217,12 @@ def _build_cached(job: _Job, lib: Path, sanitize: str | None) -> EmulatedModule:
                 return hit  # another process built it while we waited
             _signature_file(lib).unlink(missing_ok=True)
             _compile(job, lib)
-            write_atomic(_signature_file(lib), paths.sign(lib.read_bytes()).encode())
+            image = read_regular(lib, MAX_LIBRARY_BYTES, what="a built kernel library")
+            write_atomic(_signature_file(lib), paths.sign(image).encode())
     except OSError as e:  # the cache could not be written: build where only we can see
         paths.cache_write_failed(e)
         return EmulatedModule(_build_uncached(job), sanitize)
-    return EmulatedModule(lib, sanitize)
+    return EmulatedModule(lib, sanitize, image)  # the bytes signed, not what lib holds now
 
 
 def _signature_file(lib: Path) -> Path:
@@ -223,21 +230,44 @@ def _signature_file(lib: Path) -> Path:
 
 
 def _load_verified(lib: Path, sanitize: str | None) -> EmulatedModule | None:
-    """The cached module, or None when it is missing, unsigned, forged or will not load."""
+    """The cached module, or None when it is missing, unsigned, forged or will not load.
+    The bytes verified are the bytes loaded: `lib` is read once, and what runs is a private
+    copy of them, so swapping `lib` after the check changes nothing."""
     try:
-        mac = _signature_file(lib).read_text()
-        if not paths.verify(lib.read_bytes(), mac):
+        mac = read_regular(_signature_file(lib), 1024, what="a signature").decode()
+        image = read_regular(lib, MAX_LIBRARY_BYTES, what="a kernel library")
+        if not paths.verify(image, mac):
             return None
-        return EmulatedModule(lib, sanitize)
-    except OSError:  # missing, unreadable, or a damaged object that dlopen refuses
-        return None
+        return EmulatedModule(lib, sanitize, image)
+    except (OSError, NcdcError, UnicodeDecodeError):  # missing, planted, or a damaged
+        return None  # object that dlopen refuses
+
+
+@functools.cache
+def _private_folder() -> Path:
+    """This process's own folder (0700, made by mkdtemp, checked like the cache root and
+    removed at exit): what is loaded is copied here, where no one else can swap it."""
+    folder = Path(tempfile.mkdtemp(prefix="ncdc-emu-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    paths.check_private(folder)
+    return folder
+
+
+_COPIES = itertools.count()
+
+
+def _private_copy(image: bytes, name: str) -> Path:
+    """`image` written to a new file of the private folder (never one that exists)."""
+    path = _private_folder() / f"{next(_COPIES)}-{name}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o700)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(image)
+    return path
 
 
 def _build_uncached(job: _Job) -> Path:
-    """Build into a private temporary folder removed when the process exits."""
-    folder = Path(tempfile.mkdtemp(prefix="ncdc-emu-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    lib = folder / f"{job.stem}.so"
+    """Build into the private folder (removed when the process exits)."""
+    lib = _private_folder() / f"{next(_COPIES)}-{job.stem}.so"
     _compile(job, lib)
     return lib
 
@@ -275,12 +305,21 @@ def _dim3(v: int | Sequence[int]) -> tuple[int, int, int]:
 
 
 class EmulatedModule:
-    """A kernel library built for the CPU backend; `launch` runs one of its kernels."""
+    """A kernel library built for the CPU backend; `launch` runs one of its kernels.
 
-    def __init__(self, library: Path, sanitize: str | None = None):
+    `image` is the library's bytes as verified (read from `library` when not given); what
+    is loaded, here or by the sanitizer's child process, is a private copy of them."""
+
+    def __init__(self, library: Path, sanitize: str | None = None, image: bytes | None = None):
         self.library = library
         self.sanitize = sanitize
-        self._dll = ctypes.CDLL(str(library)) if sanitize is None else None
+        if image is None:
+            image = read_regular(library, MAX_LIBRARY_BYTES, what="a kernel library")
+        self._loaded = _private_copy(image, library.name)
+        self._dll = None
+        if sanitize is None:
+            self._dll = ctypes.CDLL(str(self._loaded))
+            self._loaded.unlink()  # mapped now: the copy is needed no longer
 
     def signature(self, kernel: str) -> list[str]:
         """The kernel's parameters: "p" for a pointer, "i4", "f4", "u8"... for scalars."""
@@ -307,7 +346,7 @@ class EmulatedModule:
         bound the block's setmaxnreg pool (0: the most `__launch_bounds__(threads, 1)` allows).
         """
         g, b = _dim3(grid), _dim3(block)
-        _default_threads()
+        _emulator_settings()
         if self._dll is not None:
             values = _check_args(kernel, self.signature(kernel), args)
             dll = self._dll
@@ -319,7 +358,7 @@ class EmulatedModule:
         assert self.sanitize is not None  # a plain library is loaded in this process
         arrays = [a for a in args if isinstance(a, np.ndarray) and not _by_value_struct(a)]
         request = (
-            str(self.library), kernel, g, b, int(dynamic_smem), list(args), counters,
+            str(self._loaded), kernel, g, b, int(dynamic_smem), list(args), counters,
             entry_registers,
         )  # fmt: skip
         outputs, traffic = _run_sanitized(self.sanitize, kernel, request)
@@ -333,9 +372,25 @@ def _by_value_struct(a: np.ndarray) -> bool:
     return a.ndim == 0 and a.dtype.kind == "V"
 
 
-def _default_threads() -> None:
-    """The emulator's pool defaults to every core of the machine; use the CPUs this process
-    may use (affinity, cgroup quota) instead, unless NCDC_EMU_THREADS says otherwise."""
+# The emulator's settings from the environment (read by ncdc_emu.h, which ignores what it
+# cannot parse): each checked here first. A fiber stack under 64 KiB overflows into its
+# guard page in an ordinary kernel (1 KiB crashed every launch).
+EMULATOR_SETTINGS = {"NCDC_EMU_THREADS": (1, 4096), "NCDC_EMU_STACK_KIB": (64, 1 << 20)}
+
+
+def _emulator_settings() -> None:
+    """Refuse (UsageError, exit 2) an emulator setting that is not a whole number in its
+    range (an empty one is unset, as for the emulator); then default the pool to the CPUs
+    this process may use (affinity, cgroup quota) rather than every core of the machine,
+    unless NCDC_EMU_THREADS says otherwise."""
+    for name, (low, high) in EMULATOR_SETTINGS.items():
+        text = os.environ.get(name)
+        if text and not (re.fullmatch(r"[0-9]+", text) and low <= int(text) <= high):
+            raise UsageError(
+                f"{name}={text!r} is not a whole number from {low} to {high}",
+                where="environment",
+                hint=f"unset {name}, or set it within that range",
+            )
     if "NCDC_EMU_THREADS" not in os.environ:
         from ncdc.system import default_jobs
 
@@ -475,6 +530,19 @@ def _asan_runtime() -> str:
 _TSAN_BAD_MAPPING = "ThreadSanitizer: unexpected memory mapping"
 
 
+# The sanitizer's child: isolated (`-I`: no current folder, script folder, PYTHONPATH or
+# user site on its import path), in a private working folder, and given the folder that
+# holds this ncdc package last, after the standard library, so nothing there shadows it.
+_CHILD = (
+    "import sys; sys.path.append(sys.argv[1]); import ncdc.backends.cpu as e; "
+    "e._sanitized_child(sys.argv[2], sys.argv[3])"
+)
+
+
+def _package_parent() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
 def _run_sanitized(
     sanitize: str, kernel: str, request: tuple[Any, ...]
 ) -> tuple[list[np.ndarray], Traffic]:
@@ -485,14 +553,13 @@ def _run_sanitized(
         env = dict(os.environ)
         env["LD_PRELOAD"] = sanitizer_runtime(sanitize)
         env[rt.options_var] = rt.options
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
-        code = "import sys, ncdc.backends.cpu as e; e._sanitized_child(sys.argv[1], sys.argv[2])"
-        cmd = [sys.executable, "-c", code, str(req), str(response)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        cmd = [sys.executable, "-I", "-c", _CHILD, _package_parent(), str(req), str(response)]
+        run = functools.partial(
+            subprocess.run, env=env, cwd=tmp, capture_output=True, text=True, check=False
+        )
+        proc = run(cmd)
         if _TSAN_BAD_MAPPING in proc.stderr and (setarch := shutil.which("setarch")):
-            cmd = [setarch, os.uname().machine, "-R", *cmd]
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+            proc = run([setarch, os.uname().machine, "-R", *cmd])
         if proc.returncode != 0 or not response.is_file():
             if sanitize == "race":
                 raise tsan_failure(kernel, proc.stderr)

@@ -35,10 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncdc.errors import CompileError
+from ncdc.errors import CompileError, NcdcError
 from ncdc.hardware.arch import WARPGROUP_WARPS, MmaShape
 
 TOOL_TIMEOUT_S = 120
+MAX_LOOPS_BYTES = 16 << 20  # a cached entry of main loops: a few KiB of SASS a kernel
 
 
 LOOP_RULE = 5  # the version of `main_loop`'s choice, in the key of the loops it keeps
@@ -291,6 +292,7 @@ def main_loops(cubin: bytes) -> dict[str, str]:
     import hashlib
     import json
 
+    from ncdc.bounded import read_json
     from ncdc.files import write_atomic
     from ncdc.paths import sign, usable_dir, verify
     from ncdc.version import __version__
@@ -300,12 +302,12 @@ def main_loops(cubin: bytes) -> dict[str, str]:
     path = folder / f"{key}.json" if folder else None
     if path is not None and path.exists():
         try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
+            entry = read_json(path, MAX_LOOPS_BYTES)
             body = json.dumps(entry["loops"], sort_keys=True).encode()
             if verify(body, entry["hmac"]):
                 return {str(k): str(v) for k, v in entry["loops"].items()}
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        except (OSError, NcdcError, ValueError, KeyError, TypeError):
+            pass  # missing, planted, damaged: found again below
     loops = {}
     for name, text in split_functions(disassemble(cubin)).items():
         instructions = parse_sass(text)

@@ -22,20 +22,22 @@ from typing import Any
 import numpy as np
 
 from ncdc.check.reference import from_storage, round_to, value_dtype
-from ncdc.errors import UsageError, excerpt
-from ncdc.files import write_atomic
+from ncdc.errors import NcdcError, UsageError, excerpt
+from ncdc.files import read_regular, write_atomic
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.text import did_you_mean, listing
 
 SAVED_FORMAT = "ncdc.outputs/1"
 MARK = "ncdc"  # the entry of a saved file that names what wrote it
+MAX_NPZ_BYTES = 1 << 34  # 16 GiB: read through the guarded reader (a FIFO would hang np.load)
 
 
 def read_arrays(path: Path, diagram: Diagram) -> dict[str, np.ndarray]:
     """The arrays of an inputs file, by name, each one a diagram input (all of them)."""
+    raw = read_regular(path, MAX_NPZ_BYTES, what="an .npz file", error=UsageError)
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         if isinstance(e, OSError) and e.filename is not None:
@@ -126,7 +128,8 @@ def save_outputs(path: Path, diagram: Diagram, outputs: Mapping[str, np.ndarray]
 
 def _ours(path: Path) -> bool:
     try:
-        with np.load(path, allow_pickle=False) as data:
+        raw = read_regular(path, MAX_NPZ_BYTES)
+        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
             return MARK in data.files and SAVED_FORMAT in str(data[MARK])
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError):
-        return False
+    except (OSError, NcdcError, ValueError, zipfile.BadZipFile, EOFError):
+        return False  # missing, a FIFO, not an .npz: not one ncdc saved

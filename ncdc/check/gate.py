@@ -15,14 +15,14 @@ silently passed. Tolerances are a percentage (`5%`) or a fraction below 1 (`0.05
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ncdc.errors import NcdcError, UsageError
+from ncdc.bounded import read_json
+from ncdc.errors import NcdcError, UsageError, inert
 from ncdc.hardware.machine import Hardware
 from ncdc.language.load import check_unique_names, load_diagram
 from ncdc.model.values import Plan
@@ -31,6 +31,10 @@ from ncdc.version import __version__
 
 FORMAT = "ncdc.baseline/1"
 FIGURES = ("predicted_time_s", "hbm_bytes")
+# Beyond these a figure is no kernel's (a day on one GPU; 2**64 bytes, 16 EiB, through its
+# memory), and a baseline holding one would let every regression pass.
+FIGURE_LIMITS = {"predicted_time_s": 86400.0, "hbm_bytes": float(2**64)}
+MAX_BASELINE_BYTES = 64 << 20  # about 300 bytes a diagram
 MADE_FOR = ("hardware", "arch", "ncdc_version")  # what must match between two baselines
 _WRITE_HINT = "write one with `ncdc cost FOLDER --format json > FILE`"
 
@@ -119,10 +123,10 @@ def plan_specs(
 def read_baseline(path: Path) -> dict[str, Any]:
     """A baseline written by `ncdc cost FOLDER --format json`, checked for shape."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+        data = read_json(path, MAX_BASELINE_BYTES, what="a baseline (JSON)", error=UsageError)
+    except OSError as error:
         raise UsageError(
-            f"cannot read baseline: {error}", where=str(path), hint=_WRITE_HINT
+            f"cannot read baseline: {error.strerror or error}", where=str(path), hint=_WRITE_HINT
         ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UsageError(
@@ -154,6 +158,12 @@ def _check_figures(path: Path, name: str, figures: Any) -> None:
             where=str(path),
             hint=_WRITE_HINT,
         )
+    for figure, most in FIGURE_LIMITS.items():
+        if figures[figure] > most:  # a baseline of 1e308 s would pass any regression
+            raise UsageError(
+                f"baseline entry '{name}' has {figure} {figures[figure]:.6g}, beyond any "
+                f"kernel's ({most:.3g})", where=str(path), hint=_WRITE_HINT,
+            )  # fmt: skip
 
 
 def check_made_for(current: dict[str, Any], baseline: dict[str, Any], path: Path) -> None:
@@ -259,7 +269,8 @@ def github_annotations(checks: Iterable[SpecCheck], regressions: Iterable[str] =
 
 
 def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return inert(text)  # a terminal shows a CI log too
 
 
 def _escape_property(text: str) -> str:

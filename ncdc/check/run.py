@@ -57,10 +57,18 @@ class OutputCheck:
     scale: float  # largest |reference|: the tolerance is relative to it
     tolerance: float
     unexpected_nan: int  # elements that are NaN here but not in the reference (e.g. unwritten)
+    # elements where the reference is NaN or an infinity and this is not the same (a finite
+    # value where the reference is NaN), or this is an infinity where the reference is finite
+    nonfinite_mismatch: int = 0
+    reference_nonfinite: int = 0  # NaN or inf in the reference: compared by kind only
 
     @property
     def ok(self) -> bool:
-        return self.unexpected_nan == 0 and self.max_rel_error <= self.tolerance
+        return (
+            self.unexpected_nan == 0
+            and self.nonfinite_mismatch == 0
+            and self.max_rel_error <= self.tolerance
+        )
 
 
 @dataclass(frozen=True)
@@ -82,21 +90,25 @@ class RunResult:
 
 
 def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray) -> OutputCheck:
-    """Compare a kernel's output (float64 values) with the reference."""
-    both_nan = np.isnan(got) & np.isnan(want)
-    unexpected = int(np.count_nonzero(np.isnan(got) & ~np.isnan(want)))
-    finite = ~np.isnan(want) & ~np.isnan(got)
-    diff = np.where(finite, np.abs(got - want), 0.0)
-    diff = np.where(both_nan, 0.0, diff)
-    # Infinities that agree are no error; one that does not is an infinite error.
-    same_inf = np.isinf(got) & np.isinf(want) & (np.sign(got) == np.sign(want))
-    diff = np.where(same_inf, 0.0, diff)
-    finite_ref = np.abs(np.where(np.isfinite(want), want, 0.0))
+    """Compare a kernel's output (float64 values) with the reference, every element: where
+    both are finite by the error relative to the largest finite |reference|; elsewhere by
+    kind, NaN matching NaN and an infinity the same infinity. A NaN here where the
+    reference has none is `unexpected_nan` (an unwritten element: outputs are poisoned with
+    NaN); any other disagreement of kind is `nonfinite_mismatch`."""
+    got_nan, want_nan = np.isnan(got), np.isnan(want)
+    both_finite = np.isfinite(got) & np.isfinite(want)
+    same_kind = (got_nan & want_nan) | (np.isinf(got) & (got == want))  # == keeps the sign
+    unexpected = int(np.count_nonzero(got_nan & ~want_nan))
+    mismatch = int(np.count_nonzero(~both_finite & ~same_kind & ~(got_nan & ~want_nan)))
+    diff = np.abs(got[both_finite] - want[both_finite])
+    finite_ref = np.abs(want[np.isfinite(want)])
     scale = float(finite_ref.max()) if finite_ref.size else 0.0
     scale = scale if scale > 0 else 1.0
     max_abs = float(diff.max()) if diff.size else 0.0
+    tolerance = DTYPES[dtype].tolerance
+    special = int(np.count_nonzero(~np.isfinite(want)))
     return OutputCheck(
-        name, dtype, max_abs, max_abs / scale, scale, DTYPES[dtype].tolerance, unexpected
+        name, dtype, max_abs, max_abs / scale, scale, tolerance, unexpected, mismatch, special
     )
 
 

@@ -16,13 +16,20 @@ from typing import Annotated, Any
 
 import typer
 
-from ncdc.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, NcdcError, UsageError, file_error
+from ncdc.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    NcdcError,
+    UsageError,
+    file_error,
+    inert,
+)
 from ncdc.hardware.load import hardware_to_dict, list_profiles, load_hardware
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.overrides import apply_overrides
 from ncdc.language.load import load_diagram, parse_assignments
 from ncdc.model.graph import MemoryGraph, build_graph, graph_to_dict
-from ncdc.output import detail, emit, error_line, note, stderr
+from ncdc.output import detail, emit, error_line, note, stderr, warn
 from ncdc.version import __version__
 
 # Only what every command needs is imported here: a command imports its own views and
@@ -172,7 +179,7 @@ def _report_check(checks: list, regressions: list[str], fmt: str) -> None:
             if not c.ok:
                 error_line(c.error)
         for line in regressions:
-            stderr().print(f"regression: {line}", markup=False, soft_wrap=True)
+            stderr().print(f"regression: {inert(line)}", markup=False, soft_wrap=True)
     note(f"{sum(c.ok for c in checks)} of {len(checks)} specs valid")
 
 
@@ -377,6 +384,10 @@ def run(
     if save is not None:
         note(f"wrote {save}")
     emit(outcome.to_dict(), fmt, lambda: run_table(outcome))
+    for c in outcome.result.checks:
+        if c.reference_nonfinite:  # an all-inf output compares equal and says little
+            warn(f"{c.name}: {c.reference_nonfinite} reference values are NaN or inf; "
+                 "there only NaN or the same inf matches, no error is measured")  # fmt: skip
     if not outcome.result.ok:
         raise typer.Exit(EXIT_CHECK_FAILED)
 
@@ -618,7 +629,7 @@ def cache_clear_cmd(
         typer.Option("--all", help="Every ncdc version's kernels, CPU objects and tuned tiles."),
     ] = False,
 ) -> None:
-    """Remove this ncdc version's compiled kernels (with --all: everything but the key)."""
+    """Remove this ncdc version's compiled kernels (with --all: all ncdc put there but the key)."""
     from ncdc.backends.cache import clear_cache
 
     note(f"removed {clear_cache(all_versions=all_versions)}")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ncdc.model.records import intensity, ridge
 from ncdc.model.values import Plan
+from ncdc.output import safe_markup
 from ncdc.units import format_bytes, format_count, format_rate, format_time
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("diagram", f"{d.name} on {hw.name} ({hw.title})")
+    head.add_row("diagram", f"{d.name} on {safe_markup(hw.name)} ({safe_markup(hw.title)})")
     for k in plan.kernels:
         tiles = " ".join(f"{a}={v}" for a, v in k.block_tile.items())
         launch = f"grid {k.grid}, {k.warps} warps, {k.stages} stages"

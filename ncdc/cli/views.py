@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
 from ncdc.hardware.machine import Hardware
 from ncdc.model.graph import ON_CHIP, MemoryGraph
+from ncdc.output import safe_markup
 from ncdc.units import format_bytes, format_rate, format_time
 
 if TYPE_CHECKING:
@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 def graph_tree(graph: MemoryGraph) -> Tree:
     """The memory graph as a tree: levels, then each kernel's loads, operations and saves."""
     d = graph.diagram
-    root = Tree(f"[bold]{d.name}[/] on {escape(graph.hardware.title)}  ({escape(d.source)})")
+    where = f"{safe_markup(graph.hardware.title)}  ({safe_markup(d.source)})"
+    root = Tree(f"[bold]{d.name}[/] on {where}")
     if d.doc:
-        root.add(f"[dim]{escape(d.doc)}[/]")
+        root.add(f"[dim]{safe_markup(d.doc)}[/]")
     root.add("axes: " + "  ".join(f"{a}={n}" for a, n in d.axes.items()))
     levels = root.add("memory levels (top first)")
     for lv in graph.hardware.levels:
@@ -45,7 +46,7 @@ def graph_tree(graph: MemoryGraph) -> Tree:
             where = "stays on chip" if t.home == ON_CHIP else f"saved to {t.home}"
             detail = f"over {' '.join(op.over)}" if op.over else "elementwise"
             label = _tensor_label(graph, op.out)
-            node.add(f"[cyan]{escape(op.text)}[/]  ({op.kind}, {detail})  -> {label}, {where}")
+            node.add(f"[cyan]{safe_markup(op.text)}[/]  ({op.kind}, {detail})  -> {label}, {where}")
         for name in k.outputs:
             node.add(f"save  {_tensor_label(graph, name)}  to {graph.tensors[name].home}")
     return root
@@ -54,7 +55,7 @@ def graph_tree(graph: MemoryGraph) -> Tree:
 def _tensor_label(graph: MemoryGraph, name: str) -> str:
     t = graph.tensors[name]
     axes = " ".join(t.tensor.axes)
-    return escape(f"{name}[{axes}] {t.tensor.dtype} {format_bytes(t.bytes, digits=1)}")
+    return safe_markup(f"{name}[{axes}] {t.tensor.dtype} {format_bytes(t.bytes, digits=1)}")
 
 
 def hardware_list_table(profiles: list[Hardware]) -> Table:
@@ -64,9 +65,9 @@ def hardware_list_table(profiles: list[Hardware]) -> Table:
     for hw in profiles:
         top = hw.levels[0]
         table.add_row(
-            hw.name,
-            hw.title,
-            hw.arch,
+            safe_markup(hw.name),
+            safe_markup(hw.title),
+            safe_markup(hw.arch),
             str(hw.limits.sms),
             f"{format_bytes(top.capacity_bytes, digits=1)}, "
             f"{format_rate(top.bandwidth_bytes_per_s, 'B/s')} "
@@ -79,17 +80,19 @@ def hardware_list_table(profiles: list[Hardware]) -> Table:
 
 def hardware_table(hw: Hardware) -> Table:
     """Every number of one profile with its unit, source and kind."""
-    table = Table(title=f"{hw.name}: {hw.title} ({hw.arch}, {hw.clock_hz / 1e6:.0f} MHz)")
+    title = safe_markup(f"{hw.name}: {hw.title} ({hw.arch}, {hw.clock_hz / 1e6:.0f} MHz)")
+    table = Table(title=title)
     for col in ("quantity", "value", "kind", "source"):
         table.add_column(col, overflow="fold")
     for path, src in hw.sources.items():
-        table.add_row(path, f"{src.value:g} {src.unit}", src.kind, src.source)
+        row = (path, f"{src.value:g} {src.unit}", src.kind, src.source)
+        table.add_row(*map(safe_markup, row))
     return table
 
 
 def compile_table(reports: list, out_dir: Path) -> Table:
     """One row per compiled kernel: launch shape and the resources NVRTC reported."""
-    table = Table(title=f"compiled into {out_dir}/ (.cu, .cubin, .json)")
+    table = Table(title=f"compiled into {safe_markup(str(out_dir))}/ (.cu, .cubin, .json)")
     for col in (
         "kernel",
         "arch",
@@ -142,13 +145,14 @@ def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
     title = f"{outcome.diagram.name} on the {r.backend} backend ({r.seconds:.2f} s with the build)"
     table = Table(title=title)
     columns = ("output", "dtype", "max |ref|", "max abs error", "error / max |ref|",
-               "tolerance", "unwritten or NaN", "result")  # fmt: skip
+               "tolerance", "unwritten or NaN", "NaN/inf mismatch", "result")  # fmt: skip
     for col in columns:
         table.add_column(col)
     for c in r.checks:
         table.add_row(
             c.name, c.dtype, f"{c.scale:.3g}", f"{c.max_abs_error:.3g}",
             f"{c.max_rel_error:.2e}", f"{c.tolerance:g}", str(c.unexpected_nan),
+            str(c.nonfinite_mismatch),
             "[green]ok[/]" if c.ok else "[red]MISMATCH[/]",
         )  # fmt: skip
     if r.backend == "cpu":
@@ -174,12 +178,12 @@ def cache_table(info: dict) -> Table:
     """`ncdc cache info` for people: one row per cache."""
     from ncdc.units import format_bytes
 
-    safety = "safe" if info["safe"] else f"UNSAFE: {info['problem']}"
-    table = Table(title=f"cache root {escape(info['root'])} ({safety})")
+    safety = "safe" if info["safe"] else f"UNSAFE: {safe_markup(info['problem'])}"
+    table = Table(title=f"cache root {safe_markup(info['root'])} ({safety})")
     for col in ("cache", "entries", "size", "path"):
         table.add_column(col, justify="right" if col in ("entries", "size") else "left")
     for name, s in info["sections"].items():
-        table.add_row(name, str(s["entries"]), format_bytes(s["bytes"]), escape(s["path"]))
+        table.add_row(name, str(s["entries"]), format_bytes(s["bytes"]), safe_markup(s["path"]))
     return table
 
 

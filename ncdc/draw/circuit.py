@@ -25,6 +25,7 @@ diagrams.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ncdc.draw.circuit_view import CircuitView, Edge, OpView, TensorView, describe_circuit
 from ncdc.draw.model import INK, MUTED, Dot, Item, Path, Picture, Rect, Shape, Text, level_colour
@@ -111,13 +112,16 @@ def _depths(view: CircuitView) -> tuple[dict[int, int], dict[str, int]]:
         op_col[i] = 1 + max(
             (op_col[made[e.tensor]] for e in ov.inputs if e.tensor in made), default=0
         )
+    first_read: dict[str, int] = {}  # a tensor's earliest reader's column
+    for i, ov in enumerate(view.ops):
+        for name in _reads(ov):
+            first_read[name] = min(first_read.get(name, op_col[i]), op_col[i])
     tensor_col = {}
     for name in view.tensors:
         if name in made:
             tensor_col[name] = op_col[made[name]]
         else:
-            readers = [op_col[i] for i, ov in enumerate(view.ops) if name in _reads(ov)]
-            tensor_col[name] = min(readers, default=1) - 1
+            tensor_col[name] = first_read.get(name, 1) - 1
     return op_col, tensor_col
 
 
@@ -125,23 +129,35 @@ def _reads(ov: OpView) -> list[str]:
     return [e.tensor for e in ov.inputs]
 
 
+def _reader_order(view: CircuitView) -> dict[str, tuple[int, int]]:
+    """For each tensor read, (its first reader, its place among that reader's inputs)."""
+    order: dict[str, tuple[int, int]] = {}
+    for i, ov in enumerate(view.ops):
+        for j, name in enumerate(_reads(ov)):
+            order.setdefault(name, (i, j))
+    return order
+
+
 def _place(view: CircuitView, top: float) -> tuple[dict[str, _Bundle], list[_Box]]:
     """Vertical positions: bundles stacked per column, boxes beside what they read."""
     op_col, tensor_col = _depths(view)
     made = {ov.op.out: i for i, ov in enumerate(view.ops)}
+    readers = _reader_order(view)
     count = {n: max(len(t.axes), 1) for n, t in view.tensors.items()}
     bundles: dict[str, _Bundle] = {}
     boxes: list[_Box] = []
     desired: dict[str, float] = {}
+    names_in = _by_column(tensor_col)
+    ops_in = _by_column(op_col)
     for column in range(max(tensor_col.values()) + 1):
-        names = [n for n in view.tensors if tensor_col[n] == column]
-        names.sort(key=lambda n: _order_key(view, n, made))
+        names = names_in.get(column, [])
+        names.sort(key=lambda n: _order_key(view, n, made, readers))
         floor = top
         for n in names:
             y0 = max(desired.get(n, floor), floor)
             bundles[n] = _Bundle(n, column, y0, count[n])
             floor = bundles[n].bottom + GAP + HEAD
-        ops = [i for i in op_col if op_col[i] == column + 1]
+        ops = ops_in.get(column + 1, [])
         # an op with no inputs (index) sorts first
         ops.sort(key=lambda i: min((bundles[e.tensor].y0 for e in view.ops[i].inputs), default=top))
         floor = top
@@ -153,13 +169,20 @@ def _place(view: CircuitView, top: float) -> tuple[dict[str, _Bundle], list[_Box
     return bundles, boxes
 
 
-def _order_key(view: CircuitView, name: str, made: dict[str, int]) -> tuple[int, int]:
+def _by_column(column_of: dict[Any, int]) -> dict[int, list[Any]]:
+    """The keys of `column_of` listed per column, in their order (one pass, not one per
+    column: a long chain has as many columns as operations)."""
+    out: dict[int, list[Any]] = {}
+    for key, column in column_of.items():
+        out.setdefault(column, []).append(key)
+    return out
+
+
+def _order_key(
+    view: CircuitView, name: str, made: dict[str, int], readers: dict[str, tuple[int, int]]
+) -> tuple[int, int]:
     """Tensors of a column in the order their readers take them, so wires run straight."""
-    for i, ov in enumerate(view.ops):
-        reads = _reads(ov)
-        if name in reads:
-            return (i, reads.index(name))
-    return (len(view.ops) + made.get(name, 0), 0)
+    return readers.get(name, (len(view.ops) + made.get(name, 0), 0))
 
 
 def _box(
@@ -214,16 +237,17 @@ def _columns(view: CircuitView, bundles: dict[str, _Bundle], boxes: list[_Box]) 
     mark_in: dict[int, float] = {}
     mark_out: dict[int, float] = {}
     x = float(MARGIN)
+    boxes_in = _by_column({b.index: b.column for b in boxes})
     for c in range(last + 1):
         if c > 0:
-            edges = [e for b in boxes if b.column == c for e in view.ops[b.index].inputs]
+            edges = [e for i in boxes_in.get(c, []) for e in view.ops[i].inputs]
             wm, lb = _gap_content(edges)
             mark_in[c] = x + 12 + wm / 2
             gap = 12 + wm + 12 if wm else 0
             gap = max(gap, 12 + wm / 2 + 8 + lb + CURVE if wm else 2 * CURVE)
             box_x[c] = (x + gap, x + gap + box_w[c])
             x = box_x[c][1]
-            outs = [view.ops[b.index].output for b in boxes if b.column == c]
+            outs = [view.ops[i].output for i in boxes_in.get(c, [])]
             wm, lb = _gap_content(outs)
             offset = max(CURVE + lb + 14, 8 + wm / 2) if wm else 0
             mark_out[c] = x + offset

@@ -66,9 +66,10 @@ def describe_circuit(diagram: Diagram, hw: Hardware, plan: Plan | None) -> Circu
     kernel_plans: dict[str, KernelPlan | None] = {}
     models: dict[str, KernelModel] = {}
     for i, kernel in enumerate(graph.kernels):
+        model = KernelModel(graph.diagram, kernel)  # one per kernel: its ops share it
         for op in kernel.ops:
             kernel_plans[op.out] = plan.kernels[i] if plan else None
-            models[op.out] = KernelModel(graph.diagram, kernel)
+            models[op.out] = model
     compute = bottom if plan else block
 
     def level_of(name: str) -> str:

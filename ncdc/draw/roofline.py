@@ -18,17 +18,18 @@ plan has one, and measured points read from a bench JSON.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 
+from ncdc.bounded import read_json
 from ncdc.draw.model import INK, MUTED, Dot, Item, Path, Picture, Rect, Shape, Text, level_colour
 from ncdc.errors import UsageError
 from ncdc.model.records import dominant_rate, intensity
 from ncdc.model.values import Plan
 
+MAX_MEASURED_BYTES = 64 << 20  # a bench report of many thousand runs
 PLOT = Rect(90, 84, 620, 400)
 GRID = "#e4e4e4"
 CEILING = "#555555"
@@ -54,13 +55,11 @@ def read_measured(path: FilePath) -> list[Measured]:
     Other keys are ignored, so a bench report with more fields can be passed as it is.
     """
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, MAX_MEASURED_BYTES, what="a bench JSON", error=UsageError)
     except OSError as e:
         raise UsageError(
             f"cannot read: {e.strerror}", where=str(path), hint="check the path"
-        ) from e
-    except ValueError as e:
-        raise UsageError(f"not JSON: {e}", where=str(path), hint="pass a bench JSON") from e
+        ) from None
     if not isinstance(data, list):
         raise UsageError(
             f"expected a JSON list of runs, found {type(data).__name__}",

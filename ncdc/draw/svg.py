@@ -1,6 +1,7 @@
 """Pictures to files: the SVG writer, and PNG through the first converter that works here.
 
-The SVG is built with xml.etree, so every label is escaped. The root carries
+The SVG is built with xml.etree, so every label is escaped, and a label's control
+characters are shown as escapes (ncdc.errors.inert): XML 1.0 admits none. The root carries
 `data-ncdc="draw/1"`, and a PNG gets a `Software: ncdc` text chunk: that is how ncdc
 knows a file it may overwrite, and it refuses any other.
 
@@ -25,8 +26,8 @@ from pathlib import Path
 
 from ncdc.draw.model import FONT, PAPER, Dot, Item, Picture, Shape, Text
 from ncdc.draw.model import Path as Wire
-from ncdc.errors import UsageError
-from ncdc.files import write_atomic
+from ncdc.errors import UsageError, inert
+from ncdc.files import read_prefix, write_atomic
 
 MARK = "draw/1"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -56,7 +57,7 @@ def picture_to_svg(picture: Picture) -> str:
             "data-ncdc": MARK,
         },
     )
-    ET.SubElement(root, "title").text = picture.title
+    ET.SubElement(root, "title").text = inert(picture.title)
     defs = ET.SubElement(root, "defs")
     hatch = ET.SubElement(
         defs,
@@ -89,9 +90,9 @@ def _draw(parent: ET.Element, item: Item) -> None:
         if item.bold:
             attrs["font-weight"] = "bold"
         el = ET.SubElement(parent, "text", attrs)
-        el.text = item.text
+        el.text = inert(item.text)
         if item.title:
-            ET.SubElement(el, "title").text = item.title
+            ET.SubElement(el, "title").text = inert(item.title)
     elif isinstance(item, Shape):
         r = item.rect
         attrs = {"x": _num(r.x), "y": _num(r.y), "width": _num(r.w), "height": _num(r.h),
@@ -103,7 +104,7 @@ def _draw(parent: ET.Element, item: Item) -> None:
             attrs["class"] = item.css
         el = ET.SubElement(parent, "rect", attrs)
         if item.title:
-            ET.SubElement(el, "title").text = item.title
+            ET.SubElement(el, "title").text = inert(item.title)
         if item.hatch:
             ET.SubElement(parent, "rect", {**attrs, "fill": "url(#hatch)", "stroke": "none"})
     elif isinstance(item, Wire):
@@ -161,7 +162,7 @@ def write_picture(picture: Picture, path: Path) -> None:
 def _refuse_foreign(path: Path) -> None:
     if not path.exists():
         return
-    head = path.read_bytes()[:4096]
+    head = read_prefix(path, 4096) or b""  # a FIFO or a device is not ncdc's either
     ours = (head.startswith(PNG_SIGNATURE) and PNG_MARK in head) or (
         f'data-ncdc="{MARK}"'.encode() in head
     )

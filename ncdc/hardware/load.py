@@ -25,13 +25,16 @@ from typing import Any, NoReturn
 
 import yaml
 
-from ncdc.errors import HardwareError
+from ncdc.bounded import BoundedLoader
+from ncdc.errors import HardwareError, excerpt
+from ncdc.files import read_regular
 from ncdc.hardware.machine import Achievable, Hardware, Level, Limits, Source
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
 
 FORMAT_VERSION = 1
+MAX_PROFILE_BYTES = 1 << 20  # a profile is a few hundred lines
 
 
 PEAK_TOLERANCE = 0.03  # quoted peaks agree with SMs x per-SM-per-clock x clock within 3%
@@ -128,15 +131,19 @@ def _load_builtin(name: str) -> Hardware:
 
 def _load_file(path: Path) -> Hardware:
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = read_regular(path, MAX_PROFILE_BYTES, what="a hardware profile (YAML)",
+                           error=HardwareError)  # fmt: skip
+        text = raw.decode("utf-8")
     except OSError as error:
         raise HardwareError(
             f"cannot read hardware profile: {error.strerror or error}",
             where=str(path),
             hint=f"pass an existing YAML file or one of {', '.join(list_profiles())}",
         ) from None
+    except UnicodeDecodeError as error:
+        raise HardwareError(f"expected UTF-8 text ({error.reason})", where=str(path)) from None
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yaml.load(text, Loader=BoundedLoader)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -184,8 +191,8 @@ class _Reader:
             self.fail(path, f"expected a number, found {_describe(node)}")
         try:
             value = float(node)
-        except ValueError:
-            self.fail(path, f"expected a number, found {node!r}")
+        except (ValueError, OverflowError):  # OverflowError: an integer like 10**400
+            self.fail(path, f"expected a number, found {excerpt(repr(node))}")
         if not value > 0 or value == float("inf"):
             self.fail(path, f"expected a positive number, found {node!r}")
         return value

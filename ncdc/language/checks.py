@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ncdc.errors import SpecError, excerpt
-from ncdc.language.dtypes import DTYPES
+from ncdc.language.dtypes import COMPUTE_DTYPE, DTYPES
 from ncdc.language.hints import dtype_hint
 from ncdc.language.names import check_identifier
 from ncdc.language.text import describe, did_you_mean, listing, shown
@@ -97,4 +97,14 @@ class Checks:
             raise self.fail(path, f"expected a finite number for {what}, found {found}")
         if value != value or (not infinite and value in (float("inf"), float("-inf"))):
             raise self.fail(path, f"expected a finite number for {what}, found {value}")
+        # A constant becomes a float literal (ncdc.families.codegen.float_literal): one beyond
+        # fp32 is an infinity in the kernel, and every output it touches inf.
+        largest = DTYPES[COMPUTE_DTYPE].max_value
+        if abs(value) > largest:
+            raise self.fail(
+                path,
+                f"{what} {value:g} is beyond the range of {COMPUTE_DTYPE}, the type kernels "
+                f"compute in (largest {largest:.8g})",
+                "scale the inputs or split the constant between two operations",
+            )
         return float(value)

@@ -43,7 +43,9 @@ class Op:
     line: int = 0
     text: str = ""
 
-    @property
+    # Cached: the graph, the break search and the cost model ask for it again for every
+    # kernel and every set of breaks they weigh.
+    @functools.cached_property
     def inputs(self) -> tuple[str, ...]:
         """Every tensor this operation reads: operands, weights, biases, scale tensors."""
         names = [o for o in self.operands if isinstance(o, str)]

@@ -77,6 +77,7 @@ DTYPES: dict[str, DType] = {
               2.0**31 - 1, -(2.0**31)),
     )
 }  # fmt: skip
+COMPUTE_DTYPE = "fp32"  # what kernels compute in, and the C++ type of a spec's constants
 
 
 def wider(a: str, b: str) -> str:

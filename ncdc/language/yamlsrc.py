@@ -12,18 +12,17 @@ each YAML path to its line.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ncdc.bounded import BoundedLoader, YamlLimit
 from ncdc.errors import SpecError, excerpt
+from ncdc.files import read_regular
 
-MAX_DEPTH = 32
 MAX_BYTES = 1 << 20  # a diagram is a few hundred lines; a megabyte is already absurd
 
 YamlPath = tuple[str | int, ...]
@@ -110,37 +109,21 @@ def read_yaml_file(path: Path) -> YamlDoc:
     return read_yaml_text(text, str(path))
 
 
-_FILE_KINDS = (
-    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)  # fmt: skip
-
-
 def _read_regular(path: Path) -> bytes:
     """The bytes of `path` if it is a regular file of at most MAX_BYTES, else SpecError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "not a file")
-            raise SpecError(f"expected a YAML file, found {kind}", where=str(path),
-                            hint="name a spec file (a symbolic link to one is fine)")  # fmt: skip
-        if st.st_size > MAX_BYTES:
-            raise SpecError(
-                f"file is {st.st_size} bytes; expected a diagram under {MAX_BYTES} bytes",
-                where=str(path),
-            )
-        raw = handle.read(MAX_BYTES + 1)
-    if len(raw) > MAX_BYTES:  # it grew while we looked
-        raise SpecError(f"file is over {MAX_BYTES} bytes", where=str(path))
-    return raw
+    return read_regular(
+        path, MAX_BYTES, what="a YAML file", noun="a diagram", error=SpecError,
+        hint="name a spec file (a symbolic link to one is fine)",
+    )  # fmt: skip
 
 
 def read_yaml_text(text: str, source: str = "<string>") -> YamlDoc:
     """Parse YAML text into plain data plus line numbers (see the module docstring)."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=BoundedLoader)
+    except YamlLimit as e:  # refused before PyYAML's composer recursed any deeper
+        line = e.problem_mark.line + 1 if e.problem_mark else 1
+        raise SpecError(str(e.problem), where=f"{source}:{line}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 1
@@ -151,8 +134,6 @@ def read_yaml_text(text: str, source: str = "<string>") -> YamlDoc:
         ) from None
     except yaml.YAMLError as e:
         raise SpecError(f"malformed YAML: {e}", where=source) from None
-    except RecursionError:  # PyYAML's composer recurses once per nesting level
-        raise SpecError(f"nesting deeper than {MAX_DEPTH} levels", where=source) from None
     lines: dict[YamlPath, int] = {}
     spans: dict[YamlPath, tuple[int, int]] = {}
     special: dict[YamlPath, str] = {}
@@ -190,8 +171,6 @@ def _convert(node: yaml.Node, path: YamlPath, walk: _Walk) -> Any:
             where=f"{where}: {format_path(path)}",
             hint="write the value out in full",
         )
-    if len(path) > MAX_DEPTH:
-        raise SpecError(f"nesting deeper than {MAX_DEPTH} levels", where=where)
     lines[path] = node.start_mark.line + 1
     spans[path] = (node.start_mark.index, node.end_mark.index)
     if isinstance(node, yaml.ScalarNode):

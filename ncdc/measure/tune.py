@@ -209,7 +209,8 @@ def check_candidate(diagram: Diagram, hardware: Hardware, config: Config, seed: 
         if not c.ok:
             return (
                 f"wrong result: {c.name} off by {c.max_abs_error:.3g} (allowed "
-                f"{c.tolerance:g} x {c.scale:.3g}), {c.unexpected_nan} unexpected NaN"
+                f"{c.tolerance:g} x {c.scale:.3g}), {c.unexpected_nan} unexpected NaN, "
+                f"{c.nonfinite_mismatch} NaN or inf where the reference differs"
             )
     return ""
 

@@ -17,6 +17,7 @@ sizes per level.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,8 +105,9 @@ def build_graph(diagram: Diagram, hardware: Hardware) -> MemoryGraph:
     top = hardware.levels[0].name
     saved = set(diagram.outputs) | set(diagram.schedule.materialize)
     tensors = {}
+    inputs = {i.name for i in diagram.inputs}
     for t in diagram.tensors:
-        if t.name in {i.name for i in diagram.inputs}:
+        if t.name in inputs:
             role = "input"
         elif t.name in diagram.outputs:
             role = "output"
@@ -151,16 +153,29 @@ def _in_dependency_order(groups: list[list[Op]]) -> list[list[Op]]:
         {made[n] for op in g for n in op.inputs if n in made and made[n] != i}
         for i, g in enumerate(groups)
     ]
+    waiting = [len(n) for n in needs]  # kernels each one still waits for
+    unblocks: list[list[int]] = [[] for _ in groups]
+    for i, needed in enumerate(needs):
+        for j in needed:
+            unblocks[j].append(i)
+    # Kahn's order, taking the first ready kernel each time: linear in the kernels.
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
     order: list[int] = []
-    while len(order) < len(groups):
-        ready = [i for i in range(len(groups)) if i not in order and needs[i] <= set(order)]
-        if not ready:
-            stuck = [groups[i][-1].out for i in range(len(groups)) if i not in order]
-            raise PlanError(
-                f"the kernels saving {', '.join(stuck)} each read a result the other saves",
-                hint=f"save more intermediates: schedule: {{materialize: [{', '.join(stuck)}]}}",
-            )
-        order.append(ready[0])
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in unblocks[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) < len(groups):
+        placed = set(order)
+        stuck = [groups[i][-1].out for i in range(len(groups)) if i not in placed]
+        raise PlanError(
+            f"the kernels saving {', '.join(stuck)} each read a result the other saves",
+            hint=f"save more intermediates: schedule: {{materialize: [{', '.join(stuck)}]}}",
+        )
     return [groups[i] for i in order]
 
 

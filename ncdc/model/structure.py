@@ -26,6 +26,7 @@ softmax. Nothing here is written per diagram. See docs/cost-model.md.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -93,12 +94,9 @@ class KernelModel:
         ]
         names = [n for n in kernel.inputs if n not in only] + list(kernel.outputs)
         self.top_values = sum(diagram.size(diagram.tensor(n)) for n in names)
-        self.top_bytes = sum(
-            diagram.size(diagram.tensor(n)) * DTYPES[diagram.tensor(n).dtype].bytes for n in names
-        )
+        self.top_bytes = top_bytes(diagram, kernel)
         for g in self.gathered:  # the rows a gather reads, each once (whole values)
             self.top_values += math.ceil(g.distinct)
-            self.top_bytes += math.ceil(g.distinct) * g.bytes
         self.flops_by_unit = kernel_flops(diagram, kernel)
         self.widened = _widened(diagram, kernel)
         # A causal or window mask whose key axis the kernel reduces: key tiles that every
@@ -367,6 +365,19 @@ def _maximum(a: Any, b: Any) -> Any:
     return a if a >= b else b
 
 
+def top_bytes(diagram: Diagram, kernel: Kernel) -> int:
+    """Bytes a kernel reads and writes at the top level at the least: each input once and
+    each saved result once, and the rows a gather reads (each once, whole values): what
+    the break search bounds a set of breaks by."""
+    gathered = gathered_reads(diagram, kernel)
+    only = kernel.gathered_only  # sources read through a gather alone: not read whole
+    names = [n for n in kernel.inputs if n not in only] + list(kernel.outputs)
+    nbytes = sum(
+        diagram.size(diagram.tensor(n)) * DTYPES[diagram.tensor(n).dtype].bytes for n in names
+    )
+    return nbytes + sum(math.ceil(g.distinct) * g.bytes for g in gathered)
+
+
 def _reach(diagram: Diagram, kernel: Kernel) -> dict[str, set[str]]:
     """For each tensor of the kernel, the axes that reach an output without being reduced."""
     reach: dict[str, set[str]] = {}
@@ -436,6 +447,7 @@ def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str
     buffer_of: dict[str, int] = {}
     buffers: list[list[tuple[str, tuple[str, ...], int]]] = []
     produced = {op.out for op in kernel.ops}
+    readers = Counter(name for op in kernel.ops for name in op.inputs)
     for op in kernel.ops:
         t = diagram.tensor(op.out)
         entry = (op.out, t.axes, DTYPES[t.dtype].bytes)
@@ -444,7 +456,7 @@ def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str
             op.kind in IN_PLACE_KINDS
             and source in produced
             and source not in kernel.outputs
-            and len([c for c in kernel.ops if source in c.inputs]) == 1
+            and readers[source] == 1
             and set(diagram.tensor(source).axes) == set(t.axes)
         ):
             index = buffer_of[source]

@@ -11,7 +11,7 @@ from ncdc.errors import PlanError
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.model.graph import Kernel, MemoryGraph, build_graph
-from ncdc.model.structure import KernelModel
+from ncdc.model.structure import top_bytes
 from ncdc.model.values import BreakOption
 from ncdc.plan.kernels import rank_kernel
 
@@ -108,7 +108,7 @@ def _weigh_sets(
         except PlanError as error:  # kernels that would each wait for the other
             options.append(BreakOption(saved, 0, None, 0.0, error.message.split("; ")[0]))
             continue
-        nbytes = sum(KernelModel(graph.diagram, k).top_bytes for k in graph.kernels)
+        nbytes = sum(top_bytes(graph.diagram, k) for k in graph.kernels)
         time = nbytes / bandwidth + hardware.launch_s * len(graph.kernels)
         least.append((time, nbytes, saved, graph))
     least.sort(key=lambda x: (x[0], len(x[2])))

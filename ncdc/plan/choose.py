@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ncdc.errors import PlanError
+from ncdc.bounded import read_json
+from ncdc.errors import NcdcError, PlanError
 from ncdc.files import write_atomic
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
@@ -34,6 +35,8 @@ from ncdc.version import __version__
 FORMAT = "ncdc.tune/1"
 CACHE_FORMAT = 2  # bump when the key or the entry layout changes
 MATCH_SEARCH = 64  # plans ranked when looking for a stored configuration
+TUNE_FOLDER = "tune"  # under the cache root
+MAX_RECORD_BYTES = 4 << 20  # a record holds a few candidates and their timings
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def tuning_folder() -> Path:
     """`<cache_root>/tune`."""
     from ncdc.paths import cache_root
 
-    return cache_root() / "tune"
+    return cache_root() / TUNE_FOLDER
 
 
 def tuning_path(diagram: Diagram, hardware_name: str, arch: str, device: str) -> Path:
@@ -134,7 +137,12 @@ def find_tuned(
 ) -> Tuned | None:
     """The tuned configuration for this problem, or None (missing, stale or unreadable).
     With `device` None (no GPU to ask, as when compiling), an entry timed on any GPU of
-    this profile and architecture applies: the most recently written."""
+    this profile and architecture applies: the most recently written. A cache root that
+    others could write is refused (CacheError) before any record is read."""
+    from ncdc.paths import readable_dir
+
+    if readable_dir(TUNE_FOLDER) is None:
+        return None
     if device is not None:
         paths = [tuning_path(diagram, hardware_name, arch, device)]
     else:
@@ -154,7 +162,7 @@ def _read_entry(
     path: Path, diagram: Diagram, hardware_name: str, arch: str, device: str | None
 ) -> Tuned | None:
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        entry = read_json(path, MAX_RECORD_BYTES, what="a tuning record")
         key = entry["key"]
         wanted = tuning_key(
             diagram, hardware_name, arch, key["device"] if device is None else device
@@ -162,8 +170,8 @@ def _read_entry(
         if entry.get("format") != FORMAT or key != wanted:
             return None
         return Tuned(Config.from_dict(entry["best"]), path, str(key["device"]))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    except (OSError, NcdcError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # missing, planted as a FIFO, damaged: not a record that applies
 
 
 def read_tuned(

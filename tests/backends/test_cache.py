@@ -28,8 +28,9 @@ REPO = support.ROOT
 
 
 def entry_files(root: Path) -> list[str]:
-    """The cache's files but its key."""
-    return sorted(p.name for p in root.rglob("*") if p.is_file() and p.name != paths.KEY_FILE)
+    """The cache's files but its key and its marker."""
+    kept = {paths.KEY_FILE, paths.MARKER_FILE}
+    return sorted(p.name for p in root.rglob("*") if p.is_file() and p.name not in kept)
 
 
 def only_stem(root: Path) -> Path:
@@ -143,6 +144,7 @@ def test_interrupted_write_leaves_no_temp_file(root, monkeypatch):
     def interrupted(src, dst):
         raise KeyboardInterrupt
 
+    paths.private_root()  # the root and its marker exist; the entry's write is interrupted
     monkeypatch.setattr(files.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
         cache.cached_compile(SOURCE, "sm_80", name=NAME)
@@ -274,3 +276,45 @@ def test_one_header_digest_for_both_caches(headers):
     # The emulator keys on the same function (no digest of its own) over the same folder.
     assert cpu.include_dir() == headers
     assert not hasattr(cpu, "_headers_digest")
+
+
+@pytest.mark.parametrize("all_versions", [True, False])
+def test_clear_refuses_a_folder_ncdc_did_not_make(tmp_path, monkeypatch, all_versions):
+    # Issue 31: with NCDC_CACHE=$HOME, `ncdc cache clear --all` deleted every file but the
+    # key, exit 0. A folder holding more than ncdc's own entries is never marked as ncdc's.
+    home = tmp_path / "home"
+    (home / "thesis").mkdir(parents=True)
+    (home / "thesis" / "chapter1.tex").write_text("mine")
+    (home / "notes.txt").write_text("mine too")
+    (home / ncdc.__version__).mkdir()  # even a folder named like one of ncdc's
+    (home / ncdc.__version__ / "mine.txt").write_text("mine")
+    monkeypatch.setenv("NCDC_CACHE", str(home))
+    paths.secret_key()  # ncdc used the folder as its cache
+    with pytest.raises(paths.CacheError, match="not a cache ncdc made") as e:
+        cache.clear_cache(all_versions=all_versions)
+    assert e.value.exit_code == 2 and "hint: check NCDC_CACHE" in e.value.line()
+    assert (home / "thesis" / "chapter1.tex").read_text() == "mine"
+    assert (home / "notes.txt").read_text() == "mine too"
+    assert (home / ncdc.__version__ / "mine.txt").read_text() == "mine"
+
+
+def test_clear_all_removes_only_what_ncdc_made(root, compiles):
+    cache.cached_compile(SOURCE, "sm_80", name=NAME)
+    (root / "emu").mkdir()
+    (root / "emu" / "k.so").write_bytes(b"x")
+    (root / "0.0.9").mkdir()  # an older version's entries
+    (root / "README.txt").write_text("a file of the user's beside the cache")
+    assert paths.is_marked(root)
+    assert cache.clear_cache(all_versions=True) == root
+    left = sorted(p.name for p in root.iterdir())
+    assert left == [paths.MARKER_FILE, "README.txt", paths.KEY_FILE]
+    assert (root / "README.txt").read_text().startswith("a file of the user's")
+
+
+def test_clear_from_the_command_line_is_exit_2_in_a_folder_of_the_users(tmp_path):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "data.csv").write_text("1,2\n")
+    result = support.ncdc("cache", "clear", "--all", env={"NCDC_CACHE": str(folder)})
+    support.assert_error(result, 2, contains="not a cache ncdc made")
+    assert (folder / "data.csv").read_text() == "1,2\n"

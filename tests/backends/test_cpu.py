@@ -4,7 +4,10 @@ are checked against NumPy and against the PTX ISA's documented layouts."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -515,3 +518,31 @@ def test_kernels_compile_with_nvrtc(name: str, arch: str) -> None:
     nvrtc.nvrtcGetProgramLog(prog, log)
     nvrtc.nvrtcDestroyProgram(prog)
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
+
+
+# ---- crashes outside the sanitizers ----------------------------------------------------------
+
+CRASHING = (
+    '#include "ncdc_runtime.cuh"\n'
+    'extern "C" __global__ void far_write(float* x) { x[threadIdx.x * (1 << 26)] = 1.0f; }\n'
+    "NCDC_EXPORT_KERNEL(far_write);\n"
+)
+LAUNCH_CRASHING = (
+    "import sys, numpy as np; from ncdc.backends import cpu; "
+    "cpu.build(sys.argv[1]).launch('far_write', 1, 64, [np.zeros(4, np.float32)]); "
+    "print('survived')"
+)
+
+
+@pytest.mark.parametrize("faulthandler", [False, True])
+def test_a_crashing_kernel_is_one_line_suggesting_the_sanitizer(tmp_path, faulthandler):
+    # Issue 31: a plain run of a kernel writing out of bounds died of SIGSEGV (exit 139)
+    # with no message. Python's own fault handler, when enabled, is chained, not lost.
+    flags = ["-X", "faulthandler"] if faulthandler else []
+    env = {**os.environ, "NCDC_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(support.ROOT)}
+    done = subprocess.run([sys.executable, *flags, "-c", LAUNCH_CRASHING, CRASHING], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: kernel far_write crashed (SIGSEGV at 0x")
+    assert "hint: rerun with --sanitize address" in done.stderr

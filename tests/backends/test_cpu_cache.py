@@ -17,6 +17,7 @@ import pytest
 
 from ncdc import paths
 from ncdc.backends import cpu
+from ncdc.errors import NcdcError, UsageError
 from tests import support
 
 REPO = support.ROOT
@@ -189,3 +190,75 @@ def test_emulator_threads_default_to_the_cpus_allowed(root, monkeypatch):
     monkeypatch.setenv("NCDC_EMU_THREADS", "1")  # the user's choice stands
     value_of(cpu.build(SOURCE, defines={"V": 10}))
     assert os.environ["NCDC_EMU_THREADS"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("NCDC_EMU_STACK_KIB", "1"), ("NCDC_EMU_STACK_KIB", "128k"), ("NCDC_EMU_THREADS", "0"),
+     ("NCDC_EMU_THREADS", "-4"), ("NCDC_EMU_THREADS", "lots"), ("NCDC_EMU_THREADS", "99999")],
+)  # fmt: skip
+def test_a_bad_emulator_setting_is_one_line_before_any_launch(root, monkeypatch, name, value):
+    # Issue 31: NCDC_EMU_STACK_KIB=1 segfaulted (exit 139, no message); bad NCDC_EMU_THREADS
+    # values were silently ignored.
+    module = cpu.build(SOURCE, defines={"V": 11})
+    monkeypatch.setenv(name, value)
+    with pytest.raises(UsageError, match=f"{name}='{value}' is not a whole number") as e:
+        value_of(module)
+    assert e.value.exit_code == 2 and f"hint: unset {name}" in e.value.line()
+    monkeypatch.setenv(name, "")  # empty is unset, for ncdc as for the emulator
+    assert value_of(module) == 11
+
+
+def test_a_tiny_fiber_stack_from_the_command_line_is_exit_2(tmp_path):
+    env = {"NCDC_EMU_STACK_KIB": "1", "NCDC_CACHE": str(tmp_path / "cache")}
+    result = support.ncdc("run", support.SOFTMAX, "--set", "m=4", "--set", "n=64", env=env)
+    support.assert_error(result, 2, contains="NCDC_EMU_STACK_KIB='1'")
+
+
+def _asan_or_skip() -> None:
+    try:
+        cpu.sanitizer_runtime("address")
+    except NcdcError:
+        pytest.skip("no AddressSanitizer runtime")
+
+
+@pytest.mark.parametrize("sanitize", [None, "address"])
+def test_a_library_swapped_after_its_check_is_not_the_one_run(root, tmp_path, monkeypatch,
+                                                              sanitize):  # fmt: skip
+    # Issue 31: the library was loaded by path after its HMAC was verified (the sanitizer's
+    # child about half a second later): a process swapping it in between had its code run.
+    if sanitize:
+        _asan_or_skip()
+    build = "import sys; from ncdc.backends import cpu; "
+    build += "cpu.build(sys.argv[1], defines={'V': 5}, sanitize=sys.argv[2] or None)"
+    subprocess.run([sys.executable, "-c", build, SOURCE, sanitize or ""], env=child_env(root),
+                   cwd=REPO, check=True, capture_output=True)  # fmt: skip
+    (lib,) = (root / "emu").glob("*.so")
+    evil, verify = evil_object(tmp_path), paths.verify
+
+    def verify_then_swap(data: bytes, mac: str) -> bool:
+        verified = verify(data, mac)
+        lib.unlink()
+        lib.write_bytes(evil)  # the swap lands just after the check
+        return verified
+
+    monkeypatch.setattr(paths, "verify", verify_then_swap)
+    module = cpu.build(SOURCE, defines={"V": 5}, sanitize=sanitize)
+    assert lib.read_bytes() == evil and value_of(module) == 5
+
+
+def test_the_sanitizer_child_imports_nothing_from_the_current_folder(root, tmp_path,
+                                                                      monkeypatch):  # fmt: skip
+    # Issue 31: the child was started with `python -c`, which puts the working folder first
+    # on the import path (so does a PYTHONPATH ending in ':'): an untrusted checkout's
+    # pickle.py ran as the caller.
+    _asan_or_skip()
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    ran = tmp_path / "planted-code-ran"
+    (checkout / "pickle.py").write_text(f"open({str(ran)!r}, 'w').close()\n")
+    monkeypatch.chdir(checkout)
+    monkeypatch.setenv("PYTHONPATH", f"{checkout}:")
+    module = cpu.build(SOURCE, defines={"V": 9}, sanitize="address")
+    assert value_of(module) == 9
+    assert not ran.exists()

@@ -5,6 +5,7 @@ never over a file ncdc did not write.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -58,6 +59,15 @@ def test_compile_overwrites_its_own_outputs(tmp_path):
     write_outputs(report, tmp_path)  # a second compile into the same folder is fine
     (tmp_path / "softmax.json").write_text("{}")
     with pytest.raises(UsageError, match="softmax.json: exists and was not written by ncdc"):
+        write_outputs(report, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["softmax.cu", "softmax.json"])
+def test_a_fifo_in_the_way_is_refused_without_hanging(tmp_path, name):
+    # Issue 31: telling whether ncdc wrote a file in -o read it whole; a FIFO hung there.
+    report = compile_spec(ROOT / "diagrams/softmax.yaml", H200, sizes=SMALL_SOFTMAX)
+    os.mkfifo(tmp_path / name)
+    with pytest.raises(UsageError, match=f"{name}: exists and was not written by ncdc"):
         write_outputs(report, tmp_path)
 
 

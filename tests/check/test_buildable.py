@@ -122,3 +122,22 @@ def test_every_bundled_diagram_builds_on_every_profile(name: str):
 
 def test_a_gpu_profile_has_shared_memory_and_registers():
     assert load_hardware("h200").is_gpu and not load_hardware("napkin").is_gpu
+
+
+def test_checking_a_chain_reads_its_ops_a_linear_number_of_times(monkeypatch):
+    # Issue 31: a 1,000-op chain took 98 s to check, Op.inputs read 9.6 million times for
+    # 300 ops under the kernel-break search. Doubling the chain must about double the
+    # reads (a quadratic step would quadruple them); benchmarks/bench_check_scaling.py
+    # has the times.
+    from ncdc.language.diagram import Op
+    from ncdc.language.load import load_diagram_text
+
+    hw = load_hardware("h200")
+    counts = []
+    for n in (60, 120):
+        diagram = load_diagram_text(support.chain_spec(n), "chain.yaml")
+        reads = support.count_calls(monkeypatch, Op, "inputs")
+        check_buildable(diagram, hw)
+        counts.append(reads[0])
+        monkeypatch.undo()
+    assert counts[1] < 2.6 * counts[0], counts

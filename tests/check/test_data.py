@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from ncdc.check.data import input_values, read_arrays, save_outputs, saved_dtype
+from ncdc.check.data import _ours, input_values, read_arrays, save_outputs, saved_dtype
 from ncdc.check.reference import round_to
 from ncdc.errors import UsageError
 from ncdc.language.load import load_diagram
@@ -102,3 +103,13 @@ def test_a_file_ncdc_did_not_write_is_never_replaced(tmp_path, matmul) -> None:
 def test_saved_dtypes_hold_every_value() -> None:
     assert saved_dtype("bf16") == np.float32 and saved_dtype("fp8_e4m3") == np.float32
     assert saved_dtype("fp16") == np.float16 and saved_dtype("int32") == np.int32
+
+
+def test_an_inputs_file_that_is_a_fifo_is_refused_without_hanging(tmp_path):
+    # Issue 31: every file ncdc reads goes through one guarded reader; np.load of a FIFO
+    # blocked forever.
+    path = tmp_path / "in.npz"
+    os.mkfifo(path)
+    with pytest.raises(UsageError, match="in.npz: expected an .npz file, found a named pipe"):
+        read_arrays(path, load_diagram(support.SOFTMAX))
+    assert not _ours(path)  # nor is it taken for a file ncdc saved

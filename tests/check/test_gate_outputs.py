@@ -6,6 +6,7 @@ written together or not at all; -o at a file is exit 2 in one line."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -109,3 +110,31 @@ def test_baseline_of_a_folder_with_twins_is_refused(tmp_path):
     assert_error(ncdc("check", str(folder), "--baseline", "x.json"), 2, contains="x.json")
     path = write_baseline(tmp_path / "b.json")
     assert_error(ncdc("check", str(folder), "--baseline", str(path)), 2, contains="softmax")
+
+
+# Issue 31: the safe reading of turn two covered specs only. A baseline that is a FIFO
+# hung `ncdc check`; /dev/zero, a 200,000-deep JSON or a 10**400 ended in a traceback
+# (exit 70); a figure of 1e308 let the gate pass anything.
+
+
+def _hostile_baseline(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "b.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "deep":
+        path.write_text("[" * 200_000 + "]" * 200_000)
+    else:
+        figure = {"huge-int": "1" + "0" * 400, "huge-time": "1e308", "inf": "1e999"}[kind]
+        entry = {"matmul": {"predicted_time_s": 12345.5, "hbm_bytes": 10**12}}
+        text = write_baseline(path, diagrams=entry).read_text()
+        path.write_text(text.replace("12345.5", figure))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "deep", "huge-int", "huge-time", "inf"])
+def test_a_hostile_baseline_is_one_line_and_exit_2(tmp_path, kind):
+    path = _hostile_baseline(tmp_path, kind)
+    result = ncdc("check", MATMUL, "--baseline", str(path), timeout=60)
+    assert_error(result, 2, contains=str(path))

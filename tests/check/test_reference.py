@@ -121,6 +121,35 @@ def test_compare_flags_unwritten_elements_and_errors():
     assert nan_kept.ok  # a NaN input must come out NaN, and it did
 
 
+INF = np.inf
+
+
+@pytest.mark.parametrize(
+    ("got", "want", "mismatched"),
+    [
+        ([1.0, 12345.0], [1.0, np.nan], 1),  # garbage where the reference is NaN (issue 31)
+        ([1.0, 7.0], [1.0, INF], 1),
+        ([1.0, -INF], [1.0, INF], 1),
+        ([1.0, INF], [1.0, 2.0], 1),
+        ([INF, -INF], [np.nan, np.nan], 2),
+    ],
+)
+def test_compare_flags_every_disagreement_of_kind(got, want, mismatched):
+    # Issue 31: positions where the reference is not finite were never compared, so a
+    # kernel writing 12345 where the reference is NaN passed `ncdc run`.
+    check = compare("Y", "fp32", np.array(got), np.array(want))
+    assert not check.ok and check.nonfinite_mismatch == mismatched
+    assert check.unexpected_nan == 0 and check.max_abs_error == 0.0
+    assert check.reference_nonfinite == int(np.count_nonzero(~np.isfinite(want)))
+
+
+def test_compare_matches_nan_with_nan_and_an_infinity_with_itself():
+    want = np.array([np.nan, INF, -INF, 2.0])
+    check = compare("Y", "fp32", want.copy(), want)
+    assert check.ok and check.nonfinite_mismatch == 0 and check.reference_nonfinite == 3
+    assert check.scale == 2.0  # the tolerance is relative to the largest finite |reference|
+
+
 MATERIALISED_BF16 = """
 ncdc: 1
 name: saved_bf16

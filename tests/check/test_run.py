@@ -5,6 +5,7 @@ the float64 reference.
 from __future__ import annotations
 
 import json
+import os
 
 from ncdc.backends.compile import compile_spec
 from ncdc.backends.outputs import write_outputs
@@ -111,3 +112,75 @@ def test_an_index_out_of_range_is_refused_after_an_emulated_run():
         assert "index ids[3] = 101 is out of range" in e.message and "0 .. 100" in e.message
     else:
         raise AssertionError("an index out of range was not refused")
+
+
+def _compiled(tmp_path):
+    report = compile_spec(ROOT / "diagrams/softmax.yaml", H200, sizes=SMALL_SOFTMAX)
+    write_outputs(report, tmp_path)
+    return tmp_path / "softmax.cu", tmp_path / "softmax.json"
+
+
+def _edit_json(meta_path, edit) -> None:
+    meta = json.loads(meta_path.read_text())
+    edit(meta)
+    meta_path.write_text(json.dumps(meta))
+
+
+def test_an_edited_grid_is_refused_before_the_run(tmp_path):
+    # Issue 31: a .json edited to a grid of 2^61 blocks made `run` emulate forever.
+    cu, meta_path = _compiled(tmp_path)
+    for grid in ([2**31 - 1, 65535, 32768], [2**61, 1, 1], [4096, 1, 1], [0, 1, 1]):
+        _edit_json(meta_path, lambda m, g=grid: m["kernels"][0].update(grid=g))
+        result = ncdc("run", str(cu), timeout=120)
+        support.assert_error(result, 2, contains="kernel ")
+        assert "grid" in result.stderr
+
+
+def test_edited_sizes_and_blocks_are_refused_before_the_run(tmp_path):
+    cu, meta_path = _compiled(tmp_path)
+    edits = [
+        lambda m: m.update(axes={"m": 2**40, "n": 70}),
+        lambda m: m.update(axes={"m": "5", "n": 70}),
+        lambda m: m["kernels"][0].update(block=[2048, 1, 1]),
+        lambda m: m["kernels"][0].update(dynamic_smem_bytes=1 << 40),
+    ]
+    for edit in edits:
+        cu, meta_path = _compiled(tmp_path)
+        _edit_json(meta_path, edit)
+        support.assert_error(ncdc("run", str(cu), timeout=120), 2, contains="softmax.json")
+
+
+def test_a_json_that_is_a_fifo_or_too_deep_is_refused(tmp_path):
+    cu, meta_path = _compiled(tmp_path)
+    meta_path.unlink()
+    os.mkfifo(meta_path)
+    support.assert_error(ncdc("run", str(cu), timeout=60), 2, contains="named pipe")
+    meta_path.unlink()
+    meta_path.write_text("[" * 200_000 + "]" * 200_000)
+    support.assert_error(ncdc("run", str(cu), timeout=60), 2, contains="deeper than")
+
+
+OVERFLOWING = """\
+ncdc: 1
+name: overflowing
+axes: {m: 4, n: 32}
+inputs:
+  X: {axes: [m, n], dtype: fp32}
+ops:
+  - Z = mul(X, 1e30)
+  - Y = exp(Z)
+outputs: [Y]
+"""
+
+
+def test_a_reference_of_infinities_is_one_warning_line_and_no_numpy_warning(tmp_path):
+    # Issue 31: NumPy's RuntimeWarnings (inf - inf in the comparison) leaked onto stderr,
+    # and an output that is inf where the reference is said nothing.
+    spec = tmp_path / "overflowing.yaml"
+    spec.write_text(OVERFLOWING)
+    result = ncdc("run", str(spec), "--format", "json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: Y: ") and "NaN or inf" in lines[0]
+    check = json.loads(result.stdout)["outputs"][0]
+    assert check["reference_nonfinite"] > 0 and check["nonfinite_mismatch"] == 0

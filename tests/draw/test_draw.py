@@ -5,6 +5,7 @@ files are written only where ncdc may write them."""
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -146,7 +147,9 @@ def test_roofline_measured_points(tmp_path: Path) -> None:
         ("{}", "expected a JSON list of runs"),
         ('[{"name": "a", "flops": 1}]', "missing time_s, hbm_bytes"),
         ('[{"name": "a", "flops": 1, "time_s": 0, "hbm_bytes": 1}]', "time_s must be a positive"),
-        ("[1", "not JSON"),
+        ("[1", "not valid JSON"),
+        ("[" * 100_000, "nested deeper than 64"),
+        ("[1e999]", "expected a finite number"),
     ],
 )
 def test_measured_file_errors_are_one_line(tmp_path: Path, content: str, expected: str) -> None:
@@ -156,6 +159,14 @@ def test_measured_file_errors_are_one_line(tmp_path: Path, content: str, expecte
         read_measured(bench)
     assert expected in info.value.line()
     assert "\n" not in info.value.line()
+
+
+def test_a_measured_file_that_is_a_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
+    # Issue 31: every file ncdc reads goes through one guarded reader.
+    bench = tmp_path / "bench.json"
+    os.mkfifo(bench)
+    with pytest.raises(UsageError, match="expected a bench JSON, found a named pipe"):
+        read_measured(bench)
 
 
 @pytest.mark.parametrize("hw", HARDWARE)
@@ -224,6 +235,14 @@ def test_writes_svg_and_refuses_foreign_files(tmp_path: Path) -> None:
         draw_to_file(d, hw, foreign)
     assert foreign.read_text() == "<svg xmlns='http://www.w3.org/2000/svg'/>"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.svg", "softmax.svg"]
+
+
+def test_a_fifo_in_the_way_of_a_drawing_is_refused_without_hanging(tmp_path: Path) -> None:
+    # Issue 31: the check of who drew a file read it whole, and hung on a FIFO.
+    d, hw = load_diagram(ROOT / "diagrams/softmax.yaml"), load_hardware("h200")
+    os.mkfifo(tmp_path / "x.svg")
+    with pytest.raises(UsageError, match="x.svg: exists and was not drawn by ncdc"):
+        draw_to_file(d, hw, tmp_path / "x.svg")
 
 
 def test_other_suffix_is_a_usage_error(tmp_path: Path) -> None:
@@ -305,3 +324,39 @@ def test_a_converter_that_makes_no_png_is_not_used(tmp_path: Path, monkeypatch) 
             draw_to_file(d, hw, tmp_path / "x.png")
     finally:
         svg_module.find_converter.cache_clear()
+
+
+def test_drawing_a_chain_is_linear(monkeypatch) -> None:
+    # Issue 31: drawing a 1,000-op chain took over 90 s: a kernel model per operation, and
+    # per column a scan of every tensor and every reader. Doubling the chain must about
+    # double the work (benchmarks/bench_check_scaling.py has the times).
+    from ncdc.draw import circuit
+    from ncdc.language.load import load_diagram_text
+    from ncdc.model.structure import KernelModel
+
+    hw = load_hardware("h200")
+    counts = []
+    for n in (40, 80):
+        diagram = load_diagram_text(support.chain_spec(n), "chain.yaml")
+        plan = plan_diagram(diagram, hw)
+        reads = support.count_calls(monkeypatch, circuit, "_reads")
+        models = support.count_calls(monkeypatch, KernelModel, "__init__")
+        circuit.layout_circuit(diagram, hw, plan)
+        counts.append((reads[0], models[0]))
+        monkeypatch.undo()
+    assert counts[0][1] == counts[1][1] == len(plan.kernels), counts  # one model a kernel
+    assert counts[1][0] < 2.6 * counts[0][0], counts
+
+
+def test_a_doc_with_control_characters_draws_valid_xml(tmp_path) -> None:
+    # Issue 31: an ESC in a doc made `draw` write an SVG no XML parser reads (exit 0).
+    data = json.loads(support.renamed_text(support.DIAGRAMS / "softmax.yaml", {}))
+    data["doc"] = "evil \x1b[31mred\x07 \x0c \ufffe \u202e end"
+    spec = tmp_path / "esc.yaml"
+    spec.write_text(json.dumps(data))
+    out = tmp_path / "esc.svg"
+    result = support.ncdc("draw", str(spec), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    root = ET.parse(out).getroot()  # a parser, not a string search, says it is XML
+    texts = [el.text or "" for el in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert any("\\x1b[31mred\\x07" in t for t in texts), texts

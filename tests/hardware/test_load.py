@@ -5,6 +5,8 @@ with their per-clock figures, a capacity is stated once, and a bad profile is on
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from ncdc.hardware.load import (
     load_hardware,
 )
 from ncdc.hardware.machine import Hardware
+from tests import support
 
 BUILTINS = ["a100", "b200", "h100", "h200", "l40s", "napkin", "rtx4090"]
 
@@ -237,3 +240,21 @@ def test_achievable_above_the_datasheet_is_refused(tmp_path):
     (tmp_path / "my.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(HardwareError, match="achievable.bandwidth.hbm"):
         load_hardware(tmp_path / "my.yaml")
+
+
+# Issue 31: a `--hardware` file that is a FIFO hung; /dev/zero and 10**400 ended in a
+# traceback (exit 70).
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge-int", "deep"])
+def test_a_hostile_profile_is_one_line_and_exit_2(tmp_path, kind):
+    path = tmp_path / "gpu.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "huge-int":
+        text = (PROFILES_DIR / "h100.yaml").read_text()
+        path.write_text(re.sub(r"value: [0-9.e]+", "value: 1" + "0" * 400, text, count=1))
+    else:
+        path.write_text("name: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    result = support.ncdc("cost", support.MATMUL, "--hardware", str(path), timeout=60)
+    support.assert_error(result, 2, contains=str(path))

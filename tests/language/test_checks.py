@@ -20,6 +20,15 @@ def test_a_number_is_finite_and_not_a_boolean(checks: Checks, value: object) -> 
         checks.number(value, ("value",), "eps")
 
 
+@pytest.mark.parametrize("value", [1e308, -3.5e38, 2**200])
+def test_a_constant_beyond_fp32_is_refused(checks: Checks, value: float) -> None:
+    # Issue 31: a constant of 1e308 passed `check`, and every output it touched was inf.
+    with pytest.raises(SpecError, match="beyond the range of fp32") as e:
+        checks.number(value, ("value",), "operand")
+    assert "hint: scale the inputs" in e.value.line()
+    assert checks.number(3.4e38, ("value",), "operand") == 3.4e38
+
+
 def test_an_unknown_axis_or_dtype_names_the_choices(checks: Checks) -> None:
     with pytest.raises(SpecError, match="declared axes are m") as e:
         checks.known_axis("n", {"m": 4}, ("axes",))

@@ -86,3 +86,26 @@ def test_plan_source_interface(tuned):
     plan, source = choose.choose_plan_source(d, hw, use_tuned=False)
     assert source == choose.PlanSource("model") and plan.tiles == tuned[2]
     assert choose.choose_plan(d, hw, use_tuned=False).tiles == tuned[2]
+
+
+def test_a_tuning_record_under_a_folder_others_can_write_is_not_used(tuned):
+    # Issue 31: a root inside a world-writable folder fed `cost` a planted tuning record.
+    path, _, _ = tuned
+    shared = path.parents[2]  # the folder holding the cache root
+    shared.chmod(0o777)
+    try:
+        result = ncdc("cost", MATMUL, *SETS, "--format", "json", env=env())
+    finally:
+        shared.chmod(0o755)
+    assert result.returncode == 2, result.stdout
+    assert "writable by others" in result.stderr and str(path) not in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_tuning_record_that_is_a_fifo_is_skipped(tuned):
+    path, _, modelled_tiles = tuned
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    result = ncdc("cost", MATMUL, *SETS, "--format", "json", env=env(), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tiles"] == modelled_tiles

@@ -23,6 +23,7 @@
 #ifndef NCDC_EMU_H
 #define NCDC_EMU_H
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -872,7 +873,89 @@ inline void run_clusters(Worker& w, Cluster& c, uint64_t nblocks) {
   }
 }
 
+#if !defined(NCDC_ASAN) && !defined(NCDC_TSAN)
+// A kernel that crashes outside the sanitizers (an access outside any buffer, a fiber stack
+// run into its guard page) ends the process with one line naming it and the way to find
+// the access, instead of a bare "Segmentation fault". The handler is installed once per
+// library and chains to the one before it: a fault while none of this library's kernels
+// runs goes to that one (Python's faulthandler, another library's) unchanged. It runs on
+// an alternate stack of each worker thread, since a fiber's own stack may be the fault.
+inline std::atomic<int> crash_running{0};
+inline std::atomic<const char*> crash_kernel{nullptr};
+inline struct sigaction crash_previous[2];  // SIGSEGV, SIGBUS
+constexpr int kCrashExit = 1;  // what a mismatch exits with: the kernel is wrong
+
+inline size_t crash_append(char* line, size_t n, size_t cap, const char* s) {
+  while (*s && n + 1 < cap) line[n++] = *s++;  // no stdio: only async-signal-safe calls
+  return n;
+}
+
+inline void crash_handler(int sig, siginfo_t* info, void* context) {
+  (void)context;
+  if (crash_running.load() == 0) {  // not ours: hand it back and let the fault recur
+    sigaction(sig, &crash_previous[sig == SIGBUS], nullptr);
+    return;
+  }
+  char line[768], hex[19] = "0x";
+  uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (int i = 0; i < 16; ++i) hex[2 + i] = "0123456789abcdef"[(address >> (60 - 4 * i)) & 15];
+  hex[18] = 0;
+  const char* name = crash_kernel.load();
+  size_t n = crash_append(line, 0, sizeof line, "error: kernel ");
+  n = crash_append(line, n, sizeof line, name ? name : "?");
+  n = crash_append(line, n, sizeof line, sig == SIGBUS ? " crashed (SIGBUS" : " crashed (SIGSEGV");
+  n = crash_append(line, n, sizeof line, " at ");
+  n = crash_append(line, n, sizeof line, hex);
+  n = crash_append(line, n, sizeof line,
+                   ") on the CPU emulator: an access outside its buffers, or a stack overflow "
+                   "(hint: rerun with --sanitize address to find the access, or raise "
+                   "NCDC_EMU_STACK_KIB)\n");
+  ssize_t written = write(2, line, n);
+  (void)written;
+  _exit(kCrashExit);
+}
+
+inline void crash_install() {
+  static bool installed = [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = crash_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &crash_previous[0]);
+    sigaction(SIGBUS, &sa, &crash_previous[1]);
+    return true;
+  }();
+  (void)installed;
+}
+
+// This OS thread's alternate signal stack while it runs blocks; the old one back after.
+struct CrashStack {
+  stack_t old{};
+  void* mem = nullptr;
+  static constexpr size_t kBytes = 64 << 10;
+  CrashStack() {
+    mem = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+      mem = nullptr;
+      return;
+    }
+    stack_t ss{};
+    ss.ss_sp = mem;
+    ss.ss_size = kBytes;
+    sigaltstack(&ss, &old);
+  }
+  ~CrashStack() {
+    if (!mem) return;
+    sigaltstack(&old, nullptr);
+    munmap(mem, kBytes);
+  }
+};
+#else
+struct CrashStack {};  // the sanitizers report crashes themselves
+#endif
+
 inline void worker_main(Launch& l, Cluster* cluster = nullptr, unsigned rank = 0) {
+  CrashStack crash_stack;
   Untracked quiet;  // the scheduler only touches bookkeeping; the kernel runs in the fibers
   Worker w;
   tl_worker = &w;
@@ -970,6 +1053,15 @@ inline int launch(const char* name, const void* kernel, Invoker invoke, const un
                   char* err, int errlen) {
 #ifdef NCDC_ASAN
   __asan_set_error_report_callback(asan_report);
+#else
+#ifndef NCDC_TSAN
+  crash_install();
+  crash_kernel.store(name);
+  crash_running.fetch_add(1);
+  struct Done {
+    ~Done() { crash_running.fetch_sub(1); }
+  } done;
+#endif
 #endif
   Launch l;
   l.kernel_name = name;
