@@ -34,8 +34,8 @@ def chain_text(n: int) -> str:
 
 def time_check(spec: Path) -> float:
     from ncdc.backends.targets import target_hardware
-    from ncdc.check.gate import check_spec
     from ncdc.hardware.load import load_hardware
+    from ncdc.verify.gate import check_spec
 
     machine = target_hardware(load_hardware("h200"), None)
     start = time.perf_counter()

@@ -74,12 +74,12 @@ def peak_of_run(name: str, sizes: dict[str, int], env: dict[str, str]) -> tuple[
 
 
 def estimate_of(name: str, sizes: dict[str, int]) -> int:
-    from ncdc.check.run import estimate_emulation
     from ncdc.hardware.load import load_hardware
     from ncdc.language.load import load_diagram
     from ncdc.model.records import plan_to_dict
     from ncdc.plan.choose import choose_plan
     from ncdc.render import render_plan
+    from ncdc.verify.run import estimate_emulation
 
     d = load_diagram(REPO / "diagrams" / f"{name}.yaml", sizes)
     plan = choose_plan(d, load_hardware("h200"), use_tuned=False)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from ncdc.backends.cpu import build
-from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
+from ncdc.verify.reference import evaluate, from_storage, make_inputs, to_storage
 
 H200 = load_hardware("h200")
 SIZE_PREFIX = "ncdc_size_"

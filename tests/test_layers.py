@@ -27,7 +27,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("plan", ("ncdc.plan",)),
     ("render", ("ncdc.render",)),
     ("backends", ("ncdc.backends",)),
-    ("check", ("ncdc.check",)),
+    ("verify", ("ncdc.verify",)),
     ("measure", ("ncdc.measure",)),
     ("api", ("ncdc", "ncdc.api", "ncdc.torch", "ncdc.export", "ncdc.grad")),
     ("faces", ("ncdc.cli", "ncdc.draw", "ncdc.__main__")),

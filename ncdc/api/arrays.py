@@ -122,7 +122,7 @@ def _cupy_module() -> Any:
 def numpy_dtypes(dtype: str) -> frozenset[np.dtype]:
     """The NumPy (and CuPy) dtypes an array of ncdc `dtype` may have: its values' type and
     the raw bits kernels read (one and the same for fp32, fp16 and the integers)."""
-    from ncdc.check.reference import value_dtype
+    from ncdc.verify.reference import value_dtype
 
     return frozenset({value_dtype(dtype), np.dtype(DTYPES[dtype].bits)})
 
@@ -169,6 +169,6 @@ def from_host_bits(bits: np.ndarray, dtype: str, family: str) -> Any:
 
         flat = torch.from_numpy(np.ascontiguousarray(bits).reshape(-1).view(np.uint8))
         return flat.view(torch_dtype(dtype)).reshape(bits.shape)
-    from ncdc.check.reference import value_dtype
+    from ncdc.verify.reference import value_dtype
 
     return bits.view(value_dtype(dtype))

@@ -26,8 +26,8 @@ from ncdc.language.load import load_diagram, load_diagram_text, with_sizes
 
 if TYPE_CHECKING:
     from ncdc.backends.batch import CompileBatch
-    from ncdc.check.gate import SpecCheck
     from ncdc.model.values import Plan
+    from ncdc.verify.gate import SpecCheck
 
 SpecLike = Union[str, "os.PathLike[str]", Diagram]
 PathsLike = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
@@ -85,8 +85,8 @@ def cost_report(
 ) -> CostReport:  # fmt: skip
     """`ncdc cost` (see `cost`), with what its table and notes show."""
     from ncdc.backends.targets import arch_notes, target_hardware
-    from ncdc.check.buildable import cost_note, is_model_only, rank_buildable, with_abstract
     from ncdc.model.records import plan_to_dict
+    from ncdc.verify.buildable import cost_note, is_model_only, rank_buildable, with_abstract
 
     profile = machine(hardware, hw)
     target = target_hardware(profile, arch)
@@ -111,9 +111,9 @@ def _folder_cost(
     folder: Path, target: Hardware, sizes: Mapping[str, int] | None,
     tiles: Mapping[str, int] | None, abstract: bool, model_only: bool,
 ) -> CostReport:  # fmt: skip
-    from ncdc.check.buildable import cost_note, plan_buildable_specs, with_abstract
-    from ncdc.check.gate import baseline_from_plans
     from ncdc.language.load import find_specs
+    from ncdc.verify.buildable import cost_note, plan_buildable_specs, with_abstract
+    from ncdc.verify.gate import baseline_from_plans
 
     plans = plan_buildable_specs(find_specs([folder]), target, sizes, tiles, abstract=abstract)
     data = with_abstract(baseline_from_plans(plans), model_only)
@@ -201,7 +201,7 @@ class CheckReport:
 
     @property
     def data(self) -> dict[str, Any]:
-        from ncdc.check.gate import check_to_dict
+        from ncdc.verify.gate import check_to_dict
 
         return check_to_dict(self.checks, self.regressions)
 
@@ -213,8 +213,8 @@ def check_report(
 ) -> CheckReport:  # fmt: skip
     """`ncdc check` (see `check`)."""
     from ncdc.backends.targets import target_hardware
-    from ncdc.check.gate import check_spec, gate, parse_tolerance, read_baseline
     from ncdc.language.load import find_specs
+    from ncdc.verify.gate import check_spec, gate, parse_tolerance, read_baseline
 
     limit = tolerance if isinstance(tolerance, float) else parse_tolerance(str(tolerance))
     base = read_baseline(Path(baseline)) if baseline is not None else None

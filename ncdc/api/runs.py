@@ -38,8 +38,8 @@ class HostRun:
 
     def __call__(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
                  stream: Any) -> Any:  # fmt: skip
-        from ncdc.check.reference import from_storage
-        from ncdc.check.run import allocate_storage, check_indices, run_emulated
+        from ncdc.verify.reference import from_storage
+        from ncdc.verify.run import allocate_storage, check_indices, run_emulated
 
         if stream is not None:
             raise ArrayError(

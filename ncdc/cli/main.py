@@ -150,7 +150,7 @@ def check(
     that cannot be built. With --baseline, exit 1 naming every predicted time or HBM
     traffic that grew past the tolerance."""
     from ncdc.api.commands import check_report
-    from ncdc.check.gate import CHECK_FORMATS
+    from ncdc.verify.gate import CHECK_FORMATS
 
     if fmt not in CHECK_FORMATS:
         raise UsageError(f"unknown format '{fmt}'; expected one of {', '.join(CHECK_FORMATS)}",
@@ -167,7 +167,7 @@ def check(
 
 def _report_check(checks: list, regressions: list[str], fmt: str) -> None:
     """Errors on stderr (table), one JSON object or GitHub annotations on stdout."""
-    from ncdc.check.gate import check_to_dict, github_annotations
+    from ncdc.verify.gate import check_to_dict, github_annotations
 
     if fmt == "json":
         emit(check_to_dict(checks, regressions), "json", lambda: "")
@@ -372,8 +372,8 @@ def run(
     ] = None,
 ) -> None:
     """Run a diagram's kernels, compare with a float64 reference; exit 1 on a mismatch."""
-    from ncdc.check.run import memory_limit, run_spec
     from ncdc.cli.views import run_table
+    from ncdc.verify.run import memory_limit, run_spec
 
     outcome = run_spec(
         spec, load_machine(hardware, hw), backend=backend, seed=seed, sanitize=sanitize,

@@ -1,6 +1,6 @@
 """Save or recompute, by price: every way of getting what the backward reads
 (ncdc.grad.pair.every_way) is written as a pair, both diagrams planned and rendered as
-`ncdc check` would (ncdc.check.buildable), and the pair with the least predicted forward
+`ncdc check` would (ncdc.verify.buildable), and the pair with the least predicted forward
 plus backward time is taken (ties: the one that holds fewer bytes between the passes).
 `save` and `recompute` name intermediates whose way the user fixes: saved, or not saved
 (recomputed, by its op or from its log-sum-exp, whichever is cheaper).
@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ncdc.check.buildable import check_buildable
 from ncdc.errors import PlanError, SpecError, UsageError
 from ncdc.grad.derive import Backward, derive
 from ncdc.grad.pair import SAVE, Pair, every_way, make_pair
@@ -29,6 +28,7 @@ from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.values import Plan
+from ncdc.verify.buildable import check_buildable
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ KINDS = {
     "gather": "values selected along an axis by an index tensor (int32)",
 }
 # kinds whose operations a family builds from the kernel's structure and the reference
-# evaluates by kind (ncdc.check.reference), not by a function of the record
+# evaluates by kind (ncdc.verify.reference), not by a function of the record
 STRUCTURAL = ("contract", "cast", "mask", "index", "gather")
 
 Meaning = Callable[..., Any]  # (np, *arrays[, axis, eps]) -> float64 array

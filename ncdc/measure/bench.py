@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from ncdc.check.reference import from_storage, index_ranges, round_to, to_storage
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
@@ -38,6 +37,7 @@ from ncdc.model.records import dominant_rate
 from ncdc.model.values import Plan
 from ncdc.output import json_number
 from ncdc.render import RenderedModule, render_plan
+from ncdc.verify.reference import from_storage, index_ranges, round_to, to_storage
 
 FORMAT = "ncdc.bench/1"
 DEFAULT_WARMUP_MS = 25.0

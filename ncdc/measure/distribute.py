@@ -129,8 +129,8 @@ def run_trial(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_emulated(diagram: Any, hw: Hardware, config: Config, seed: int) -> str:
-    from ncdc.check.run import run_diagram
     from ncdc.render import render_plan
+    from ncdc.verify.run import run_diagram
 
     result = run_diagram(diagram, render_plan(select_config(diagram, hw, config)), seed=seed)
     bad = [c.name for c in result.checks if not c.ok]

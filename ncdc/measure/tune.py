@@ -200,8 +200,8 @@ def tune_spec(
 def check_candidate(diagram: Diagram, hardware: Hardware, config: Config, seed: int) -> str:
     """Run `config` on `diagram` with the cuda backend against the reference: '' when
     every output matches, else what went wrong."""
-    from ncdc.check.run import run_diagram
     from ncdc.render import render_plan
+    from ncdc.verify.run import run_diagram
 
     module = render_plan(select_config(diagram, hardware, config))
     result = run_diagram(diagram, module, backend="cuda", seed=seed)

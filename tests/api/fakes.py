@@ -15,7 +15,7 @@ import numpy as np
 
 from ncdc.backends import cpu
 from ncdc.backends.arguments import encode_emulated_tensor_map
-from ncdc.check.run import device_aligned
+from ncdc.verify.run import device_aligned
 
 
 class FakeDeviceArray:

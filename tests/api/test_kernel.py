@@ -13,10 +13,10 @@ import pytest
 
 import ncdc
 from ncdc.api import kernel as kernel_module
-from ncdc.check.reference import evaluate
-from ncdc.check.run import compare
 from ncdc.errors import ArrayError
 from ncdc.language.load import load_diagram
+from ncdc.verify.reference import evaluate
+from ncdc.verify.run import compare
 from tests import support
 
 SOFTMAX = str(support.DIAGRAMS / "softmax.yaml")

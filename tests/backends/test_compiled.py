@@ -1,6 +1,6 @@
 """What a run trusts of a compiled kernel's `.json` (ncdc.backends.compiled): sizes, grids,
 blocks, shared memory and workspace within the limits of a launch and of the diagram. The
-command-line attacks (an edited grid of 2^61 blocks) are in tests/check/test_run.py."""
+command-line attacks (an edited grid of 2^61 blocks) are in tests/verify/test_run.py."""
 
 from __future__ import annotations
 

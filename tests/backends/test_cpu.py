@@ -472,11 +472,11 @@ def test_race_gemm_pipeline_is_clean(tsan: cpu.EmulatedModule, cache: Path) -> N
 
 def test_race_generated_softmax_is_clean(tsan: cpu.EmulatedModule) -> None:
     """A generated row-wise kernel (256 threads, block reductions through shared memory)."""
-    from ncdc.check.run import run_diagram
     from ncdc.hardware.load import load_hardware
     from ncdc.language.load import load_diagram
     from ncdc.plan.search import plan_diagram
     from ncdc.render import render_plan
+    from ncdc.verify.run import run_diagram
 
     spec = support.DIAGRAMS / "softmax.yaml"
     diagram = load_diagram(spec, {"m": 2, "n": 8192})

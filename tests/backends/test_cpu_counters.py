@@ -12,12 +12,12 @@ import pytest
 
 from ncdc.backends import cpu
 from ncdc.backends.traffic import Counters
-from ncdc.check.run import device_aligned, run_diagram
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
 from ncdc.schema import load_schema, validate
+from ncdc.verify.run import device_aligned, run_diagram
 from tests import support
 from tests.support import SOFTMAX, ncdc
 

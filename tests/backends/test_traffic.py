@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ncdc.check.run import run_spec
 from ncdc.hardware.load import load_hardware
+from ncdc.verify.run import run_spec
 from tests import support
 
 ROOT = support.ROOT

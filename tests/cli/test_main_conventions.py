@@ -96,7 +96,7 @@ def test_progress_shows_on_a_terminal_for_long_runs(monkeypatch):
     from rich.console import Console
 
     from ncdc import output
-    from ncdc.check import run
+    from ncdc.verify import run
 
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=80)

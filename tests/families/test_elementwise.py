@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ncdc.check.reference import round_to
 from ncdc.hardware.load import load_hardware
+from ncdc.verify.reference import round_to
 from tests import support
 from tests.runtime_sizes import run_at_sizes
 
@@ -85,7 +85,7 @@ def test_an_odd_innermost_size_keeps_vector_runs() -> None:
     # n = 128 (X, b and Y, plus c[m] and s once per run) to a few percent; one element at a
     # time everywhere reloads c and s per element, about 2.2 times as much.
 
-    from ncdc.check.run import run_spec
+    from ncdc.verify.run import run_spec
 
     spec = support.SPECS / "ew_broadcast_binary.yaml"
     per_element = {}
@@ -98,8 +98,8 @@ def test_an_odd_innermost_size_keeps_vector_runs() -> None:
 
 
 def test_comparisons_logic_and_where_with_nan_and_infinities() -> None:
-    from ncdc.check.reference import make_inputs
     from ncdc.language.load import load_diagram_text
+    from ncdc.verify.reference import make_inputs
 
     # One build at the spec's sizes, run at others (odd inner sizes): 1 and 0 from the
     # comparisons, -inf from the select, NaN compared as IEEE 754 does (false; ne: true)
@@ -115,8 +115,8 @@ def test_comparisons_logic_and_where_with_nan_and_infinities() -> None:
 
 
 def test_gather_reads_the_selected_rows_at_any_size() -> None:
-    from ncdc.check.reference import make_inputs
     from ncdc.language.load import load_diagram_text
+    from ncdc.verify.reference import make_inputs
 
     # One build, run at other sizes (the table's size v a runtime parameter too): the first
     # and last rows, repeats, and rows of 130 and 7 values (a vector run and a tail, or none)

@@ -10,12 +10,12 @@ import importlib.util
 
 import pytest
 
-from ncdc.check.run import run_diagram
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.feedback import kernel_alternatives
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
+from ncdc.verify.run import run_diagram
 
 H200 = load_hardware("h200")
 

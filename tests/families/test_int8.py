@@ -11,11 +11,11 @@ import importlib.util
 
 import pytest
 
-from ncdc.check.run import run_diagram, run_spec
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
+from ncdc.verify.run import run_diagram, run_spec
 from tests import support
 
 ROOT = support.ROOT
@@ -87,8 +87,8 @@ def test_swiglu_with_no_schedule_plans_three_gemms() -> None:
     ],
 )
 def test_swiglu_refusal_names_the_results_to_save(saved: str, hint: set[str]) -> None:
-    from ncdc.check.buildable import check_buildable
     from ncdc.errors import PlanError
+    from ncdc.verify.buildable import check_buildable
 
     text = SWIGLU + f"schedule: {{materialize: [{saved}]}}\n"
     with pytest.raises(PlanError) as info:

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from ncdc.backends.cpu import build
-from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
+from ncdc.verify.reference import evaluate, from_storage, make_inputs, to_storage
 
 H200 = load_hardware("h200")
 TOL = {"bf16": 2e-2, "fp32": 1e-4}

@@ -7,12 +7,12 @@ import importlib.util
 import numpy as np
 import pytest
 
-from ncdc.check.reference import make_inputs, round_to
-from ncdc.check.run import run_diagram
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
+from ncdc.verify.reference import make_inputs, round_to
+from ncdc.verify.run import run_diagram
 from tests import support
 from tests.runtime_sizes import run_at_sizes
 
@@ -180,7 +180,7 @@ def test_rmsnorm_issues_the_traffic_the_model_counts(n: int) -> None:
     # row of the block), which is what the model counts: once per group of rows. Rows of
     # odd length keep vector loads, aligned to each row's start.
 
-    from ncdc.check.run import run_spec
+    from ncdc.verify.run import run_spec
 
     spec = support.DIAGRAMS / "rmsnorm.yaml"
     outcome = run_spec(spec, H200, sizes={"m": 64, "n": n})
@@ -215,7 +215,7 @@ def test_rows_of_262147_values_run_in_two_passes_and_are_priced_so(name: str) ->
     # An odd length above 2^18: the second pass reads X again, and the model counts it
     # (Candidate.rereads), so what the kernel issues is what ncdc cost prices.
 
-    from ncdc.check.run import run_spec
+    from ncdc.verify.run import run_spec
 
     spec = support.DIAGRAMS / f"{name}.yaml"
     outcome = run_spec(spec, H200, sizes={"m": 2, "n": 262147})
@@ -229,7 +229,7 @@ def test_vocab_cross_entropy_is_one_pass_over_128k_logits() -> None:
     # logsumexp over a 128,257-token row (odd, above Llama 3's 128,256): the streamed
     # kernel's online max and sum read each logit once, which is what the model counts.
 
-    from ncdc.check.run import run_spec
+    from ncdc.verify.run import run_spec
 
     spec = support.DIAGRAMS / "vocab_cross_entropy.yaml"
     outcome = run_spec(spec, H200, sizes={"t": 3, "v": 128257})
@@ -253,7 +253,7 @@ def test_log_softmax_and_logsumexp_of_masked_and_huge_rows() -> None:
 def test_a_scalar_output_runs_and_is_checked() -> None:
     # max |X| over a vector: a 0-d output, which ncdc run allocates, fills and compares.
 
-    from ncdc.check.run import run_spec
+    from ncdc.verify.run import run_spec
 
     spec = support.SPECS / "amax_vector_bf16.yaml"
     for n in (1001, 7):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ncdc.check.run import run_spec
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
+from ncdc.verify.run import run_spec
 from tests import support
 
 pytestmark = pytest.mark.gpu

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ncdc.check.reference import evaluate, make_inputs
 from ncdc.grad.pair import Pair
 from ncdc.language.diagram import Diagram
+from ncdc.verify.reference import evaluate, make_inputs
 
 STEP = 1e-5  # central differences: error ~ STEP^2 f''' + 1e-16 / STEP, ~1e-10 here
 

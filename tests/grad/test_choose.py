@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from ncdc.check.reference import round_to
-from ncdc.check.run import run_diagram
 from ncdc.errors import UsageError
 from ncdc.grad.choose import choose_pair, ways_text
 from ncdc.grad.pair import LSE, RECOMPUTE
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.render import render_plan
+from ncdc.verify.reference import round_to
+from ncdc.verify.run import run_diagram
 from tests.grad.helpers import backward_inputs
 from tests.support import DIAGRAMS
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ncdc.backends import nvrtc
-from ncdc.check.reference import from_storage, round_to, to_storage, value_dtype
 from ncdc.language.dtypes import DTYPES, wider
+from ncdc.verify.reference import from_storage, round_to, to_storage, value_dtype
 
 HEADERS = "\n".join(p.read_text() for p in nvrtc.ncdc_include_dir().glob("*.cuh"))
 

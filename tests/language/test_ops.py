@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ncdc.backends import nvrtc
-from ncdc.check import reference
 from ncdc.language.ops import KINDS, OPERATIONS, RECORDS, REDUCE_MAX, STRUCTURAL, record
+from ncdc.verify import reference
 
 HEADERS = "\n".join(p.read_text() for p in nvrtc.ncdc_include_dir().glob("*.*h"))  # .cuh, .h
 ALL = sorted(RECORDS.values(), key=lambda r: (r.kind, r.name))

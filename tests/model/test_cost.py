@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from ncdc.check.buildable import cost_note
 from ncdc.errors import SpecError
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
@@ -19,6 +18,7 @@ from ncdc.model.overlap import SATURATION_WARPS
 from ncdc.model.structure import KernelModel
 from ncdc.model.values import TileChoice
 from ncdc.plan.search import plan_diagram
+from ncdc.verify.buildable import cost_note
 from tests.support import ncdc
 
 

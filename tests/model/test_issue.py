@@ -124,7 +124,7 @@ def test_cost_before_and_after_compiling_agree(compiled):
     # nor the FlashAttention-3 kernel (2.2 slots per HMMA.16816, under Hopper's 4; with a
     # score functor more, softcap_attention's tanhf 6.9, its softmax still under the other
     # warpgroup's GEMMs).
-    from ncdc.check.buildable import with_compiled_sass
+    from ncdc.verify.buildable import with_compiled_sass
 
     for label, plan, _ in compiled[1:]:
         after = with_compiled_sass(plan)
@@ -141,8 +141,8 @@ def test_cost_prices_a_compiled_kernel_from_its_sass(compiled):
     # `ncdc compile` prices its report from the cubin and leaves it in the cache; `ncdc
     # cost` of the same plan finds it and prices its main loops, and its JSON says so.
     from ncdc.backends.compile import priced_from_sass
-    from ncdc.check.buildable import with_compiled_sass
     from ncdc.model.records import plan_to_dict
+    from ncdc.verify.buildable import with_compiled_sass
 
     for _, plan, report in (compiled[0], compiled[-1]):  # a GEMM and an attention
         assert priced_from_sass(report).plan.kernels[0].instructions.source == SASS

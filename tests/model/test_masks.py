@@ -8,7 +8,6 @@ import itertools
 import numpy as np
 import pytest
 
-from ncdc.check.reference import evaluate, make_inputs
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram_text
 from ncdc.model.graph import build_graph
@@ -23,6 +22,7 @@ from ncdc.model.masks import (
     tile_class,
     tile_classes,
 )
+from ncdc.verify.reference import evaluate, make_inputs
 
 HEAD = """ncdc: 1
 name: rule

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from ncdc.check.buildable import check_buildable
-from ncdc.check.run import run_diagram
 from ncdc.errors import PlanError
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.records import plan_to_dict
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
+from ncdc.verify.buildable import check_buildable
+from ncdc.verify.run import run_diagram
 
 H200 = load_hardware("h200")
 

@@ -74,7 +74,7 @@ NCDC_DEVICE float op_causal(float x, long long i, long long j, long long shift) 
 // to the nearest whole number as an int32 stores it (exact: the generator keeps n <= 2^24).
 // An index outside [0, n), or NaN, reads nothing there: it gives NaN (from element 0, which
 // is in range) and sets *status, which the host reads after the launches and reports
-// (ncdc.check.run.check_indices). Branch-free but for the store, so that an unrolled run of
+// (ncdc.verify.run.check_indices). Branch-free but for the store, so that an unrolled run of
 // gathers keeps its loads in flight.
 template <class T>
 NCDC_DEVICE float op_gather(const T* p, float index, long long n, long long pitch, int* status) {

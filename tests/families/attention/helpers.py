@@ -11,14 +11,14 @@ import numpy as np
 
 from ncdc.backends.cpu import EmulatedModule, build
 from ncdc.backends.traffic import Traffic
-from ncdc.check.reference import evaluate, from_storage, make_inputs
-from ncdc.check.run import OutputCheck, allocate, compare, launch_args
 from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.feedback import kernel_alternatives, with_kernel
 from ncdc.plan.search import plan_diagram
 from ncdc.render import RenderedModule, render_plan
+from ncdc.verify.reference import evaluate, from_storage, make_inputs
+from ncdc.verify.run import OutputCheck, allocate, compare, launch_args
 from tests import support
 
 DIAGRAMS = support.DIAGRAMS

@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from ncdc.check.reference import make_inputs, round_to
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
+from ncdc.verify.reference import make_inputs, round_to
 from tests import support
 from tests.families.attention.helpers import assert_ok, run_attention
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from ncdc.backends.traffic import Traffic
-from ncdc.check.reference import make_inputs, round_to
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
+from ncdc.verify.reference import make_inputs, round_to
 from tests import support
 from tests.families.attention.helpers import assert_ok, run_attention
 

@@ -16,8 +16,6 @@ import pytest
 
 from ncdc.backends.cpu import EmulatedModule, build
 from ncdc.backends.traffic import Traffic
-from ncdc.check.reference import evaluate, from_storage, make_inputs
-from ncdc.check.run import OutputCheck, allocate, compare, launch_args
 from ncdc.errors import NcdcError, SpecError
 from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
@@ -26,6 +24,8 @@ from ncdc.model.geometry import band_fraction, band_tiles
 from ncdc.plan.feedback import kernel_alternatives, with_kernel
 from ncdc.plan.search import plan_diagram
 from ncdc.render import RenderedModule, render_plan
+from ncdc.verify.reference import evaluate, from_storage, make_inputs
+from ncdc.verify.run import OutputCheck, allocate, compare, launch_args
 from tests import support
 
 DIAGRAMS = support.DIAGRAMS

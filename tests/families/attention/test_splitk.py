@@ -4,13 +4,13 @@ their merge.
 
 from __future__ import annotations
 
-from ncdc.check.run import run_diagram
 from ncdc.families.attention.splitk import is_split
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.feedback import kernel_alternatives, with_kernel
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
+from ncdc.verify.run import run_diagram
 from tests import support
 from tests.families.attention.helpers import SMALL
 

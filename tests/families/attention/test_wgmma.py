@@ -15,8 +15,6 @@ import pytest
 from ncdc.backends import loop_mixes, sass
 from ncdc.backends.compile import compile_plan
 from ncdc.backends.cpu import build
-from ncdc.check.reference import evaluate, from_storage, make_inputs
-from ncdc.check.run import allocate, compare, launch_args, run_diagram
 from ncdc.errors import NcdcError, PlanError
 from ncdc.families import classify_kernel
 from ncdc.families.attention.family import FAMILY
@@ -30,6 +28,8 @@ from ncdc.model.structure import KernelModel
 from ncdc.plan.search import plan_diagram, plan_from_candidates
 from ncdc.render import RenderedModule, render_plan
 from ncdc.templates import include
+from ncdc.verify.reference import evaluate, from_storage, make_inputs
+from ncdc.verify.run import allocate, compare, launch_args, run_diagram
 from tests import support
 
 DIAGRAMS = support.DIAGRAMS

@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 
 from ncdc.backends.cpu import EmulatedModule, build
-from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
-from ncdc.check.run import OutputCheck, compare
 from ncdc.families.gemm.family import FAMILY as GEMM
 from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
@@ -26,6 +24,8 @@ from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.plan.feedback import kernel_alternatives
 from ncdc.plan.search import plan_diagram
 from ncdc.render import KernelSource, template_env
+from ncdc.verify.reference import evaluate, from_storage, make_inputs, to_storage
+from ncdc.verify.run import OutputCheck, compare
 from tests import support
 
 HW = load_hardware("h100")

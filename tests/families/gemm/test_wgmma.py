@@ -17,8 +17,6 @@ import ncdc
 from ncdc.backends import sass
 from ncdc.backends.compile import compile_plan
 from ncdc.backends.targets import arch_notes, plan_for_arch, target_hardware
-from ncdc.check.buildable import check_buildable
-from ncdc.check.run import run_diagram
 from ncdc.families import classify_kernel
 from ncdc.families.gemm.family import FAMILY
 from ncdc.families.gemm.wgmma import is_wgmma, pipeline_share
@@ -31,6 +29,8 @@ from ncdc.model.structure import KernelModel
 from ncdc.plan.feedback import kernel_alternatives
 from ncdc.plan.search import plan_diagram, plan_from_candidates
 from ncdc.render import render_plan
+from ncdc.verify.buildable import check_buildable
+from ncdc.verify.run import run_diagram
 from tests import support
 
 DIAGRAMS = support.DIAGRAMS

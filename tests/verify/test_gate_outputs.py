@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ncdc.check.gate import check_made_for, parse_tolerance, read_baseline
 from ncdc.errors import UsageError
+from ncdc.verify.gate import check_made_for, parse_tolerance, read_baseline
 from tests.support import MATMUL, SOFTMAX, assert_error, ncdc, ncdc_version
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ncdc.check.reference import evaluate, from_storage, make_inputs, round_to, to_storage
-from ncdc.check.run import compare
 from ncdc.language.load import load_diagram, load_diagram_text
+from ncdc.verify.reference import evaluate, from_storage, make_inputs, round_to, to_storage
+from ncdc.verify.run import compare
 
 
 @pytest.mark.parametrize(
@@ -177,10 +177,10 @@ def test_a_materialised_result_is_rounded_to_its_dtype_and_a_fused_one_is_not():
 def test_an_fp32_output_after_a_saved_bf16_intermediate_meets_the_fp32_tolerance():
     # Two kernels, H stored as bf16 between them: the reference must read H rounded, as the
     # second kernel does, or the fp32 output is off by a bf16 rounding (about 4e-3).
-    from ncdc.check.run import run_diagram
     from ncdc.hardware.load import load_hardware
     from ncdc.plan.search import plan_diagram
     from ncdc.render import render_plan
+    from ncdc.verify.run import run_diagram
 
     d = load_diagram_text(MATERIALISED_BF16)
     module = render_plan(plan_diagram(d, load_hardware("h200")))

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from ncdc.check.run import check_emulation_fits, estimate_emulation, memory_limit
 from ncdc.errors import UsageError
 from ncdc.language.load import load_diagram
+from ncdc.verify.run import check_emulation_fits, estimate_emulation, memory_limit
 from tests.support import ROOT, assert_error, ncdc
 
 
@@ -46,7 +46,7 @@ def test_memory_limit_units_and_default():
 
 def test_a_compiled_kernel_over_the_limit_names_recompiling():
     d = load_diagram("diagrams/softmax.yaml")
-    from ncdc.check.run import _no_module
+    from ncdc.verify.run import _no_module
 
     estimate = estimate_emulation(d, _no_module())
     with pytest.raises(UsageError) as e:
@@ -67,7 +67,7 @@ def test_the_estimate_bounds_the_measured_peak():
     code, kib = proc.stdout.split()[-2:]
     assert code == "0", proc.stderr
     peak = int(kib) * 1024
-    from ncdc.check.run import _no_module
+    from ncdc.verify.run import _no_module
 
     d = load_diagram("diagrams/softmax.yaml", {"m": 1024, "n": 8192})
     estimate = estimate_emulation(d, _no_module()).memory_bytes

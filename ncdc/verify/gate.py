@@ -219,7 +219,7 @@ class SpecCheck:
 def check_spec(path: Path, hardware: Hardware) -> SpecCheck:
     """Load `path`, plan it and render its kernels (`buildable.check_buildable`, no NVRTC);
     the first error, if any, as a SpecCheck."""
-    from ncdc.check.buildable import check_buildable
+    from ncdc.verify.buildable import check_buildable
 
     try:
         check_buildable(load_diagram(path), hardware)

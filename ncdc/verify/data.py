@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from ncdc.check.reference import from_storage, round_to, value_dtype
 from ncdc.errors import NcdcError, UsageError, excerpt
 from ncdc.files import read_regular, write_atomic
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.text import did_you_mean, listing
+from ncdc.verify.reference import from_storage, round_to, value_dtype
 
 SAVED_FORMAT = "ncdc.outputs/1"
 MARK = "ncdc"  # the entry of a saved file that names what wrote it

@@ -1,4 +1,4 @@
-"""ncdc.check.data: a run on the user's arrays (`ncdc run --inputs`) and its outputs kept
+"""ncdc.verify.data: a run on the user's arrays (`ncdc run --inputs`) and its outputs kept
 (`--save`): names, shapes and dtypes checked, no pickle, no file of the user's replaced."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ncdc.check.data import _ours, input_values, read_arrays, save_outputs, saved_dtype
-from ncdc.check.reference import round_to
 from ncdc.errors import UsageError
 from ncdc.language.load import load_diagram
+from ncdc.verify.data import _ours, input_values, read_arrays, save_outputs, saved_dtype
+from ncdc.verify.reference import round_to
 from tests import support
 
 

@@ -29,7 +29,6 @@ from ncdc.backends.arguments import (
     launch_arguments,
 )
 from ncdc.backends.outputs import load_compiled
-from ncdc.check.reference import evaluate, from_storage, make_inputs, to_storage
 from ncdc.errors import IndexRangeError, UsageError
 from ncdc.families.codegen import STATUS
 from ncdc.hardware.machine import Hardware
@@ -38,6 +37,7 @@ from ncdc.language.dtypes import DTYPES
 from ncdc.language.load import load_diagram
 from ncdc.render import Launch, RenderedModule
 from ncdc.system import available_memory, default_jobs
+from ncdc.verify.reference import evaluate, from_storage, make_inputs, to_storage
 
 if TYPE_CHECKING:
     from ncdc.backends.cpu import EmulatedModule
@@ -437,12 +437,12 @@ def run_spec(
 ) -> RunOutcome:  # fmt: skip
     """Plan, render and run a spec, or run a `.cu` that `ncdc compile` wrote.
 
-    `inputs`: an .npz of the user's data (ncdc.check.data), which also sizes a spec's
+    `inputs`: an .npz of the user's data (ncdc.verify.data), which also sizes a spec's
     axes; `save`: an .npz the outputs are written to. On the cpu backend the run's memory
     is estimated first and a run over `max_memory` bytes (default: DEFAULT_MEMORY_SHARE of
     the available memory) is refused (exit 2).
     """
-    from ncdc.check import data
+    from ncdc.verify import data
 
     if seed < 0:
         raise UsageError(f"expected a seed of 0 or more, found {seed}", where="--seed")

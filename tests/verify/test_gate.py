@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ncdc.check.gate import baseline_from_plans, compare_to_baseline, parse_tolerance
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
+from ncdc.verify.gate import baseline_from_plans, compare_to_baseline, parse_tolerance
 
 
 def _baseline():

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from ncdc.check.buildable import MODEL_ONLY, check_buildable, rank_buildable
 from ncdc.errors import PlanError
 from ncdc.hardware.load import list_profiles, load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.model.graph import build_graph
+from ncdc.verify.buildable import MODEL_ONLY, check_buildable, rank_buildable
 from tests import support
 
 ROOT = support.ROOT

@@ -270,7 +270,7 @@ def gather_indices(op: Op, env: Mapping[str, np.ndarray], axes_of: Mapping, d: D
 
 def _gather(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram) -> np.ndarray:
     """T[.., I[i..], ..] over the result's axes; NaN where the index is out of range (a run
-    refuses those: ncdc.check.run.check_indices)."""
+    refuses those: ncdc.verify.run.check_indices)."""
     source = str(op.operands[0])
     k, bad = gather_indices(op, env, axes_of, d)
     shape = [d.axes[a] for a in op.axes]

@@ -1,4 +1,4 @@
-"""`ncdc run` (ncdc.check.run): a spec or a compiled `.cu` run on a backend and compared with
+"""`ncdc run` (ncdc.verify.run): a spec or a compiled `.cu` run on a backend and compared with
 the float64 reference.
 """
 
@@ -95,7 +95,7 @@ def test_a_run_on_the_users_arrays_saves_its_outputs(tmp_path):
 def test_an_index_out_of_range_is_refused_after_an_emulated_run():
     """The kernel reads nothing at a bad index and sets the status word; the run names the
     first bad value and the range it must be in (exit 2, bad input)."""
-    import ncdc.check.run as run
+    import ncdc.verify.run as run
     from ncdc.errors import IndexRangeError
     from ncdc.language.load import load_diagram
     from ncdc.plan.search import plan_diagram
