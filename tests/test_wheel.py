@@ -127,7 +127,7 @@ def test_installed_ncdc_is_the_wheel(venv: Path, tmp_path: Path):
         ["check", "softmax.yaml"],
         ["cost", "softmax.yaml"],
         pytest.param(
-            ["compile", "softmax.yaml", "-o", "out"],
+            ["compile", "softmax.yaml", "-o", "out", "--emit", "c", "--emit", "torch"],
             marks=pytest.mark.skipif(
                 importlib.util.find_spec("cuda") is None, reason="NVRTC wheels not installed"
             ),
@@ -141,3 +141,20 @@ def test_installed_command_runs_outside_the_checkout(venv: Path, tmp_path: Path,
     shutil.copy2(SPEC, tmp_path / SPEC.name)
     out = _run([str(venv / "bin" / "ncdc"), *command], cwd=tmp_path, env=_env(tmp_path))
     assert out.returncode == 0, out.stderr
+
+
+API = """
+import ml_dtypes, numpy as np, ncdc
+softmax = ncdc.load("softmax.yaml")
+x = np.random.default_rng(0).standard_normal((3, 70)).astype(ml_dtypes.bfloat16)
+y = softmax(x).astype(np.float64)
+assert abs(y.sum(axis=1) - 1).max() < 0.02, y.sum(axis=1)
+assert ncdc.cost("softmax.yaml")["spec"] == "softmax"
+print("ok")
+"""
+
+
+def test_the_installed_api_calls_a_kernel_on_numpy_arrays(venv: Path, tmp_path: Path):
+    shutil.copy2(SPEC, tmp_path / SPEC.name)
+    out = _run([str(venv / "bin" / "python"), "-c", API], cwd=tmp_path, env=_env(tmp_path))
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -598,6 +598,28 @@ def hardware_cmd(
     emit(hardware_to_dict(machine), fmt, lambda: hardware_table(machine))
 
 
+@app.command("includes")
+def includes_cmd(
+    flags: Annotated[
+        bool, typer.Option("--flags", help="One line of -I options, for nvcc or a C compiler.")
+    ] = False,
+    fmt: FormatOpt = "table",
+) -> None:
+    """The header folders a compiled .cu (ncdc's device headers, the CUDA headers) and the
+    C export (the CUDA headers) are built with: `nvcc $(ncdc includes --flags) -cubin x.cu`."""
+    from ncdc.backends.nvrtc import cuda_include_dir, ncdc_include_dir
+
+    cuda = cuda_include_dir()
+    folders = {"ncdc": str(ncdc_include_dir()), "cuda": None if cuda is None else str(cuda)}
+    found = [f for f in folders.values() if f is not None]
+    if cuda is None:
+        note("no CUDA headers found: pip install 'ncdc[nvrtc]', or set CUDA_HOME to a toolkit")
+    if flags:
+        print(" ".join(f"-I{f}" for f in found))
+        return
+    emit(folders, fmt, lambda: "\n".join(found))
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"ncdc {__version__}")

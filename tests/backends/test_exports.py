@@ -7,7 +7,9 @@ stream. The torch export runs the same check in tests/test_torch.py."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +149,13 @@ def test_compile_emit_says_how_to_build_the_c_export(tmp_path) -> None:
         "softmax.json",
         "softmax.py",
     ]
+
+
+def test_includes_names_the_folders_a_cu_and_the_c_export_are_built_with() -> None:
+    result = support.ncdc("includes", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    folders = json.loads(result.stdout)
+    assert (Path(folders["ncdc"]) / "ncdc_runtime.cuh").is_file()
+    assert (Path(folders["cuda"]) / "cuda.h").is_file()
+    flags = support.ncdc("includes", "--flags").stdout.split()
+    assert flags == [f"-I{folders['ncdc']}", f"-I{folders['cuda']}"]

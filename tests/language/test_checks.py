@@ -27,6 +27,8 @@ def test_a_constant_beyond_fp32_is_refused(checks: Checks, value: float) -> None
         checks.number(value, ("value",), "operand")
     assert "hint: scale the inputs" in e.value.line()
     assert checks.number(3.4e38, ("value",), "operand") == 3.4e38
+    # an operand that may be infinite (a mask's where(K, S, -inf)) stays allowed
+    assert checks.number(float("-inf"), ("value",), "operand", infinite=True) == float("-inf")
 
 
 def test_an_unknown_axis_or_dtype_names_the_choices(checks: Checks) -> None:
