@@ -12,10 +12,26 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+# Only what every command needs is imported here: a command imports its own views and
+# library (rich tables, NumPy, Jinja) so that `ncdc cost` starts fast.
+from ncdc.cli.options import (  # noqa: E402
+    ArchOpt,
+    FormatOpt,
+    HardwareOpt,
+    HwOpt,
+    JobsOpt,
+    NoTunedOpt,
+    SetOpt,
+    SpecArg,
+    TileOpt,
+    app,
+    load_graph,
+    load_machine,
+)
 from ncdc.errors import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
@@ -25,80 +41,10 @@ from ncdc.errors import (
     inert,
 )
 from ncdc.hardware.load import hardware_to_dict, list_profiles, load_hardware
-from ncdc.hardware.machine import Hardware
-from ncdc.hardware.overrides import apply_overrides
 from ncdc.language.load import load_diagram, parse_assignments
-from ncdc.model.graph import MemoryGraph, build_graph, graph_to_dict
+from ncdc.model.graph import graph_to_dict
 from ncdc.output import detail, emit, error_line, note, stderr, warn
 from ncdc.version import __version__
-
-# Only what every command needs is imported here: a command imports its own views and
-# library (rich tables, NumPy, Jinja) so that `ncdc cost` starts fast.
-
-app = typer.Typer(
-    name="ncdc",
-    help="Neural circuit diagram compiler: IO-aware cost models and CUDA kernels from diagrams.",
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
-# Options shared by the commands, declared once.
-SpecArg = Annotated[
-    Path, typer.Argument(help="A diagram spec (YAML).", show_default=False, metavar="SPEC")
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set", help="Override an axis size, AXIS=SIZE (repeatable).", metavar="AXIS=SIZE"
-    ),
-]
-HardwareOpt = Annotated[
-    str, typer.Option("--hardware", help="GPU profile name or YAML file.", metavar="NAME|FILE")
-]
-HwOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--hw",
-        help="Override one profile number, LEVEL.capacity=BYTES or LEVEL.bandwidth=BYTES_PER_S.",
-        metavar="LEVEL.FIELD=VALUE",
-    ),
-]
-FormatOpt = Annotated[str, typer.Option("--format", help="table or json.", metavar="table|json")]
-TileOpt = Annotated[
-    list[str] | None,
-    typer.Option("--tile", help="Fix a tile size, AXIS=SIZE (repeatable).", metavar="AXIS=SIZE"),
-]
-JobsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "-j", "--jobs", min=1, metavar="N",
-        help="Worker processes (default: the CPUs allowed by affinity and cgroup quota).",
-    ),
-]  # fmt: skip
-NoTunedOpt = Annotated[
-    bool, typer.Option("--no-tuned", help="Ignore tiles kept by `ncdc tune` (the model picks).")
-]
-ArchOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--arch", help="sm_80, sm_89, sm_90 or sm_90a (default: the profile's).", metavar="ARCH"
-    ),
-]
-
-
-def load_machine(hardware: str, hw: list[str] | None) -> Hardware:
-    """The hardware profile named on the command line, with `--hw` overrides applied."""
-    return apply_overrides(load_hardware(hardware), hw or [])
-
-
-def load_graph(
-    spec: Path, sizes: list[str] | None, hardware: str, hw: list[str] | None
-) -> MemoryGraph:
-    """Spec + `--set` + profile + `--hw` -> the memory graph."""
-    diagram = load_diagram(spec, parse_assignments(sizes or []))
-    return build_graph(diagram, load_machine(hardware, hw))
 
 
 @app.command()
@@ -487,96 +433,7 @@ def draw(
     note(f"wrote {out}")
 
 
-@app.command()
-def bench(
-    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.", metavar="SPEC")],
-    set_: SetOpt = None,
-    tile: TileOpt = None,
-    hardware: HardwareOpt = "h200",
-    hw: HwOpt = None,
-    warmup_ms: Annotated[
-        float, typer.Option("--warmup-ms", help="Warm-up, in ms.", metavar="MS")
-    ] = 25.0,
-    rep_ms: Annotated[
-        float, typer.Option("--rep-ms", help="Timed repetitions, in ms.", metavar="MS")
-    ] = 100.0,
-    no_baseline: Annotated[
-        bool, typer.Option("--no-baseline", help="Skip the library baselines.")
-    ] = False,
-    fmt: FormatOpt = "table",
-) -> None:
-    """Time kernels on the GPU beside cuBLAS, SDPA or PyTorch and a device copy."""
-    from ncdc.language.load import find_specs
-    from ncdc.measure.bench import bench_specs, bench_table, bench_to_dict
-
-    results = bench_specs(
-        find_specs([spec]), load_machine(hardware, hw), sizes=parse_assignments(set_ or []),
-        tiles=parse_assignments(tile or [], "--tile"), warmup_ms=warmup_ms, rep_ms=rep_ms,
-        baseline=not no_baseline,
-    )  # fmt: skip
-    data = [bench_to_dict(r) for r in results]
-    emit(data if len(data) > 1 else data[0], fmt, lambda: bench_table(results))
-
-
-@app.command()
-def tune(
-    spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.", metavar="SPEC")],
-    set_: SetOpt = None,
-    hardware: HardwareOpt = "h200",
-    hw: HwOpt = None,
-    arch: ArchOpt = None,
-    top_k: Annotated[int, typer.Option("--top-k", help="Tilings to time.", metavar="K")] = 4,
-    gpus: Annotated[
-        int | None,
-        typer.Option("--gpus", min=1, metavar="N", help="Spread over N GPUs (default: all)."),
-    ] = None,
-    ray: Annotated[
-        str | None, typer.Option("--ray", metavar="ADDRESS", help="Spread over a Ray cluster.")
-    ] = None,
-    backend: Annotated[
-        str, typer.Option("--backend", metavar="cuda|cpu", help="cpu: correctness only.")
-    ] = "cuda",
-    fmt: FormatOpt = "table",
-) -> None:
-    """Time the model's best tilings on the GPU and keep the fastest for later commands."""
-    from ncdc.measure.tune import tune_spec, tune_table, tune_to_dict
-
-    sizes = parse_assignments(set_ or [])
-    machine = load_machine(hardware, hw)
-    if spec.is_file() and gpus is None and ray is None and backend == "cuda":
-        result = tune_spec(spec, machine, sizes=sizes, top_k=top_k)
-        emit(tune_to_dict(result), fmt, lambda: tune_table(result))
-        return
-    from ncdc.language.load import find_specs
-    from ncdc.measure.distribute import tune_specs
-
-    results = tune_specs(find_specs([spec]), machine, top_k=top_k, backend=backend, gpus=gpus,
-                         ray=ray, sizes=sizes)  # fmt: skip
-    emit([tune_to_dict(r) for r in results], fmt, lambda: _tables([tune_table(r) for r in results]))
-
-
-def _tables(tables: list) -> Any:
-    from rich.console import Group
-
-    return Group(*tables)
-
-
-@app.command()
-def calibrate(
-    out: Annotated[
-        Path, typer.Option("-o", "--out", help="The profile YAML to write.", metavar="FILE")
-    ] = Path("calibrated.yaml"),
-    hardware: HardwareOpt = "h200",
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer sizes and repetitions.")] = False,
-    fmt: FormatOpt = "table",
-) -> None:
-    """Measure this GPU and write a profile (from a built-in one) with what it measured."""
-    from ncdc.cli.views import calibration_table
-    from ncdc.measure.calibrate import calibrate as measure_gpu
-
-    found = measure_gpu(load_hardware(hardware), out, quick=quick, on_stage=detail)
-    note(f"wrote {out}: ncdc cost SPEC --hardware {out} prices with it")
-    emit(found, fmt, lambda: calibration_table(found))
+from ncdc.cli import gpu  # noqa: E402, F401  (bench, tune and calibrate, in this order)
 
 
 @app.command("hardware")
