@@ -20,10 +20,13 @@ import functools
 import os
 import stat
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from ncdc.errors import FileError, NcdcError
+from ncdc.errors import FileError, NcdcError, UsageError
+
+LOCK_WAIT_S = 60.0  # how long a writer waits for another ncdc writing into the same folder
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
@@ -131,3 +134,38 @@ def write_together(files: Mapping[Path, bytes]) -> None:
         for tmp in staged.values():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, wait_s: float | None = None) -> Iterator[None]:
+    """Hold the folder's writer lock: one ncdc writes into an output folder at a time, so
+    the check that a file is ncdc's own and the write that replaces it cannot interleave
+    with another's (two `compile -o out` never leave one's .cu beside the other's .json).
+
+    The lock is an advisory `flock` on the folder itself, so no file is left behind; a
+    second writer waits up to `wait_s` seconds (LOCK_WAIT_S), then gets a UsageError.
+    Where the platform has no flock the lock is a no-op. Not reentrant: a writer takes it
+    once, around everything it checks and writes.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no advisory locks to take
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_DIRECTORY", 0))
+    try:
+        deadline = time.monotonic() + (LOCK_WAIT_S if wait_s is None else wait_s)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise UsageError(
+                        "another ncdc is writing into this folder", where=str(folder),
+                        hint="wait for it to finish, or choose another folder with -o",
+                    ) from None  # fmt: skip
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock

@@ -20,7 +20,7 @@ from ncdc.backends.compile import CompileReport
 from ncdc.bounded import read_json
 from ncdc.errors import NcdcError, UsageError
 from ncdc.families.base import Launch, Param, TensorMapSpec, Workspace
-from ncdc.files import read_prefix, read_regular, write_atomic, write_together
+from ncdc.files import folder_lock, read_prefix, read_regular, write_atomic, write_together
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram_text
 from ncdc.model.records import plan_to_dict
@@ -164,20 +164,21 @@ def write_outputs(report: CompileReport, out_dir: Path, emit: tuple[str, ...] = 
     exports = {out_dir / name: data for name, data in export_files(report, emit).items()}
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / report.diagram.name
-    _refuse_foreign(stem)
-    for path in exports:
-        if not is_generated(path):
-            raise UsageError(
-                "exists and was not written by ncdc; refusing to overwrite it", where=str(path),
-                hint="choose another folder with -o",
-            )  # fmt: skip
     files = {
         stem.with_suffix(".cu"): report.module.source.encode(),
         stem.with_suffix(".cubin"): report.cubin,
         stem.with_suffix(".json"): (json.dumps(report_to_dict(report), indent=2) + "\n").encode(),
         **exports,
     }
-    write_together(files)  # a full disk leaves the old three, never a mix
+    with folder_lock(out_dir):  # one writer at a time: the checks hold until the write
+        _refuse_foreign(stem)
+        for path in exports:
+            if not is_generated(path):
+                raise UsageError(
+                    "exists and was not written by ncdc; refusing to overwrite it",
+                    where=str(path), hint="choose another folder with -o",
+                )  # fmt: skip
+        write_together(files)  # a full disk leaves the old three, never a mix
     return list(files)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ncdc.errors import UsageError
-from ncdc.files import write_together
+from ncdc.files import folder_lock, write_together
 from ncdc.grad.choose import Choice
 from ncdc.model.records import plan_to_dict
 from ncdc.model.values import Plan
@@ -45,10 +45,13 @@ def pair_paths(name: str, out: Path) -> tuple[Path, Path]:
 def write_pair(choice: Choice, out: Path) -> tuple[Path, Path]:
     """Write the pair's two specs into `out` (made if missing), both or neither; a file
     already there is refused, not overwritten."""
-    paths = pair_paths(choice.pair.forward.name.removesuffix("_fwd"), out)
+    name = choice.pair.forward.name.removesuffix("_fwd")
+    pair_paths(name, out)
     out.mkdir(parents=True, exist_ok=True)
     texts = (choice.pair.forward_text, choice.pair.backward_text)
-    write_together({p: t.encode() for p, t in zip(paths, texts, strict=True)})
+    with folder_lock(out):  # another writer cannot slip a file in between check and write
+        paths = pair_paths(name, out)
+        write_together({p: t.encode() for p, t in zip(paths, texts, strict=True)})
     return paths
 
 

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from ncdc import files
+from ncdc.backends import outputs
 from ncdc.backends.compile import compile_spec
 from ncdc.backends.outputs import write_outputs
 from ncdc.errors import UsageError
@@ -109,3 +110,36 @@ def test_a_launch_read_back_keeps_its_entry_registers():
     assert (launch.cluster, launch.entry_registers) == ((2, 1, 1), 168)
     del kernel["entry_registers"]
     assert launch_from_dict(kernel).entry_registers == 0
+
+
+def test_the_check_and_the_write_hold_the_folder_lock(tmp_path, monkeypatch):
+    """Another writer cannot slip in between the check that a file is ncdc's and the
+    write over it, nor interleave its .cu with this one's .json."""
+    fcntl = pytest.importorskip("fcntl")
+    report = compile_spec(ROOT / "diagrams/softmax.yaml", H200, sizes=SMALL_SOFTMAX)
+    seen = []
+    real_refuse, real_write = outputs._refuse_foreign, files.write_together
+
+    def locked() -> bool:
+        fd = os.open(tmp_path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    def refuse(stem):
+        seen.append(("check", locked()))
+        return real_refuse(stem)
+
+    def write(data):
+        seen.append(("write", locked()))
+        return real_write(data)
+
+    monkeypatch.setattr(outputs, "_refuse_foreign", refuse)
+    monkeypatch.setattr(outputs, "write_together", write)
+    write_outputs(report, tmp_path)
+    assert seen == [("check", True), ("write", True)]
+    assert not locked()
