@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ncdc import __version__
 from ncdc.backends.arguments import (
     DRIVER_BUG_BIT,
     DRIVER_BUG_LAST_VERSION,
@@ -45,6 +44,7 @@ from ncdc.errors import NcdcError, SpecError
 from ncdc.families.base import Param
 from ncdc.language.dtypes import DTYPES
 from ncdc.render import template_env
+from ncdc.version import __version__
 
 EMITS = ("c", "torch")
 WORKSPACE_ALIGNMENT = 256  # bytes: every scratch buffer's offset in the workspace
