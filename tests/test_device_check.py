@@ -129,8 +129,11 @@ def test_cpu_backend_rows_and_a_broken_spec(tmp_path):
     assert rows["softmax"]["status"] == "ok" and rows["softmax"]["stage"] == "run"
     assert rows["layernorm"]["status"] == "failed" and rows["layernorm"]["stage"] == "load"
     assert "malformed YAML" in rows["layernorm"]["detail"] and record["in_progress"] is None
-    (api,) = [r for r in record["rows"] if r["step"] == "api"]  # ncdc.load into a NaN out=
-    assert api["status"] == "ok" and api["result"]["checks"][0]["name"] == "matmul C"
+    # the API beside the command line, for the diagrams that loaded: ncdc.load into NaN out=
+    (api,) = [r for r in record["rows"] if r["step"] == "api"]
+    assert api["status"] == "ok" and api["name"] == "softmax", api
+    assert api["result"]["checks"][0]["name"] == "softmax Y (ncdc.load)"
+    assert list(api["result"]["diagrams"]) == ["softmax"]
     if importlib.util.find_spec("torch") is None:
         assert api["result"]["torch_compile"] == "not run: PyTorch is not installed"
 
