@@ -8,7 +8,8 @@ allocating outputs and scratch memory (the stand-in's allocator as a pool hit), 
 each launch's arguments and tensor maps (cached per address, as on a GPU). Allocation by
 torch or CuPy adds its own cost on a real GPU (a pool hit, a few microseconds each);
 `out=` shows the figure without the outputs' allocation. The figures are CPU time of this
-process per call (steadier than wall time on a loaded machine).
+process per call (steadier than wall time on a loaded machine), the least of 5 rounds (as
+`timeit` advises: other work on the machine only ever adds to a round).
 
     .venv/bin/python benchmarks/host_dispatch.py [--calls 20000]
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -50,7 +50,7 @@ CASES = {  # diagram, shapes of its inputs (bf16)
 
 
 def per_call(kernel, args, out, calls: int) -> float:
-    """Median CPU seconds per call over 5 rounds of `calls` calls (this process's CPU
+    """The least CPU seconds per call of 5 rounds of `calls` calls (this process's CPU
     time: on a loaded machine wall time counts the other processes too)."""
     rounds = []
     for _ in range(5):
@@ -58,7 +58,7 @@ def per_call(kernel, args, out, calls: int) -> float:
         for _ in range(calls):
             kernel(*args, out=out)
         rounds.append((time.process_time() - start) / calls)
-    return statistics.median(rounds)
+    return min(rounds)
 
 
 def main() -> int:

@@ -129,6 +129,10 @@ class Kernel:
             (n, diagram.tensor(n).axes, diagram.tensor(n).dtype) for n in diagram.outputs
         )
         self._sizes = tuple(diagram.axes.values())  # for plan, source and cost()
+        # (shape, dtype, device, contiguous) of each input -> (run, sizes): the calls of
+        # this Kernel that passed their checks (an axis no input carries is its own size)
+        self._calls: dict[tuple, tuple[Any, tuple[int, ...]]] = {}
+        self._outs: set[tuple] = set()  # (sizes, the out= arrays' signatures) that passed
 
     # ---- what a user reads -----------------------------------------------------------
 
@@ -182,14 +186,27 @@ class Kernel:
     # ---- a call ----------------------------------------------------------------------
 
     def __call__(self, *inputs: Any, out: Any = None, stream: Any = None, **named: Any) -> Any:
-        views = [arr.view(a) for a in self._arrange(inputs, named)]
+        given = inputs if not named and len(inputs) == len(self._inputs) else None
+        views = [arr.view(a) for a in (given or self._arrange(inputs, named))]
+        # Arrays of a signature seen before passed every check but alignment: the hot path
+        # of a program that calls one kernel many times does no planning and no checking.
+        signature = tuple([(v.shape, v.dtype, v.device, v.contiguous) for v in views])
+        found = self._calls.get(signature)
+        if found is None or any([v.address % arr.GPU_ALIGNMENT for v in views]):
+            found = self._admit(views, signature)
+        run, sizes = found
+        return run(views, None if out is None else self._out_views(out, sizes), stream)
+
+    def _admit(self, views: Sequence[ArrayView], signature: tuple) -> tuple[Any, tuple[int, ...]]:
+        """Check a call's arrays (placement, sizes, dtypes, layout: an ArrayError when
+        wrong) and find its run, building it the first time; the signature is then known."""
         device = self._placement(views)
         sizes = self._bind(views)
-        key = (sizes, device)
-        run = self._shared.runs.get(key)
+        run = self._shared.runs.get((sizes, device))
         if run is None:
             run = self._prepare_run(sizes, device)
-        return run(views, self._out_views(out, sizes), stream)
+        self._calls[signature] = (run, sizes)
+        return run, sizes
 
     def _arrange(self, given: Sequence[Any], named: Mapping[str, Any]) -> list[Any]:
         """The inputs in `inputs:` order, from positions and names."""
@@ -257,10 +274,12 @@ class Kernel:
             if len(given) != len(names):
                 raise ArrayError(f"out= has {len(given)} arrays; {self.name} has "
                                  f"{len(names)} outputs ({', '.join(names)})")  # fmt: skip
+        views = [arr.view(a) for a in given]
+        signature = (sizes, tuple([(v.shape, v.dtype, v.device, v.contiguous) for v in views]))
+        if signature in self._outs and not any([v.address % arr.GPU_ALIGNMENT for v in views]):
+            return views  # arrays like these passed the checks below before
         axes = dict(zip(self._axes, sizes, strict=True))
-        views = []
-        for (name, out_axes, dtype), a in zip(self._outputs, given, strict=True):
-            v = arr.view(a)
+        for (name, out_axes, dtype), v in zip(self._outputs, views, strict=True):
             want = tuple(axes[x] for x in out_axes)
             if tuple(v.shape) != want:
                 raise ArrayError(
@@ -268,7 +287,7 @@ class Kernel:
                     f"{tuple(v.shape)}"
                 )
             _check_layout(f"output {name}", dtype, v, prefix=False)
-            views.append(v)
+        self._outs.add(signature)
         return views
 
     # ---- building and running --------------------------------------------------------

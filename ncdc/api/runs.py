@@ -67,6 +67,11 @@ class HostRun:
         return _returned(results)
 
 
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: it holds no state
+_BITS = {name: np.dtype(d.bits) for name, d in DTYPES.items()}  # what CuPy holds each dtype as
+_BYTES = np.dtype(np.uint8)
+
+
 class _Stream:
     """A stream as CuPy's launch takes it: anything whose `.ptr` is the handle."""
 
@@ -111,6 +116,9 @@ class DeviceRun:
             for name in diagram.outputs
         ]  # fmt: skip
         self.scratch = scratch_buffers(built.diagram, built.module)
+        self.input_names = [name for name, _, _ in inputs]
+        self.torch_device: Any = None  # torch.device("cuda", device), made on first use
+        self.cupy_memory = _CupyMemory(self, None)
 
     def __call__(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
                  stream: Any) -> Any:  # fmt: skip
@@ -119,21 +127,30 @@ class DeviceRun:
     def launch(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
                stream: Any) -> list[Any]:  # fmt: skip
         family = views[0].family if views else "cupy"
-        alloc = (_TorchMemory if family == "torch" else _CupyMemory)(self, stream)
-        addresses = {name: v.address for (name, _, _), v in zip(self.inputs, views, strict=True)}
-        with alloc.on_stream():
+        here = self.cupy.cuda.runtime.getDevice() == self.device
+        if family == "torch":
+            alloc: _TorchMemory | _CupyMemory = _TorchMemory(self, stream)
+        elif stream is None:  # CuPy's current stream: the same allocator every call
+            alloc = self.cupy_memory
+        else:
+            alloc = _CupyMemory(self, stream)
+        # strict=False: the lengths were checked when the call was admitted
+        addresses = dict(zip(self.input_names, [v.address for v in views], strict=False))
+        address = alloc.address
+        with alloc.on_stream(here):
             if outs is None:
                 results = [alloc.output(shape, dtype) for _, shape, dtype in self.outputs]
             else:
                 results = [v.array for v in outs]
-            for (name, _, _), r in zip(self.outputs, results, strict=True):
-                addresses[name] = alloc.address(r)
+            for (name, _, _), r in zip(self.outputs, results, strict=False):
+                addresses[name] = address(r)
             # Scratch memory returns to the allocator when this call returns: allocated on
-            # the launch stream, its next user there waits for these kernels.
+            # the launch stream, its next user there waits for these kernels. The buffers
+            # are held in `scratch` until the launches are enqueued.
             scratch = [alloc.scratch(nbytes) for _, nbytes in self.scratch]
-            for (name, _), buffer in zip(self.scratch, scratch, strict=True):
-                addresses[name] = alloc.address(buffer)
-        if self.cupy.cuda.runtime.getDevice() == self.device:
+            for (name, _), buffer in zip(self.scratch, scratch, strict=False):
+                addresses[name] = address(buffer)
+        if here:
             self.loaded.run(addresses, alloc.stream)
         else:
             with self.cupy.cuda.Device(self.device):
@@ -147,7 +164,9 @@ class _TorchMemory:
 
     def __init__(self, run: DeviceRun, stream: Any):
         self.torch = sys.modules["torch"]
-        self.device = self.torch.device("cuda", run.device)
+        if run.torch_device is None:
+            run.torch_device = self.torch.device("cuda", run.device)
+        self.device = run.torch_device
         self.given = stream
         if stream is None:
             handle = self.torch.cuda.current_stream(self.device).cuda_stream
@@ -155,9 +174,10 @@ class _TorchMemory:
             handle = stream_handle(stream)
         self.stream = _Stream(handle)
 
-    def on_stream(self) -> Any:
+    def on_stream(self, here: bool) -> Any:
+        """The given stream made torch's current one while outputs are allocated."""
         if self.given is None:
-            return contextlib.nullcontext()
+            return _NO_CONTEXT
         s = self.given
         if not isinstance(s, self.torch.cuda.Stream):
             s = self.torch.cuda.ExternalStream(self.stream.ptr, device=self.device)
@@ -184,7 +204,11 @@ class _CupyMemory:
         self.given = stream
         self.stream = None if stream is None else _Stream(stream_handle(stream))
 
-    def on_stream(self) -> Any:
+    def on_stream(self, here: bool) -> Any:
+        """CuPy's device (when another is current) and the given stream made current while
+        outputs are allocated: its pool serves blocks freed on that stream."""
+        if here and self.stream is None:
+            return _NO_CONTEXT
         stack = contextlib.ExitStack()
         stack.enter_context(self.cupy.cuda.Device(self.device))
         if self.stream is not None:
@@ -192,10 +216,10 @@ class _CupyMemory:
         return stack
 
     def output(self, shape: tuple[int, ...], dtype: str) -> Any:
-        return self.cupy.empty(shape, dtype=np.dtype(DTYPES[dtype].bits))
+        return self.cupy.empty(shape, dtype=_BITS[dtype])
 
     def scratch(self, nbytes: int) -> Any:
-        return self.cupy.empty(nbytes, dtype=np.uint8)
+        return self.cupy.empty(nbytes, dtype=_BYTES)
 
     @staticmethod
     def address(a: Any) -> int:

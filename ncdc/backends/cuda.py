@@ -67,6 +67,7 @@ def load_module(cupy: Any, module: RenderedModule, arch: str) -> DeviceModule:
     return DeviceModule(cupy, module, compiled.cubin)
 
 
+BOUND_ARGUMENTS = 64  # argument sets a loaded module keeps, by buffer addresses
 MAX_DYNAMIC_SMEM_ATTRIBUTE = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h)
 
 
@@ -86,6 +87,9 @@ class DeviceModule:
             self._loaded = cupy.cuda.function.Module()
             self._loaded.load(cubin)
             self._launches = [self._prepare(cupy, spec) for spec in module.launches]
+        # the argument tuples of the buffer addresses seen last (at most BOUND_ARGUMENTS
+        # sets): arguments depend on the addresses alone, the sizes being the module's
+        self._bound: dict[tuple[int, ...], tuple[tuple[Any, ...], ...]] = {}
 
     def _prepare(self, cupy: Any, spec: Launch) -> tuple[Any, ...]:
         fn = self._loaded.get_function(spec.kernel)
@@ -105,8 +109,13 @@ class DeviceModule:
     def run(self, addresses: Mapping[str, int], stream: Any = None) -> None:
         """Enqueue every launch, in order, on `stream` (anything with the stream's handle
         as `.ptr`; None: CuPy's current stream)."""
-        for fn, grid, block, smem, recipe in self._launches:
-            args = tuple(_argument(kind, what, addresses) for kind, what in recipe)
+        key = tuple(addresses.values())  # a program's loop passes the same buffers again
+        calls = self._bound.get(key)
+        if calls is None:
+            if len(self._bound) >= BOUND_ARGUMENTS:
+                self._bound.clear()
+            calls = self._bound[key] = self.bind(addresses).calls
+        for fn, grid, block, args, smem in calls:
             fn(grid, block, args, shared_mem=smem, stream=stream)
 
     def bind(

@@ -113,3 +113,70 @@ def test_a_stream_is_its_handle() -> None:
     assert [stream_handle(s) for s in (TorchStream(), CupyStream(), 13)] == [11, 12, 13]
     with pytest.raises(ArrayError, match="expected a CUDA stream"):
         stream_handle("default")
+
+
+def test_a_repeated_call_skips_the_checks_but_not_alignment_or_new_arrays(monkeypatch) -> None:
+    """Arrays of a signature seen before (shape, dtype, device, layout) are not checked
+    again, but each call's addresses are: a misaligned view of a known shape is refused, and
+    a new shape, a wrong dtype or a wrong out= is checked as on a first call."""
+    from ncdc.api import kernel as kernel_module
+
+    with fake_gpu(monkeypatch) as gpu:
+        softmax = ncdc.load(SOFTMAX)
+        x = gpu.asarray(np.zeros((2, 64), np.uint16))
+        softmax(x)
+        binds = []
+        real = kernel_module.bind_sizes
+        monkeypatch.setattr(kernel_module, "bind_sizes", lambda *a: binds.append(1) or real(*a))
+        out = gpu.empty((2, 64), np.uint16)
+        softmax(gpu.asarray(np.ones((2, 64), np.uint16)), out=out)
+        softmax(gpu.asarray(np.ones((2, 64), np.uint16)), out=out)
+        assert binds == []  # the signature was admitted by the first call
+        whole = gpu.asarray(np.zeros(2 * 64 + 1, np.uint16))
+        with pytest.raises(ArrayError, match="input X starts at .* not on a 16-byte boundary"):
+            softmax(type(whole)(whole.host[1:].reshape(2, 64)))
+        with pytest.raises(ArrayError, match="output Y starts at .* not on a 16-byte boundary"):
+            softmax(x, out=type(whole)(whole.host[1:].reshape(2, 64)))
+        with pytest.raises(ArrayError, match="output Y: expected shape"):
+            softmax(x, out=gpu.empty((2, 65), np.uint16))
+        with pytest.raises(
+            ArrayError, match="input X: expected bfloat16 or uint16 for bf16, found float32"
+        ):
+            softmax(gpu.asarray(np.zeros((2, 64), np.float32)))
+        softmax(gpu.asarray(np.zeros((3, 64), np.uint16)))
+        assert len(binds) == 3  # the misaligned, the float32 and the new shape: checked
+
+
+def test_a_kernel_at_other_sizes_keeps_its_own_calls(monkeypatch) -> None:
+    """`Kernel.at` shares the builds but not the admitted calls: an axis no input carries
+    takes each Kernel's own size."""
+    with fake_gpu(monkeypatch) as gpu:
+        mlp = ncdc.load(MULTI, sizes={"m": 24})
+        d = mlp.diagram
+        shapes = [[{"m": 24, **d.axes}[a] for a in t.axes] for t in d.inputs]
+        arrays = [gpu.asarray(np.zeros(s, np.uint16 if t.dtype == "bf16" else np.float32))
+                  for s, t in zip(shapes, d.inputs, strict=True)]  # fmt: skip
+        mlp(*arrays)
+        assert mlp.at(m=24)._calls == {} and mlp._calls
+
+
+def test_a_loaded_module_binds_each_set_of_addresses_once(monkeypatch) -> None:
+    """The launches' argument tuples are kept per set of buffer addresses (a program's
+    loop passes the same ones), and built anew for others; the cache is bounded."""
+    from ncdc.backends import cuda
+
+    with fake_gpu(monkeypatch) as gpu:
+        softmax = ncdc.load(SOFTMAX)
+        x, y = gpu.asarray(np.zeros((2, 64), np.uint16)), gpu.empty((2, 64), np.uint16)
+        softmax(x, out=y)
+        (run,) = softmax._shared.runs.values()
+        bound = run.loaded._bound
+        assert len(bound) == 1
+        softmax(x, out=y)
+        assert len(bound) == 1
+        other = gpu.empty((2, 64), np.uint16)
+        softmax(x, out=other)
+        assert len(bound) == 2 and any(int(other.data.ptr) in key for key in bound)
+        monkeypatch.setattr(cuda, "BOUND_ARGUMENTS", 2)
+        softmax(gpu.asarray(np.zeros((2, 64), np.uint16)), out=other)
+        assert len(bound) == 1  # full: cleared, then the new set kept
