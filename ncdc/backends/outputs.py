@@ -54,13 +54,7 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
         "nvrtc_version": report.nvrtc_version,
         "kernels": [
             {
-                "name": k.launch.kernel,
-                "grid": list(k.launch.grid),
-                "block": list(k.launch.block),
-                "dynamic_smem_bytes": k.launch.dynamic_smem,
-                "cluster": list(k.launch.cluster),
-                "entry_registers": k.launch.entry_registers,
-                "params": [asdict(p) for p in k.launch.params],
+                **launch_to_dict(k.launch),
                 "resources": {
                     "registers": k.registers,
                     "spill_stores_bytes": k.spill_stores_bytes,
@@ -84,6 +78,19 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
             "cubin_sha256": hashlib.sha256(report.cubin).hexdigest(),
         },
         "cost": plan_to_dict(report.plan),
+    }
+
+
+def launch_to_dict(launch: Launch) -> dict[str, Any]:
+    """A launch as the .json's `kernels` entry holds it (`launch_from_dict` reads it back)."""
+    return {
+        "name": launch.kernel,
+        "grid": list(launch.grid),
+        "block": list(launch.block),
+        "dynamic_smem_bytes": launch.dynamic_smem,
+        "cluster": list(launch.cluster),
+        "entry_registers": launch.entry_registers,
+        "params": [asdict(p) for p in launch.params],
     }
 
 

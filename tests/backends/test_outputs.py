@@ -13,7 +13,7 @@ from ncdc import files
 from ncdc.backends import outputs
 from ncdc.backends.compile import compile_spec
 from ncdc.backends.outputs import write_outputs
-from ncdc.errors import UsageError
+from ncdc.errors import NcdcError, UsageError
 from ncdc.hardware.load import load_hardware
 from tests.support import ROOT, SOFTMAX, assert_error, ncdc
 
@@ -143,3 +143,27 @@ def test_the_check_and_the_write_hold_the_folder_lock(tmp_path, monkeypatch):
     write_outputs(report, tmp_path)
     assert seen == [("check", True), ("write", True)]
     assert not locked()
+
+
+@pytest.mark.parametrize("spec", sorted(p.stem for p in (ROOT / "diagrams").glob("*.yaml")))
+def test_every_library_kernel_is_described_by_its_json_exactly(spec):
+    """Each launch of every library diagram (at small odd sizes, on h200) comes back from
+    the .json's text as the Launch it was written from: parameters, tensor maps with their
+    axes, cluster, entry registers; `ncdc run DIR/<name>.cu` launches what `compile` built
+    (tests/verify/test_compiled_families.py runs one of each kind)."""
+    from ncdc.backends.outputs import launch_from_dict, launch_to_dict
+    from ncdc.language.load import load_diagram
+    from ncdc.plan.search import plan_diagram
+    from ncdc.render import render_plan
+
+    plain = load_diagram(ROOT / "diagrams" / f"{spec}.yaml")
+    keep = {"d", "e"}  # head sizes: the attention kernels take a few only
+    sizes = {a: n if a in keep else min(n, 77) for a, n in plain.axes.items()}
+    try:
+        module = render_plan(
+            plan_diagram(load_diagram(ROOT / "diagrams" / f"{spec}.yaml", sizes), H200)
+        )
+    except NcdcError:  # a kernel these sizes do not fit (fp8 attention's 128-query tile)
+        module = render_plan(plan_diagram(plain, H200))
+    for launch in module.launches:
+        assert launch_from_dict(json.loads(json.dumps(launch_to_dict(launch)))) == launch
