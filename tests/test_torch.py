@@ -121,7 +121,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import {name} as module
 for _ in range(2):
-    module.launch({stream}, {addresses})
+    module.launch({stream}, {addresses}, {workspace})
 print(module.WORKSPACE_BYTES)
 """
 
@@ -143,12 +143,23 @@ def test_the_torch_export_launches_what_the_json_describes(tmp_path, version) ->
     ncdc.compile(str(spec), out=out, sizes={"b": 1, "h": 2, "q": 70, "x": 70}, emit=["torch"])
     meta = fakecuda.read_meta(out, name)
     given = fakecuda.addresses(meta, load_diagram(spec, meta["axes"]))
-    script = LAUNCH.format(name=name, stream=fakecuda.STREAM,
-                           addresses={**given, "workspace": fakecuda.WORKSPACE})  # fmt: skip
+    script = LAUNCH.format(name=name, stream=fakecuda.STREAM, addresses=given,
+                           workspace=fakecuda.WORKSPACE)  # fmt: skip
     log = tmp_path / "driver.log"
+    env = fakecuda.environment(driver, log, meta, version)
     ran = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True,
-                         env=fakecuda.environment(driver, log, meta, version))  # fmt: skip
+                         env=env)  # fmt: skip
     assert ran.returncode == 0, ran.stderr
+    fakecuda.check_log(log, meta, given, int(ran.stdout), version, calls=2)
+    assert "retain primary context" not in log.read_text()  # the thread's context is used
+    # A thread with no current context (none of torch's CUDA calls ran on it yet): the
+    # device's primary context is made current, not a launch into no context
+    log.unlink()
+    ran = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True,
+                         env={**env, "FAKE_CUDA_NO_CONTEXT": "1"})  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    lines = log.read_text().splitlines()
+    assert "retain primary context of device 0" in lines and "set context 0x2" in lines
     fakecuda.check_log(log, meta, given, int(ran.stdout), version, calls=2)
 
 

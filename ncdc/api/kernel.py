@@ -190,12 +190,13 @@ class Kernel:
         views = [arr.view(a) for a in (given or self._arrange(inputs, named))]
         # Arrays of a signature seen before passed every check but alignment: the hot path
         # of a program that calls one kernel many times does no planning and no checking.
-        signature = tuple([(v.shape, v.dtype, v.device, v.contiguous) for v in views])
+        signature = _signature(views)
         found = self._calls.get(signature)
-        if found is None or any([v.address % arr.GPU_ALIGNMENT for v in views]):
+        if found is None or _misaligned(views):
             found = self._admit(views, signature)
         run, sizes = found
-        return run(views, None if out is None else self._out_views(out, sizes), stream)
+        outs = None if out is None else self._out_views(out, sizes, views)
+        return run(views, outs, stream)
 
     def _admit(self, views: Sequence[ArrayView], signature: tuple) -> tuple[Any, tuple[int, ...]]:
         """Check a call's arrays (placement, sizes, dtypes, layout: an ArrayError when
@@ -256,8 +257,12 @@ class Kernel:
             _check_layout(name, dtype, v)
         return tuple(sizes.values())
 
-    def _out_views(self, out: Any, sizes: tuple[int, ...]) -> list[ArrayView] | None:
-        """The `out=` arrays in `outputs:` order, each checked like an input."""
+    def _out_views(
+        self, out: Any, sizes: tuple[int, ...], inputs: Sequence[ArrayView]
+    ) -> list[ArrayView] | None:
+        """The `out=` arrays in `outputs:` order, each checked like an input and against
+        the inputs: the same library and the same device (a host array given as the output
+        of a GPU call would have the kernel write through a host pointer)."""
         if out is None:
             return None
         names = self.outputs
@@ -275,11 +280,22 @@ class Kernel:
                 raise ArrayError(f"out= has {len(given)} arrays; {self.name} has "
                                  f"{len(names)} outputs ({', '.join(names)})")  # fmt: skip
         views = [arr.view(a) for a in given]
-        signature = (sizes, tuple([(v.shape, v.dtype, v.device, v.contiguous) for v in views]))
-        if signature in self._outs and not any([v.address % arr.GPU_ALIGNMENT for v in views]):
+        first = inputs[0] if inputs else None
+        where = (first.family, first.device) if first else None
+        signature = (sizes, where, _signature(views))
+        if signature in self._outs and not _misaligned(views):
             return views  # arrays like these passed the checks below before
         axes = dict(zip(self._axes, sizes, strict=True))
         for (name, out_axes, dtype), v in zip(self._outputs, views, strict=True):
+            if first is not None and (v.family, v.device) != where:
+                raise ArrayError(
+                    f"output {name} is a {v.family} array on {_where(v.device)}, but the inputs "
+                    f"are {first.family} arrays on {_where(first.device)}",
+                    hint="pass out= arrays of the inputs' library, on their device",
+                )  # fmt: skip
+            if v.family == "numpy" and not v.array.flags.writeable:
+                raise ArrayError(f"output {name} is a read-only array",
+                                 hint="pass a writeable array, or drop out=")  # fmt: skip
             want = tuple(axes[x] for x in out_axes)
             if tuple(v.shape) != want:
                 raise ArrayError(
@@ -353,6 +369,16 @@ def _check_layout(name: str, dtype: str, v: ArrayView, prefix: bool = True) -> N
             f"{label} starts at {v.address:#x}, not on a {arr.GPU_ALIGNMENT}-byte boundary "
             "(a view into a larger buffer?)", hint="pass a fresh copy: x.clone() or x.copy()",
         )  # fmt: skip
+
+
+def _signature(views: Sequence[ArrayView]) -> tuple:
+    """What a call's checks depend on, array by array: all but the address."""
+    return tuple([(v.shape, v.dtype, v.device, v.contiguous) for v in views])
+
+
+def _misaligned(views: Sequence[ArrayView]) -> bool:
+    """Whether any array starts off the GPU's alignment (host arrays: address 0)."""
+    return any([v.address % arr.GPU_ALIGNMENT for v in views])
 
 
 def _where(device: int) -> str:

@@ -241,7 +241,12 @@ class HostOnDevice:
     def __call__(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
                  stream: Any) -> Any:  # fmt: skip
         cupy = self.cupy
-        with cupy.cuda.Device(self.device):
+        # the copies in go on the stream the kernels run on: a given stream (torch's are
+        # non-blocking) would otherwise run them before the copies land
+        on_stream = (
+            _NO_CONTEXT if stream is None else cupy.cuda.ExternalStream(stream_handle(stream))
+        )
+        with cupy.cuda.Device(self.device), on_stream:
             on_gpu = [
                 arr.view(cupy.asarray(np.ascontiguousarray(arr.host_bits(v, dtype))))
                 for (_, _, dtype), v in zip(self.inputs, views, strict=True)

@@ -9,6 +9,7 @@ hands CuPy the cubin. This is the only module that imports CuPy, and only inside
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -90,6 +91,10 @@ class DeviceModule:
         # the argument tuples of the buffer addresses seen last (at most BOUND_ARGUMENTS
         # sets): arguments depend on the addresses alone, the sizes being the module's
         self._bound: dict[tuple[int, ...], tuple[tuple[Any, ...], ...]] = {}
+        self._buffers = sorted({
+            what if kind == "buffer" else what.tensor
+            for *_, recipe in self._launches for kind, what in recipe if kind != "value"
+        })  # fmt: skip
 
     def _prepare(self, cupy: Any, spec: Launch) -> tuple[Any, ...]:
         fn = self._loaded.get_function(spec.kernel)
@@ -109,7 +114,9 @@ class DeviceModule:
     def run(self, addresses: Mapping[str, int], stream: Any = None) -> None:
         """Enqueue every launch, in order, on `stream` (anything with the stream's handle
         as `.ptr`; None: CuPy's current stream)."""
-        key = tuple(addresses.values())  # a program's loop passes the same buffers again
+        # a program's loop passes the same buffers again; the key is in the module's own
+        # order of buffer names, whatever order the mapping was built in
+        key = tuple([addresses[name] for name in self._buffers])
         calls = self._bound.get(key)
         if calls is None:
             if len(self._bound) >= BOUND_ARGUMENTS:
@@ -191,7 +198,8 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     key = (spec, address)
     found = _TENSOR_MAPS.get(key)
     if found is not None:
-        _TENSOR_MAPS.move_to_end(key)
+        with contextlib.suppress(KeyError):  # another thread may have just evicted it
+            _TENSOR_MAPS.move_to_end(key)
         return found
     problem = tensor_map_problem(spec, address)
     if problem:
@@ -219,7 +227,8 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     value.flags.writeable = False  # cached: every launch over this pointer passes these bytes
     _TENSOR_MAPS[key] = value
     if len(_TENSOR_MAPS) > MAX_TENSOR_MAPS:
-        _TENSOR_MAPS.popitem(last=False)
+        with contextlib.suppress(KeyError):  # emptied meanwhile by another thread
+            _TENSOR_MAPS.popitem(last=False)
     return value
 
 

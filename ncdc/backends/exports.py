@@ -10,8 +10,10 @@ What an export does at a call, in order (docs/launch.md gives the same recipe fo
 launcher of one's own):
 
 1. once per process: open the driver (`libcuda.so.1`), read its version;
-2. once per device (the one current at the call): load the cubin, look up each kernel,
-   raise the dynamic shared-memory limit of those that need more than 48 KiB;
+2. once per CUDA context (the one current at the call, by its id; the torch export makes
+   the device's primary context current on a thread that has none): load the cubin, look
+   up each kernel, raise the dynamic shared-memory limit of those that need more than
+   48 KiB;
 3. per call: encode each tensor map over its buffer's address (`cuTensorMapEncodeTiled`,
    with CUTLASS's driver workaround: the DRIVER_BUG_ constants of ncdc.backends.arguments),
    then launch every kernel in order on the caller's stream. Intermediates and split-k partials live

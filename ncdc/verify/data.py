@@ -37,7 +37,13 @@ def read_arrays(path: Path, diagram: Diagram) -> dict[str, np.ndarray]:
     """The arrays of an inputs file, by name, each one a diagram input (all of them)."""
     raw = read_regular(path, MAX_NPZ_BYTES, what="an .npz file", error=UsageError)
     try:
-        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
+        loaded = np.load(io.BytesIO(raw), allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # an .npy: one array, no names
+            raise UsageError(
+                "holds one array with no name (an .npy file); expected an .npz of named "
+                "arrays", where=str(path), hint="write it with numpy.savez(path, NAME=array, ...)",
+            )  # fmt: skip
+        with loaded as data:
             arrays = {name: data[name] for name in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         if isinstance(e, OSError) and e.filename is not None:
@@ -129,7 +135,10 @@ def save_outputs(path: Path, diagram: Diagram, outputs: Mapping[str, np.ndarray]
 def _ours(path: Path) -> bool:
     try:
         raw = read_regular(path, MAX_NPZ_BYTES)
-        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
+        loaded = np.load(io.BytesIO(raw), allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            return False  # an .npy: not one ncdc saved
+        with loaded as data:
             return MARK in data.files and SAVED_FORMAT in str(data[MARK])
     except (OSError, NcdcError, ValueError, zipfile.BadZipFile, EOFError):
         return False  # missing, a FIFO, not an .npz: not one ncdc saved

@@ -177,6 +177,55 @@ def test_a_loaded_module_binds_each_set_of_addresses_once(monkeypatch) -> None:
         other = gpu.empty((2, 64), np.uint16)
         softmax(x, out=other)
         assert len(bound) == 2 and any(int(other.data.ptr) in key for key in bound)
+        # the key follows the module's buffer names, not the order a mapping is built in
+        addresses = {"Y": int(y.data.ptr), "X": int(x.data.ptr)}
+        run.loaded.run(addresses)
+        assert len(bound) == 2
         monkeypatch.setattr(cuda, "BOUND_ARGUMENTS", 2)
         softmax(gpu.asarray(np.zeros((2, 64), np.uint16)), out=other)
         assert len(bound) == 1  # full: cleared, then the new set kept
+
+
+def test_an_out_of_another_library_device_or_read_only_is_refused(monkeypatch) -> None:
+    """A host array given as the output of a GPU call would have the kernel write through a
+    host pointer; a read-only NumPy output would be written anyway: each is one line."""
+    with fake_gpu(monkeypatch) as gpu:
+        softmax = ncdc.load(SOFTMAX)
+        x = gpu.asarray(np.zeros((2, 64), np.uint16))
+        with pytest.raises(ArrayError, match="output Y is a numpy array on the host, but the "
+                           "inputs are cupy arrays on cuda:0"):  # fmt: skip
+            softmax(x, out=np.zeros((2, 64), np.uint16))
+        elsewhere = type(x)(np.zeros((2, 64), np.uint16), device=1)
+        with pytest.raises(ArrayError, match="output Y is a cupy array on cuda:1"):
+            softmax(x, out=elsewhere)
+    frozen = np.zeros((2, 64), ml_dtypes.bfloat16)
+    frozen.flags.writeable = False
+    with pytest.raises(ArrayError, match="output Y is a read-only array"):
+        ncdc.load(SOFTMAX)(np.ones((2, 64), ml_dtypes.bfloat16), out=frozen)
+
+
+def test_host_arrays_are_copied_in_on_the_stream_the_kernels_run_on(monkeypatch) -> None:
+    """backend='cuda' with stream=: the copies to the GPU are made on that stream (a torch
+    stream is non-blocking: copies on another stream could land after the kernels read)."""
+    import contextlib
+
+    with fake_gpu(monkeypatch) as gpu:
+        entered: list[int] = []
+        copies: list[list[int]] = []
+
+        @contextlib.contextmanager
+        def external(ptr):
+            entered.append(ptr)
+            yield
+            entered.pop()
+
+        gpu.cuda.ExternalStream = external
+        real = gpu.asarray
+        monkeypatch.setattr(gpu, "asarray", lambda a: copies.append(list(entered)) or real(a))
+        softmax = ncdc.load(SOFTMAX, backend="cuda")
+
+        class Stream:
+            ptr = 0x5EED
+
+        softmax(np.ones((2, 64), ml_dtypes.bfloat16), stream=Stream())
+        assert copies == [[0x5EED]] and gpu.launches[-1][4].ptr == 0x5EED

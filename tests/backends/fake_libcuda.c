@@ -28,7 +28,39 @@ CUresult cuDriverGetVersion(int *version) {
     return CUDA_SUCCESS;
 }
 
-CUresult cuCtxGetDevice(CUdevice *device) { *device = 0; return CUDA_SUCCESS; }
+/* The current context: none at first with $FAKE_CUDA_NO_CONTEXT (until one is set); its id
+ * from $FAKE_CUDA_CONTEXT (default 1), read at each call, so a test can switch contexts
+ * between launches. */
+static CUcontext current_context = (CUcontext)0x1;
+static int context_read;
+
+CUresult cuCtxGetCurrent(CUcontext *context) {
+    if (!context_read++ && getenv("FAKE_CUDA_NO_CONTEXT")) current_context = NULL;
+    *context = current_context;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext context) {
+    say("set context %p\n", (void *)context);
+    current_context = context;
+    context_read = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) { *device = ordinal; return CUDA_SUCCESS; }
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
+    say("retain primary context of device %d\n", (int)device);
+    *context = (CUcontext)0x2;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetId(CUcontext context, unsigned long long *id) {
+    const char *v = getenv("FAKE_CUDA_CONTEXT");
+    (void)context;
+    *id = v ? strtoull(v, NULL, 10) : 1;
+    return CUDA_SUCCESS;
+}
 
 CUresult cuModuleLoadData(CUmodule *module, const void *image) {
     say("load %s\n", memcmp(image, "\177ELF", 4) == 0 ? "elf" : "other");
@@ -124,7 +156,8 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
 
 static const struct { const char *name; void *fn; } entries[] = {
     {"cuDriverGetVersion", (void *)cuDriverGetVersion},
-    {"cuCtxGetDevice", (void *)cuCtxGetDevice},
+    {"cuCtxGetCurrent", (void *)cuCtxGetCurrent},
+    {"cuCtxGetId", (void *)cuCtxGetId},
     {"cuModuleLoadData", (void *)cuModuleLoadData},
     {"cuModuleGetFunction", (void *)cuModuleGetFunction},
     {"cuFuncSetAttribute", (void *)cuFuncSetAttribute},

@@ -159,3 +159,42 @@ def test_includes_names_the_folders_a_cu_and_the_c_export_are_built_with() -> No
     assert (Path(folders["cuda"]) / "cuda.h").is_file()
     flags = support.ncdc("includes", "--flags").stdout.split()
     assert flags == [f"-I{folders['ncdc']}", f"-I{folders['cuda']}"]
+
+
+CONTEXTS = """#include <stdio.h>
+#include <stdlib.h>
+#include "softmax.h"
+int main(void) {
+    /* context 1, twice; context 2 (another context on the device); 1 again; then none */
+    const char *order[] = {"1", "1", "2", "1"};
+    for (int i = 0; i < 4; i++) {
+        setenv("FAKE_CUDA_CONTEXT", order[i], 1);
+        printf("%d ", (int)ncdc_softmax(0, 0x1000, 0x2000, 0));
+    }
+    printf("\\n");
+    return 0;
+}
+"""
+
+
+def test_the_c_export_loads_its_cubin_once_per_context(tmp_path, driver) -> None:
+    """Functions of one context are not launched in another (a context of the app's own,
+    or one made again after a reset): the cubin is loaded in each context once; with no
+    context current the call is CUDA_ERROR_INVALID_CONTEXT, not a launch."""
+    out = tmp_path / "out"
+    ncdc.compile(support.SOFTMAX, out=out, sizes={"m": 3}, emit=["c"])
+    (out / "main.c").write_text(CONTEXTS)
+    subprocess.run([fakecuda.compiler(), "-std=gnu11", f"-I{fakecuda.cuda_include()}", "-I",
+                    str(out), str(out / "softmax.c"), str(out / "main.c"), "-o", str(out / "main"),
+                    "-ldl", "-lpthread"], check=True)  # fmt: skip
+    meta = fakecuda.read_meta(out, "softmax")
+    log = tmp_path / "driver.log"
+    env = fakecuda.environment(driver, log, meta)
+    ran = subprocess.run([str(out / "main")], capture_output=True, text=True, env=env)
+    assert ran.returncode == 0 and ran.stdout.split() == ["0"] * 4, (ran.stdout, ran.stderr)
+    assert log.read_text().splitlines().count("load elf") == 2  # contexts 1 and 2
+    log.unlink()
+    none = subprocess.run([str(out / "main")], capture_output=True, text=True,
+                          env={**env, "FAKE_CUDA_NO_CONTEXT": "1"})  # fmt: skip
+    assert none.stdout.split() == ["201"] * 4  # CUDA_ERROR_INVALID_CONTEXT
+    assert "load elf" not in log.read_text()

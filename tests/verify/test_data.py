@@ -113,3 +113,13 @@ def test_an_inputs_file_that_is_a_fifo_is_refused_without_hanging(tmp_path):
     with pytest.raises(UsageError, match="in.npz: expected an .npz file, found a named pipe"):
         read_arrays(path, load_diagram(support.SOFTMAX))
     assert not _ours(path)  # nor is it taken for a file ncdc saved
+
+
+def test_an_npy_file_is_refused_as_one_line(tmp_path, matmul) -> None:
+    np.save(tmp_path / "a.npy", np.zeros((5, 7), np.float32))
+    with pytest.raises(UsageError, match="holds one array with no name"):
+        read_arrays(tmp_path / "a.npy", matmul)
+    # --save onto an .npy ncdc did not write: refused, the file kept
+    with pytest.raises(UsageError, match="was not written by ncdc run --save"):
+        save_outputs(tmp_path / "a.npy", matmul, {"C": np.zeros((5, 3))})
+    assert np.load(tmp_path / "a.npy").shape == (5, 7)
