@@ -185,7 +185,30 @@ def test_every_example_runs(path):
     assert len(skipped) < len(examples), "every example was skipped: " + "; ".join(skipped)
 
 
+# Files a user of ncdc does not have: a fact or formula is cited from the repository's docs.
+OUTSIDE = ("napkin-model.md", "hardware-facts.md", "shared/")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _cited_files() -> list[Path]:
+    package = ROOT / "ncdc"
+    return [
+        *docs.doc_files(),
+        *package.rglob("*.py"),
+        *package.rglob("*.yaml"),
+        *(ROOT / "tests").rglob("*.py"),
+    ]
+
+
+def test_no_citation_points_outside_the_repository():
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {name}"
+        for path in _cited_files()
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        for name in OUTSIDE
+        if name in line and path != Path(__file__)
+    ]
+    assert not found, "\n".join(found)
 
 
 def _anchors(path: Path) -> set[str]:
