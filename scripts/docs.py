@@ -8,7 +8,8 @@ A shown output sits between two markers, the command in the first:
     ```
     <!-- /ncdc-output -->
 
-`python scripts/docs.py` (what `make docs` runs) rewrites every such block from a fresh run;
+`python scripts/docs.py` (what `make docs` runs) rewrites every such block from a fresh run,
+and redraws the pictures in docs/img (`PICTURES`) the same way;
 `python scripts/docs.py --check` rewrites nothing and exits 1 naming the file, the line and
 the first line that differs, where a committed block is not what the tool prints now
 (tests/test_docs.py runs the same check).
@@ -364,18 +365,64 @@ def check(files: list[Path], runner: Runner) -> list[str]:
 
 
 def rewrite(path: Path, runner: Runner) -> bool:
-    """Rewrite `path`'s blocks from fresh runs; True if the file changed."""
+    """Rewrite `path`'s blocks that differ from fresh runs; True if the file changed. A block
+    that differs only where its masks match is left alone, so a machine-dependent figure
+    does not churn."""
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     blocks = find_blocks(path)
     produced = [produce(block, runner) for block in blocks]  # in reading order: one cache
     for block, now in reversed(list(zip(blocks, produced, strict=True))):
-        lines[block.start : block.end] = now.splitlines()
+        if drift(block, now) is not None:  # a block equal under its masks stays as it is
+            lines[block.start : block.end] = now.splitlines()
     new = "\n".join(lines) + ("\n" if text.endswith("\n") else "")
     if new == text:
         return False
     path.write_text(new, encoding="utf-8")
     return True
+
+
+# The pictures README.md and docs/draw.md show, each drawn by ncdc into docs/img/NAME.
+PICTURES = (
+    ("ncdc draw diagrams/attention.yaml", "attention.svg"),
+    ("ncdc draw diagrams/attention.yaml --plain --hardware napkin", "attention-napkin.svg"),
+    ("ncdc draw diagrams/attention.yaml --roofline", "attention-roofline.svg"),
+    ("ncdc draw diagrams/attention.yaml --tiles", "attention-tiles.svg"),
+    ("ncdc draw diagrams/matmul.yaml --tiles", "matmul-tiles.svg"),
+)
+IMAGES = ROOT / "docs" / "img"
+
+
+def draw(command: str, name: str, runner: Runner) -> bytes:
+    """The picture `command` draws now, as `docs/img/name` would hold it."""
+    target = runner.folder / "img" / name
+    target.parent.mkdir(exist_ok=True)
+    code, text, _ = runner._run(f"{command} -o {shlex.quote(str(target))}")
+    if code != 0:
+        raise DocsError(f"`{command}` exited {code}:\n{text}")
+    return target.read_bytes()
+
+
+def check_pictures(runner: Runner, images: Path = IMAGES) -> list[str]:
+    """One message per picture in `images` that is not what ncdc draws now."""
+    found = []
+    for command, name in PICTURES:
+        path = images / name
+        if not path.exists() or path.read_bytes() != draw(command, name, runner):
+            found.append(f"{display(path)}: not what `{command}` draws now")
+    return found
+
+
+def redraw(runner: Runner, images: Path = IMAGES) -> list[str]:
+    """Redraw every picture that changed; their names."""
+    changed = []
+    for command, name in PICTURES:
+        picture = draw(command, name, runner)
+        path = images / name
+        if not path.exists() or path.read_bytes() != picture:
+            path.write_bytes(picture)
+            changed.append(display(path))
+    return changed
 
 
 def main(argv: list[str] | None = None, report: Callable[[str], None] = print) -> int:
@@ -390,14 +437,18 @@ def main(argv: list[str] | None = None, report: Callable[[str], None] = print) -
     files = [f.resolve() for f in args.files] or doc_files()
     try:
         with scratch_runner() as runner:
+            pictures = not args.files  # the pictures too, unless files were named
             if args.check:
                 messages = check(files, runner)
+                messages += check_pictures(runner) if pictures else []
                 for message in messages:
                     report(message)
                 return 1 if messages else 0
             for path in files:
                 if rewrite(path, runner):
-                    report(f"rewrote {path.relative_to(ROOT)}")
+                    report(f"rewrote {display(path)}")
+            for name in redraw(runner) if pictures else []:
+                report(f"redrew {name}")
     except DocsError as e:
         report(f"error: {e}")
         return 2

@@ -235,3 +235,32 @@ def test_every_relative_link_in_the_docs_reaches_its_file_and_heading():
                 elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
                     broken.append(f"{page.name}:{n}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def test_rewrite_leaves_a_block_that_differs_only_under_its_masks(tmp_path):
+    path = _write(tmp_path, _marked("ncdc hardware; mask=h200[^\\n]*", "kept as committed"))
+    with docs.scratch_runner() as runner:
+        docs.rewrite(path, runner)
+    assert "kept as committed" not in path.read_text(encoding="utf-8")  # other lines differ
+    (block,) = docs.find_blocks(path)
+    masked_only = block.shown.replace("h200", "h200 on another machine", 1)
+    path.write_text(path.read_text(encoding="utf-8").replace(block.shown, masked_only))
+    with docs.scratch_runner() as runner:
+        assert not docs.rewrite(path, runner)
+    assert "h200 on another machine" in path.read_text(encoding="utf-8")
+
+
+def test_every_picture_is_what_ncdc_draws_now():
+    with docs.scratch_runner() as runner:
+        messages = docs.check_pictures(runner)
+    assert not messages, "run `make docs`:\n" + "\n".join(messages)
+
+
+def test_a_changed_picture_is_reported(tmp_path):
+    (tmp_path / "attention.svg").write_bytes(b"<svg/>")
+    with docs.scratch_runner() as runner:
+        messages = docs.check_pictures(runner, images=tmp_path)
+    assert len(messages) == len(docs.PICTURES)  # one stale, the others missing
+    assert any(
+        "attention.svg: not what `ncdc draw diagrams/attention.yaml` draws" in m for m in messages
+    )
