@@ -14,13 +14,14 @@ and redraws the pictures in docs/img (`PICTURES`) the same way;
 the first line that differs, where a committed block is not what the tool prints now
 (tests/test_docs.py runs the same check).
 
-Every command runs in-process, in a scratch folder that holds the repository's
-`diagrams/`, with a private cache (so a block never depends on what this machine compiled
-or tuned before; blocks share it in reading order, README.md first, as a reader who runs
-them in turn would), at COLUMNS=100, without colour and without NCDC_HARDWARE/NCDC_ARCH
-(the default h200 profile). stdout and stderr are shown as one stream, lines stripped of
-trailing blanks. A figure that depends on the machine (a path, a library version) is named
-by `mask=REGEX` options after the command, `; `-separated:
+Every command runs in-process, in a scratch folder that sees the repository's `diagrams/`,
+`docs/` and `tests/specs/`, with a private cache (so a block never depends on what this
+machine compiled or tuned before; blocks share it in reading order, README.md first, as a
+reader who runs them in turn would), with COLUMNS=100, without colour and without
+NCDC_HARDWARE/NCDC_ARCH (the default h200 profile). Its output is not a terminal, so a
+block shows the layout ncdc gives piped output. stdout and stderr are shown as one stream,
+lines stripped of trailing blanks. A figure that depends on the machine (a path, a memory
+limit) is named by `mask=REGEX` options after the command, `; `-separated:
 
     <!-- ncdc-output: ncdc hardware; mask=NVRTC \\S+ -->
 
@@ -50,7 +51,8 @@ CLOSE = "<!-- /ncdc-output -->"
 WIDTH = 100
 MASKED = "<masked>"
 # Variables that would change what a command prints from one machine or shell to another.
-UNSET = ("NCDC_HARDWARE", "NCDC_ARCH", "NCDC_TUNE", "FORCE_COLOR", "TTY_COMPATIBLE")
+# (NCDC_HARDWARE and NCDC_ARCH: defaults a configuration may set; the rest rich's.)
+UNSET = ("NCDC_HARDWARE", "NCDC_ARCH", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
 
 
 def display(path: Path) -> str:
@@ -232,7 +234,7 @@ class Runner:
 
     def run_example(self, example: Example) -> tuple[int, str]:
         """Exit status and output of `example`; its `> FILE` gets the output."""
-        code, text, data = self._run(example.command)
+        code, text, data = self.execute(example.command)
         if example.redirect:
             (self.folder / example.redirect).write_text(data, encoding="utf-8")
         return code, text
@@ -241,11 +243,12 @@ class Runner:
         """Exit status and what `command` printed (stdout and stderr, in order). A command
         run before in this folder is not run again: its first output stands."""
         if command not in self.outputs:
-            self.outputs[command] = self._run(command)[:2]
+            self.outputs[command] = self.execute(command)[:2]
         return self.outputs[command]
 
-    def _run(self, command: str) -> tuple[int, str, str]:
-        """Exit status, stdout and stderr as one text (normalised), and stdout alone."""
+    def execute(self, command: str) -> tuple[int, str, str]:
+        """Run `command` now: its exit status, stdout and stderr as one text (normalised),
+        and stdout alone."""
         from ncdc import output
         from ncdc.cli.main import main
 
@@ -397,7 +400,7 @@ def draw(command: str, name: str, runner: Runner) -> bytes:
     """The picture `command` draws now, as `docs/img/name` would hold it."""
     target = runner.folder / "img" / name
     target.parent.mkdir(exist_ok=True)
-    code, text, _ = runner._run(f"{command} -o {shlex.quote(str(target))}")
+    code, text, _ = runner.execute(f"{command} -o {shlex.quote(str(target))}")
     if code != 0:
         raise DocsError(f"`{command}` exited {code}:\n{text}")
     return target.read_bytes()
