@@ -62,13 +62,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check ncdc tests
 	$(VENV)/bin/mypy
 
-# The pictures in README.md and docs/draw.md, drawn by ncdc itself.
+# What README.md and docs/ show, made by ncdc itself: every marked command output
+# (<!-- ncdc-output: COMMAND --> blocks, scripts/docs.py; tests/test_docs.py fails when one
+# differs from what the tool prints now) and the pictures in docs/img, all with a private
+# cache, so that what a page shows does not depend on what this machine compiled before.
 docs: $(STAMP)
-	$(NCDC) draw diagrams/attention.yaml -o docs/img/attention.svg
-	$(NCDC) draw diagrams/attention.yaml --plain --hardware napkin -o docs/img/attention-napkin.svg
-	$(NCDC) draw diagrams/attention.yaml --roofline -o docs/img/attention-roofline.svg
-	$(NCDC) draw diagrams/attention.yaml --tiles -o docs/img/attention-tiles.svg
-	$(NCDC) draw diagrams/matmul.yaml --tiles -o docs/img/matmul-tiles.svg
+	$(PY) scripts/docs.py
 
 clean:
 	rm -rf $(VENV) build out *.egg-info

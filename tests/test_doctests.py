@@ -24,7 +24,7 @@ def test_docstring_examples(name, monkeypatch):
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
 
 
-@pytest.mark.parametrize("page", ["docs/python-api.md"])
+@pytest.mark.parametrize("page", ["docs/python-api.md", "docs/hardware-profiles.md"])
 def test_doc_page_examples(page, monkeypatch):
     monkeypatch.chdir(ROOT)
     result = doctest.testfile(str(ROOT / page), module_relative=False, optionflags=doctest.ELLIPSIS)

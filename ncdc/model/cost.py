@@ -1,4 +1,4 @@
-"""The time of a kernel with one tile choice on one machine (napkin-model.md 3 and 7).
+"""The time of a kernel with one tile choice on one machine (docs/cost-model.md 3 and 7).
 
 `time_kernel` prices a candidate launch: the transfers across every level boundary at the
 rates the resident warps reach, the compute units at the rates of the instructions the
@@ -80,7 +80,7 @@ def time_kernel(
     mix: LoopMix | None = None,
 ) -> KernelTiming:
     """Transfers, compute time per unit and launch of `model`'s kernel run with `choice` on
-    `hw` (napkin-model.md 3 and 7). `occupancy` is `blocks_per_sm` or a memo of it.
+    `hw` (docs/cost-model.md 3 and 7). `occupancy` is `blocks_per_sm` or a memo of it.
 
     On a GPU the launch is the candidate's: its grid, threads, shared memory and register
     budget. A resource of one SM (compute units, SMEM) runs at the pace of the busiest SM
@@ -254,7 +254,7 @@ def evaluate_kernel(
     choice: TileChoice,
     mix: LoopMix | None,
 ) -> KernelPlan:
-    """The cost of `model`'s kernel run with `choice` on `hw` (napkin-model.md 3-7); the
+    """The cost of `model`'s kernel run with `choice` on `hw` (docs/cost-model.md 3-7); the
     main loop's issue slots are `mix` (the SASS's, or the family's estimate: the plan
     layer asks the family), None where the kernel has no modelled loop."""
     timing = time_kernel(model, hw, choice, mix=mix)

@@ -1,4 +1,4 @@
-"""Streaming legality (napkin-model.md section 5): which reduced axes a kernel may feed in
+"""Streaming legality (docs/cost-model.md section 5): which reduced axes a kernel may feed in
 chunks through an accumulator, and why not where it may not.
 
 An axis streams when every operation over it has an accumulator: a sum, a max, a mean, a
@@ -15,7 +15,7 @@ from ncdc.model.graph import Kernel
 
 def streamed_axes(diagram: Diagram, kernel: Kernel) -> tuple[str, ...]:
     """The axes this kernel streams: those `schedule.stream` asks for, else every reduced
-    axis where streaming is legal (napkin-model.md section 5). Raises PlanError for an
+    axis where streaming is legal (docs/cost-model.md section 5). Raises PlanError for an
     illegal request, naming the operation and why."""
     asked = diagram.schedule.stream
     for axis in diagram.schedule.group:

@@ -1,4 +1,4 @@
-"""The structure of one kernel that H, M and FLOPs are computed from (napkin-model.md 3-4).
+"""The structure of one kernel that H, M and FLOPs are computed from (docs/cost-model.md 3-4).
 
 Pure functions, no I/O and no GPU. For a kernel and the group sizes g_a (woven axes) of one
 level, the number of groups is N = prod_a ceil(a / g_a) and the transfer into that level is

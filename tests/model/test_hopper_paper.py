@@ -1,7 +1,7 @@
 """The paper's Hopper analysis (sec. 5.6-5.7, App. B.1) and sec. 6's optima, expressed with
 the model: warpgroup budgets, the continuous search on the napkin machine, and the matmul
 tile the H100's ridge asks for. Numbers are computed from the model and the profiles; the
-formulas are those of shared napkin-model.md sec. 6 and the paper's sec. 5.6."""
+formulas are those of docs/cost-model.md sec. 6 and the paper's sec. 5.6."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The formulas of napkin-model.md (FlashAttention on a Napkin, Figs. 9-12 and section 6),
+"""The formulas of docs/cost-model.md (FlashAttention on a Napkin, Figs. 9-12 and section 6),
 reproduced by the generic model on the abstract two-level `napkin` profile (l0 -> l1).
 
 H is the l0 -> l1 transfer in values (`plan.transfers[0].values`); l1's capacity is set

@@ -1,4 +1,4 @@
-"""Streaming legality (ncdc.model.streaming, napkin-model.md section 5)."""
+"""Streaming legality (ncdc.model.streaming, docs/cost-model.md section 5)."""
 
 from __future__ import annotations
 

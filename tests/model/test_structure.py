@@ -20,7 +20,7 @@ outputs: [O]
 
 
 def test_matmul_flops_are_2mnk():
-    # napkin-model.md section 1: a contraction of size k costs 2k FLOPs per output value.
+    # docs/cost-model.md section 1: a contraction of size k costs 2k FLOPs per output value.
     plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
     assert plan.flops == 2 * 4096**3
 
