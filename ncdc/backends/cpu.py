@@ -152,6 +152,14 @@ def _first_error(stderr: str) -> CompileError:
     return CompileError("host compiler failed: " + (tail[-1] if tail else "no output"))
 
 
+def check_sanitizer(sanitize: str | None) -> None:
+    """A UsageError unless `sanitize` is None or one of the sanitizers the emulator has."""
+    if sanitize not in SANITIZERS:
+        names = " or ".join(s for s in SANITIZERS if s)
+        raise UsageError(f"unknown sanitizer {sanitize!r}", where="--sanitize",
+                         hint=f"choose {names}")  # fmt: skip
+
+
 def build(
     source: str | Path,
     *,
@@ -168,8 +176,7 @@ def build(
 
         >>> mod = build(Path("gemm.cu"), defines={"BM": 64})  # doctest: +SKIP
     """
-    if sanitize not in SANITIZERS:
-        raise NcdcError(f"unknown sanitizer {sanitize!r}", hint=f"choose one of {SANITIZERS}")
+    check_sanitizer(sanitize)
     text, path = _read_source(source)
     cxx = find_compiler()
     inc = include_dir()

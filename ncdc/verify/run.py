@@ -446,6 +446,9 @@ def run_spec(
 
     if seed < 0:
         raise UsageError(f"expected a seed of 0 or more, found {seed}", where="--seed")
+    from ncdc.backends.cpu import check_sanitizer
+
+    check_sanitizer(sanitize)  # before anything is planned or built
     if spec.suffix == ".cu":
         if sizes or tiles:
             raise UsageError(
