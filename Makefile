@@ -30,9 +30,11 @@ test: $(STAMP)
 	@command -v "$${CXX:-g++}" >/dev/null || { echo "make test: the CPU backend needs a C++ compiler: apt-get install g++, or set CXX" >&2; exit 2; }
 	$(PY) -m pytest -q -ra -n auto
 
-# The torch op (tests/test_torch.py) and the API on torch tensors, in a second environment
-# with PyTorch (`make test` skips them: PyPI's torch brings ~3 GB of CUDA libraries, so
-# pip here takes the CPU build where an index offers it). .ci/run runs both targets.
+# The optional extras' tests, in a second environment with PyTorch and Ray (`make test`
+# skips them: PyPI's torch brings ~3 GB of CUDA libraries, so pip here takes the CPU build
+# where an index offers it): the torch op (tests/test_torch.py), the API on torch tensors,
+# and `tune --ray` on a local Ray cluster (tests/measure/test_distribute.py). .ci/run runs
+# both targets.
 TORCH_VENV  ?= .venv-torch
 TORCH_PY    := $(TORCH_VENV)/bin/python
 TORCH_STAMP := $(TORCH_VENV)/.ncdc-installed
@@ -40,13 +42,13 @@ TORCH_STAMP := $(TORCH_VENV)/.ncdc-installed
 $(TORCH_STAMP): pyproject.toml
 	test -x $(TORCH_PY) || python3 -m venv $(TORCH_VENV)
 	$(TORCH_PY) -m pip install --quiet --upgrade pip
-	$(TORCH_PY) -m pip install --quiet -e '.[dev,torch]'
+	$(TORCH_PY) -m pip install --quiet -e '.[dev,torch,ray]'
 	touch $(TORCH_STAMP)
 
 torch-env: $(TORCH_STAMP)
 
 test-torch: $(TORCH_STAMP)
-	$(TORCH_PY) -m pytest -q -ra -n 2 tests/test_torch.py tests/api
+	$(TORCH_PY) -m pytest -q -ra -n 2 tests/test_torch.py tests/api tests/measure/test_distribute.py
 
 # Regenerate tests/golden/*.cu after an intended change to what is generated.
 golden: $(STAMP)
