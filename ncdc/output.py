@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,8 +32,8 @@ def stdout() -> Console:
 
     # emoji=False: a user's ":x:" in a name or doc stays ":x:" (markup is escaped by views).
     console = Console(soft_wrap=False, highlight=False, emoji=False)
-    if console.is_terminal:
-        return console
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console  # rich reads COLUMNS: a width the user set holds in a pipe too
     return Console(soft_wrap=False, highlight=False, emoji=False, width=160)
 
 
@@ -72,7 +73,88 @@ def emit(data: Any, fmt: str, table: Callable[[], RenderableType]) -> None:
     if check_format(fmt) == "json":
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
     else:
-        stdout().print(table())
+        console = stdout()
+        console.print(fit_width(table(), console))
+
+
+def fit_width(renderable: Any, console: Console) -> Any:
+    """`renderable` laid out for `console.width` columns without cutting a word or a
+    number: a table (alone or in a group) whose columns fit at their narrowest gets widths
+    that wrap only between words; one that cannot fit is shown as records, a block of
+    `column: value` lines per row. Captions are left-aligned (they wrap like prose)."""
+    from rich.console import Group
+    from rich.table import Table
+
+    if isinstance(renderable, Group):
+        return Group(*(fit_width(r, console) for r in renderable.renderables))
+    if not isinstance(renderable, Table):
+        return renderable
+    renderable.caption_justify = "left"
+    widths = _column_widths(renderable, console)
+    if widths is None:
+        return as_records(renderable)
+    for column, width in zip(renderable.columns, widths, strict=True):
+        column.width = width
+    return renderable
+
+
+def _column_widths(table: Any, console: Console) -> list[int] | None:
+    """Content widths that fit `table` in the console without breaking a word (None when
+    even the narrowest do not fit): each column gets its longest word, and what is left is
+    shared in proportion to how much wider each would like to be. This reads rich's own
+    column measure (a private method), so the layout agrees with what rich draws."""
+    options = console.options
+    ranges = [table._measure_column(console, options, c) for c in table.columns]
+    pads = [table._get_padding_width(i) for i in range(len(table.columns))]
+    room = options.max_width - table._extra_width
+    least = sum(r.minimum for r in ranges)
+    most = sum(r.maximum for r in ranges)
+    if least > room:
+        return None
+    if most <= room:
+        return [r.maximum - pad for r, pad in zip(ranges, pads, strict=True)]
+    return [w - pad for w, pad in zip(_share(ranges, room - least), pads, strict=True)]
+
+
+def _share(ranges: list[Any], spare: int) -> list[int]:
+    """Column widths from their narrowest: the columns that want least more get all they
+    want first (labels and numbers then never wrap), the widest share what is left."""
+    widths = [r.minimum for r in ranges]
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i].maximum - ranges[i].minimum)
+    for n, i in enumerate(order):
+        want = ranges[i].maximum - ranges[i].minimum
+        rest = len(order) - n
+        give = min(want, spare // rest) if want * rest > spare else want
+        widths[i] += give
+        spare -= give
+    return widths
+
+
+def as_records(table: Any) -> Any:
+    """A table too wide for the terminal, one record per row: the first column's value as
+    a heading, then `column: value` for the others, so no value is cut or split mid-word."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, style="dim")
+    grid.add_column(overflow="fold")
+    headers = [str(c.header) for c in table.columns]
+    rows = list(zip(*(list(c.cells) for c in table.columns), strict=True))
+    for i, row in enumerate(rows):
+        if i:
+            grid.add_row("", "")
+        grid.add_row(f"{headers[0]}:", row[0])
+        for header, cell in zip(headers[1:], row[1:], strict=True):
+            grid.add_row(f"  {header}:" if header else "  ", cell)
+    parts: list[Any] = []
+    if table.title:
+        parts.append(Text(str(table.title), style="italic"))
+    parts.append(grid)
+    if table.caption:
+        parts.append(Text(str(table.caption)))
+    return Group(*parts)
 
 
 def note(message: str) -> None:
