@@ -5,12 +5,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
+import multiprocessing
 import os
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +60,112 @@ VERBOSITY = _Verbosity()
 def set_verbosity(level: int) -> None:
     """-q (-1) hides notes; -v (1) shows details; warnings and errors always show."""
     VERBOSITY.level = level
+
+
+PROGRESS_AFTER_S = 2.0  # a command still busy after this long says what it is doing
+
+
+class _Phases:
+    """The phases of this command (planning, compiling, running ...), each timed, and the
+    one transient status line on stderr that names the current one. The line appears only
+    on a terminal, only in the main process, not with `-q`, and only once the command has
+    been busy for PROGRESS_AFTER_S: a pipe or a CI log never gets it."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+        self.outer: dict[str, float] = {}  # the outermost phases' times: they do not overlap
+        self.stack: list[str] = []
+        self.text = ""
+        self.lock = threading.RLock()
+        self.bar: Any = None
+        self.task: Any = None
+        self.timer: threading.Timer | None = None
+
+    def enter(self, what: str) -> None:
+        with self.lock:
+            self.stack.append(what)
+            self.times.setdefault(what, 0.0)  # listed in the order the phases began
+            self.say(what)
+            if len(self.stack) == 1 and self.timer is None and _may_show():
+                self.timer = threading.Timer(PROGRESS_AFTER_S, self._show)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def leave(self, what: str, seconds: float) -> None:
+        with self.lock:
+            self.stack.pop()
+            self.times[what] = self.times.get(what, 0.0) + seconds
+            if not self.stack:
+                self.outer[what] = self.outer.get(what, 0.0) + seconds
+            if self.stack:
+                self.say(self.stack[-1])
+                return
+            if self.timer is not None:
+                self.timer.cancel()
+                self.timer = None
+            if self.bar is not None:
+                self.bar.stop()
+                self.bar = None
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            self.text = text
+            if self.bar is not None:
+                self.bar.update(self.task, description=text)
+
+    def _show(self) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if not self.stack or self.bar is not None:
+                return
+            columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+            self.bar = Progress(*columns, console=stderr(), transient=True)
+            self.task = self.bar.add_task(self.text, total=None)
+            self.bar.start()
+
+
+def _may_show() -> bool:
+    return (
+        VERBOSITY.level >= 0 and multiprocessing.parent_process() is None and stderr().is_terminal
+    )
+
+
+PHASES = _Phases()
+
+
+@contextlib.contextmanager
+def phase(what: str) -> Iterator[None]:
+    """Time one phase of the command and name it on the status line (see `_Phases`).
+
+    >>> with phase("planning"):
+    ...     pass
+    >>> "planning" in PHASES.times
+    True
+    """
+    start = time.perf_counter()
+    PHASES.enter(what)
+    try:
+        yield
+    finally:
+        PHASES.leave(what, time.perf_counter() - start)
+
+
+def progress(text: str) -> None:
+    """How far the current phase has come, for the status line: `compiling 3/12`."""
+    PHASES.say(text)
+
+
+def phase_summary(total_s: float) -> str | None:
+    """`time: planning 0.12 s, running 3.40 s, start-up and output 0.30 s; 3.82 s in all`
+    (the phases in the order they began; nested ones count in their own line only), or
+    None when the command had no phase."""
+    if not PHASES.times:
+        return None
+    parts = [f"{name} {s:.2f} s" for name, s in PHASES.times.items()]
+    rest = total_s - sum(PHASES.outer.values())
+    parts.append(f"start-up and output {max(rest, 0.0):.2f} s")
+    return f"time: {', '.join(parts)}; {total_s:.2f} s in all"
 
 
 def check_format(fmt: str) -> str:

@@ -10,6 +10,7 @@ prints the traceback before that line.
 # start-up, and strings would have to be evaluated first (a tenth of `ncdc cost`'s time).
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,7 @@ import typer
 
 # Only what every command needs is imported here: a command imports its own views and
 # library (rich tables, NumPy, Jinja) so that `ncdc cost` starts fast.
+from ncdc.cli import STARTED
 from ncdc.cli.options import (  # noqa: E402
     ArchOpt,
     FormatOpt,
@@ -43,7 +45,7 @@ from ncdc.errors import (
 )
 from ncdc.language.load import load_diagram, parse_assignments
 from ncdc.model.graph import graph_to_dict
-from ncdc.output import detail, emit, error_line, note, stderr, warn
+from ncdc.output import detail, emit, error_line, note, phase, phase_summary, stderr, warn
 from ncdc.version import __version__
 
 
@@ -101,9 +103,10 @@ def check(
     if fmt not in CHECK_FORMATS:
         raise UsageError(f"unknown format '{fmt}'; expected one of {', '.join(CHECK_FORMATS)}",
                          where="--format")  # fmt: skip
-    report = check_report(
-        paths, hardware=hardware, arch=arch, baseline=baseline, tolerance=tolerance
-    )
+    with phase("checking"):
+        report = check_report(
+            paths, hardware=hardware, arch=arch, baseline=baseline, tolerance=tolerance
+        )
     _report_check(list(report.checks), list(report.regressions), fmt)
     if not all(c.ok for c in report.checks):
         raise typer.Exit(EXIT_BAD_INPUT)
@@ -164,11 +167,12 @@ def cost(
     from ncdc.api.commands import cost_report
     from ncdc.cli.report import cost_table, cost_tables, with_note
 
-    report = cost_report(
-        spec, sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
-        hardware=hardware, hw=hw, arch=arch, top_k=top_k, abstract=abstract,
-        use_tuned=not no_tuned, compile=compile_now,
-    )  # fmt: skip
+    with phase("planning"):
+        report = cost_report(
+            spec, sizes=parse_assignments(set_ or []),
+            tiles=parse_assignments(tile or [], "--tile"), hardware=hardware, hw=hw, arch=arch,
+            top_k=top_k, abstract=abstract, use_tuned=not no_tuned, compile=compile_now,
+        )  # fmt: skip
     if report.folder:
         emit(report.data, fmt, lambda: with_note(cost_tables(list(report.plans)), report.footer))
         return
@@ -512,6 +516,8 @@ def main(argv: list[str] | None = None) -> None:
         args = ["--help"]
     try:
         code = app(args, prog_name="ncdc", standalone_mode=False)
+        if summary := phase_summary(time.perf_counter() - STARTED):
+            detail(summary)
     except OSError as e:  # a path that cannot be read or written: bad input, one line
         if debug:
             traceback.print_exc()

@@ -160,7 +160,7 @@ def _sass_caption(reports: list) -> str:
 def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
     """Per output: errors against the reference and the verdict; then the traffic check."""
     r = outcome.result
-    title = f"{outcome.diagram.name} on the {r.backend} backend ({r.seconds:.2f} s with the build)"
+    title = f"{outcome.diagram.name} on the {r.backend} backend ({outcome.seconds:.2f} s in all)"
     table = Table(title=title)
     columns = ("output", "dtype", "max |ref|", "max abs error", "error / max |ref|",
                "tolerance", "unwritten or NaN", "NaN/inf mismatch", "result")  # fmt: skip

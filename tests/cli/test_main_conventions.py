@@ -89,33 +89,24 @@ def test_check_json_and_github_annotations(tmp_path):
     assert ncdc("check", SOFTMAX, "--format", "xml").returncode == 2
 
 
-def test_progress_shows_on_a_terminal_for_long_runs(monkeypatch):
-    import io
-    import time
-
-    from rich.console import Console
-
-    from ncdc import output
-    from ncdc.verify import run
-
-    buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=True, width=80)
-    monkeypatch.setattr(output, "stderr", lambda: console)
-    with run._progress(1.0):  # estimated under 2 s: nothing
-        time.sleep(0.2)
-    assert buffer.getvalue() == ""
-    with run._progress(5.0):
-        time.sleep(0.3)
-    assert "emulating on the CPU (estimated 5 s)" in buffer.getvalue()
-    piped = Console(file=io.StringIO(), force_terminal=False)
-    monkeypatch.setattr(output, "stderr", lambda: piped)
-    with run._progress(50.0):
-        pass
-    assert piped.file.getvalue() == ""
-
-
-# --------------------------------------------------------------------------------------
-# -q/-v anywhere, help hints, defaults from the project, completion, env, compile's folder
+def test_verbose_times_every_phase_of_a_run():
+    result = ncdc("run", SOFTMAX, "--set", "m=4", "--set", "n=64", "-v", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    (summary,) = [line for line in result.stderr.splitlines() if line.startswith("time: ")]
+    for name in (
+        "planning",
+        "making the inputs",
+        "computing the reference",
+        "building the emulator",
+        "running",
+        "comparing",
+        "start-up and output",
+    ):
+        assert f"{name} " in summary, summary  # fmt: skip
+    data = json.loads(result.stdout)
+    assert data["seconds"] >= data["kernel_seconds"] > 0
+    quiet = ncdc("run", SOFTMAX, "--set", "m=4", "--set", "n=64")
+    assert "time: " not in quiet.stderr and "s in all)" in quiet.stdout
 
 
 def test_quiet_and_verbose_are_accepted_after_the_command():
