@@ -289,6 +289,14 @@ def error_line(message: str) -> None:
     stderr().print(f"error: {inert(message)}", markup=False, soft_wrap=True)
 
 
+def plain(text: str) -> Any:
+    """`text` for `emit` as it is: no markup read in it (`[tool.ncdc]` stays), control
+    characters made visible."""
+    from rich.text import Text
+
+    return Text(inert(text))
+
+
 def safe_markup(text: str) -> str:
     r"""A user's text (a doc, a path, a profile's title) for a rich renderable: read as
     plain text, never as markup, with control characters made visible (ncdc.errors.inert).

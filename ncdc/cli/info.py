@@ -10,7 +10,7 @@ import typer
 
 from ncdc.cli.options import FormatOpt, HwOpt, app, load_machine
 from ncdc.hardware.load import hardware_to_dict, list_profiles, load_hardware
-from ncdc.output import emit, note
+from ncdc.output import emit, note, plain
 
 
 @app.command("hardware")
@@ -51,7 +51,7 @@ def includes_cmd(
     if flags:
         print(" ".join(f"-I{f}" for f in found))
         return
-    emit(folders, fmt, lambda: "\n".join(found))
+    emit(folders, fmt, lambda: plain("\n".join(found)))
 
 
 cache_app = typer.Typer(
@@ -92,4 +92,4 @@ def env_cmd(fmt: FormatOpt = "table") -> None:
     from ncdc.cli.environment import describe_env, env_text
 
     found = describe_env()
-    emit(found, fmt, lambda: env_text(found))
+    emit(found, fmt, lambda: plain(env_text(found)))

@@ -28,3 +28,9 @@ def test_hardware_lists_profiles_and_shows_one():
     assert "h200" in {p["name"] for p in listed}
     one = ncdc("hardware", "a100")
     assert one.returncode == 0 and "a100" in one.stdout
+
+
+def test_env_text_is_not_read_as_markup(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ncdc]\nhardware = "a100"\n')
+    text = ncdc("env", cwd=tmp_path).stdout
+    assert f"default hardware: a100 (from {tmp_path / 'pyproject.toml'} [tool.ncdc])" in text
