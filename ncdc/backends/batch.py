@@ -17,6 +17,7 @@ from ncdc.errors import CompileError, NcdcError, file_error
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import check_unique_names
+from ncdc.output import phase
 from ncdc.system import default_jobs
 
 
@@ -100,7 +101,8 @@ def _finish(report: CompileReport, out_dir: Path, strict: bool, emit: Sequence[s
             where=report.diagram.source,
             hint="try smaller tiles with --tile, or drop --strict",
         )
-    write_outputs(report, out_dir, tuple(emit))
+    with phase("writing the files"):
+        write_outputs(report, out_dir, tuple(emit))
 
 
 def _compile_job(job: tuple) -> CompileReport:
@@ -125,11 +127,9 @@ def _pool_context() -> Any:
 def _compile_parallel(
     jobs: list[tuple], workers: int
 ) -> tuple[list[CompileReport], list[SpecFailure]]:
-    """Compile in worker processes; a progress bar on a terminal, silence in CI. Ctrl-C
+    """Compile in worker processes; "compiling n/N" on a terminal, silence in CI. Ctrl-C
     cancels every queued job and stops the workers."""
-    from rich.progress import Progress
-
-    from ncdc.output import stderr
+    from ncdc.output import progress
 
     results: dict[int, CompileReport] = {}
     failures: list[SpecFailure] = []
@@ -137,18 +137,16 @@ def _compile_parallel(
         max_workers=min(len(jobs), workers), mp_context=_pool_context(), initializer=_worker_init
     )
     try:
-        with Progress(
-            console=stderr(), transient=True, disable=not stderr().is_terminal
-        ) as bar:  # fmt: skip
-            task = bar.add_task("compiling", total=len(jobs))
+        with phase("compiling"):
+            progress(f"compiling 0/{len(jobs)} specs")
             futures = {pool.submit(_compile_job, job): i for i, job in enumerate(jobs)}
-            for future in as_completed(futures):
+            for done, future in enumerate(as_completed(futures), 1):
                 i = futures[future]
                 try:
                     results[i] = future.result()
                 except NcdcError as e:
                     failures.append(SpecFailure(jobs[i][0], e))
-                bar.advance(task)
+                progress(f"compiling {done}/{len(jobs)} specs")
     except BaseException:
         _stop_pool(pool)
         raise

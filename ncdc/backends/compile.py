@@ -163,8 +163,10 @@ def built_kernels(report: CompileReport) -> list[Built]:
 def _compile_once(plan: Plan, arch: str, use_cache: bool) -> CompileReport:
     """Render and compile `plan` as it is."""
     from ncdc.backends.cache import cached_compile
+    from ncdc.output import progress
 
     module = render_plan(plan)
+    progress(f"compiling {module.cache_name} for {arch}")
     compiled = cached_compile(
         module.source,
         arch,
@@ -252,7 +254,12 @@ def compile_diagram(
 ) -> CompileReport:  # fmt: skip
     """Plan and compile `diagram` (explicit tiles beat tuned beat modelled) as `ncdc
     compile` does, priced on the cubin's SASS where the tools are installed."""
+    from ncdc.output import phase
+
     arch = arch or default_arch(hardware)
-    plan, source, notes = plan_for_arch(diagram, hardware, tiles, arch, use_tuned=use_tuned)
-    report = compile_plan(plan, arch, use_cache=use_cache, source=source)
-    return priced_from_sass(dataclasses.replace(report, notes=notes + report.notes))
+    with phase("planning"):
+        plan, source, notes = plan_for_arch(diagram, hardware, tiles, arch, use_tuned=use_tuned)
+    with phase("compiling"):
+        report = compile_plan(plan, arch, use_cache=use_cache, source=source)
+    with phase("reading the SASS"):
+        return priced_from_sass(dataclasses.replace(report, notes=notes + report.notes))

@@ -29,6 +29,9 @@ from ncdc.families.base import Param, TensorMapSpec
 from ncdc.language.dtypes import DTYPES
 from ncdc.render import Launch, RenderedModule
 
+# What to try without a GPU, named with its command: bench has no CPU backend.
+CPU_HINT = "without a GPU, `ncdc run SPEC --backend cpu` checks a spec on the CPU emulator"
+
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
 
 
@@ -38,15 +41,15 @@ def require_gpu() -> Any:
         import cupy
     except ImportError:
         raise NoGpuError(
-            "CuPy is not installed, so the cuda backend cannot run",
-            hint="pip install 'ncdc[cuda]', or use --backend cpu",
+            "CuPy is not installed, so nothing can run on a GPU",
+            hint=f"pip install 'ncdc[cuda]'; {CPU_HINT}",
         ) from None
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception:  # CUDARuntimeError when there is no driver or no device
         count = 0
     if count == 0:
-        raise NoGpuError("no CUDA GPU found", hint="use --backend cpu on a machine without one")
+        raise NoGpuError("no CUDA GPU found", hint=CPU_HINT)
     return cupy
 
 
@@ -209,14 +212,14 @@ def tensor_map_argument(spec: TensorMapSpec, address: int) -> np.ndarray:
     except ImportError:
         raise NoGpuError(
             "cuda-bindings is not installed, so tensor maps cannot be encoded",
-            hint="pip install cuda-bindings, or use --backend cpu",
+            hint=f"pip install cuda-bindings; {CPU_HINT}",
         ) from None
     rank = len(spec.dims)
     try:
         err, tmap = _encode_tiled(driver, spec, rank, address)
         version = _driver_version(driver)
     except Exception as e:  # no driver library: cuda-bindings raises its own loader errors
-        raise NoGpuError(f"cannot encode tensor maps: {e}", hint="use --backend cpu") from None
+        raise NoGpuError(f"cannot encode tensor maps: {e}", hint=CPU_HINT) from None
     if err != driver.CUresult.CUDA_SUCCESS:
         raise NcdcError(f"cuTensorMapEncodeTiled refused the map of {spec.tensor}: {err}")
     words = [int(w) for w in tmap.opaque]
@@ -236,7 +239,7 @@ def _driver_version(driver: Any) -> int:
     """The driver's CUDA version, 1000 major + 10 minor (cuDriverGetVersion)."""
     err, version = driver.cuDriverGetVersion()
     if err != driver.CUresult.CUDA_SUCCESS:
-        raise NoGpuError(f"cuDriverGetVersion failed: {err}", hint="use --backend cpu")
+        raise NoGpuError(f"cuDriverGetVersion failed: {err}", hint=CPU_HINT)
     return int(version)
 
 

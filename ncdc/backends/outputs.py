@@ -160,6 +160,55 @@ def check_out_dir(out_dir: Path) -> None:
         )  # fmt: skip
 
 
+SCAN_LIMIT = 1000  # entries of the current folder looked at before calling it foreign
+
+
+def default_out_dir(folder: Path = Path(".")) -> Path:
+    """Where `ncdc compile` writes without `-o`: the current folder, but only when it holds
+    nothing ncdc did not write (empty, or earlier outputs), so that a compile run in a
+    project's root never scatters kernels among its files. Otherwise a UsageError naming
+    one such file.
+
+        >>> default_out_dir(Path("/nonexistent-folder"))
+        PosixPath('/nonexistent-folder')
+    """
+    try:
+        entries = list(_first(folder.iterdir(), SCAN_LIMIT + 1))
+    except FileNotFoundError:
+        return folder
+    for entry in entries:
+        if len(entries) > SCAN_LIMIT or not _is_our_output(entry):
+            raise UsageError(
+                f"the current folder holds files ncdc did not write ({entry.name})",
+                where="ncdc compile", hint="choose a folder for the outputs with -o DIR",
+            )  # fmt: skip
+    return folder
+
+
+def _first(items: Any, n: int) -> Any:
+    for i, item in enumerate(items):
+        if i >= n:
+            return
+        yield item
+
+
+def _is_our_output(path: Path) -> bool:
+    """Whether `path` is a regular file that `write_outputs` wrote."""
+    from ncdc.backends.exports import GENERATED_C, GENERATED_PY
+
+    if path.is_symlink() or not path.is_file():
+        return False
+    marks = {".cu": GENERATED_MARK, ".h": GENERATED_C, ".c": GENERATED_C, ".py": GENERATED_PY}
+    if path.suffix in marks:
+        mark = marks[path.suffix]
+        return read_prefix(path, len(mark)) == mark
+    if path.suffix == ".json":
+        return _is_our_json(path)
+    if path.suffix == ".cubin":
+        return _is_our_json(path.with_suffix(".json"))
+    return False
+
+
 def write_outputs(report: CompileReport, out_dir: Path, emit: tuple[str, ...] = ()) -> list[Path]:
     """Write `<name>.cu`, `.cubin`, `.json` (and the exports `emit` names: `.h` and `.c`,
     `.py`) into `out_dir` atomically; touch nothing else.

@@ -25,6 +25,7 @@ serialised load round trips (`round_trips`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import re
@@ -145,8 +146,11 @@ def find_tool(name: str = "cuobjdump") -> str | None:
     return shutil.which(name)
 
 
+@functools.lru_cache(maxsize=16)
 def disassemble(cubin: bytes) -> str:
-    """The SASS listing of a cubin; CompileError in one line when the tools are missing."""
+    """The SASS listing of a cubin; CompileError in one line when the tools are missing.
+    Kept per cubin: the re-pricing, the .json, the report and the table all read it, and
+    cuobjdump takes about a second."""
     tool, disasm = find_tool("cuobjdump"), find_tool("nvdisasm")
     if tool is None or disasm is None:
         raise CompileError(

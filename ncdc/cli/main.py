@@ -10,6 +10,7 @@ prints the traceback before that line.
 # start-up, and strings would have to be evaluated first (a tenth of `ncdc cost`'s time).
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,7 @@ import typer
 
 # Only what every command needs is imported here: a command imports its own views and
 # library (rich tables, NumPy, Jinja) so that `ncdc cost` starts fast.
+from ncdc.cli import STARTED
 from ncdc.cli.options import (  # noqa: E402
     ArchOpt,
     FormatOpt,
@@ -29,6 +31,7 @@ from ncdc.cli.options import (  # noqa: E402
     SpecArg,
     TileOpt,
     app,
+    hardware_default,
     load_graph,
     load_machine,
 )
@@ -40,10 +43,9 @@ from ncdc.errors import (
     file_error,
     inert,
 )
-from ncdc.hardware.load import hardware_to_dict, list_profiles, load_hardware
 from ncdc.language.load import load_diagram, parse_assignments
 from ncdc.model.graph import graph_to_dict
-from ncdc.output import detail, emit, error_line, note, stderr, warn
+from ncdc.output import detail, emit, error_line, note, phase, phase_summary, stderr, warn
 from ncdc.version import __version__
 
 
@@ -101,9 +103,10 @@ def check(
     if fmt not in CHECK_FORMATS:
         raise UsageError(f"unknown format '{fmt}'; expected one of {', '.join(CHECK_FORMATS)}",
                          where="--format")  # fmt: skip
-    report = check_report(
-        paths, hardware=hardware, arch=arch, baseline=baseline, tolerance=tolerance
-    )
+    with phase("checking"):
+        report = check_report(
+            paths, hardware=hardware, arch=arch, baseline=baseline, tolerance=tolerance
+        )
     _report_check(list(report.checks), list(report.regressions), fmt)
     if not all(c.ok for c in report.checks):
         raise typer.Exit(EXIT_BAD_INPUT)
@@ -164,11 +167,12 @@ def cost(
     from ncdc.api.commands import cost_report
     from ncdc.cli.report import cost_table, cost_tables, with_note
 
-    report = cost_report(
-        spec, sizes=parse_assignments(set_ or []), tiles=parse_assignments(tile or [], "--tile"),
-        hardware=hardware, hw=hw, arch=arch, top_k=top_k, abstract=abstract,
-        use_tuned=not no_tuned, compile=compile_now,
-    )  # fmt: skip
+    with phase("planning"):
+        report = cost_report(
+            spec, sizes=parse_assignments(set_ or []),
+            tiles=parse_assignments(tile or [], "--tile"), hardware=hardware, hw=hw, arch=arch,
+            top_k=top_k, abstract=abstract, use_tuned=not no_tuned, compile=compile_now,
+        )  # fmt: skip
     if report.folder:
         emit(report.data, fmt, lambda: with_note(cost_tables(list(report.plans)), report.footer))
         return
@@ -193,8 +197,15 @@ def c_build_note(name: str, out: Path) -> str:
 def compile_cmd(
     spec: Annotated[Path, typer.Argument(help="A spec, or a folder of specs.", metavar="SPEC")],
     out: Annotated[
-        Path, typer.Option("-o", "--out", help="Folder to write into.", metavar="DIR")
-    ] = Path("."),
+        Path | None,
+        typer.Option(
+            "-o",
+            "--out",
+            metavar="DIR",
+            help="Folder to write into (default: the current one, if it holds only ncdc's "
+            "outputs).",
+        ),
+    ] = None,
     arch: ArchOpt = None,
     set_: SetOpt = None,
     tile: TileOpt = None,
@@ -202,8 +213,10 @@ def compile_cmd(
         str | None,
         typer.Option(
             "--hardware",
-            help="GPU profile name or YAML file (default: the --arch's profile, else h200).",
+            help="GPU profile name or YAML file (default: NCDC_HARDWARE, [tool.ncdc] hardware, "
+            "else the --arch's profile, else h200).",
             metavar="NAME|FILE",
+            callback=hardware_default,
         ),
     ] = None,
     hw: HwOpt = None,
@@ -228,9 +241,11 @@ def compile_cmd(
 ) -> None:
     """Render and compile kernels: write <name>.cu, .cubin and .json into the --out folder."""
     from ncdc.api.commands import compile_batch, compile_target
-    from ncdc.backends.outputs import report_to_dict, write_sass
+    from ncdc.backends.outputs import default_out_dir, report_to_dict, write_sass
     from ncdc.cli.views import compile_table
 
+    if out is None:
+        out = default_out_dir()
     profile, why = compile_target(hardware, hw, arch)
     if why:
         note(why)
@@ -433,85 +448,14 @@ def draw(
     note(f"wrote {out}")
 
 
-from ncdc.cli import gpu  # noqa: E402, F401  (bench, tune and calibrate, in this order)
-
-
-@app.command("hardware")
-def hardware_cmd(
-    name: Annotated[
-        str | None, typer.Argument(help="A profile name or YAML file.", metavar="NAME")
-    ] = None,
-    hw: HwOpt = None,
-    fmt: FormatOpt = "table",
-) -> None:
-    """List the GPU profiles, or show one with every number's source."""
-    from ncdc.cli.views import hardware_list_table, hardware_table
-
-    if name is None:
-        profiles = [load_hardware(n) for n in list_profiles()]
-        emit([hardware_to_dict(p) for p in profiles], fmt, lambda: hardware_list_table(profiles))
-        return
-    machine = load_machine(name, hw)
-    emit(hardware_to_dict(machine), fmt, lambda: hardware_table(machine))
-
-
-@app.command("includes")
-def includes_cmd(
-    flags: Annotated[
-        bool, typer.Option("--flags", help="One line of -I options, for nvcc or a C compiler.")
-    ] = False,
-    fmt: FormatOpt = "table",
-) -> None:
-    """The header folders a compiled .cu (ncdc's device headers, the CUDA headers) and the
-    C export (the CUDA headers) are built with: `nvcc $(ncdc includes --flags) -cubin x.cu`."""
-    from ncdc.backends.nvrtc import cuda_include_dir, ncdc_include_dir
-
-    cuda = cuda_include_dir()
-    folders = {"ncdc": str(ncdc_include_dir()), "cuda": None if cuda is None else str(cuda)}
-    found = [f for f in folders.values() if f is not None]
-    if cuda is None:
-        note("no CUDA headers found: pip install 'ncdc[nvrtc]', or set CUDA_HOME to a toolkit")
-    if flags:
-        print(" ".join(f"-I{f}" for f in found))
-        return
-    emit(folders, fmt, lambda: "\n".join(found))
+# bench, tune and calibrate; then hardware, includes, cache and env (in this order)
+from ncdc.cli import gpu, info  # noqa: E402, F401
 
 
 def _version(value: bool) -> None:
     if value:
         print(f"ncdc {__version__}")
         raise typer.Exit()
-
-
-cache_app = typer.Typer(
-    help="Show or clear the caches (compiled kernels, CPU objects, tuned tiles).",
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(cache_app, name="cache")
-
-
-@cache_app.command("info")
-def cache_info_cmd(fmt: FormatOpt = "table") -> None:
-    """Where the caches are, whether the root is safe to use, entries and bytes of each."""
-    from ncdc.backends.cache import cache_info
-    from ncdc.cli.views import cache_table
-
-    info = cache_info()
-    emit(info, fmt, lambda: cache_table(info))
-
-
-@cache_app.command("clear")
-def cache_clear_cmd(
-    all_versions: Annotated[
-        bool,
-        typer.Option("--all", help="Every ncdc version's kernels, CPU objects and tuned tiles."),
-    ] = False,
-) -> None:
-    """Remove this ncdc version's compiled kernels (with --all: all ncdc put there but the key)."""
-    from ncdc.backends.cache import clear_cache
-
-    note(f"removed {clear_cache(all_versions=all_versions)}")
 
 
 @app.callback()
@@ -544,17 +488,36 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated
 
 
+VERBOSITY_FLAGS = ("-q", "--quiet", "-v", "--verbose")
+
+
+def hoist_verbosity(args: list[str]) -> list[str]:
+    """`-q` and `-v` moved to the front, where the root takes them: they are accepted
+    anywhere on the line, as `--debug` is (not after `--`, which ends the options).
+
+    >>> hoist_verbosity(["cost", "x.yaml", "-q"])
+    ['-q', 'cost', 'x.yaml']
+    """
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in VERBOSITY_FLAGS]
+    rest = [a for a in args[:end] if a not in VERBOSITY_FLAGS]
+    return flags + rest + args[end:]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, turning ncdc's errors into one line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args  # accepted anywhere on the line, not only before the command
     if debug:
         args = [a for a in args if a != "--debug"]
+    args = hoist_verbosity(args)
     signal.signal(signal.SIGTERM, _on_sigterm)
     if not args:  # usage is data the user asked for: stdout, exit 0
         args = ["--help"]
     try:
         code = app(args, prog_name="ncdc", standalone_mode=False)
+        if summary := phase_summary(time.perf_counter() - STARTED):
+            detail(summary)
     except OSError as e:  # a path that cannot be read or written: bad input, one line
         if debug:
             traceback.print_exc()
@@ -577,7 +540,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # click's usage errors, and anything unexpected
         usage = getattr(e, "format_message", None)
         if usage is not None and not debug:
-            stderr().print(f"error: {usage()} (hint: ncdc --help)", markup=False, soft_wrap=True)
+            ctx = getattr(e, "ctx", None)
+            where = ctx.command_path if ctx is not None else "ncdc"
+            stderr().print(f"error: {usage()} (hint: {where} --help)", markup=False,
+                           soft_wrap=True)  # fmt: skip
             sys.exit(getattr(e, "exit_code", EXIT_BAD_INPUT))
         if debug:
             raise

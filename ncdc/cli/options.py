@@ -4,10 +4,12 @@ and graph every command loads (`ncdc.cli.main` registers the commands on the app
 # No `from __future__ import annotations` here: typer reads every command's annotations at
 # start-up, and strings would have to be evaluated first (a tenth of `ncdc cost`'s time).
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from ncdc.errors import UsageError
+from ncdc.hardware.defaults import BUILTIN, profile_defaults
 from ncdc.hardware.load import load_hardware
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.overrides import apply_overrides
@@ -17,11 +19,61 @@ from ncdc.model.graph import MemoryGraph, build_graph
 app = typer.Typer(
     name="ncdc",
     help="Neural circuit diagram compiler: IO-aware cost models and CUDA kernels from diagrams.",
-    add_completion=False,
+    add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _configured(key: str, ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> Any:
+    """The value a command runs with: the line's, else the environment's or
+    `[tool.ncdc]`'s (ncdc.hardware.defaults), else the built-in; `-v` says which."""
+    from ncdc.output import detail
+
+    name = param.name or key
+    source = ctx.get_parameter_source(name)
+    if source is not None and source.name != "DEFAULT":
+        detail(f"{key} {value} (from {param.opts[-1]})")
+        return value
+    default = profile_defaults()[key]
+    if default.source == BUILTIN:
+        if value is not None:
+            detail(f"{key} {value} (built-in default)")
+        return value
+    check_default(key, default.value or "", default.source)
+    detail(default.describe())
+    return default.value
+
+
+def check_default(key: str, value: str, source: str) -> None:
+    """A configured profile name or arch that does not exist is one error naming its source."""
+    from ncdc.hardware.load import list_profiles
+
+    if key == "hardware":
+        choices = list_profiles()
+        if value in choices or value.endswith((".yaml", ".yml")) or "/" in value:
+            return
+    else:
+        from ncdc.backends.nvrtc import ARCHES
+
+        choices = list(ARCHES)
+        if value in choices:
+            return
+    raise UsageError(
+        f"unknown {key} {value!r}",
+        where=source,
+        hint=f"choose one of {', '.join(choices)}, or unset it to use the built-in default",
+    )
+
+
+def hardware_default(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> Any:
+    return _configured("hardware", ctx, param, value)
+
+
+def arch_default(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> Any:
+    return _configured("arch", ctx, param, value)
+
 
 # Options shared by the commands, declared once.
 SpecArg = Annotated[
@@ -34,7 +86,13 @@ SetOpt = Annotated[
     ),
 ]
 HardwareOpt = Annotated[
-    str, typer.Option("--hardware", help="GPU profile name or YAML file.", metavar="NAME|FILE")
+    str,
+    typer.Option(
+        "--hardware",
+        help="GPU profile name or YAML file (default: NCDC_HARDWARE, [tool.ncdc] hardware).",
+        metavar="NAME|FILE",
+        callback=hardware_default,
+    ),
 ]
 HwOpt = Annotated[
     list[str] | None,
@@ -62,7 +120,11 @@ NoTunedOpt = Annotated[
 ArchOpt = Annotated[
     str | None,
     typer.Option(
-        "--arch", help="sm_80, sm_89, sm_90 or sm_90a (default: the profile's).", metavar="ARCH"
+        "--arch",
+        help="sm_80, sm_89, sm_90 or sm_90a (default: NCDC_ARCH, [tool.ncdc] arch, else the "
+        "profile's).",
+        metavar="ARCH",
+        callback=arch_default,
     ),
 ]
 

@@ -90,6 +90,24 @@ def hardware_table(hw: Hardware) -> Table:
     return table
 
 
+SHORT_NAME = 40  # characters of a kernel name a table shows; JSON and -v show all of it
+
+
+def short_name(name: str, limit: int = SHORT_NAME) -> str:
+    """A kernel name cut in the middle to `limit` characters, keeping its family at the
+    front and its architecture at the end; the whole name with `-v`.
+
+        >>> short_name("attention_attention_wgmma_bf16_q128_x128_d128_w12_s2_sm90a")
+        'attention_attention_wgm…128_w12_s2_sm90a'
+    """
+    from ncdc.output import VERBOSITY
+
+    if len(name) <= limit or VERBOSITY.level > 0:
+        return name
+    tail = limit * 2 // 5
+    return f"{name[: limit - tail - 1]}…{name[-tail:]}"
+
+
 def compile_table(reports: list, out_dir: Path) -> Table:
     """One row per compiled kernel: launch shape and the resources NVRTC reported."""
     table = Table(title=f"compiled into {safe_markup(str(out_dir))}/ (.cu, .cubin, .json)")
@@ -104,12 +122,12 @@ def compile_table(reports: list, out_dir: Path) -> Table:
         "blocks/SM",
         "occupancy",
     ):
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     for r in reports:
         for k in r.kernels:
             launch = k.launch
             table.add_row(
-                launch.kernel,
+                short_name(launch.kernel),
                 r.arch,
                 "x".join(map(str, launch.grid)),
                 "x".join(map(str, launch.block)),
@@ -133,7 +151,7 @@ def _sass_caption(reports: list) -> str:
         for name, s in (sass_summary(r) or {}).items():
             mix = ", ".join(f"{n} {c}" for c, n in s["main_loop_mix"].items() if n)
             lines.append(
-                f"{name} main loop: {mix}; {s['bound']}-bound, tensor pipe "
+                f"{short_name(name)} main loop: {mix}; {s['bound']}-bound, tensor pipe "
                 f"{s['tensor_share']:.0%} busy"
             )
     return "\n".join(lines)
@@ -142,7 +160,7 @@ def _sass_caption(reports: list) -> str:
 def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
     """Per output: errors against the reference and the verdict; then the traffic check."""
     r = outcome.result
-    title = f"{outcome.diagram.name} on the {r.backend} backend ({r.seconds:.2f} s with the build)"
+    title = f"{outcome.diagram.name} on the {r.backend} backend ({outcome.seconds:.2f} s in all)"
     table = Table(title=title)
     columns = ("output", "dtype", "max |ref|", "max abs error", "error / max |ref|",
                "tolerance", "unwritten or NaN", "NaN/inf mismatch", "result")  # fmt: skip

@@ -465,24 +465,20 @@ def bench_specs(
     tiles: Mapping[str, int] | None = None, warmup_ms: float = DEFAULT_WARMUP_MS,
     rep_ms: float = DEFAULT_REP_MS, baseline: bool = True,
 ) -> list[BenchResult]:  # fmt: skip
-    """Bench each spec in turn (one GPU: never in parallel); a progress bar on a terminal,
-    silence in CI."""
-    from rich.progress import Progress
-
+    """Bench each spec in turn (one GPU: never in parallel); on a terminal the status line
+    names the spec being timed, silence in CI."""
     from ncdc.backends.cuda import require_gpu
-    from ncdc.output import stderr
+    from ncdc.output import phase, progress
 
     require_gpu()  # one clear error before any planning
     results = []
-    with Progress(console=stderr(), transient=True, disable=not stderr().is_terminal) as bar:
-        task = bar.add_task("benchmarking", total=len(specs))
-        for spec in specs:
-            bar.update(task, description=spec.stem)
+    for i, spec in enumerate(specs, 1):
+        with phase("benchmarking"):
+            progress(f"benchmarking {spec.stem} ({i}/{len(specs)})")
             results.append(
                 bench_spec(spec, hardware, sizes=sizes, tiles=tiles, warmup_ms=warmup_ms,
                            rep_ms=rep_ms, baseline=baseline)
             )  # fmt: skip
-            bar.advance(task)
     return results
 
 

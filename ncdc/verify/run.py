@@ -14,10 +14,9 @@ in global memory, for comparison with the model's on-chip boundary traffic.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +34,7 @@ from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.load import load_diagram
+from ncdc.output import phase, progress
 from ncdc.render import Launch, RenderedModule
 from ncdc.system import available_memory, default_jobs
 from ncdc.verify.reference import evaluate, from_storage, make_inputs, to_storage
@@ -192,10 +192,9 @@ def launch_args(launch: Launch, buffers: Mapping[str, np.ndarray]) -> list:
 DEFAULT_MEMORY_SHARE = 0.5  # of the memory available when the run starts (--max-memory)
 BASE_BYTES = 144 << 20  # Python, NumPy, the emulator library and its fiber stacks
 # Emulated throughput per core, measured on the CPU backend (BENCHMARKS.md): mma.sync and
-# shared-memory traffic dominate; a conservative figure, used for the progress display.
+# shared-memory traffic dominate; a conservative figure, shown on the status line.
 EMU_FLOPS_PER_CORE_S = 5e7
 EMU_BYTES_PER_CORE_S = 1e8
-PROGRESS_AFTER_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -321,39 +320,49 @@ def run_diagram(
             "access counters come from the CPU emulator", where="--counters",
             hint="run with --backend cpu, or drop --counters",
         )  # fmt: skip
-    if inputs is None:
-        inputs = make_inputs(diagram, seed)
+    with phase("making the inputs"):
+        if inputs is None:
+            inputs = make_inputs(diagram, seed)
     stored = {p.name for launch in module.launches for p in launch.params if p.kind == "tensor"}
-    expected = evaluate(diagram, inputs, stored - set(inputs))
-    buffers = allocate(module, diagram, inputs)
+    with phase("computing the reference"):
+        expected = evaluate(diagram, inputs, stored - set(inputs))
+    with phase("making the inputs"):
+        buffers = allocate(module, diagram, inputs)
     start = time.perf_counter()
     counted = None
     if backend == "cpu":
-        with _progress(estimate.seconds if estimate else 0.0):
-            traffic = _run_cpu(module, buffers, sanitize, counters)
+        traffic = _run_cpu(module, buffers, sanitize, counters, estimate)
         read, written = traffic.bytes_read, traffic.bytes_written
         counted = traffic.counters if counters else None
     else:
         from ncdc.backends.cuda import run_cuda
 
-        run_cuda(module, buffers)
+        with phase("running"):
+            run_cuda(module, buffers)
         read = written = 0
     seconds = time.perf_counter() - start
-    check_indices(diagram, buffers, expected)
-    checks, values = [], {}
-    for name in diagram.outputs:
-        dtype = diagram.tensor(name).dtype
-        values[name] = from_storage(buffers[name], dtype)
-        checks.append(compare(name, dtype, values[name], expected[name]))
+    with phase("comparing"):
+        check_indices(diagram, buffers, expected)
+        checks, values = [], {}
+        for name in diagram.outputs:
+            dtype = diagram.tensor(name).dtype
+            values[name] = from_storage(buffers[name], dtype)
+            checks.append(compare(name, dtype, values[name], expected[name]))
     return RunResult(backend, tuple(checks), read, written, seconds, counted, values)
 
 
 def _run_cpu(
-    module: RenderedModule, buffers: dict, sanitize: str | None, counters: bool = False
-) -> Traffic:
+    module: RenderedModule, buffers: dict, sanitize: str | None, counters: bool = False,
+    estimate: EmulationEstimate | None = None,
+) -> Traffic:  # fmt: skip
     from ncdc.backends.cpu import build
 
-    return run_emulated(build(module.source, sanitize=sanitize), module, buffers, counters)
+    with phase("building the emulator"):
+        lib = build(module.source, sanitize=sanitize)
+    with phase("running"):
+        if estimate is not None:
+            progress(f"running on the CPU emulator (estimated {estimate.seconds:.0f} s)")
+        return run_emulated(lib, module, buffers, counters)
 
 
 def run_emulated(
@@ -365,30 +374,15 @@ def run_emulated(
     from ncdc.backends.traffic import Traffic
 
     total = Traffic(0, 0)
-    for launch in module.launches:
+    for i, launch in enumerate(module.launches):
+        if len(module.launches) > 1:
+            progress(f"running kernel {i + 1} of {len(module.launches)}: {launch.kernel}")
         total += lib.launch(
             launch.kernel, launch.grid, launch.block, launch_args(launch, buffers),
             dynamic_smem=launch.dynamic_smem, counters=counters,
             entry_registers=launch.entry_registers,
         )  # fmt: skip
     return total
-
-
-@contextlib.contextmanager
-def _progress(expected_s: float) -> Iterator[None]:
-    """A spinner with the elapsed time on a terminal, for runs estimated over ~2 s."""
-    from ncdc.output import VERBOSITY, stderr
-
-    console = stderr()
-    if expected_s < PROGRESS_AFTER_S or not console.is_terminal or VERBOSITY.level < 0:
-        yield
-        return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        bar.add_task(f"emulating on the CPU (estimated {expected_s:.0f} s)", total=None)
-        yield
 
 
 @dataclass(frozen=True)
@@ -401,6 +395,7 @@ class RunOutcome:
     boundary: str  # the level boundary the kernels' own global traffic crosses, "l2->smem"
     predicted_bytes: int  # the model's bytes across that boundary
     tiles_from: dict[str, Any] | None = None  # PlanSource.to_dict(); None for a compiled .cu
+    seconds: float = 0.0  # wall time of the whole run: planning, inputs, build, run, reference
 
     def to_dict(self) -> dict[str, Any]:
         r = self.result
@@ -417,7 +412,8 @@ class RunOutcome:
                 "boundary": self.boundary,
                 "predicted_bytes": self.predicted_bytes,
             },
-            "seconds": r.seconds,
+            "seconds": self.seconds,
+            "kernel_seconds": r.seconds,
             "tiles_from": self.tiles_from,
             "counters": counters_to_dict(r.counters) if r.counters else None,
         }
@@ -444,6 +440,7 @@ def run_spec(
     """
     from ncdc.verify import data
 
+    start = time.perf_counter()
     if seed < 0:
         raise UsageError(f"expected a seed of 0 or more, found {seed}", where="--seed")
     from ncdc.backends.cpu import check_sanitizer
@@ -477,7 +474,8 @@ def run_spec(
     if save is not None:
         data.save_outputs(save, diagram, result.outputs)
     boundary, predicted = on_chip_boundary(cost, hardware)
-    return RunOutcome(diagram, module, result, boundary, predicted, tiles_from)
+    seconds = time.perf_counter() - start
+    return RunOutcome(diagram, module, result, boundary, predicted, tiles_from, seconds)
 
 
 def _planned(
@@ -491,11 +489,12 @@ def _planned(
     from ncdc.plan.choose import choose_plan_source
     from ncdc.render import render_plan
 
-    plan, source = choose_plan_source(diagram, hardware, tiles, use_tuned=use_tuned)
-    (note if source.kind == "tuned" else detail)(source.describe())
-    if hardware.is_gpu:
-        plan = settle_from_cache(plan, hardware.arch)
-    return render_plan(plan), plan_to_dict(plan), source.to_dict()
+    with phase("planning"):
+        plan, source = choose_plan_source(diagram, hardware, tiles, use_tuned=use_tuned)
+        (note if source.kind == "tuned" else detail)(source.describe())
+        if hardware.is_gpu:
+            plan = settle_from_cache(plan, hardware.arch)
+        return render_plan(plan), plan_to_dict(plan), source.to_dict()
 
 
 def _sized_by(

@@ -167,3 +167,25 @@ def test_every_library_kernel_is_described_by_its_json_exactly(spec):
         module = render_plan(plan_diagram(plain, H200))
     for launch in module.launches:
         assert launch_from_dict(json.loads(json.dumps(launch_to_dict(launch)))) == launch
+
+
+def test_compile_writes_into_the_current_folder_only_when_it_holds_only_its_outputs(tmp_path):
+    from ncdc.backends.outputs import default_out_dir
+
+    assert default_out_dir(tmp_path) == tmp_path  # empty
+    (tmp_path / "k.cu").write_bytes(outputs.GENERATED_MARK + b" ...\n")
+    (tmp_path / "k.json").write_text(json.dumps({"format": "ncdc.kernel/1"}))
+    (tmp_path / "k.cubin").write_bytes(b"\x7fELF")
+    assert default_out_dir(tmp_path) == tmp_path  # an earlier compile's outputs
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(UsageError, match=r"ncdc did not write \(notes.txt\)") as caught:
+        default_out_dir(tmp_path)
+    assert "-o DIR" in caught.value.line()
+
+
+def test_a_foreign_cu_in_the_current_folder_is_not_taken_for_an_output(tmp_path):
+    from ncdc.backends.outputs import default_out_dir
+
+    (tmp_path / "mine.cu").write_text("__global__ void f() {}\n")
+    with pytest.raises(UsageError, match="mine.cu"):
+        default_out_dir(tmp_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ncdc import __version__
 from ncdc.system import cgroup_cpus, default_jobs
-from tests.support import SOFTMAX, ncdc
+from tests.support import SOFTMAX, assert_error, ncdc
 
 
 def test_no_arguments_prints_usage_on_stdout():
@@ -89,26 +89,72 @@ def test_check_json_and_github_annotations(tmp_path):
     assert ncdc("check", SOFTMAX, "--format", "xml").returncode == 2
 
 
-def test_progress_shows_on_a_terminal_for_long_runs(monkeypatch):
-    import io
-    import time
+def test_verbose_times_every_phase_of_a_run():
+    result = ncdc("run", SOFTMAX, "--set", "m=4", "--set", "n=64", "-v", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    (summary,) = [line for line in result.stderr.splitlines() if line.startswith("time: ")]
+    for name in (
+        "planning",
+        "making the inputs",
+        "computing the reference",
+        "building the emulator",
+        "running",
+        "comparing",
+        "start-up and output",
+    ):
+        assert f"{name} " in summary, summary  # fmt: skip
+    data = json.loads(result.stdout)
+    assert data["seconds"] >= data["kernel_seconds"] > 0
+    quiet = ncdc("run", SOFTMAX, "--set", "m=4", "--set", "n=64")
+    assert "time: " not in quiet.stderr and "s in all)" in quiet.stdout
 
-    from rich.console import Console
 
-    from ncdc import output
-    from ncdc.verify import run
+def test_quiet_and_verbose_are_accepted_after_the_command():
+    after = ncdc("check", SOFTMAX, "-q")
+    assert after.returncode == 0 and after.stderr == ""
+    verbose = ncdc("cost", SOFTMAX, "--verbose")
+    assert verbose.returncode == 0 and "hardware h200 (built-in default)" in verbose.stderr
+    assert ncdc("cost", SOFTMAX, "--", "-q").returncode == 2  # after --, an argument
 
-    buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=True, width=80)
-    monkeypatch.setattr(output, "stderr", lambda: console)
-    with run._progress(1.0):  # estimated under 2 s: nothing
-        time.sleep(0.2)
-    assert buffer.getvalue() == ""
-    with run._progress(5.0):
-        time.sleep(0.3)
-    assert "emulating on the CPU (estimated 5 s)" in buffer.getvalue()
-    piped = Console(file=io.StringIO(), force_terminal=False)
-    monkeypatch.setattr(output, "stderr", lambda: piped)
-    with run._progress(50.0):
-        pass
-    assert piped.file.getvalue() == ""
+
+def test_an_option_error_hints_the_commands_help():
+    line = assert_error(ncdc("cost", SOFTMAX, "--bogus"), 2, contains="--bogus")
+    assert line.endswith("(hint: ncdc cost --help)")
+    line = assert_error(ncdc("cache", "info", "--bogus"), 2)
+    assert line.endswith("(hint: ncdc cache info --help)")
+
+
+def test_defaults_come_from_the_environment_then_the_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ncdc]\nhardware = "a100"\n')
+    from_file = ncdc("-v", "cost", SOFTMAX, cwd=tmp_path)
+    assert from_file.returncode == 0, from_file.stderr
+    assert "softmax on a100" in from_file.stdout
+    assert f"hardware a100 (from {tmp_path / 'pyproject.toml'} [tool.ncdc])" in from_file.stderr
+    from_env = ncdc("cost", SOFTMAX, "-v", cwd=tmp_path, env={"NCDC_HARDWARE": "l40s"})
+    assert "softmax on l40s" in from_env.stdout
+    assert "hardware l40s (from NCDC_HARDWARE)" in from_env.stderr
+    line = ncdc("cost", SOFTMAX, "--hardware", "h100", "-v", cwd=tmp_path).stderr
+    assert "hardware h100 (from --hardware)" in line
+
+
+def test_a_bad_default_is_one_line_naming_its_source(tmp_path):
+    bad = ncdc("cost", SOFTMAX, env={"NCDC_HARDWARE": "h900"})
+    assert_error(bad, 2, contains="NCDC_HARDWARE: unknown hardware 'h900'")
+    assert_error(ncdc("cost", SOFTMAX, env={"NCDC_ARCH": "sm_99"}), 2, contains="NCDC_ARCH")
+    (tmp_path / "pyproject.toml").write_text('[tool.ncdc]\nhardwear = "a100"\n')
+    assert_error(ncdc("cost", SOFTMAX, cwd=tmp_path), 2, contains="unknown key 'hardwear'")
+
+
+def test_shell_completion_is_on():
+    script = ncdc("--show-completion", "bash")
+    assert script.returncode == 0 and "_ncdc_completion" in script.stdout
+    env = {"_NCDC_COMPLETE": "complete_bash", "COMP_WORDS": "ncdc co", "COMP_CWORD": "1"}
+    assert ncdc(env=env).stdout.split() == ["cost", "compile"]
+
+
+def test_compile_without_o_refuses_a_folder_of_other_files(tmp_path):
+    (tmp_path / "README.md").write_text("my project\n")
+    result = ncdc("compile", SOFTMAX, cwd=tmp_path)
+    assert_error(result, 2, contains="the current folder holds files ncdc did not write")
+    assert "-o DIR" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]
