@@ -71,6 +71,7 @@ class CostReport:
     data: dict[str, Any]
     plans: tuple[Plan, ...]  # ranked (one spec) or one per spec (a folder)
     notes: tuple[str, ...]  # lines for stderr
+    warnings: tuple[str, ...]  # lines for stderr that -q keeps (buildable.spec_warnings)
     detail: str  # where the tiles came from (a folder: "")
     tuned: bool  # the tiles came from `ncdc tune`: the detail is a note, not a detail
     footer: str | None  # the lines under the table
@@ -86,7 +87,13 @@ def cost_report(
     """`ncdc cost` (see `cost`), with what its table and notes show."""
     from ncdc.backends.targets import arch_notes, target_hardware
     from ncdc.model.records import plan_to_dict
-    from ncdc.verify.buildable import cost_note, is_model_only, rank_buildable, with_abstract
+    from ncdc.verify.buildable import (
+        cost_note,
+        is_model_only,
+        rank_buildable,
+        spec_warnings,
+        with_abstract,
+    )
 
     profile = machine(hardware, hw)
     target = target_hardware(profile, arch)
@@ -94,6 +101,7 @@ def cost_report(
     if _is_folder(spec):
         return _folder_cost(Path(spec), target, sizes, tiles, abstract, model_only)  # type: ignore[arg-type]
     diagram = diagram_of(spec, sizes)
+    warnings = spec_warnings(diagram, target, abstract)
     notes = list(arch_notes(diagram, profile, tiles, arch))
     ranked, source = rank_buildable(
         diagram, target, top_k, tiles, abstract=abstract, use_tuned=use_tuned, arch=arch,
@@ -102,7 +110,7 @@ def cost_report(
     notes += ranked[0].notes
     data = {**with_abstract(plan_to_dict(ranked[0]), model_only), "tiles_from": source.to_dict()}
     return CostReport(
-        data, tuple(ranked), tuple(notes), source.describe(), source.kind == "tuned",
+        data, tuple(ranked), tuple(notes), warnings, source.describe(), source.kind == "tuned",
         cost_note(ranked[:1], abstract), folder=False,
     )  # fmt: skip
 
@@ -112,12 +120,18 @@ def _folder_cost(
     tiles: Mapping[str, int] | None, abstract: bool, model_only: bool,
 ) -> CostReport:  # fmt: skip
     from ncdc.language.load import find_specs
-    from ncdc.verify.buildable import cost_note, plan_buildable_specs, with_abstract
+    from ncdc.verify.buildable import (
+        cost_note,
+        plan_buildable_specs,
+        spec_warnings,
+        with_abstract,
+    )
     from ncdc.verify.gate import baseline_from_plans
 
     plans = plan_buildable_specs(find_specs([folder]), target, sizes, tiles, abstract=abstract)
     data = with_abstract(baseline_from_plans(plans), model_only)
-    return CostReport(data, tuple(plans), (), "", False, cost_note(plans, abstract), True)
+    warnings = tuple(w for p in plans for w in spec_warnings(p.graph.diagram, target, abstract))
+    return CostReport(data, tuple(plans), (), warnings, "", False, cost_note(plans, abstract), True)
 
 
 def cost(spec: SpecLike, **options: Any) -> dict[str, Any]:

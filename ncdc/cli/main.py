@@ -125,6 +125,8 @@ def _report_check(checks: list, regressions: list[str], fmt: str) -> None:
             print(text)
     else:
         for c in checks:
+            for line in c.warnings:
+                warn(line)
             if not c.ok:
                 error_line(c.error)
         for line in regressions:
@@ -173,6 +175,8 @@ def cost(
             tiles=parse_assignments(tile or [], "--tile"), hardware=hardware, hw=hw, arch=arch,
             top_k=top_k, abstract=abstract, use_tuned=not no_tuned, compile=compile_now,
         )  # fmt: skip
+    for line in report.warnings:
+        warn(line)
     if report.folder:
         emit(report.data, fmt, lambda: with_note(cost_tables(list(report.plans)), report.footer))
         return

@@ -28,7 +28,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ncdc.draw.circuit_view import CircuitView, Edge, OpView, TensorView, describe_circuit
-from ncdc.draw.model import INK, MUTED, Dot, Item, Path, Picture, Rect, Shape, Text, level_colour
+from ncdc.draw.model import (
+    INK,
+    MUTED,
+    Dot,
+    Item,
+    Path,
+    Picture,
+    Rect,
+    Shape,
+    Text,
+    crosses,
+    level_colour,
+    segments,
+)
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.model.values import Plan
@@ -152,21 +165,53 @@ def _place(view: CircuitView, top: float) -> tuple[dict[str, _Bundle], list[_Box
     for column in range(max(tensor_col.values()) + 1):
         names = names_in.get(column, [])
         names.sort(key=lambda n: _order_key(view, n, made, readers))
+        passing = _passing(view, bundles, op_col, column)
         floor = top
         for n in names:
-            y0 = max(desired.get(n, floor), floor)
+            y0 = _clear_of(max(desired.get(n, floor), floor), count[n], passing)
             bundles[n] = _Bundle(n, column, y0, count[n])
             floor = bundles[n].bottom + GAP + HEAD
         ops = ops_in.get(column + 1, [])
         # an op with no inputs (index) sorts first
         ops.sort(key=lambda i: min((bundles[e.tensor].y0 for e in view.ops[i].inputs), default=top))
         floor = top
+        passing = _passing(view, bundles, op_col, column + 0.5)
         for i in ops:
-            box = _box(view, i, column + 1, bundles, floor, count)
+            box = _box(view, i, column + 1, bundles, floor, count, passing)
             boxes.append(box)
             floor = box.bottom + GAP + BOX_LABEL + BOX_PAD
             desired[view.ops[i].op.out] = box.ports_out[0]
     return bundles, boxes
+
+
+def _passing(
+    view: CircuitView, bundles: dict[str, _Bundle], op_col: dict[int, int], column: float
+) -> list[float]:
+    """Heights of the wires that run straight through tensor `column` (or, at a half, the
+    box column right of it): those of a bundle placed left of it read by a box right of it
+    (a wire keeps its height until the gap before its reader)."""
+    ys: set[float] = set()
+    for i, ov in enumerate(view.ops):
+        if op_col[i] <= column:
+            continue
+        for e in ov.inputs:
+            b = bundles.get(e.tensor)
+            if b is not None and b.column < column:
+                ys.update(b.ys())
+    return sorted(ys)
+
+
+def _clear_of(y0: float, count: int, passing: list[float]) -> float:
+    """The first height from `y0` down where a bundle of `count` wires, its header and its
+    labels included, has no passing wire through it: a bundle never sits on another's
+    wire, nor a wire across its labels."""
+    moved = True
+    while moved:
+        moved = False
+        for y in passing:
+            if y0 - HEAD - 2 <= y <= y0 + (count - 1) * PITCH + TAIL:
+                y0, moved = y + HEAD + 4, True
+    return y0
 
 
 def _by_column(column_of: dict[Any, int]) -> dict[int, list[Any]]:
@@ -192,11 +237,15 @@ def _box(
     bundles: dict[str, _Bundle],
     floor: float,
     count: dict[str, int],
+    passing: list[float],
 ) -> _Box:
     ov = view.ops[index]
     counts = [count[e.tensor] for e in ov.inputs]
     offsets = _stack_offsets(counts)
     p0 = max(bundles[ov.inputs[0].tensor].y0, floor) if ov.inputs else floor
+    for y in passing:  # ascending: the box's label clear of every wire passing over the box
+        if p0 - BOX_PAD - BOX_LABEL - 2 <= y <= p0 - BOX_PAD:
+            p0 = y + BOX_PAD + BOX_LABEL + 2
     ports_in = tuple(
         tuple(p0 + off + j * PITCH for j in range(n))
         for off, n in zip(offsets, counts, strict=True)
@@ -298,7 +347,7 @@ def layout_circuit(diagram: Diagram, hw: Hardware, plan: Plan | None = None) -> 
     items += wires
     for box in boxes:
         items += _draw_box(view, box, cols.box[box.column], colour)
-    items += marks
+    items += _clear_markers(marks, items)
     bottom = max([b.bottom for b in bundles.values()] + [b.bottom for b in boxes])
     right = max(r for _, r in cols.tensor.values()) + MARGIN
     legend, height, width = _legend(view, colour, bottom + 36, right)
@@ -390,6 +439,39 @@ def _marker(x: float, ys: list[float], text: str) -> list[Item]:
     ]
 
 
+def _clear_markers(marks: list[Item], drawn: list[Item]) -> list[Item]:
+    """The markers with each byte count moved, where a wire runs through it, to the first
+    free place around its bar: above it centred, above it ending at the bar, then below
+    it the same two ways, then starting at the bar (a wire that bends down to a lower box
+    leaves the bar's left side free)."""
+    lines = [(p, segments(p)) for p in drawn if isinstance(p, Path)]
+    out: list[Item] = []
+    bar: Rect | None = None
+    for item in marks:
+        if isinstance(item, Shape):
+            bar = item.rect
+        if isinstance(item, Text) and item.anchor == "middle" and bar is not None:
+            item = _free_spot(item, bar, lines, [i for i in drawn + out if i is not item])
+        out.append(item)
+    return out
+
+
+def _free_spot(text: Text, bar: Rect, lines: list[tuple[Path, list]], others: list[Item]) -> Text:
+    x = bar.x + bar.w / 2
+    above, below = text.y, bar.bottom + LABEL + 2
+    tries = [(x, above, "middle"), (x + 4, above, "end"), (x, below, "middle"),
+             (x + 4, below, "end"), (x - 4, above, "start"), (x - 4, below, "start")]  # fmt: skip
+    solids = [i.bbox() for i in others if isinstance(i, Text)]
+    solids += [i.rect for i in others if isinstance(i, Shape) and i.solid and i.rect != bar]
+    for tx, ty, anchor in tries:
+        t = Text(tx, ty, text.text, text.size, anchor, text.colour)
+        box = t.bbox()
+        crossed = any(crosses(a, b, box, p.width / 2) for p, segs in lines for a, b in segs)
+        if not crossed and not any(box.intersects(r) for r in solids):
+            return t
+    return text
+
+
 def _draw_box(
     view: CircuitView, box: _Box, x: tuple[float, float], colour: dict[str, str]
 ) -> list[Item]:
@@ -441,7 +523,8 @@ def _draw_box(
 def _legend(
     view: CircuitView, colour: dict[str, str], y: float, right: float
 ) -> tuple[list[Item], float, float]:
-    """Swatches of the levels, then the plan's summary; returns items, height, width."""
+    """Swatches of the levels (a wire's colour is the level it lives in), what the axis
+    labels' prefixes mean, then the plan's summary; returns items, height, width."""
     items: list[Item] = [Text(MARGIN, y, "memory levels:", LABEL, colour=MUTED)]
     x = MARGIN + _width("memory levels: ", LABEL)
     for name, text in view.levels:
@@ -451,6 +534,9 @@ def _legend(
     note = "▮ load/save: bytes moved across the top level"
     items.append(Text(x, y, note, LABEL, colour=MUTED))
     width = max(right, x + _width(note, LABEL) + MARGIN)
+    if view.prefixes:
+        y += 18
+        items.append(Text(MARGIN, y, view.prefixes, LABEL, colour=MUTED))
     for line in view.summary:
         y += 18
         items.append(Text(MARGIN, y, line, LABEL, colour=INK))

@@ -13,7 +13,7 @@ from ncdc.language.dtypes import DTYPES
 from ncdc.model.graph import ON_CHIP, Partition, build_graph
 from ncdc.model.structure import KernelModel
 from ncdc.model.values import KernelPlan, Plan
-from ncdc.units import format_bytes, format_rate
+from ncdc.units import format_bytes, format_rate, format_time
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class CircuitView:
     ops: tuple[OpView, ...]
     levels: tuple[tuple[str, str], ...]  # (level, legend text)
     summary: tuple[str, ...]
+    prefixes: str = ""  # what `g_` and `s_` mean, when a label uses one
 
 
 def describe_circuit(diagram: Diagram, hw: Hardware, plan: Plan | None) -> CircuitView:
@@ -125,6 +126,8 @@ def describe_circuit(diagram: Diagram, hw: Hardware, plan: Plan | None) -> Circu
         for lv in hw.levels
     )
     how = "plan" if plan else "bare algorithm"
+    every = [s for t in tensors.values() for s in t.labels]
+    every += [s for ov in ops for e in (*ov.inputs, ov.output) for s in e.labels]
     return CircuitView(
         f"{diagram.name} on {hw.name} ({how})",
         diagram.doc,
@@ -132,7 +135,27 @@ def describe_circuit(diagram: Diagram, hw: Hardware, plan: Plan | None) -> Circu
         tuple(ops),
         levels,
         _summary(plan, block),
+        prefix_legend(every, block),
     )
+
+
+def prefix_legend(labels: list[str], block: str) -> str:
+    """The legend line for the prefixes `labels` use: `g_` a grouped axis, of which one core
+    of the block level holds the part shown; `s_` a streamed one, fed through in parts of
+    the size shown. Empty when no label has a prefix (whole arrays).
+
+        >>> prefix_legend(["g_q 64", "s_x 128", "d 128"], "smem")
+        'g_q 64: q grouped, 64 of it per smem core; s_x 128: x streamed, 128 at a time'
+    """
+    parts = []
+    for prefix, what in (("g_", "grouped, {n} of it per " + block + " core"),
+                         ("s_", "streamed, {n} at a time")):  # fmt: skip
+        ours = [s for s in labels if s.startswith(prefix)]
+        used = next((s for s in ours if not s.endswith(" 1")), ours[0] if ours else None)
+        if used is not None:
+            axis, n = used[len(prefix) :].split(" ", 1)
+            parts.append(f"{used}: {axis} {what.format(n=n)}")
+    return "; ".join(parts)
 
 
 def _axis_label(axis: str, size: int, part: Partition | None, sliced: bool) -> str:
@@ -181,7 +204,7 @@ def _summary(plan: Plan | None, block: str) -> tuple[str, ...]:
     time = plan.predicted_time_s
     rate = format_rate(plan.flops / time, "FLOP/s") if time else "-"
     first = (
-        f"predicted {time * 1e3:.3g} ms, {rate}, {plan.bound}-bound; "
+        f"predicted {format_time(time)}, {rate}, {plan.bound}-bound; "
         f"{plan.graph.hardware.levels[0].name} traffic {format_bytes(plan.top_bytes, digits=1)}"
     )
     if plan.unfused is not None:

@@ -2,8 +2,9 @@
 
 A layout function turns ncdc's data into a `Picture`; the SVG writer only draws what is
 here. Because every text carries its own bounding box (the writer uses a monospace font,
-so a text's width is its length times a fixed advance), a test can check that nothing in a
-picture overlaps without rendering it.
+so a text's width is its length times a fixed advance) and every line its segments, a test
+can check that nothing in a picture overlaps, and that no label lies across a line, without
+rendering it.
 
     >>> a, b = Text(10, 20, "q 4096"), Text(10, 44, "x 4096")
     >>> overlaps(Picture("demo", 100, 60, (a, b)))
@@ -175,3 +176,63 @@ def outside(picture: Picture) -> list[Item]:
     page = Rect(0, 0, picture.width, picture.height)
     items: Sequence[Text | Shape] = [*picture.texts(), *picture.shapes()]
     return [i for i in items if not page.contains(i.bbox() if isinstance(i, Text) else i.rect)]
+
+
+CURVE_PIECES = 12  # straight pieces standing for one S-bend in the crossing check
+BACKGROUND = "grid"  # a path's css class that labels may lie over (a roofline's grid)
+
+
+def segments(path: Path) -> list[tuple[tuple[float, float], tuple[float, float]]]:
+    """The straight pieces of `path` as the SVG writer draws it: a curved step between two
+    heights is the cubic S-bend with both handles at mid-width (ncdc.draw.svg)."""
+    out = []
+    for (x0, y0), (x1, y1) in zip(path.points, path.points[1:], strict=False):
+        if not path.curve or abs(y1 - y0) <= 0.01:
+            out.append(((x0, y0), (x1, y1)))
+            continue
+        mid = (x0 + x1) / 2
+        prev = (x0, y0)
+        for i in range(1, CURVE_PIECES + 1):
+            t = i / CURVE_PIECES
+            u = 1 - t
+            x = u**3 * x0 + 3 * u * u * t * mid + 3 * u * t * t * mid + t**3 * x1
+            y = u**3 * y0 + 3 * u * u * t * y0 + 3 * u * t * t * y1 + t**3 * y1
+            out.append((prev, (x, y)))
+            prev = (x, y)
+    return out
+
+
+def crosses(a: tuple[float, float], b: tuple[float, float], rect: Rect, pad: float = 0.0) -> bool:
+    """Whether the segment a-b passes through `rect` grown by `pad` on every side (a line's
+    half width), by clipping the segment to the rectangle (Liang-Barsky)."""
+    lo_x, hi_x = rect.x - pad + 0.01, rect.right + pad - 0.01
+    lo_y, hi_y = rect.y - pad + 0.01, rect.bottom + pad - 0.01
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    t0, t1 = 0.0, 1.0
+    for p, q in ((-dx, a[0] - lo_x), (dx, hi_x - a[0]), (-dy, a[1] - lo_y), (dy, hi_y - a[1])):
+        if p == 0:
+            if q < 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            t0 = max(t0, t)
+        else:
+            t1 = min(t1, t)
+        if t0 > t1:
+            return False
+    return True
+
+
+def crossings(picture: Picture) -> list[tuple[Text, Path]]:
+    """Each label with a line drawn through it (the background grid aside), found from the
+    label's bounding box and the line's segments, its width included."""
+    paths = [i for i in picture.items if isinstance(i, Path) and BACKGROUND not in i.css.split()]
+    pieces = [(p, segments(p)) for p in paths]
+    out = []
+    for t in picture.texts():
+        box = t.bbox()
+        for p, segs in pieces:
+            if any(crosses(a, b, box, p.width / 2) for a, b in segs):
+                out.append((t, p))
+    return out

@@ -24,10 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path as FilePath
 
 from ncdc.bounded import read_json
-from ncdc.draw.model import INK, MUTED, Dot, Item, Path, Picture, Rect, Shape, Text, level_colour
+from ncdc.draw.model import (
+    INK,
+    MUTED,
+    Dot,
+    Item,
+    Path,
+    Picture,
+    Rect,
+    Shape,
+    Text,
+    crosses,
+    level_colour,
+)
 from ncdc.errors import UsageError
-from ncdc.model.records import dominant_rate, intensity
+from ncdc.model.records import dominant_rate, intensity, ridge
 from ncdc.model.values import Plan
+from ncdc.units import format_rate
 
 MAX_MEASURED_BYTES = 64 << 20  # a bench report of many thousand runs
 PLOT = Rect(90, 84, 620, 400)
@@ -36,7 +49,8 @@ CEILING = "#555555"
 MEASURED = "#c23b6e"
 COMPUTE_UNITS = ("tensor", "cuda")  # FLOP rates; the SFU's exp/s is not a FLOP ceiling
 MEASURED_KEYS = ("name", "flops", "time_s", "hbm_bytes")
-FRACTIONS = (0.5, 0.35, 0.65, 0.2, 0.8)  # where along a slope its label may sit
+# where along a slope its label may sit, middle first
+FRACTIONS = (0.5, 0.35, 0.65, 0.2, 0.8, 0.1, 0.9, 0.05, 0.95)
 
 
 @dataclass(frozen=True)
@@ -125,7 +139,10 @@ def _si(v: float) -> str:
 
 
 class _Labels:
-    """Places labels beside anchors where they collide with nothing placed before."""
+    """Places labels beside anchors where they cover no label, point or line placed before
+    (lines by their exact segments, ncdc.draw.model.crosses); a label with no free place
+    beside any of its anchors goes to the key under the plot instead, so none is drawn over
+    anything."""
 
     OFFSETS = (
         (9, -6, "start"),
@@ -143,20 +160,26 @@ class _Labels:
         (-9, 41, "end"),
         (-9, -34, "end"),
     )
+    GAP = 1.5  # clearance kept between a label and a line, beyond the line's half width
 
     def __init__(self) -> None:
         self.taken: list[Rect] = []
+        self.lines: list[tuple[tuple[float, float], tuple[float, float], float]] = []
+        self.key: list[tuple[str, str, str]] = []  # (text, colour, "line" | "dot")
 
     def block(self, rect: Rect) -> None:
         self.taken.append(rect)
 
-    def block_line(self, a: tuple[float, float], b: tuple[float, float]) -> None:
-        """Keep labels off the segment a-b (sampled every few pixels)."""
-        steps = max(int(math.dist(a, b) / 5), 1)
-        for i in range(steps + 1):
-            x = a[0] + (b[0] - a[0]) * i / steps
-            y = a[1] + (b[1] - a[1]) * i / steps
-            self.taken.append(Rect(x - 1.5, y - 1.5, 3, 3))
+    def block_line(self, a: tuple[float, float], b: tuple[float, float], width: float) -> None:
+        """Keep labels off the segment a-b, drawn `width` wide."""
+        self.lines.append((a, b, width / 2 + self.GAP))
+
+    def free(self, box: Rect) -> bool:
+        return (
+            PLOT.contains(box)
+            and not any(box.intersects(r) for r in self.taken)
+            and not any(crosses(a, b, box, pad) for a, b, pad in self.lines)
+        )
 
     def place(
         self,
@@ -164,26 +187,21 @@ class _Labels:
         text: str,
         colour: str = INK,
         beside_slope: bool = False,
-    ) -> Text:
-        """The first anchor and offset where the text fits; beside a slope, only above-left
-        or below-right of the anchor, where the rising line is not."""
+        marker: str = "dot",
+    ) -> Text | None:
+        """The first anchor and offset where the text is free; beside a slope, above-left
+        or below-right of the anchor first, where the rising line is not. None when there
+        is no such place: the label joins the key (`marker` says how the key marks it)."""
         offsets = self.OFFSETS[2:3] + self.OFFSETS[1:2] if beside_slope else self.OFFSETS
         tries = [(x, y, o) for x, y in anchors for o in offsets]
         tries += [(x, y, o) for x, y in anchors for o in self.OFFSETS]
         for x, y, (dx, dy, anchor) in tries:
             t = Text(x + dx, y + dy, text, 11, anchor, colour)
-            box = t.bbox()
-            if PLOT.contains(box) and not any(box.intersects(r) for r in self.taken):
-                self.taken.append(box)
+            if self.free(t.bbox()):
+                self.taken.append(t.bbox())
                 return t
-        # nowhere free: inside the plot, over the fewest things
-        inside = [
-            Text(x + dx, y + dy, text, 11, anchor, colour) for x, y, (dx, dy, anchor) in tries
-        ]
-        inside = [t for t in inside if PLOT.contains(t.bbox())] or inside
-        t = min(inside, key=lambda t: sum(t.bbox().intersects(r) for r in self.taken))
-        self.taken.append(t.bbox())
-        return t
+        self.key.append((text, colour, marker))
+        return None
 
 
 def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
@@ -214,36 +232,84 @@ def layout_roofline(plan: Plan, measured: Sequence[Measured]) -> Picture:
         ends = ((axes.px(a), axes.py(bw * a)), (axes.px(b), axes.py(bw * b)))
         colour = level_colour(level.name, i)
         items.append(Path(ends, colour, 1.6, css=f"slope {level.name}"))
-        labels.block_line(*ends)
-        slopes.append((ends, f"{level.name} {_si(bw)}B/s", colour))
-    last = -math.inf
-    for rate, text in ceilings:
+        labels.block_line(*ends, 1.6)
+        slopes.append((ends, f"{level.name} {format_rate(bw, 'B/s')}", colour))
+    roof = roof_figures(plan)
+    right_labels = [(rate, f"{text} {format_rate(rate, 'FLOP/s')}", CEILING, False)
+                    for rate, text in ceilings]  # fmt: skip
+    for rate, _, _, _ in right_labels:
         a = max(x_lo, rate / top.bandwidth_bytes_per_s)
         y = axes.py(rate)
         items.append(Path(((axes.px(a), y), (PLOT.right, y)), CEILING, 1.2, "5 3", css="ceiling"))
-        labels.block_line((axes.px(a), y), (PLOT.right, y))
-        label_y = max(y + 4, last + 13)  # equal-looking rates: stack their labels
-        last = label_y
-        items.append(Text(PLOT.right + 8, label_y, f"{text} {_si(rate)}FLOP/s", 10, colour=CEILING))
-    roof = dominant_rate(plan)
-    knee = roof / top.bandwidth_bytes_per_s
-    start = max(x_lo, y_lo / top.bandwidth_bytes_per_s)
+        labels.block_line((axes.px(a), y), (PLOT.right, y), 1.2)
+    right_labels.append((roof.rate, f"model roof {format_rate(roof.rate, 'FLOP/s')}", INK, True))
+    items += _right_labels(right_labels, axes)
+    start = max(x_lo, y_lo / roof.bandwidth)
     roof_pts = (
-        (axes.px(start), axes.py(top.bandwidth_bytes_per_s * start)),
-        (axes.px(knee), axes.py(roof)),
-        (PLOT.right, axes.py(roof)),
+        (axes.px(start), axes.py(roof.bandwidth * start)),
+        (axes.px(roof.ridge), axes.py(roof.rate)),
+        (PLOT.right, axes.py(roof.rate)),
     )
     items.append(Path(roof_pts, INK, 2.6, css="roof"))
-    labels.block_line(roof_pts[0], roof_pts[1])
-    labels.block_line(roof_pts[1], roof_pts[2])
+    labels.block_line(roof_pts[0], roof_pts[1], 2.6)
+    labels.block_line(roof_pts[1], roof_pts[2], 2.6)
     # points first: a slope's label can slide along its line, a point's cannot move far
     items += _points(points, axes, labels)
     for (p0, p1), text, colour in slopes:
         along = [(p0[0] + (p1[0] - p0[0]) * f, p0[1] + (p1[1] - p0[1]) * f) for f in FRACTIONS]
-        items.append(labels.place(along, text, colour, beside_slope=True))
-    items += _captions(top.name, top.bandwidth_bytes_per_s, roof)
+        placed = labels.place(along, text, colour, beside_slope=True, marker="line")
+        items += [placed] if placed else []
+    captions = _captions(top.name, roof, plan.flops / plan.predicted_time_s)
+    items += captions
+    key_top = max(t.y for t in captions) + 20
+    key = _key(labels.key, key_top)
+    items += key
+    height = (max(t.y for t in key if isinstance(t, Text)) if key else key_top - 20) + 20
     width = max(PLOT.right + 30, *(t.bbox().right + 24 for t in items if isinstance(t, Text)))
-    return Picture(f"roofline: {name} on {hw.name}", width, PLOT.bottom + 84, tuple(items))
+    return Picture(f"roofline: {name} on {hw.name}", width, height, tuple(items))
+
+
+@dataclass(frozen=True)
+class RoofFigures:
+    """The roof the model prices a plan under, as `ncdc cost` prints it: the rate of the
+    unit doing most of its FLOPs, the bandwidth the top level sustains and their ratio, the
+    ridge (ncdc.model.records.ridge)."""
+
+    rate: float  # FLOP/s
+    bandwidth: float  # B/s out of the top level
+    ridge: float  # FLOP per top-level byte
+
+
+def roof_figures(plan: Plan) -> RoofFigures:
+    hw = plan.graph.hardware
+    top = hw.levels[0].name
+    return RoofFigures(dominant_rate(plan), hw.achieved_bandwidth(top), ridge(plan))
+
+
+def _right_labels(labels: list[tuple[float, str, str, bool]], axes: _Axes) -> list[Item]:
+    """The ceilings' and the model roof's labels right of the plot, highest rate first,
+    stacked where rates look equal."""
+    items: list[Item] = []
+    last = -math.inf
+    for rate, text, colour, bold in sorted(labels, key=lambda r: -r[0]):
+        y = max(axes.py(rate) + 4, last + 13)
+        last = y
+        items.append(Text(PLOT.right + 8, y, text, 10, colour=colour, bold=bold))
+    return items
+
+
+def _key(entries: list[tuple[str, str, str]], y: float) -> list[Item]:
+    """Labels that found no free place in the plot, one a line under it, each after a
+    short stroke (a slope's) or a dot (a point's) of its colour."""
+    items: list[Item] = []
+    for i, (text, colour, marker) in enumerate(entries):
+        row = y + i * 16
+        if marker == "line":
+            items.append(Path(((24, row - 4), (40, row - 4)), colour, 2, css="key"))
+        else:
+            items.append(Dot(32, row - 4, 4, colour, "#ffffff"))
+        items.append(Text(48, row, text, 10, colour=colour))
+    return items
 
 
 def _plot_points(plan: Plan, measured: Sequence[Measured]) -> list[tuple[float, float, str, str]]:
@@ -282,11 +348,13 @@ def _axes_for(
     )
 
 
-def _captions(top: str, top_bandwidth: float, roof: float) -> list[Item]:
-    """The x axis's title, the y axis's unit and the note on the bold roof."""
+def _captions(top: str, roof: RoofFigures, achieved: float) -> list[Text]:
+    """The x axis's title, the y axis's unit and the notes on the points and lines: the
+    plan's rate and the model's roof with the figures `ncdc cost` prints, and the
+    datasheet's."""
     note = (
-        f"bold: the roof this diagram runs under ({_si(roof)}FLOP/s, "
-        f"{_si(top_bandwidth)}B/s from {top})"
+        f"bold: the model's roof, {format_rate(roof.rate, 'FLOP/s')} and "
+        f"{format_rate(roof.bandwidth, 'B/s')} from {top} (ridge {roof.ridge:.1f} flop/B)"
     )
     return [
         Text(
@@ -299,6 +367,14 @@ def _captions(top: str, top_bandwidth: float, roof: float) -> list[Item]:
         ),
         Text(PLOT.x - 8, PLOT.y - 10, "FLOP/s", 11, "end"),
         Text(24, PLOT.bottom + 64, note, 10, colour=MUTED),
+        Text(
+            24,
+            PLOT.bottom + 80,
+            f"black dot: the plan, {format_rate(achieved, 'FLOP/s')}; thin and dashed lines: "
+            "the datasheet's peaks",
+            10,
+            colour=MUTED,
+        ),
     ]
 
 
@@ -320,11 +396,11 @@ def _grid(axes: _Axes) -> list[Item]:
     items: list[Item] = []
     for e in range(int(axes.x_lo), int(axes.x_hi) + 1):
         x = axes.px(10.0**e)
-        items.append(Path(((x, PLOT.y), (x, PLOT.bottom)), GRID, 1))
+        items.append(Path(((x, PLOT.y), (x, PLOT.bottom)), GRID, 1, css="grid"))
         items.append(Text(x, PLOT.bottom + 18, _si(10.0**e), 10, "middle", MUTED))
     for e in range(int(axes.y_lo), int(axes.y_hi) + 1):
         y = axes.py(10.0**e)
-        items.append(Path(((PLOT.x, y), (PLOT.right, y)), GRID, 1))
+        items.append(Path(((PLOT.x, y), (PLOT.right, y)), GRID, 1, css="grid"))
         items.append(Text(PLOT.x - 8, y + 4, _si(10.0**e), 10, "end", MUTED))
     return items
 
@@ -343,7 +419,7 @@ def _points(
     if len(shown) > 1 and shown[1][2] == "unfused (model)":
         (fx, fy, _, _), (ux, uy, _, _) = shown[0], shown[1]
         items.append(Path(((ux, uy), (fx, fy)), MUTED, 1.2, "3 3", arrow=True, css="fusion"))
-        labels.block_line((ux, uy), (fx, fy))
+        labels.block_line((ux, uy), (fx, fy), 1.2)
     # a dot on top of an earlier one (a level that moves what the one above does) says nothing new
     kept: list[tuple[float, float, str, str]] = []
     for point in shown:
@@ -354,5 +430,6 @@ def _points(
         labels.block(Rect(x - 5, y - 5, 10, 10))
     for x, y, text, colour in shown:
         items.append(Dot(x, y, 5, colour, "#ffffff"))
-        items.append(labels.place([(x, y)], text, colour))
+        placed = labels.place([(x, y)], text, colour)
+        items += [placed] if placed else []
     return items

@@ -434,12 +434,32 @@ def _binary(site: Site) -> Result:
         if not isinstance(arg, str):
             site.checks.number(arg, site.path, "operand", infinite=True)
     out_axes = tuple(dict.fromkeys(a for t in tensors for a in t.axes))
+    params = {"axes": _declared_axes(site, out_axes)} if "axes" in st.kwargs else {}
     # where(C, A, B) has the type of its values; a condition of 0s and 1s adds none
     typed = [site.known[a] for a in st.args[1:] if isinstance(a, str)] if st.fn == "where" else []
     dtype = site.out_dtype() or max(
         (t.dtype for t in typed or tensors), key=lambda d: DTYPES[d].rank
     )
-    return Result(tuple(st.args), out_axes, dtype)
+    return Result(tuple(st.args), out_axes, dtype, params=params)
+
+
+def _declared_axes(site: Site, out_axes: tuple[str, ...]) -> tuple[str, ...]:
+    """A binary map's `axes=`: the result's axes as the broadcast makes them (the first
+    operand's order first), stated so that a broadcast adding an axis reads as meant."""
+    names = site.st.kwargs["axes"]
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(isinstance(a, str) for a in names):
+        raise site.fail(f"expected axis names for 'axes', found {shown(names)}")
+    for a in names:
+        site.checks.known_axis(a, site.axes, site.path)
+    if tuple(names) != out_axes:
+        args = ", ".join(str(a) for a in site.st.args)
+        raise site.fail(
+            f"{site.st.fn}({args}) has axes {list(out_axes)}; 'axes' says {names}",
+            f"write axes=[{', '.join(out_axes)}]: the first operand's axes, then the others' "
+            "new ones",
+        )
+    return out_axes
 
 
 _KINDS: dict[str, Callable[[Site], Result]] = {

@@ -190,32 +190,34 @@ _MAPS = (
     _op("not", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.where(x != 0, 0.0, 1.0),
         device=True, no_d=_FLAT),
 )  # fmt: skip
+# A binary map's `axes=` states its result's axes: a broadcast that adds an axis meant as one
+# (an outer product), which ncdc.language.broadcast then does not warn about.
 _BINARY = (
-    _op("add", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a + b, device=True,
+    _op("add", "binary", 2, "dtype axes", flops=1, meaning=lambda np, a, b: a + b, device=True,
         d=("g", "g")),
-    _op("sub", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a - b, device=True,
+    _op("sub", "binary", 2, "dtype axes", flops=1, meaning=lambda np, a, b: a - b, device=True,
         d=("g", "neg(g)")),
-    _op("mul", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a * b, device=True,
+    _op("mul", "binary", 2, "dtype axes", flops=1, meaning=lambda np, a, b: a * b, device=True,
         d=("mul(g, b)", "mul(g, a)")),
-    _op("div", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: a / b, device=True,
+    _op("div", "binary", 2, "dtype axes", flops=1, meaning=lambda np, a, b: a / b, device=True,
         d=("div(g, b)", "neg(div(mul(g, a), square(b)))")),
-    _op("max", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: np.maximum(a, b),
+    _op("max", "binary", 2, "dtype axes", flops=1, meaning=lambda np, a, b: np.maximum(a, b),
         device=True, no_d=_PICK),
-    _op("min", "binary", 2, "dtype", flops=1, meaning=lambda np, a, b: np.minimum(a, b),
+    _op("min", "binary", 2, "dtype axes", flops=1, meaning=lambda np, a, b: np.minimum(a, b),
         device=True, no_d=_PICK),
 
     # Comparisons give 1 where they hold and 0 elsewhere (NaN compares false but for ne), in
     # the type of their widest operand; a compare and a select each
-    *(_op(name, "binary", 2, "dtype", flops=2, device=True, no_d=_FLAT,
+    *(_op(name, "binary", 2, "dtype axes", flops=2, device=True, no_d=_FLAT,
           meaning=lambda np, a, b, f=f: np.where(f(a, b), 1.0, 0.0))
       for name, f in COMPARISONS.items()),
-    _op("and", "binary", 2, "dtype", flops=2, device=True, no_d=_FLAT,
+    _op("and", "binary", 2, "dtype axes", flops=2, device=True, no_d=_FLAT,
         meaning=lambda np, a, b: np.where((a != 0) & (b != 0), 1.0, 0.0)),
-    _op("or", "binary", 2, "dtype", flops=2, device=True, no_d=_FLAT,
+    _op("or", "binary", 2, "dtype axes", flops=2, device=True, no_d=_FLAT,
         meaning=lambda np, a, b: np.where((a != 0) | (b != 0), 1.0, 0.0)),
     # where(C, A, B): A where C is true (not 0), else B; a compare and a select. Its type is
     # its values' (A's and B's), not the condition's.
-    _op("where", "binary", 3, "dtype", flops=2, device=True,
+    _op("where", "binary", 3, "dtype axes", flops=2, device=True,
         no_d="its gradient is a where of its own, which ncdc grad does not derive yet",
         meaning=lambda np, c, a, b: np.where(c != 0, a, b)),
 )  # fmt: skip

@@ -26,6 +26,7 @@ from ncdc.errors import PlanError
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
+from ncdc.units import format_bytes
 
 ON_CHIP = "on-chip"  # home of a fused intermediate: it lives below the top level
 
@@ -191,6 +192,28 @@ def _kernel(diagram: Diagram, ops: list[Op], saved: set[str], index: int, count:
     rows = tuple(dict.fromkeys(a for op in ops if op.kind in ("softmax", "norm") for a in op.over))
     rows = tuple(a for a in rows if a in woven)
     return Kernel(name, tuple(ops), inputs, outputs, woven, reduced, rows)
+
+
+def oversized(graph: MemoryGraph) -> tuple[str, ...]:
+    """What the top level cannot hold: one line per tensor kept there that is larger than the
+    level (a GPU's HBM), else one for them all together when their sum is; empty when they
+    fit. No kernel can run such a diagram, whatever its tiles."""
+    top = graph.hardware.levels[0]
+    held = [t for t in graph.tensors.values() if t.home == top.name]
+    room = f"the {format_bytes(top.capacity_bytes)} of {top.name} on {graph.hardware.name}"
+    lines = []
+    for t in held:
+        if t.bytes > top.capacity_bytes:
+            shape = " x ".join(str(graph.diagram.axes[a]) for a in t.tensor.axes)
+            lines.append(
+                f"{t.tensor.name} ({t.tensor.dtype} [{', '.join(t.tensor.axes)}] = {shape}) is "
+                f"{format_bytes(t.bytes)}, more than {room}"
+            )
+    total = sum(t.bytes for t in held)
+    if not lines and total > top.capacity_bytes:
+        names = ", ".join(t.tensor.name for t in held)
+        lines.append(f"{names} together are {format_bytes(total)}, more than {room}")
+    return tuple(lines)
 
 
 def graph_to_dict(graph: MemoryGraph) -> dict[str, Any]:

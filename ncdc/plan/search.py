@@ -26,7 +26,7 @@ from ncdc.families import classify_kernel
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.model.cost import evaluate_kernel, summarize
-from ncdc.model.graph import ON_CHIP, build_graph
+from ncdc.model.graph import ON_CHIP, build_graph, oversized
 from ncdc.model.launch import Candidate
 from ncdc.model.structure import KernelModel
 from ncdc.model.values import Plan, Unfused
@@ -73,6 +73,8 @@ def rank_tiles(
     it), the first plan carries the unfused comparison. With `model_only`, a kernel no
     family builds is priced by the model alone instead of refused."""
     fixed = _fixed_tiles(diagram, tiles)
+    if hardware.is_gpu and not model_only:
+        check_fits(diagram, hardware)
     diagram, breaks = (diagram, ()) if model_only else choose_breaks(diagram, hardware, fixed)
     graph = build_graph(diagram, hardware)
     try:
@@ -89,6 +91,19 @@ def rank_tiles(
     if compare_unfused:
         plans[0] = with_unfused(plans[0])
     return plans
+
+
+def check_fits(diagram: Diagram, hardware: Hardware) -> None:
+    """A `PlanError` naming the first tensor the top level (a GPU's HBM) cannot hold, with
+    its size and the capacity (ncdc.model.graph.oversized); the model alone (`--abstract`)
+    still prices it."""
+    problems = oversized(build_graph(diagram, hardware))
+    if problems:
+        raise PlanError(
+            problems[0],
+            hint="lower the sizes with --set AXIS=SIZE, or price the model alone with "
+            "`ncdc cost --abstract`",
+        )
 
 
 def with_unfused(plan: Plan) -> Plan:

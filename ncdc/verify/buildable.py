@@ -136,6 +136,23 @@ def plan_buildable_specs(
     return plans
 
 
+def spec_warnings(diagram: Diagram, hardware: Hardware, abstract: bool = False) -> tuple[str, ...]:
+    """What `ncdc check` and `ncdc cost` warn of in a spec they accept: each broadcast that
+    makes an axis nothing asked for (ncdc.language.broadcast), and, priced by the model
+    alone (`--abstract`) on a GPU profile, each tensor its HBM cannot hold (an error
+    otherwise: ncdc.plan.search.check_fits)."""
+    from ncdc.language.broadcast import broadcast_warnings
+    from ncdc.model.graph import build_graph, oversized
+
+    lines = list(broadcast_warnings(diagram))
+    if abstract and hardware.is_gpu:
+        lines += [
+            f"{diagram.source}: {line}: no kernel on this GPU can run it"
+            for line in oversized(build_graph(diagram, hardware))
+        ]
+    return tuple(lines)
+
+
 def is_model_only(hardware: Hardware, abstract: bool) -> bool:
     """True when `ncdc cost` built no kernel: `--abstract`, or a profile that is not a GPU."""
     return abstract or not hardware.is_gpu

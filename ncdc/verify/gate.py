@@ -210,6 +210,7 @@ class SpecCheck:
     path: str
     error: str = ""  # the error's one line, empty when valid
     line: int | None = None
+    warnings: tuple[str, ...] = ()  # ncdc.verify.buildable.spec_warnings, for a spec that loads
 
     @property
     def ok(self) -> bool:
@@ -219,13 +220,16 @@ class SpecCheck:
 def check_spec(path: Path, hardware: Hardware) -> SpecCheck:
     """Load `path`, plan it and render its kernels (`buildable.check_buildable`, no NVRTC);
     the first error, if any, as a SpecCheck."""
-    from ncdc.verify.buildable import check_buildable
+    from ncdc.verify.buildable import check_buildable, spec_warnings
 
+    warnings: tuple[str, ...] = ()
     try:
-        check_buildable(load_diagram(path), hardware)
+        diagram = load_diagram(path)
+        warnings = spec_warnings(diagram, hardware)
+        check_buildable(diagram, hardware)
     except NcdcError as e:
-        return SpecCheck(str(path), e.line(), _line_of(e.where, str(path)))
-    return SpecCheck(str(path))
+        return SpecCheck(str(path), e.line(), _line_of(e.where, str(path)), warnings)
+    return SpecCheck(str(path), warnings=warnings)
 
 
 def _line_of(where: str | None, path: str) -> int | None:
@@ -245,20 +249,32 @@ def check_to_dict(checks: Iterable[SpecCheck], regressions: Iterable[str] = ()) 
         "valid": sum(c.ok for c in checks),
         "total": len(checks),
         "specs": [
-            {"path": c.path, "ok": c.ok, "error": c.error or None, "line": c.line} for c in checks
+            {
+                "path": c.path,
+                "ok": c.ok,
+                "error": c.error or None,
+                "line": c.line,
+                "warnings": list(c.warnings),
+            }
+            for c in checks
         ],  # fmt: skip
         "regressions": list(regressions),
     }
 
 
 def github_annotations(checks: Iterable[SpecCheck], regressions: Iterable[str] = ()) -> str:
-    """GitHub Actions workflow commands: one `::error` per bad spec and per regression.
+    """GitHub Actions workflow commands: one `::error` per bad spec and per regression,
+    one `::warning` per warning.
 
     >>> print(github_annotations([SpecCheck("a.yaml", "a.yaml:3: x: bad", 3)]))
     ::error file=a.yaml,line=3::a.yaml:3: x: bad
     """
     lines = []
     for c in checks:
+        for w in c.warnings:
+            line = _line_of(w.split(": ", 1)[0], c.path)
+            at = f",line={line}" if line is not None else ""
+            lines.append(f"::warning file={_escape_property(c.path)}{at}::{_escape_data(w)}")
         if not c.ok:
             where = f"file={_escape_property(c.path)}"
             if c.line is not None:

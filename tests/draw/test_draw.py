@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -14,7 +15,20 @@ import pytest
 from ncdc.draw import draw, draw_to_file, picture_to_svg
 from ncdc.draw import svg as svg_module
 from ncdc.draw.heatmap import evaluate_tiles, short_reason
-from ncdc.draw.model import Picture, Rect, Text, level_colour, outside, overlaps
+from ncdc.draw.model import (
+    Path as Line,
+)
+from ncdc.draw.model import (
+    Picture,
+    Rect,
+    Text,
+    crosses,
+    crossings,
+    level_colour,
+    outside,
+    overlaps,
+    segments,
+)
 from ncdc.draw.roofline import read_measured
 from ncdc.errors import UsageError
 from ncdc.hardware.load import load_hardware
@@ -41,6 +55,7 @@ def _check_picture(picture: Picture) -> str:
     assert overlaps(picture) == [], [
         (getattr(a, "text", a), getattr(b, "text", b)) for a, b in overlaps(picture)
     ]
+    assert crossings(picture) == [], [(t.text, p.css, p.points) for t, p in crossings(picture)]
     assert outside(picture) == []
     svg = picture_to_svg(picture)
     root = ET.fromstring(svg)  # well-formed
@@ -210,6 +225,107 @@ def test_overlap_check_finds_collisions() -> None:
     assert overlaps(Picture("t", 200, 60, (a, b))) == [(a, b)]
     assert Rect(0, 0, 10, 10).intersects(Rect(5, 5, 10, 10))
     assert not Rect(0, 0, 10, 10).intersects(Rect(10, 0, 10, 10))  # touching is fine
+
+
+def test_crossing_check_finds_a_label_over_a_line() -> None:
+    # "at l2" at size 11 spans x 100..133 (5 characters of 6.6 px), y 91.2..102.75
+    label = Text(100, 100, "at l2")
+    through = Line(((90, 110), (140, 85)), width=1.6)  # falls across the box's middle
+    beside = Line(((90, 106), (140, 106)), width=2.0)  # 3.25 px under it, 1 px half width
+    touching = Line(((90, 104), (140, 104)), width=4.0)  # 2 px half width reaches 102
+    picture = Picture("t", 200, 200, (label, through, beside, touching))
+    assert [p for _, p in crossings(picture)] == [through, touching]
+    assert not crosses((90, 50), (140, 50), label.bbox())  # a segment wholly above
+    assert crosses((110, 95), (120, 96), label.bbox())  # a segment wholly inside
+    grid = Line(((90, 95), (140, 95)), css="grid")
+    assert crossings(Picture("t", 200, 200, (label, grid))) == []  # the background grid
+
+
+def test_a_curved_wire_is_checked_along_the_bend_the_svg_draws() -> None:
+    # an S-bend from (0, 0) to (100, 60), handles at x = 50: it passes (50, 30) at its middle
+    bend = Line(((0, 0), (100, 60)), curve=True)
+    pieces = segments(bend)
+    assert len(pieces) == 12 and pieces[0][0] == (0, 0) and pieces[-1][1] == (100, 60)
+    assert pieces[5][1] == pytest.approx((50, 30))
+    label = Text(40, 36, "xx")  # spans x 40..53.2, y 27.2..38.75: the middle of the bend
+    assert crossings(Picture("t", 200, 200, (label, bend))) == [(label, bend)]
+    assert crossings(Picture("t", 200, 200, (Text(0, 60, "xx"), bend))) == []
+
+
+def _cost_lines(plan) -> list[str]:
+    from rich.console import Console
+
+    from ncdc.cli.report import cost_table
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(cost_table(plan, []))
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize(("name", "hw"), [("attention", "h200"), ("matmul", "a100"),
+                                          ("softmax", "h200"), ("matmul", "napkin")])  # fmt: skip
+def test_roofline_numbers_are_the_ones_cost_prints_and_agree_within_the_picture(
+    name: str, hw: str
+) -> None:
+    from ncdc.draw.roofline import roof_figures
+    from ncdc.units import format_rate
+
+    diagram, machine = load_diagram(ROOT / f"diagrams/{name}.yaml"), load_hardware(hw)
+    plan = plan_diagram(diagram, machine, compare_unfused=True)
+    picture = draw(diagram, machine, "roofline")
+    texts = [t.text for t in picture.texts()]
+    cost = "\n".join(_cost_lines(plan))
+    roof = roof_figures(plan)
+    # the ridge `cost` prints beside the intensity is the bold roof's knee
+    ridge = f"ridge {roof.ridge:.1f} flop/B"
+    assert ridge in cost and sum(ridge in t for t in texts) == 1
+    # the top level's sustained bandwidth, as the transfer table prints it, prices the roof
+    sustained = format_rate(roof.bandwidth, "B/s")
+    assert f"{sustained} (" in cost and any(f"and {sustained} from" in t for t in texts)
+    # the plan's rate
+    achieved = format_rate(plan.flops / plan.predicted_time_s, "FLOP/s")
+    assert any(f"the plan, {achieved};" in t for t in texts)
+    if plan.bound != machine.levels[0].name:
+        assert re.search(rf"achieved +{re.escape(achieved)}", cost)
+    # each slope's label is the level's datasheet bandwidth, as cost prints it in brackets
+    for t in picture.texts():
+        level = t.text.split(" ")[0]
+        if level in [lv.name for lv in machine.levels] and t.text.endswith("B/s"):
+            bandwidth = format_rate(machine.level(level).bandwidth_bytes_per_s, "B/s")
+            assert t.text == f"{level} {bandwidth}"
+    # the bold roof's rate: one figure in its label and in the note, and where it is drawn
+    rate = format_rate(roof.rate, "FLOP/s")
+    (label,) = [t for t in picture.texts() if t.text.startswith("model roof ")]
+    assert label.text == f"model roof {rate}" and any(f"roof, {rate} and" in t for t in texts)
+    (line,) = [p for p in picture.items if isinstance(p, Line) and p.css == "roof"]
+    assert line.points[1][1] == line.points[2][1]  # flat past the knee
+    stacked = sum(t.x == label.x for t in picture.texts())  # labels right of the plot
+    assert 0 <= label.y - (line.points[2][1] + 4) <= 13 * stacked
+
+
+def test_a_planned_circuit_says_what_its_prefixes_mean_and_a_bare_one_has_none() -> None:
+    d, hw = load_diagram(ROOT / "diagrams/attention.yaml"), load_hardware("h200")
+    tile = _attention_tile()
+    texts = [t.text for t in draw(d, hw, "plan").texts()]
+    legend = [t for t in texts if "grouped" in t]
+    assert legend == [f"g_q {tile['q']}: q grouped, {tile['q']} of it per smem core; "
+                      f"s_x {tile['x']}: x streamed, {tile['x']} at a time"]  # fmt: skip
+    assert not any("grouped" in t for t in (x.text for x in draw(d, hw, "plain").texts()))
+
+
+def test_the_circuit_summary_gives_the_time_and_rate_cost_prints() -> None:
+    from ncdc.units import format_rate, format_time
+
+    d, hw = load_diagram(ROOT / "diagrams/attention.yaml"), load_hardware("h200")
+    plan = plan_diagram(d, hw, compare_unfused=True)
+    time, rate = (
+        format_time(plan.predicted_time_s),
+        format_rate(plan.flops / plan.predicted_time_s, "FLOP/s"),
+    )
+    summary = [t.text for t in draw(d, hw, "plan").texts() if t.text.startswith("predicted ")]
+    assert summary[0].startswith(f"predicted {time}, {rate}, ")
+    cost = _cost_lines(plan)
+    assert any(re.match(rf"predicted time +{re.escape(time)}", line) for line in cost)
 
 
 def test_labels_are_escaped() -> None:

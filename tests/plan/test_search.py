@@ -79,3 +79,15 @@ def test_ranked_best_first():
 def test_unknown_tile_axis():
     with pytest.raises(PlanError, match="unknown axis 'z'"):
         plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"), {"z": 8})
+
+
+def test_a_tensor_hbm_cannot_hold_is_refused_on_a_gpu_and_priced_by_the_model_alone():
+    # D[m, n, k] = 8192 x 8192 x 4096 bf16 is 512 GiB; the h200 holds 131.32 GiB
+    diagram = load_diagram(support.UNBUILDABLE / "outer_product_over_hbm.yaml")
+    with pytest.raises(PlanError) as info:
+        rank_tiles(diagram, load_hardware("h200"), 1)
+    line = info.value.line()
+    assert line.startswith("D (bf16 [m, n, k] = 8192 x 8192 x 4096) is 512.00 GiB, more than")
+    assert "`ncdc cost --abstract`" in line and "\n" not in line
+    assert rank_tiles(diagram, load_hardware("h200"), 1, model_only=True)[0].top_bytes > 2**39
+    assert plan_diagram(diagram, load_hardware("napkin")).top_bytes > 2**39

@@ -1,7 +1,7 @@
 """`ncdc check` proves a spec can be built and `ncdc cost` refuses what cannot be.
 
 tests/unbuildable/ holds valid specs that the model prices but no kernel template renders
-(a head size, a dtype, an op inside the fused attention); each passed `ncdc check` and
+(a head size, a dtype, an op inside the fused attention) or no GPU's memory holds; each passed `ncdc check` and
 `ncdc cost` before both rendered the plan, and each fails `ncdc compile` with exit 2.
 Now `check` and `cost` on a GPU profile exit 2 with one line naming the spec, the kernel
 and what is supported; `cost --abstract` and the napkin profile still price them.
@@ -38,6 +38,7 @@ REASONS = {
     "attention_fp32": "expected Q, K, V and O all of one type among bf16, fp16",
     "attention_scale_tensor": "the generator covers a constant scale (a number)",
     "matmul_fp16_bf16": "no GEMM kernel for A (fp16) times B (bf16)",
+    "outer_product_over_hbm": "is 512.00 GiB, more than the 131.32 GiB of hbm on h200",
 }
 
 
