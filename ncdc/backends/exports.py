@@ -44,6 +44,7 @@ from ncdc.backends.compile import CompileReport
 from ncdc.backends.cuda import DEFAULT_SMEM_LIMIT
 from ncdc.errors import NcdcError, SpecError
 from ncdc.families.base import Param
+from ncdc.files import read_prefix
 from ncdc.language.dtypes import DTYPES
 from ncdc.render import template_env
 from ncdc.version import __version__
@@ -264,9 +265,7 @@ def is_generated(path: Path) -> bool:
     """Whether `path` is absent or an export ncdc wrote (so it may be replaced)."""
     if not path.exists():
         return True
-    try:
-        with path.open("rb") as f:
-            head = f.read(32)
-    except OSError:
+    head = read_prefix(path, 32)  # None for a FIFO or a device: not ours, and no hang
+    if head is None:
         return False
     return head.startswith(GENERATED_C if path.suffix in (".h", ".c") else GENERATED_PY)

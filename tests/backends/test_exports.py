@@ -8,6 +8,7 @@ stream. The torch export runs the same check in tests/test_torch.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -198,3 +199,11 @@ def test_the_c_export_loads_its_cubin_once_per_context(tmp_path, driver) -> None
                           env={**env, "FAKE_CUDA_NO_CONTEXT": "1"})  # fmt: skip
     assert none.stdout.split() == ["201"] * 4  # CUDA_ERROR_INVALID_CONTEXT
     assert "load elf" not in log.read_text()
+
+
+def test_a_fifo_where_an_export_goes_is_refused_without_hanging(tmp_path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "softmax.h")
+    with pytest.raises(UsageError, match="was not written by ncdc"):
+        ncdc.compile(support.SOFTMAX, out=out, sizes={"m": 3}, emit=["c"])
