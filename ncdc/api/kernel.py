@@ -132,7 +132,7 @@ class Kernel:
         # (shape, dtype, device, contiguous) of each input -> (run, sizes): the calls of
         # this Kernel that passed their checks (an axis no input carries is its own size)
         self._calls: dict[tuple, tuple[Any, tuple[int, ...]]] = {}
-        self._outs: set[tuple] = set()  # (sizes, the out= arrays' signatures) that passed
+        self._outs: set[tuple] = set()  # (inputs', out= arrays' signatures) that passed
 
     # ---- what a user reads -----------------------------------------------------------
 
@@ -195,7 +195,12 @@ class Kernel:
         if found is None or _misaligned(views):
             found = self._admit(views, signature)
         run, sizes = found
-        outs = None if out is None else self._out_views(out, sizes, views)
+        if out is None:
+            return run(views, None, stream)
+        outs = [arr.view(a) for a in self._out_arrays(out)]
+        key = (signature, _signature(outs))  # the inputs' signature implies sizes and place
+        if key not in self._outs or _misaligned(outs):
+            self._check_outs(outs, sizes, views, key)
         return run(views, outs, stream)
 
     def _admit(self, views: Sequence[ArrayView], signature: tuple) -> tuple[Any, tuple[int, ...]]:
@@ -257,34 +262,31 @@ class Kernel:
             _check_layout(name, dtype, v)
         return tuple(sizes.values())
 
-    def _out_views(
-        self, out: Any, sizes: tuple[int, ...], inputs: Sequence[ArrayView]
-    ) -> list[ArrayView] | None:
-        """The `out=` arrays in `outputs:` order, each checked like an input and against
-        the inputs: the same library and the same device (a host array given as the output
-        of a GPU call would have the kernel write through a host pointer)."""
-        if out is None:
-            return None
+    def _out_arrays(self, out: Any) -> list[Any]:
+        """The `out=` arrays in `outputs:` order (one array, a sequence, or a mapping)."""
         names = self.outputs
+        if len(names) == 1 and not isinstance(out, (list, tuple, dict, Mapping)):
+            return [out]
         if isinstance(out, Mapping):
             unknown = [n for n in out if n not in names]
             if unknown or len(out) != len(names):
                 raise ArrayError(f"out= names {listing(list(out))}; the outputs are "
                                  f"{listing(names)}")  # fmt: skip
-            given = [out[n] for n in names]
-        elif len(names) == 1 and not isinstance(out, (list, tuple)):
-            given = [out]
-        else:
-            given = list(out)
-            if len(given) != len(names):
-                raise ArrayError(f"out= has {len(given)} arrays; {self.name} has "
-                                 f"{len(names)} outputs ({', '.join(names)})")  # fmt: skip
-        views = [arr.view(a) for a in given]
+            return [out[n] for n in names]
+        given = list(out)
+        if len(given) != len(names):
+            raise ArrayError(f"out= has {len(given)} arrays; {self.name} has "
+                             f"{len(names)} outputs ({', '.join(names)})")  # fmt: skip
+        return given
+
+    def _check_outs(self, views: Sequence[ArrayView], sizes: tuple[int, ...],
+                    inputs: Sequence[ArrayView], key: tuple) -> None:  # fmt: skip
+        """The `out=` arrays checked like inputs and against them: the same library and
+        the same device (a host array given as the output of a GPU call would have the
+        kernel write through a host pointer), writeable; `key` is then known (GPU arrays
+        only: a NumPy array's writeable flag is not in its signature)."""
         first = inputs[0] if inputs else None
         where = (first.family, first.device) if first else None
-        signature = (sizes, where, _signature(views))
-        if signature in self._outs and not _misaligned(views):
-            return views  # arrays like these passed the checks below before
         axes = dict(zip(self._axes, sizes, strict=True))
         for (name, out_axes, dtype), v in zip(self._outputs, views, strict=True):
             if first is not None and (v.family, v.device) != where:
@@ -303,8 +305,8 @@ class Kernel:
                     f"{tuple(v.shape)}"
                 )
             _check_layout(f"output {name}", dtype, v, prefix=False)
-        self._outs.add(signature)
-        return views
+        if all(v.device != HOST for v in views):
+            self._outs.add(key)
 
     # ---- building and running --------------------------------------------------------
 

@@ -116,7 +116,9 @@ class DeviceRun:
             for name in diagram.outputs
         ]  # fmt: skip
         self.scratch = scratch_buffers(built.diagram, built.module)
-        self.input_names = [name for name, _, _ in inputs]
+        names = [n for n, _, _ in inputs] + list(diagram.outputs) + [n for n, _ in self.scratch]
+        # where each buffer the module passes comes from, in the module's order
+        self.order = [names.index(name) for name in self.loaded.buffer_names]
         self.torch_device: Any = None  # torch.device("cuda", device), made on first use
         self.cupy_memory = _CupyMemory(self, None)
 
@@ -134,27 +136,25 @@ class DeviceRun:
             alloc = self.cupy_memory
         else:
             alloc = _CupyMemory(self, stream)
-        # strict=False: the lengths were checked when the call was admitted
-        addresses = dict(zip(self.input_names, [v.address for v in views], strict=False))
         address = alloc.address
         with alloc.on_stream(here):
             if outs is None:
                 results = [alloc.output(shape, dtype) for _, shape, dtype in self.outputs]
             else:
                 results = [v.array for v in outs]
-            for (name, _, _), r in zip(self.outputs, results, strict=False):
-                addresses[name] = address(r)
             # Scratch memory returns to the allocator when this call returns: allocated on
             # the launch stream, its next user there waits for these kernels. The buffers
             # are held in `scratch` until the launches are enqueued.
             scratch = [alloc.scratch(nbytes) for _, nbytes in self.scratch]
-            for (name, _), buffer in zip(self.scratch, scratch, strict=False):
-                addresses[name] = address(buffer)
+        # every address in inputs, outputs, scratch order, then in the module's order
+        found = [v.address for v in views] + [address(r) for r in results]
+        found += [address(b) for b in scratch]
+        key = tuple([found[i] for i in self.order])
         if here:
-            self.loaded.run(addresses, alloc.stream)
+            self.loaded.run_at(key, alloc.stream)
         else:
             with self.cupy.cuda.Device(self.device):
-                self.loaded.run(addresses, alloc.stream)
+                self.loaded.run_at(key, alloc.stream)
         return results
 
 

@@ -94,7 +94,8 @@ class DeviceModule:
         # the argument tuples of the buffer addresses seen last (at most BOUND_ARGUMENTS
         # sets): arguments depend on the addresses alone, the sizes being the module's
         self._bound: dict[tuple[int, ...], tuple[tuple[Any, ...], ...]] = {}
-        self._buffers = sorted({
+        # every buffer a launch passes (as a pointer or under a tensor map), by name
+        self.buffer_names = sorted({
             what if kind == "buffer" else what.tensor
             for *_, recipe in self._launches for kind, what in recipe if kind != "value"
         })  # fmt: skip
@@ -117,13 +118,17 @@ class DeviceModule:
     def run(self, addresses: Mapping[str, int], stream: Any = None) -> None:
         """Enqueue every launch, in order, on `stream` (anything with the stream's handle
         as `.ptr`; None: CuPy's current stream)."""
-        # a program's loop passes the same buffers again; the key is in the module's own
-        # order of buffer names, whatever order the mapping was built in
-        key = tuple([addresses[name] for name in self._buffers])
+        self.run_at(tuple([addresses[name] for name in self.buffer_names]), stream)
+
+    def run_at(self, key: tuple[int, ...], stream: Any = None) -> None:
+        """`run` over the buffers' addresses in `buffer_names` order (what a caller that
+        calls many times builds without a mapping). A program's loop passes the same
+        buffers again: their argument tuples are kept by these addresses."""
         calls = self._bound.get(key)
         if calls is None:
             if len(self._bound) >= BOUND_ARGUMENTS:
                 self._bound.clear()
+            addresses = dict(zip(self.buffer_names, key, strict=True))
             calls = self._bound[key] = self.bind(addresses).calls
         for fn, grid, block, args, smem in calls:
             fn(grid, block, args, shared_mem=smem, stream=stream)
