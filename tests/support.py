@@ -127,3 +127,18 @@ def count_calls(monkeypatch, owner: object, name: str) -> list[int]:
 
     monkeypatch.setattr(owner, name, counted)
     return calls
+
+
+def folder_locked(folder: Path) -> bool:
+    """Whether another writer holds `folder`'s writer lock (ncdc.files.folder_lock): a
+    descriptor of its own cannot take it now."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

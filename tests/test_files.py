@@ -9,6 +9,7 @@ import pytest
 
 from ncdc import files
 from ncdc.errors import FileError, UsageError
+from tests import support
 
 
 def test_files_get_the_umask_mode(tmp_path):
@@ -57,31 +58,17 @@ def test_a_prefix_is_read_from_a_regular_file_only(tmp_path):
     assert files.read_prefix(tmp_path / "missing", 8) is None
 
 
-def _try_lock(folder) -> bool:
-    """Whether another writer could take `folder`'s lock now (a descriptor of its own)."""
-    import fcntl
-
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def test_one_writer_holds_a_folder_at_a_time_and_leaves_no_file(tmp_path):
     pytest.importorskip("fcntl")
     with files.folder_lock(tmp_path):
-        assert not _try_lock(tmp_path)
+        assert support.folder_locked(tmp_path)
         busy = pytest.raises(UsageError, match="another ncdc is writing into this folder")
         with busy, files.folder_lock(tmp_path, wait_s=0.1):
             pass
-    assert _try_lock(tmp_path)  # released on leaving, an error inside included
+    assert not support.folder_locked(tmp_path)  # released on leaving, an error inside included
     with pytest.raises(RuntimeError), files.folder_lock(tmp_path):
         raise RuntimeError
-    assert _try_lock(tmp_path)
+    assert not support.folder_locked(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -15,7 +15,7 @@ from ncdc.backends.compile import compile_spec
 from ncdc.backends.outputs import write_outputs
 from ncdc.errors import NcdcError, UsageError
 from ncdc.hardware.load import load_hardware
-from tests.support import ROOT, SOFTMAX, assert_error, ncdc
+from tests.support import ROOT, SOFTMAX, assert_error, folder_locked, ncdc
 
 H200 = load_hardware("h200")
 
@@ -115,20 +115,13 @@ def test_a_launch_read_back_keeps_its_entry_registers():
 def test_the_check_and_the_write_hold_the_folder_lock(tmp_path, monkeypatch):
     """Another writer cannot slip in between the check that a file is ncdc's and the
     write over it, nor interleave its .cu with this one's .json."""
-    fcntl = pytest.importorskip("fcntl")
+    pytest.importorskip("fcntl")
     report = compile_spec(ROOT / "diagrams/softmax.yaml", H200, sizes=SMALL_SOFTMAX)
     seen = []
     real_refuse, real_write = outputs._refuse_foreign, files.write_together
 
     def locked() -> bool:
-        fd = os.open(tmp_path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+        return folder_locked(tmp_path)
 
     def refuse(stem):
         seen.append(("check", locked()))
