@@ -1,0 +1,1 @@
+// my own softmax, written by hand
