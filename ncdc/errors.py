@@ -135,7 +135,7 @@ class FileError(NcdcError):
 _FILE_HINTS = {
     errno.ENOSPC: "free some space, or write elsewhere with -o",
     errno.EDQUOT: "free some space, or write elsewhere with -o",
-    errno.EROFS: "the file system is read-only: write elsewhere with -o",
+    errno.EROFS: "write elsewhere with -o",
     errno.EACCES: "check the permissions, or write elsewhere with -o",
     errno.EPERM: "check the permissions, or write elsewhere with -o",
     errno.ENOENT: "check the path",

@@ -228,14 +228,14 @@ def check_report(
     """`ncdc check` (see `check`)."""
     from ncdc.backends.targets import target_hardware
     from ncdc.language.load import find_specs
-    from ncdc.verify.gate import check_spec, gate, parse_tolerance, read_baseline
+    from ncdc.verify.gate import check_spec, gate, parse_tolerance, read_baseline, refuse_twins
 
     limit = tolerance if isinstance(tolerance, float) else parse_tolerance(str(tolerance))
     base = read_baseline(Path(baseline)) if baseline is not None else None
     listed = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     specs = find_specs([Path(p) for p in listed])
     target = target_hardware(machine(hardware), arch)
-    checks = tuple(check_spec(path, target) for path in specs)
+    checks = refuse_twins([check_spec(path, target) for path in specs])
     regressions: list[str] = []
     if all(c.ok for c in checks) and base is not None and baseline is not None:
         regressions = gate(specs, target, base, Path(baseline), limit)

@@ -106,11 +106,15 @@ def gpu_choices(
         else:
             problems.append(problem)
     if not choices:
-        what = " ".join(f"{a}={v}" for a, v in fixed.items())
-        head = f"tile {what}" if what else f"every {family.name} tile"
+        # with tiles fixed the detail names the tile ("tile m=256 ... needs ..."): once
+        head = (
+            f"kernel {model.kernel.name}"
+            if fixed
+            else f"every {family.name} tile for kernel {model.kernel.name}"
+        )
         detail = min(problems)[1] if problems else "no candidates"
         raise PlanError(
-            f"{head} for kernel {model.kernel.name}: {detail}",
+            f"{head}: {detail}",
             hint="use smaller tiles (--tile AXIS=SIZE) or drop the fixed tile to search"
             if fixed
             else "shrink the axes with --set AXIS=SIZE, or pick a larger GPU (--hardware)",

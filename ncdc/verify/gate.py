@@ -16,15 +16,15 @@ silently passed. Tolerances are a percentage (`5%`) or a fraction below 1 (`0.05
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ncdc.bounded import read_json
-from ncdc.errors import NcdcError, UsageError, inert
+from ncdc.errors import NcdcError, SpecError, UsageError, inert
 from ncdc.hardware.machine import Hardware
-from ncdc.language.load import check_unique_names, load_diagram
+from ncdc.language.load import check_unique_names, load_diagram, spec_names
 from ncdc.model.values import Plan
 from ncdc.plan.search import plan_diagram
 from ncdc.version import __version__
@@ -230,6 +230,27 @@ def check_spec(path: Path, hardware: Hardware) -> SpecCheck:
     except NcdcError as e:
         return SpecCheck(str(path), e.line(), _line_of(e.where, str(path)), warnings)
     return SpecCheck(str(path), warnings=warnings)
+
+
+def refuse_twins(checks: Sequence[SpecCheck]) -> tuple[SpecCheck, ...]:
+    """`checks` with every valid spec whose diagram name an earlier valid one already has
+    marked bad, as `compile` and `cost` refuse the pair (their outputs and baseline
+    entries would overwrite each other)."""
+    names = spec_names([c.path for c in checks if c.ok])
+    first: dict[str, str] = {}
+    out = []
+    for c in checks:
+        name = names.get(Path(c.path)) if c.ok else None
+        if name is not None and name in first:
+            error = SpecError(
+                f"two specs name their diagram '{name}': {first[name]} and {c.path}",
+                hint="give each diagram its own `name:`",
+            )  # fmt: skip
+            c = SpecCheck(c.path, error.line(), None, c.warnings)
+        elif name is not None:
+            first[name] = c.path
+        out.append(c)
+    return tuple(out)
 
 
 def _line_of(where: str | None, path: str) -> int | None:

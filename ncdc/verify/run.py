@@ -314,7 +314,8 @@ def run_diagram(
     `inputs` (float64 values, rounded to their dtypes): the data; fresh random inputs from
     `seed` otherwise."""
     if backend not in BACKENDS:
-        raise UsageError(f"unknown backend '{backend}'; expected one of {', '.join(BACKENDS)}")
+        raise UsageError(f"unknown backend {backend!r}", where="--backend",
+                         hint=f"choose {' or '.join(BACKENDS)}")  # fmt: skip
     if counters and backend != "cpu":
         raise UsageError(
             "access counters come from the CPU emulator", where="--counters",

@@ -232,7 +232,7 @@ ODD_SIZES = (1, 3, 127, 4097)
 
 
 # what a GPU plan may be refused for; fp8 Q and K: a few queries (decode) have no fp8 kernel
-REFUSALS = ("head size", "shared memory", "grid", "fp8 Q (Q) and K run only in")
+REFUSALS = ("head size", "shared memory", "grid", "fp8 Q (Q) and K run only in", "of hbm on")
 
 
 def _plans_and_renders(diagram: Diagram) -> str:

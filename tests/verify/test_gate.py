@@ -8,6 +8,7 @@ from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram
 from ncdc.plan.search import plan_diagram
 from ncdc.verify.gate import baseline_from_plans, compare_to_baseline, parse_tolerance
+from tests import support
 
 
 def _baseline():
@@ -43,3 +44,15 @@ def test_shrinking_and_new_diagrams_pass():
 @pytest.mark.parametrize(("text", "value"), [("5%", 0.05), ("0.1", 0.1), (" 12.5% ", 0.125)])
 def test_parse_tolerance(text, value):
     assert parse_tolerance(text) == pytest.approx(value)
+
+
+def test_check_refuses_two_specs_of_one_diagram_name_as_compile_does(tmp_path):
+    """`compile` and `cost` refuse two specs with one diagram name (their outputs would
+    overwrite each other): `check` says so too, for the second, exit 2."""
+    text = (support.DIAGRAMS / "softmax.yaml").read_text()
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(text)
+    result = support.ncdc("check", str(tmp_path))
+    support.assert_error(result, 2, contains=f"two specs name their diagram 'softmax': "
+                         f"{tmp_path / 'a.yaml'} and {tmp_path / 'b.yaml'}")  # fmt: skip
+    assert "1 of 2 specs valid" in result.stdout + result.stderr or result.returncode == 2
