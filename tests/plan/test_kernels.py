@@ -23,7 +23,7 @@ def test_infeasible_fixed_tile_names_the_limit_and_the_numbers():
         plan_diagram(load_diagram("diagrams/attention.yaml"), load_hardware("h200"),
                      {"q": 1024, "x": 1024})  # fmt: skip
     line = info.value.line()
-    assert "tile q=1024 x=1024" in line
+    assert "kernel attention: tile q=1024 d=128 x=1024 with 2 stages needs" in line
     assert "232,448 B" in line or "registers per thread" in line
 
 
