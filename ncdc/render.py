@@ -25,6 +25,7 @@ import jinja2
 
 from ncdc.families import get_family
 from ncdc.families.base import KernelSource, Launch, Param, Workspace
+from ncdc.hardware.arch import TensorCoreSum
 from ncdc.model.values import Plan
 from ncdc.version import __version__
 
@@ -43,6 +44,9 @@ class RenderedModule:
     launches: tuple[Launch, ...]
     workspace: tuple[Workspace, ...]
     line_origin: tuple[str, ...] = field(repr=False)  # per source line: where it came from
+    # contractions (by result) summed on tensor cores that keep less than an fp32 sum, and
+    # how: the reference a run is checked against sums them the same way
+    sums: tuple[tuple[str, TensorCoreSum], ...] = ()
 
     @property
     def cache_name(self) -> str:
@@ -75,6 +79,7 @@ def render_plan(plan: Plan) -> RenderedModule:
     parts: list[tuple[str, str]] = [("header", _header(plan))]
     launches: list[Launch] = []
     workspace: list[Workspace] = []
+    sums: list[tuple[str, TensorCoreSum]] = []
     for kp in plan.kernels:
         ks = get_family(kp.family.name).render(kp, plan)
         text = template_env().get_template(ks.template).render(**ks.context)
@@ -83,6 +88,7 @@ def render_plan(plan: Plan) -> RenderedModule:
             parts.append(("export", f"NCDC_EXPORT_KERNEL({launch.kernel});\n"))
         launches += ks.launches
         workspace += [w for w in ks.workspace if w not in workspace]  # one status word
+        sums += ks.sums
     source = ""
     origin: list[str] = []
     for where, text in parts:
@@ -90,7 +96,9 @@ def render_plan(plan: Plan) -> RenderedModule:
         origin += [f"{where} (its output line {i + 1})" for i in range(len(lines))]
         source += text if text.endswith("\n") else text + "\n"
     name = "__".join(dict.fromkeys(launch.kernel for launch in launches))
-    return RenderedModule(name, source, tuple(launches), tuple(workspace), tuple(origin))
+    return RenderedModule(
+        name, source, tuple(launches), tuple(workspace), tuple(origin), tuple(sums)
+    )
 
 
 def _header(plan: Plan) -> str:

@@ -17,6 +17,7 @@ import importlib
 import importlib.resources
 import os
 import re
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,12 @@ DEBUG_HINT = "run with --debug for the full NVRTC log"
 # Always passed. `--ptxas-options=-v` makes ptxas write registers, shared memory and
 # spills per kernel into the program log; `-lineinfo` keeps source lines for profilers.
 BASE_OPTIONS = ("-std=c++17", "--ptxas-options=-v", "-default-device", "-lineinfo")
+# NVRTC 12.9 and later keep a cache of their own where a CUDA driver is installed; a hit
+# there skips ptxas, so the log carries no resource report for the kernels it served (seen
+# on an H200 with NVRTC 13.0: a module compiled twice came back without its report). ncdc
+# caches cubins itself (ncdc.backends.cache), so NVRTC's cache is turned off.
+NO_CACHE_SINCE = (12, 9)
+NO_CACHE_OPTION = "--no-cache"
 
 
 class NvrtcError(CompileError):
@@ -104,9 +111,15 @@ def _check(nvrtc: Any, result: tuple[Any, ...]) -> tuple[Any, ...]:
 @functools.lru_cache(maxsize=1)
 def nvrtc_version() -> str:
     """The installed NVRTC version as "major.minor", e.g. "13.0"."""
+    major, minor = _version_tuple()
+    return f"{major}.{minor}"
+
+
+@functools.lru_cache(maxsize=1)
+def _version_tuple() -> tuple[int, int]:
     nvrtc = _nvrtc()
     major, minor = _check(nvrtc, nvrtc.nvrtcVersion())
-    return f"{major}.{minor}"
+    return int(major), int(minor)
 
 
 @functools.lru_cache(maxsize=1)
@@ -189,7 +202,8 @@ def compile_options(arch: str, options: Sequence[str] = ()) -> list[str]:
     '--gpu-architecture=sm_90a'
     """
     includes = [f"-I{d}" for d in include_dirs()]
-    return [f"--gpu-architecture={arch}", *BASE_OPTIONS, *includes, *options]
+    no_cache = [NO_CACHE_OPTION] if _version_tuple() >= NO_CACHE_SINCE else []
+    return [f"--gpu-architecture={arch}", *BASE_OPTIONS, *no_cache, *includes, *options]
 
 
 def compile_cuda(
@@ -227,13 +241,52 @@ def compile_cuda(
         cubin = bytes(buffer)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+    resources = parse_resources(log)
+    if unreported := sorted(cubin_kernels(cubin) - set(resources)):
+        raise CompileError(
+            f"NVRTC {nvrtc_version()} built {', '.join(unreported)} but reported no "
+            f"registers or spills for {'it' if len(unreported) == 1 else 'them'}",
+            hint="set CUDA_CACHE_DISABLE=1 (NVRTC's own cache skips the report) and report "
+            "this with the output of `ncdc env`",
+        )
     return CompiledModule(
         cubin=cubin,
         arch=arch,
         log=log,
-        resources=parse_resources(log),
+        resources=resources,
         nvrtc_version=nvrtc_version(),
     )
+
+
+def cubin_kernels(cubin: bytes) -> set[str]:
+    """The names of the kernels in `cubin`: the function symbols of its ELF symbol table
+    marked as entries (STO_CUDA_ENTRY, 0x10 in `st_other`); device functions are not.
+
+    >>> sorted(cubin_kernels(compile_cuda('extern "C" __global__ void k() {}', "sm_80").cubin))
+    ['k']
+    """
+    try:
+        (table,) = struct.unpack_from("<Q", cubin, 0x28)
+        entry_size, count, _ = struct.unpack_from("<HHH", cubin, 0x3A)
+        # (name, type, flags, addr, offset, size, link, info, align, entsize) per section
+        sections = [struct.unpack_from("<II4QIIQQ", cubin, table + i * entry_size)
+                    for i in range(count)]  # fmt: skip
+        found = set()
+        for section in sections:
+            if section[1] != _SHT_SYMTAB:
+                continue
+            strings = sections[section[6]][4]
+            for at in range(section[4], section[4] + section[5], _SYMBOL_BYTES):
+                name, info, other = struct.unpack_from("<IBB", cubin, at)
+                if info & 0xF == _STT_FUNC and other & _STO_CUDA_ENTRY:
+                    start = strings + name
+                    found.add(cubin[start : cubin.index(b"\0", start)].decode())
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+        return set()  # not the ELF file expected: nothing to compare
+    return found
+
+
+_SHT_SYMTAB, _SYMBOL_BYTES, _STT_FUNC, _STO_CUDA_ENTRY = 2, 24, 2, 0x10
 
 
 def _program_log(nvrtc: Any, prog: Any) -> str:

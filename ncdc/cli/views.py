@@ -181,6 +181,11 @@ def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
             f"{format_bytes(r.bytes_written, digits=1)} written = {issued:,} B; model across "
             f"{outcome.boundary}: {outcome.predicted_bytes:,} B (ratio {ratio:.3f})"
         )
+    for name, how in outcome.module.sums:
+        table.caption = (f"{table.caption}\n" if table.caption else "") + (
+            f"the reference sums {name} as the tensor cores do: {how.block} products a step, "
+            f"{how.fraction_bits} fraction bits kept (Hopper fp8 wgmma)"
+        )
     if (c := r.counters) is not None:
         table.caption = f"{table.caption or ''}" + (
             f"\nglobal loads: {c.load_requests:,} warp requests, {c.load_sectors:,} sectors "

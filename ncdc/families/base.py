@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ncdc.hardware.arch import TensorCoreSum
 from ncdc.model.launch import Candidate, Family, LaunchShape
 from ncdc.units import ceil_div
 
@@ -114,6 +115,9 @@ class KernelSource:
     context: Mapping[str, Any]  # the values the template substitutes
     launches: tuple[Launch, ...]  # in the order they run
     workspace: tuple[Workspace, ...] = ()
+    # the contractions (by result) the kernel sums on tensor cores that do not keep an fp32
+    # sum (Hopper's fp8 wgmma), and how they sum: what the reference must do to compare
+    sums: tuple[tuple[str, TensorCoreSum], ...] = ()
 
 
 class KernelFamily(Protocol):

@@ -55,6 +55,30 @@ def wgmma_k(input_bytes: int) -> int:
     return WGMMA_K_BYTES // input_bytes
 
 
+@dataclass(frozen=True)
+class TensorCoreSum:
+    """How a tensor-core instruction adds up its products, where that is not as an fp32
+    sum would: `block` products and the accumulator C in one step, each term cut toward zero
+    below 2^(Emax - fraction_bits) (Emax: the largest exponent among the nonzero terms, a
+    product's being its operands' exponent sum), the exact sum of the cut terms cut toward
+    zero to `kept_bits` significant bits. A contraction longer than `block` chains the steps
+    in the order of its index, each step's result the next one's C."""
+
+    block: int
+    fraction_bits: int
+    kept_bits: int
+
+
+# Hopper's fp8 wgmma (QGMMA) on H100 and H200: 32 products and C a step, 13 fraction bits
+# kept, the result an fp32 whose low 10 bits are zero ("e8m13"). The bit-accurate model fitted
+# to measurements by Khattak and Mikaitis, "Accurate Models of NVIDIA Tensor Cores"
+# (arXiv:2512.07004; models/H100TC.m of their code: fma 32, 13 fraction bits, truncation),
+# agreeing with MMA-Sim (Xie et al., arXiv:2511.10909) and DeepSeek-V3's account of H800
+# (arXiv:2412.19437, sec. 3.3.2: "around 14 bits"). 16-bit wgmma keeps 25 fraction bits and
+# rounds to a whole fp32 (the same sources): as an fp32 sum, to within its last bit.
+WGMMA_FP8_SUM = TensorCoreSum(block=32, fraction_bits=13, kept_bits=14)
+
+
 # The first compute capability whose mma.sync takes each 8-bit input type (16-bit inputs:
 # every architecture ncdc targets). Hopper's fp8 mma.sync has no native HMMA: ptxas emits
 # two fp16 HMMAs for each m16n8k32 (ncdc.families.gemm.mix).

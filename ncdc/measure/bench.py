@@ -37,7 +37,7 @@ from ncdc.model.records import dominant_rate
 from ncdc.model.values import Plan
 from ncdc.output import json_number
 from ncdc.render import RenderedModule, render_plan
-from ncdc.verify.reference import from_storage, index_ranges, round_to, to_storage
+from ncdc.verify.reference import from_storage, make_inputs, round_to, to_storage
 
 FORMAT = "ncdc.bench/1"
 DEFAULT_WARMUP_MS = 25.0
@@ -255,14 +255,18 @@ def device_buffers(cupy: Any, diagram: Diagram, module: RenderedModule, seed: in
     rng = cupy.random.default_rng(seed)
     named = {p.name for launch in module.launches for p in launch.params}
     inputs = {t.name for t in diagram.inputs}
-    indices = index_ranges(diagram)  # a gather's index: within the axis it selects along
+    # Integer inputs carry structure (a gather's indices, varlen lengths, document ids):
+    # drawn as the reference draws them, here, and copied over; they are small.
+    structured = make_inputs(diagram, seed, only=frozenset(
+        t.name for t in diagram.inputs if DTYPES[t.dtype].integer and t.dtype != "int8"
+    ))  # fmt: skip
     out: dict[str, Any] = {}
     for t in diagram.tensors:
         if t.name not in named and t.name not in diagram.outputs:
             continue
         shape = tuple(diagram.axes[a] for a in t.axes)
-        if t.name in indices:
-            out[t.name] = rng.integers(0, indices[t.name], size=shape, dtype=np.int32)
+        if t.name in structured:
+            out[t.name] = cupy.asarray(to_storage(structured[t.name], t.dtype))
         elif t.name in inputs:
             out[t.name] = random_device_array(cupy, shape, t.dtype, rng)
         else:

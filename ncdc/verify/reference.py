@@ -5,7 +5,9 @@ itself. Values are float64 throughout; inputs are rounded to their dtype when th
 explicit casts round to the cast's dtype (fp8 and integers saturating), and every materialised
 result (an output, or an intermediate a kernel saves to global memory) is rounded to its
 stored dtype, as the kernel that stores it and the kernel that reads it back see it. A
-fused intermediate, which never leaves the chip, is not rounded.
+fused intermediate, which never leaves the chip, is not rounded. A contraction a kernel sums
+on tensor cores that keep less than an fp32 sum (Hopper's fp8 wgmma: `sums`, from the
+rendered module) is summed here as those tensor cores sum it (ncdc.hardware.arch.TensorCoreSum).
 
     >>> from ncdc.language.load import load_diagram
     >>> d = load_diagram("diagrams/softmax.yaml", {"m": 2, "n": 3})
@@ -21,6 +23,7 @@ from collections.abc import Iterable, Mapping
 import ml_dtypes
 import numpy as np
 
+from ncdc.hardware.arch import TensorCoreSum
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.ops import record
@@ -86,8 +89,11 @@ def from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
 # Inputs and evaluation
 
 
-def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
-    """Fresh random inputs (float64 values already rounded to each input's dtype).
+def make_inputs(
+    diagram: Diagram, seed: int, only: frozenset[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Fresh random inputs (float64 values already rounded to each input's dtype); with
+    `only`, just those inputs (the integer ones a benchmark draws here and copies over).
 
     Scalars (per-tensor scales) are drawn from [0.5, 2]; tensors from a normal
     distribution, wider for fp8 so its range is used; integer tensors from [-100,
@@ -106,6 +112,8 @@ def make_inputs(diagram: Diagram, seed: int) -> dict[str, np.ndarray]:
     labels = {o for op in diagram.ops if op.fn in ("eq", "ne") for o in op.operands}
     out = {}
     for t in diagram.inputs:
+        if only is not None and t.name not in only:
+            continue
         shape = tuple(diagram.axes[a] for a in t.axes)
         if t.name in lengths:
             x = _random_lengths(rng, shape, *lengths[t.name])
@@ -164,6 +172,7 @@ def evaluate(
     materialized: Iterable[str] | None = None,
     *,
     rounded: bool = True,
+    sums: Mapping[str, TensorCoreSum] | None = None,
 ) -> dict[str, np.ndarray]:
     """Every tensor of the diagram (inputs and results), in float64.
 
@@ -171,7 +180,8 @@ def evaluate(
     before later operations read it; by default the outputs and the schedule's
     `materialize` list (a run passes the tensors its kernels actually store). With
     `rounded=False` nothing is rounded but by a cast: the diagram's exact function, which
-    finite differences can differentiate (ncdc grad's tests).
+    finite differences can differentiate (ncdc grad's tests). `sums` names the contractions
+    (by result) to sum as the tensor cores that run them do (RenderedModule.sums).
     """
     saved = set(diagram.outputs) | set(
         diagram.schedule.materialize if materialized is None else materialized
@@ -184,7 +194,10 @@ def evaluate(
     # report (OutputCheck.reference_nonfinite): NumPy's warnings about them say nothing more.
     with np.errstate(all="ignore"):
         for op in diagram.ops:
-            value = _evaluate_op(op, env, axes_of, diagram)
+            if sums and op.out in sums and op.kind == "contract":
+                value = _contract(op, env, axes_of, diagram, sums[op.out])
+            else:
+                value = _evaluate_op(op, env, axes_of, diagram)
             stored = op.out in saved
             env[op.out] = round_to(value, diagram.tensor(op.out).dtype) if stored else value
     return env
@@ -246,8 +259,14 @@ def _evaluate_op(
     raise ValueError(f"no reference for {op.kind}")
 
 
-def _contract(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram) -> np.ndarray:
+def _contract(
+    op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram,
+    summed: TensorCoreSum | None = None,
+) -> np.ndarray:  # fmt: skip
     a, b = op.operands
+    if summed is not None:
+        product = _tensor_core_sum(op, env, axes_of, d, summed)
+        return product * _scale(op, env, axes_of, op.axes)
     letters = {ax: chr(ord("a") + i) for i, ax in enumerate(d.axes)}
     spec = "{},{}->{}".format(
         "".join(letters[x] for x in axes_of[a]),  # type: ignore[index]
@@ -256,6 +275,81 @@ def _contract(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diag
     )
     product = np.einsum(spec, env[a], env[b], optimize=True)
     return product * _scale(op, env, axes_of, op.axes)
+
+
+# The smallest normal exponent of each operand type tensor cores take: a value below it
+# counts at it (its significand below 1) when a product's exponent is formed.
+_LEAST_EXPONENT = {"fp8_e4m3": -6, "fp8_e5m2": -14, "fp16": -14, "bf16": -126}
+_SUM_CHUNK_VALUES = 1 << 22  # products held at once: 32 MiB of float64
+
+
+def _tensor_core_sum(
+    op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram, summed: TensorCoreSum
+) -> np.ndarray:
+    """The contraction of `op` (before its scale) summed as `summed` says, step by step in
+    the order of the contracted index (see TensorCoreSum), over chunks of the output."""
+    a, b = (str(o) for o in op.operands)
+    over = tuple(x for x in d.axes if x not in op.axes and (x in axes_of[a] or x in axes_of[b]))
+    target = (*op.axes, *over)
+    out_shape = tuple(d.axes[x] for x in op.axes)
+    k = int(np.prod([d.axes[x] for x in over], dtype=np.int64))
+
+    def flat(name: str) -> np.ndarray:  # broadcastable to out_shape + (k,)
+        x = np.broadcast_to(
+            _aligned(env[name], axes_of[name], target),
+            tuple(d.axes[t] if t in axes_of[name] or t in over else 1 for t in target),
+        )
+        return np.ascontiguousarray(x).reshape(*x.shape[: len(op.axes)], k)
+
+    x, y = flat(a), flat(b)
+    ex, ey = _exponents(x, d.tensor(a).dtype), _exponents(y, d.tensor(b).dtype)
+    out = np.empty(out_shape)
+    axis = int(np.argmax(out_shape)) if out_shape else 0
+    per = max(1, _SUM_CHUNK_VALUES // max(1, summed.block * (out.size // max(1, out_shape[axis]))))
+    for start in range(0, out_shape[axis] if out_shape else 1, per):
+        part = (slice(None),) * axis + (slice(start, start + per),)
+
+        def cut(v: np.ndarray, p: tuple = part) -> np.ndarray:
+            return v[p] if v.shape[axis] > 1 else v
+
+        out[part] = _sum_in_steps(cut(x), cut(y), cut(ex), cut(ey), summed)
+    return out
+
+
+def _exponents(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Each value's exponent as a tensor core forms a product's: floor(log2 |x|), no less
+    than the type's smallest normal exponent (zeros: that too; they never count)."""
+    _, e = np.frexp(x)
+    return np.maximum(e - 1, _LEAST_EXPONENT.get(dtype, -126))
+
+
+def _sum_in_steps(
+    x: np.ndarray, y: np.ndarray, ex: np.ndarray, ey: np.ndarray, summed: TensorCoreSum
+) -> np.ndarray:
+    """The sums over the last axis of x * y (broadcast), `summed.block` products and the
+    running result a step, each step cut as TensorCoreSum says."""
+    k = max(x.shape[-1], y.shape[-1])
+    c: np.ndarray | None = None
+    for k0 in range(0, k, summed.block):
+        step = slice(k0, k0 + summed.block)
+        p = x[..., step] * y[..., step]
+        e = np.where(p != 0, ex[..., step] + ey[..., step], np.iinfo(np.int64).min // 2)
+        emax = e.max(axis=-1)
+        if c is not None:
+            _, ec = np.frexp(c)
+            emax = np.where(c != 0, np.maximum(emax, np.maximum(ec - 1, -126)), emax)
+        terms = np.where(emax < -(1 << 20), 0, emax)  # no nonzero term: any exponent will do
+        shift = summed.fraction_bits - terms
+        total = np.trunc(np.ldexp(p, shift[..., None])).sum(axis=-1)
+        if c is not None:
+            total = total + np.trunc(np.ldexp(c, shift))
+        value = np.ldexp(total, -shift)
+        _, ev = np.frexp(value)
+        kept = summed.kept_bits - ev  # ev - 1 is floor(log2 |value|)
+        value = np.ldexp(np.trunc(np.ldexp(value, kept)), -kept)
+        plain = p.sum(axis=-1) + (0.0 if c is None else c)
+        c = np.where(np.isfinite(plain) & np.isfinite(value), value, plain)  # NaN, inf: IEEE
+    return c if c is not None else np.zeros(np.broadcast_shapes(x.shape[:-1], y.shape[:-1]))
 
 
 def gather_indices(op: Op, env: Mapping[str, np.ndarray], axes_of: Mapping, d: Diagram

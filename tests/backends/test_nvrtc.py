@@ -184,3 +184,32 @@ def test_cuda_headers_fall_back_to_the_toolkit(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_HOME", str(other))  # CUDA_HOME is asked first
     assert nvrtc.cuda_include_dir() == other / "include"
     assert nvrtc.include_dirs()[0] == other / "include"
+
+
+def test_nvrtc_own_cache_is_off_where_it_exists(monkeypatch):
+    """NVRTC 12.9+ serves repeated programs from a cache of its own, and a hit skips ptxas's
+    report; ncdc turns it off there and passes no option older NVRTCs would refuse."""
+    for version, expected in (((12, 8), False), ((12, 9), True), ((13, 0), True)):
+        monkeypatch.setattr(nvrtc, "_version_tuple", lambda v=version: v)
+        assert (nvrtc.NO_CACHE_OPTION in nvrtc.compile_options("sm_90a")) is expected
+    monkeypatch.undo()
+    module = nvrtc.compile_cuda(TRIVIAL, "sm_90a")
+    assert module.resources["trivial"].registers > 0
+
+
+def test_a_kernel_without_its_report_is_refused(monkeypatch):
+    """What a cache hit inside NVRTC looked like on an H200 (NVRTC 13.0): the cubin holds
+    the kernel and the log says nothing of it. One error naming it, not a report
+    missing a kernel that plan feedback would trip over later."""
+    two = TRIVIAL + 'extern "C" __global__ void other(float* x) { x[0] = 2.f; }\n'
+    assert nvrtc.cubin_kernels(nvrtc.compile_cuda(two, "sm_80").cubin) == {"trivial", "other"}
+    real = nvrtc._program_log
+
+    def without_other(nv, prog):
+        return real(nv, prog).replace("entry function 'other'", "nothing")
+
+    monkeypatch.setattr(nvrtc, "_program_log", without_other)
+    with pytest.raises(CompileError, match="built other but reported no registers") as err:
+        nvrtc.compile_cuda(two, "sm_80")
+    assert "CUDA_CACHE_DISABLE=1" in (err.value.hint or "")
+    assert nvrtc.cubin_kernels(b"not an ELF file") == set()

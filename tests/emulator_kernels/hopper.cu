@@ -17,15 +17,20 @@ __device__ unsigned char* smem_1024() {
 // Copies `bytes` of `image` into dynamic shared memory (1024-aligned), runs one m64nNk16 (or
 // k32) wgmma over descriptors at offsets 0 and `off_b`, and writes D (64 x N, row major) by
 // the documented accumulator layout. fault: 1 reads D before the wait, 2 skips the fence.
+// `C` (64 x N, row major, or null for zeros): the accumulators before the wgmma.
 template <int ELEM, int N, int TB>
 __device__ void wgmma_one(const unsigned char* image, int bytes, unsigned lbo_a, unsigned sbo_a,
                           int sw_a, int off_b, unsigned lbo_b, unsigned sbo_b, int sw_b, int fault,
-                          float* D) {
+                          float* D, const float* C = nullptr) {
   unsigned char* smem = smem_1024();
   for (int i = threadIdx.x; i < bytes; i += blockDim.x) smem[i] = image[i];
   __syncthreads();
+  int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   float d[N / 2];
-  for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
+  for (int i = 0; i < N / 2; ++i) {
+    int row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
+    d[i] = C ? C[row * N + col] : 0.0f;
+  }
   auto da = ncdc::smem_desc(smem, lbo_a, sbo_a, ncdc::SmemSwizzle(sw_a));
   auto db = ncdc::smem_desc(smem + off_b, lbo_b, sbo_b, ncdc::SmemSwizzle(sw_b));
   if (fault != 2) ncdc::wgmma_fence();
@@ -37,7 +42,6 @@ __device__ void wgmma_one(const unsigned char* image, int bytes, unsigned lbo_a,
   float early[N / 2];
   for (int i = 0; i < N / 2; ++i) early[i] = d[i];
   ncdc::wgmma_wait<0>();
-  int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   for (int i = 0; i < N / 2; ++i) {
     int row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
     D[row * N + col] = fault == 1 ? early[i] : d[i];
@@ -56,6 +60,19 @@ WGMMA_KERNEL(wgmma_bf16_nmajor, 0, 64, 1);
 WGMMA_KERNEL(wgmma_f16_nmajor, 1, 64, 1);
 WGMMA_KERNEL(wgmma_e4m3, 2, 64, 0);
 WGMMA_KERNEL(wgmma_e5m2, 3, 64, 0);
+
+// The same with the accumulators given: D = A B + C, as the tensor cores round it.
+#define WGMMA_C_KERNEL(NAME, ELEM)                                                               \
+  extern "C" __global__ void NAME(const unsigned char* image, int bytes, unsigned lbo_a,         \
+                                  unsigned sbo_a, int sw_a, int off_b, unsigned lbo_b,           \
+                                  unsigned sbo_b, int sw_b, const float* C, float* D) {          \
+    wgmma_one<ELEM, 64, 0>(image, bytes, lbo_a, sbo_a, sw_a, off_b, lbo_b, sbo_b, sw_b, 0, D, C); \
+  }                                                                                              \
+  NCDC_EXPORT_KERNEL(NAME)
+WGMMA_C_KERNEL(wgmma_bf16_c, 0);
+WGMMA_C_KERNEL(wgmma_f16_c, 1);
+WGMMA_C_KERNEL(wgmma_e4m3_c, 2);
+WGMMA_C_KERNEL(wgmma_e5m2_c, 3);
 
 // One m64nNk16 wgmma with A from registers: each thread packs its fragment of the 64 x 16
 // matrix `A` (16-bit values, row major) by the documented layout, B is the image's

@@ -14,6 +14,7 @@ import math
 import sys
 from collections import defaultdict
 
+import numpy as np
 import pytest
 
 from ncdc.backends import cuda
@@ -230,3 +231,38 @@ def test_bench_and_tune_json_follow_their_schemas():
         (tune.Candidate(0, c, 1.0e-4, 0.30), tune.Candidate(1, c, 1.1e-4, math.inf, "x")),
     )  # fmt: skip
     assert validate(tune.tune_to_dict(r), load_schema("tune")) == []
+
+
+class NumpyAsCupy:
+    """NumPy in CuPy's place for `bench.device_buffers`: the same calls, host arrays."""
+
+    random = np.random
+    float16, float32, uint16, uint32 = np.float16, np.float32, np.uint16, np.uint32
+    asarray, empty, zeros = staticmethod(np.asarray), staticmethod(np.empty), staticmethod(np.zeros)
+    asnumpy = staticmethod(np.asarray)
+
+
+@pytest.mark.parametrize("name", ["varlen_attention", "embedding", "cross_entropy"])
+def test_device_buffers_draw_integer_inputs_as_the_reference_does(name):
+    """A benchmark's integer inputs keep their meaning: varlen lengths that fit the packed
+    axis (on an H200 these once had no random values at all), a gather's indices inside
+    the axis they select along."""
+    from ncdc.verify.reference import index_ranges
+
+    spec = DIAGRAMS / f"{name}.yaml"
+    diagram = load_diagram(spec, {a: min(n, 300) for a, n in load_diagram(spec).axes.items()})
+    module = bench.render_plan(plan_diagram(diagram, H200))
+    buffers = bench.device_buffers(NumpyAsCupy, diagram, module, seed=3)
+    integers = [t for t in diagram.inputs if t.dtype == "int32"]
+    assert integers
+    for t in integers:
+        values = buffers[t.name]
+        assert values.dtype == np.int32
+        assert values.shape == tuple(diagram.axes[a] for a in t.axes)
+        assert values.min() >= 0
+    for op in diagram.ops:
+        if op.fn == "varlen":
+            tokens = diagram.axes[op.params["key"]]
+            assert buffers[op.params["lengths"]].sum(axis=-1).max() <= tokens
+    for index, size in index_ranges(diagram).items():
+        assert buffers[index].max() < size

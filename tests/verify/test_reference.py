@@ -246,3 +246,36 @@ outputs: [P]
 """
     ids = make_inputs(load_diagram_text(text), seed=2)["doc"]
     assert (np.diff(ids) >= 0).all() and ids[0] in (0, 1)
+
+
+def test_a_contraction_summed_as_hopper_fp8_tensor_cores_sum():
+    """With `sums`, the reference adds an fp8 contraction up as Hopper's QGMMA does: 32
+    products and the running result a step, in the order of k (a last, short step too),
+    each step cut as the published model says (tests/backends/test_cpu_hopper.py holds the
+    model, written apart); without it, exactly. NaN still propagates."""
+    from ncdc.hardware.arch import WGMMA_FP8_SUM
+    from tests.backends.test_cpu_hopper import tensor_core_dot
+
+    d = load_diagram("diagrams/fp8_matmul.yaml", {"m": 3, "n": 5, "k": 70})
+    rng = np.random.default_rng(7)
+    codes = np.flatnonzero(np.isfinite(from_storage(np.arange(256, dtype=np.uint8), "fp8_e4m3")))
+    inputs = {
+        "A": from_storage(rng.choice(codes, (3, 70)).astype(np.uint8), "fp8_e4m3"),
+        "B": from_storage(rng.choice(codes, (70, 5)).astype(np.uint8), "fp8_e4m3"),
+        "sa": np.float64(0.5),
+        "sb": np.float64(2.0),
+    }
+    exact = evaluate(d, inputs, materialized=(), rounded=False)["C"]
+    summed = evaluate(d, inputs, materialized=(), rounded=False, sums={"C": WGMMA_FP8_SUM})["C"]
+    a, b = inputs["A"], inputs["B"]
+    for i in range(3):
+        for j in range(5):
+            c = np.float32(0.0)
+            for k0 in range(0, 70, 32):
+                c = tensor_core_dot(a[i, k0 : k0 + 32], b[k0 : k0 + 32, j], float(c), "e4m3")
+            assert summed[i, j] == float(c), (i, j)
+    assert not np.array_equal(summed, exact)
+    assert np.allclose(summed, exact, rtol=2.0**-9)
+    inputs["A"][1, 3] = np.nan
+    with_nan = evaluate(d, inputs, materialized=(), rounded=False, sums={"C": WGMMA_FP8_SUM})
+    assert np.isnan(with_nan["C"][1]).all() and np.isfinite(with_nan["C"][[0, 2]]).all()

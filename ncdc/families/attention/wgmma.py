@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
 from ncdc.families.codegen import cpp_type
 from ncdc.families.gemm.wgmma import ISSUE_CYCLES, TMA_LATENCY_CYCLES
+from ncdc.hardware.arch import WGMMA_FP8_SUM
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import Candidate, Family, LaunchShape
@@ -316,8 +317,10 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         "smem_bytes": c.smem_bytes,
         **_score_context(at, name),
     }  # fmt: skip
+    scores = next(op for op in kp.kernel.ops if op.kind == "contract")  # S = Q K^T
     return KernelSource(
         "attention_wgmma.cu.j2",
         context,
         (Launch.of(name, c.main, params, entry_registers=LAUNCH_REGISTERS),),
+        sums=((scores.out, WGMMA_FP8_SUM),) if DTYPES[at.dtype].is_fp8 else (),
     )

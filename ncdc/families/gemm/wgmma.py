@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
+from ncdc.hardware.arch import WGMMA_FP8_SUM
 from ncdc.language.diagram import Diagram, Tensor
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import Candidate, Family, LaunchShape
@@ -374,4 +375,5 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         **epilogue,
     }
     launch = Launch.of(name, c.main, params, (cluster, 1, 1), entry_registers=LAUNCH_REGISTERS)
-    return KernelSource("gemm_wgmma.cu.j2", context, (launch,))
+    sums = ((mm.out, WGMMA_FP8_SUM),) if DTYPES[ops.a.dtype].is_fp8 else ()
+    return KernelSource("gemm_wgmma.cu.j2", context, (launch,), sums=sums)
