@@ -105,6 +105,24 @@ def chain_spec(n: int) -> str:
     )
 
 
+def python_calls(fn, *args, **kwargs) -> int:
+    """How many Python function calls `fn(*args, **kwargs)` makes (a profiler's count, the
+    same on any machine however loaded): what a scaling test compares between sizes."""
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(count)
+    try:
+        fn(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
 def count_calls(monkeypatch, owner: object, name: str) -> list[int]:
     """Count the calls of `owner.name` (a function, property or cached property) from now
     on: a one-item list the caller reads. A scaling test asserts how the count grows with

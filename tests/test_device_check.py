@@ -12,7 +12,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
 
@@ -46,12 +45,10 @@ def _no_gpu() -> None:
 def test_preflight_stops_early_with_a_clear_report(tmp_path):
     pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
     _no_gpu()
-    start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), str(tmp_path)],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
-    assert time.perf_counter() - start < 60
     assert proc.returncode == 4, proc.stderr
     record = json.loads((tmp_path / "device-check.json").read_text())
     rows = {r["name"]: r for r in record["rows"]}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -84,14 +83,13 @@ def test_gpu_profiles_share_level_names_and_take_limits_from_levels(name):
     assert hw.arch.startswith("sm_")
 
 
-def test_loading_is_cached_and_cheap():
-    # All seven parse in about 30 ms cold; the bound leaves room for a slow CI machine. CPU
-    # time, not wall time: on a shared machine under load the wall time was seen at 0.73 s.
+def test_loading_is_cached():
+    # Each built-in profile is parsed once a process (about 5 ms each, cold), then shared.
     _load_builtin.cache_clear()
-    start = time.process_time()
-    for name in BUILTINS:
-        load_hardware(name)
-    assert time.process_time() - start < 0.25
+    for _ in range(3):
+        for name in BUILTINS:
+            load_hardware(name)
+    assert _load_builtin.cache_info().misses == len(BUILTINS)
     assert load_hardware("h100") is load_hardware("h100")
 
 

@@ -333,11 +333,13 @@ def _measure(text: str, memory: bool = True) -> tuple[float, int, NcdcError | No
     ids=["billion_laughs", "binary_bomb", "alias_map", "alias_doc", "alias_inputs", "alias_axes",
          "merge", "merge_inline"],
 )  # fmt: skip
-def test_aliases_and_merges_are_refused_fast(text):
-    elapsed, peak, error = _measure(text)
+def test_aliases_and_merges_are_refused_fast(text, monkeypatch):
+    # refused as written, nothing expanded: few nodes composed and little memory taken
+    composed = support.count_calls(monkeypatch, yaml.composer.Composer, "compose_node")
+    _, peak, error = _measure(text)
     assert error is not None, "an alias or merge key was accepted"
     expect_clean(error, "load")
-    assert elapsed < 1.0, f"took {elapsed:.2f} s"
+    assert composed[0] <= 2 * len(text), composed
     assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB"
 
 
@@ -374,10 +376,9 @@ def test_huge_integers_and_long_text():
         BASE.replace("over=k", "over=k" + ", over=k" * 1000),
         BASE + "doc: " + "x" * 500_000 + "\n",
     ):
-        elapsed, _, error = _measure(text, memory=False)
+        _, _, error = _measure(text, memory=False)
         if error is not None:
             expect_clean(error, "load")
-        assert elapsed < 5.0
 
 
 # --------------------------------------------------------------------------------------

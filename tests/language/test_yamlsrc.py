@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from ncdc.errors import SpecError
 from ncdc.language.load import load_diagram, load_diagram_text
+from tests import support
 from tests.support import SOFTMAX, assert_error, ncdc
 
 GOOD = Path(SOFTMAX).read_text()
@@ -42,20 +42,16 @@ def test_a_fifo_is_refused_without_hanging(tmp_path):
 def test_a_symlink_to_dev_zero_is_refused(tmp_path):
     link = tmp_path / "spec.yaml"
     link.symlink_to("/dev/zero")
-    start = time.perf_counter()
-    with pytest.raises(SpecError, match="character device"):
+    with pytest.raises(SpecError, match="character device"):  # said before any read
         load_diagram(link)
-    assert time.perf_counter() - start < 1
 
 
 def test_a_large_file_is_refused_before_it_is_read(tmp_path):
     big = tmp_path / "big.yaml"
     with big.open("wb") as f:
         f.truncate(16 << 30)  # 16 GiB, sparse: reading it would take seconds and the memory
-    start = time.perf_counter()
-    with pytest.raises(SpecError, match="bytes; expected a diagram under"):
+    with pytest.raises(SpecError, match="bytes; expected a diagram under"):  # by its size
         load_diagram(big)
-    assert time.perf_counter() - start < 1
 
 
 def test_a_spec_linked_to_a_secret_echoes_at_most_a_line(tmp_path):
@@ -123,23 +119,14 @@ def chain(n: int) -> str:
 
 
 def test_validation_is_linear_in_the_ops():
-    """3,000 ops were 24 s (quadratic); a linear pass reads them in well under a second,
-    and ten times the ops take about ten times as long, not a hundred."""
+    """3,000 ops were 24 s (quadratic); ten times the ops now make about ten times the
+    Python calls, not a hundred (counted: no wall-clock bound)."""
     small_text, large_text = chain(300), chain(3000)
-
-    def best_of_3(text: str) -> float:  # the quietest of three reads: a loaded machine's
-        times = []  # pauses land on one read, not on all three
-        for _ in range(3):
-            start = time.perf_counter()
-            load_diagram_text(text, "c.yaml")
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    small, large = best_of_3(small_text), best_of_3(large_text)
     d, big = load_diagram_text(small_text, "c.yaml"), load_diagram_text(large_text, "c.yaml")
     assert len(d.ops) == 300 and len(big.ops) == 3000
-    assert large < 3.0  # under 1 s on a quiet machine; room for a loaded CI runner
-    assert large < 30 * max(small, 1e-3)
+    small = support.python_calls(load_diagram_text, small_text, "c.yaml")
+    large = support.python_calls(load_diagram_text, large_text, "c.yaml")
+    assert large < 12 * small, (small, large)  # 10x the ops: linear, not 100x
 
 
 def test_checking_a_long_diagram_is_linear_too():
@@ -148,13 +135,23 @@ def test_checking_a_long_diagram_is_linear_too():
     from ncdc.model.graph import build_graph
 
     hw = load_hardware("h200")
-    d = load_diagram_text(chain(3000), "c.yaml")
-    start = time.perf_counter()
-    build_graph(d, hw)
-    assert time.perf_counter() - start < 3.0  # 0.3 s here; 20 s when it was quadratic
+    small, large = (load_diagram_text(chain(n), "c.yaml") for n in (300, 3000))
+    calls = [support.python_calls(build_graph, d, hw) for d in (small, large)]
+    assert calls[1] < 12 * calls[0], calls  # it was quadratic: 100x
 
 
 def test_ops_out_of_order_keep_the_pass_order():
     text = GOOD.replace("  - Y = softmax(X, over=n)", "  - Y = exp(Z)\n  - Z = relu(X)")
     text = text.replace("outputs: [Y]", "outputs: [Y]")
     assert [op.out for op in load_diagram_text(text, "s.yaml").ops] == ["Z", "Y"]
+
+
+@pytest.mark.parametrize("value", ["!!float", "!!float ''", "!!int", "!!int x", "!!bool maybe",
+                                   "!!float [1]", "!!binary zz"])  # fmt: skip
+def test_an_explicit_tag_that_does_not_read_is_one_line(value):
+    """`!!float` with no value was an IndexError inside PyYAML (found by the fuzz tests)."""
+    text = GOOD.replace("axes: [m, n]", f"axes: [{value}]", 1)
+    assert text != GOOD
+    with pytest.raises(SpecError) as info:
+        load_diagram_text(text, "t.yaml")
+    assert "\n" not in info.value.line() and "t.yaml" in info.value.line()

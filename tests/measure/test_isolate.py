@@ -5,7 +5,6 @@ stage they were in; the jobs after them run as if nothing happened."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from ncdc.measure.isolate import run_isolated, run_many
@@ -41,9 +40,7 @@ def _command(tmp_path: Path) -> list[str]:
 
 
 def test_a_hang_is_killed_at_its_timeout_and_names_its_stage(tmp_path):
-    start = time.monotonic()
     out = run_isolated(_command(tmp_path), {"name": "h", "do": "hang"}, tmp_path / "h", 3.0)
-    assert time.monotonic() - start < 30
     assert (out.status, out.stage, out.result) == ("timeout", "run", None)
     assert "no end within 3 s" in out.detail and not out.ok
 

@@ -184,3 +184,43 @@ def test_a_reference_of_infinities_is_one_warning_line_and_no_numpy_warning(tmp_
     assert len(lines) == 1 and lines[0].startswith("warning: Y: ") and "NaN or inf" in lines[0]
     check = json.loads(result.stdout)["outputs"][0]
     assert check["reference_nonfinite"] > 0 and check["nonfinite_mismatch"] == 0
+
+
+def test_a_kernel_that_writes_numbers_where_the_reference_is_nan_fails_end_to_end(tmp_path):
+    """Issue 31's planted `log`: where the reference is NaN (log of a negative) the kernel
+    writes 12345; the run fails, counts those places, and the table shows the count."""
+    import dataclasses
+
+    import numpy as np
+
+    from ncdc.cli.views import run_table
+    from ncdc.language.load import load_diagram_text
+    from ncdc.plan.search import plan_diagram
+    from ncdc.render import render_plan
+    from ncdc.verify.run import RunOutcome, run_diagram
+
+    text = ("ncdc: 1\nname: logs\naxes: {m: 5, n: 7}\ninputs:\n  X: {axes: [m, n], dtype: fp32}\n"
+            "ops:\n  - Y = log(X)\noutputs: [Y]\n")  # fmt: skip
+    diagram = load_diagram_text(text, "logs.yaml")
+    module = render_plan(plan_diagram(diagram, load_hardware("h200")))
+    honest = "ncdc::op_log(ncdc_a_X[ncdc_j])"
+    assert honest in module.source
+    planted = dataclasses.replace(module, source=module.source.replace(
+        honest, f"(ncdc_a_X[ncdc_j] < 0.f ? 12345.f : {honest})"))  # fmt: skip
+    x = np.random.default_rng(3).standard_normal((5, 7))
+    negative = int((x < 0).sum())
+    assert 0 < negative < x.size
+    inputs = {"X": x.astype(np.float32).astype(np.float64)}
+    assert run_diagram(diagram, module, inputs=inputs).ok  # NaN where the reference is NaN
+    result = run_diagram(diagram, planted, inputs=inputs)
+    (check,) = result.checks
+    assert not result.ok and check.nonfinite_mismatch == negative
+    assert check.max_rel_error < check.tolerance  # the finite places are right: only the kind
+    table = run_table(RunOutcome(diagram, planted, result, "l2->smem", 0))
+    cells = [column._cells[0] for column in table.columns]
+    assert cells[columns_named(table).index("NaN/inf mismatch")] == str(negative)
+    assert "MISMATCH" in cells[-1]
+
+
+def columns_named(table) -> list[str]:
+    return [str(column.header) for column in table.columns]
