@@ -70,6 +70,9 @@ class NcdcError(Exception):
         self.message = message
         self.where = where
         self.hint = hint
+        # what the command would have warned about had it gone on: the command line prints
+        # these `warning:` lines before the error (a broadcast that made the tensor too big)
+        self.warnings: tuple[str, ...] = ()
 
     def line(self) -> str:
         """The whole error as one line (line breaks anywhere in it are folded)."""

@@ -46,6 +46,15 @@ def format_count(n: float) -> str:
     return f"{n:,.0f}" if n < 1e6 else f"{n:.3e}"
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` and the noun, plural but for one.
+
+    >>> counted(1, "stage"), counted(3, "stage")
+    ('1 stage', '3 stages')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def ceil_div(a: Any, b: Any) -> Any:
     """ceil(a / b) for whole numbers (or NumPy arrays of them), exactly: the number of
     tiles of b that cover a.

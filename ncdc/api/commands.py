@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard, Union
 
-from ncdc.errors import UsageError
+from ncdc.errors import NcdcError, UsageError
 from ncdc.hardware.load import load_hardware
 from ncdc.hardware.machine import Hardware
 from ncdc.hardware.overrides import apply_overrides
@@ -103,10 +103,14 @@ def cost_report(
     diagram = diagram_of(spec, sizes)
     warnings = spec_warnings(diagram, target, abstract)
     notes = list(arch_notes(diagram, profile, tiles, arch))
-    ranked, source = rank_buildable(
-        diagram, target, top_k, tiles, abstract=abstract, use_tuned=use_tuned, arch=arch,
-        compile=compile,
-    )  # fmt: skip
+    try:
+        ranked, source = rank_buildable(
+            diagram, target, top_k, tiles, abstract=abstract, use_tuned=use_tuned, arch=arch,
+            compile=compile,
+        )  # fmt: skip
+    except NcdcError as e:  # the warnings often say why (a broadcast that grew a tensor)
+        e.warnings = (*e.warnings, *warnings)
+        raise
     notes += ranked[0].notes
     data = {**with_abstract(plan_to_dict(ranked[0]), model_only), "tiles_from": source.to_dict()}
     return CostReport(

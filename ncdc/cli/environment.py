@@ -48,11 +48,21 @@ def env_text(found: dict[str, Any]) -> str:
             continue
         if key == "defaults" and isinstance(value, dict):
             for name, d in value.items():
-                value = d["value"] or "the command's own"
-                lines.append(f"default {name}: {value} (from {d['source']})")
+                shown = d["value"] or _built_in(name)
+                lines.append(f"default {name}: {shown} (from {d['source']})")
             continue
         lines.append(f"{key}: {value}")
     return "\n".join(lines)
+
+
+def _built_in(key: str) -> str:
+    """What a command uses when nothing sets the default `key`."""
+    from ncdc.backends.targets import DEFAULT_PROFILE
+    from ncdc.hardware.load import load_hardware
+
+    if key == "hardware":
+        return DEFAULT_PROFILE
+    return f"the profile's own ({load_hardware(DEFAULT_PROFILE).arch} on {DEFAULT_PROFILE})"
 
 
 def _probe(fn: Callable[[], Any]) -> Any:

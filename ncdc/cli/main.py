@@ -534,6 +534,8 @@ def main(argv: list[str] | None = None) -> None:
     except NcdcError as e:
         if debug:
             traceback.print_exc()
+        for line in e.warnings:
+            warn(line)
         stderr().print(f"error: {e.line()}", markup=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except typer.Exit as e:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ncdc.model.records import intensity, ridge
 from ncdc.model.values import Plan
 from ncdc.output import safe_markup
-from ncdc.units import format_bytes, format_count, format_rate, format_time
+from ncdc.units import counted, format_bytes, format_count, format_rate, format_time
 
 if TYPE_CHECKING:
     from rich.console import Group
@@ -55,11 +55,11 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
     head.add_row("diagram", f"{d.name} on {safe_markup(hw.name)} ({safe_markup(hw.title)})")
     for k in plan.kernels:
         tiles = " ".join(f"{a}={v}" for a, v in k.block_tile.items())
-        launch = f"grid {k.grid}, {k.warps} warps, {k.stages} stages"
+        launch = f"grid {k.grid}, {counted(k.warps, 'warp')}, {counted(k.stages, 'stage')}"
         if hw.is_gpu:
             launch += (
-                f", {k.blocks_per_sm} blocks/SM, {k.waves} waves, ~{k.registers_per_thread} "
-                f"regs/thread, {format_bytes(k.smem_bytes)} smem"
+                f", {counted(k.blocks_per_sm, 'block')}/SM, {counted(k.waves, 'wave')}, "
+                f"~{k.registers_per_thread} regs/thread, {format_bytes(k.smem_bytes)} smem"
             )
         if k.splits > 1:
             launch += f", {k.splits} splits merged by a second kernel"

@@ -160,7 +160,10 @@ def _sass_caption(reports: list) -> str:
 def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
     """Per output: errors against the reference and the verdict; then the traffic check."""
     r = outcome.result
-    title = f"{outcome.diagram.name} on the {r.backend} backend ({outcome.seconds:.2f} s in all)"
+    title = (
+        f"{outcome.diagram.name} on the {r.backend} backend "
+        f"({outcome.seconds:.2f} s from planning to the check)"
+    )
     table = Table(title=title)
     columns = ("output", "dtype", "max |ref|", "max abs error", "error / max |ref|",
                "tolerance", "unwritten or NaN", "NaN/inf mismatch", "result")  # fmt: skip

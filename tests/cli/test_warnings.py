@@ -42,6 +42,18 @@ def test_cost_warns_of_the_broadcast_even_when_quiet(trap: Path, capsys) -> None
     assert line.startswith(f"warning: {trap}:8: {WARNING}")
 
 
+def test_cost_refusing_the_grown_tensor_still_names_the_broadcast_first(tmp_path: Path) -> None:
+    """At sizes where the broadcast's result cannot fit in HBM, plain `cost` refuses it; the
+    warning that says why comes before the error (it came only with --abstract)."""
+    path = tmp_path / "trap.yaml"
+    path.write_text(TRAP.replace("{m: 64, n: 32, k: 16}", "{m: 8192, n: 8192, k: 4096}"))
+    result = support.ncdc("cost", str(path), "-q")
+    assert result.returncode == 2 and not result.stdout
+    warning, error = result.stderr.splitlines()
+    assert warning.startswith(f"warning: {path}:8: {WARNING}")
+    assert error.startswith(f"error: {path}: D (bf16 [m, n, k] = 8192 x 8192 x 4096) is 512.00")
+
+
 def test_check_warns_in_every_format(trap: Path, capsys) -> None:
     main(["check", str(trap)])
     err = capsys.readouterr().err.splitlines()
