@@ -11,7 +11,11 @@ torch or CuPy adds its own cost on a real GPU (a pool hit, a few microseconds ea
 process per call (steadier than wall time on a loaded machine), the least of 5 rounds (as
 `timeit` advises: other work on the machine only ever adds to a round).
 
-    .venv/bin/python benchmarks/host_dispatch.py [--calls 20000]
+    .venv/bin/python benchmarks/host_dispatch.py [--calls 20000] [--driver]
+
+`--driver` launches through ncdc's cuLaunchKernel path (ncdc.backends.launcher) into a
+driver library that does nothing (the recording driver of the tests, not recording): the
+parameter arrays packed once, one foreign call per kernel.
 
 Exit code 0 when every case is within the target, 1 otherwise.
 """
@@ -19,8 +23,10 @@ Exit code 0 when every case is within the target, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import functools
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import ncdc  # noqa: E402
-from ncdc.backends import cuda  # noqa: E402
+from ncdc.backends import cuda, launcher  # noqa: E402
 from tests.api import fakes  # noqa: E402
 
 TARGET_S = 10e-6
@@ -64,15 +70,23 @@ def per_call(kernel, args, out, calls: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20000)
-    calls = parser.parse_args().calls
+    parser.add_argument("--driver", action="store_true",
+                        help="launch through cuLaunchKernel of a driver that does nothing "
+                        "(tests/backends/fake_libcuda.c), as where libcuda loads")  # fmt: skip
+    options = parser.parse_args()
+    calls = options.calls
     rows, ok = [], True
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory() as folder:
         gpu = fakes.FakeGpu()
         gpu.memory = _Forgetful()  # no launch reads the stand-in's memory map: keep nothing
         gpu.empty = _Pool(gpu.empty)  # type: ignore[method-assign]
         mp.setitem(sys.modules, "cupy", gpu)
         mp.setattr(cuda, "tensor_map_argument", functools.cache(fakes.emulated_tensor_map))
         mp.setattr(fakes.FakeFunction, "__call__", _no_launch)
+        if options.driver:
+            _do_nothing_driver(mp, gpu, Path(folder))
+        else:
+            mp.setattr(launcher, "driver", lambda: None)  # the stand-in's (stubbed) launch
         for label, (spec, shapes) in CASES.items():
             kernel = ncdc.load(str(ROOT / spec))
             rng = np.random.default_rng(0)
@@ -89,6 +103,33 @@ def main() -> int:
         print(f"{label:46} {fresh * 1e6:15.2f} us {given * 1e6:8.2f} us")
     print(f"target: < {TARGET_S * 1e6:.0f} us per call: {'met' if ok else 'MISSED'}")
     return 0 if ok else 1
+
+
+def _do_nothing_driver(mp: pytest.MonkeyPatch, gpu: fakes.FakeGpu, folder: Path) -> None:
+    """ncdc's driver launch, into the recording driver with no log: cuLaunchKernel returns
+    at once, so what is timed is ncdc's work and the foreign call. Each function's handle
+    is its name, which that driver reads."""
+    from tests.backends import fakecuda
+
+    library = fakecuda.build_driver(folder) / "libcuda.so.1"
+    mp.delenv("FAKE_CUDA_LOG", raising=False)
+    mp.setattr(launcher, "DRIVER_LIBRARY", str(library))
+    launcher.driver.cache_clear()
+    names: dict[str, ctypes.Array] = {}
+    plain = fakes.FakeFunction.__init__
+
+    def named(self: fakes.FakeFunction, owner: fakes.FakeGpu, name: str) -> None:
+        plain(self, owner, name)
+        self.ptr = ctypes.addressof(
+            names.setdefault(name, ctypes.create_string_buffer(name.encode()))
+        )
+
+    mp.setattr(fakes.FakeFunction, "__init__", named)
+    gpu.cuda.get_current_stream = lambda: _Stream  # type: ignore[attr-defined]
+
+
+class _Stream:
+    ptr = 0
 
 
 class _Pool:

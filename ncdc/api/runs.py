@@ -121,6 +121,8 @@ class DeviceRun:
         self.order = [names.index(name) for name in self.loaded.buffer_names]
         self.torch_device: Any = None  # torch.device("cuda", device), made on first use
         self.cupy_memory = _CupyMemory(self, None)
+        # with one GPU, it is always the current one: no runtime call a launch to ask
+        self.one_gpu = int(self.cupy.cuda.runtime.getDeviceCount()) == 1
 
     def __call__(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
                  stream: Any) -> Any:  # fmt: skip
@@ -129,7 +131,7 @@ class DeviceRun:
     def launch(self, views: Sequence[ArrayView], outs: list[ArrayView] | None,
                stream: Any) -> list[Any]:  # fmt: skip
         family = views[0].family if views else "cupy"
-        here = self.cupy.cuda.runtime.getDevice() == self.device
+        here = self.one_gpu or self.cupy.cuda.runtime.getDevice() == self.device
         if family == "torch":
             alloc: _TorchMemory | _CupyMemory = _TorchMemory(self, stream)
         elif stream is None:  # CuPy's current stream: the same allocator every call
@@ -137,17 +139,23 @@ class DeviceRun:
         else:
             alloc = _CupyMemory(self, stream)
         address = alloc.address
-        with alloc.on_stream(here):
-            if outs is None:
-                results = [alloc.output(shape, dtype) for _, shape, dtype in self.outputs]
-            else:
-                results = [v.array for v in outs]
-            # Scratch memory returns to the allocator when this call returns: allocated on
-            # the launch stream, its next user there waits for these kernels. The buffers
-            # are held in `scratch` until the launches are enqueued.
-            scratch = [alloc.scratch(nbytes) for _, nbytes in self.scratch]
         # every address in inputs, outputs, scratch order, then in the module's order
-        found = [v.address for v in views] + [address(r) for r in results]
+        found = [v.address for v in views]
+        if outs is not None and not self.scratch:  # nothing to allocate
+            results = [v.array for v in outs]
+            found += [v.address for v in outs]
+            scratch: list[Any] = []
+        else:
+            with alloc.on_stream(here):
+                if outs is None:
+                    results = [alloc.output(shape, dtype) for _, shape, dtype in self.outputs]
+                else:
+                    results = [v.array for v in outs]
+                # Scratch memory returns to the allocator when this call returns: allocated
+                # on the launch stream, its next user there waits for these kernels. The
+                # buffers are held in `scratch` until the launches are enqueued.
+                scratch = [alloc.scratch(nbytes) for _, nbytes in self.scratch]
+            found += [address(r) for r in results]
         found += [address(b) for b in scratch]
         key = tuple([found[i] for i in self.order])
         if here:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ncdc.backends import launcher
 from ncdc.backends.arguments import (
     SWIZZLE_MODES,
     mend_tensor_map,
@@ -86,6 +87,8 @@ class DeviceModule:
 
     def __init__(self, cupy: Any, module: RenderedModule, cubin: bytes, device: int = -1):
         self.module = module
+        self._cupy = cupy
+        self._driver = launcher.driver()  # None: CuPy's own launch
         self.device = cupy.cuda.runtime.getDevice() if device < 0 else device
         with cupy.cuda.Device(self.device):
             self._loaded = cupy.cuda.function.Module()
@@ -93,7 +96,7 @@ class DeviceModule:
             self._launches = [self._prepare(cupy, spec) for spec in module.launches]
         # the argument tuples of the buffer addresses seen last (at most BOUND_ARGUMENTS
         # sets): arguments depend on the addresses alone, the sizes being the module's
-        self._bound: dict[tuple[int, ...], tuple[tuple[Any, ...], ...]] = {}
+        self._bound: dict[tuple[int, ...], tuple[Any, ...]] = {}
         # every buffer a launch passes (as a pointer or under a tensor map), by name
         self.buffer_names = sorted({
             what if kind == "buffer" else what.tensor
@@ -124,14 +127,30 @@ class DeviceModule:
         """`run` over the buffers' addresses in `buffer_names` order (what a caller that
         calls many times builds without a mapping). A program's loop passes the same
         buffers again: their argument tuples are kept by these addresses."""
-        calls = self._bound.get(key)
+        calls: tuple[Any, ...] | None = self._bound.get(key)
         if calls is None:
             if len(self._bound) >= BOUND_ARGUMENTS:
                 self._bound.clear()
-            addresses = dict(zip(self.buffer_names, key, strict=True))
-            calls = self._bound[key] = self.bind(addresses).calls
-        for fn, grid, block, args, smem in calls:
-            fn(grid, block, args, shared_mem=smem, stream=stream)
+            calls = self._bound[key] = self._calls(dict(zip(self.buffer_names, key, strict=True)))
+        if self._driver is None:
+            for fn, grid, block, args, smem in calls:
+                fn(grid, block, args, shared_mem=smem, stream=stream)
+            return
+        handle = stream.ptr if stream is not None else self._cupy.cuda.get_current_stream().ptr
+        for packed in calls:
+            self._driver.launch(packed, handle)
+
+    def _calls(self, addresses: Mapping[str, int]) -> tuple[Any, ...]:
+        """What `run_at` keeps per set of addresses: each launch's parameter array packed
+        for the driver's cuLaunchKernel, or its argument tuple for CuPy's launch."""
+        if self._driver is None:
+            return self.bind(addresses).calls
+        return tuple(
+            launcher.pack(spec.kernel, fn.ptr, grid, block, smem, args)
+            for spec, (fn, grid, block, smem, _), args in zip(
+                self.module.launches, self._launches, self.arguments(addresses), strict=True
+            )
+        )  # fmt: skip
 
     def bind(
         self, addresses: Mapping[str, int], stream: Any = None, keep: Any = None

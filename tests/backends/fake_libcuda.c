@@ -1,7 +1,8 @@
 /* A stand-in for libcuda.so.1 that records what an ncdc export asks of the driver, one
  * line per call, into the file $FAKE_CUDA_LOG (tests/backends/fakecuda.py reads it).
  * Launch parameters are printed by the kinds $FAKE_CUDA_KINDS gives per kernel
- * ("kernel=kinds;..."; b: 64-bit pointer, l: int64, i: int32, f: float, m: tensor map). */
+ * ("kernel=kinds;..."; b: 64-bit pointer, l: int64, i: int32, f: float, m: tensor map); a
+ * launch returns the CUresult $FAKE_CUDA_LAUNCH_RESULT when set. */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -151,6 +152,12 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
         }
     }
     say("\n");
+    const char *refuse = getenv("FAKE_CUDA_LAUNCH_RESULT");  /* a launch the driver refuses */
+    return refuse ? (CUresult)atoi(refuse) : CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorName(CUresult code, const char **name) {
+    *name = code == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : "CUDA_ERROR_UNKNOWN";
     return CUDA_SUCCESS;
 }
 
