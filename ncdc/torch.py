@@ -27,7 +27,7 @@ from typing import Any
 from ncdc.api.arrays import torch_dtype
 from ncdc.api.commands import HardwareLike, SpecLike
 from ncdc.api.kernel import Kernel, load
-from ncdc.errors import ArrayError, UsageError
+from ncdc.errors import ArrayError, NcdcError, UsageError
 
 OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*$")
 _REGISTERED: dict[str, tuple[str, Any]] = {}  # op name -> (what it was made from, the op)
@@ -47,11 +47,17 @@ def _torch() -> Any:
 def op(
     spec: SpecLike, name: str | None = None, *, hardware: HardwareLike | None = None,
     arch: str | None = None, tiles: Mapping[str, int] | None = None,
-    sizes: Mapping[str, int] | None = None, use_tuned: bool = True,
+    sizes: Mapping[str, int] | None = None, use_tuned: bool = True, grad: bool | None = None,
 ) -> Any:  # fmt: skip
     """Register the diagram `spec` as the torch operator `name` ("namespace::op"; default
-    "ncdc::<diagram name>") and return it (a `torch.library.CustomOpDef`, callable, also
-    reachable as `torch.ops.<namespace>.<op>`). Options as `ncdc.load`."""
+    "ncdc::<diagram name>") and return it (callable, also reachable as
+    `torch.ops.<namespace>.<op>`). Options as `ncdc.load`.
+
+    `grad`: True registers its backward, derived as `ncdc grad` derives it (the training
+    pair the model prices fastest, at the diagram's sizes): `loss.backward()` through the
+    operator runs ncdc's backward kernels, for every floating-point input. None (the
+    default) does so where the diagram has a derivative and otherwise makes a backward
+    through it one error saying why; False registers no backward (a `CustomOpDef`)."""
     torch = _torch()
     kernel = load(spec, hardware=hardware, arch=arch, tiles=tiles, sizes=sizes, use_tuned=use_tuned)
     name = name or f"ncdc::{kernel.name}"
@@ -60,7 +66,7 @@ def op(
             f"expected an operator name 'namespace::name', found {name!r}",
             hint="letters, digits and underscores on each side of '::', e.g. mylib::attention",
         )
-    identity = _identity(kernel, hardware, arch, tiles, use_tuned)
+    identity = _identity(kernel, hardware, arch, tiles, use_tuned, grad)
     found = _REGISTERED.get(name)
     if found is not None:
         if found[0] != identity:
@@ -69,9 +75,10 @@ def op(
                 hint="give each diagram (and each set of options) its own name",
             )
         return found[1]
-    custom = _register(torch, kernel, name)
-    _REGISTERED[name] = (identity, custom)
-    return custom
+    options = {"hardware": hardware, "arch": arch, "tiles": tiles, "use_tuned": use_tuned}
+    registered = _register_with_grad(torch, kernel, name, grad, options)
+    _REGISTERED[name] = (identity, registered)
+    return registered
 
 
 def schema(kernel: Kernel) -> str:
@@ -134,3 +141,115 @@ def _register(torch: Any, kernel: Kernel, name: str) -> Any:
 
     custom.register_fake(fake)
     return custom
+
+
+def _register_with_grad(
+    torch: Any, kernel: Kernel, name: str, grad: bool | None, options: Mapping[str, Any]
+) -> Any:
+    """The operator of `kernel` under `name`, with its backward as `grad` asks (see `op`)."""
+    if grad is False:
+        return _register(torch, kernel, name)
+    try:
+        pair = _training_pair(kernel, options)
+    except NcdcError as e:
+        if grad:
+            raise
+        custom = _register(torch, kernel, name)
+        _no_backward(torch, custom, name, e.line())
+        return custom
+    return _register_trainable(torch, kernel, pair, name, options)
+
+
+def _training_pair(kernel: Kernel, options: Mapping[str, Any]) -> Any:
+    """The training pair `ncdc grad` writes for the diagram: a `ncdc.grad.pair.Pair`."""
+    from ncdc.api.commands import machine
+    from ncdc.backends.targets import DEFAULT_PROFILE
+    from ncdc.grad.choose import choose_pair
+
+    hardware = options["hardware"] if options["hardware"] is not None else DEFAULT_PROFILE
+    return choose_pair(kernel.diagram, machine(hardware)).pair
+
+
+def _no_backward(torch: Any, custom: Any, name: str, why: str) -> None:
+    """A backward through `custom` is this one error, not torch's own about a missing
+    autograd kernel."""
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        raise UsageError(
+            f"operator {name} has no backward: {why}",
+            hint="use grad=False, and keep its inputs out of the gradient",
+        )
+
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        pass
+
+    torch.library.register_autograd(custom, backward, setup_context=setup_context)
+
+
+_LIBRARIES: list[Any] = []  # the torch.library.Library fragments defined here: kept alive
+
+
+def _register_trainable(
+    torch: Any, kernel: Kernel, pair: Any, name: str, options: Mapping[str, Any]
+) -> Any:
+    """`name` as a composite of two custom ops: `<name>__fwd`, the forward that also
+    returns what the backward reads (attention's row log-sum-exp, say), and
+    `<name>__bwd`, the backward; `name` returns the diagram's own outputs, and autograd
+    runs `<name>__bwd` on the saved tensors and the outputs' gradients."""
+    from ncdc.grad.derive import default_wrt
+
+    fwd_kernel = load(pair.forward, sizes=kernel.sizes, **options)
+    bwd_kernel = load(pair.backward, sizes=kernel.sizes, **options)
+    fwd = _register(torch, fwd_kernel, f"{name}__fwd")
+    bwd = _register(torch, bwd_kernel, f"{name}__bwd")
+    names = list(kernel.inputs)
+    outputs = list(fwd_kernel.outputs)  # the diagram's outputs, then what it saves
+    shown = len(kernel.outputs)
+    # each backward input's source: ("input", i), ("output", i) or ("grad", i of the output)
+    sources = []
+    for n in bwd_kernel.inputs:
+        if n in names:
+            sources.append(("input", names.index(n)))
+        elif n in outputs:
+            sources.append(("output", outputs.index(n)))
+        else:  # d<OUT>: the gradient of an output (ncdc.grad.pair names it so)
+            sources.append(("grad", outputs.index(n[1:])))
+    wrt = default_wrt(kernel.diagram)  # what the backward's outputs are gradients of, in order
+    returned = [wrt.index(n) if n in wrt else None for n in names]
+
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:  # torch's names
+        made = output if isinstance(output, tuple) else (output,)
+        ctx.save_for_backward(*inputs, *made)
+        ctx.shapes = [(t.shape, t.dtype, t.device) for t in made]
+
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        saved = ctx.saved_tensors
+        given, made = saved[: len(names)], saved[len(names) :]
+        args = []
+        for kind, i in sources:
+            if kind == "input":
+                args.append(given[i])
+            elif kind == "output":
+                args.append(made[i])
+            else:
+                g = grads[i]
+                shape, dtype, device = ctx.shapes[i]
+                args.append(torch.zeros(shape, dtype=dtype, device=device) if g is None
+                            else g.to(dtype).contiguous())  # fmt: skip
+        got = bwd(*args)
+        got = got if isinstance(got, tuple) else (got,)
+        return tuple(None if i is None else got[i] for i in returned)
+
+    torch.library.register_autograd(fwd, backward, setup_context=setup_context)
+    namespace, opname = name.split("::")
+    library = torch.library.Library(namespace, "FRAGMENT")
+    _LIBRARIES.append(library)
+    library.define(f"{opname}{schema(kernel)}")
+
+    def composite(*tensors: Any) -> Any:
+        made = fwd(*tensors)
+        made = made if isinstance(made, tuple) else (made,)
+        return made[0] if shown == 1 else tuple(made[:shown])
+
+    library.impl(opname, composite, "CompositeImplicitAutograd")
+    return getattr(getattr(torch.ops, namespace), opname)

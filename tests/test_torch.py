@@ -184,3 +184,80 @@ def test_the_torch_export_is_an_op_with_a_fake(tmp_path, monkeypatch) -> None:
                       torch.empty(7, dtype=torch.bfloat16))  # fmt: skip
     with pytest.raises(ValueError, match="input X is on cpu"):
         module.op(*(torch.zeros(s, dtype=torch.bfloat16) for s in shapes))
+
+
+# ---- the backward (grad=None registers it where the diagram has a derivative) ---------
+
+
+def _autograd_reference(fn, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """The gradients of sum(fn(inputs) * weights) in float64, by torch's own autograd."""
+    ref = [t.detach().double().requires_grad_() for t in tensors]
+    out = fn(*ref)
+    weights = torch.from_numpy(rng().standard_normal(tuple(out.shape)))
+    (out * weights).sum().backward()
+    return [r.grad for r in ref], weights
+
+
+def _check_grads(op_, fn, tensors, tolerance: float) -> None:
+    """The op's backward (ncdc's kernels, emulated) against torch's float64 autograd."""
+    want, weights = _autograd_reference(fn, *tensors)
+    got = [t.detach().clone().requires_grad_() for t in tensors]
+    (op_(*got).double() * weights).sum().backward()
+    for g, w in zip(got, want, strict=True):
+        assert g.grad is not None and g.grad.dtype == g.dtype and g.grad.shape == g.shape
+        error = (g.grad.double() - w).abs().max() / w.abs().max()
+        assert error < tolerance, float(error)
+
+
+def test_the_softmax_op_has_a_backward_in_eager_and_compiled_code(softmax) -> None:
+    x = _bf16((3, 77))
+    _check_grads(softmax, lambda t: torch.softmax(t, dim=1), [x], 0.02)
+    traced = torch.compile(lambda t: softmax(t).float().sum(), fullgraph=True, backend="aot_eager")
+    eager, compiled = x.clone().requires_grad_(), x.clone().requires_grad_()
+    softmax(eager).float().sum().backward()
+    traced(compiled).backward()
+    assert torch.equal(eager.grad, compiled.grad)
+    torch.library.opcheck(softmax, (x.clone().requires_grad_(),))
+
+
+def test_causal_attention_trains_through_ncdcs_backward_kernels() -> None:
+    """The backward pair ncdc grad chooses (the forward saves the row log-sum-exp, the
+    backward recomputes P), at odd sizes: 37 queries, the last key tile partial."""
+    import math
+
+    attention = ncdc_torch.op(support.ROOT / "diagrams/attention_causal.yaml",
+                              name="ncdc_test::attention_causal")  # fmt: skip
+    q, k, v = (_bf16((1, 2, 37, 128)) for _ in range(3))
+
+    def reference(q_, k_, v_):
+        s = q_ @ k_.transpose(-1, -2) / math.sqrt(128)
+        keep = torch.ones(37, 37, dtype=torch.bool).tril()
+        return torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1) @ v_
+
+    _check_grads(attention, reference, [q, k, v], 0.02)
+    assert attention(q, k, v).shape == (1, 2, 37, 128)  # the diagram's output alone
+
+
+def test_layernorm_gives_the_gradients_of_its_weight_and_bias() -> None:
+    layernorm = ncdc_torch.op(support.ROOT / "diagrams/layernorm.yaml", name="ncdc_test::layernorm")
+    x, w, b = _bf16((5, 96)), _bf16((96,)), _bf16((96,))
+
+    def reference(x_, w_, b_):
+        return torch.nn.functional.layer_norm(x_, (96,), w_, b_, eps=1e-5)
+
+    _check_grads(layernorm, reference, [x, w, b], 0.02)
+
+
+def test_a_diagram_without_a_derivative_refuses_its_backward_in_one_line() -> None:
+    text = ("ncdc: 1\nname: rounded\naxes: {m: 4, n: 8}\ninputs:\n  X: {axes: [m, n], dtype: fp32}\n"
+            "ops:\n  - R = cast(X, to=int8)\n  - Y = cast(R, to=fp32)\noutputs: [Y]\n")  # fmt: skip
+    rounded = ncdc_torch.op(text, name="ncdc_test::rounded")
+    x = torch.randn(4, 8, requires_grad=True)
+    y = rounded(x)  # the forward runs
+    with pytest.raises(
+        UsageError, match="ncdc_test::rounded has no backward: .*cannot differentiate"
+    ):
+        y.float().sum().backward()
+    with pytest.raises(ncdc.errors.SpecError, match="int8"):
+        ncdc_torch.op(text, name="ncdc_test::rounded_grad", grad=True)
+    assert not hasattr(ncdc_torch.op(text, name="ncdc_test::rounded_plain", grad=False), "default")
