@@ -76,9 +76,20 @@ def derive(diagram: Diagram, wrt: Iterable[str] | None = None) -> Backward:
             shares.setdefault(operand, []).append(share)
     grads = {}
     for name in wanted:
-        grads[name] = _gathered(diagram, tape, name, shares.pop(name), names[name], renames,
-                                exact=True)  # fmt: skip
-    lines = tuple(line.renamed(renames) for line in tape.lines)
+        found = shares.pop(name, [])
+        if not found:  # reached only through piecewise-constant ops: a gradient of zeros
+            t = diagram.tensor(name)
+            found = [tape.arrange(tape.zeros(t.axes), t.axes, t.dtype)]
+        grads[name] = _gathered(diagram, tape, name, found, names[name], renames, exact=True)
+    lines = _live(tuple(line.renamed(renames) for line in tape.lines), set(grads.values()))
+    read = {a for line in lines for a in line.args}
+    seeds = tuple(o for o in seeds if names[o] in read)  # not those no gradient flows from
+    if not seeds:
+        raise SpecError(
+            f"no gradient flows from the outputs to {listing(list(wanted))}: every path goes "
+            "through piecewise-constant operations (comparisons, logic, floor), whose "
+            "gradient is zero", where=diagram.source,
+        )  # fmt: skip
     made = {line.out for line in lines}
     forward = {t.name for t in diagram.tensors}
     reads = tuple(dict.fromkeys(
@@ -86,6 +97,18 @@ def derive(diagram: Diagram, wrt: Iterable[str] | None = None) -> Backward:
         if isinstance(a, str) and a in forward and a not in made
     ))  # fmt: skip
     return Backward(lines, reads, seeds, grads, {k: renames.get(v, v) for k, v in names.items()})
+
+
+def _live(lines: tuple[Line, ...], wanted: set[str]) -> tuple[Line, ...]:
+    """`lines` without those nothing wanted reads, directly or not: a share given to a
+    comparison's result (no gradient flows on from it) leaves such lines."""
+    needed = set(wanted)
+    kept = []
+    for line in reversed(lines):
+        if line.out in needed:
+            kept.append(line)
+            needed.update(a for a in (*line.args, *_keyword_tensors(line)) if isinstance(a, str))
+    return tuple(reversed(kept))
 
 
 def _keyword_tensors(line: Line) -> list[str]:
@@ -158,8 +181,12 @@ def _gathered(
     renames: dict[str, str], exact: bool = False,
 ) -> str:  # fmt: skip
     """The sum of `name`'s shares, called `grad` (`d<NAME>`) where one line can take that
-    name; with `exact` (an input's gradient, a backward output) always `grad`."""
+    name; with `exact` (an input's gradient, a backward output) always `grad`. An output
+    that later ops also read has `grad` as its given gradient, one of the shares: the sum
+    is then called anew."""
     dtype = diagram.tensor(name).dtype
+    if len(shares) > 1 and grad in shares:
+        grad = tape.fresh(f"{grad}_all")
     total = shares[0]
     for i, share in enumerate(shares[1:]):
         last = i == len(shares) - 2

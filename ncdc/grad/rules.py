@@ -126,11 +126,10 @@ def _elementwise(s: Site) -> list[Share]:
     if not rec.derivative:
         raise s.refuse(rec.no_derivative)
     env = {"g": s.g, "y": op.out, "x": op.operands[0], "a": op.operands[0]}
-    if len(op.operands) > 1:
-        env["b"] = op.operands[1]
+    env.update(zip(("b", "c"), op.operands[1:], strict=False))
     shares = []
     for operand, expr in zip(op.operands, rec.derivative, strict=True):
-        if not s.wants(operand):
+        if not expr or not s.wants(operand):  # "": piecewise constant in it, no gradient
             continue
         t = s.tensor(str(operand))
         broadcast = set(s.tape.axes[op.out]) != set(t.axes)
@@ -147,13 +146,15 @@ def _reduce(s: Site) -> list[Share]:
     if not s.wants(x):
         return []
     t = s.tensor(x)
-    if op.fn == "max":
-        raise s.refuse(
-            "the gradient of a max goes to the largest value, which needs a comparison "
-            "(where) the language lacks",
-            "logsumexp is a smooth maximum with a gradient",
-        )
     g = s.g
+    if op.fn == "max":  # to the largest values, shared equally by a tie (torch.amax's rule)
+        top = tape.emit("eq", (x, op.out), s.stem(x))
+        ties = tape.emit("sum", (top,), s.stem(x), over=op.over, dtype=STAT)
+        # at least 1 wherever the max is the row's (always, from the forward): also with
+        # values that did not come from it (a backward run alone on random inputs)
+        ties = tape.emit("max", (ties, 1.0), s.stem(x), dtype=STAT)
+        share = tape.emit("mul", (tape.emit("div", (top, ties), s.stem(x)), g), s.stem(x))
+        return [(x, s.share(share, x))]
     if op.fn == "logsumexp":  # d x = g * exp(x - lse), the softmax of x
         p = tape.emit("exp", (tape.emit("sub", (x, op.out), s.stem(x)),), s.stem(x))
         return [(x, tape.emit("mul", (p, g), s.stem(x), dtype=t.dtype))]

@@ -52,8 +52,10 @@ class OpRecord:
     `eps`), so that importing the language does not import NumPy. `spelled` is False for
     an operation the language reaches through another's argument (gelu's `approximate=`).
     `derivative` is, per operand, the incoming gradient `g` times the partial derivative,
-    written with the operands (`x`; `a`, `b`), the result `y` and numbers; `no_derivative`
-    says why an operation has none (a map or binary record has one or the other)."""
+    written with the operands (`x`; `a`, `b`, `c`), the result `y` and numbers, or "" where
+    no gradient flows to that operand (a piecewise-constant function: zero almost
+    everywhere); `no_derivative` says why an operation has none (a map or binary record
+    has one or the other)."""
 
     name: str
     kind: str
@@ -80,10 +82,10 @@ def _op(
     )  # fmt: skip
 
 
-# Derivatives that need a comparison (a step or a sign), which ncdc grad does not derive yet.
-_STEP = "its derivative is a step, which ncdc grad does not derive yet"
-_SIGN = "its derivative is the sign, which ncdc grad does not derive yet"
-_PICK = "its gradient goes to the larger (smaller) operand, which ncdc grad does not derive yet"
+# Derivatives through comparisons: a step (relu, 0 at 0 as PyTorch has it), a sign (abs, 0 at
+# 0) and a pick (max and min: the larger or smaller operand, a tie split in halves, as
+# torch.maximum's backward splits it).
+_D_PICK = "mul(g, add({}(a, b), mul(eq(a, b), 0.5)))"
 # gelu'(x) = Phi(x) + x phi(x) (exact); 1 / sqrt(2) = 0.7071..., 1 / sqrt(2 pi) = 0.3989...
 _D_GELU = (
     "mul(g, add(mul(add(erf(mul(x, 0.7071067811865476)), 1), 0.5), "
@@ -96,7 +98,7 @@ _D_GELU_TANH = (
     f"mul(g, add(mul(add({_T}, 1), 0.5), mul(mul(x, sub(1, square({_T}))), "
     "mul(add(mul(square(x), 0.134145), 1), 0.3989422804014327))))"
 )
-_FLAT = "it is piecewise constant: no gradient flows through it"
+_FLAT = ("",)  # piecewise constant: zero almost everywhere, no gradient flows through it
 COMPARISONS: dict[str, Callable[[Any, Any], Any]] = {
     "eq": lambda a, b: a == b,
     "ne": lambda a, b: a != b,
@@ -148,7 +150,7 @@ _MAPS = (
     _op("log", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.log(x), device=True,
         d=("div(g, x)",)),
     _op("relu", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.maximum(x, 0.0),
-        device=True, no_d=_STEP),
+        device=True, d=("mul(g, gt(x, 0))",)),
     _op("gelu", "map", 1, "dtype approximate", flops=8, sfu=1, device=True, d=(_D_GELU,),
         meaning=lambda np, x: 0.5 * x * (1.0 + _erf(np, x / math.sqrt(2.0)))),
     # gelu(x, approximate=tanh): Hendrycks and Gimpel (2016), as PyTorch and GPT-2 write it;
@@ -169,7 +171,7 @@ _MAPS = (
     _op("neg", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.negative(x), device=True,
         d=("neg(g)",)),
     _op("abs", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.abs(x), device=True,
-        no_d=_SIGN),
+        d=("mul(g, sub(gt(x, 0), lt(x, 0)))",)),
     _op("sqrt", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.sqrt(x), device=True,
         d=("div(mul(g, 0.5), y)",)),
     _op("rsqrt", "map", 1, "dtype", flops=1, meaning=lambda np, x: 1.0 / np.sqrt(x),
@@ -179,7 +181,7 @@ _MAPS = (
     _op("square", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.square(x), device=True,
         d=("mul(g, mul(x, 2))",)),
     _op("floor", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.floor(x), device=True,
-        no_d=_FLAT),
+        d=_FLAT),
     # cosf and sinf: a Payne-Hanek or Cody-Waite range reduction and a degree-8 polynomial
     # (libdevice), about 12 fp32 instructions for the arguments positions give
     _op("cos", "map", 1, "dtype", flops=12, meaning=lambda np, x: np.cos(x), device=True,
@@ -188,7 +190,7 @@ _MAPS = (
         d=("mul(g, cos(x))",)),
     # logic on truth values: 0 is false, anything else (NaN included) true
     _op("not", "map", 1, "dtype", flops=1, meaning=lambda np, x: np.where(x != 0, 0.0, 1.0),
-        device=True, no_d=_FLAT),
+        device=True, d=_FLAT),
 )  # fmt: skip
 # A binary map's `axes=` states its result's axes: a broadcast that adds an axis meant as one
 # (an outer product), which ncdc.language.broadcast then does not warn about.
@@ -202,23 +204,23 @@ _BINARY = (
     _op("div", "binary", 2, "dtype axes", flops=1, meaning=lambda np, a, b: a / b, device=True,
         d=("div(g, b)", "neg(div(mul(g, a), square(b)))")),
     _op("max", "binary", 2, "dtype axes", flops=1, meaning=lambda np, a, b: np.maximum(a, b),
-        device=True, no_d=_PICK),
+        device=True, d=(_D_PICK.format("gt"), _D_PICK.format("lt"))),
     _op("min", "binary", 2, "dtype axes", flops=1, meaning=lambda np, a, b: np.minimum(a, b),
-        device=True, no_d=_PICK),
+        device=True, d=(_D_PICK.format("lt"), _D_PICK.format("gt"))),
 
     # Comparisons give 1 where they hold and 0 elsewhere (NaN compares false but for ne), in
     # the type of their widest operand; a compare and a select each
-    *(_op(name, "binary", 2, "dtype axes", flops=2, device=True, no_d=_FLAT,
+    *(_op(name, "binary", 2, "dtype axes", flops=2, device=True, d=_FLAT * 2,
           meaning=lambda np, a, b, f=f: np.where(f(a, b), 1.0, 0.0))
       for name, f in COMPARISONS.items()),
-    _op("and", "binary", 2, "dtype axes", flops=2, device=True, no_d=_FLAT,
+    _op("and", "binary", 2, "dtype axes", flops=2, device=True, d=_FLAT * 2,
         meaning=lambda np, a, b: np.where((a != 0) & (b != 0), 1.0, 0.0)),
-    _op("or", "binary", 2, "dtype axes", flops=2, device=True, no_d=_FLAT,
+    _op("or", "binary", 2, "dtype axes", flops=2, device=True, d=_FLAT * 2,
         meaning=lambda np, a, b: np.where((a != 0) | (b != 0), 1.0, 0.0)),
     # where(C, A, B): A where C is true (not 0), else B; a compare and a select. Its type is
     # its values' (A's and B's), not the condition's.
     _op("where", "binary", 3, "dtype axes", flops=2, device=True,
-        no_d="its gradient is a where of its own, which ncdc grad does not derive yet",
+        d=("", "mul(g, ne(a, 0))", "mul(g, eq(a, 0))"),  # `a` is the condition here
         meaning=lambda np, c, a, b: np.where(c != 0, a, b)),
 )  # fmt: skip
 # Reductions and row operations: the row kernels' device code reduces (ncdc_rowwise.cuh);
