@@ -146,7 +146,7 @@ class DeviceModule:
         if self._driver is None:
             return self.bind(addresses).calls
         return tuple(
-            launcher.pack(spec.kernel, fn.ptr, grid, block, smem, args)
+            launcher.pack(spec.kernel, self.device, fn.ptr, grid, block, smem, args)
             for spec, (fn, grid, block, smem, _), args in zip(
                 self.module.launches, self._launches, self.arguments(addresses), strict=True
             )

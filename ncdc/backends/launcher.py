@@ -27,6 +27,7 @@ from ncdc.errors import NcdcError
 
 LAUNCH_ENV = "NCDC_LAUNCH"  # "cupy": launch through CuPy's call; unset or "driver": this
 DRIVER_LIBRARY = "libcuda.so.1"
+INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT (cuda.h): no context current on the thread
 # A parameter's bytes are copied from where its pointer points: a tensor map's from a
 # 64-byte-aligned place (CUtensorMap is alignas(64) in cuda.h), anything else 8-aligned.
 MAP_ALIGNMENT, ALIGNMENT = 64, 8
@@ -41,6 +42,7 @@ class Packed:
     """One launch with its parameter array packed: what `Driver.launch` passes on."""
 
     kernel: str
+    device: int  # the GPU's ordinal: its primary context is the one the function lives in
     function: int  # the CUfunction handle
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -54,8 +56,8 @@ class Packed:
 
 
 def pack(
-    kernel: str, function: int, grid: Sequence[int], block: Sequence[int], smem: int,
-    args: Sequence[Any],
+    kernel: str, device: int, function: int, grid: Sequence[int], block: Sequence[int],
+    smem: int, args: Sequence[Any],
 ) -> Packed:  # fmt: skip
     """`args` (NumPy scalars in each parameter's C type, a one-element array for a tensor
     map: what CuPy's launch takes) as a kernel parameter array."""
@@ -74,7 +76,9 @@ def pack(
     uint = ctypes.c_uint
     head = (ctypes.c_void_p(int(function)), *map(uint, g), *map(uint, b), uint(int(smem)))
     tail = (ctypes.cast(pointers, ctypes.c_void_p), None)
-    return Packed(kernel, int(function), g, b, int(smem), pointers, tuple(storage), head, tail)
+    return Packed(
+        kernel, int(device), int(function), g, b, int(smem), pointers, tuple(storage), head, tail
+    )
 
 
 class Driver:
@@ -83,6 +87,7 @@ class Driver:
     def __init__(self, library: Any):
         # no argtypes: every argument comes as a ctypes value already (Packed.head, .tail),
         # which halves the cost of a call (0.5 us against 1 us with argtypes converting)
+        self._library = library
         self._launch = library.cuLaunchKernel
         self._launch.restype = ctypes.c_int
         self._streams: dict[int, Any] = {}  # stream handle -> its c_void_p
@@ -99,6 +104,8 @@ class Driver:
                 self._streams.clear()
             handle = self._streams[stream] = ctypes.c_void_p(stream)
         code = self._launch(*p.head, handle, *p.tail)
+        if code == INVALID_CONTEXT and self._make_current(p.device):
+            code = self._launch(*p.head, handle, *p.tail)  # a thread that had none current
         if code:
             raise LaunchError(
                 f"cuLaunchKernel refused {p.kernel} (grid {p.grid}, block {p.block}, "
@@ -106,6 +113,16 @@ class Driver:
                 hint=f"report it with the output of `ncdc env`; {LAUNCH_ENV}=cupy launches "
                 "through CuPy instead",
             )  # fmt: skip
+
+    def _make_current(self, device: int) -> bool:
+        """Make `device`'s primary context current on this thread, as the CUDA runtime does
+        at a thread's first call (CuPy and torch load modules into it); whether it could."""
+        context, ordinal = ctypes.c_void_p(), ctypes.c_int()
+        if self._library.cuDeviceGet(ctypes.byref(ordinal), device):
+            return False
+        if self._library.cuDevicePrimaryCtxRetain(ctypes.byref(context), ordinal):
+            return False
+        return self._library.cuCtxSetCurrent(context) == 0
 
     def error_name(self, code: int) -> str:
         name = ctypes.c_char_p()

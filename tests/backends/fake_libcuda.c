@@ -133,6 +133,12 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
                         unsigned by, unsigned bz, unsigned smem, CUstream stream,
                         void **params, void **extra) {
     const char *name = (const char *)fn;
+    CUcontext context;
+    cuCtxGetCurrent(&context);
+    if (!context) {  /* as the driver answers a thread that has no context current */
+        say("launch refused: no context\n");
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
     say("launch %s grid %u %u %u block %u %u %u smem %u stream %llu extra %d params",
         name, gx, gy, gz, bx, by, bz, smem, (unsigned long long)(uintptr_t)stream, extra != NULL);
     const char *kinds = kinds_of(name);

@@ -25,7 +25,7 @@ from tests.backends import fakecuda
 def test_a_packed_parameter_points_at_its_bytes_and_a_map_is_64_aligned():
     map_words = np.array([tuple(range(100, 116))], dtype=cuda.TENSOR_MAP_DTYPE)
     args = [np.uint64(0x7F0012345600), np.int64(-5), np.int32(7), np.float32(1.5), map_words]
-    packed = launcher.pack("k", 0x1234, (3, 2, 1), (128, 1, 1), 4096, args)
+    packed = launcher.pack("k", 0, 0x1234, (3, 2, 1), (128, 1, 1), 4096, args)
     assert (packed.function, packed.grid, packed.block, packed.smem) == (0x1234, (3, 2, 1),
                                                                           (128, 1, 1), 4096)  # fmt: skip
     for pointer, arg in zip(packed.params, args, strict=True):
@@ -146,6 +146,17 @@ def test_a_call_launches_through_the_driver_with_cupys_arguments(driver, tmp_pat
                 assert float.fromhex(got) == float(np.frombuffer(raw, "<f4")[0])
             else:
                 assert int(got) == int.from_bytes(raw, "little", signed=got.startswith("-"))
+
+
+def test_a_thread_with_no_context_current_gets_the_devices_primary_one(driver, tmp_path):
+    """A launch on a thread where no CUDA call made a context current (the driver answers
+    CUDA_ERROR_INVALID_CONTEXT) makes the device's primary context current and launches."""
+    child, log = _run_child(driver, tmp_path, "softmax", FAKE_CUDA_NO_CONTEXT="1")
+    assert child.returncode == 0, child.stderr
+    lines = log.read_text().splitlines()
+    first = lines.index("launch refused: no context")
+    assert lines[first + 1 : first + 3] == ["retain primary context of device 0", "set context 0x2"]
+    assert sum(line.startswith("launch softmax") for line in lines) == 2
 
 
 def test_a_launch_the_driver_refuses_is_one_error_line(driver, tmp_path):
