@@ -105,6 +105,13 @@ class RowwiseFamily:
                 return None
         if not rows_contiguous(diagram, kernel, row[0]):
             return None  # the reduction family's (strided over the row axis)
+        # Every tensor lies over the rows and their row: a row's result combined with a
+        # tensor over another axis (a per-row D of dO and O beside dP over the keys) is a
+        # broadcast no row of the kernel holds.
+        whole = set(diagram.tensor(next(o for o in rowops[0].operands if isinstance(o, str))).axes)
+        names = {n for op in kernel.ops for n in (*op.inputs, op.out)}
+        if any(not set(diagram.tensor(n).axes) <= whole for n in names):
+            return None
         for op in kernel.ops:
             if op not in rowops and op.kind not in ELEMENTWISE_KINDS:
                 return None

@@ -71,7 +71,7 @@ def derive(diagram: Diagram, wrt: Iterable[str] | None = None) -> Backward:
         if not found:
             continue
         g = _gathered(diagram, tape, op.out, found, names[op.out], renames)
-        site = Site(diagram, tape, op, g, active)
+        site = Site(diagram, tape, op, g, active, renames)
         for operand, share in RULES[op.kind](site):
             shares.setdefault(operand, []).append(share)
     grads = {}

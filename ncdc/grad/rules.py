@@ -22,11 +22,11 @@ tensor's dtype; statistics a rule reduces (a row's sum, mean, variance) are fp32
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 
 from ncdc.errors import SpecError
-from ncdc.grad.tape import Tape
+from ncdc.grad.tape import Line, Tape
 from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.ops import record
@@ -44,6 +44,13 @@ class Site:
     op: Op
     g: str
     active: Collection[str]
+    renames: Mapping[str, str] = field(default_factory=dict)  # tape line -> its final name
+
+    def line_of(self, name: str) -> Line | None:
+        """The tape line that computes `name` (under its final name)."""
+        return next(
+            (ln for ln in self.tape.lines if self.renames.get(ln.out, ln.out) == name), None
+        )
 
     def tensor(self, name: str) -> Tensor:
         return self.diagram.tensor(name)
@@ -171,9 +178,39 @@ def _softmax(s: Site) -> list[Share]:
     if not s.wants(x):
         return []
     stem, y = s.stem(x), op.out
-    row = tape.emit("sum", (tape.emit("mul", (s.g, y), stem),), stem, over=op.over, dtype=STAT)
+    row = _row_through_output(s) or tape.emit(
+        "sum", (tape.emit("mul", (s.g, y), stem),), stem, over=op.over, dtype=STAT
+    )
     inner = tape.emit("sub", (s.g, row), stem)
     return [(x, tape.emit("mul", (y, inner), stem, dtype=s.tensor(x).dtype))]
+
+
+def _row_through_output(s: Site) -> str | None:
+    """sum(dP * P) over a softmax's rows where P's one reader is an output O = contract(P, V)
+    (times numbers): then dP = contract(dO, V), and reassociating the sum,
+    sum_x dP P = sum_x sum_e dO V P = sum_e dO O, the row's dot of dO and O (e summed by the
+    contraction). FlashAttention's D: a vector from two tensors the backward has whole,
+    where sum(dP * P) needs every key of a row at once, which a backward blocked over keys
+    never holds. None where the shape is not that."""
+    op, tape, y = s.op, s.tape, s.op.out
+    readers = [r for r in s.diagram.ops if y in r.inputs]
+    if len(readers) != 1 or readers[0].kind != "contract":
+        return None
+    reader = readers[0]
+    if reader.out not in s.diagram.outputs or any(isinstance(f, str) for f in reader.scale):
+        return None
+    (other,) = [str(o) for o in reader.operands if o != y] or [y]
+    line = s.line_of(s.g)
+    if line is None or line.fn != "contract" or other not in line.args or other == y:
+        return None
+    (given,) = [a for a in line.args if a != other] or [""]
+    over = tuple(a for a in tape.axes[reader.out] if a not in s.tensor(y).axes)
+    rows = tuple(a for a in s.tensor(y).axes if a not in op.over)
+    if not given or not over or tuple(a for a in tape.axes[reader.out] if a not in over) != rows:
+        return None
+    stem = s.stem(str(op.operands[0]))
+    product = tape.emit("mul", (given, reader.out), stem)
+    return tape.emit("sum", (product,), stem, over=over, dtype=STAT)
 
 
 def _norm(s: Site) -> list[Share]:

@@ -24,7 +24,7 @@ def test_flashattention_ways_save_the_lse_and_recompute_s_and_p() -> None:
     assert p.forward.outputs == ("O", "lse_P")
     assert p.forward.tensor("lse_P").axes == ("b", "h", "q")
     assert p.forward.tensor("lse_P").dtype == "fp32"
-    assert [t.name for t in p.backward.inputs] == ["Q", "K", "V", "lse_P", "dO"]
+    assert [t.name for t in p.backward.inputs] == ["Q", "K", "V", "O", "lse_P", "dO"]
     assert p.backward.outputs == ("dQ", "dK", "dV")
     assert "P = exp(P_shifted, dtype=bf16)" in p.backward_text
     assert p.forward.schedule.stream == ("x",)  # the forward keeps the spec's schedule
@@ -40,7 +40,7 @@ def test_saving_p_makes_it_a_forward_output() -> None:
     d, b = _attention()
     p = make_pair(d, b, {"P": SAVE})
     assert p.saved == ("P",) and p.recomputed == ()
-    assert [t.name for t in p.backward.inputs] == ["Q", "K", "V", "P", "dO"]
+    assert [t.name for t in p.backward.inputs] == ["Q", "K", "V", "O", "P", "dO"]
 
 
 def test_every_way_names_only_what_is_read() -> None:

@@ -23,12 +23,32 @@ def test_contract_gives_two_contractions_with_the_scale() -> None:
 def test_softmax_rule_and_a_mask_read_only_by_softmax() -> None:
     d = load_diagram(DIAGRAMS / "attention_causal.yaml")
     lines = _texts(d)
-    # dS = P * (dP - sum_x(dP * P)); the causal mask passes dM through (P is 0 where it drops)
+    # dS = P * (dP - sum_x(dP * P)), the row sum reassociated through O = P V into
+    # sum_d(dO * O) (FlashAttention's D: every key of a row at once is not needed); the
+    # causal mask passes dM through (P is 0 where it drops)
     assert lines[2:6] == [
-        "dM_1 = mul(dP, P)", "dM_2 = sum(dM_1, over=x, dtype=fp32)", "dM_3 = sub(dP, dM_2)",
+        "dM_1 = mul(dO, O)", "dM_2 = sum(dM_1, over=d, dtype=fp32)", "dM_3 = sub(dP, dM_2)",
         "dM = mul(P, dM_3, dtype=bf16)",
     ]  # fmt: skip
     assert "dQ = contract(dM, K, over=x, scale=0.08838834764831845, dtype=bf16)" in lines
+
+
+def test_a_softmax_read_by_anything_but_an_output_contraction_keeps_its_row_sum() -> None:
+    """The reassociation needs O = contract(P, V) an output (the backward has it) and P
+    read by nothing else: a P saved as well, or an O that is not an output, keep
+    sum_x(dP * P)."""
+    import re
+
+    text = (DIAGRAMS / "attention.yaml").read_text()
+    also = _texts(load_diagram_text(text.replace("outputs: [O]", "outputs: [O, P]"), "a.yaml"))
+    assert any(re.search(r"= mul\(dP\w*, P\)$", line) for line in also), also
+    inner = text.replace(
+        "  - O = contract(P, V, over=x)", "  - R = contract(P, V, over=x)\n  - O = exp(R)"
+    )
+    assert inner != text
+    kept = _texts(load_diagram_text(inner, "a.yaml"))
+    assert any(re.search(r"= mul\(dP\w*, P\)$", line) for line in kept), kept
+    assert not any("mul(dO, O)" in line for line in also + kept)
 
 
 def test_bias_gradient_sums_over_the_broadcast_axis() -> None:
