@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ncdc.errors import PlanError
 from ncdc.families import elementwise, gemv, reduce, rowwise
+from ncdc.families.attention import backward as attention_backward
 from ncdc.families.attention import decode
 from ncdc.families.attention import family as attention
 from ncdc.families.base import KernelFamily
@@ -33,6 +34,7 @@ FAMILIES: dict[str, KernelFamily] = {
         gemm.FAMILY,
         attention.FAMILY,
         decode.FAMILY,
+        attention_backward.FAMILY,
         rowwise.FAMILY,
         reduce.FAMILY,
         elementwise.FAMILY,
@@ -41,7 +43,8 @@ FAMILIES: dict[str, KernelFamily] = {
 SUPPORTED = (
     "a contraction with elementwise ops after it (GEMM, or GEMV for a vector or at most "
     "8 rows); contract, softmax, contract "
-    "(attention); one softmax, norm or reduction over a tensor's last axis with elementwise "
+    "(attention); attention's backward (dQ, dK and dV from P recomputed by its saved "
+    "log-sum-exp); one softmax, norm or reduction over a tensor's last axis with elementwise "
     "ops around it (row-wise); one over any other axes, to a scalar or a vector (reduce); "
     "elementwise ops alone"
 )

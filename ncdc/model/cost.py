@@ -175,6 +175,10 @@ def _transfers(model: KernelModel, hw: Hardware, choice: TileChoice, pace: Pace)
             again = _reread(model, c.rereads)
             values += again[0]
             nbytes += again[1]
+        if c is not None and c.accumulates and upper.per == "device":
+            more = _accumulated(model, c.accumulates, top)
+            values += more[0]
+            nbytes += more[1]
         if choice.splits > 1 and lower.name != levels[-1].name:
             # partial outputs, fp32, and the running max and sum of each row, saved then read
             merge_values = 2 * choice.splits * model.output_values
@@ -204,6 +208,8 @@ def _compute(
     if c is not None and c.stages > 1 and not model.online:
         # a GEMM's cp.async ring (attention's double buffer is priced by its warps)
         chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
+        if model.mask:  # a band's blocks step through the chunks it leaves them only
+            chunks = max(1, round(chunks * float(model.mask_fraction(inner.group, inner.stream))))
         # every group's k tiles are done once, split or not; a split's loop runs its share
         tile_s = max(compute.values(), default=0.0) * hw.limits.sms / (groups * chunks)
         stall = pipeline_stall(c.stages, pace.streams, tile_s, int(ceil_div(chunks, c.splits)))
@@ -225,6 +231,15 @@ def _causal_balance(
     assert model.mask is not None
     query, key, lo, hi = model.mask
     queries, keys = model.sizes[query], model.sizes[key]
+    if query in inner.stream and key not in inner.stream:
+        # blocks of keys, queries streamed (attention's backward): the same geometry with
+        # the axes' roles swapped, key j seen by the queries j - hi <= i <= j - lo
+        grid_keys = ceil_div(keys, inner.group.get(key, keys))
+        return band_imbalance(
+            keys, queries, inner.group.get(key, keys), inner.stream[query],
+            None if hi is None else -hi, None if lo is None else -lo,
+            max(1, grid // grid_keys), slots, False,
+        )  # fmt: skip
     g_q = inner.group.get(query, queries)
     s_x = inner.stream.get(key, keys)
     tiles = ceil_div(queries, g_q)
@@ -244,6 +259,20 @@ def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[i
         d.size(d.tensor(name)) * times * DTYPES[d.tensor(name).dtype].bytes
         for name, times in rereads
     )
+    return values, nbytes
+
+
+def _accumulated(model: KernelModel, accumulates: tuple[tuple[str, int], ...], top: bool
+                 ) -> tuple[int, int]:  # fmt: skip
+    """(values, bytes) of outputs accumulated by fp32 atomics: into the L2 every add (4 bytes
+    a value each time); out of device memory the fp32 workspace once each way (the last
+    launch reads it and writes the output, counted with the outputs)."""
+    d = model.diagram
+    values = nbytes = 0
+    for name, adds in accumulates:
+        n = d.size(d.tensor(name))
+        values += n * (2 if top else adds)
+        nbytes += n * 4 * (2 if top else adds)
     return values, nbytes
 
 

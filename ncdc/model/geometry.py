@@ -39,10 +39,13 @@ class Band(NamedTuple):
 def mask_band(kernel: Kernel, sizes: Mapping[str, int]) -> Band | None:
     """The band of the causal and window masks, and of a mask rule's select
     (ncdc.model.masks.rule_band), whose key axis the kernel reduces (the streamed key axis of
-    attention) and whose query axis it weaves, else None."""
+    attention) and whose query axis it weaves, else None. A kernel of contractions that
+    reduces nothing and weaves both axes (attention's fused backward: dQ over the queries,
+    dK and dV over the keys) skips the tile pairs the band leaves too."""
     band = None
+    both = not kernel.reduced and any(op.kind == "contract" for op in kernel.ops)
     for query, key, lo, hi in _bands(kernel, sizes):
-        if query not in kernel.woven or key not in kernel.reduced:
+        if query not in kernel.woven or not (key in kernel.reduced or both and key in kernel.woven):
             continue
         if band is not None and (band.query, band.key) == (query, key):
             lo = lo if band.lo is None else band.lo if lo is None else max(lo, band.lo)

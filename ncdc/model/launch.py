@@ -88,7 +88,10 @@ class Candidate:
     `pingpong`, two consumer warpgroups take turns at the tensor pipe, one's softmax under
     the other's MMAs (FlashAttention-3 order); `split_size`, the length of the streamed axis
     each split covers (split-key kernels); `raster_group`, tile rows a run of consecutive
-    blocks walks before the next column (a GEMM's grouped order, for L2 reuse; 0: row order).
+    blocks walks before the next column (a GEMM's grouped order, for L2 reuse; 0: row order);
+    `accumulates`, outputs the blocks add into with fp32 atomics, with how many adds each
+    value takes (attention's fused backward: dQ, once per key tile), written from that
+    fp32 workspace by the kernel's last launch.
     """
 
     group: Mapping[str, int] = field(hash=False)
@@ -107,6 +110,7 @@ class Candidate:
     pingpong: bool = False
     split_size: int = 0
     raster_group: int = 0
+    accumulates: tuple[tuple[str, int], ...] = ()
 
     @property
     def main(self) -> LaunchShape:
@@ -161,6 +165,7 @@ class Candidate:
             "pingpong": self.pingpong,
             "split_size": self.split_size,
             "raster_group": self.raster_group,
+            "accumulates": dict(self.accumulates),
         }
 
 
@@ -189,4 +194,5 @@ def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
         float(data.get("tensor_share", 0.0)), bool(data.get("cuda_cores", False)),
         bool(data.get("pingpong", False)), int(data.get("split_size", 0)),
         int(data.get("raster_group", 0)),
+        tuple((str(k), int(v)) for k, v in data.get("accumulates", {}).items()),
     )  # fmt: skip

@@ -155,7 +155,11 @@ class KernelModel:
         values: Any = self.output_values
         nbytes: Any = self.output_bytes
         kept = self.mask_fraction(g, s) if self.mask else 1
-        reads = zip(self._inputs, self._keyed, self._gathers, strict=True)
+        banded = self._keyed
+        if self.mask and self.mask.query in (s or {}) and self.mask.key not in (s or {}):
+            # queries streamed past grouped keys: the query-side inputs load per visited pair
+            banded = [self.mask.query in axes for _, axes, _ in self.inputs]
+        reads = zip(self._inputs, banded, self._gathers, strict=True)
         for (shape, p, _), keyed, gathered in reads:
             v = self._clipped(shape, g) if clipped else _chunk(shape, g, None) * groups
             if keyed:
@@ -187,7 +191,7 @@ class KernelModel:
         on the key chunk under a causal mask)."""
         key = (clipped, top, *map(g.__getitem__, self.kernel.woven))
         if self.mask:
-            key += ((s or {}).get(self.mask.key, 0),)
+            key += ((s or {}).get(self.mask.key, 0), (s or {}).get(self.mask.query, 0))
         if key not in self._tile_transfers:
             values, nbytes = self.transfer(g, s, clipped, top)
             self._tile_transfers[key] = (int(values), int(nbytes))
@@ -214,8 +218,11 @@ class KernelModel:
             return 1
         query, key, lo, hi = self.mask
         queries, keys = self.sizes[query], self.sizes[key]
-        g_q = g.get(query, queries)
-        s_x = (s or {}).get(key, keys)
+        s = s or {}
+        # the tiles whose pairs the band sorts: queries grouped and keys streamed (a forward
+        # pass), or keys grouped and queries streamed (the backward's key tiles)
+        g_q = s[query] if query in s else g.get(query, queries)
+        s_x = s[key] if key in s else g.get(key, keys)
         ragged = self.ragged
 
         def fraction(a: int, b: int) -> Any:

@@ -90,7 +90,7 @@ def read_scores(
                 unsupported(kernel, op, f"logits over ({', '.join(sorted(allowed))})"),
                 hint=f"drop the axis {axis} from {op.out}'s operands, " + unfused,
             )
-    sc = _mask_bands(diagram, kernel, masks, batch, q_axis, x_axis, unfused)
+    sc = mask_bands(diagram, kernel, masks, batch, q_axis, x_axis, unfused)
     chain = needed_ops(kernel.ops, [logits], [*kernel.inputs, first.out])
     for op in kernel.ops:
         if op.kind in SCORE_KINDS and op not in masks and op not in chain:
@@ -162,7 +162,7 @@ class _ScoreValues:
         return f"ncdc_b_{axis}"
 
 
-def _mask_bands(
+def mask_bands(
     diagram: Diagram,
     kernel: Kernel, masks: list[Op], batch: tuple[str, ...], q_axis: str, x_axis: str,
     unfused: str,

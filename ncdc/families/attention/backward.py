@@ -1,0 +1,367 @@
+"""The attention backward family: dQ, dK and dV in one kernel, in FlashAttention-2 order
+(Dao 2023, arXiv:2307.08691, Algorithm 2), from the backward diagram `ncdc grad` derives.
+
+What it reads, by structure (the names are the diagram's own):
+
+    S  = contract(Q, K, over=d) * c          the logits, again
+    M  = causal(S, ...) | window(S, ...)     any number of band masks (or none)
+    Y  = sub(M, L)                           L: the saved row log-sum-exp (fp32, over q)
+    P  = exp(Y)                              P recomputed from it
+    dP = contract(dO, V, over=e)
+    dV = contract(P, dO, over=q)
+    G  = sub(dP, D)                          D: sum_e(dO * O), per query (fp32), saved first
+    dS = mul(P, G)
+    dQ = contract(dS, K, over=x) * c'
+    dK = contract(dS, Q, over=q) * c'
+
+`templates/attention_backward.cu.j2`: one block per (batch..., bx keys), one warp per 16 of
+them, holding its keys' dK and dV accumulators; the queries stream through a 2-stage
+cp.async ring bq at a time (only the tiles that see some of its keys), each step
+recomputing S^T and P^T (keys as rows), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
+dK += dS^T Q, and dQ += dS K added into an fp32 workspace with atomics; a second launch
+writes dQ from it (device code in `templates/include/ncdc_attention_backward.cuh`).
+Grouped-query heads (dK and dV summed over a group), score functors and varlen masks are
+not in it: their backward runs on the GEMM and row-wise kernels.
+
+    >>> from ncdc.hardware.load import load_hardware
+    >>> from ncdc.grad.choose import choose_pair
+    >>> from ncdc.language.load import load_diagram
+    >>> from ncdc.plan.search import plan_diagram
+    >>> h200 = load_hardware("h200")
+    >>> pair = choose_pair(load_diagram("diagrams/attention_causal.yaml"), h200).pair
+    >>> plan = plan_diagram(pair.backward, h200)
+    >>> [k.family.name for k in plan.kernels]
+    ['rowwise', 'attention_backward']
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ncdc.errors import PlanError
+from ncdc.families.attention.core import HEAD_STEP, INPUT_DTYPES, MMA_ROWS, row_values
+from ncdc.families.attention.scores import mask_bands, pitch_of
+from ncdc.families.base import KernelSource, Launch, Param, Workspace, no_arch_problem
+from ncdc.families.codegen import cpp_type, size_name
+from ncdc.language.diagram import Diagram, Op
+from ncdc.language.dtypes import DTYPES
+from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
+from ncdc.units import ceil_div
+
+if TYPE_CHECKING:
+    from ncdc.hardware.machine import Hardware
+    from ncdc.model.graph import Kernel
+    from ncdc.model.issue import LoopMix
+    from ncdc.model.structure import KernelModel
+    from ncdc.model.values import KernelPlan, Plan
+
+TILES: dict[str, tuple[int, ...]] = {
+    "bx": (64, 128),  # keys per block: one warp per 16
+    "bq": (32, 64),  # queries per step of the ring
+}
+HEAD_MAX = 128  # dK and dV accumulators, d / 2 and e / 2 fp32 a thread, beside the step's
+STAGES = 2  # Q, dO, L and D tiles in the cp.async ring
+CONVERT_THREADS = 256  # the second launch: dQ from its fp32 workspace, 4 values a thread
+
+
+@dataclass(frozen=True)
+class Backward:
+    """What the template needs of one backward kernel, read from the diagram."""
+
+    names: Mapping[str, str]  # role (Q K V dO L D dQ dK dV) -> tensor
+    batch: tuple[str, ...]
+    q_axis: str
+    x_axis: str
+    d: int  # head of Q and K (and dQ, dK)
+    e: int  # head of V and dO (and dV)
+    dtype: str
+    scale: float  # the logits' constant scale
+    grad_scale: float  # dQ's and dK's
+    lo: tuple[str, ...]  # C++: query i sees key j when j >= i + each of these
+    hi: tuple[str, ...]  # and j <= i + each of these
+    offset: Mapping[str, str]  # tensor -> C++ offset of its (batch...) slice
+    stride: Mapping[str, str]  # tensor -> row pitch (along q or x), in elements
+
+    @property
+    def masked(self) -> bool:
+        return bool(self.lo or self.hi)
+
+
+def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
+    """The kernel as attention's backward (see the module), or None where it is not that."""
+    ops = list(kernel.ops)
+    by_out = {op.out: op for op in ops}
+    contracts = [op for op in ops if op.kind == "contract"]
+    exps = [op for op in ops if op.fn == "exp" and op.kind == "map"]
+    if len(contracts) != 5 or len(exps) != 1:
+        return None
+    p = exps[0]
+    y = by_out.get(str(p.operands[0]))
+    if y is None or y.fn != "sub" or len(y.operands) != 2:
+        return None
+    m_name, lse = (str(o) for o in y.operands)
+    masks: list[Op] = []
+    while m_name in by_out and by_out[m_name].kind == "mask":
+        masks.insert(0, by_out[m_name])
+        m_name = str(by_out[m_name].operands[0])
+    s = by_out.get(m_name)
+    if s is None or s.kind != "contract" or lse not in kernel.inputs:
+        return None
+    inputs = set(kernel.inputs)
+    operands = [str(o) for o in s.operands]
+    if not all(o in inputs for o in operands) or len(s.over) != 1:
+        return None
+    (d_axis,) = s.over
+    lse_axes = diagram.tensor(lse).axes
+    keys = [a for a in s.axes if a not in lse_axes]  # the logits' axis the row statistic lacks
+    a_axes, b_axes = (set(diagram.tensor(n).axes) for n in operands)
+    own = [a for a in lse_axes if (a in a_axes) != (a in b_axes)]  # in Q alone: the queries
+    if len(keys) != 1 or len(own) != 1:
+        return None  # grouped heads (Q's own group axis beside q) and the like
+    (x_axis,), (q_axis,) = keys, own
+    q, k = operands if q_axis in a_axes else operands[::-1]
+    # the other contractions, by what they read
+    dp = next((c for c in contracts if c is not s and p.out not in c.inputs
+               and all(str(o) in inputs for o in c.operands)), None)  # fmt: skip
+    if dp is None or len(dp.over) != 1 or tuple(dp.axes) != tuple(s.axes):
+        return None
+    (e_axis,) = dp.over
+    do, v = (str(o) for o in dp.operands)
+    if q_axis not in diagram.tensor(do).axes:
+        do, v = v, do
+    dv = next((c for c in contracts if set(map(str, c.operands)) == {p.out, do}), None)
+    g = next(
+        (op for op in ops if op.fn == "sub" and op.operands and op.operands[0] == dp.out), None
+    )
+    if dv is None or dv.over != (q_axis,) or g is None or len(g.operands) != 2:
+        return None
+    if _number(dp) != 1.0 or _number(dv) != 1.0:  # O = P V unscaled: dP and dV are too
+        return None
+    dvec = str(g.operands[1])
+    ds = next((op for op in ops if op.fn == "mul" and set(map(str, op.operands)) == {p.out, g.out}),
+              None)  # fmt: skip
+    if ds is None or dvec not in inputs:
+        return None
+    dq = next((c for c in contracts if set(map(str, c.operands)) == {ds.out, k}), None)
+    dk = next((c for c in contracts if set(map(str, c.operands)) == {ds.out, q}), None)
+    if dq is None or dk is None or dq.over != (x_axis,) or dk.over != (q_axis,):
+        return None
+    used = {op.out for op in (s, dp, dv, g, ds, dq, dk, p, y, *masks)}
+    if any(op.out not in used for op in ops) or set(kernel.outputs) != {dq.out, dk.out, dv.out}:
+        return None
+    names = {"Q": q, "K": k, "V": v, "dO": do, "L": lse, "D": dvec,
+             "dQ": dq.out, "dK": dk.out, "dV": dv.out}  # fmt: skip
+    return _backward(diagram, kernel, names, masks, s, (dq, dk), q_axis, x_axis, d_axis, e_axis)
+
+
+def _backward(
+    diagram: Diagram, kernel: Kernel, names: Mapping[str, str], masks: list[Op], s: Op,
+    grads: tuple[Op, Op], q_axis: str, x_axis: str, d_axis: str, e_axis: str,
+) -> Backward | None:  # fmt: skip
+    """The Backward of matched roles, or None where the kernel cannot run them (types,
+    layouts, heads, scales, masks, grouped heads)."""
+    t = {role: diagram.tensor(n) for role, n in names.items()}
+    dtype = t["Q"].dtype
+    if dtype not in INPUT_DTYPES or any(t[r].dtype != dtype for r in ("K", "V", "dO")):
+        return None
+    if t["L"].dtype != "fp32" or t["D"].dtype != "fp32":
+        return None
+    if any(DTYPES[t[r].dtype].bytes != 2 for r in ("dQ", "dK", "dV")):
+        return None
+    batch = tuple(a for a in t["Q"].axes if a not in (q_axis, d_axis))
+    heads = {"Q": (q_axis, d_axis), "K": (x_axis, d_axis), "V": (x_axis, e_axis),
+             "dO": (q_axis, e_axis), "dQ": (q_axis, d_axis), "dK": (x_axis, d_axis),
+             "dV": (x_axis, e_axis)}  # fmt: skip
+    for role, (row, head) in heads.items():
+        if t[role].axes != (*batch, row, head):  # one slice each, rows of whole heads
+            return None
+    for role in ("L", "D"):
+        if t[role].axes != (*batch, q_axis):
+            return None
+    d, e = diagram.axes[d_axis], diagram.axes[e_axis]
+    if any(h % HEAD_STEP or not 2 * HEAD_STEP <= h <= HEAD_MAX for h in (d, e)):
+        return None
+    scale, grad_scale = _number(s), _number(grads[0])
+    if scale is None or grad_scale is None or _number(grads[1]) != grad_scale:
+        return None
+    if any(op.fn not in ("causal", "window") for op in masks):
+        return None
+    try:
+        bands = mask_bands(diagram, kernel, masks, batch, q_axis, x_axis, "")
+    except PlanError:
+        return None
+    fixed = {d_axis: str(d), e_axis: str(e)}
+    offset, stride = {}, {}
+    for role, n in names.items():
+        axes = t[role].axes
+        pitch = {a: pitch_of(axes, a, fixed) for a in axes}
+        offset[n] = " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch) or "0"
+        stride[n] = pitch[axes[-2]] if role not in ("L", "D") else "1"
+    return Backward(names, batch, q_axis, x_axis, d, e, dtype, scale, grad_scale, bands.lo,
+                    bands.hi, offset, stride)  # fmt: skip
+
+
+def _number(op: Op) -> float | None:
+    """A contraction's scale when it is numbers only (1 without any), else None."""
+    value = 1.0
+    for f in op.scale:
+        if isinstance(f, str):
+            return None
+        value *= float(f)
+    return value
+
+
+def _registers(d: int, e: int, bq: int, warps: int) -> int:
+    """dK and dV (d / 2 and e / 2 fp32 a thread), S^T, P^T and dP^T of a step (bq / 2 each),
+    the dQ tile a warp adds (16 queries by its share of d), fragments and addresses."""
+    from ncdc.model.cost import estimate_registers
+
+    share = d // max(1, warps // (bq // MMA_ROWS))
+    accumulators = 16 * (d + e) + 16 * bq * 2 + 16 * share  # per warp, fp32
+    return estimate_registers(accumulators * warps, 32 * warps, 24)
+
+
+def _smem(b: Backward, bx: int, bq: int) -> int:
+    """K and V tiles, the ring of Q and dO tiles, dS^T, and the ring's L and D (fp32)."""
+    values = bx * (row_values(b.d) + row_values(b.e)) + STAGES * bq * (
+        row_values(b.d) + row_values(b.e)
+    )
+    values += bx * row_values(bq)
+    return values * DTYPES[b.dtype].bytes + STAGES * 2 * bq * 4
+
+
+class AttentionBackwardFamily:
+    """Attention's fused backward (see the module)."""
+
+    name = "attention_backward"
+    tiles: Mapping[str, tuple[int, ...]] = TILES
+    baseline = ""
+
+    def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
+        b = read_backward(diagram, kernel)
+        if b is None:
+            return None
+        d_axis = next(a for a in diagram.tensor(b.names["Q"]).axes[-1:])
+        e_axis = next(a for a in diagram.tensor(b.names["V"]).axes[-1:])
+        roles = {"batch": b.batch, "q": (b.q_axis,), "x": (b.x_axis,), "d": (d_axis,),
+                 "d_v": (e_axis,)}  # fmt: skip
+        return Family(self.name, roles, TILES)
+
+    def candidates(
+        self, model: KernelModel, family: Family, hw: Hardware, streams: tuple[str, ...],
+        fixed: Mapping[str, int],
+    ) -> list[Candidate]:  # fmt: skip
+        b = read_backward(model.diagram, model.kernel)
+        assert b is not None, "classified as the backward"
+        sizes = model.sizes
+        slices = math.prod(sizes[a] for a in b.batch)
+        if slices > MAX_GRID_YZ:
+            raise PlanError(
+                f"attention backward over {slices} (batch, head) slices: more than the grid's "
+                f"{MAX_GRID_YZ} rows", hint="run it in parts with --set on a batch axis",
+            )  # fmt: skip
+        (q,), (x,) = family.axes("q"), family.axes("x")
+        out = []
+        for bx, bq in itertools.product(
+            [fixed[x]] if x in fixed else TILES["bx"], [fixed[q]] if q in fixed else TILES["bq"]
+        ):
+            warps = bx // MMA_ROWS
+            blocks_q = bq // MMA_ROWS
+            if bx % MMA_ROWS or bq % MMA_ROWS or warps % blocks_q:
+                continue
+            share = b.d // (warps // blocks_q)
+            if share % HEAD_STEP or (bq > 32 and max(b.d, b.e) > 64):
+                continue
+            group = {a: 1 for a in model.kernel.woven}
+            group.update({x: bx, q: sizes[q]})
+            group.update({a: sizes[a] for a in (*family.axes("d"), *family.axes("d_v"))})
+            stream = {q: bq}
+            smem = _smem(b, bx, bq)
+            main = LaunchShape((ceil_div(sizes[x], bx), slices, 1), (32 * warps, 1, 1), smem)
+            values = sizes[q] * b.d
+            convert = LaunchShape(
+                (ceil_div(values, 4 * CONVERT_THREADS), slices, 1), (CONVERT_THREADS, 1, 1), 0
+            )
+            out.append(
+                Candidate(
+                    group, stream, {**group, x: MMA_ROWS}, stream,
+                    (("bx", bx), ("bq", bq)), (main, convert), STAGES, 1,
+                    _registers(b.d, b.e, bq, warps),
+                    accumulates=((b.names["dQ"], ceil_div(sizes[x], bx)),),
+                )
+            )  # fmt: skip
+        return out
+
+    def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
+        diagram = plan.graph.diagram
+        b = read_backward(diagram, kp.kernel)
+        c = kp.candidate
+        assert b is not None and c is not None, "a GPU plan of the backward"
+        bx, bq = c.param("bx"), c.param("bq")
+        name = (
+            f"{kp.kernel.name}_attention_backward_{b.dtype}_x{bx}_q{bq}_d{b.d}"
+            + (f"_dv{b.e}" if b.e != b.d else "")
+            + ("_masked" if b.masked else "")
+        )
+        n = b.names
+        workspace = f"ncdc_{n['dQ']}_acc"
+        slices = math.prod(diagram.axes[a] for a in b.batch)
+        sizes = [Param(size_name(a), "int64", value=diagram.axes[a])
+                 for a in (*b.batch, b.q_axis, b.x_axis)]  # fmt: skip
+        main_params = (
+            *(Param(n[r], "tensor", diagram.tensor(n[r]).dtype)
+              for r in ("Q", "K", "V", "dO", "L", "D")),
+            Param(n["dK"], "tensor", diagram.tensor(n["dK"]).dtype, writes=True),
+            Param(n["dV"], "tensor", diagram.tensor(n["dV"]).dtype, writes=True),
+            Param(workspace, "workspace", "fp32", writes=True),
+            *sizes,
+            Param("ncdc_scale_log2", "float32", value=b.scale * math.log2(math.e)),
+            Param("ncdc_grad_scale", "float32", value=b.grad_scale),
+        )  # fmt: skip
+        convert_params = (
+            Param(workspace, "workspace", "fp32"),
+            Param(n["dQ"], "tensor", diagram.tensor(n["dQ"]).dtype, writes=True),
+            *sizes,
+            Param("ncdc_grad_scale", "float32", value=b.grad_scale),
+        )
+        context = {
+            "kernel": name,
+            "summary": f"attention backward, {bx} keys a block ({bx // MMA_ROWS} warps), "
+            f"queries streamed {bq} at a time, dQ added in fp32 and written by a second kernel",
+            "T": cpp_type(b.dtype),
+            "dq_type": cpp_type(diagram.tensor(n["dQ"]).dtype),
+            "names": dict(n),
+            "batch": b.batch, "q_axis": b.q_axis, "x_axis": b.x_axis,
+            "sizes": [*b.batch, b.q_axis, b.x_axis],
+            "d": b.d, "e": b.e, "bx": bx, "bq": bq, "threads": c.threads,
+            "band_lo": b.lo, "band_hi": b.hi,
+            "offset": dict(b.offset), "stride": dict(b.stride),
+            "workspace": workspace, "convert_threads": CONVERT_THREADS,
+        }  # fmt: skip
+        launches = (
+            Launch.of(name, c.launches[0], main_params),
+            Launch.of(f"{name}_dq", c.launches[1], convert_params),
+        )
+        values = slices * diagram.axes[b.q_axis] * b.d
+        return KernelSource("attention_backward.cu.j2", context, launches,
+                            (Workspace(workspace, "fp32", values, zeroed=True),))  # fmt: skip
+
+    def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
+        return [(family.axes("x")[0], TILES["bx"]), (family.axes("q")[0], TILES["bq"])]
+
+    def loop_mix(
+        self, model: KernelModel, family: Family, c: Candidate, hw: Hardware
+    ) -> LoopMix | None:
+        return None  # priced by its rates and traffic; no issue-slot estimate yet
+
+    def masked_share(self, kp: KernelPlan, axes: Mapping[str, int]) -> float:
+        return 0.0
+
+    arch_problem = staticmethod(no_arch_problem)
+
+
+FAMILY = AttentionBackwardFamily()

@@ -1,0 +1,287 @@
+// Fused attention backward on tensor cores, in FlashAttention-2 order (Dao 2023,
+// arXiv:2307.08691, Algorithm 2): one block per BX keys of one (batch..., head) slice, one
+// warp per 16 of them. The warp keeps its keys' dK and dV accumulators (fp32) while the
+// queries stream BQ at a time through a 2-stage cp.async ring (the Q and dO tiles, the row
+// log-sum-exp L and D = sum(dO * O)), and for each tile that sees some of its keys:
+//
+//   S^T  = K Q^T          keys as rows: the warp's 16 keys are the mma's m
+//   P^T  = exp(S^T s - L) 0 where the band drops a pair (or past the tensors' ends)
+//   dV  += P^T dO         P^T straight from the S^T accumulators as the A operand
+//   dP^T = V dO^T
+//   dS^T = P^T (dP^T - D)
+//   dK  += dS^T Q
+//   dQ  += dS K           dS^T through shared memory (read back transposed by ldmatrix);
+//                         the block's share added into an fp32 workspace with atomics
+//
+// and writes dK (times the gradient's scale) and dV; `write_scaled` then turns the summed dQ
+// into the output. Layouts as ncdc_attention.cuh's: rows contiguous along the head (16-byte
+// chunks, swizzled or padded to an odd pitch); dS^T is a tile of BQ / 8 chunks per key row.
+#pragma once
+#ifndef NCDC_ATTENTION_BACKWARD_CUH
+#define NCDC_ATTENTION_BACKWARD_CUH
+
+#include "ncdc_attention.cuh"
+
+namespace ncdc {
+namespace attn {
+
+// One (batch..., head) slice of the backward's tensors; row strides in elements.
+template <class T>
+struct BackwardSlice {
+  const T* q;
+  const T* k;
+  const T* v;
+  const T* dout;
+  const float* lse;   // each query's log-sum-exp of its logits (natural log)
+  const float* dvec;  // each query's D = sum over its head of dO * O
+  long long q_stride = 0, k_stride = 0, v_stride = 0, do_stride = 0;
+  int q_len = 0, x_len = 0;
+  float scale_log2 = 0.0f;                        // the logits' scale times log2(e)
+  long long lo = -kUnbounded, hi = kUnbounded;    // query i sees keys i + lo <= j <= i + hi
+};
+
+// Key j is dropped for query i: outside the band (MASKED), or past either tensor's end.
+template <bool MASKED>
+NCDC_DEVICE bool dropped_pair(long long lo, long long hi, int q_len, int x_len, int i, int j) {
+  if (i >= q_len || j >= x_len) return true;
+  return MASKED && (j > i + hi || j < i + lo);
+}
+
+// A 16-key by N tile of S^T = K_w X^T (X: a tile of rows in shared memory, N of them from row
+// 0, HC chunks of the head per row) for the warp's keys at row kr0 of a tile of HC chunks.
+template <class T, int H, int N>
+NCDC_DEVICE void keys_by_rows(float (&acc)[N / 8][4], const T* keys, int kr0, const T* rows,
+                              int lane) {
+  constexpr int HC = H / 8;
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
+  const int arow = kr0 + (lane & 15), ahalf = lane >> 4;
+  const int brow = ((lane >> 4) << 3) + (lane & 7), bhalf = (lane >> 3) & 1;
+#pragma unroll
+  for (int kk = 0; kk < H / 16; ++kk) {
+    uint32_t a[4];
+    ldmatrix_x4(a, keys + swizzle<HC>(arow, 2 * kk + ahalf));
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t f[4];
+      ldmatrix_x4(f, rows + swizzle<HC>(brow + 16 * np, 2 * kk + bhalf));
+      Mma<T>::run(acc[2 * np], a, f);
+      Mma<T>::run(acc[2 * np + 1], a, f + 2);
+    }
+  }
+}
+
+// acc (16 keys x H) += A (16 keys x N, C fragments of fp32 as packed 16-bit A fragments)
+// times X (N rows of a tile of H / 8 chunks a row, read transposed: k = the rows).
+template <class T, int H, int N>
+NCDC_DEVICE void add_product(float (&acc)[H / 8][4], const float (&a32)[N / 8][4], const T* rows,
+                             int lane) {
+  const int vrow = (((lane >> 3) & 1) << 3) + (lane & 7), vhalf = lane >> 4;
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = Mma<T>::pack(a32[2 * kk][0], a32[2 * kk][1]);
+    a[1] = Mma<T>::pack(a32[2 * kk][2], a32[2 * kk][3]);
+    a[2] = Mma<T>::pack(a32[2 * kk + 1][0], a32[2 * kk + 1][1]);
+    a[3] = Mma<T>::pack(a32[2 * kk + 1][2], a32[2 * kk + 1][3]);
+#pragma unroll
+    for (int np = 0; np < H / 16; ++np) {
+      uint32_t f[4];
+      ldmatrix_x4_trans(f, rows + swizzle<H / 8>(vrow + 16 * kk, 2 * np + vhalf));
+      Mma<T>::run(acc[2 * np], a, f);
+      Mma<T>::run(acc[2 * np + 1], a, f + 2);
+    }
+  }
+}
+
+// A warp's 16 key rows of an fp32 accumulator (16 x H), times `scale`, into row-major global
+// rows of type T (rows at or past `valid` not written).
+template <class T, int H>
+NCDC_DEVICE void store_rows(T* out, long long stride, const float (&acc)[H / 8][4], int row0,
+                            int valid, float scale, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + g + 8 * h;
+    if (row >= valid) continue;
+#pragma unroll
+    for (int n = 0; n < H / 8; ++n) {
+      const uint32_t two = Mma<T>::pack(acc[n][2 * h] * scale, acc[n][2 * h + 1] * scale);
+      st_global(reinterpret_cast<uint32_t*>(out + row * stride + 8 * n + 2 * t), two);
+    }
+  }
+}
+
+// Queries [q0, q0 + BQ) of Q and dO (rows at or past q_len zero-filled) and their L and D
+// into one stage of the ring (L and D of rows past q_len: zeros, never read).
+template <class T, int D, int DV, int BQ, int THREADS>
+NCDC_DEVICE void load_queries(T* qs, T* dos, float* ls, float* ds, const BackwardSlice<T>& a,
+                              int q0, int tid) {
+  load_tile<T, BQ, D, D / 8, THREADS>(qs, a.q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
+  load_tile<T, BQ, DV, DV / 8, THREADS>(dos, a.dout + q0 * a.do_stride, a.do_stride,
+                                        a.q_len - q0, tid);
+  for (int r = tid; r < BQ; r += THREADS) {
+    const bool ok = q0 + r < a.q_len;
+    cp_async_4_zfill(ls + r, ok ? a.lse + q0 + r : a.lse, ok ? 4 : 0);
+    cp_async_4_zfill(ds + r, ok ? a.dvec + q0 + r : a.dvec, ok ? 4 : 0);
+  }
+}
+
+template <class T, int D, int DV, int BX, int BQ, bool MASKED>
+NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long long dk_stride,
+                                    T* dv_out, long long dv_stride, float* dq_acc, int key_tile,
+                                    float grad_scale) {
+  constexpr int W = BX / 16, THREADS = 32 * W, QB = BQ / 16, CP = W / QB, DQ = D / CP;
+  static_assert(BX % 16 == 0 && BQ % 16 == 0 && W % QB == 0 && DQ % 16 == 0,
+                "whole 16-row mma blocks; the warps split dQ's columns evenly");
+  constexpr int KT = BX * row_chunks<D / 8>() * 8, VT = BX * row_chunks<DV / 8>() * 8;
+  constexpr int QT = BQ * row_chunks<D / 8>() * 8, OT = BQ * row_chunks<DV / 8>() * 8;
+  constexpr int ST = BX * row_chunks<BQ / 8>() * 8;
+  T* ks = dynamic_smem<T>();
+  T* vs = ks + KT;
+  T* qs = vs + VT;        // [2][QT]
+  T* dos = qs + 2 * QT;   // [2][OT]
+  T* dst = dos + 2 * OT;  // dS^T: [BX keys][BQ queries]
+  float* ls = reinterpret_cast<float*>(dst + ST);  // [2][BQ] L
+  float* dvs = ls + 2 * BQ;                        // [2][BQ] D
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int x0 = key_tile * BX;
+  const int kr0 = 16 * warp;  // the warp's first key row in the tile
+  const float neg_lse = -kLog2e;  // L is a natural log; the exponent is base 2
+
+  // the query tiles that see some key of [x0, x1]: j <= i + hi and j >= i + lo
+  const int x1 = imin(x0 + BX, a.x_len) - 1;
+  const long long first_q = MASKED ? lmax(0, x0 - a.hi) : 0;
+  const long long last_q = MASKED ? lmin(a.q_len - 1ll, x1 - a.lo) : a.q_len - 1ll;
+  const int tile0 = first_q > last_q ? 0 : int(first_q / BQ);
+  const int tiles = first_q > last_q ? 0 : int(last_q / BQ) + 1 - tile0;
+
+  float dk[D / 8][4], dv[DV / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dk[n][i] = 0.0f;
+#pragma unroll
+  for (int n = 0; n < DV / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dv[n][i] = 0.0f;
+
+  if (tiles > 0) {
+    load_tile<T, BX, D, D / 8, THREADS>(ks, a.k + x0 * a.k_stride, a.k_stride, a.x_len - x0, tid);
+    load_tile<T, BX, DV, DV / 8, THREADS>(vs, a.v + x0 * a.v_stride, a.v_stride, a.x_len - x0,
+                                          tid);
+    load_queries<T, D, DV, BQ, THREADS>(qs, dos, ls, dvs, a, tile0 * BQ, tid);
+    cp_async_commit();
+  }
+  for (int it = 0; it < tiles; ++it) {
+    const int stage = it & 1, q0 = (tile0 + it) * BQ;
+    // tile `it` has landed; every warp is done with the stage the next tile fills
+    cp_async_wait_all();
+    __syncthreads();
+    if (it + 1 < tiles)
+      load_queries<T, D, DV, BQ, THREADS>(qs + (stage ^ 1) * QT, dos + (stage ^ 1) * OT,
+                                          ls + (stage ^ 1) * BQ, dvs + (stage ^ 1) * BQ, a,
+                                          q0 + BQ, tid);
+    cp_async_commit();
+    const T* q_t = qs + stage * QT;
+    const T* do_t = dos + stage * OT;
+    const float* l_t = ls + stage * BQ;
+    const float* d_t = dvs + stage * BQ;
+
+    // P^T: the warp's 16 keys by the tile's BQ queries (element i of tile n: key row
+    // kr0 + g + 8 (i / 2), query column 8 n + 2 t + i % 2)
+    float p[BQ / 8][4];
+    keys_by_rows<T, D, BQ>(p, ks, kr0, q_t, lane);
+#pragma unroll
+    for (int n = 0; n < BQ / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = 8 * n + 2 * t + (i & 1);
+        const int j = x0 + kr0 + g + 8 * (i >> 1);
+        const bool drop = dropped_pair<MASKED>(a.lo, a.hi, a.q_len, a.x_len, q0 + col, j);
+        p[n][i] = drop ? 0.0f : exp2_fast(fmaf(p[n][i], a.scale_log2, l_t[col] * neg_lse));
+      }
+    add_product<T, DV, BQ>(dv, p, do_t, lane);  // dV += P^T dO
+    float ds[BQ / 8][4];
+    keys_by_rows<T, DV, BQ>(ds, vs, kr0, do_t, lane);  // dP^T = V dO^T
+#pragma unroll
+    for (int n = 0; n < BQ / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int col = 8 * n + 2 * t + (i & 1);
+        ds[n][i] = p[n][i] * (ds[n][i] - d_t[col]);  // dS^T = P^T (dP^T - D)
+      }
+    add_product<T, D, BQ>(dk, ds, q_t, lane);  // dK += dS^T Q
+    // dS^T into shared memory, 16-bit as the tensor cores take it
+#pragma unroll
+    for (int n = 0; n < BQ / 8; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = kr0 + g + 8 * h;
+        smem_store_u32(dst + swizzle<BQ / 8>(row, n) + 2 * t,
+                       Mma<T>::pack(ds[n][2 * h], ds[n][2 * h + 1]));
+      }
+    __syncthreads();
+    // dQ (BQ x D) += dS K: warp w takes queries 16 (w % QB).. and head columns DQ (w / QB)..
+    {
+      const int qb = warp % QB, c0 = DQ * (warp / QB);
+      float dq[DQ / 8][4];
+#pragma unroll
+      for (int n = 0; n < DQ / 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) dq[n][i] = 0.0f;
+      // A = dS (16 queries x 16 keys) from dS^T, transposed: matrix m of lane l covers keys
+      // 8 (m / 2).. and queries 8 (m % 2)..; B = K (16 keys x 16 columns), transposed
+      const int m = lane >> 3, r = lane & 7;
+      const int krow = (((lane >> 3) & 1) << 3) + (lane & 7), khalf = lane >> 4;
+#pragma unroll
+      for (int kk = 0; kk < BX / 16; ++kk) {
+        uint32_t af[4];
+        ldmatrix_x4_trans(af, dst + swizzle<BQ / 8>(16 * kk + ((m >> 1) << 3) + r, 2 * qb + (m & 1)));
+#pragma unroll
+        for (int np = 0; np < DQ / 16; ++np) {
+          uint32_t f[4];
+          ldmatrix_x4_trans(f, ks + swizzle<D / 8>(krow + 16 * kk, c0 / 8 + 2 * np + khalf));
+          Mma<T>::run(dq[2 * np], af, f);
+          Mma<T>::run(dq[2 * np + 1], af, f + 2);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = q0 + 16 * qb + g + 8 * h;
+        if (row >= a.q_len) continue;
+        float* dst_row = dq_acc + (long long)row * D + c0 + 2 * t;
+#pragma unroll
+        for (int n = 0; n < DQ / 8; ++n) {
+          atomicAdd(dst_row + 8 * n, dq[n][2 * h]);
+          atomicAdd(dst_row + 8 * n + 1, dq[n][2 * h + 1]);
+        }
+      }
+    }
+  }
+  store_rows<T, D>(dk_out + (long long)x0 * dk_stride, dk_stride, dk, kr0, a.x_len - x0,
+                   grad_scale, lane);
+  store_rows<T, DV>(dv_out + (long long)x0 * dv_stride, dv_stride, dv, kr0, a.x_len - x0, 1.0f,
+                    lane);
+}
+
+// dQ = scale x the fp32 sums, 4 values a thread (index `slot`) of a slice's q_len x H of them.
+template <class T, int H>
+NCDC_DEVICE void write_scaled(const float* acc, T* out, long long stride, long long n, float scale,
+                              long long slot) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const long long i = slot * 4 + r;
+    if (i >= n) return;
+    const long long row = i / H, col = i % H;
+    st_global(out + row * stride + col, T(ld_global(acc + i) * scale));
+  }
+}
+
+}  // namespace attn
+}  // namespace ncdc
+
+#endif  // NCDC_ATTENTION_BACKWARD_CUH

@@ -1,0 +1,152 @@
+"""Attention's fused backward (ncdc.families.attention.backward): the backward `ncdc grad`
+derives for attention, plain, causal and windowed, bf16 and fp16, plans one FlashAttention-2
+order kernel beside the small row-wise D kernel; emulated at odd sizes (query and key tails,
+a band that drops whole tiles) every tiling matches the float64 reference, and a planted
+fault in the device code fails; the grouped-query backward and others it does not run are
+left to the GEMM and row-wise kernels; the model prices the pairs a band visits and dQ's
+atomics."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from pathlib import Path
+
+import pytest
+
+from ncdc.backends import nvrtc
+from ncdc.families.attention.backward import read_backward
+from ncdc.grad.choose import choose_pair
+from ncdc.hardware.load import load_hardware
+from ncdc.language.load import load_diagram, load_diagram_text
+from ncdc.plan.search import plan_diagram
+from ncdc.render import render_plan
+from ncdc.templates import include
+from ncdc.verify.run import run_diagram
+from tests.support import DIAGRAMS
+
+H200 = load_hardware("h200")
+ODD = {"b": 1, "h": 2, "q": 53, "x": 77, "d": 64}
+WINDOW = """ncdc: 1
+name: win_attention
+axes: {b: 1, h: 2, q: 96, x: 96, d: 64}
+inputs:
+  Q: {axes: [b, h, q, d], dtype: fp16}
+  K: {axes: [b, h, x, d], dtype: fp16}
+  V: {axes: [b, h, x, d], dtype: fp16}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - M = window(S, query=q, key=x, left=17, right=3)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+"""
+
+
+@functools.cache
+def backward_of(text_or_name: str):
+    """The backward diagram `ncdc grad` chooses for a library diagram or a spec's text."""
+    if text_or_name.startswith("ncdc:"):
+        d = load_diagram_text(text_or_name, "spec.yaml")
+    else:
+        d = load_diagram(DIAGRAMS / f"{text_or_name}.yaml")
+    return choose_pair(d, H200).pair.backward
+
+
+def fused(backward, sizes: dict[str, int], tiles: dict[str, int] | None = None):
+    """The backward at `sizes` planned (its kernels' families) and rendered."""
+    small = dataclasses.replace(backward, axes={**backward.axes, **sizes})
+    plan = plan_diagram(small, H200, tiles or {})
+    return small, plan, render_plan(plan)
+
+
+@pytest.mark.parametrize(
+    "name, sizes, tiles",
+    [
+        ("attention_causal", ODD, {"x": 64, "q": 32}),
+        ("attention_causal", ODD, {"x": 128, "q": 64}),
+        ("attention", {**ODD, "d": 128}, {}),
+        ("window", {"q": 101, "x": 131}, {"x": 64, "q": 32}),
+    ],
+)  # fmt: skip
+def test_the_fused_backward_matches_the_reference_at_odd_sizes(name, sizes, tiles) -> None:
+    backward = backward_of(WINDOW if name == "window" else name)
+    diagram, plan, module = fused(backward, sizes, tiles)
+    assert [k.family.name for k in plan.kernels] == ["rowwise", "attention_backward"]
+    kp = plan.kernels[1]
+    assert (kp.candidate.param("bx"), kp.candidate.param("bq")) == (
+        tiles.get("x", kp.candidate.param("bx")), tiles.get("q", kp.candidate.param("bq")))  # fmt: skip
+    result = run_diagram(diagram, module, seed=5)
+    assert result.ok, result.checks
+    assert {c.name for c in result.checks} == set(diagram.outputs)
+
+
+@pytest.mark.parametrize(
+    "fault, broken",
+    [
+        ("          atomicAdd(dst_row + 8 * n, dq[n][2 * h]);\n", "dQ"),  # a dQ column unsummed
+        ("  return MASKED && (j > i + hi || j < i + lo);\n", "dK"),  # the band not applied
+        ("        ds[n][i] = p[n][i] * (ds[n][i] - d_t[col]);  // dS^T = P^T (dP^T - D)\n", "dK"),
+    ],
+)  # fmt: skip
+def test_a_planted_fault_fails(fault: str, broken: str) -> None:
+    header = (Path(include.__file__).parent / "ncdc_attention_backward.cuh").read_text()
+    assert header.count(fault) == 1
+    planted = {
+        fault.startswith("          atomicAdd"): "",
+        "MASKED &&" in fault: "  return false;\n",
+        "ds[n][i] =" in fault: "        ds[n][i] = p[n][i] * ds[n][i];\n",
+    }[True]
+    diagram, _, module = fused(backward_of("attention_causal"), ODD)
+    source = module.source.replace('#include "ncdc_attention_backward.cuh"',
+                                   header.replace(fault, planted))  # fmt: skip
+    assert source != module.source
+    result = run_diagram(diagram, dataclasses.replace(module, source=source), seed=5)
+    failed = {c.name for c in result.checks if not c.ok}
+    assert broken in failed, result.checks
+
+
+def test_what_it_does_not_run_goes_to_the_other_kernels() -> None:
+    # grouped-query heads: dK and dV sum over the group axis too
+    gqa = backward_of("gqa_attention")
+    small = dataclasses.replace(gqa, axes={**gqa.axes, "q": 64, "x": 64})
+    families = {k.family.name for k in plan_diagram(small, H200).kernels}
+    assert "attention_backward" not in families and "gemm" in families
+    # a read of another tensor in the chain: not the backward's structure
+    causal = backward_of("attention_causal")
+    graph_kernel = next(k for k in plan_diagram(causal, H200).kernels
+                        if k.family.name == "attention_backward").kernel  # fmt: skip
+    assert read_backward(causal, graph_kernel) is not None
+    extra = dataclasses.replace(graph_kernel, ops=graph_kernel.ops[:-1])
+    assert read_backward(causal, extra) is None
+
+
+def test_the_model_prices_the_pairs_a_band_visits_and_dqs_atomics() -> None:
+    """Causal: about half the dense tile pairs (the key tiles' queries from the diagonal
+    on), the FLOPs of five products over them; dQ added once per key tile, 4 bytes an add
+    into the L2."""
+    dense = plan_diagram(backward_of("attention"), H200).kernels[1]
+    causal = plan_diagram(backward_of("attention_causal"), H200).kernels[1]
+    sizes = backward_of("attention").axes
+    products = 5 * 2 * math.prod(sizes[a] for a in ("b", "h", "q", "x", "d"))
+    assert products <= dense.flops <= 1.05 * products  # five products, and the exp and muls
+    assert 0.5 <= causal.flops / dense.flops <= 0.55
+    c = causal.candidate
+    ((name, adds),) = c.accumulates
+    assert name == "dQ" and adds == math.ceil(sizes["x"] / c.param("bx"))
+    l2 = next(t for t in causal.transfers if t.upper == "l2")
+    dq = sizes["b"] * sizes["h"] * sizes["q"] * sizes["d"]
+    assert l2.bytes >= dq * 4 * adds
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC wheels not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_default_tiles_compile_without_spills(arch: str) -> None:
+    from ncdc.backends.compile import compile_plan
+
+    for name in ("attention", "attention_causal"):
+        plan = plan_diagram(backward_of(name), H200)
+        report = compile_plan(plan, arch)
+        kernel = next(k for k in report.kernels if "attention_backward" in k.launch.kernel)
+        assert kernel.spill_stores_bytes + kernel.spill_loads_bytes == 0, (name, kernel)
