@@ -40,11 +40,36 @@ struct BackwardSlice {
   long long lo = -kUnbounded, hi = kUnbounded;    // query i sees keys i + lo <= j <= i + hi
 };
 
-// Key j is dropped for query i: outside the band (MASKED), or past either tensor's end.
+// Key j is dropped for query i: outside the band (MASKED; lo and hi clamped to ints, see
+// `band32`), or past either tensor's end.
 template <bool MASKED>
-NCDC_DEVICE bool dropped_pair(long long lo, long long hi, int q_len, int x_len, int i, int j) {
+NCDC_DEVICE bool dropped_pair(int lo, int hi, int q_len, int x_len, int i, int j) {
   if (i >= q_len || j >= x_len) return true;
   return MASKED && (j > i + hi || j < i + lo);
+}
+
+// A band's bound clamped to [-(q_len + x_len + 1), q_len + x_len + 1]: the same answers for
+// every pair of the slice, in 32-bit arithmetic (the sizes are below 2^30 each).
+NCDC_DEVICE int band32(long long v, int q_len, int x_len) {
+  const long long m = q_len + 1ll + x_len;
+  return int(v < -m ? -m : v > m ? m : v);
+}
+
+// P^T from S^T: 2^(s scale_log2 - L log2 e), 0 for a dropped pair where CHECK (a tile that
+// the band or a tensor's end cuts; the others take no test at all).
+template <bool CHECK, bool MASKED, int BQ>
+NCDC_DEVICE void scores_to_p(float (&p)[BQ / 8][4], const float* l_t, float scale_log2, int lo,
+                             int hi, int q_len, int x_len, int q0, int key_row0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int n = 0; n < BQ / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int col = 8 * n + 2 * t + (i & 1);
+      const float v = exp2_fast(fmaf(p[n][i], scale_log2, -kLog2e * l_t[col]));
+      p[n][i] = CHECK && dropped_pair<MASKED>(lo, hi, q_len, x_len, q0 + col,
+                                              key_row0 + g + 8 * (i >> 1)) ? 0.0f : v;
+    }
 }
 
 // A 16-key by N tile of S^T = K_w X^T (X: a tile of rows in shared memory, N of them from row
@@ -150,7 +175,7 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
   const int g = lane >> 2, t = lane & 3;
   const int x0 = key_tile * BX;
   const int kr0 = 16 * warp;  // the warp's first key row in the tile
-  const float neg_lse = -kLog2e;  // L is a natural log; the exponent is base 2
+  const int lo = band32(a.lo, a.q_len, a.x_len), hi = band32(a.hi, a.q_len, a.x_len);
 
   // the query tiles that see some key of [x0, x1]: j <= i + hi and j >= i + lo
   const int x1 = imin(x0 + BX, a.x_len) - 1;
@@ -195,15 +220,15 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
     // kr0 + g + 8 (i / 2), query column 8 n + 2 t + i % 2)
     float p[BQ / 8][4];
     keys_by_rows<T, D, BQ>(p, ks, kr0, q_t, lane);
-#pragma unroll
-    for (int n = 0; n < BQ / 8; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int col = 8 * n + 2 * t + (i & 1);
-        const int j = x0 + kr0 + g + 8 * (i >> 1);
-        const bool drop = dropped_pair<MASKED>(a.lo, a.hi, a.q_len, a.x_len, q0 + col, j);
-        p[n][i] = drop ? 0.0f : exp2_fast(fmaf(p[n][i], a.scale_log2, l_t[col] * neg_lse));
-      }
+    // a tile whose every pair the band keeps and the tensors hold (most of them) is not tested
+    const bool cut = q0 + BQ > a.q_len || x0 + BX > a.x_len ||
+                     (MASKED && (x0 + BX - 1 > q0 + hi || x0 < q0 + BQ - 1 + lo));
+    if (cut)
+      scores_to_p<true, MASKED, BQ>(p, l_t, a.scale_log2, lo, hi, a.q_len, a.x_len, q0,
+                                    x0 + kr0, lane);
+    else
+      scores_to_p<false, MASKED, BQ>(p, l_t, a.scale_log2, lo, hi, a.q_len, a.x_len, q0,
+                                     x0 + kr0, lane);
     add_product<T, DV, BQ>(dv, p, do_t, lane);  // dV += P^T dO
     float ds[BQ / 8][4];
     keys_by_rows<T, DV, BQ>(ds, vs, kr0, do_t, lane);  // dP^T = V dO^T
