@@ -39,6 +39,7 @@ from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     STATUS,
     Pointers,
+    RowOpParts,
     Statement,
     cpp_type,
     float_literal,
@@ -287,14 +288,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         + ([status_param()] if gathers else [])
         + [Param(size_name(a), "int64", value=d.axes[a]) for a in (*r.rows_axes, row)]
     )
-    # Axis indices of the row (64-bit divisions) only where an offset or a mask needs them.
-    per_row = r.statements(parts.row_pre) + r.statements(parts.finish_row_ops)
-    generated = [r.offset(t) for t in touched] + [
-        a for st in (*source_stmts, *parts.finish_stmts, *per_row) for a in st.args
-    ]
-    uses_indices = any("ncdc_i_" in g for g in generated) or any(
-        op.kind == "mask" for op in kernel.ops
-    )
+    uses_indices = _uses_indices(r, parts, touched, source_stmts)
     eps = rowop.params.get("eps", 1e-5) if rowop.kind == "norm" else 0.0
     staged = _staged(d, kernel, row)
     context: dict[str, Any] = {
@@ -344,6 +338,18 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     assert all(op.kind in ELEMENTWISE_KINDS for op in r.elem_ops)
     workspace = (status_workspace(),) if gathers else ()
     return KernelSource("rowwise.cu.j2", context, (Launch.of(name, c.main, params),), workspace)
+
+
+def _uses_indices(
+    r: _RowKernel, parts: RowOpParts, touched: list[str], source_stmts: list[Statement]
+) -> bool:
+    """Whether the kernel needs its row's axis indices (64-bit divisions): only where an
+    offset, a statement or a mask reads them."""
+    per_row = r.statements(parts.row_pre) + r.statements(parts.finish_row_ops)
+    generated = [r.offset(t) for t in touched] + [
+        a for st in (*source_stmts, *parts.finish_stmts, *per_row) for a in st.args
+    ]
+    return any("ncdc_i_" in g for g in generated) or any(op.kind == "mask" for op in r.kernel.ops)
 
 
 class _RowKernel:
