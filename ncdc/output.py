@@ -11,6 +11,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import sys
 import threading
 import time
@@ -191,21 +192,52 @@ def fit_width(renderable: Any, console: Console) -> Any:
     """`renderable` laid out for `console.width` columns without cutting a word or a
     number: a table (alone or in a group) whose columns fit at their narrowest gets widths
     that wrap only between words; one that cannot fit is shown as records, a block of
-    `column: value` lines per row. Captions are left-aligned (they wrap like prose)."""
+    `column: value` lines per row. A caption goes below, left-aligned, wrapped between
+    phrases at the terminal's width (`wrap_phrases`)."""
     from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     if isinstance(renderable, Group):
         return Group(*(fit_width(r, console) for r in renderable.renderables))
     if not isinstance(renderable, Table):
         return renderable
-    renderable.caption_justify = "left"
+    if isinstance(renderable.caption, str):
+        renderable.caption = wrap_phrases(renderable.caption, console.width)
     widths = _column_widths(renderable, console)
     if widths is None:
         return as_records(renderable)
     for column, width in zip(renderable.columns, widths, strict=True):
         column.width = width
-    return renderable
+    if not renderable.caption:
+        return renderable
+    caption = Text(str(renderable.caption), style="table.caption")
+    renderable.caption = None  # below the table at the terminal's width, not the table's
+    return Group(renderable, caption)
+
+
+def wrap_phrases(text: str, width: int, indent: str = "  ") -> str:
+    """`text` wrapped `width` wide between phrases (after a comma, semicolon or colon), so
+    a count stays beside its unit; a phrase wider than a line wraps between words. Lines
+    after the first of each paragraph are indented.
+
+        >>> print(wrap_phrases("main loop: 4 tensor, 45 integer, 5 barrier", 28))
+        main loop: 4 tensor,
+          45 integer, 5 barrier
+    """
+    out: list[str] = []
+    for paragraph in text.splitlines():
+        line = ""
+        for phrase in re.split(r"(?<=[,;:]) ", paragraph):
+            pieces = [phrase] if len(indent) + len(phrase) <= width else phrase.split(" ")
+            for piece in pieces:
+                if line and len(line) + 1 + len(piece) > width:
+                    out.append(line)
+                    line = indent + piece
+                else:
+                    line = f"{line} {piece}" if line else piece
+        out.append(line)
+    return "\n".join(out)
 
 
 def _column_widths(table: Any, console: Console) -> list[int] | None:

@@ -50,6 +50,26 @@ def test_a_table_wraps_between_words_or_becomes_records() -> None:
     assert "label:" in records and "value:" in records and "…" not in records
 
 
+def test_a_caption_wraps_between_phrases_so_counts_keep_their_units() -> None:
+    from rich.table import Table
+
+    units = ("tensor", "integer", "barrier", "control", "memory")
+    mix = ", ".join(f"{n} {unit}" for n, unit in enumerate(units, 40))
+    for width in (30, 50, 80):
+        table = Table(title="t")
+        table.add_column("kernel")
+        table.add_row("k")
+        table.caption = (
+            f"some_long_kernel_name main loop: {mix}; tensor-bound, tensor pipe 97% busy"
+        )
+        lines = _render(table, width).splitlines()
+        assert all(len(line) <= width for line in lines)
+        text = "\n".join(line.strip() for line in lines)
+        for n, unit in enumerate(units, 40):  # never "42" at a line's end and "barrier" below
+            assert f"{n} {unit}" in text, (width, text)
+        assert "tensor pipe 97% busy" in text
+
+
 def test_a_pipe_honours_columns(monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     output.stdout.cache_clear()
