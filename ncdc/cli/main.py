@@ -394,6 +394,14 @@ def grad(
     show_cost: Annotated[
         bool, typer.Option("--cost", help="Also both passes' costs and the unfused step.")
     ] = False,
+    deterministic: Annotated[
+        bool,
+        typer.Option(
+            "--deterministic",
+            help="A backward that sums in one order, the same bits every run (no atomics; "
+            "as schedule: {deterministic: true} in the spec).",
+        ),
+    ] = False,
     set_: SetOpt = None,
     hardware: HardwareOpt = "h200",
     hw: HwOpt = None,
@@ -401,6 +409,8 @@ def grad(
 ) -> None:
     """Derive the training pair: a forward that saves what the backward needs, and the
     backward, with save or recompute chosen by the model's price."""
+    from dataclasses import replace
+
     from ncdc.cli.views import grad_table
     from ncdc.grad.choose import choose_pair
     from ncdc.grad.report import grad_to_dict, pair_paths, write_pair
@@ -408,6 +418,8 @@ def grad(
     if out is None and not show_cost:
         raise UsageError("nothing to do", where="ncdc grad", hint="give -o DIR, or --cost")
     diagram = load_diagram(spec, parse_assignments(set_ or []))
+    if deterministic:
+        diagram = replace(diagram, schedule=replace(diagram.schedule, deterministic=True))
     if out is not None:
         pair_paths(diagram.name, out)  # refuse files that are there before pricing
     choice = choose_pair(

@@ -204,7 +204,11 @@ def _backward_text(diagram: Diagram, backward: Backward, name: str, b: _Build) -
     ops += b.backward_lines + [line.text() for line in backward.lines]
     wrt = ", ".join(backward.grads)
     doc = f"Backward of {diagram.name} (ncdc grad): the gradients of {wrt}."
-    return diagram_text(name, doc, diagram.axes, inputs, ops, list(backward.grads.values()))
+    # the spec's request for sums in one order holds for its backward too
+    schedule = Schedule(deterministic=True) if diagram.schedule.deterministic else None
+    return diagram_text(
+        name, doc, diagram.axes, inputs, ops, list(backward.grads.values()), schedule
+    )
 
 
 def _from_lse_op(op: Op, b: _Build) -> bool:
@@ -253,6 +257,8 @@ def _schedule_text(s: Schedule) -> str:
         parts.append("tiles: {" + ", ".join(f"{a}: {n}" for a, n in s.tiles.items()) + "}")
     if s.breaks_given:
         parts.append(f"materialize: [{', '.join(s.materialize)}]")
+    if s.deterministic:
+        parts.append("deterministic: true")
     return ", ".join(parts)
 
 

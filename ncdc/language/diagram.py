@@ -70,6 +70,9 @@ class Schedule:
     # The spec wrote `materialize` (even an empty list): its kernel breaks are obeyed, not
     # chosen by the model (ncdc.plan.search.choose_breaks).
     breaks_given: bool = False
+    # Sums in one order, the same bits every run: no kernel adds into its outputs with atomics
+    # (attention's backward then writes dQ by a second, query-major pass).
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)

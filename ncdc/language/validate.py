@@ -16,7 +16,7 @@ from ncdc.language.yamlsrc import YamlPath
 _TOP_KEYS = {"ncdc", "name", "doc", "axes", "inputs", "ops", "outputs", "schedule"}
 _REQUIRED_TOP = ("ncdc", "name", "axes", "inputs", "ops", "outputs")
 _INPUT_KEYS = {"axes", "dtype", "doc", "expected"}
-_SCHEDULE_KEYS = {"group", "stream", "tiles", "materialize"}
+_SCHEDULE_KEYS = {"group", "stream", "tiles", "materialize", "deterministic"}
 
 
 class Validator(Checks):
@@ -229,9 +229,17 @@ class Validator(Checks):
                     else f"'{name}' is not an intermediate result, and this diagram has none",
                     "materialize names intermediates, or outputs that later ops read",
                 )
+        deterministic = value.get("deterministic", False)
+        if not isinstance(deterministic, bool):
+            raise self.fail(
+                ("schedule", "deterministic"),
+                f"expected true or false, found {shown(deterministic)}",
+                "deterministic: true asks for sums in one order, the same bits every run",
+            )
         return Schedule(
-            lists["group"], lists["stream"], dict(tiles), tuple(mat), "materialize" in value
-        )
+            lists["group"], lists["stream"], dict(tiles), tuple(mat), "materialize" in value,
+            deterministic,
+        )  # fmt: skip
 
     def check_used(self, inputs: list[Tensor], ops: list[Op], outputs: tuple) -> None:
         used = {n for op in ops for n in op.inputs}

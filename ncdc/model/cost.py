@@ -21,7 +21,7 @@ from ncdc.model.graph import MemoryGraph, Partition
 from ncdc.model.issue import ISSUE, LoopMix, issue_time_s
 from ncdc.model.launch import Candidate, Family
 from ncdc.model.overlap import latency_efficiency, overlap_compute, pingpong_compute, pipeline_stall
-from ncdc.model.structure import KernelModel
+from ncdc.model.structure import KernelModel, ops_flops
 from ncdc.model.values import KernelPlan, LevelCost, Plan, TileChoice, Transfer, Unfused
 from ncdc.units import ceil_div
 
@@ -89,6 +89,8 @@ def time_kernel(
     c = choice.candidate
     inner = choice.partitions[hw.block_level if c else hw.levels[-1].name]
     groups, tile_padding, flops = model.tile_work(inner.group, inner.stream)
+    if c is not None and c.recomputes:
+        flops = _with_recomputed(model, flops, c.recomputes)
     pace = _pace(model, hw, inner, c, groups, tile_padding, occupancy)
     transfers = _transfers(model, hw, choice, pace)
     compute = _compute(model, hw, c, inner, flops, groups, pace, mix)
@@ -249,6 +251,19 @@ def _causal_balance(
         r = model.ragged
         return ragged_imbalance(queries, keys, g_q, s_x, lo, hi, r.rows, r.packed, batches, slots)
     return band_imbalance(queries, keys, g_q, s_x, lo, hi, batches, slots, True, split_chunks)
+
+
+def _with_recomputed(
+    model: KernelModel, flops: Mapping[tuple[str, str], float],
+    recomputes: tuple[tuple[str, float], ...],
+) -> dict[tuple[str, str], float]:  # fmt: skip
+    """`flops` and those of the operations a later launch computes again, at its share."""
+    out = dict(flops)
+    by_out = {op.out: op for op in model.kernel.ops}
+    for name, share in recomputes:
+        for key, n in ops_flops(model.diagram, [by_out[name]]).items():
+            out[key] = out.get(key, 0) + n * share
+    return out
 
 
 def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[int, int]:

@@ -91,7 +91,9 @@ class Candidate:
     blocks walks before the next column (a GEMM's grouped order, for L2 reuse; 0: row order);
     `accumulates`, outputs the blocks add into with fp32 atomics, with how many adds each
     value takes (attention's fused backward: dQ, once per key tile), written from that
-    fp32 workspace by the kernel's last launch.
+    fp32 workspace by the kernel's last launch; `recomputes`, operations (by their result)
+    a later launch computes again, with the share of their work it does (attention's
+    backward with dQ in a second pass, query-major: S and dP again, over the band's pairs).
     """
 
     group: Mapping[str, int] = field(hash=False)
@@ -111,6 +113,7 @@ class Candidate:
     split_size: int = 0
     raster_group: int = 0
     accumulates: tuple[tuple[str, int], ...] = ()
+    recomputes: tuple[tuple[str, float], ...] = ()
 
     @property
     def main(self) -> LaunchShape:
@@ -166,6 +169,7 @@ class Candidate:
             "split_size": self.split_size,
             "raster_group": self.raster_group,
             "accumulates": dict(self.accumulates),
+            "recomputes": dict(self.recomputes),
         }
 
 
@@ -195,4 +199,5 @@ def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
         bool(data.get("pingpong", False)), int(data.get("split_size", 0)),
         int(data.get("raster_group", 0)),
         tuple((str(k), int(v)) for k, v in data.get("accumulates", {}).items()),
+        tuple((str(k), float(v)) for k, v in data.get("recomputes", {}).items()),
     )  # fmt: skip

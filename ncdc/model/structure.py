@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -510,15 +510,19 @@ def kernel_flops(
     """FLOPs per (unit, kind): 2k per output value of a contraction, exponentials on the
     SFU, the rest on CUDA cores at their op record's price (ncdc.language.ops). With
     `axis`, only the operations whose result or reduction runs over that axis."""
+    ops = [op for op in kernel.ops if axis is None or axis in op.axes or axis in op.over]
+    return ops_flops(diagram, ops)
+
+
+def ops_flops(diagram: Diagram, ops: Iterable[Op]) -> dict[tuple[str, str], float]:
+    """`kernel_flops` of the operations `ops`."""
     out: dict[tuple[str, str], float] = {}
 
     def add(key: tuple[str, str], n: float) -> None:
         if n:
             out[key] = out.get(key, 0) + n
 
-    for op in kernel.ops:
-        if axis is not None and axis not in op.axes and axis not in op.over:
-            continue
+    for op in ops:
         result = diagram.size(diagram.tensor(op.out))
         if op.kind == "contract":
             k = math.prod(diagram.axes[a] for a in op.over)

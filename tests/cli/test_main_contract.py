@@ -295,3 +295,20 @@ def test_grad_writes_a_pair_that_checks_and_refuses_to_overwrite(tmp_path) -> No
     assert_error(ncdc("grad", rmsnorm), 2, contains="-o DIR")
     refused = ncdc("grad", str(ROOT / "diagrams" / "int8_quantize.yaml"), "--cost")
     assert_error(refused, 2, contains="cannot differentiate")
+
+
+def test_grad_deterministic_writes_a_backward_that_sums_in_one_order(tmp_path) -> None:
+    from ncdc.hardware.load import load_hardware
+    from ncdc.language.load import load_diagram
+    from ncdc.plan.search import plan_diagram
+
+    causal = str(ROOT / "diagrams" / "attention_causal.yaml")
+    sizes = ("--set", "q=256", "--set", "x=256")
+    result = ncdc("grad", causal, "-o", str(tmp_path), "--deterministic", *sizes)
+    assert result.returncode == 0, result.stderr
+    backward = tmp_path / "attention_causal_bwd.yaml"
+    assert "deterministic: true" in backward.read_text()
+    assert ncdc("check", str(backward)).returncode == 0
+    plan = plan_diagram(load_diagram(backward), load_hardware("h200"))
+    fused = next(k for k in plan.kernels if k.family.name == "attention_backward")
+    assert fused.candidate.param("dq_pass") == 1 and not fused.candidate.accumulates

@@ -19,7 +19,10 @@ them, holding its keys' dK and dV accumulators; the queries stream through a 2-s
 cp.async ring bq at a time (only the tiles that see some of its keys), each step
 recomputing S^T and P^T (keys as rows), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D),
 dK += dS^T Q, and dQ += dS K added into an fp32 workspace with atomics; a second launch
-writes dQ from it (device code in `templates/include/ncdc_attention_backward.cuh`).
+writes dQ from it (device code in `templates/include/ncdc_attention_backward.cuh`). Or, as
+the model's price or the schedule's `deterministic` says (`dq_pass`), the second launch
+computes dQ itself in query order: a block per bx queries holding their dQ while the keys
+stream bq at a time, S, P and dP computed again, no atomics, the same bits every run.
 Grouped-query heads (dK and dV summed over a group), score functors and varlen masks are
 not in it: their backward runs on the GEMM and row-wise kernels.
 
@@ -36,11 +39,12 @@ not in it: their backward runs on the GEMM and row-wise kernels.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
 from ncdc.families.attention.core import HEAD_STEP, INPUT_DTYPES, MMA_ROWS, row_values
@@ -85,6 +89,7 @@ class Backward:
     hi: tuple[str, ...]  # and j <= i + each of these
     offset: Mapping[str, str]  # tensor -> C++ offset of its (batch...) slice
     stride: Mapping[str, str]  # tensor -> row pitch (along q or x), in elements
+    scores: tuple[str, ...] = ()  # S, the masks, P and dS: what a query-major dQ pass redoes
 
     @property
     def masked(self) -> bool:
@@ -155,7 +160,9 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
         return None
     names = {"Q": q, "K": k, "V": v, "dO": do, "L": lse, "D": dvec,
              "dQ": dq.out, "dK": dk.out, "dV": dv.out}  # fmt: skip
-    return _backward(diagram, kernel, names, masks, s, (dq, dk), q_axis, x_axis, d_axis, e_axis)
+    b = _backward(diagram, kernel, names, masks, s, (dq, dk), q_axis, x_axis, d_axis, e_axis)
+    scores = tuple(op.out for op in (s, *masks, y, p, dp, g, ds))
+    return None if b is None else dataclasses.replace(b, scores=scores)
 
 
 def _backward(
@@ -215,23 +222,46 @@ def _number(op: Op) -> float | None:
     return value
 
 
-def _registers(d: int, e: int, bq: int, warps: int) -> int:
+def _registers(d: int, e: int, bq: int, warps: int, atomic: bool) -> int:
     """dK and dV (d / 2 and e / 2 fp32 a thread), S^T, P^T and dP^T of a step (bq / 2 each),
-    the dQ tile a warp adds (16 queries by its share of d), fragments and addresses."""
+    the dQ tile a warp adds (16 queries by its share of d; with atomics), fragments and
+    addresses. The query-major dQ pass holds less: dQ (d / 2) and a step's S and dP."""
     from ncdc.model.cost import estimate_registers
 
-    share = d // max(1, warps // (bq // MMA_ROWS))
+    share = d // max(1, warps // (bq // MMA_ROWS)) if atomic else 0
     accumulators = 16 * (d + e) + 16 * bq * 2 + 16 * share  # per warp, fp32
     return estimate_registers(accumulators * warps, 32 * warps, 24)
 
 
-def _smem(b: Backward, bx: int, bq: int) -> int:
-    """K and V tiles, the ring of Q and dO tiles, dS^T, and the ring's L and D (fp32)."""
+def _smem(b: Backward, bx: int, bq: int, atomic: bool) -> int:
+    """K and V tiles, the ring of Q and dO tiles, dS^T (with atomics), and the ring's L and D
+    (fp32). The query-major dQ pass's is smaller: its Q and dO tiles and a ring of K and V."""
     values = bx * (row_values(b.d) + row_values(b.e)) + STAGES * bq * (
         row_values(b.d) + row_values(b.e)
     )
-    values += bx * row_values(bq)
+    values += bx * row_values(bq) if atomic else 0
     return values * DTYPES[b.dtype].bytes + STAGES * 2 * bq * 4
+
+
+def _dq_pass_smem(b: Backward, bx: int, bq: int) -> int:
+    """The query-major dQ pass: Q and dO tiles of bx queries, a 2-stage ring of bq keys of K
+    and V (its blocks have the main kernel's warps, the tile roles swapped)."""
+    values = (bx + STAGES * bq) * (row_values(b.d) + row_values(b.e))
+    return values * DTYPES[b.dtype].bytes
+
+
+def _dq_pass_facts(
+    model: KernelModel, b: Backward, q: str, x: str, bx: int, bq: int
+) -> dict[str, Any]:  # fmt: skip
+    """What the query-major dQ pass adds to the model's count: it reads Q, dO, L and D once
+    more and K and V once per block of bx queries (under a band, the share of key tiles the
+    band leaves them), and computes S, P and dP again over those pairs."""
+    visited = float(model.mask_fraction({q: bx}, {x: bq}))
+    kv_reads = max(1, round(ceil_div(model.sizes[q], bx) * visited))
+    n = b.names
+    rereads = ((n["Q"], 1), (n["dO"], 1), (n["L"], 1), (n["D"], 1), (n["K"], kv_reads),
+               (n["V"], kv_reads))  # fmt: skip
+    return {"rereads": rereads, "recomputes": tuple((op, visited) for op in b.scores)}
 
 
 class AttentionBackwardFamily:
@@ -265,9 +295,14 @@ class AttentionBackwardFamily:
                 f"{MAX_GRID_YZ} rows", hint="run it in parts with --set on a batch axis",
             )  # fmt: skip
         (q,), (x,) = family.axes("q"), family.axes("x")
+        # dQ by atomics (model's choice) or by a query-major second pass (also the only way
+        # that sums in one order: the schedule's deterministic)
+        ways = (1,) if model.diagram.schedule.deterministic else (0, 1)
         out = []
-        for bx, bq in itertools.product(
-            [fixed[x]] if x in fixed else TILES["bx"], [fixed[q]] if q in fixed else TILES["bq"]
+        for bx, bq, dq_pass in itertools.product(
+            [fixed[x]] if x in fixed else TILES["bx"],
+            [fixed[q]] if q in fixed else TILES["bq"],
+            ways,
         ):
             warps = bx // MMA_ROWS
             blocks_q = bq // MMA_ROWS
@@ -280,18 +315,27 @@ class AttentionBackwardFamily:
             group.update({x: bx, q: sizes[q]})
             group.update({a: sizes[a] for a in (*family.axes("d"), *family.axes("d_v"))})
             stream = {q: bq}
-            smem = _smem(b, bx, bq)
-            main = LaunchShape((ceil_div(sizes[x], bx), slices, 1), (32 * warps, 1, 1), smem)
-            values = sizes[q] * b.d
-            convert = LaunchShape(
-                (ceil_div(values, 4 * CONVERT_THREADS), slices, 1), (CONVERT_THREADS, 1, 1), 0
+            atomic = not dq_pass
+            main = LaunchShape(
+                (ceil_div(sizes[x], bx), slices, 1), (32 * warps, 1, 1), _smem(b, bx, bq, atomic)
             )
+            if atomic:
+                values = sizes[q] * b.d
+                second = LaunchShape(
+                    (ceil_div(values, 4 * CONVERT_THREADS), slices, 1), (CONVERT_THREADS, 1, 1), 0
+                )
+                facts: dict[str, Any] = {"accumulates": ((b.names["dQ"], ceil_div(sizes[x], bx)),)}
+            else:
+                second = LaunchShape(
+                    (ceil_div(sizes[q], bx), slices, 1), (32 * warps, 1, 1),
+                    _dq_pass_smem(b, bx, bq),
+                )  # fmt: skip
+                facts = _dq_pass_facts(model, b, q, x, bx, bq)
             out.append(
                 Candidate(
                     group, stream, {**group, x: MMA_ROWS}, stream,
-                    (("bx", bx), ("bq", bq)), (main, convert), STAGES, 1,
-                    _registers(b.d, b.e, bq, warps),
-                    accumulates=((b.names["dQ"], ceil_div(sizes[x], bx)),),
+                    (("bx", bx), ("bq", bq), ("dq_pass", dq_pass)), (main, second), STAGES, 1,
+                    _registers(b.d, b.e, bq, warps, atomic), **facts,
                 )
             )  # fmt: skip
         return out
@@ -301,37 +345,45 @@ class AttentionBackwardFamily:
         b = read_backward(diagram, kp.kernel)
         c = kp.candidate
         assert b is not None and c is not None, "a GPU plan of the backward"
-        bx, bq = c.param("bx"), c.param("bq")
+        bx, bq, dq_pass = c.param("bx"), c.param("bq"), bool(c.param("dq_pass"))
         name = (
             f"{kp.kernel.name}_attention_backward_{b.dtype}_x{bx}_q{bq}_d{b.d}"
             + (f"_dv{b.e}" if b.e != b.d else "")
             + ("_masked" if b.masked else "")
+            + ("_dqpass" if dq_pass else "")
         )
         n = b.names
         workspace = f"ncdc_{n['dQ']}_acc"
         slices = math.prod(diagram.axes[a] for a in b.batch)
         sizes = [Param(size_name(a), "int64", value=diagram.axes[a])
                  for a in (*b.batch, b.q_axis, b.x_axis)]  # fmt: skip
-        main_params = (
-            *(Param(n[r], "tensor", diagram.tensor(n[r]).dtype)
-              for r in ("Q", "K", "V", "dO", "L", "D")),
-            Param(n["dK"], "tensor", diagram.tensor(n["dK"]).dtype, writes=True),
-            Param(n["dV"], "tensor", diagram.tensor(n["dV"]).dtype, writes=True),
-            Param(workspace, "workspace", "fp32", writes=True),
-            *sizes,
+        reads = tuple(Param(n[r], "tensor", diagram.tensor(n[r]).dtype)
+                      for r in ("Q", "K", "V", "dO", "L", "D"))  # fmt: skip
+        scales = (
             Param("ncdc_scale_log2", "float32", value=b.scale * math.log2(math.e)),
             Param("ncdc_grad_scale", "float32", value=b.grad_scale),
-        )  # fmt: skip
-        convert_params = (
-            Param(workspace, "workspace", "fp32"),
-            Param(n["dQ"], "tensor", diagram.tensor(n["dQ"]).dtype, writes=True),
-            *sizes,
-            Param("ncdc_grad_scale", "float32", value=b.grad_scale),
         )
+        dq = Param(n["dQ"], "tensor", diagram.tensor(n["dQ"]).dtype, writes=True)
+        main_params = (
+            *reads,
+            Param(n["dK"], "tensor", diagram.tensor(n["dK"]).dtype, writes=True),
+            Param(n["dV"], "tensor", diagram.tensor(n["dV"]).dtype, writes=True),
+            *(() if dq_pass else (Param(workspace, "workspace", "fp32", writes=True),)),
+            *sizes,
+            *scales,
+        )  # fmt: skip
+        if dq_pass:  # dQ by the query-major kernel, from the same inputs
+            second_params: tuple[Param, ...] = (*reads, dq, *sizes, *scales)
+        else:  # dQ from its fp32 workspace
+            second_params = (Param(workspace, "workspace", "fp32"), dq, *sizes, scales[1])
+        how = ("dQ by a second kernel in query order (no atomics)" if dq_pass
+               else "dQ added in fp32 and written by a second kernel")  # fmt: skip
         context = {
             "kernel": name,
             "summary": f"attention backward, {bx} keys a block ({bx // MMA_ROWS} warps), "
-            f"queries streamed {bq} at a time, dQ added in fp32 and written by a second kernel",
+            f"queries streamed {bq} at a time, {how}",
+            "dq_pass": dq_pass,
+            "masked": "true" if b.masked else "false",
             "T": cpp_type(b.dtype),
             "dq_type": cpp_type(diagram.tensor(n["dQ"]).dtype),
             "names": dict(n),
@@ -344,11 +396,11 @@ class AttentionBackwardFamily:
         }  # fmt: skip
         launches = (
             Launch.of(name, c.launches[0], main_params),
-            Launch.of(f"{name}_dq", c.launches[1], convert_params),
+            Launch.of(f"{name}_dq", c.launches[1], second_params),
         )
         values = slices * diagram.axes[b.q_axis] * b.d
-        return KernelSource("attention_backward.cu.j2", context, launches,
-                            (Workspace(workspace, "fp32", values, zeroed=True),))  # fmt: skip
+        spaces = () if dq_pass else (Workspace(workspace, "fp32", values, zeroed=True),)
+        return KernelSource("attention_backward.cu.j2", context, launches, spaces)
 
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
         return [(family.axes("x")[0], TILES["bx"]), (family.axes("q")[0], TILES["bq"])]

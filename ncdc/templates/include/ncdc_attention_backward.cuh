@@ -14,7 +14,8 @@
 //                         the block's share added into an fp32 workspace with atomics
 //
 // and writes dK (times the gradient's scale) and dV; `write_scaled` then turns the summed dQ
-// into the output. Layouts as ncdc_attention.cuh's: rows contiguous along the head (16-byte
+// into the output. Without DQ_ATOMIC the kernel leaves dQ to `dq_by_queries`, a second pass
+// in query order that adds no atomics (the same bits every run). Layouts as ncdc_attention.cuh's: rows contiguous along the head (16-byte
 // chunks, swizzled or padded to an odd pitch); dS^T is a tile of BQ / 8 chunks per key row.
 #pragma once
 #ifndef NCDC_ATTENTION_BACKWARD_CUH
@@ -154,7 +155,7 @@ NCDC_DEVICE void load_queries(T* qs, T* dos, float* ls, float* ds, const Backwar
   }
 }
 
-template <class T, int D, int DV, int BX, int BQ, bool MASKED>
+template <class T, int D, int DV, int BX, int BQ, bool MASKED, bool DQ_ATOMIC>
 NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long long dk_stride,
                                     T* dv_out, long long dv_stride, float* dq_acc, int key_tile,
                                     float grad_scale) {
@@ -163,12 +164,12 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
                 "whole 16-row mma blocks; the warps split dQ's columns evenly");
   constexpr int KT = BX * row_chunks<D / 8>() * 8, VT = BX * row_chunks<DV / 8>() * 8;
   constexpr int QT = BQ * row_chunks<D / 8>() * 8, OT = BQ * row_chunks<DV / 8>() * 8;
-  constexpr int ST = BX * row_chunks<BQ / 8>() * 8;
+  constexpr int ST = DQ_ATOMIC ? BX * row_chunks<BQ / 8>() * 8 : 0;
   T* ks = dynamic_smem<T>();
   T* vs = ks + KT;
   T* qs = vs + VT;        // [2][QT]
   T* dos = qs + 2 * QT;   // [2][OT]
-  T* dst = dos + 2 * OT;  // dS^T: [BX keys][BQ queries]
+  T* dst = dos + 2 * OT;  // dS^T: [BX keys][BQ queries] (DQ_ATOMIC only)
   float* ls = reinterpret_cast<float*>(dst + ST);  // [2][BQ] L
   float* dvs = ls + 2 * BQ;                        // [2][BQ] D
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -240,6 +241,7 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
         ds[n][i] = p[n][i] * (ds[n][i] - d_t[col]);  // dS^T = P^T (dP^T - D)
       }
     add_product<T, D, BQ>(dk, ds, q_t, lane);  // dK += dS^T Q
+    if constexpr (!DQ_ATOMIC) continue;  // dQ by the query-major pass (dq_by_queries)
     // dS^T into shared memory, 16-bit as the tensor cores take it
 #pragma unroll
     for (int n = 0; n < BQ / 8; ++n)
@@ -291,6 +293,110 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
                    grad_scale, lane);
   store_rows<T, DV>(dv_out + (long long)x0 * dv_stride, dv_stride, dv, kr0, a.x_len - x0, 1.0f,
                     lane);
+}
+
+// P from S for rows of queries: 2^(s scale_log2 - L log2 e) with the row's L (rows g and
+// g + 8 of the warp's 16: l2[0], l2[1]), 0 for a dropped pair where CHECK.
+template <bool CHECK, bool MASKED, int BX>
+NCDC_DEVICE void scores_to_p_rows(float (&p)[BX / 8][4], const float (&l2)[2], float scale_log2,
+                                  int lo, int hi, int q_len, int x_len, int query_row0, int x0,
+                                  int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int n = 0; n < BX / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float v = exp2_fast(fmaf(p[n][i], scale_log2, -kLog2e * l2[i >> 1]));
+      p[n][i] = CHECK && dropped_pair<MASKED>(lo, hi, q_len, x_len, query_row0 + g + 8 * (i >> 1),
+                                              x0 + 8 * n + 2 * t + (i & 1)) ? 0.0f : v;
+    }
+}
+
+// Keys [x0, x0 + BX) of K and V (rows at or past x_len zero-filled) into one stage.
+template <class T, int D, int DV, int BX, int THREADS>
+NCDC_DEVICE void load_keys(T* ks, T* vs, const BackwardSlice<T>& a, int x0, int tid) {
+  load_tile<T, BX, D, D / 8, THREADS>(ks, a.k + x0 * a.k_stride, a.k_stride, a.x_len - x0, tid);
+  load_tile<T, BX, DV, DV / 8, THREADS>(vs, a.v + x0 * a.v_stride, a.v_stride, a.x_len - x0, tid);
+}
+
+// dQ without atomics: a second pass, one block per BQ queries (one warp per 16 of them)
+// holding their dQ (fp32) while the keys stream BX at a time through a 2-stage cp.async ring
+// (only the tiles the band leaves them), recomputing for each
+//
+//   S  = Q K^T,  P = exp(S s - L),  dP = dO V^T,  dS = P (dP - D),  dQ += dS K
+//
+// and writing dQ times the gradient's scale. Each value is summed by one thread in key order:
+// the same bits on every run (the deterministic mode), at the price of S and dP computed again.
+template <class T, int D, int DV, int BQ, int BX, bool MASKED>
+NCDC_DEVICE void dq_by_queries(const BackwardSlice<T>& a, T* dq_out, long long dq_stride,
+                               int query_tile, float grad_scale) {
+  constexpr int W = BQ / 16, THREADS = 32 * W;
+  static_assert(BQ % 16 == 0 && BX % 16 == 0, "whole 16-row mma blocks");
+  constexpr int QT = BQ * row_chunks<D / 8>() * 8, OT = BQ * row_chunks<DV / 8>() * 8;
+  constexpr int KT = BX * row_chunks<D / 8>() * 8, VT = BX * row_chunks<DV / 8>() * 8;
+  T* qs = dynamic_smem<T>();
+  T* dos = qs + QT;
+  T* ks = dos + OT;      // [2][KT]
+  T* vs = ks + 2 * KT;   // [2][VT]
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2;
+  const int q0 = query_tile * BQ, qr0 = 16 * warp;
+  const int lo = band32(a.lo, a.q_len, a.x_len), hi = band32(a.hi, a.q_len, a.x_len);
+  // the key tiles some query of [q0, q1] sees: i + lo <= j <= i + hi
+  const int q1 = imin(q0 + BQ, a.q_len) - 1;
+  const long long first_x = MASKED ? lmax(0, q0 + (long long)lo) : 0;
+  const long long last_x = MASKED ? lmin(a.x_len - 1ll, q1 + (long long)hi) : a.x_len - 1ll;
+  const int tile0 = first_x > last_x ? 0 : int(first_x / BX);
+  const int tiles = first_x > last_x ? 0 : int(last_x / BX) + 1 - tile0;
+
+  float l2[2], d2[2];  // the warp's rows g and g + 8: L and D (0 past the queries' end)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = q0 + qr0 + g + 8 * h;
+    l2[h] = row < a.q_len ? ld_global(a.lse + row) : 0.0f;
+    d2[h] = row < a.q_len ? ld_global(a.dvec + row) : 0.0f;
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dq[n][i] = 0.0f;
+  if (tiles > 0) {
+    load_tile<T, BQ, D, D / 8, THREADS>(qs, a.q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
+    load_tile<T, BQ, DV, DV / 8, THREADS>(dos, a.dout + q0 * a.do_stride, a.do_stride,
+                                          a.q_len - q0, tid);
+    load_keys<T, D, DV, BX, THREADS>(ks, vs, a, tile0 * BX, tid);
+    cp_async_commit();
+  }
+  for (int it = 0; it < tiles; ++it) {
+    const int stage = it & 1, x0 = (tile0 + it) * BX;
+    cp_async_wait_all();  // tile `it` has landed; every warp is done with the other stage
+    __syncthreads();
+    if (it + 1 < tiles)
+      load_keys<T, D, DV, BX, THREADS>(ks + (stage ^ 1) * KT, vs + (stage ^ 1) * VT, a, x0 + BX,
+                                       tid);
+    cp_async_commit();
+    const T* k_t = ks + stage * KT;
+    const T* v_t = vs + stage * VT;
+    float p[BX / 8][4];
+    keys_by_rows<T, D, BX>(p, qs, qr0, k_t, lane);  // S: the warp's 16 queries by BX keys
+    const bool cut = q0 + BQ > a.q_len || x0 + BX > a.x_len ||
+                     (MASKED && (x0 + BX - 1 > q0 + hi || x0 < q0 + BQ - 1 + lo));
+    if (cut)
+      scores_to_p_rows<true, MASKED, BX>(p, l2, a.scale_log2, lo, hi, a.q_len, a.x_len,
+                                         q0 + qr0, x0, lane);
+    else
+      scores_to_p_rows<false, MASKED, BX>(p, l2, a.scale_log2, lo, hi, a.q_len, a.x_len,
+                                          q0 + qr0, x0, lane);
+    float ds[BX / 8][4];
+    keys_by_rows<T, DV, BX>(ds, dos, qr0, v_t, lane);  // dP = dO V^T
+#pragma unroll
+    for (int n = 0; n < BX / 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ds[n][i] = p[n][i] * (ds[n][i] - d2[i >> 1]);
+    add_product<T, D, BX>(dq, ds, k_t, lane);  // dQ += dS K
+  }
+  store_rows<T, D>(dq_out + (long long)q0 * dq_stride, dq_stride, dq, qr0, a.q_len - q0,
+                   grad_scale, lane);
 }
 
 // dQ = scale x the fp32 sums, 4 values a thread (index `slot`) of a slice's q_len x H of them.

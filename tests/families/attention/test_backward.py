@@ -3,8 +3,8 @@ derives for attention, plain, causal and windowed, bf16 and fp16, plans one Flas
 order kernel beside the small row-wise D kernel; emulated at odd sizes (query and key tails,
 a band that drops whole tiles) every tiling matches the float64 reference, and a planted
 fault in the device code fails; the grouped-query backward and others it does not run are
-left to the GEMM and row-wise kernels; the model prices the pairs a band visits and dQ's
-atomics."""
+left to the GEMM and row-wise kernels; the model prices the pairs a band visits, dQ's
+atomics, and the query-major second pass that replaces them in the deterministic mode."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from ncdc.families.attention.backward import read_backward
 from ncdc.grad.choose import choose_pair
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
+from ncdc.model.launch import candidate_from_dict
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
 from ncdc.templates import include
@@ -54,6 +55,13 @@ def backward_of(text_or_name: str):
     return choose_pair(d, H200).pair.backward
 
 
+def deterministic(diagram):
+    """`diagram` with `schedule: {deterministic: true}`."""
+    return dataclasses.replace(
+        diagram, schedule=dataclasses.replace(diagram.schedule, deterministic=True)
+    )
+
+
 def fused(backward, sizes: dict[str, int], tiles: dict[str, int] | None = None):
     """The backward at `sizes` planned (its kernels' families) and rendered."""
     small = dataclasses.replace(backward, axes={**backward.axes, **sizes})
@@ -62,46 +70,66 @@ def fused(backward, sizes: dict[str, int], tiles: dict[str, int] | None = None):
 
 
 @pytest.mark.parametrize(
-    "name, sizes, tiles",
+    "name, sizes, tiles, one_order",
     [
-        ("attention_causal", ODD, {"x": 64, "q": 32}),
-        ("attention_causal", ODD, {"x": 128, "q": 64}),
-        ("attention", {**ODD, "d": 128}, {}),
-        ("window", {"q": 101, "x": 131}, {"x": 64, "q": 32}),
+        ("attention_causal", ODD, {"x": 64, "q": 32}, False),
+        ("attention_causal", ODD, {"x": 128, "q": 64}, True),
+        ("attention", {**ODD, "d": 128}, {}, False),
+        ("attention", {**ODD, "d": 128}, {}, True),
+        ("window", {"q": 101, "x": 131}, {"x": 64, "q": 32}, False),
+        ("window", {"q": 101, "x": 131}, {"x": 64, "q": 32}, True),
     ],
 )  # fmt: skip
-def test_the_fused_backward_matches_the_reference_at_odd_sizes(name, sizes, tiles) -> None:
+def test_the_fused_backward_matches_the_reference_at_odd_sizes(
+    name, sizes, tiles, one_order
+) -> None:
+    """Also in the deterministic mode: dQ by the query-major second kernel, no atomics."""
     backward = backward_of(WINDOW if name == "window" else name)
-    diagram, plan, module = fused(backward, sizes, tiles)
+    diagram, plan, module = fused(deterministic(backward) if one_order else backward, sizes, tiles)
     assert [k.family.name for k in plan.kernels] == ["rowwise", "attention_backward"]
     kp = plan.kernels[1]
     assert (kp.candidate.param("bx"), kp.candidate.param("bq")) == (
         tiles.get("x", kp.candidate.param("bx")), tiles.get("q", kp.candidate.param("bq")))  # fmt: skip
+    assert kp.candidate.param("dq_pass") == 1 if one_order else True
+    assert ("ncdc::attn::dq_by_queries<" in module.source) == one_order
     result = run_diagram(diagram, module, seed=5)
     assert result.ok, result.checks
     assert {c.name for c in result.checks} == set(diagram.outputs)
 
 
+HEADER = Path(include.__file__).parent / "ncdc_attention_backward.cuh"
+
+
+def _device_code(module) -> str:
+    """The module's source with the backward's device header in place of its include."""
+    return module.source.replace('#include "ncdc_attention_backward.cuh"', HEADER.read_text())
+
+
 @pytest.mark.parametrize(
-    "fault, broken",
+    "fault, broken, one_order",
     [
-        ("          atomicAdd(dst_row + 8 * n, dq[n][2 * h]);\n", "dQ"),  # a dQ column unsummed
-        ("  return MASKED && (j > i + hi || j < i + lo);\n", "dK"),  # the band not applied
-        ("        ds[n][i] = p[n][i] * (ds[n][i] - d_t[col]);  // dS^T = P^T (dP^T - D)\n", "dK"),
+        ("          atomicAdd(dst_row + 8 * n, dq[n][2 * h]);\n", "dQ", False),  # unsummed
+        ("  return MASKED && (j > i + hi || j < i + lo);\n", "dK", False),  # no band
+        ("        ds[n][i] = p[n][i] * (ds[n][i] - d_t[col]);  // dS^T = P^T (dP^T - D)\n", "dK",
+         False),
+        # the query-major dQ pass: D not subtracted
+        ("      for (int i = 0; i < 4; ++i) ds[n][i] = p[n][i] * (ds[n][i] - d2[i >> 1]);\n",
+         "dQ", True),
     ],
 )  # fmt: skip
-def test_a_planted_fault_fails(fault: str, broken: str) -> None:
-    header = (Path(include.__file__).parent / "ncdc_attention_backward.cuh").read_text()
+def test_a_planted_fault_fails(fault: str, broken: str, one_order: bool) -> None:
+    header = HEADER.read_text()
     assert header.count(fault) == 1
     planted = {
         fault.startswith("          atomicAdd"): "",
         "MASKED &&" in fault: "  return false;\n",
-        "ds[n][i] =" in fault: "        ds[n][i] = p[n][i] * ds[n][i];\n",
+        "d_t[col]" in fault: "        ds[n][i] = p[n][i] * ds[n][i];\n",
+        "d2[i >> 1]" in fault: "      for (int i = 0; i < 4; ++i) ds[n][i] = p[n][i] * ds[n][i];\n",
     }[True]
-    diagram, _, module = fused(backward_of("attention_causal"), ODD)
-    source = module.source.replace('#include "ncdc_attention_backward.cuh"',
-                                   header.replace(fault, planted))  # fmt: skip
-    assert source != module.source
+    backward = backward_of("attention_causal")
+    diagram, _, module = fused(deterministic(backward) if one_order else backward, ODD)
+    source = _device_code(module).replace(fault, planted)
+    assert source != _device_code(module)
     result = run_diagram(diagram, dataclasses.replace(module, source=source), seed=5)
     failed = {c.name for c in result.checks if not c.ok}
     assert broken in failed, result.checks
@@ -140,13 +168,36 @@ def test_the_model_prices_the_pairs_a_band_visits_and_dqs_atomics() -> None:
     assert l2.bytes >= dq * 4 * adds
 
 
+def test_the_model_chooses_atomics_or_a_second_pass_by_price() -> None:
+    """The query-major dQ pass computes S, P and dP again over the pairs the band visits and
+    reads Q, dO, L and D once more and K and V once per query block: priced, it loses to
+    dQ's atomics at the library's sizes, and the deterministic schedule takes it anyway."""
+    for name in ("attention", "attention_causal"):
+        backward = backward_of(name)
+        free = plan_diagram(backward, H200).kernels[1]
+        fixed = plan_diagram(deterministic(backward), H200).kernels[1]
+        assert free.candidate.param("dq_pass") == 0 and free.candidate.accumulates
+        assert fixed.candidate.param("dq_pass") == 1 and not fixed.candidate.accumulates
+        assert fixed.predicted_time_s > free.predicted_time_s
+        # S and dP again: two of the five products, over the same pairs
+        assert 1.3 <= fixed.flops / free.flops <= 1.5, (name, fixed.flops / free.flops)
+        assert {op for op, _ in fixed.candidate.recomputes} >= {"S", "dP"}
+        assert candidate_from_dict(fixed.candidate.to_dict()) == fixed.candidate  # tune's cache
+        module = render_plan(plan_diagram(deterministic(backward), H200))
+        assert not [w for w in module.workspace if w.name.startswith("ncdc_dQ")]
+
+
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC wheels not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_default_tiles_compile_without_spills(arch: str) -> None:
     from ncdc.backends.compile import compile_plan
 
-    for name in ("attention", "attention_causal"):
-        plan = plan_diagram(backward_of(name), H200)
+    for name, one_order in (("attention", False), ("attention_causal", False),
+                            ("attention_causal", True)):  # fmt: skip
+        backward = backward_of(name)
+        plan = plan_diagram(deterministic(backward) if one_order else backward, H200)
         report = compile_plan(plan, arch)
-        kernel = next(k for k in report.kernels if "attention_backward" in k.launch.kernel)
-        assert kernel.spill_stores_bytes + kernel.spill_loads_bytes == 0, (name, kernel)
+        kernels = [k for k in report.kernels if "attention_backward" in k.launch.kernel]
+        assert len(kernels) == 2
+        for kernel in kernels:
+            assert kernel.spill_stores_bytes + kernel.spill_loads_bytes == 0, (name, kernel)
