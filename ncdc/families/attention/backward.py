@@ -23,8 +23,10 @@ writes dQ from it (device code in `templates/include/ncdc_attention_backward.cuh
 the model's price or the schedule's `deterministic` says (`dq_pass`), the second launch
 computes dQ itself in query order: a block per bx queries holding their dQ while the keys
 stream bq at a time, S, P and dP computed again, no atomics, the same bits every run.
-Grouped-query heads (dK and dV summed over a group), score functors and varlen masks are
-not in it: their backward runs on the GEMM and row-wise kernels.
+Grouped-query heads (Q, dO, L and D with an axis beside q that K and V lack, dK and dV
+summed over it): a block streams the queries of each head of its group in turn, so the sum
+stays in its registers. Score functors and varlen masks are not in it: their backward runs
+on the GEMM and row-wise kernels.
 
     >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.grad.choose import choose_pair
@@ -90,6 +92,8 @@ class Backward:
     offset: Mapping[str, str]  # tensor -> C++ offset of its (batch...) slice
     stride: Mapping[str, str]  # tensor -> row pitch (along q or x), in elements
     scores: tuple[str, ...] = ()  # S, the masks, P and dS: what a query-major dQ pass redoes
+    group: tuple[str, ...] = ()  # grouped-query heads: Q's axis beside q that K lacks (or none)
+    group_pitch: Mapping[str, str] = dataclasses.field(default_factory=dict)  # its pitch
 
     @property
     def masked(self) -> bool:
@@ -125,10 +129,14 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
     keys = [a for a in s.axes if a not in lse_axes]  # the logits' axis the row statistic lacks
     a_axes, b_axes = (set(diagram.tensor(n).axes) for n in operands)
     own = [a for a in lse_axes if (a in a_axes) != (a in b_axes)]  # in Q alone: the queries
-    if len(keys) != 1 or len(own) != 1:
-        return None  # grouped heads (Q's own group axis beside q) and the like
-    (x_axis,), (q_axis,) = keys, own
-    q, k = operands if q_axis in a_axes else operands[::-1]
+    if len(keys) != 1 or not 1 <= len(own) <= 2:
+        return None
+    (x_axis,) = keys
+    q, k = operands if own[0] in a_axes else operands[::-1]
+    q_axis = diagram.tensor(q).axes[-2]  # Q's rows; an axis beside them: grouped-query heads
+    group = tuple(a for a in own if a != q_axis)
+    if q_axis not in own or not set(own) <= set(diagram.tensor(q).axes):
+        return None
     # the other contractions, by what they read
     dp = next((c for c in contracts if c is not s and p.out not in c.inputs
                and all(str(o) in inputs for o in c.operands)), None)  # fmt: skip
@@ -139,6 +147,7 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
     if q_axis not in diagram.tensor(do).axes:
         do, v = v, do
     dv = next((c for c in contracts if set(map(str, c.operands)) == {p.out, do}), None)
+    sums = {str(op.operands[0]): op for op in ops if op.kind == "reduce" and op.fn == "sum"}
     g = next(
         (op for op in ops if op.fn == "sub" and op.operands and op.operands[0] == dp.out), None
     )
@@ -155,22 +164,28 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
     dk = next((c for c in contracts if set(map(str, c.operands)) == {ds.out, q}), None)
     if dq is None or dk is None or dq.over != (x_axis,) or dk.over != (q_axis,):
         return None
-    used = {op.out for op in (s, dp, dv, g, ds, dq, dk, p, y, *masks)}
-    if any(op.out not in used for op in ops) or set(kernel.outputs) != {dq.out, dk.out, dv.out}:
+    finals = [sums.get(c.out) if group else c for c in (dk, dv)]  # a group's heads summed
+    if any(f is None or (group and (f.over != group or f.scale)) for f in finals):
+        return None
+    dk_out, dv_out = (str(f.out) for f in finals if f is not None)
+    used = {op.out for op in (s, dp, dv, g, ds, dq, dk, p, y, *masks, *finals) if op is not None}
+    if any(op.out not in used for op in ops) or set(kernel.outputs) != {dq.out, dk_out, dv_out}:
         return None
     names = {"Q": q, "K": k, "V": v, "dO": do, "L": lse, "D": dvec,
-             "dQ": dq.out, "dK": dk.out, "dV": dv.out}  # fmt: skip
-    b = _backward(diagram, kernel, names, masks, s, (dq, dk), q_axis, x_axis, d_axis, e_axis)
+             "dQ": dq.out, "dK": dk_out, "dV": dv_out}  # fmt: skip
+    b = _backward(diagram, kernel, names, masks, s, (dq, dk), group, q_axis, x_axis, d_axis,
+                  e_axis)  # fmt: skip
     scores = tuple(op.out for op in (s, *masks, y, p, dp, g, ds))
     return None if b is None else dataclasses.replace(b, scores=scores)
 
 
 def _backward(
     diagram: Diagram, kernel: Kernel, names: Mapping[str, str], masks: list[Op], s: Op,
-    grads: tuple[Op, Op], q_axis: str, x_axis: str, d_axis: str, e_axis: str,
+    grads: tuple[Op, Op], group: tuple[str, ...], q_axis: str, x_axis: str, d_axis: str,
+    e_axis: str,
 ) -> Backward | None:  # fmt: skip
     """The Backward of matched roles, or None where the kernel cannot run them (types,
-    layouts, heads, scales, masks, grouped heads)."""
+    layouts, heads, scales, masks)."""
     t = {role: diagram.tensor(n) for role, n in names.items()}
     dtype = t["Q"].dtype
     if dtype not in INPUT_DTYPES or any(t[r].dtype != dtype for r in ("K", "V", "dO")):
@@ -179,15 +194,13 @@ def _backward(
         return None
     if any(DTYPES[t[r].dtype].bytes != 2 for r in ("dQ", "dK", "dV")):
         return None
-    batch = tuple(a for a in t["Q"].axes if a not in (q_axis, d_axis))
-    heads = {"Q": (q_axis, d_axis), "K": (x_axis, d_axis), "V": (x_axis, e_axis),
-             "dO": (q_axis, e_axis), "dQ": (q_axis, d_axis), "dK": (x_axis, d_axis),
-             "dV": (x_axis, e_axis)}  # fmt: skip
-    for role, (row, head) in heads.items():
-        if t[role].axes != (*batch, row, head):  # one slice each, rows of whole heads
-            return None
-    for role in ("L", "D"):
-        if t[role].axes != (*batch, q_axis):
+    batch = tuple(a for a in t["K"].axes if a not in (x_axis, d_axis))
+    heads = {"Q": (*group, q_axis, d_axis), "K": (x_axis, d_axis), "V": (x_axis, e_axis),
+             "dO": (*group, q_axis, e_axis), "dQ": (*group, q_axis, d_axis),
+             "dK": (x_axis, d_axis), "dV": (x_axis, e_axis), "L": (*group, q_axis),
+             "D": (*group, q_axis)}  # fmt: skip
+    for role, rows in heads.items():
+        if t[role].axes != (*batch, *rows):  # one slice each, rows of whole heads
             return None
     d, e = diagram.axes[d_axis], diagram.axes[e_axis]
     if any(h % HEAD_STEP or not 2 * HEAD_STEP <= h <= HEAD_MAX for h in (d, e)):
@@ -202,14 +215,16 @@ def _backward(
     except PlanError:
         return None
     fixed = {d_axis: str(d), e_axis: str(e)}
-    offset, stride = {}, {}
+    offset, stride, group_pitch = {}, {}, {}
     for role, n in names.items():
         axes = t[role].axes
         pitch = {a: pitch_of(axes, a, fixed) for a in axes}
         offset[n] = " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch) or "0"
         stride[n] = pitch[axes[-2]] if role not in ("L", "D") else "1"
+        if group and group[0] in axes:
+            group_pitch[n] = pitch[group[0]]
     return Backward(names, batch, q_axis, x_axis, d, e, dtype, scale, grad_scale, bands.lo,
-                    bands.hi, offset, stride)  # fmt: skip
+                    bands.hi, offset, stride, group=group, group_pitch=group_pitch)  # fmt: skip
 
 
 def _number(op: Op) -> float | None:
@@ -254,10 +269,11 @@ def _dq_pass_facts(
     model: KernelModel, b: Backward, q: str, x: str, bx: int, bq: int
 ) -> dict[str, Any]:  # fmt: skip
     """What the query-major dQ pass adds to the model's count: it reads Q, dO, L and D once
-    more and K and V once per block of bx queries (under a band, the share of key tiles the
-    band leaves them), and computes S, P and dP again over those pairs."""
+    more and K and V once per block of bx queries of each head (under a band, the share of
+    key tiles the band leaves them), and computes S, P and dP again over those pairs."""
     visited = float(model.mask_fraction({q: bx}, {x: bq}))
-    kv_reads = max(1, round(ceil_div(model.sizes[q], bx) * visited))
+    blocks = ceil_div(model.sizes[q], bx) * math.prod(model.sizes[a] for a in b.group)
+    kv_reads = max(1, round(blocks * visited))
     n = b.names
     rereads = ((n["Q"], 1), (n["dO"], 1), (n["L"], 1), (n["D"], 1), (n["K"], kv_reads),
                (n["V"], kv_reads))  # fmt: skip
@@ -277,8 +293,8 @@ class AttentionBackwardFamily:
             return None
         d_axis = next(a for a in diagram.tensor(b.names["Q"]).axes[-1:])
         e_axis = next(a for a in diagram.tensor(b.names["V"]).axes[-1:])
-        roles = {"batch": b.batch, "q": (b.q_axis,), "x": (b.x_axis,), "d": (d_axis,),
-                 "d_v": (e_axis,)}  # fmt: skip
+        roles = {"batch": b.batch, "group": b.group, "q": (b.q_axis,), "x": (b.x_axis,),
+                 "d": (d_axis,), "d_v": (e_axis,)}  # fmt: skip
         return Family(self.name, roles, TILES)
 
     def candidates(
@@ -289,9 +305,10 @@ class AttentionBackwardFamily:
         assert b is not None, "classified as the backward"
         sizes = model.sizes
         slices = math.prod(sizes[a] for a in b.batch)
-        if slices > MAX_GRID_YZ:
+        heads = slices * math.prod(sizes[a] for a in b.group)  # Q's slices: a group's heads too
+        if heads > MAX_GRID_YZ:
             raise PlanError(
-                f"attention backward over {slices} (batch, head) slices: more than the grid's "
+                f"attention backward over {heads} (batch, head) slices: more than the grid's "
                 f"{MAX_GRID_YZ} rows", hint="run it in parts with --set on a batch axis",
             )  # fmt: skip
         (q,), (x,) = family.axes("q"), family.axes("x")
@@ -312,7 +329,7 @@ class AttentionBackwardFamily:
             if share % HEAD_STEP or (bq > 32 and max(b.d, b.e) > 64):
                 continue
             group = {a: 1 for a in model.kernel.woven}
-            group.update({x: bx, q: sizes[q]})
+            group.update({x: bx, q: sizes[q], **{a: sizes[a] for a in b.group}})
             group.update({a: sizes[a] for a in (*family.axes("d"), *family.axes("d_v"))})
             stream = {q: bq}
             atomic = not dq_pass
@@ -322,12 +339,12 @@ class AttentionBackwardFamily:
             if atomic:
                 values = sizes[q] * b.d
                 second = LaunchShape(
-                    (ceil_div(values, 4 * CONVERT_THREADS), slices, 1), (CONVERT_THREADS, 1, 1), 0
+                    (ceil_div(values, 4 * CONVERT_THREADS), heads, 1), (CONVERT_THREADS, 1, 1), 0
                 )
                 facts: dict[str, Any] = {"accumulates": ((b.names["dQ"], ceil_div(sizes[x], bx)),)}
             else:
                 second = LaunchShape(
-                    (ceil_div(sizes[q], bx), slices, 1), (32 * warps, 1, 1),
+                    (ceil_div(sizes[q], bx), heads, 1), (32 * warps, 1, 1),
                     _dq_pass_smem(b, bx, bq),
                 )  # fmt: skip
                 facts = _dq_pass_facts(model, b, q, x, bx, bq)
@@ -350,13 +367,14 @@ class AttentionBackwardFamily:
             f"{kp.kernel.name}_attention_backward_{b.dtype}_x{bx}_q{bq}_d{b.d}"
             + (f"_dv{b.e}" if b.e != b.d else "")
             + ("_masked" if b.masked else "")
+            + ("_grouped" if b.group else "")
             + ("_dqpass" if dq_pass else "")
         )
         n = b.names
         workspace = f"ncdc_{n['dQ']}_acc"
-        slices = math.prod(diagram.axes[a] for a in b.batch)
+        heads = math.prod(diagram.axes[a] for a in (*b.batch, *b.group))
         sizes = [Param(size_name(a), "int64", value=diagram.axes[a])
-                 for a in (*b.batch, b.q_axis, b.x_axis)]  # fmt: skip
+                 for a in (*b.batch, *b.group, b.q_axis, b.x_axis)]  # fmt: skip
         reads = tuple(Param(n[r], "tensor", diagram.tensor(n[r]).dtype)
                       for r in ("Q", "K", "V", "dO", "L", "D"))  # fmt: skip
         scales = (
@@ -387,8 +405,9 @@ class AttentionBackwardFamily:
             "T": cpp_type(b.dtype),
             "dq_type": cpp_type(diagram.tensor(n["dQ"]).dtype),
             "names": dict(n),
-            "batch": b.batch, "q_axis": b.q_axis, "x_axis": b.x_axis,
-            "sizes": [*b.batch, b.q_axis, b.x_axis],
+            "batch": b.batch, "group": b.group, "group_pitch": dict(b.group_pitch),
+            "q_axis": b.q_axis, "x_axis": b.x_axis,
+            "sizes": [*b.batch, *b.group, b.q_axis, b.x_axis],
             "d": b.d, "e": b.e, "bx": bx, "bq": bq, "threads": c.threads,
             "band_lo": b.lo, "band_hi": b.hi,
             "offset": dict(b.offset), "stride": dict(b.stride),
@@ -398,7 +417,7 @@ class AttentionBackwardFamily:
             Launch.of(name, c.launches[0], main_params),
             Launch.of(f"{name}_dq", c.launches[1], second_params),
         )
-        values = slices * diagram.axes[b.q_axis] * b.d
+        values = heads * diagram.axes[b.q_axis] * b.d
         spaces = () if dq_pass else (Workspace(workspace, "fp32", values, zeroed=True),)
         return KernelSource("attention_backward.cu.j2", context, launches, spaces)
 

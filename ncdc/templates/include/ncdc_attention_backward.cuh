@@ -2,7 +2,9 @@
 // arXiv:2307.08691, Algorithm 2): one block per BX keys of one (batch..., head) slice, one
 // warp per 16 of them. The warp keeps its keys' dK and dV accumulators (fp32) while the
 // queries stream BQ at a time through a 2-stage cp.async ring (the Q and dO tiles, the row
-// log-sum-exp L and D = sum(dO * O)), and for each tile that sees some of its keys:
+// log-sum-exp L and D = sum(dO * O)); with grouped-query heads, the queries of every head
+// that shares the slice's K and V, one head after the other, so dK and dV sum over the
+// group in registers. For each tile that sees some of its keys:
 //
 //   S^T  = K Q^T          keys as rows: the warp's 16 keys are the mma's m
 //   P^T  = exp(S^T s - L) 0 where the band drops a pair (or past the tensors' ends)
@@ -39,6 +41,10 @@ struct BackwardSlice {
   int q_len = 0, x_len = 0;
   float scale_log2 = 0.0f;                        // the logits' scale times log2(e)
   long long lo = -kUnbounded, hi = kUnbounded;    // query i sees keys i + lo <= j <= i + hi
+  // Grouped-query heads: `heads` of Q (and dO, L, D) share this slice's K and V, each
+  // `q_head` (`do_head`, `l_head`, `d_head`) elements after the one before
+  int heads = 1;
+  long long q_head = 0, do_head = 0, l_head = 0, d_head = 0;
 };
 
 // Key j is dropped for query i: outside the band (MASKED; lo and hi clamped to ints, see
@@ -140,18 +146,22 @@ NCDC_DEVICE void store_rows(T* out, long long stride, const float (&acc)[H / 8][
   }
 }
 
-// Queries [q0, q0 + BQ) of Q and dO (rows at or past q_len zero-filled) and their L and D
-// into one stage of the ring (L and D of rows past q_len: zeros, never read).
+// Queries [q0, q0 + BQ) of head `head` of Q and dO (rows at or past q_len zero-filled) and
+// their L and D into one stage of the ring (L and D of rows past q_len: zeros, never read).
 template <class T, int D, int DV, int BQ, int THREADS>
 NCDC_DEVICE void load_queries(T* qs, T* dos, float* ls, float* ds, const BackwardSlice<T>& a,
-                              int q0, int tid) {
-  load_tile<T, BQ, D, D / 8, THREADS>(qs, a.q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
-  load_tile<T, BQ, DV, DV / 8, THREADS>(dos, a.dout + q0 * a.do_stride, a.do_stride,
-                                        a.q_len - q0, tid);
+                              int head, int q0, int tid) {
+  const T* q = a.q + head * a.q_head;
+  const T* dout = a.dout + head * a.do_head;
+  const float* lse = a.lse + head * a.l_head;
+  const float* dvec = a.dvec + head * a.d_head;
+  load_tile<T, BQ, D, D / 8, THREADS>(qs, q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
+  load_tile<T, BQ, DV, DV / 8, THREADS>(dos, dout + q0 * a.do_stride, a.do_stride, a.q_len - q0,
+                                        tid);
   for (int r = tid; r < BQ; r += THREADS) {
     const bool ok = q0 + r < a.q_len;
-    cp_async_4_zfill(ls + r, ok ? a.lse + q0 + r : a.lse, ok ? 4 : 0);
-    cp_async_4_zfill(ds + r, ok ? a.dvec + q0 + r : a.dvec, ok ? 4 : 0);
+    cp_async_4_zfill(ls + r, ok ? lse + q0 + r : lse, ok ? 4 : 0);
+    cp_async_4_zfill(ds + r, ok ? dvec + q0 + r : dvec, ok ? 4 : 0);
   }
 }
 
@@ -199,18 +209,20 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
     load_tile<T, BX, D, D / 8, THREADS>(ks, a.k + x0 * a.k_stride, a.k_stride, a.x_len - x0, tid);
     load_tile<T, BX, DV, DV / 8, THREADS>(vs, a.v + x0 * a.v_stride, a.v_stride, a.x_len - x0,
                                           tid);
-    load_queries<T, D, DV, BQ, THREADS>(qs, dos, ls, dvs, a, tile0 * BQ, tid);
+    load_queries<T, D, DV, BQ, THREADS>(qs, dos, ls, dvs, a, 0, tile0 * BQ, tid);
     cp_async_commit();
   }
-  for (int it = 0; it < tiles; ++it) {
-    const int stage = it & 1, q0 = (tile0 + it) * BQ;
+  // each head of a group in turn (one without grouped-query heads), its query tiles in order
+  const int steps = tiles * a.heads;
+  for (int it = 0; it < steps; ++it) {
+    const int stage = it & 1, head = it / tiles, q0 = (tile0 + it % tiles) * BQ;
     // tile `it` has landed; every warp is done with the stage the next tile fills
     cp_async_wait_all();
     __syncthreads();
-    if (it + 1 < tiles)
+    if (it + 1 < steps)
       load_queries<T, D, DV, BQ, THREADS>(qs + (stage ^ 1) * QT, dos + (stage ^ 1) * OT,
                                           ls + (stage ^ 1) * BQ, dvs + (stage ^ 1) * BQ, a,
-                                          q0 + BQ, tid);
+                                          (it + 1) / tiles, (tile0 + (it + 1) % tiles) * BQ, tid);
     cp_async_commit();
     const T* q_t = qs + stage * QT;
     const T* do_t = dos + stage * OT;
@@ -280,7 +292,7 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
       for (int h = 0; h < 2; ++h) {
         const int row = q0 + 16 * qb + g + 8 * h;
         if (row >= a.q_len) continue;
-        float* dst_row = dq_acc + (long long)row * D + c0 + 2 * t;
+        float* dst_row = dq_acc + ((long long)head * a.q_len + row) * D + c0 + 2 * t;
 #pragma unroll
         for (int n = 0; n < DQ / 8; ++n) {
           atomicAdd(dst_row + 8 * n, dq[n][2 * h]);

@@ -1,9 +1,9 @@
 """Attention's fused backward (ncdc.families.attention.backward): the backward `ncdc grad`
 derives for attention, plain, causal and windowed, bf16 and fp16, plans one FlashAttention-2
-order kernel beside the small row-wise D kernel; emulated at odd sizes (query and key tails,
-a band that drops whole tiles) every tiling matches the float64 reference, and a planted
-fault in the device code fails; the grouped-query backward and others it does not run are
-left to the GEMM and row-wise kernels; the model prices the pairs a band visits, dQ's
+order kernel beside the small row-wise D kernel, grouped-query heads too; emulated at odd
+sizes (query and key tails, a band that drops whole tiles) every tiling matches the float64
+reference, and a planted fault in the device code fails; score functors and others it does
+not run are left to the GEMM and row-wise kernels; the model prices the pairs a band visits, dQ's
 atomics, and the query-major second pass that replaces them in the deterministic mode."""
 
 from __future__ import annotations
@@ -45,6 +45,22 @@ outputs: [O]
 """
 
 
+GQA_CAUSAL = """ncdc: 1
+name: gqa_causal
+axes: {b: 1, g: 2, r: 3, q: 53, x: 77, d: 64}
+inputs:
+  Q: {axes: [b, g, r, q, d], dtype: bf16}
+  K: {axes: [b, g, x, d], dtype: bf16}
+  V: {axes: [b, g, x, d], dtype: bf16}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - M = causal(S, query=q, key=x)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+"""
+
+
 @functools.cache
 def backward_of(text_or_name: str):
     """The backward diagram `ncdc grad` chooses for a library diagram or a spec's text."""
@@ -78,13 +94,17 @@ def fused(backward, sizes: dict[str, int], tiles: dict[str, int] | None = None):
         ("attention", {**ODD, "d": 128}, {}, True),
         ("window", {"q": 101, "x": 131}, {"x": 64, "q": 32}, False),
         ("window", {"q": 101, "x": 131}, {"x": 64, "q": 32}, True),
+        # grouped-query heads: dK and dV summed over a group's 3 heads in the block
+        ("gqa_attention", {"b": 1, "g": 2, "r": 3, "q": 53, "x": 77, "d": 64}, {}, False),
+        ("gqa_causal", {}, {"x": 64, "q": 32}, False),
+        ("gqa_causal", {}, {"x": 128, "q": 64}, True),
     ],
 )  # fmt: skip
 def test_the_fused_backward_matches_the_reference_at_odd_sizes(
     name, sizes, tiles, one_order
 ) -> None:
     """Also in the deterministic mode: dQ by the query-major second kernel, no atomics."""
-    backward = backward_of(WINDOW if name == "window" else name)
+    backward = backward_of({"window": WINDOW, "gqa_causal": GQA_CAUSAL}.get(name, name))
     diagram, plan, module = fused(deterministic(backward) if one_order else backward, sizes, tiles)
     assert [k.family.name for k in plan.kernels] == ["rowwise", "attention_backward"]
     kp = plan.kernels[1]
@@ -136,9 +156,9 @@ def test_a_planted_fault_fails(fault: str, broken: str, one_order: bool) -> None
 
 
 def test_what_it_does_not_run_goes_to_the_other_kernels() -> None:
-    # grouped-query heads: dK and dV sum over the group axis too
-    gqa = backward_of("gqa_attention")
-    small = dataclasses.replace(gqa, axes={**gqa.axes, "q": 64, "x": 64})
+    # a score functor (soft-capping: tanh's derivative in dS)
+    softcap = backward_of("softcap_attention")
+    small = dataclasses.replace(softcap, axes={**softcap.axes, "q": 64, "x": 64})
     families = {k.family.name for k in plan_diagram(small, H200).kernels}
     assert "attention_backward" not in families and "gemm" in families
     # a read of another tensor in the chain: not the backward's structure
@@ -193,7 +213,7 @@ def test_the_default_tiles_compile_without_spills(arch: str) -> None:
     from ncdc.backends.compile import compile_plan
 
     for name, one_order in (("attention", False), ("attention_causal", False),
-                            ("attention_causal", True)):  # fmt: skip
+                            ("attention_causal", True), ("gqa_attention", False)):  # fmt: skip
         backward = backward_of(name)
         plan = plan_diagram(deterministic(backward) if one_order else backward, H200)
         report = compile_plan(plan, arch)
