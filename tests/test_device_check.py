@@ -179,3 +179,20 @@ def test_the_table_survives_missing_figures(capsys):
     check.print_summary({"rows": rows, "ncdc_version": "0", "date": "today", "seconds": 3.0})
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.endswith("3 s: 1 ok, 2 failed, 1 timeout, 1 skipped")
+
+
+def test_the_training_rows_are_the_backwards_ncdc_grad_writes(tmp_path):
+    """The backward diagrams the GPU run checks and benches: attention's with dQ by atomics
+    and by the deterministic pass, and GQA's, each written once into OUT_DIR/grad."""
+    check_module = load_script()
+    from ncdc.hardware.load import load_hardware
+
+    args = argparse.Namespace(out=str(tmp_path / "out"), quick=False, backend="cpu",
+                              diagrams=str(ROOT / "diagrams"), static="")  # fmt: skip
+    check = check_module.DeviceCheck(args, load_hardware("h200"))
+    found = dict(check.training_specs())
+    assert set(found) == {"attention_causal_bwd", "attention_causal_bwd_deterministic",
+                          "gqa_attention_bwd"}  # fmt: skip
+    assert "deterministic: true" in found["attention_causal_bwd_deterministic"].read_text()
+    assert "deterministic" not in found["attention_causal_bwd"].read_text()
+    assert dict(check.training_specs()) == found  # a rerun into the same folder reuses them
