@@ -79,16 +79,22 @@ NCDC_DEVICE void scores_to_p(float (&p)[BQ / 8][4], const float* l_t, float scal
     }
 }
 
+// Every value of a warp's fp32 accumulator fragments set to 0.
+template <int N>
+NCDC_DEVICE void zero_fragments(float (&acc)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
+}
+
 // A 16-key by N tile of S^T = K_w X^T (X: a tile of rows in shared memory, N of them from row
 // 0, HC chunks of the head per row) for the warp's keys at row kr0 of a tile of HC chunks.
 template <class T, int H, int N>
 NCDC_DEVICE void keys_by_rows(float (&acc)[N / 8][4], const T* keys, int kr0, const T* rows,
                               int lane) {
   constexpr int HC = H / 8;
-#pragma unroll
-  for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[n][i] = 0.0f;
+  zero_fragments(acc);
   const int arow = kr0 + (lane & 15), ahalf = lane >> 4;
   const int brow = ((lane >> 4) << 3) + (lane & 7), bhalf = (lane >> 3) & 1;
 #pragma unroll
@@ -196,14 +202,8 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
   const int tiles = first_q > last_q ? 0 : int(last_q / BQ) + 1 - tile0;
 
   float dk[D / 8][4], dv[DV / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dk[n][i] = 0.0f;
-#pragma unroll
-  for (int n = 0; n < DV / 8; ++n)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dv[n][i] = 0.0f;
+  zero_fragments(dk);
+  zero_fragments(dv);
 
   if (tiles > 0) {
     load_tile<T, BX, D, D / 8, THREADS>(ks, a.k + x0 * a.k_stride, a.k_stride, a.x_len - x0, tid);
@@ -268,10 +268,7 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
     {
       const int qb = warp % QB, c0 = DQ * (warp / QB);
       float dq[DQ / 8][4];
-#pragma unroll
-      for (int n = 0; n < DQ / 8; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) dq[n][i] = 0.0f;
+      zero_fragments(dq);
       // A = dS (16 queries x 16 keys) from dS^T, transposed: matrix m of lane l covers keys
       // 8 (m / 2).. and queries 8 (m % 2)..; B = K (16 keys x 16 columns), transposed
       const int m = lane >> 3, r = lane & 7;
@@ -368,10 +365,7 @@ NCDC_DEVICE void dq_by_queries(const BackwardSlice<T>& a, T* dq_out, long long d
     d2[h] = row < a.q_len ? ld_global(a.dvec + row) : 0.0f;
   }
   float dq[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dq[n][i] = 0.0f;
+  zero_fragments(dq);
   if (tiles > 0) {
     load_tile<T, BQ, D, D / 8, THREADS>(qs, a.q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
     load_tile<T, BQ, DV, DV / 8, THREADS>(dos, a.dout + q0 * a.do_stride, a.do_stride,
