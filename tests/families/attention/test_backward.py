@@ -89,11 +89,9 @@ def fused(backward, sizes: dict[str, int], tiles: dict[str, int] | None = None):
         ("attention_causal", ODD, {"x": 64, "q": 32}, False),
         ("attention_causal", ODD, {"x": 128, "q": 64}, True),
         ("attention", {**ODD, "d": 128}, {}, False),
-        ("attention", {**ODD, "d": 128}, {}, True),
         ("window", {"q": 101, "x": 131}, {"x": 64, "q": 32}, False),
         ("window", {"q": 101, "x": 131}, {"x": 64, "q": 32}, True),
         # grouped-query heads: dK and dV summed over a group's 3 heads in the block
-        ("gqa_attention", GQA_ODD, {}, False),
         ("gqa_causal", GQA_ODD, {"x": 64, "q": 32}, False),
         ("gqa_causal", GQA_ODD, {"x": 128, "q": 64}, True),
     ],
