@@ -214,15 +214,20 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
   }
   // each head of a group in turn (one without grouped-query heads), its query tiles in order
   const int steps = tiles * a.heads;
+  int next_head = 0, next_tile = 0;  // of the step after this one (no division a step)
   for (int it = 0; it < steps; ++it) {
-    const int stage = it & 1, head = it / tiles, q0 = (tile0 + it % tiles) * BQ;
+    const int stage = it & 1, head = next_head, q0 = (tile0 + next_tile) * BQ;
+    if (++next_tile == tiles) {
+      next_tile = 0;
+      ++next_head;
+    }
     // tile `it` has landed; every warp is done with the stage the next tile fills
     cp_async_wait_all();
     __syncthreads();
     if (it + 1 < steps)
       load_queries<T, D, DV, BQ, THREADS>(qs + (stage ^ 1) * QT, dos + (stage ^ 1) * OT,
                                           ls + (stage ^ 1) * BQ, dvs + (stage ^ 1) * BQ, a,
-                                          (it + 1) / tiles, (tile0 + (it + 1) % tiles) * BQ, tid);
+                                          next_head, (tile0 + next_tile) * BQ, tid);
     cp_async_commit();
     const T* q_t = qs + stage * QT;
     const T* do_t = dos + stage * OT;
