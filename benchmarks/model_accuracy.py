@@ -80,7 +80,7 @@ def price(data: dict, point: dict) -> Point:
     plan = plan_diagram(diagram, hw, point.get("tiles", data.get("tiles")))  # a point's own first
     a = point["axes"]
     compulsory = sum(k.levels[0].resident_bytes for k in plan.kernels)
-    if "d" in a:  # attention: the benchmark's own FLOP count
+    if {"q", "x", "d"} <= set(a):  # attention: the benchmark's own FLOP count
         heads = a.get("h", a.get("g", 1) * a.get("r", 1))
         flops = 4 * a["b"] * heads * a["q"] * a["x"] * a["d"] / (2 if point.get("causal") else 1)
     else:
