@@ -217,3 +217,35 @@ def test_the_default_tiles_compile_without_spills(arch: str) -> None:
         assert len(kernels) == 2
         for kernel in kernels:
             assert kernel.spill_stores_bytes + kernel.spill_loads_bytes == 0, (name, kernel)
+
+
+@pytest.mark.parametrize("one_order", [False, True])
+def test_the_rings_and_barriers_are_race_free(one_order: bool) -> None:
+    """Both kernels under the emulator's race detector (ThreadSanitizer over the block's
+    threads): the rings' stages, dS^T and the barriers between them; and a planted missing
+    barrier (the dQ pass's ring refilled while other warps still read it) is reported."""
+    from ncdc.backends import cpu
+    from ncdc.errors import NcdcError
+
+    try:
+        cpu.sanitizer_runtime("race")
+    except NcdcError:
+        pytest.skip("no ThreadSanitizer runtime")
+    backward = backward_of("attention_causal")
+    sizes = {"b": 1, "h": 1, "q": 70, "x": 70, "d": 32}
+    diagram, _, module = fused(deterministic(backward) if one_order else backward, sizes,
+                               {"x": 64, "q": 32})  # fmt: skip
+    result = run_diagram(diagram, module, seed=5, sanitize="race")
+    assert all(c.ok for c in result.checks), result.checks
+    if not one_order:
+        return  # the planted fault once: in the query-major pass's ring
+    barrier = (
+        "    cp_async_wait_all();  // tile `it` has landed; every warp is done with the other"
+        " stage\n    __syncthreads();\n"
+    )
+    source = _device_code(module)
+    assert source.count(barrier) == 1
+    planted = source.replace(barrier, barrier.replace("    __syncthreads();\n", ""))
+    with pytest.raises(NcdcError, match="data race|wrote .* read"):
+        run_diagram(diagram, dataclasses.replace(module, source=planted), seed=5,
+                    sanitize="race")  # fmt: skip
