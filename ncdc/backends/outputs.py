@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ from ncdc.errors import NcdcError, UsageError
 from ncdc.families.base import Launch, Param, TensorMapSpec, Workspace
 from ncdc.files import folder_lock, read_prefix, read_regular, write_atomic, write_together
 from ncdc.language.diagram import Diagram
-from ncdc.language.load import load_diagram_text
+from ncdc.language.load import load_diagram_text, with_sizes
+from ncdc.language.write import diagram_yaml
 from ncdc.model.records import plan_to_dict
 from ncdc.render import RenderedModule
 from ncdc.version import __version__
@@ -144,11 +145,23 @@ def write_sass(reports: Sequence[CompileReport], path: Path) -> None:
     write_atomic(path, text.encode())
 
 
-def _spec_text(d: Diagram) -> str | None:
+def _spec_text(d: Diagram) -> str:
+    """The spec `d` was compiled from, for `ncdc run DIR/<name>.cu`: the user's own file
+    where it still says what was compiled (its sizes aside: the .json holds those), else the
+    diagram written out (a spec given as text or built in a program, or a file edited or
+    changed in memory since)."""
+    written = diagram_yaml(d)
     try:
-        return Path(d.source).read_text(encoding="utf-8")
-    except OSError:
-        return None
+        text = Path(d.source).read_text(encoding="utf-8")
+        mine = with_sizes(load_diagram_text(text, d.source), d.axes)
+    except (OSError, UnicodeDecodeError, NcdcError):
+        return written
+    # the kernel breaks the plan chose are the plan's, not the spec's
+    schedule = replace(
+        mine.schedule, materialize=d.schedule.materialize, breaks_given=d.schedule.breaks_given
+    )
+    same = diagram_yaml(replace(mine, schedule=schedule)) == written
+    return text if same else written
 
 
 def check_out_dir(out_dir: Path) -> None:

@@ -18,8 +18,7 @@ a matrix. Inputs and outputs are at hand.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ncdc.errors import SpecError
@@ -28,6 +27,7 @@ from ncdc.grad.tape import Line
 from ncdc.language.diagram import Diagram, Op, Schedule, Tensor
 from ncdc.language.load import load_diagram_text
 from ncdc.language.names import MAX_NAME_LENGTH
+from ncdc.language.write import diagram_text
 
 SAVE, RECOMPUTE, LSE = "save", "recompute", "lse"
 WAYS = {
@@ -230,36 +230,6 @@ def _over_of(line: str) -> list[str]:
     if text.startswith("["):
         return [a.strip() for a in text[1:].split("]", 1)[0].split(",")]
     return [text.split(",", 1)[0].split(")", 1)[0].strip()]
-
-
-def diagram_text(
-    name: str, doc: str, axes: Mapping[str, int], inputs: Iterable[Tensor], ops: Iterable[str],
-    outputs: Iterable[str], schedule: Schedule | None = None,
-) -> str:  # fmt: skip
-    """A diagram as the YAML a spec is written in (format 1)."""
-    sizes = ", ".join(f"{a}: {n}" for a, n in axes.items())
-    lines = ["ncdc: 1", f"name: {name}", f"doc: {json.dumps(doc)}", f"axes: {{{sizes}}}", "inputs:"]
-    for t in inputs:
-        expected = f", expected: [{', '.join(map(str, t.expected))}]" if t.expected else ""
-        lines.append(f"  {t.name}: {{axes: [{', '.join(t.axes)}], dtype: {t.dtype}{expected}}}")
-    lines.append("ops:")
-    lines += [f"  - {json.dumps(text) if ':' in text or '#' in text else text}" for text in ops]
-    lines.append(f"outputs: [{', '.join(outputs)}]")
-    if schedule is not None and (rest := _schedule_text(schedule)):
-        lines.append(f"schedule: {{{rest}}}")
-    return "\n".join(lines) + "\n"
-
-
-def _schedule_text(s: Schedule) -> str:
-    parts = [f"{key}: [{', '.join(value)}]" for key, value in
-             (("group", s.group), ("stream", s.stream)) if value]  # fmt: skip
-    if s.tiles:
-        parts.append("tiles: {" + ", ".join(f"{a}: {n}" for a, n in s.tiles.items()) + "}")
-    if s.breaks_given:
-        parts.append(f"materialize: [{', '.join(s.materialize)}]")
-    if s.deterministic:
-        parts.append("deterministic: true")
-    return ", ".join(parts)
 
 
 def _loaded(text: str, name: str) -> Diagram:

@@ -21,6 +21,7 @@ from ncdc.backends.outputs import write_outputs
 from ncdc.families.base import Candidate
 from ncdc.families.gemm.splitk import is_splitk
 from ncdc.families.gemm.wgmma import is_wgmma
+from ncdc.grad.choose import choose_pair
 from ncdc.hardware.load import load_hardware
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
@@ -49,6 +50,7 @@ class Case:
     kernels: tuple[str, ...]
     pick: Pick = None
     sms: int = 0  # a profile cut to this many SMs (persistent and clustered grids)
+    grad: str = ""  # "backward" or "deterministic": the backward ncdc grad derives instead
 
 
 def _cluster2(c: Candidate) -> bool:
@@ -82,6 +84,18 @@ CASES = {
     "rowwise, integer labels": Case("cross_entropy", {"t": 9, "v": 70}, ("_rowwise_",)),
     "reduce over columns": Case("column_softmax", {"m": 70, "n": 9}, ("_reduce_",)),
     "elementwise gather": Case("embedding", {"t": 9, "v": 20, "d": 24}, ("_elementwise_",)),
+    "attention backward, dQ by atomics": Case(
+        "attention_causal",
+        {"b": 1, "h": 2, "q": 100, "x": 90, "d": 64},
+        ("_rowwise_", "_attention_backward_", "_attention_backward_"),
+        grad="backward",
+    ),
+    "attention backward, grouped-query heads, dQ in a second pass": Case(
+        "gqa_attention",
+        {"b": 1, "g": 1, "r": 2, "q": 70, "x": 90, "d": 64},
+        ("_rowwise_", "_grouped_dqpass", "_grouped_dqpass_dq"),
+        grad="deterministic",
+    ),
     "three kernels, intermediates in memory": Case(
         "swiglu_mlp", {"m": 40, "d": 72, "f": 40}, ("_0_G_gemm", "_1_H_gemm", "_2_Y_gemm")
     ),
@@ -93,6 +107,9 @@ def compile_case(case: Case, out: Path) -> tuple[Diagram, Path]:
     `out`; the diagram and the `.cu` written."""
     hw = _cut(H200, case.sms) if case.sms else H200
     diagram = load_diagram(support.DIAGRAMS / f"{case.spec}.yaml", case.sizes)
+    if case.grad:
+        schedule = dataclasses.replace(diagram.schedule, deterministic=case.grad == "deterministic")
+        diagram = choose_pair(dataclasses.replace(diagram, schedule=schedule), hw).pair.backward
     plan = plan_diagram(diagram, hw)
     if case.pick is not None:
         picks = [
@@ -163,3 +180,26 @@ def test_the_command_runs_a_split_key_decode_on_the_users_arrays(tmp_path):
     support.assert_error(
         ncdc("run", str(cu), "--inputs", str(wrong)), 2, contains="has shape (2, 3)"
     )
+
+
+def test_a_kernel_compiled_from_text_or_an_edited_file_runs_as_compiled(tmp_path):
+    """The .json keeps the spec that was compiled: the user's file where it still says so,
+    else the diagram written out (a spec given as text, a file edited after loading)."""
+    from ncdc.language.load import load_diagram_text
+
+    text = (support.DIAGRAMS / "softmax.yaml").read_text()
+    from_text = load_diagram_text(text, "<string>", {"m": 3, "n": 40})
+    write_outputs(compile_plan(plan_diagram(from_text, H200), H200.arch), tmp_path / "a")
+    meta = json.loads((tmp_path / "a" / "softmax.json").read_text())
+    assert "name: softmax" in meta["spec_text"] and meta["spec_text"] != text
+    assert run_spec(tmp_path / "a" / "softmax.cu", H200, backend="cpu").result.ok
+
+    spec = tmp_path / "mine.yaml"
+    spec.write_text(text)
+    mine = load_diagram(spec, {"m": 3, "n": 40})
+    write_outputs(compile_plan(plan_diagram(mine, H200), H200.arch), tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "softmax.json").read_text())["spec_text"] == text
+    spec.write_text(text.replace("softmax(X, over=n)", "log_softmax(X, over=n)"))  # edited
+    write_outputs(compile_plan(plan_diagram(mine, H200), H200.arch), tmp_path / "c")
+    kept = json.loads((tmp_path / "c" / "softmax.json").read_text())["spec_text"]
+    assert "log_softmax" not in kept and "softmax(X, over=n)" in kept
