@@ -63,8 +63,20 @@ def ways_of(diagram: Diagram, name: str) -> tuple[str, ...]:
     """The ways the backward can get the intermediate `name`."""
     op = diagram.producer(name)
     assert op is not None and name not in diagram.outputs
+    if _positions_only(diagram, name):  # a few integer operations a value: never worth a save
+        return (RECOMPUTE,)
     lse = (LSE,) if op.kind == "softmax" or op.fn == "log_softmax" else ()
     return (SAVE, RECOMPUTE, *lse)
+
+
+def _positions_only(diagram: Diagram, name: str) -> bool:
+    """`name` is computed from positions (index) and numbers alone: a mask rule's parts."""
+    op = diagram.producer(name)
+    if op is None:
+        return False
+    return op.kind == "index" or all(
+        not isinstance(o, str) or _positions_only(diagram, o) for o in op.operands
+    )
 
 
 @dataclass

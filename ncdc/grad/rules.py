@@ -17,7 +17,9 @@ tensor's dtype; statistics a rule reduces (a row's sum, mean, variance) are fp32
   dX = r * (dXh - mean(dXh) - Xh * mean(dXh * Xh)) (no mean term for rmsnorm).
 - cast to a float type: the gradient times the scale (rounding passed straight through).
 - mask: the gradient where the mask keeps a score, zero where it drops one (nothing to do
-  when only softmax and logsumexp read the mask: their gradients are zero where P is).
+  when only softmax and logsumexp read the mask: their gradients are zero where P is). The
+  same for a select `where(C, S, -inf)` (or `where(C, -inf, S)`) that only they read, through
+  any masks and such selects between: the gradient passes to S as it is.
 """
 
 from __future__ import annotations
@@ -129,6 +131,9 @@ def _contract_share(s: Site, g: str, mine: str, other: str, c: float) -> str:
 def _elementwise(s: Site) -> list[Share]:
     """map and binary: the record's derivative, per operand."""
     op = s.op
+    kept = _masking_select(op)
+    if kept is not None and _read_by_softmax(s.diagram, op.out):
+        return [(kept, s.g)] if s.wants(kept) else []
     rec = record(op.kind, op.fn)
     if not rec.derivative:
         raise s.refuse(rec.no_derivative)
@@ -289,14 +294,37 @@ def _cast(s: Site) -> list[Share]:
     return [(x, tape.arrange(g, t.axes, t.dtype))]
 
 
+def _masking_select(op: Op) -> str | None:
+    """The scores a select `where(C, S, -inf)` or `where(C, -inf, S)` keeps (S), or None
+    where `op` is not such a select."""
+    if op.fn != "where" or len(op.operands) != 3:
+        return None
+    _, a, b = op.operands
+    if b == float("-inf") and isinstance(a, str):
+        return a
+    if a == float("-inf") and isinstance(b, str):
+        return b
+    return None
+
+
+def _read_by_softmax(diagram: Diagram, name: str) -> bool:
+    """Only softmax and logsumexp read `name`, directly or through masks and masking selects:
+    their gradients are products with P = exp(x - lse), zero wherever -inf was put."""
+    readers = diagram.consumers(name)
+    return bool(readers) and name not in diagram.outputs and all(
+        c.kind == "softmax" or c.fn == "logsumexp"
+        or ((c.kind == "mask" and c.operands[0] == name)
+            or (_masking_select(c) == name)) and _read_by_softmax(diagram, c.out)
+        for c in readers
+    )  # fmt: skip
+
+
 def _mask(s: Site) -> list[Share]:
     op, tape = s.op, s.tape
     x = str(op.operands[0])
     if not s.wants(x):
         return []
-    # softmax's and logsumexp's gradients are products with P = exp(x - lse), zero where
-    # the mask put -inf: nothing to mask again
-    if all(c.kind == "softmax" or c.fn == "logsumexp" for c in s.diagram.consumers(op.out)):
+    if _read_by_softmax(s.diagram, op.out):  # nothing to mask again
         return [(x, s.g)]
     keys = {k: v for k, v in op.params.items() if k in ("query", "key", "align", "left",
                                                         "right", "lengths")}  # fmt: skip

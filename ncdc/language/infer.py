@@ -433,10 +433,12 @@ def _binary(site: Site) -> Result:
     for arg in st.args:
         if not isinstance(arg, str):
             site.checks.number(arg, site.path, "operand", infinite=True)
-    out_axes = tuple(dict.fromkeys(a for t in tensors for a in t.axes))
-    params = {"axes": _declared_axes(site, out_axes)} if "axes" in st.kwargs else {}
-    # where(C, A, B) has the type of its values; a condition of 0s and 1s adds none
+    # where(C, A, B) has the type of its values, and their axes first (a select of the
+    # scores is laid out as the scores); a condition of 0s and 1s adds no type
     typed = [site.known[a] for a in st.args[1:] if isinstance(a, str)] if st.fn == "where" else []
+    ordered = [*typed, *tensors] if typed else tensors
+    out_axes = tuple(dict.fromkeys(a for t in ordered for a in t.axes))
+    params = {"axes": _declared_axes(site, out_axes)} if "axes" in st.kwargs else {}
     dtype = site.out_dtype() or max(
         (t.dtype for t in typed or tensors), key=lambda d: DTYPES[d].rank
     )

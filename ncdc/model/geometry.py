@@ -43,7 +43,9 @@ def mask_band(kernel: Kernel, sizes: Mapping[str, int]) -> Band | None:
     reduces nothing and weaves both axes (attention's fused backward: dQ over the queries,
     dK and dV over the keys) skips the tile pairs the band leaves too."""
     band = None
-    both = not kernel.reduced and any(op.kind == "contract" for op in kernel.ops)
+    # an axis no op runs over (a packed varlen mask's count of sequences) is not reduced work
+    reduced = [a for a in kernel.reduced if any(a in op.axes or a in op.over for op in kernel.ops)]
+    both = not reduced and any(op.kind == "contract" for op in kernel.ops)
     for query, key, lo, hi in _bands(kernel, sizes):
         if query not in kernel.woven or not (key in kernel.reduced or both and key in kernel.woven):
             continue

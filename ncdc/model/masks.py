@@ -108,17 +108,13 @@ COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 
 def read_mask_rule(kernel: Kernel) -> MaskRule | None:
     """The rule of the select `where(C, S, -inf)` (or `where(C, -inf, S)`) that the kernel's
-    softmax reads (through masks, if any), else None."""
+    softmax reads (through masks, if any), or the backward's P recomputed from it, else
+    None."""
+    found = _masking_select(kernel)
+    if found is None:
+        return None
+    select, key, query = found
     by_out = {op.out: op for op in kernel.ops}
-    soft = next((op for op in kernel.ops if op.kind == "softmax" and len(op.over) == 1), None)
-    if soft is None:
-        return None
-    name = str(soft.operands[0])
-    while name in by_out and by_out[name].kind == "mask":
-        name = str(by_out[name].operands[0])
-    select = by_out.get(name)
-    if select is None or select.fn != "where":
-        return None
     cond, a, b = select.operands
     keep = _term(cond, by_out)
     if b == -math.inf and a != -math.inf:
@@ -127,22 +123,45 @@ def read_mask_rule(kernel: Kernel) -> MaskRule | None:
         keep = Call("not", (keep,))
     else:
         return None
-    (key,) = soft.over
+    if key is None:  # the backward: the key is the position that is not the queries'
+        others = sorted({p.axis for p in positions(keep)} - {query})
+        if len(others) != 1:
+            return None
+        key = others[0]
     queries = sorted({p.axis for p in positions(keep)} - {key})
     return MaskRule(queries[0] if len(queries) == 1 else None, key, keep)
 
 
 def mask_select(kernel: Kernel) -> Op | None:
     """The `where` op whose rule `read_mask_rule` reads, else None."""
-    rule = read_mask_rule(kernel)
-    if rule is None:
-        return None
-    soft = next(op for op in kernel.ops if op.kind == "softmax")
+    found = _masking_select(kernel) if read_mask_rule(kernel) is not None else None
+    return None if found is None else found[0]
+
+
+def _masking_select(kernel: Kernel) -> tuple[Op, str | None, str | None] | None:
+    """The `where` op (through masks) that turns the scores into what the kernel's softmax
+    reads, with the key axis (the softmax's), or, in attention's fused backward, what P =
+    exp(M - L) is recomputed from, with the query axis (that P's contraction dV = P dO sums
+    over); None where there is no such select."""
     by_out = {op.out: op for op in kernel.ops}
-    name = str(soft.operands[0])
-    while by_out[name].kind == "mask":
+    key = query = None
+    soft = next((op for op in kernel.ops if op.kind == "softmax" and len(op.over) == 1), None)
+    if soft is not None:
+        name, (key,) = str(soft.operands[0]), soft.over
+    else:
+        exp = next((op for op in kernel.ops if op.fn == "exp" and op.operands[0] in by_out
+                    and by_out[str(op.operands[0])].fn == "sub"), None)  # fmt: skip
+        use = exp and next((c for c in kernel.ops if c.kind == "contract"
+                            and exp.out in c.operands and len(c.over) == 1), None)  # fmt: skip
+        if exp is None or use is None:
+            return None
+        name, (query,) = str(by_out[str(exp.operands[0])].operands[0]), use.over
+    while name in by_out and by_out[name].kind == "mask":
         name = str(by_out[name].operands[0])
-    return by_out[name]
+    select = by_out.get(name)
+    if select is None or select.fn != "where":
+        return None
+    return select, key, query
 
 
 def _term(operand: str | float, by_out: Mapping[str, Op]) -> Term:

@@ -69,3 +69,26 @@ def test_backward_kernels_match_the_reference_on_the_cpu(name: str) -> None:
     result = run_diagram(backward, render_plan(c.backward), inputs=inputs)
     assert result.ok, result.checks
     assert {x.name for x in result.checks} == set(backward.outputs)
+
+
+@pytest.mark.parametrize(
+    "name, wrt",
+    [
+        ("prefix_lm_attention", None),  # a rule of positions: where(K0, S, -inf)
+        ("varlen_attention", None),  # a varlen mask read by a causal one
+        ("softcap_attention", None),  # tanh on the logits, grouped-query heads
+        ("alibi_attention", ("Q", "K", "V")),  # slopes times positions, not differentiated
+    ],
+)
+def test_score_paths_and_mask_rules_arrive_at_flashattention_choice(name, wrt) -> None:
+    """A mask, or a select of -inf, that only the softmax reads passes the gradient through
+    (the softmax's is 0 where it put -inf), and a rule's positions and comparisons are
+    recomputed, never offered for saving: the lse way wins, and its backward runs in the
+    fused kernel with the score path's gradient beside the row-wise D."""
+    c = choose_pair(load_diagram(DIAGRAMS / f"{name}.yaml"), H200, wrt=wrt)
+    assert c.pair.saved == ("lse_P",)
+    assert set(c.pair.ways.values()) == {LSE, RECOMPUTE}
+    assert [k.family.name for k in c.backward.kernels] == ["rowwise", "attention_backward"]
+    assert not [op for op in c.pair.backward.ops if op.fn in ("where", "eq", "ne")
+                and op.out.startswith("d")]  # fmt: skip
+    assert all(len(a.ways) <= 8 for a in c.alternatives)  # no save of a rule's parts weighed

@@ -146,3 +146,18 @@ def test_gather_refuses_a_float_index_and_an_axis_the_source_lacks():
             assert message in e.message, (bad, e.message)
         else:
             raise AssertionError(bad)
+
+
+def test_a_select_is_laid_out_as_its_values() -> None:
+    """where(C, A, B) takes A's (and B's) axes first, then the condition's new ones: a mask
+    rule over (x, q) selecting scores over (b, h, q, x) keeps the scores' layout."""
+    d = load_diagram_text(
+        "ncdc: 1\nname: sel\naxes: {b: 2, q: 3, x: 5}\n"
+        "inputs:\n  S: {axes: [b, q, x], dtype: fp32}\n  T: {axes: [x], dtype: fp32}\n"
+        "ops:\n  - I = index(q)\n  - J = index(x)\n  - C = le(J, I)\n"
+        "  - M = where(C, S, -inf)\n  - N = where(C, T, 0)\noutputs: [M, N]\n",
+        "sel.yaml",
+    )
+    assert d.tensor("C").axes == ("x", "q")
+    assert d.tensor("M").axes == ("b", "q", "x")
+    assert d.tensor("N").axes == ("x", "q")  # T's x first, then the condition's q

@@ -25,8 +25,10 @@ computes dQ itself in query order: a block per bx queries holding their dQ while
 stream bq at a time, S, P and dP computed again, no atomics, the same bits every run.
 Grouped-query heads (Q, dO, L and D with an axis beside q that K and V lack, dK and dV
 summed over it): a block streams the queries of each head of its group in turn, so the sum
-stays in its registers. Score functors and varlen masks are not in it: their backward runs
-on the GEMM and row-wise kernels.
+stays in its registers. A score path between S and the masks (soft-capping, ALiBi, a bias,
+a mask rule of positions) runs as a functor (`ScoreFunctor`): the transformed logit for P,
+and dS from dM = P (dP - D) by the statements of its derived gradient; varlen masks
+(padded or packed sequences) bound the tiles and drop the pairs of two sequences.
 
     >>> from ncdc.hardware.load import load_hardware
     >>> from ncdc.grad.choose import choose_pair
@@ -50,9 +52,15 @@ from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
 from ncdc.families.attention.core import HEAD_STEP, INPUT_DTYPES, MMA_ROWS, row_values
-from ncdc.families.attention.scores import mask_bands, pitch_of
+from ncdc.families.attention.scores import (
+    SCORE_KINDS,
+    ScoreInput,
+    ScoreValues,
+    mask_bands,
+    pitch_of,
+)
 from ncdc.families.base import KernelSource, Launch, Param, Workspace, no_arch_problem
-from ncdc.families.codegen import cpp_type, size_name
+from ncdc.families.codegen import Statement, cpp_type, needed_ops, op_statements, size_name
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import MAX_GRID_YZ, Candidate, Family, LaunchShape
@@ -75,6 +83,24 @@ CONVERT_THREADS = 256  # the second launch: dQ from its fp32 workspace, 4 values
 
 
 @dataclass(frozen=True)
+class ScoreFunctor:
+    """The score path between the scaled logits and the masks, and its gradient, as C
+    statements (scores.ScoreValues): `statements` compute `result` from ncdc_s, ncdc_i and
+    ncdc_j; `grad` computes `grad_result`, dS, from ncdc_dm and those. Empty: the identity."""
+
+    statements: tuple[Statement, ...] = ()
+    result: str = "ncdc_s"
+    grad: tuple[Statement, ...] = ()
+    grad_result: str = "ncdc_dm"
+    inputs: tuple[ScoreInput, ...] = ()
+    batch: tuple[str, ...] = ()  # batch axes whose index a statement reads
+
+    @property
+    def identity(self) -> bool:
+        return not self.statements and not self.grad
+
+
+@dataclass(frozen=True)
 class Backward:
     """What the template needs of one backward kernel, read from the diagram."""
 
@@ -94,6 +120,10 @@ class Backward:
     scores: tuple[str, ...] = ()  # S, the masks, P and dS: what a query-major dQ pass redoes
     group: tuple[str, ...] = ()  # grouped-query heads: Q's axis beside q that K lacks (or none)
     group_pitch: Mapping[str, str] = dataclasses.field(default_factory=dict)  # its pitch
+    functor: ScoreFunctor = dataclasses.field(default_factory=lambda: ScoreFunctor())
+    lengths: str = ""  # a varlen mask's int32 lengths (scores.Scores), or none
+    lengths_offset: str = "0"
+    sequences: str = ""  # the axis of the packed sequences' count; "" for padded ones
 
     @property
     def masked(self) -> bool:
@@ -105,24 +135,29 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
     ops = list(kernel.ops)
     by_out = {op.out: op for op in ops}
     contracts = [op for op in ops if op.kind == "contract"]
-    exps = [op for op in ops if op.fn == "exp" and op.kind == "map"]
+    inputs = set(kernel.inputs)
+    exps = [op for op in ops if op.fn == "exp" and op.kind == "map"
+            and op.operands[0] in by_out and by_out[str(op.operands[0])].fn == "sub"]  # fmt: skip
     if len(contracts) != 5 or len(exps) != 1:
         return None
     p = exps[0]
-    y = by_out.get(str(p.operands[0]))
-    if y is None or y.fn != "sub" or len(y.operands) != 2:
+    y = by_out[str(p.operands[0])]
+    if len(y.operands) != 2:
         return None
     m_name, lse = (str(o) for o in y.operands)
     masks: list[Op] = []
     while m_name in by_out and by_out[m_name].kind == "mask":
         masks.insert(0, by_out[m_name])
         m_name = str(by_out[m_name].operands[0])
-    s = by_out.get(m_name)
-    if s is None or s.kind != "contract" or lse not in kernel.inputs:
+    # the logits S = Q K^T, then the score path to what the masks read (a functor)
+    firsts = [c for c in contracts if all(str(o) in inputs for o in c.operands)
+              and c in needed_ops(ops, [m_name], inputs)]  # fmt: skip
+    if len(firsts) != 1 or lse not in inputs:
         return None
-    inputs = set(kernel.inputs)
+    s = firsts[0]
+    chain = needed_ops(ops, [m_name], [*inputs, s.out])
     operands = [str(o) for o in s.operands]
-    if not all(o in inputs for o in operands) or len(s.over) != 1:
+    if len(s.over) != 1:
         return None
     (d_axis,) = s.over
     lse_axes = diagram.tensor(lse).axes
@@ -140,7 +175,7 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
     # the other contractions, by what they read
     dp = next((c for c in contracts if c is not s and p.out not in c.inputs
                and all(str(o) in inputs for o in c.operands)), None)  # fmt: skip
-    if dp is None or len(dp.over) != 1 or tuple(dp.axes) != tuple(s.axes):
+    if dp is None or len(dp.over) != 1 or set(dp.axes) != set(s.axes):
         return None
     (e_axis,) = dp.over
     do, v = (str(o) for o in dp.operands)
@@ -156,27 +191,70 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
     if _number(dp) != 1.0 or _number(dv) != 1.0:  # O = P V unscaled: dP and dV are too
         return None
     dvec = str(g.operands[1])
-    ds = next((op for op in ops if op.fn == "mul" and set(map(str, op.operands)) == {p.out, g.out}),
+    dm = next((op for op in ops if op.fn == "mul" and set(map(str, op.operands)) == {p.out, g.out}),
               None)  # fmt: skip
-    if ds is None or dvec not in inputs:
+    if dm is None or dvec not in inputs:
         return None
-    dq = next((c for c in contracts if set(map(str, c.operands)) == {ds.out, k}), None)
-    dk = next((c for c in contracts if set(map(str, c.operands)) == {ds.out, q}), None)
-    if dq is None or dk is None or dq.over != (x_axis,) or dk.over != (q_axis,):
+    dq = next((c for c in contracts if k in map(str, c.operands) and c not in (s, dp)), None)
+    ds = None if dq is None else next((str(o) for o in dq.operands if o != k), None)
+    dk = next((c for c in contracts if set(map(str, c.operands)) == {ds, q}), None)
+    if dq is None or ds is None or dk is None or dq.over != (x_axis,) or dk.over != (q_axis,):
         return None
+    # the score path's gradient: from dM = P (dP - D) to the dS both products read
+    back = needed_ops(ops, [ds], [*inputs, dm.out, s.out, *(op.out for op in chain)])
+    if any(n in (p.out, y.out, dp.out, g.out, m_name, lse, dvec) or n in {m.out for m in masks}
+           for op in back for n in op.inputs):  # fmt: skip
+        return None  # it reads what only the kernel's P step holds
     finals = [sums.get(c.out) if group else c for c in (dk, dv)]  # a group's heads summed
     if any(f is None or (group and (f.over != group or f.scale)) for f in finals):
         return None
     dk_out, dv_out = (str(f.out) for f in finals if f is not None)
-    used = {op.out for op in (s, dp, dv, g, ds, dq, dk, p, y, *masks, *finals) if op is not None}
+    used = {op.out for op in (s, dp, dv, g, dm, dq, dk, p, y, *masks, *chain, *back, *finals)
+            if op is not None}  # fmt: skip
     if any(op.out not in used for op in ops) or set(kernel.outputs) != {dq.out, dk_out, dv_out}:
         return None
     names = {"Q": q, "K": k, "V": v, "dO": do, "L": lse, "D": dvec,
              "dQ": dq.out, "dK": dk_out, "dV": dv_out}  # fmt: skip
     b = _backward(diagram, kernel, names, masks, s, (dq, dk), group, q_axis, x_axis, d_axis,
                   e_axis)  # fmt: skip
-    scores = tuple(op.out for op in (s, *masks, y, p, dp, g, ds))
-    return None if b is None else dataclasses.replace(b, scores=scores)
+    if b is None:
+        return None
+    functor = _functor(diagram, kernel, b, s, chain, m_name, back, dm.out, ds)
+    if functor is None:
+        return None
+    scores = tuple(op.out for op in (s, *chain, *masks, y, p, dp, g, dm, *back))
+    return dataclasses.replace(b, scores=scores, functor=functor)
+
+
+def _functor(
+    diagram: Diagram, kernel: Kernel, b: Backward, s: Op, chain: list[Op], logits: str,
+    back: list[Op], dm: str, ds: str,
+) -> ScoreFunctor | None:  # fmt: skip
+    """The score path as C statements: the transformed logit of query ncdc_i and key ncdc_j
+    from the scaled one (ncdc_s), and dS from dM (ncdc_dm) and those; None where a step is
+    not elementwise over the (batch..., query, key) of one slice."""
+    allowed = {*b.batch, *b.group, b.q_axis, b.x_axis}  # no value differs along the group
+    for op in (*chain, *back):
+        if op.kind not in SCORE_KINDS or op.kind == "mask" or not set(op.axes) <= allowed:
+            return None
+    if not chain and not back:
+        return ScoreFunctor()
+    reader = ScoreValues(kernel, diagram, s, b.batch, b.q_axis, b.x_axis, [*chain, *back], "",
+                         given={dm: "ncdc_dm"})  # fmt: skip
+    try:
+        forward = [st for op in chain for st in op_statements(op, reader.value, reader.index,
+                                                              f"ncdc_e_{op.out}")]  # fmt: skip
+        grad = [st for op in back for st in op_statements(op, reader.value, reader.index,
+                                                          f"ncdc_e_{op.out}")]  # fmt: skip
+        result, grad_result = reader.value(logits), reader.value(ds)
+    except PlanError:
+        return None
+    if any(a not in b.batch for a in reader.needs_batch):
+        return None  # a position along the group: the heads of one block differ
+    return ScoreFunctor(
+        tuple(forward), result, tuple(grad), grad_result, tuple(reader.inputs.values()),
+        tuple(a for a in b.batch if a in reader.needs_batch),
+    )  # fmt: skip
 
 
 def _backward(
@@ -208,7 +286,7 @@ def _backward(
     scale, grad_scale = _number(s), _number(grads[0])
     if scale is None or grad_scale is None or _number(grads[1]) != grad_scale:
         return None
-    if any(op.fn not in ("causal", "window") for op in masks):
+    if any(op.fn not in ("causal", "window", "varlen") for op in masks):
         return None
     try:
         bands = mask_bands(diagram, kernel, masks, batch, q_axis, x_axis, "")
@@ -223,8 +301,12 @@ def _backward(
         stride[n] = pitch[axes[-2]] if role not in ("L", "D") else "1"
         if group and group[0] in axes:
             group_pitch[n] = pitch[group[0]]
+    if bands.lengths and group and any(a in diagram.tensor(bands.lengths).axes for a in group):
+        return None  # lengths per head of a group: the heads of one block differ
     return Backward(names, batch, q_axis, x_axis, d, e, dtype, scale, grad_scale, bands.lo,
-                    bands.hi, offset, stride, group=group, group_pitch=group_pitch)  # fmt: skip
+                    bands.hi, offset, stride, group=group, group_pitch=group_pitch,
+                    lengths=bands.lengths, lengths_offset=bands.lengths_offset,
+                    sequences=bands.sequences)  # fmt: skip
 
 
 def _number(op: Op) -> float | None:
@@ -249,20 +331,27 @@ def _registers(d: int, e: int, bq: int, warps: int, atomic: bool) -> int:
 
 
 def _smem(b: Backward, bx: int, bq: int, atomic: bool) -> int:
-    """K and V tiles, the ring of Q and dO tiles, dS^T (with atomics), and the ring's L and D
-    (fp32). The query-major dQ pass's is smaller: its Q and dO tiles and a ring of K and V."""
+    """K and V tiles, the ring of Q and dO tiles, dS^T (with atomics), the ring's L and D
+    (fp32), and a varlen mask's spans. The query-major dQ pass's is smaller: its Q and dO
+    tiles and a ring of K and V (and the spans)."""
     values = bx * (row_values(b.d) + row_values(b.e)) + STAGES * bq * (
         row_values(b.d) + row_values(b.e)
     )
     values += bx * row_values(bq) if atomic else 0
-    return values * DTYPES[b.dtype].bytes + STAGES * 2 * bq * 4
+    return values * DTYPES[b.dtype].bytes + STAGES * 2 * bq * 4 + _span_bytes(b, bx)
+
+
+def _span_bytes(b: Backward, rows: int) -> int:
+    """A varlen mask's [start, end) of each row of a block's tile (int32 each)."""
+    return 8 * rows if b.lengths else 0
 
 
 def _dq_pass_smem(b: Backward, bx: int, bq: int) -> int:
     """The query-major dQ pass: Q and dO tiles of bx queries, a 2-stage ring of bq keys of K
-    and V (its blocks have the main kernel's warps, the tile roles swapped)."""
+    and V (its blocks have the main kernel's warps, the tile roles swapped), and a varlen
+    mask's spans."""
     values = (bx + STAGES * bq) * (row_values(b.d) + row_values(b.e))
-    return values * DTYPES[b.dtype].bytes
+    return values * DTYPES[b.dtype].bytes + _span_bytes(b, bx)
 
 
 def _dq_pass_facts(
@@ -367,16 +456,20 @@ class AttentionBackwardFamily:
             f"{kp.kernel.name}_attention_backward_{b.dtype}_x{bx}_q{bq}_d{b.d}"
             + (f"_dv{b.e}" if b.e != b.d else "")
             + ("_masked" if b.masked else "")
+            + ("" if b.functor.identity else "_scored")
+            + (("_packed" if b.sequences else "_varlen") if b.lengths else "")
             + ("_grouped" if b.group else "")
             + ("_dqpass" if dq_pass else "")
         )
         n = b.names
         workspace = f"ncdc_{n['dQ']}_acc"
         heads = math.prod(diagram.axes[a] for a in (*b.batch, *b.group))
-        sizes = [Param(size_name(a), "int64", value=diagram.axes[a])
-                 for a in (*b.batch, *b.group, b.q_axis, b.x_axis)]  # fmt: skip
+        size_axes = [*b.batch, *b.group, b.q_axis, b.x_axis, *filter(None, [b.sequences])]
+        sizes = [Param(size_name(a), "int64", value=diagram.axes[a]) for a in size_axes]
         reads = tuple(Param(n[r], "tensor", diagram.tensor(n[r]).dtype)
                       for r in ("Q", "K", "V", "dO", "L", "D"))  # fmt: skip
+        reads += tuple(Param(t.name, "tensor", t.dtype) for t in b.functor.inputs)
+        reads += (Param(b.lengths, "tensor", "int32"),) if b.lengths else ()
         scales = (
             Param("ncdc_scale_log2", "float32", value=b.scale * math.log2(math.e)),
             Param("ncdc_grad_scale", "float32", value=b.grad_scale),
@@ -407,9 +500,17 @@ class AttentionBackwardFamily:
             "names": dict(n),
             "batch": b.batch, "group": b.group, "group_pitch": dict(b.group_pitch),
             "q_axis": b.q_axis, "x_axis": b.x_axis,
-            "sizes": [*b.batch, *b.group, b.q_axis, b.x_axis],
+            "sizes": size_axes,
             "d": b.d, "e": b.e, "bx": bx, "bq": bq, "threads": c.threads,
             "band_lo": b.lo, "band_hi": b.hi,
+            "statements": b.functor.statements, "score_result": b.functor.result,
+            "grad_statements": b.functor.grad, "grad_result": b.functor.grad_result,
+            "score_inputs": [{"name": t.name, "ctype": cpp_type(t.dtype), "offset": t.offset,
+                              "q_pitch": t.q_pitch, "x_pitch": t.x_pitch}
+                             for t in b.functor.inputs],
+            "score_batch": b.functor.batch,
+            "lengths": b.lengths, "lengths_offset": b.lengths_offset, "sequences": b.sequences,
+            "varlen": "true" if b.lengths else "false",
             "offset": dict(b.offset), "stride": dict(b.stride),
             "workspace": workspace, "convert_threads": CONVERT_THREADS,
         }  # fmt: skip

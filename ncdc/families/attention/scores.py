@@ -101,7 +101,7 @@ def read_scores(
             )
     if not chain:
         return sc
-    reader = _ScoreValues(kernel, diagram, first, batch, q_axis, x_axis, chain, unfused)
+    reader = ScoreValues(kernel, diagram, first, batch, q_axis, x_axis, chain, unfused)
     statements: list[Statement] = []
     for op in chain:
         statements += op_statements(op, reader.value, reader.index, f"ncdc_e_{op.out}")
@@ -112,7 +112,7 @@ def read_scores(
     )  # fmt: skip
 
 
-class _ScoreValues:
+class ScoreValues:
     """The C expressions of the score path's values: the scaled logit, each transformed
     score, and the tensors it reads (as score inputs with their pitches), and of its
     indices (query, key, a batch axis)."""
@@ -120,16 +120,20 @@ class _ScoreValues:
     def __init__(
         self, kernel: Kernel, diagram: Diagram, first: Op, batch: tuple[str, ...],
         q_axis: str, x_axis: str, chain: list[Op], unfused: str,
+        given: Mapping[str, str] | None = None,
     ):  # fmt: skip
         self.kernel, self.diagram, self.first, self.batch = kernel, diagram, first, batch
         self.q_axis, self.x_axis, self.unfused = q_axis, x_axis, unfused
         self.produced = {op.out for op in chain}
+        self.given = dict(given or {})  # other values the statements read: name -> C
         self.inputs: dict[str, ScoreInput] = {}
         self.needs_batch: list[str] = []
 
     def value(self, n: str) -> str:
         if n == self.first.out:
             return "ncdc_s"
+        if n in self.given:
+            return self.given[n]
         if n in self.produced:
             return f"ncdc_e_{n}"
         t = self.diagram.tensor(n)

@@ -254,6 +254,7 @@ NCDC_DEVICE void visible_keys(const Visible& v, int i, int& first, int& last) {
 struct PlainScores {
   static constexpr bool kIdentity = true;
   NCDC_DEVICE float operator()(float s, int, int) const { return s; }
+  NCDC_DEVICE float grad(float, float dm, int, int) const { return dm; }  // the backward's dS
 };
 
 // Masking of one step: key `j` is dropped for row g (r = 0) or g + 8 (r = 1) of block b

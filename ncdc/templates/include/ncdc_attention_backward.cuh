@@ -40,12 +40,73 @@ struct BackwardSlice {
   long long q_stride = 0, k_stride = 0, v_stride = 0, do_stride = 0;
   int q_len = 0, x_len = 0;
   float scale_log2 = 0.0f;                        // the logits' scale times log2(e)
+  float scale = 0.0f;                             // the logits' scale
   long long lo = -kUnbounded, hi = kUnbounded;    // query i sees keys i + lo <= j <= i + hi
   // Grouped-query heads: `heads` of Q (and dO, L, D) share this slice's K and V, each
   // `q_head` (`do_head`, `l_head`, `d_head`) elements after the one before
   int heads = 1;
   long long q_head = 0, do_head = 0, l_head = 0, d_head = 0;
+  // A varlen mask: keys at or past x_end dropped (padded sequences), and with packed ones
+  // (`seg`: seg_n lengths, int32) a query sees only the keys of its own sequence
+  int x_end = 0;
+  const int* seg = nullptr;
+  int seg_n = 0;
 };
+
+// [s0, s1): the packed sequence that holds position `pos` (s0 = s1 = the end of the last
+// one for a position past them all: it sees nothing, and nothing sees it).
+NCDC_DEVICE void sequence_of(const int* seg, int seg_n, long long pos, long long& s0,
+                             long long& s1) {
+  long long start = 0;
+  s0 = -1;
+#pragma unroll 1
+  for (int s = 0; s < seg_n; ++s) {
+    const int len = ld_global(seg + s);
+    const long long end = start + (len > 0 ? len : 0);
+    if (pos >= start && pos < end) s0 = start, s1 = end;
+    start = end;
+  }
+  if (s0 < 0) s0 = start, s1 = start;
+}
+
+// What a varlen mask keeps of each row of a block's tile (in shared memory, [start, end) a
+// row, filled once by `fill_spans`): the positions along the other axis (queries for a key
+// row, keys for a query row); `row` is a warp's own, from 0 at `span`. A kernel without one
+// never reads it.
+struct RowSpans {
+  const int* span = nullptr;
+
+  NCDC_DEVICE bool dropped(int row, int pos) const {
+    return pos < ld_shared(span + 2 * row) || pos >= ld_shared(span + 2 * row + 1);
+  }
+};
+
+// The spans of rows [p0, p0 + ROWS): for keys (KEYS), a padded key sees every query and none
+// past x_end, a packed key the queries of its sequence; for queries, the keys before x_end,
+// of its sequence where they are packed.
+template <bool KEYS, int ROWS, int THREADS, class T>
+NCDC_DEVICE void fill_spans(int* span, const BackwardSlice<T>& a, int p0, int tid) {
+  for (int r = tid; r < ROWS; r += THREADS) {
+    const int pos = p0 + r;
+    long long s0 = 0, s1 = KEYS ? a.q_len : a.x_end;
+    if (a.seg != nullptr) sequence_of(a.seg, a.seg_n, pos, s0, s1);
+    span[2 * r] = int(s0);
+    span[2 * r + 1] = KEYS ? (pos < a.x_end ? int(lmin(s1, a.q_len)) : 0) : int(lmin(s1, a.x_end));
+  }
+}
+
+// The tiles [first, last] along one axis that a varlen mask leaves the block's positions
+// [p0, p1] along the other: with packed sequences, those of the sequences they lie in.
+template <class T>
+NCDC_DEVICE void varlen_range(const BackwardSlice<T>& a, int p0, int p1, long long& first,
+                              long long& last) {
+  if (a.seg == nullptr) return;
+  long long s0, s1, t0, t1;
+  sequence_of(a.seg, a.seg_n, p0, s0, s1);
+  sequence_of(a.seg, a.seg_n, p1, t0, t1);
+  first = lmax(first, s0);
+  last = lmin(last, t1 - 1);
+}
 
 // Key j is dropped for query i: outside the band (MASKED; lo and hi clamped to ints, see
 // `band32`), or past either tensor's end.
@@ -62,20 +123,38 @@ NCDC_DEVICE int band32(long long v, int q_len, int x_len) {
   return int(v < -m ? -m : v > m ? m : v);
 }
 
-// P^T from S^T: 2^(s scale_log2 - L log2 e), 0 for a dropped pair where CHECK (a tile that
-// the band or a tensor's end cuts; the others take no test at all).
-template <bool CHECK, bool MASKED, int BQ>
-NCDC_DEVICE void scores_to_p(float (&p)[BQ / 8][4], const float* l_t, float scale_log2, int lo,
-                             int hi, int q_len, int x_len, int q0, int key_row0, int lane) {
+// P from one logit of the accumulator: 2^(acc scale_log2 - L log2 e); with a score path
+// (SC not the identity) 2^((sc(s) - L) log2 e) of the scaled logit s = acc scale, which is
+// kept in `s` for the gradient, and 0 where the path puts -inf (a rule's dropped pair).
+template <class SC>
+NCDC_DEVICE float p_of(float acc, float& s, float lse, const SC& sc, float scale,
+                       float scale_log2, int i, int j) {
+  if constexpr (SC::kIdentity) {
+    return exp2_fast(fmaf(acc, scale_log2, -kLog2e * lse));
+  } else {
+    s = acc * scale;
+    const float m = sc(s, i, j);
+    return m == neg_inf() ? 0.0f : exp2_fast((m - lse) * kLog2e);
+  }
+}
+
+// P^T from S^T (through the score path `sc`), 0 for a dropped pair where CHECK (a tile that
+// the band or a tensor's end cuts; the others take no test at all); the scaled logits in
+// `s` where the path needs them for its gradient.
+template <bool CHECK, bool MASKED, bool VARLEN, int BQ, class SC>
+NCDC_DEVICE void scores_to_p(float (&p)[BQ / 8][4], float (&s)[BQ / 8][4], const SC& sc,
+                             const float* l_t, float scale, float scale_log2, int lo, int hi,
+                             int q_len, int x_len, const RowSpans& spans, int q0, int key_row0,
+                             int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int n = 0; n < BQ / 8; ++n)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int col = 8 * n + 2 * t + (i & 1);
-      const float v = exp2_fast(fmaf(p[n][i], scale_log2, -kLog2e * l_t[col]));
-      p[n][i] = CHECK && dropped_pair<MASKED>(lo, hi, q_len, x_len, q0 + col,
-                                              key_row0 + g + 8 * (i >> 1)) ? 0.0f : v;
+      const int col = 8 * n + 2 * t + (i & 1), key = key_row0 + g + 8 * (i >> 1);
+      const float v = p_of(p[n][i], s[n][i], l_t[col], sc, scale, scale_log2, q0 + col, key);
+      p[n][i] = CHECK && (dropped_pair<MASKED>(lo, hi, q_len, x_len, q0 + col, key) ||
+                          (VARLEN && spans.dropped(g + 8 * (i >> 1), q0 + col))) ? 0.0f : v;
     }
 }
 
@@ -171,10 +250,11 @@ NCDC_DEVICE void load_queries(T* qs, T* dos, float* ls, float* ds, const Backwar
   }
 }
 
-template <class T, int D, int DV, int BX, int BQ, bool MASKED, bool DQ_ATOMIC>
+template <class T, int D, int DV, int BX, int BQ, bool MASKED, bool VARLEN, bool DQ_ATOMIC,
+          class SC>
 NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long long dk_stride,
                                     T* dv_out, long long dv_stride, float* dq_acc, int key_tile,
-                                    float grad_scale) {
+                                    float grad_scale, const SC& sc) {
   constexpr int W = BX / 16, THREADS = 32 * W, QB = BQ / 16, CP = W / QB, DQ = D / CP;
   static_assert(BX % 16 == 0 && BQ % 16 == 0 && W % QB == 0 && DQ % 16 == 0,
                 "whole 16-row mma blocks; the warps split dQ's columns evenly");
@@ -188,6 +268,7 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
   T* dst = dos + 2 * OT;  // dS^T: [BX keys][BQ queries] (DQ_ATOMIC only)
   float* ls = reinterpret_cast<float*>(dst + ST);  // [2][BQ] L
   float* dvs = ls + 2 * BQ;                        // [2][BQ] D
+  int* span = reinterpret_cast<int*>(dvs + 2 * BQ);  // [BX][2] a varlen mask's (VARLEN only)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int x0 = key_tile * BX;
@@ -196,8 +277,15 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
 
   // the query tiles that see some key of [x0, x1]: j <= i + hi and j >= i + lo
   const int x1 = imin(x0 + BX, a.x_len) - 1;
-  const long long first_q = MASKED ? lmax(0, x0 - a.hi) : 0;
-  const long long last_q = MASKED ? lmin(a.q_len - 1ll, x1 - a.lo) : a.q_len - 1ll;
+  long long first_q = MASKED ? lmax(0, x0 - a.hi) : 0;
+  long long last_q = MASKED ? lmin(a.q_len - 1ll, x1 - a.lo) : a.q_len - 1ll;
+  RowSpans spans;  // a varlen mask's queries for each key (read after the loop's barrier)
+  if (VARLEN) {
+    if (x0 >= a.x_end) last_q = -1;  // padding: no query sees these keys
+    varlen_range(a, x0, x1, first_q, last_q);
+    fill_spans<true, BX, THREADS>(span, a, x0, tid);
+    spans.span = span + 2 * kr0;
+  }
   const int tile0 = first_q > last_q ? 0 : int(first_q / BQ);
   const int tiles = first_q > last_q ? 0 : int(last_q / BQ) + 1 - tile0;
 
@@ -236,17 +324,17 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
 
     // P^T: the warp's 16 keys by the tile's BQ queries (element i of tile n: key row
     // kr0 + g + 8 (i / 2), query column 8 n + 2 t + i % 2)
-    float p[BQ / 8][4];
+    float p[BQ / 8][4], s[BQ / 8][4];
     keys_by_rows<T, D, BQ>(p, ks, kr0, q_t, lane);
     // a tile whose every pair the band keeps and the tensors hold (most of them) is not tested
-    const bool cut = q0 + BQ > a.q_len || x0 + BX > a.x_len ||
+    const bool cut = VARLEN || q0 + BQ > a.q_len || x0 + BX > a.x_len ||
                      (MASKED && (x0 + BX - 1 > q0 + hi || x0 < q0 + BQ - 1 + lo));
     if (cut)
-      scores_to_p<true, MASKED, BQ>(p, l_t, a.scale_log2, lo, hi, a.q_len, a.x_len, q0,
-                                    x0 + kr0, lane);
+      scores_to_p<true, MASKED, VARLEN, BQ>(p, s, sc, l_t, a.scale, a.scale_log2, lo, hi,
+                                            a.q_len, a.x_len, spans, q0, x0 + kr0, lane);
     else
-      scores_to_p<false, MASKED, BQ>(p, l_t, a.scale_log2, lo, hi, a.q_len, a.x_len, q0,
-                                     x0 + kr0, lane);
+      scores_to_p<false, MASKED, VARLEN, BQ>(p, s, sc, l_t, a.scale, a.scale_log2, lo, hi,
+                                             a.q_len, a.x_len, spans, q0, x0 + kr0, lane);
     add_product<T, DV, BQ>(dv, p, do_t, lane);  // dV += P^T dO
     float ds[BQ / 8][4];
     keys_by_rows<T, DV, BQ>(ds, vs, kr0, do_t, lane);  // dP^T = V dO^T
@@ -255,7 +343,9 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int col = 8 * n + 2 * t + (i & 1);
-        ds[n][i] = p[n][i] * (ds[n][i] - d_t[col]);  // dS^T = P^T (dP^T - D)
+        // dS^T = P^T (dP^T - D), through the score path's gradient
+        ds[n][i] = sc.grad(s[n][i], p[n][i] * (ds[n][i] - d_t[col]), q0 + col,
+                           x0 + kr0 + g + 8 * (i >> 1));
       }
     add_product<T, D, BQ>(dk, ds, q_t, lane);  // dK += dS^T Q
     if constexpr (!DQ_ATOMIC) continue;  // dQ by the query-major pass (dq_by_queries)
@@ -309,20 +399,22 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
                     lane);
 }
 
-// P from S for rows of queries: 2^(s scale_log2 - L log2 e) with the row's L (rows g and
-// g + 8 of the warp's 16: l2[0], l2[1]), 0 for a dropped pair where CHECK.
-template <bool CHECK, bool MASKED, int BX>
-NCDC_DEVICE void scores_to_p_rows(float (&p)[BX / 8][4], const float (&l2)[2], float scale_log2,
-                                  int lo, int hi, int q_len, int x_len, int query_row0, int x0,
-                                  int lane) {
+// P from S for rows of queries (through the score path `sc`, as `p_of`) with the row's L
+// (rows g and g + 8 of the warp's 16: l2[0], l2[1]), 0 for a dropped pair where CHECK.
+template <bool CHECK, bool MASKED, bool VARLEN, int BX, class SC>
+NCDC_DEVICE void scores_to_p_rows(float (&p)[BX / 8][4], float (&s)[BX / 8][4], const SC& sc,
+                                  const float (&l2)[2], float scale, float scale_log2, int lo,
+                                  int hi, int q_len, int x_len, const RowSpans& spans,
+                                  int query_row0, int x0, int lane) {
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int n = 0; n < BX / 8; ++n)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float v = exp2_fast(fmaf(p[n][i], scale_log2, -kLog2e * l2[i >> 1]));
-      p[n][i] = CHECK && dropped_pair<MASKED>(lo, hi, q_len, x_len, query_row0 + g + 8 * (i >> 1),
-                                              x0 + 8 * n + 2 * t + (i & 1)) ? 0.0f : v;
+      const int query = query_row0 + g + 8 * (i >> 1), key = x0 + 8 * n + 2 * t + (i & 1);
+      const float v = p_of(p[n][i], s[n][i], l2[i >> 1], sc, scale, scale_log2, query, key);
+      p[n][i] = CHECK && (dropped_pair<MASKED>(lo, hi, q_len, x_len, query, key) ||
+                          (VARLEN && spans.dropped(g + 8 * (i >> 1), key))) ? 0.0f : v;
     }
 }
 
@@ -341,9 +433,9 @@ NCDC_DEVICE void load_keys(T* ks, T* vs, const BackwardSlice<T>& a, int x0, int 
 //
 // and writing dQ times the gradient's scale. Each value is summed by one thread in key order:
 // the same bits on every run (the deterministic mode), at the price of S and dP computed again.
-template <class T, int D, int DV, int BQ, int BX, bool MASKED>
+template <class T, int D, int DV, int BQ, int BX, bool MASKED, bool VARLEN, class SC>
 NCDC_DEVICE void dq_by_queries(const BackwardSlice<T>& a, T* dq_out, long long dq_stride,
-                               int query_tile, float grad_scale) {
+                               int query_tile, float grad_scale, const SC& sc) {
   constexpr int W = BQ / 16, THREADS = 32 * W;
   static_assert(BQ % 16 == 0 && BX % 16 == 0, "whole 16-row mma blocks");
   constexpr int QT = BQ * row_chunks<D / 8>() * 8, OT = BQ * row_chunks<DV / 8>() * 8;
@@ -352,13 +444,21 @@ NCDC_DEVICE void dq_by_queries(const BackwardSlice<T>& a, T* dq_out, long long d
   T* dos = qs + QT;
   T* ks = dos + OT;      // [2][KT]
   T* vs = ks + 2 * KT;   // [2][VT]
+  int* span = reinterpret_cast<int*>(vs + 2 * VT);  // [BQ][2] a varlen mask's (VARLEN only)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2;
   const int q0 = query_tile * BQ, qr0 = 16 * warp;
   const int lo = band32(a.lo, a.q_len, a.x_len), hi = band32(a.hi, a.q_len, a.x_len);
   // the key tiles some query of [q0, q1] sees: i + lo <= j <= i + hi
   const int q1 = imin(q0 + BQ, a.q_len) - 1;
-  const long long first_x = MASKED ? lmax(0, q0 + (long long)lo) : 0;
-  const long long last_x = MASKED ? lmin(a.x_len - 1ll, q1 + (long long)hi) : a.x_len - 1ll;
+  long long first_x = MASKED ? lmax(0, q0 + (long long)lo) : 0;
+  long long last_x = MASKED ? lmin(a.x_len - 1ll, q1 + (long long)hi) : a.x_len - 1ll;
+  RowSpans spans;  // a varlen mask's keys for each query (read after the loop's barrier)
+  if (VARLEN) {
+    last_x = lmin(last_x, a.x_end - 1ll);
+    varlen_range(a, q0, q1, first_x, last_x);
+    fill_spans<false, BQ, THREADS>(span, a, q0, tid);
+    spans.span = span + 2 * qr0;
+  }
   const int tile0 = first_x > last_x ? 0 : int(first_x / BX);
   const int tiles = first_x > last_x ? 0 : int(last_x / BX) + 1 - tile0;
 
@@ -388,22 +488,24 @@ NCDC_DEVICE void dq_by_queries(const BackwardSlice<T>& a, T* dq_out, long long d
     cp_async_commit();
     const T* k_t = ks + stage * KT;
     const T* v_t = vs + stage * VT;
-    float p[BX / 8][4];
+    float p[BX / 8][4], s[BX / 8][4];
     keys_by_rows<T, D, BX>(p, qs, qr0, k_t, lane);  // S: the warp's 16 queries by BX keys
-    const bool cut = q0 + BQ > a.q_len || x0 + BX > a.x_len ||
+    const bool cut = VARLEN || q0 + BQ > a.q_len || x0 + BX > a.x_len ||
                      (MASKED && (x0 + BX - 1 > q0 + hi || x0 < q0 + BQ - 1 + lo));
     if (cut)
-      scores_to_p_rows<true, MASKED, BX>(p, l2, a.scale_log2, lo, hi, a.q_len, a.x_len,
-                                         q0 + qr0, x0, lane);
+      scores_to_p_rows<true, MASKED, VARLEN, BX>(p, s, sc, l2, a.scale, a.scale_log2, lo, hi,
+                                                 a.q_len, a.x_len, spans, q0 + qr0, x0, lane);
     else
-      scores_to_p_rows<false, MASKED, BX>(p, l2, a.scale_log2, lo, hi, a.q_len, a.x_len,
-                                          q0 + qr0, x0, lane);
+      scores_to_p_rows<false, MASKED, VARLEN, BX>(p, s, sc, l2, a.scale, a.scale_log2, lo, hi,
+                                                  a.q_len, a.x_len, spans, q0 + qr0, x0, lane);
     float ds[BX / 8][4];
     keys_by_rows<T, DV, BX>(ds, dos, qr0, v_t, lane);  // dP = dO V^T
 #pragma unroll
     for (int n = 0; n < BX / 8; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) ds[n][i] = p[n][i] * (ds[n][i] - d2[i >> 1]);
+      for (int i = 0; i < 4; ++i)  // dS = P (dP - D), through the score path's gradient
+        ds[n][i] = sc.grad(s[n][i], p[n][i] * (ds[n][i] - d2[i >> 1]),
+                           q0 + qr0 + g + 8 * (i >> 1), x0 + 8 * n + 2 * (lane & 3) + (i & 1));
     add_product<T, D, BX>(dq, ds, k_t, lane);  // dQ += dS K
   }
   store_rows<T, D>(dq_out + (long long)q0 * dq_stride, dq_stride, dq, qr0, a.q_len - q0,

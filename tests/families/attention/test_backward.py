@@ -1,10 +1,12 @@
 """Attention's fused backward (ncdc.families.attention.backward): the backward `ncdc grad`
 derives for attention, plain, causal and windowed, bf16 and fp16, plans one FlashAttention-2
-order kernel beside the small row-wise D kernel, grouped-query heads too; emulated at odd
-sizes (query and key tails, a band that drops whole tiles) every tiling matches the float64
-reference, and a planted fault in the device code fails; score functors and others it does
-not run are left to the GEMM and row-wise kernels; the model prices the pairs a band visits, dQ's
-atomics, and the query-major second pass that replaces them in the deterministic mode."""
+order kernel beside the small row-wise D kernel, grouped-query heads too, and score paths
+(soft-capping, ALiBi, an additive bias, mask rules of positions) with their gradient in the
+kernel; emulated at odd sizes (query and key tails, a band that drops whole tiles) every
+tiling matches the float64 reference, and a planted fault in the device code fails; what it
+does not run is left to the GEMM and row-wise kernels; the model prices the pairs a band
+visits, dQ's atomics, and the query-major second pass that replaces them in the
+deterministic mode."""
 
 from __future__ import annotations
 
@@ -57,16 +59,55 @@ GQA_CAUSAL = (
     )
 )
 assert "causal(S" in GQA_CAUSAL
+# soft-capping at 2 (Gemma 2 caps at 50): a small cap bends tanh at the scores of random
+# inputs, so its derivative in dS shows; grouped-query heads, causal
+SOFTCAP = """ncdc: 1
+name: softcap_gqa
+axes: {b: 1, g: 2, r: 3, q: 53, x: 77, d: 64}
+inputs:
+  Q: {axes: [b, g, r, q, d], dtype: bf16}
+  K: {axes: [b, g, x, d], dtype: bf16}
+  V: {axes: [b, g, x, d], dtype: bf16}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - C = mul(S, 0.5)
+  - T = tanh(C)
+  - L = mul(T, 2)
+  - M = causal(L, query=q, key=x)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+"""
+SPECS = Path(__file__).parents[2] / "specs"
+# padded sequences: each batch entry's keys past its length are dropped (fp16, head 64)
+PADDED = """ncdc: 1
+name: padded
+axes: {b: 3, h: 2, q: 53, x: 77, d: 64}
+inputs:
+  Q: {axes: [b, h, q, d], dtype: fp16}
+  K: {axes: [b, h, x, d], dtype: fp16}
+  V: {axes: [b, h, x, d], dtype: fp16}
+  L: {axes: [b], dtype: int32}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - M = varlen(S, query=q, key=x, lengths=L)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+"""
 
 
 @functools.cache
-def backward_of(text_or_name: str):
-    """The backward diagram `ncdc grad` chooses for a library diagram or a spec's text."""
+def backward_of(text_or_name: str, wrt: tuple[str, ...] | None = None):
+    """The backward diagram `ncdc grad` chooses for a library diagram, a spec under
+    tests/specs (`specs/<name>`) or a spec's text."""
     if "\n" in text_or_name:
         d = load_diagram_text(text_or_name, "spec.yaml")
+    elif text_or_name.startswith("specs/"):
+        d = load_diagram(SPECS / f"{text_or_name[6:]}.yaml")
     else:
         d = load_diagram(DIAGRAMS / f"{text_or_name}.yaml")
-    return choose_pair(d, H200).pair.backward
+    return choose_pair(d, H200, wrt=wrt).pair.backward
 
 
 def deterministic(diagram):
@@ -94,13 +135,31 @@ def fused(backward, sizes: dict[str, int], tiles: dict[str, int] | None = None):
         # grouped-query heads: dK and dV summed over a group's 3 heads in the block
         ("gqa_causal", GQA_ODD, {"x": 64, "q": 32}, False),
         ("gqa_causal", GQA_ODD, {"x": 128, "q": 64}, True),
+        # score paths: tanh and its derivative, per-head slopes times positions, a bias
+        # tensor read per (query, key), rules of positions (prefix-LM, sinks and a window)
+        ("softcap", {}, {"x": 64, "q": 32}, False),
+        ("softcap", {}, {"x": 64, "q": 32}, True),
+        ("alibi_attention", {"b": 1, "h": 3, "q": 53, "x": 77, "d": 64}, {}, False),
+        ("specs/attn_bias_bhqx", {"q": 53, "x": 77}, {"x": 64, "q": 32}, True),
+        ("specs/attn_prefix_lm_odd", {}, {"x": 64, "q": 32}, False),
+        ("specs/attn_sinks_window_odd", {}, {"x": 64, "q": 32}, True),
+        # varlen: sequences packed along q and x (causal within each), and padded ones
+        ("varlen_attention", {"h": 2, "q": 101, "x": 101, "n": 3, "d": 64}, {"x": 64, "q": 32},
+         False),
+        ("varlen_attention", {"h": 2, "q": 101, "x": 101, "n": 3, "d": 64}, {"x": 64, "q": 32},
+         True),
+        ("padded", {}, {"x": 64, "q": 32}, False),
     ],
 )  # fmt: skip
 def test_the_fused_backward_matches_the_reference_at_odd_sizes(
     name, sizes, tiles, one_order
 ) -> None:
-    """Also in the deterministic mode: dQ by the query-major second kernel, no atomics."""
-    backward = backward_of({"window": WINDOW, "gqa_causal": GQA_CAUSAL}.get(name, name))
+    """Also in the deterministic mode: dQ by the query-major second kernel, no atomics. A
+    slope or a bias is an input the gradient is not asked of (`--wrt Q --wrt K --wrt V`)."""
+    text = {"window": WINDOW, "gqa_causal": GQA_CAUSAL, "softcap": SOFTCAP,
+            "padded": PADDED}.get(name, name)  # fmt: skip
+    wrt = ("Q", "K", "V") if name in ("alibi_attention", "specs/attn_bias_bhqx") else None
+    backward = backward_of(text, wrt)
     diagram, plan, module = fused(deterministic(backward) if one_order else backward, sizes, tiles)
     assert [k.family.name for k in plan.kernels] == ["rowwise", "attention_backward"]
     kp = plan.kernels[1]
@@ -126,11 +185,10 @@ def _device_code(module) -> str:
     [
         ("          atomicAdd(dst_row + 8 * n, dq[n][2 * h]);\n", "dQ", False),  # unsummed
         ("  return MASKED && (j > i + hi || j < i + lo);\n", "dK", False),  # no band
-        ("        ds[n][i] = p[n][i] * (ds[n][i] - d_t[col]);  // dS^T = P^T (dP^T - D)\n", "dK",
+        ("        ds[n][i] = sc.grad(s[n][i], p[n][i] * (ds[n][i] - d_t[col]), q0 + col,\n", "dK",
          False),
         # the query-major dQ pass: D not subtracted
-        ("      for (int i = 0; i < 4; ++i) ds[n][i] = p[n][i] * (ds[n][i] - d2[i >> 1]);\n",
-         "dQ", True),
+        ("        ds[n][i] = sc.grad(s[n][i], p[n][i] * (ds[n][i] - d2[i >> 1]),\n", "dQ", True),
     ],
 )  # fmt: skip
 def test_a_planted_fault_fails(fault: str, broken: str, one_order: bool) -> None:
@@ -139,8 +197,8 @@ def test_a_planted_fault_fails(fault: str, broken: str, one_order: bool) -> None
     planted = {
         fault.startswith("          atomicAdd"): "",
         "MASKED &&" in fault: "  return false;\n",
-        "d_t[col]" in fault: "        ds[n][i] = p[n][i] * ds[n][i];\n",
-        "d2[i >> 1]" in fault: "      for (int i = 0; i < 4; ++i) ds[n][i] = p[n][i] * ds[n][i];\n",
+        "d_t[col]" in fault: "        ds[n][i] = sc.grad(s[n][i], p[n][i] * ds[n][i], q0 + col,\n",
+        "d2[i >> 1]" in fault: "        ds[n][i] = sc.grad(s[n][i], p[n][i] * ds[n][i],\n",
     }[True]
     backward = backward_of("attention_causal")
     diagram, _, module = fused(deterministic(backward) if one_order else backward, ODD)
@@ -151,11 +209,43 @@ def test_a_planted_fault_fails(fault: str, broken: str, one_order: bool) -> None
     assert broken in failed, result.checks
 
 
+@pytest.mark.parametrize(
+    "fault, broken, one_order",
+    [
+        # the key-major kernel's queries of each key, the dQ pass's keys of each query
+        ("(VARLEN && spans.dropped(g + 8 * (i >> 1), q0 + col))", {"dK", "dV"}, False),
+        ("(VARLEN && spans.dropped(g + 8 * (i >> 1), key))", {"dQ"}, True),
+    ],
+)
+def test_a_varlen_fault_fails(fault: str, broken: set[str], one_order: bool) -> None:
+    """Pairs of two packed sequences kept: the gradients the kernel computes fail."""
+    backward = backward_of("varlen_attention")
+    sizes = {"h": 2, "q": 101, "x": 101, "n": 3, "d": 64}
+    diagram, _, module = fused(deterministic(backward) if one_order else backward, sizes,
+                               {"x": 64, "q": 32})  # fmt: skip
+    source = _device_code(module)
+    assert source.count(fault) == 1
+    result = run_diagram(diagram, dataclasses.replace(module, source=source.replace(fault, "false")),
+                         seed=5)  # fmt: skip
+    assert {c.name for c in result.checks if not c.ok} >= broken, result.checks
+
+
+def test_a_wrong_score_gradient_fails() -> None:
+    """The score path's gradient as generated (tanh's derivative in dS) is what the checks
+    hold: dS returned as dM instead fails dQ and dK."""
+    diagram, _, module = fused(backward_of(SOFTCAP), {}, {"x": 64, "q": 32})
+    right = "    return ncdc_e_dS;\n"
+    assert module.source.count(right) == 1
+    wrong = module.source.replace(right, "    return ncdc_dm;\n")
+    result = run_diagram(diagram, dataclasses.replace(module, source=wrong), seed=5)
+    assert {c.name for c in result.checks if not c.ok} >= {"dQ", "dK"}, result.checks
+
+
 def test_what_it_does_not_run_goes_to_the_other_kernels() -> None:
-    # a score functor (soft-capping: tanh's derivative in dS), derived at a small size
-    small = load_diagram(DIAGRAMS / "softcap_attention.yaml", {"b": 1, "q": 64, "x": 64})
-    softcap = choose_pair(small, H200).pair.backward
-    families = {k.family.name for k in plan_diagram(softcap, H200).kernels}
+    # a gradient of the bias too: dBias is a (query, key) matrix the kernel never writes
+    bias = backward_of("specs/attn_bias_bhqx")
+    assert "dBias" in bias.outputs
+    families = {k.family.name for k in plan_diagram(bias, H200).kernels}
     assert "attention_backward" not in families and "gemm" in families
     # a read of another tensor in the chain: not the backward's structure
     causal = backward_of("attention_causal")
@@ -184,6 +274,15 @@ def test_the_model_prices_the_pairs_a_band_visits_and_dqs_atomics() -> None:
     assert l2.bytes >= dq * 4 * adds
 
 
+def test_a_packed_varlen_backward_is_priced_over_its_causal_band() -> None:
+    """The packed lengths' count of sequences is no work the kernel reduces: the causal band
+    of varlen attention prices the pairs it visits, as the dense causal backward's."""
+    kernel = plan_diagram(backward_of("varlen_attention"), H200).kernels[1]
+    sizes = backward_of("varlen_attention").axes
+    products = 5 * 2 * math.prod(sizes[a] for a in ("h", "q", "x", "d"))
+    assert 0.5 <= kernel.flops / products <= 0.55
+
+
 def test_the_model_chooses_atomics_or_a_second_pass_by_price() -> None:
     """The query-major dQ pass computes S, P and dP again over the pairs the band visits and
     reads Q, dO, L and D once more and K and V once per query block: priced, it loses to
@@ -209,7 +308,9 @@ def test_the_default_tiles_compile_without_spills(arch: str) -> None:
     from ncdc.backends.compile import compile_plan
 
     for name, one_order in (("attention", False), ("attention_causal", False),
-                            ("attention_causal", True), ("gqa_attention", False)):  # fmt: skip
+                            ("attention_causal", True), ("gqa_attention", False),
+                            ("softcap_attention", False), ("softcap_attention", True),
+                            ("prefix_lm_attention", True), ("varlen_attention", False)):  # fmt: skip
         backward = backward_of(name)
         plan = plan_diagram(deterministic(backward) if one_order else backward, H200)
         report = compile_plan(plan, arch)
