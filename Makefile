@@ -52,7 +52,7 @@ test-torch: $(TORCH_STAMP)
 
 # Regenerate tests/golden/*.cu after an intended change to what is generated.
 golden: $(STAMP)
-	$(PY) tests/test_render.py
+	$(PY) -m tests.test_render
 
 # 16 concurrent compile, run and cost processes on one cache for 60 s, randomly interrupted
 # and killed, then no corrupt cache entry and no partial output. Not part of `make test`.

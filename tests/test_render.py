@@ -9,7 +9,6 @@ changes what is generated, the test fails with the diff: if the change is intend
 from __future__ import annotations
 
 import difflib
-import sys
 from pathlib import Path
 
 import pytest
@@ -59,8 +58,7 @@ def test_every_golden_copy_has_a_diagram():
     assert not stale, f"golden copies without a diagram: {sorted(stale)}"
 
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
+if __name__ == "__main__":  # `make golden`: python -m tests.test_render
     GOLDEN.mkdir(parents=True, exist_ok=True)
     for old in GOLDEN.glob("*.cu"):
         old.unlink()

@@ -173,10 +173,12 @@ def _transfers(model: KernelModel, hw: Hardware, choice: TileChoice, pace: Pace)
         top = upper.name == levels[0].name  # into the device's cache: a row read once
         values, nbytes = model.tile_transfer(group, part.stream, clipped, top)
         if c is not None and c.rereads:
-            # inputs the kernel reads again from global memory (a long row's second pass)
+            # inputs the kernel reads again from global memory (a long row's second pass);
+            # the device memory does not see those the L2 serves
             again = _reread(model, c.rereads)
-            values += again[0]
-            nbytes += again[1]
+            served = _reread(model, c.l2_rereads) if top else (0, 0)
+            values += again[0] - served[0]
+            nbytes += again[1] - served[1]
         if c is not None and c.accumulates and upper.per == "device":
             more = _accumulated(model, c.accumulates, top)
             values += more[0]

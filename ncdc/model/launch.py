@@ -76,7 +76,9 @@ class Candidate:
     `registers` is the per-thread budget the family estimates, replaced by ptxas's count
     once the kernel is compiled (ncdc.backends.compile). `rereads` names inputs the kernel reads
     from global memory more than once, with how many extra whole reads (a row too long to
-    hold is read once for its statistics and again for its output); the model counts them.
+    hold is read once for its statistics and again for its output); the model counts them,
+    and of them `l2_rereads`, the reads the L2 serves (a slice's tiles that the blocks
+    running together share), at every boundary but the device memory's.
     `cluster` names, per axis, the blocks of a thread-block cluster stacked along it: they
     load the operands that axis does not index once for all of them (TMA multicast), so the
     model counts the L2 -> shared-memory traffic of their joint tile.
@@ -106,6 +108,7 @@ class Candidate:
     splits: int = 1  # blocks sharing one group's streamed axis, merged after
     registers: int = 0
     rereads: tuple[tuple[str, int], ...] = ()
+    l2_rereads: tuple[tuple[str, int], ...] = ()
     cluster: tuple[tuple[str, int], ...] = ()
     tensor_share: float = 0.0
     cuda_cores: bool = False
@@ -162,6 +165,7 @@ class Candidate:
             "splits": self.splits,
             "registers": self.registers,
             "rereads": dict(self.rereads),
+            "l2_rereads": dict(self.l2_rereads),
             "cluster": dict(self.cluster),
             "tensor_share": self.tensor_share,
             "cuda_cores": self.cuda_cores,
@@ -194,6 +198,7 @@ def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
         tuple((str(k), int(v)) for k, v in data["params"].items()), launches,
         int(data["stages"]), int(data["splits"]), int(data["registers"]),
         tuple((str(k), int(v)) for k, v in data.get("rereads", {}).items()),
+        tuple((str(k), int(v)) for k, v in data.get("l2_rereads", {}).items()),
         tuple((str(k), int(v)) for k, v in data.get("cluster", {}).items()),
         float(data.get("tensor_share", 0.0)), bool(data.get("cuda_cores", False)),
         bool(data.get("pingpong", False)), int(data.get("split_size", 0)),

@@ -15,7 +15,7 @@
 // op      P = softmax(M, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  prefix_lm_attention: attention, tiles q=64  b=1  h=1  d=128  x=32, 4 warps, 2 stages, grid 3072
+// kernel  prefix_lm_attention: attention, tiles b=1  h=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 3072
 // predicted on h200: 438.9 us (tensor-bound), 1.85e+11 FLOP
 
 #include "ncdc_runtime.cuh"
@@ -75,6 +75,6 @@ extern "C" __global__ void __launch_bounds__(128) prefix_lm_attention_attention_
   // the longest query tiles (most visible keys) start first
   const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
   ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, false, false>(
-      ncdc_slice, O + ncdc_i_b * ncdc_size_h * 128 + ncdc_i_h * 128, ncdc_size_b * ncdc_size_h * 128, ncdc_q_tile, ncdc_scores);
+      ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
 }
 NCDC_EXPORT_KERNEL(prefix_lm_attention_attention_bf16_q64_x32_d128_w4_s2_scores);

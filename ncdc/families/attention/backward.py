@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ncdc.errors import PlanError
+from ncdc.families.attention import wgmma as attention_wgmma
 from ncdc.families.attention.core import HEAD_STEP, INPUT_DTYPES, MMA_ROWS, row_values
 from ncdc.families.attention.scores import (
     SCORE_KINDS,
@@ -59,7 +60,14 @@ from ncdc.families.attention.scores import (
     mask_bands,
     pitch_of,
 )
-from ncdc.families.base import KernelSource, Launch, Param, Workspace, no_arch_problem
+from ncdc.families.base import (
+    KernelSource,
+    Launch,
+    Param,
+    Workspace,
+    no_arch_problem,
+    permille,
+)
 from ncdc.families.codegen import Statement, cpp_type, needed_ops, op_statements, size_name
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
@@ -80,6 +88,18 @@ TILES: dict[str, tuple[int, ...]] = {
 HEAD_MAX = 128  # dK and dV accumulators, d / 2 and e / 2 fp32 a thread, beside the step's
 STAGES = 2  # Q, dO, L and D tiles in the cp.async ring
 CONVERT_THREADS = 256  # the second launch: dQ from its fp32 workspace, 4 values a thread
+# sm_90a: the products on wgmma (ncdc_attention_backward_hopper.cuh), a warpgroup per 64 keys
+# and per 64 values of the head, 32 queries a step, heads of 64 or 128 (the wgmma n's it uses)
+WGMMA_ROWS, WGMMA_QUERIES, WGMMA_HEADS = 64, 32, (64, 128)
+# Shares of the tensor peak, from published backward rates on an H100 SXM (head 128, 4k
+# tokens; Shah et al. 2024, arXiv:2407.08608, "Attention backward speed, head dim 128"):
+# FlashAttention-2, this family's order on mma.sync, 310 TFLOP/s of the 989 peak, the share
+# its mma.sync kernel is priced at where mma.sync does not reach the peak (Hopper);
+# FlashAttention-3 on wgmma 542, less the two losses its ablation measures (same paper:
+# 661 TFLOP/s forward, 582 without warp specialisation, 570 without the softmax overlapped
+# with the products), since the wgmma kernel here has neither: 0.416.
+MMA_SYNC_BACKWARD_SHARE = 310 / 989
+WGMMA_BACKWARD_SHARE = 542 / 989 * (582 / 661) * (570 / 661)
 
 
 @dataclass(frozen=True)
@@ -226,6 +246,31 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
     return dataclasses.replace(b, scores=scores, functor=functor)
 
 
+def _linear_in(back: list[Op], dm: str, ds: str) -> bool:
+    """dS is linear in dM through the ops `back` (products with values that do not depend on
+    it, sums of terms that all do, selects against 0): the kernels find the factor at each
+    pair with P, as grad(s, 1), and so keep only P times it (what `ncdc grad` derives always
+    is)."""
+    depends = {dm}
+    for op in back:
+        mine = [o in depends for o in op.operands]
+        if not any(mine):
+            continue
+        linear = {
+            "mul": sum(mine) == 1,
+            "div": mine == [True, False],
+            "add": all(mine),
+            "sub": all(mine),
+            "neg": True,
+            "where": not mine[0]
+            and all(m or o == 0 for m, o in zip(mine[1:], op.operands[1:], strict=True)),
+        }.get(op.fn, op.kind == "cast")
+        if not linear:
+            return False
+        depends.add(op.out)
+    return ds in depends
+
+
 def _functor(
     diagram: Diagram, kernel: Kernel, b: Backward, s: Op, chain: list[Op], logits: str,
     back: list[Op], dm: str, ds: str,
@@ -239,6 +284,8 @@ def _functor(
             return None
     if not chain and not back:
         return ScoreFunctor()
+    if not _linear_in(back, dm, ds):
+        return None
     reader = ScoreValues(kernel, diagram, s, b.batch, b.q_axis, b.x_axis, [*chain, *back], "",
                          given={dm: "ncdc_dm"})  # fmt: skip
     try:
@@ -346,6 +393,27 @@ def _span_bytes(b: Backward, rows: int) -> int:
     return 8 * rows if b.lengths else 0
 
 
+def _wgmma_smem(b: Backward, bx: int, atomic: bool) -> int:
+    """The wgmma kernel's: 1024 bytes to align its tiles, the K and V tiles, the ring of Q
+    and dO tiles, dS^T (with atomics), the ring's L and D and a varlen mask's spans."""
+    bq = WGMMA_QUERIES
+    values = bx * (b.d + b.e) + STAGES * bq * (b.d + b.e) + (bx * bq if atomic else 0)
+    return 1024 + values * DTYPES[b.dtype].bytes + STAGES * 2 * bq * 4 + _span_bytes(b, bx)
+
+
+def _wgmma_dq_pass_smem(b: Backward, bx: int) -> int:
+    """The wgmma query-major dQ pass: 1024 bytes to align, Q and dO tiles of bx queries, a
+    2-stage ring of 64 keys of K and V, and a varlen mask's spans."""
+    values = (bx + STAGES * WGMMA_ROWS) * (b.d + b.e)
+    return 1024 + values * DTYPES[b.dtype].bytes + _span_bytes(b, bx)
+
+
+def _wgmma_registers(d: int, e: int) -> int:
+    """dK and dV (d / 2 and e / 2 fp32 a thread), S^T and dP^T (16 each), P^T and dS^T packed
+    (8 each), descriptors and indices; dQ^T's 16 reuse S^T's."""
+    return min(255, (d + e) // 2 + 2 * 16 + 2 * 8 + 48)
+
+
 def _dq_pass_smem(b: Backward, bx: int, bq: int) -> int:
     """The query-major dQ pass: Q and dO tiles of bx queries, a 2-stage ring of bq keys of K
     and V (its blocks have the main kernel's warps, the tile roles swapped), and a varlen
@@ -355,18 +423,27 @@ def _dq_pass_smem(b: Backward, bx: int, bq: int) -> int:
 
 
 def _dq_pass_facts(
-    model: KernelModel, b: Backward, q: str, x: str, bx: int, bq: int
+    model: KernelModel, b: Backward, hw: Hardware, q: str, x: str, bx: int, bq: int
 ) -> dict[str, Any]:  # fmt: skip
     """What the query-major dQ pass adds to the model's count: it reads Q, dO, L and D once
     more and K and V once per block of bx queries of each head (under a band, the share of
-    key tiles the band leaves them), and computes S, P and dP again over those pairs."""
+    key tiles the band leaves them), and computes S, P and dP again over those pairs. A
+    slice's query blocks run together (the grid's x), so where the K and V of the slices in
+    flight fit in half the L2, the L2 serves all but the first of those reads."""
     visited = float(model.mask_fraction({q: bx}, {x: bq}))
-    blocks = ceil_div(model.sizes[q], bx) * math.prod(model.sizes[a] for a in b.group)
-    kv_reads = max(1, round(blocks * visited))
+    per_slice = ceil_div(model.sizes[q], bx) * math.prod(model.sizes[a] for a in b.group)
+    kv_reads = max(1, round(per_slice * visited))
     n = b.names
     rereads = ((n["Q"], 1), (n["dO"], 1), (n["L"], 1), (n["D"], 1), (n["K"], kv_reads),
                (n["V"], kv_reads))  # fmt: skip
-    return {"rereads": rereads, "recomputes": tuple((op, visited) for op in b.scores)}
+    slices = math.prod(model.sizes[a] for a in b.batch)
+    live = min(slices, ceil_div(hw.limits.sms, per_slice) + 1)
+    kv_bytes = model.sizes[x] * (b.d + b.e) * DTYPES[b.dtype].bytes
+    cache = hw.level(hw.cache_level).capacity_bytes if hw.cache_level else 0
+    served = kv_reads - 1 if live * kv_bytes <= cache // 2 else 0
+    l2 = ((n["K"], served), (n["V"], served)) if served else ()
+    return {"rereads": rereads, "l2_rereads": l2,
+            "recomputes": tuple((op, visited) for op in b.scores)}  # fmt: skip
 
 
 class AttentionBackwardFamily:
@@ -404,7 +481,8 @@ class AttentionBackwardFamily:
         # dQ by atomics (model's choice) or by a query-major second pass (also the only way
         # that sums in one order: the schedule's deterministic)
         ways = (1,) if model.diagram.schedule.deterministic else (0, 1)
-        out = []
+        out = self._wgmma_candidates(model, b, hw, family, fixed, ways)
+        hopper = hw.mma_sync_share < 1  # mma.sync short of the peak: FlashAttention-2's share
         for bx, bq, dq_pass in itertools.product(
             [fixed[x]] if x in fixed else TILES["bx"],
             [fixed[q]] if q in fixed else TILES["bq"],
@@ -436,12 +514,57 @@ class AttentionBackwardFamily:
                     (ceil_div(sizes[q], bx), heads, 1), (32 * warps, 1, 1),
                     _dq_pass_smem(b, bx, bq),
                 )  # fmt: skip
-                facts = _dq_pass_facts(model, b, q, x, bx, bq)
+                facts = _dq_pass_facts(model, b, hw, q, x, bx, bq)
             out.append(
                 Candidate(
                     group, stream, {**group, x: MMA_ROWS}, stream,
                     (("bx", bx), ("bq", bq), ("dq_pass", dq_pass)), (main, second), STAGES, 1,
-                    _registers(b.d, b.e, bq, warps, atomic), **facts,
+                    _registers(b.d, b.e, bq, warps, atomic),
+                    tensor_share=permille(MMA_SYNC_BACKWARD_SHARE) if hopper else 0.0, **facts,
+                )
+            )  # fmt: skip
+        return out
+
+    def _wgmma_candidates(
+        self, model: KernelModel, b: Backward, hw: Hardware, family: Family,
+        fixed: Mapping[str, int], ways: tuple[int, ...],
+    ) -> list[Candidate]:  # fmt: skip
+        """On sm_90a, with 16-bit heads of 64 or 128: a warpgroup per 64 keys (one for head
+        64, two for 128, so each takes 64 of dQ's columns), 32 queries a step."""
+        if not attention_wgmma.offered(hw) or b.d not in WGMMA_HEADS or b.e not in WGMMA_HEADS:
+            return []
+        (q,), (x,) = family.axes("q"), family.axes("x")
+        bx, bq = b.d, WGMMA_QUERIES
+        if fixed.get(x, bx) != bx or fixed.get(q, bq) != bq:
+            return []
+        sizes = model.sizes
+        slices = math.prod(sizes[a] for a in b.batch)
+        heads = slices * math.prod(sizes[a] for a in b.group)
+        out = []
+        for dq_pass in ways:
+            group = {a: 1 for a in model.kernel.woven}
+            group.update({x: bx, q: sizes[q], **{a: sizes[a] for a in b.group}})
+            group.update({a: sizes[a] for a in (*family.axes("d"), *family.axes("d_v"))})
+            atomic = not dq_pass
+            threads = 2 * WGMMA_ROWS * (bx // WGMMA_ROWS)
+            main = LaunchShape((ceil_div(sizes[x], bx), slices, 1), (threads, 1, 1),
+                               _wgmma_smem(b, bx, atomic))  # fmt: skip
+            if atomic:
+                second = LaunchShape(
+                    (ceil_div(sizes[q] * b.d, 4 * CONVERT_THREADS), heads, 1),
+                    (CONVERT_THREADS, 1, 1), 0,
+                )  # fmt: skip
+                facts: dict[str, Any] = {"accumulates": ((b.names["dQ"], ceil_div(sizes[x], bx)),)}
+            else:  # the query-major pass: bx queries a block, 64 keys a step
+                second = LaunchShape((ceil_div(sizes[q], bx), heads, 1), (threads, 1, 1),
+                                     _wgmma_dq_pass_smem(b, bx))  # fmt: skip
+                facts = _dq_pass_facts(model, b, hw, q, x, bx, WGMMA_ROWS)
+            out.append(
+                Candidate(
+                    group, {q: bq}, {**group, x: WGMMA_ROWS}, {q: bq},
+                    (("bx", bx), ("bq", bq), ("dq_pass", dq_pass), ("wgmma", 1)), (main, second),
+                    STAGES, 1, _wgmma_registers(b.d, b.e),
+                    tensor_share=permille(WGMMA_BACKWARD_SHARE), **facts,
                 )
             )  # fmt: skip
         return out
@@ -452,6 +575,7 @@ class AttentionBackwardFamily:
         c = kp.candidate
         assert b is not None and c is not None, "a GPU plan of the backward"
         bx, bq, dq_pass = c.param("bx"), c.param("bq"), bool(c.param("dq_pass"))
+        wgmma = bool(dict(c.params).get("wgmma", 0))
         name = (
             f"{kp.kernel.name}_attention_backward_{b.dtype}_x{bx}_q{bq}_d{b.d}"
             + (f"_dv{b.e}" if b.e != b.d else "")
@@ -460,6 +584,7 @@ class AttentionBackwardFamily:
             + (("_packed" if b.sequences else "_varlen") if b.lengths else "")
             + ("_grouped" if b.group else "")
             + ("_dqpass" if dq_pass else "")
+            + ("_wgmma" if wgmma else "")
         )
         n = b.names
         workspace = f"ncdc_{n['dQ']}_acc"
@@ -491,9 +616,11 @@ class AttentionBackwardFamily:
                else "dQ added in fp32 and written by a second kernel")  # fmt: skip
         context = {
             "kernel": name,
-            "summary": f"attention backward, {bx} keys a block ({bx // MMA_ROWS} warps), "
-            f"queries streamed {bq} at a time, {how}",
+            "summary": f"attention backward, {bx} keys a block ("
+            + (f"{bx // WGMMA_ROWS} warpgroups, wgmma" if wgmma else f"{bx // MMA_ROWS} warps")
+            + f"), queries streamed {bq} at a time, {how}",
             "dq_pass": dq_pass,
+            "wgmma": wgmma,
             "masked": "true" if b.masked else "false",
             "T": cpp_type(b.dtype),
             "dq_type": cpp_type(diagram.tensor(n["dQ"]).dtype),
@@ -533,7 +660,10 @@ class AttentionBackwardFamily:
     def masked_share(self, kp: KernelPlan, axes: Mapping[str, int]) -> float:
         return 0.0
 
-    arch_problem = staticmethod(no_arch_problem)
+    def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
+        if kp.candidate is not None and dict(kp.candidate.params).get("wgmma"):
+            return attention_wgmma.arch_problem(kp.kernel.name, sm)
+        return no_arch_problem(diagram, kp, sm)
 
 
 FAMILY = AttentionBackwardFamily()

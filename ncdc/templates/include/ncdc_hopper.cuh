@@ -2,7 +2,7 @@
 // descriptors, named barriers and setmaxnreg; inline PTX on a GPU, the emulation of
 // ncdc_emu_hopper.h on a CPU. Include after ncdc_runtime.cuh. See docs/cpu-backend.md.
 //
-// The wgmma wrappers below the line "generated" are written out for n = 64, 128 and 256 (the
+// The wgmma wrappers below the line "generated" are written out for n = 32, 64, 128 and 256 (the
 // operand lists of inline PTX cannot be built by the preprocessor), in the PTX ISA syntax:
 //   wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 d, a-desc, b-desc, scale-d,
 //       imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b;
@@ -368,12 +368,18 @@ NCDC_DEVICE void wgmma_fence_operands(float* d) {
 #endif
 }
 
-// ---- generated: wgmma.mma_async for n = 64, 128, 256 -----------------------------------------
+// ---- generated: wgmma.mma_async for n = 32, 64, 128, 256 -------------------------------------
 // D (+)= A * B, m64nNk16, bf16 from descriptors; TA/TB: 1 = the operand is MN-major.
 template <int N, int TA, int TB>
 NCDC_DEVICE void wgmma_m64k16_bf16(float* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 64, 128, 256");
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 32, 64, 128, 256");
 #ifdef NCDC_GPU
+  if constexpr (N == 32) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+  }
   if constexpr (N == 64) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
@@ -400,8 +406,14 @@ NCDC_DEVICE void wgmma_m64k16_bf16(float* d, unsigned long long desc_a, unsigned
 // D (+)= A * B, m64nNk16, f16 from descriptors; TA/TB: 1 = the operand is MN-major.
 template <int N, int TA, int TB>
 NCDC_DEVICE void wgmma_m64k16_f16(float* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 64, 128, 256");
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 32, 64, 128, 256");
 #ifdef NCDC_GPU
+  if constexpr (N == 32) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+  }
   if constexpr (N == 64) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
@@ -482,7 +494,7 @@ NCDC_DEVICE void wgmma_m64k32_e5m2(float* d, unsigned long long desc_a, unsigned
 }
 
 
-// ---- generated: wgmma.mma_async with A from registers, n = 64, 128, 256 ---------------------
+// ---- generated: wgmma.mma_async with A from registers, n = 32, 64, 128, 256 -----------------
 // D (+)= A * B, m64nNk16, bf16: A from registers, 4 x .b32 a thread (two values each, the lower
 // column in the low half) by the A fragment layout of PTX ISA 9.7.15.5.1 ("Register Fragments
 // and Shared Memory Matrix Layouts", m64nNk16): warp w of the warpgroup holds rows 16w..16w+15;
@@ -490,8 +502,14 @@ NCDC_DEVICE void wgmma_m64k32_e5m2(float* d, unsigned long long desc_a, unsigned
 // 8 * (r / 2) + 2t and + 1 (the mma.m16n8k16 A fragment). B from a descriptor; TB: 1 = MN-major.
 template <int N, int TB>
 NCDC_DEVICE void wgmma_m64k16_bf16_rs(float* d, const unsigned* a, unsigned long long desc_b, int scale_d) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 64, 128, 256");
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 32, 64, 128, 256");
 #ifdef NCDC_GPU
+  if constexpr (N == 32) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB));
+  }
   if constexpr (N == 64) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
@@ -522,8 +540,14 @@ NCDC_DEVICE void wgmma_m64k16_bf16_rs(float* d, const unsigned* a, unsigned long
 // 8 * (r / 2) + 2t and + 1 (the mma.m16n8k16 A fragment). B from a descriptor; TB: 1 = MN-major.
 template <int N, int TB>
 NCDC_DEVICE void wgmma_m64k16_f16_rs(float* d, const unsigned* a, unsigned long long desc_b, int scale_d) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 64, 128, 256");
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 32, 64, 128, 256");
 #ifdef NCDC_GPU
+  if constexpr (N == 32) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB));
+  }
   if constexpr (N == 64) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"

@@ -30,6 +30,7 @@ from ncdc.verify.run import run_diagram
 from tests.support import DIAGRAMS
 
 H200 = load_hardware("h200")
+A100 = load_hardware("a100")  # mma.sync: the kernel every target but sm_90a runs
 ODD = {"b": 1, "h": 2, "q": 53, "x": 77, "d": 64}
 WINDOW = """ncdc: 1
 name: win_attention
@@ -100,14 +101,15 @@ outputs: [O]
 @functools.cache
 def backward_of(text_or_name: str, wrt: tuple[str, ...] | None = None):
     """The backward diagram `ncdc grad` chooses for a library diagram, a spec under
-    tests/specs (`specs/<name>`) or a spec's text."""
+    tests/specs (`specs/<name>`) or a spec's text, P not saved (at the smallest sizes the
+    saved P can price lower)."""
     if "\n" in text_or_name:
         d = load_diagram_text(text_or_name, "spec.yaml")
     elif text_or_name.startswith("specs/"):
         d = load_diagram(SPECS / f"{text_or_name[6:]}.yaml")
     else:
         d = load_diagram(DIAGRAMS / f"{text_or_name}.yaml")
-    return choose_pair(d, H200, wrt=wrt).pair.backward
+    return choose_pair(d, H200, wrt=wrt, recompute=("P",)).pair.backward
 
 
 def deterministic(diagram):
@@ -117,10 +119,11 @@ def deterministic(diagram):
     )
 
 
-def fused(backward, sizes: dict[str, int], tiles: dict[str, int] | None = None):
-    """The backward at `sizes` planned (its kernels' families) and rendered."""
+def fused(backward, sizes: dict[str, int], tiles: dict[str, int] | None = None, hardware=A100):
+    """The backward at `sizes` planned (its kernels' families) and rendered: for the A100 by
+    default (the mma.sync kernel), or `hardware`."""
     small = dataclasses.replace(backward, axes={**backward.axes, **sizes})
-    plan = plan_diagram(small, H200, tiles or {})
+    plan = plan_diagram(small, hardware, tiles or {})
     return small, plan, render_plan(plan)
 
 
@@ -297,6 +300,13 @@ def test_the_model_chooses_atomics_or_a_second_pass_by_price() -> None:
         # S and dP again: two of the five products, over the same pairs
         assert 1.3 <= fixed.flops / free.flops <= 1.5, (name, fixed.flops / free.flops)
         assert {op for op, _ in fixed.candidate.recomputes} >= {"S", "dP"}
+        # K and V once per query block, all but the first from the L2 (a slice's blocks run
+        # together): the device memory sees them once more
+        rereads, served = dict(fixed.candidate.rereads), dict(fixed.candidate.l2_rereads)
+        assert served == {"K": rereads["K"] - 1, "V": rereads["V"] - 1} and served["K"] > 1
+        hbm, l2 = (next(t for t in fixed.transfers if t.upper == u) for u in ("hbm", "l2"))
+        kv = 2 * math.prod(backward.axes[a] for a in ("b", "h", "x", "d")) * 2  # K and V
+        assert l2.bytes - hbm.bytes >= served["K"] * kv
         assert candidate_from_dict(fixed.candidate.to_dict()) == fixed.candidate  # tune's cache
         module = render_plan(plan_diagram(deterministic(backward), H200))
         assert not [w for w in module.workspace if w.name.startswith("ncdc_dQ")]
@@ -305,23 +315,113 @@ def test_the_model_chooses_atomics_or_a_second_pass_by_price() -> None:
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC wheels not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_default_tiles_compile_without_spills(arch: str) -> None:
+    """On the A100 the mma.sync kernel, on the H200 the wgmma one for every variant (plain,
+    causal, grouped, soft-capped, a mask rule, packed sequences; both dQ ways), as planned:
+    none spills, so none is replaced by a next-best."""
     from ncdc.backends.compile import compile_plan
 
+    hardware = H200 if arch == "sm_90a" else load_hardware("a100")
     for name, one_order in (("attention", False), ("attention_causal", False),
                             ("attention_causal", True), ("gqa_attention", False),
                             ("softcap_attention", False), ("softcap_attention", True),
                             ("prefix_lm_attention", True), ("varlen_attention", False)):  # fmt: skip
         backward = backward_of(name)
-        plan = plan_diagram(deterministic(backward) if one_order else backward, H200)
+        plan = plan_diagram(deterministic(backward) if one_order else backward, hardware)
+        assert bool(dict(plan.kernels[-1].candidate.params).get("wgmma")) == (arch == "sm_90a")
         report = compile_plan(plan, arch)
+        assert not report.notes, report.notes
         kernels = [k for k in report.kernels if "attention_backward" in k.launch.kernel]
         assert len(kernels) == 2
         for kernel in kernels:
             assert kernel.spill_stores_bytes + kernel.spill_loads_bytes == 0, (name, kernel)
 
 
+WGMMA_CASES = [
+    ("attention", {"b": 1, "h": 2, "q": 53, "x": 77, "d": 128}, False),
+    ("attention_causal", {"b": 1, "h": 2, "q": 53, "x": 77, "d": 64}, True),
+    ("window", {"q": 101, "x": 131}, False),
+    ("gqa_causal", {**GQA_ODD, "d": 128}, True),
+    ("softcap", {"d": 128}, False),
+    ("specs/attn_prefix_lm_odd", {}, False),
+    ("varlen_attention", {"h": 2, "q": 101, "x": 101, "n": 3, "d": 64}, False),
+    ("padded", {}, True),
+]
+
+
+@pytest.mark.parametrize("name, sizes, one_order", WGMMA_CASES)
+def test_the_wgmma_backward_matches_the_reference_at_odd_sizes(name, sizes, one_order) -> None:
+    """sm_90a's kernel (the five products on wgmma, 32 queries a step) under every kind of
+    mask and score path, both dQ ways, heads 64 and 128, bf16 and fp16, at sizes that cut
+    tiles on both axes."""
+    text = {"window": WINDOW, "gqa_causal": GQA_CAUSAL, "softcap": SOFTCAP,
+            "padded": PADDED}.get(name, name)  # fmt: skip
+    backward = backward_of(text)
+    d = {**backward.axes, **sizes}.get("d", 64)
+    diagram, plan, module = fused(deterministic(backward) if one_order else backward, sizes,
+                                  {"x": d, "q": 32}, H200)  # fmt: skip
+    kp = plan.kernels[-1]
+    assert dict(kp.candidate.params).get("wgmma") == 1, kp.candidate.params
+    assert "attention_backward_wgmma<" in module.source
+    result = run_diagram(diagram, module, seed=5)
+    assert result.ok, result.checks
+
+
+WGMMA_HEADER = Path(include.__file__).parent / "ncdc_attention_backward_hopper.cuh"
+
+
+@pytest.mark.parametrize(
+    "fault, planted, broken, one_order",
+    [
+        # dS^T's stores not fenced to the async proxy before dQ's wgmma reads them
+        ("    fence_proxy_async();\n    __syncthreads();  // every warpgroup's keys are in\n",
+         "    __syncthreads();  // every warpgroup's keys are in\n", "fence.proxy.async", False),
+        # the tiles written unswizzled
+        ("(((chunk % 8) ^ (row % 8)) << 4)", "((chunk % 8) << 4)", {"dQ", "dK", "dV"}, False),
+        # K read as a K-major A for dQ^T
+        ("BackwardMma<T>::template ss<BQ, 1, 1>(dq, da, db", "BackwardMma<T>::template ss<BQ, 0, 1>(dq, da, db",
+         {"dQ"}, False),
+        # the query-major pass: D not subtracted
+        ("      s[i] = p * (dp[i] - d2[h]);\n", "      s[i] = p * dp[i];\n", {"dQ"}, True),
+    ],
+)  # fmt: skip
+def test_a_planted_wgmma_fault_fails(fault: str, planted: str, broken, one_order: bool) -> None:
+    from ncdc.errors import NcdcError
+
+    backward = backward_of("attention_causal")
+    diagram, _, module = fused(deterministic(backward) if one_order else backward,
+                               {"b": 1, "h": 2, "q": 53, "x": 77, "d": 128}, {"x": 128, "q": 32},
+                               H200)  # fmt: skip
+    include_line = '#include "ncdc_attention_backward_hopper.cuh"'
+    source = module.source.replace(include_line, WGMMA_HEADER.read_text())
+    assert source.count(fault) == 1
+    wrong = dataclasses.replace(module, source=source.replace(fault, planted))
+    if isinstance(broken, str):
+        with pytest.raises(NcdcError, match=broken):
+            run_diagram(diagram, wrong, seed=5)
+        return
+    result = run_diagram(diagram, wrong, seed=5)
+    assert {c.name for c in result.checks if not c.ok} >= broken, result.checks
+
+
+def test_a_score_gradient_not_linear_in_dm_is_not_fused() -> None:
+    """The kernels take dS as dM times a factor of the pair; a backward diagram whose dS is
+    not linear in dM (dM squared) is left to the other kernels."""
+    from ncdc.language.write import diagram_yaml
+
+    text = diagram_yaml(backward_of("attention_causal"))
+    assert "  - dQ = contract(dM, K" in text
+    squared = text.replace(
+        "  - dQ = contract(dM, K", "  - dN = mul(dM, dM)\n  - dQ = contract(dN, K"
+    )
+    squared = squared.replace("contract(dM, Q", "contract(dN, Q")
+    diagram = load_diagram_text(squared, "squared.yaml")
+    families = [k.family.name for k in plan_diagram(diagram, H200).kernels]
+    assert "attention_backward" not in families
+
+
 @pytest.mark.parametrize("one_order", [False, True])
-def test_the_rings_and_barriers_are_race_free(one_order: bool) -> None:
+@pytest.mark.parametrize("hardware", [A100, H200], ids=["mma_sync", "wgmma"])
+def test_the_rings_and_barriers_are_race_free(one_order: bool, hardware) -> None:
     """Both kernels under the emulator's race detector (ThreadSanitizer over the block's
     threads): the rings' stages, dS^T and the barriers between them; and a planted missing
     barrier (the dQ pass's ring refilled while other warps still read it) is reported."""
@@ -333,12 +433,14 @@ def test_the_rings_and_barriers_are_race_free(one_order: bool) -> None:
     except NcdcError:
         pytest.skip("no ThreadSanitizer runtime")
     backward = backward_of("attention_causal")
-    sizes = {"b": 1, "h": 1, "q": 70, "x": 70, "d": 32}
+    wgmma = hardware is H200
+    sizes = {"b": 1, "h": 1, "q": 70, "x": 70, "d": 64 if wgmma else 32}  # wgmma: heads of 64
     diagram, _, module = fused(deterministic(backward) if one_order else backward, sizes,
-                               {"x": 64, "q": 32})  # fmt: skip
+                               {"x": 64, "q": 32}, hardware)  # fmt: skip
+    assert ("attention_backward_wgmma<" in module.source) == wgmma
     result = run_diagram(diagram, module, seed=5, sanitize="race")
     assert all(c.ok for c in result.checks), result.checks
-    if not one_order:
+    if not one_order or wgmma:
         return  # the planted fault once: in the query-major pass's ring
     barrier = (
         "    cp_async_wait_all();  // tile `it` has landed; every warp is done with the other"
