@@ -94,7 +94,8 @@ class Tape:
         """The axes inference gives (ncdc.language.infer): kept, woven, reduced, contracted."""
         if fn == "index":
             return (str(args[0]),)
-        tensors = [self.axes[a] for a in args if isinstance(a, str)]
+        ordered = (*args[1:], args[0]) if fn == "where" else args  # a select: its values first
+        tensors = [self.axes[a] for a in ordered if isinstance(a, str)]
         union = tuple(dict.fromkeys(a for axes in tensors for a in axes))
         over = kw.get("over", ())
         over = (over,) if isinstance(over, str) else tuple(over)

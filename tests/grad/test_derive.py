@@ -25,6 +25,8 @@ TRAINING = {
     "rmsnorm": {"m": 3, "n": 5},
     "softmax": {"m": 3, "n": 5},
     "vocab_cross_entropy": {"t": 3, "v": 7},
+    "cross_entropy": {"t": 3, "v": 7},  # the label's logit picked by a gather
+    "prefix_lm_attention": {"b": 1, "h": 1, "q": 3, "x": 5, "d": 4},  # a rule of positions
     "swiglu_mlp": {"m": 3, "d": 4, "f": 5},
     "matmul": {"m": 3, "n": 4, "k": 5},
 }
@@ -178,7 +180,7 @@ def test_integer_inputs_take_no_gradient() -> None:
 
 def _spec(ops: str, inputs: str = "X: {axes: [m, n], dtype: bf16}") -> str:
     return (
-        "ncdc: 1\nname: t\naxes: {m: 4, n: 8}\n"
+        "ncdc: 1\nname: t\naxes: {m: 4, n: 8, k: 3}\n"
         f"inputs: {{{inputs}}}\nops: [{ops}]\noutputs: [Y]\n"
     )
 
@@ -190,6 +192,9 @@ def _spec(ops: str, inputs: str = "X: {axes: [m, n], dtype: bf16}") -> str:
         ("'Y = contract(X, A, over=n, scale=s)'",
          "X: {axes: [m, n], dtype: bf16}, A: {axes: [n], dtype: bf16}, s: {axes: [], dtype: fp32}",
          "scale tensor s"),
+        # rows of a table picked by index, any row any number of times: a scatter-add
+        ("'Y = gather(X, I, axis=m)'",
+         "X: {axes: [m, n], dtype: bf16}, I: {axes: [k], dtype: int32}", "scatter-add"),
     ],
 )  # fmt: skip
 def test_no_derivative_is_one_clear_error(ops: str, inputs: str | None, message: str) -> None:

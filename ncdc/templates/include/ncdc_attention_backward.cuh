@@ -123,6 +123,45 @@ NCDC_DEVICE int band32(long long v, int q_len, int x_len) {
   return int(v < -m ? -m : v > m ? m : v);
 }
 
+// The tiles of TILE positions along the other axis that some row of a block's [p0, p0 +
+// ROWS) sees, as [tile0, tile0 + tiles): with KEYS the rows are keys and the tiles queries
+// (j <= i + hi and j >= i + lo), else the rows are queries and the tiles keys; under a varlen
+// mask only those of the rows' sequences (none for padded keys), and each row's span filled
+// into `span` (read after a barrier).
+template <bool KEYS, int ROWS, int TILE, bool MASKED, bool VARLEN, int THREADS, class T>
+NCDC_DEVICE void tile_range(const BackwardSlice<T>& a, int p0, int* span, int tid, int& tile0,
+                            int& tiles) {
+  const int p1 = imin(p0 + ROWS, KEYS ? a.x_len : a.q_len) - 1;
+  long long first, last;
+  if (KEYS) {
+    first = MASKED ? lmax(0, p0 - a.hi) : 0;
+    last = MASKED ? lmin(a.q_len - 1ll, p1 - a.lo) : a.q_len - 1ll;
+  } else {
+    const int lo = band32(a.lo, a.q_len, a.x_len), hi = band32(a.hi, a.q_len, a.x_len);
+    first = MASKED ? lmax(0, p0 + (long long)lo) : 0;
+    last = MASKED ? lmin(a.x_len - 1ll, p1 + (long long)hi) : a.x_len - 1ll;
+  }
+  if (VARLEN) {
+    if (KEYS && p0 >= a.x_end) last = -1;  // padding: no query sees these keys
+    if (!KEYS) last = lmin(last, a.x_end - 1ll);
+    varlen_range(a, p0, p1, first, last);
+    fill_spans<KEYS, ROWS, THREADS>(span, a, p0, tid);
+  }
+  tile0 = first > last ? 0 : int(first / TILE);
+  tiles = first > last ? 0 : int(last / TILE) + 1 - tile0;
+}
+
+// L and D of query rows `row` and `row` + 8 (0 past the queries' end).
+template <class T>
+NCDC_DEVICE void row_stats(const BackwardSlice<T>& a, int row, float (&l2)[2], float (&d2)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool ok = row + 8 * h < a.q_len;
+    l2[h] = ok ? ld_global(a.lse + row + 8 * h) : 0.0f;
+    d2[h] = ok ? ld_global(a.dvec + row + 8 * h) : 0.0f;
+  }
+}
+
 // P from one logit of the accumulator: 2^(acc scale_log2 - L log2 e); with a score path
 // (SC not the identity) 2^((sc(s) - L) log2 e) of the scaled logit s = acc scale, which is
 // kept in `s` for the gradient, and 0 where the path puts -inf (a rule's dropped pair).
@@ -275,19 +314,9 @@ NCDC_DEVICE void attention_backward(const BackwardSlice<T>& a, T* dk_out, long l
   const int kr0 = 16 * warp;  // the warp's first key row in the tile
   const int lo = band32(a.lo, a.q_len, a.x_len), hi = band32(a.hi, a.q_len, a.x_len);
 
-  // the query tiles that see some key of [x0, x1]: j <= i + hi and j >= i + lo
-  const int x1 = imin(x0 + BX, a.x_len) - 1;
-  long long first_q = MASKED ? lmax(0, x0 - a.hi) : 0;
-  long long last_q = MASKED ? lmin(a.q_len - 1ll, x1 - a.lo) : a.q_len - 1ll;
-  RowSpans spans;  // a varlen mask's queries for each key (read after the loop's barrier)
-  if (VARLEN) {
-    if (x0 >= a.x_end) last_q = -1;  // padding: no query sees these keys
-    varlen_range(a, x0, x1, first_q, last_q);
-    fill_spans<true, BX, THREADS>(span, a, x0, tid);
-    spans.span = span + 2 * kr0;
-  }
-  const int tile0 = first_q > last_q ? 0 : int(first_q / BQ);
-  const int tiles = first_q > last_q ? 0 : int(last_q / BQ) + 1 - tile0;
+  int tile0, tiles;  // the query tiles that see some key of the block
+  tile_range<true, BX, BQ, MASKED, VARLEN, THREADS>(a, x0, span, tid, tile0, tiles);
+  const RowSpans spans{span + 2 * kr0};  // a varlen mask's queries for each of the warp's keys
 
   float dk[D / 8][4], dv[DV / 8][4];
   zero_fragments(dk);
@@ -448,27 +477,12 @@ NCDC_DEVICE void dq_by_queries(const BackwardSlice<T>& a, T* dq_out, long long d
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2;
   const int q0 = query_tile * BQ, qr0 = 16 * warp;
   const int lo = band32(a.lo, a.q_len, a.x_len), hi = band32(a.hi, a.q_len, a.x_len);
-  // the key tiles some query of [q0, q1] sees: i + lo <= j <= i + hi
-  const int q1 = imin(q0 + BQ, a.q_len) - 1;
-  long long first_x = MASKED ? lmax(0, q0 + (long long)lo) : 0;
-  long long last_x = MASKED ? lmin(a.x_len - 1ll, q1 + (long long)hi) : a.x_len - 1ll;
-  RowSpans spans;  // a varlen mask's keys for each query (read after the loop's barrier)
-  if (VARLEN) {
-    last_x = lmin(last_x, a.x_end - 1ll);
-    varlen_range(a, q0, q1, first_x, last_x);
-    fill_spans<false, BQ, THREADS>(span, a, q0, tid);
-    spans.span = span + 2 * qr0;
-  }
-  const int tile0 = first_x > last_x ? 0 : int(first_x / BX);
-  const int tiles = first_x > last_x ? 0 : int(last_x / BX) + 1 - tile0;
+  int tile0, tiles;  // the key tiles some query of the block sees
+  tile_range<false, BQ, BX, MASKED, VARLEN, THREADS>(a, q0, span, tid, tile0, tiles);
+  const RowSpans spans{span + 2 * qr0};  // a varlen mask's keys for each of the warp's queries
 
-  float l2[2], d2[2];  // the warp's rows g and g + 8: L and D (0 past the queries' end)
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = q0 + qr0 + g + 8 * h;
-    l2[h] = row < a.q_len ? ld_global(a.lse + row) : 0.0f;
-    d2[h] = row < a.q_len ? ld_global(a.dvec + row) : 0.0f;
-  }
+  float l2[2], d2[2];  // the warp's rows g and g + 8: L and D
+  row_stats(a, q0 + qr0 + g, l2, d2);
   float dq[D / 8][4];
   zero_fragments(dq);
   if (tiles > 0) {

@@ -84,6 +84,48 @@ NCDC_DEVICE void load_swizzled(unsigned char* smem, const T* gmem, long long row
   }
 }
 
+// acc (64 x N) = A B^T: the 64 rows of tile `a` (A_ROWS rows) from `a_row` by the N rows of
+// tile `b`, both swizzled with their H values inner (K-major), 16 values a wgmma.
+template <class T, int H, int A_ROWS, int N>
+NCDC_DEVICE void rows_by_rows(float* acc, const unsigned char* a, int a_row,
+                              const unsigned char* b) {
+#pragma unroll
+  for (int kk = 0; kk < H / 16; ++kk) {
+    const int block = kk / 4, in = (kk % 4) * 32;
+    const auto da = smem_desc(a + block * A_ROWS * kSpan + a_row * kSpan + in, 16, 1024,
+                              kSwizzle128);
+    const auto db = smem_desc(b + block * N * kSpan + in, 16, 1024, kSwizzle128);
+    BackwardMma<T>::template ss<N, 0, 0>(acc, da, db, kk > 0 ? 1 : 0);
+  }
+}
+
+// S = A1 B1^T and dP = A2 B2^T for a warpgroup's 64 rows of A1 and A2 (from `a_row`) by the
+// N rows of B1 and B2: both products issued, then waited for. The main kernel's A are K and
+// V (S^T and dP^T), the query-major pass's Q and dO.
+template <class T, int D, int DV, int A_ROWS, int N>
+NCDC_DEVICE void scores_and_grads(float (&s)[N / 2], float (&dp)[N / 2], const unsigned char* a1,
+                                  const unsigned char* a2, int a_row, const unsigned char* b1,
+                                  const unsigned char* b2) {
+  wgmma_fence();
+  rows_by_rows<T, D, A_ROWS, N>(s, a1, a_row, b1);
+  rows_by_rows<T, DV, A_ROWS, N>(dp, a2, a_row, b2);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operands<N / 2>(s);
+  wgmma_fence_operands<N / 2>(dp);
+}
+
+// acc (64 x N) += A B: A (64 x K) from registers (packed by the accumulator's layout, four a
+// k16 step), B the K rows of tile `b` (N values each, its rows the k: MN-major).
+template <class T, int N, int K>
+NCDC_DEVICE void add_from_registers(float* acc, const unsigned* a, const unsigned char* b) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    const auto db = smem_desc(b + kk * 16 * kSpan, K * kSpan, 1024, kSwizzle128);
+    BackwardMma<T>::template rs<N, 1>(acc, a + 4 * kk, db, 1);
+  }
+}
+
 // Queries [q0, q0 + BQ) of head `head`: Q and dO swizzled, L and D (zeros past q_len).
 template <class T, int D, int DV, int BQ, int THREADS>
 NCDC_DEVICE void load_queries_swizzled(unsigned char* qs, unsigned char* dos, float* ls, float* ds,
@@ -139,19 +181,9 @@ NCDC_DEVICE void attention_backward_wgmma(const BackwardSlice<T>& a, T* dk_out,
   const int kr0 = 64 * wg + 16 * w;  // the warp's first key row in the tile
   const int lo = band32(a.lo, a.q_len, a.x_len), hi = band32(a.hi, a.q_len, a.x_len);
 
-  // the query tiles that see some key of [x0, x1]: j <= i + hi and j >= i + lo
-  const int x1 = imin(x0 + BX, a.x_len) - 1;
-  long long first_q = MASKED ? lmax(0, x0 - a.hi) : 0;
-  long long last_q = MASKED ? lmin(a.q_len - 1ll, x1 - a.lo) : a.q_len - 1ll;
-  RowSpans spans;  // a varlen mask's queries for each key (read after the loop's barrier)
-  if (VARLEN) {
-    if (x0 >= a.x_end) last_q = -1;  // padding: no query sees these keys
-    varlen_range(a, x0, x1, first_q, last_q);
-    fill_spans<true, BX, THREADS>(span, a, x0, tid);
-    spans.span = span + 2 * kr0;
-  }
-  const int tile0 = first_q > last_q ? 0 : int(first_q / BQ);
-  const int tiles = first_q > last_q ? 0 : int(last_q / BQ) + 1 - tile0;
+  int tile0, tiles;  // the query tiles that see some key of the block
+  tile_range<true, BX, BQ, MASKED, VARLEN, THREADS>(a, x0, span, tid, tile0, tiles);
+  const RowSpans spans{span + 2 * kr0};  // a varlen mask's queries for each of the warp's keys
 
   float dk[D / 2], dv[DV / 2];
 #pragma unroll
@@ -191,27 +223,7 @@ NCDC_DEVICE void attention_backward_wgmma(const BackwardSlice<T>& a, T* dk_out,
     // S^T and dP^T: the warpgroup's 64 keys by the step's 32 queries (element i: key row
     // kr0 + g + 8 (i / 2 % 2), query column 8 (i / 4) + 2 t + i % 2)
     float s[BQ / 2], dp[BQ / 2];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int block = kk / 4, in = (kk % 4) * 32;
-      const auto da = smem_desc(ks + block * BX * kSpan + wg * 64 * kSpan + in, 16, 1024,
-                                kSwizzle128);
-      const auto db = smem_desc(q_t + block * BQ * kSpan + in, 16, 1024, kSwizzle128);
-      BackwardMma<T>::template ss<BQ, 0, 0>(s, da, db, kk > 0 ? 1 : 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < DV / 16; ++kk) {
-      const int block = kk / 4, in = (kk % 4) * 32;
-      const auto da = smem_desc(vs + block * BX * kSpan + wg * 64 * kSpan + in, 16, 1024,
-                                kSwizzle128);
-      const auto db = smem_desc(do_t + block * BQ * kSpan + in, 16, 1024, kSwizzle128);
-      BackwardMma<T>::template ss<BQ, 0, 0>(dp, da, db, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands<BQ / 2>(s);
-    wgmma_fence_operands<BQ / 2>(dp);
+    scores_and_grads<T, D, DV, BX, BQ>(s, dp, ks, vs, 64 * wg, q_t, do_t);
 
     // P^T and dS^T = P^T (dP^T - D): the score path's gradient is linear in dM (the family
     // checks), so its factor at each pair is found with P, and s keeps P times it; a tile
@@ -244,16 +256,8 @@ NCDC_DEVICE void attention_backward_wgmma(const BackwardSlice<T>& a, T* dk_out,
     wgmma_fence_operands<DV / 2>(dv);
     wgmma_fence_operands<D / 2>(dk);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BQ / 16; ++kk) {
-      const auto db = smem_desc(do_t + kk * 16 * kSpan, BQ * kSpan, 1024, kSwizzle128);
-      BackwardMma<T>::template rs<DV, 1>(dv, pr + 4 * kk, db, 1);
-    }
-#pragma unroll
-    for (int kk = 0; kk < BQ / 16; ++kk) {
-      const auto db = smem_desc(q_t + kk * 16 * kSpan, BQ * kSpan, 1024, kSwizzle128);
-      BackwardMma<T>::template rs<D, 1>(dk, dsr + 4 * kk, db, 1);
-    }
+    add_from_registers<T, DV, BQ>(dv, pr, do_t);
+    add_from_registers<T, D, BQ>(dk, dsr, q_t);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands<DV / 2>(dv);
@@ -322,27 +326,12 @@ NCDC_DEVICE void dq_by_queries_wgmma(const BackwardSlice<T>& a, T* dq_out, long 
   const int g = lane / 4, t = lane % 4;
   const int q0 = query_tile * BQ, qr0 = 64 * wg + 16 * w;  // the warp's first query row
   const int lo = band32(a.lo, a.q_len, a.x_len), hi = band32(a.hi, a.q_len, a.x_len);
-  // the key tiles some query of [q0, q1] sees: i + lo <= j <= i + hi
-  const int q1 = imin(q0 + BQ, a.q_len) - 1;
-  long long first_x = MASKED ? lmax(0, q0 + (long long)lo) : 0;
-  long long last_x = MASKED ? lmin(a.x_len - 1ll, q1 + (long long)hi) : a.x_len - 1ll;
-  RowSpans spans;  // a varlen mask's keys for each query (read after the loop's barrier)
-  if (VARLEN) {
-    last_x = lmin(last_x, a.x_end - 1ll);
-    varlen_range(a, q0, q1, first_x, last_x);
-    fill_spans<false, BQ, THREADS>(span, a, q0, tid);
-    spans.span = span + 2 * qr0;
-  }
-  const int tile0 = first_x > last_x ? 0 : int(first_x / BK);
-  const int tiles = first_x > last_x ? 0 : int(last_x / BK) + 1 - tile0;
+  int tile0, tiles;  // the key tiles some query of the block sees
+  tile_range<false, BQ, BK, MASKED, VARLEN, THREADS>(a, q0, span, tid, tile0, tiles);
+  const RowSpans spans{span + 2 * qr0};  // a varlen mask's keys for each of the warp's queries
 
-  float l2[2], d2[2];  // the thread's rows g and g + 8: L and D (0 past the queries' end)
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = q0 + qr0 + g + 8 * h;
-    l2[h] = row < a.q_len ? ld_global(a.lse + row) : 0.0f;
-    d2[h] = row < a.q_len ? ld_global(a.dvec + row) : 0.0f;
-  }
+  float l2[2], d2[2];  // the thread's rows g and g + 8: L and D
+  row_stats(a, q0 + qr0 + g, l2, d2);
   float dq[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dq[i] = 0.0f;
@@ -373,27 +362,7 @@ NCDC_DEVICE void dq_by_queries_wgmma(const BackwardSlice<T>& a, T* dq_out, long 
     // S and dP: the warpgroup's 64 queries by the step's 64 keys (element i: query row
     // qr0 + g + 8 (i / 2 % 2), key column 8 (i / 4) + 2 t + i % 2)
     float s[BK / 2], dp[BK / 2];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int block = kk / 4, in = (kk % 4) * 32;
-      const auto da = smem_desc(qs + block * BQ * kSpan + wg * 64 * kSpan + in, 16, 1024,
-                                kSwizzle128);
-      const auto db = smem_desc(k_t + block * BK * kSpan + in, 16, 1024, kSwizzle128);
-      BackwardMma<T>::template ss<BK, 0, 0>(s, da, db, kk > 0 ? 1 : 0);
-    }
-#pragma unroll
-    for (int kk = 0; kk < DV / 16; ++kk) {
-      const int block = kk / 4, in = (kk % 4) * 32;
-      const auto da = smem_desc(dos + block * BQ * kSpan + wg * 64 * kSpan + in, 16, 1024,
-                                kSwizzle128);
-      const auto db = smem_desc(v_t + block * BK * kSpan + in, 16, 1024, kSwizzle128);
-      BackwardMma<T>::template ss<BK, 0, 0>(dp, da, db, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_operands<BK / 2>(s);
-    wgmma_fence_operands<BK / 2>(dp);
+    scores_and_grads<T, D, DV, BQ, BK>(s, dp, qs, dos, 64 * wg, k_t, v_t);
     const bool cut = VARLEN || q0 + BQ > a.q_len || x0 + BK > a.x_len ||
                      (MASKED && (x0 + BK - 1 > q0 + hi || x0 < q0 + BQ - 1 + lo));
     unsigned dsr[BK / 4];
@@ -414,11 +383,7 @@ NCDC_DEVICE void dq_by_queries_wgmma(const BackwardSlice<T>& a, T* dq_out, long 
     // dQ += dS K: the keys are k, 16 a wgmma
     wgmma_fence_operands<D / 2>(dq);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      const auto db = smem_desc(k_t + kk * 16 * kSpan, BK * kSpan, 1024, kSwizzle128);
-      BackwardMma<T>::template rs<D, 1>(dq, dsr + 4 * kk, db, 1);
-    }
+    add_from_registers<T, D, BK>(dq, dsr, k_t);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands<D / 2>(dq);
