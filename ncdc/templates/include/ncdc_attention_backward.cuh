@@ -17,8 +17,11 @@
 //
 // and writes dK (times the gradient's scale) and dV; `write_scaled` then turns the summed dQ
 // into the output. Without DQ_ATOMIC the kernel leaves dQ to `dq_by_queries`, a second pass
-// in query order that adds no atomics (the same bits every run). Layouts as ncdc_attention.cuh's: rows contiguous along the head (16-byte
+// in query order that adds no atomics (the same bits every run). A score path's functor
+// (`sc`) gives P from S and dS from dM; a varlen mask's spans drop the pairs of two
+// sequences. Layouts as ncdc_attention.cuh's: rows contiguous along the head (16-byte
 // chunks, swizzled or padded to an odd pitch); dS^T is a tile of BQ / 8 chunks per key row.
+// On sm_90a, ncdc_attention_backward_hopper.cuh runs the same order on wgmma.
 #pragma once
 #ifndef NCDC_ATTENTION_BACKWARD_CUH
 #define NCDC_ATTENTION_BACKWARD_CUH

@@ -2,9 +2,10 @@
 // ncdc_attention_backward.cuh with its five products on wgmma. One block per BX keys of one
 // (batch..., head) slice, one warpgroup per 64 of them (one per 64 values of the head: BX = D),
 // holding their dK and dV (fp32) while the queries stream 32 at a time through a 2-stage
-// cp.async ring (Q, dO, L and D; the heads of a group one after the other). Every tile is stored as TMA and wgmma read it: column
-// blocks of 64 values (128 bytes) a row, rows 128 bytes apart, the 128-byte swizzle (16-byte
-// chunk c of row r at c ^ r % 8). For each tile that sees some of its keys a warpgroup runs
+// cp.async ring (Q, dO, L and D; the heads of a group one after the other). Every tile is
+// stored as TMA and wgmma read it: column blocks of 64 values (128 bytes) a row, rows 128
+// bytes apart, the 128-byte swizzle (16-byte chunk c of row r at c ^ r % 8). For each tile
+// that sees some of its keys a warpgroup runs
 //
 //   S^T  = K Q^T          m64n32k16, both from shared memory (K-major: the head inner)
 //   dP^T = V dO^T         the same for V and dO
