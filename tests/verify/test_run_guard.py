@@ -107,11 +107,15 @@ def test_ctrl_c_stops_an_emulated_kernel_within_a_second(tmp_path):
     env = {"NCDC_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     proc = subprocess.Popen([sys.executable, "-c", SPIN], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "launching"
-    time.sleep(0.5)  # inside the kernel now, which spins for an hour unless stopped:
-    proc.send_signal(signal.SIGINT)  # an end at all is the kernel interrupted
-    out, _ = proc.communicate(timeout=60)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "launching"
+        time.sleep(0.5)  # inside the kernel now, which spins for an hour unless stopped:
+        proc.send_signal(signal.SIGINT)  # an end at all is the kernel interrupted
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # never an hour's spin left behind on the test machine, pass or fail
+        proc.wait()
     assert proc.returncode == 130 and "interrupted" in out
 
 
@@ -122,9 +126,13 @@ def test_ctrl_c_during_a_folder_compile_cancels_the_queue(tmp_path):
             "--arch", "sm_90a", "--no-cache"]  # fmt: skip
     env = {"NCDC_CACHE": str(cache), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
-    time.sleep(4.0)  # the first diagrams are compiling, the rest queued
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)  # the queue of 33 diagrams would take minutes
+    try:
+        time.sleep(4.0)  # the first diagrams are compiling, the rest queued
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)  # the queue of diagrams would take minutes
+    finally:
+        proc.kill()
+        proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert not out.exists() or not list(out.iterdir())  # nothing written: it was cancelled
