@@ -103,10 +103,17 @@ SPIN = textwrap.dedent(
 )
 
 
+def _default_sigint() -> None:
+    """SIGINT as a terminal's foreground job meets it: a harness that starts the tests in the
+    background passes SIGINT on ignored, and Python then installs no KeyboardInterrupt
+    handler (tests/backends/test_concurrency.py keeps the same convention)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_an_emulated_kernel_within_a_second(tmp_path):
     env = {"NCDC_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     proc = subprocess.Popen([sys.executable, "-c", SPIN], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, text=True, preexec_fn=_default_sigint)  # fmt: skip
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "launching"
@@ -125,7 +132,8 @@ def test_ctrl_c_during_a_folder_compile_cancels_the_queue(tmp_path):
     args = [sys.executable, "-m", "ncdc", "compile", "diagrams/", "-o", str(out), "-j", "1",
             "--arch", "sm_90a", "--no-cache"]  # fmt: skip
     env = {"NCDC_CACHE": str(cache), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)  # fmt: skip
     try:
         time.sleep(4.0)  # the first diagrams are compiling, the rest queued
         proc.send_signal(signal.SIGINT)
