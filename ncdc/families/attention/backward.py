@@ -170,8 +170,8 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
         masks.insert(0, by_out[m_name])
         m_name = str(by_out[m_name].operands[0])
     # the logits S = Q K^T, then the score path to what the masks read (a functor)
-    firsts = [c for c in contracts if all(str(o) in inputs for o in c.operands)
-              and c in needed_ops(ops, [m_name], inputs)]  # fmt: skip
+    behind = needed_ops(ops, [m_name], inputs)  # what the masked logits are computed from
+    firsts = [c for c in contracts if c in behind and all(str(o) in inputs for o in c.operands)]
     if len(firsts) != 1 or lse not in inputs:
         return None
     s = firsts[0]
