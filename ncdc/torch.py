@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ncdc.api.arrays import torch_dtype
@@ -81,14 +81,15 @@ def op(
     return registered
 
 
-def schema(kernel: Kernel) -> str:
-    """The operator's schema: one Tensor per input, a Tensor or a tuple of them out.
+def schema(kernel: Kernel, sizing: Sequence[str] = ()) -> str:
+    """The operator's schema: one Tensor per input (and per tensor in `sizing`, passed for
+    its shape alone), a Tensor or a tuple of them out.
 
     >>> from ncdc.api.kernel import load
     >>> schema(load("diagrams/attention.yaml"))
     '(Tensor Q, Tensor K, Tensor V) -> Tensor'
     """
-    args = ", ".join(f"Tensor {n}" for n in kernel.inputs)
+    args = ", ".join(f"Tensor {n}" for n in (*kernel.inputs, *sizing))
     outs = kernel.outputs
     result = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
     return f"({args}) -> {result}"
@@ -107,27 +108,46 @@ def _identity(kernel: Kernel, *options: Any) -> str:
     return hashlib.sha256(json.dumps(made, sort_keys=True).encode()).hexdigest()
 
 
-def _register(torch: Any, kernel: Kernel, name: str) -> Any:
+def _register(
+    torch: Any, kernel: Kernel, name: str, sizing: Sequence[tuple[str, tuple[str, ...]]] = ()
+) -> Any:
     """The custom op of `kernel`: its implementation, and its fake implementation from the
-    diagram's shape inference (each output's axes, sized from the inputs that carry them)."""
+    diagram's shape inference (each output's axes, sized from the inputs that carry them).
+    `sizing` names (name, axes) of tensors passed after the inputs for their shapes alone:
+    they size the axes of an output that no input has (a table's rows, in the gradient of a
+    gather), which would otherwise keep the diagram's sizes."""
     inputs = [(t.name, t.axes) for t in kernel.diagram.inputs]
     outputs = [
         (kernel.diagram.tensor(n).axes, torch_dtype(kernel.diagram.tensor(n).dtype))
         for n in kernel.outputs
     ]
     defaults = kernel.sizes
+    count = len(inputs)
+    resized: dict[tuple, Kernel] = {}  # the kernel at the sizes the sizing tensors give
+
+    def sized(tensors: Sequence[Any]) -> dict[str, int]:
+        return {a: int(n) for (_, axes), t in zip(sizing, tensors[count:], strict=True)
+                for a, n in zip(axes, t.shape, strict=True)}  # fmt: skip
 
     def implementation(*tensors: Any) -> Any:
-        return kernel(*tensors)
+        if not sizing:
+            return kernel(*tensors)
+        sizes = sized(tensors)
+        key = tuple(sorted(sizes.items()))
+        if key not in resized:
+            resized[key] = kernel.at(**sizes)
+        return resized[key](*tensors[:count])
 
     tags = (torch.Tag.needs_contiguous_strides,)  # kernels read row-major arrays
     custom = torch.library.custom_op(
-        name, implementation, mutates_args=(), schema=schema(kernel), tags=tags
-    )
+        name, implementation, mutates_args=(),
+        schema=schema(kernel, [n for n, _ in sizing]), tags=tags,
+    )  # fmt: skip
 
     def fake(*tensors: Any) -> Any:
         sizes: dict[str, Any] = dict(defaults)
-        for (input_name, axes), t in zip(inputs, tensors, strict=True):
+        sizes.update(sized(tensors) if sizing else {})
+        for (input_name, axes), t in zip(inputs, tensors[:count], strict=True):
             if len(t.shape) != len(axes):
                 raise ArrayError(
                     f"input {input_name}: expected {len(axes)} dimensions [{', '.join(axes)}], "
@@ -200,9 +220,19 @@ def _register_trainable(
 
     fwd_kernel = load(pair.forward, sizes=kernel.sizes, **options)
     bwd_kernel = load(pair.backward, sizes=kernel.sizes, **options)
-    fwd = _register(torch, fwd_kernel, f"{name}__fwd")
-    bwd = _register(torch, bwd_kernel, f"{name}__bwd")
     names = list(kernel.inputs)
+    # axes of a gradient that no input of the backward has (a gathered table's rows): sized
+    # by the forward's inputs that have them, passed to the backward for their shapes
+    carried = {a for n in bwd_kernel.inputs for a in bwd_kernel.diagram.tensor(n).axes}
+    loose = {a for n in bwd_kernel.outputs for a in bwd_kernel.diagram.tensor(n).axes} - carried
+    sizing = [n for n in names if loose & set(kernel.diagram.tensor(n).axes)]
+    fwd = _register(torch, fwd_kernel, f"{name}__fwd")
+    bwd = _register(
+        torch,
+        bwd_kernel,
+        f"{name}__bwd",
+        [(f"ncdc_shape_{n}", kernel.diagram.tensor(n).axes) for n in sizing],
+    )
     outputs = list(fwd_kernel.outputs)  # the diagram's outputs, then what it saves
     shown = len(kernel.outputs)
     # each backward input's source: ("input", i), ("output", i) or ("grad", i of the output)
@@ -236,7 +266,7 @@ def _register_trainable(
                 shape, dtype, device = ctx.shapes[i]
                 args.append(torch.zeros(shape, dtype=dtype, device=device) if g is None
                             else g.to(dtype).contiguous())  # fmt: skip
-        got = bwd(*args)
+        got = bwd(*args, *(given[names.index(n)] for n in sizing))
         got = got if isinstance(got, tuple) else (got,)
         return tuple(None if i is None else got[i] for i in returned)
 

@@ -126,8 +126,16 @@ print(module.WORKSPACE_BYTES)
 """
 
 
+# a Hopper kernel's tensor maps, and a scatter-add's accumulators set to zero at every call
+EXPORTED = {
+    "attention_fp8": (support.DIAGRAMS / "attention_fp8.yaml", {"b": 1, "h": 2, "q": 70, "x": 70}),
+    "scatter_add_odd": (support.SPECS / "scatter_add_odd.yaml", {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTED))
 @pytest.mark.parametrize("version", [13000, 13020])
-def test_the_torch_export_launches_what_the_json_describes(tmp_path, version) -> None:
+def test_the_torch_export_launches_what_the_json_describes(tmp_path, version, name) -> None:
     import subprocess
     import sys
 
@@ -138,9 +146,9 @@ def test_the_torch_export_launches_what_the_json_describes(tmp_path, version) ->
     if not nvrtc.available() or fakecuda.compiler() is None:
         pytest.skip("needs NVRTC and a C compiler")
     driver = fakecuda.build_driver(tmp_path / "driver")
-    spec, name = support.DIAGRAMS / "attention_fp8.yaml", "attention_fp8"
+    spec, sizes = EXPORTED[name]
     out = tmp_path / "out"
-    ncdc.compile(str(spec), out=out, sizes={"b": 1, "h": 2, "q": 70, "x": 70}, emit=["torch"])
+    ncdc.compile(str(spec), out=out, sizes=sizes, emit=["torch"])
     meta = fakecuda.read_meta(out, name)
     given = fakecuda.addresses(meta, load_diagram(spec, meta["axes"]))
     script = LAUNCH.format(name=name, stream=fakecuda.STREAM, addresses=given,
@@ -246,6 +254,23 @@ def test_layernorm_gives_the_gradients_of_its_weight_and_bias() -> None:
         return torch.nn.functional.layer_norm(x_, (96,), w_, b_, eps=1e-5)
 
     _check_grads(layernorm, reference, [x, w, b], 0.02)
+
+
+def test_an_embedding_table_gets_its_rows_gradients_summed() -> None:
+    """The backward's scatter-add against torch's embedding backward: rows picked many
+    times and rows never picked (zero); the token ids take no gradient."""
+    embedding = ncdc_torch.op(support.ROOT / "diagrams/embedding.yaml",
+                              name="ncdc_test::embedding")  # fmt: skip
+    table = _bf16((11, 24)).requires_grad_()
+    ids = torch.from_numpy(rng().integers(0, 7, size=33).astype(np.int32))  # rows 7..10: none
+    weights = torch.from_numpy(rng().standard_normal((33, 24)))
+    (embedding(table, ids).double() * weights).sum().backward()
+    ref = table.detach().double().requires_grad_()
+    (torch.nn.functional.embedding(ids.long(), ref) * weights).sum().backward()
+    assert table.grad is not None and table.grad.dtype == torch.bfloat16
+    error = (table.grad.double() - ref.grad).abs().max() / ref.grad.abs().max()
+    assert error < 0.02, float(error)
+    assert (table.grad[7:] == 0).all()
 
 
 def test_a_diagram_without_a_derivative_refuses_its_backward_in_one_line() -> None:

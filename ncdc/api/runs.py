@@ -116,6 +116,9 @@ class DeviceRun:
             for name in diagram.outputs
         ]  # fmt: skip
         self.scratch = scratch_buffers(built.diagram, built.module)
+        # accumulators (atomics' fp32 sums, an index status word) start every call at zero
+        zeroed = {w.name for w in built.module.workspace if w.zeroed}
+        self.zeroed = [name in zeroed for name, _ in self.scratch]
         names = [n for n, _, _ in inputs] + list(diagram.outputs) + [n for n, _ in self.scratch]
         # where each buffer the module passes comes from, in the module's order
         self.order = [names.index(name) for name in self.loaded.buffer_names]
@@ -154,7 +157,10 @@ class DeviceRun:
                 # Scratch memory returns to the allocator when this call returns: allocated
                 # on the launch stream, its next user there waits for these kernels. The
                 # buffers are held in `scratch` until the launches are enqueued.
-                scratch = [alloc.scratch(nbytes) for _, nbytes in self.scratch]
+                scratch = [
+                    alloc.scratch(nbytes, zero)
+                    for (_, nbytes), zero in zip(self.scratch, self.zeroed, strict=True)
+                ]
             found += [address(r) for r in results]
         found += [address(b) for b in scratch]
         key = tuple([found[i] for i in self.order])
@@ -194,8 +200,9 @@ class _TorchMemory:
     def output(self, shape: tuple[int, ...], dtype: str) -> Any:
         return self.torch.empty(shape, dtype=arr.torch_dtype(dtype), device=self.device)
 
-    def scratch(self, nbytes: int) -> Any:
-        return self.torch.empty(nbytes, dtype=self.torch.uint8, device=self.device)
+    def scratch(self, nbytes: int, zeroed: bool) -> Any:
+        make = self.torch.zeros if zeroed else self.torch.empty  # on the current stream
+        return make(nbytes, dtype=self.torch.uint8, device=self.device)
 
     @staticmethod
     def address(t: Any) -> int:
@@ -226,8 +233,9 @@ class _CupyMemory:
     def output(self, shape: tuple[int, ...], dtype: str) -> Any:
         return self.cupy.empty(shape, dtype=_BITS[dtype])
 
-    def scratch(self, nbytes: int) -> Any:
-        return self.cupy.empty(nbytes, dtype=_BYTES)
+    def scratch(self, nbytes: int, zeroed: bool) -> Any:
+        make = self.cupy.zeros if zeroed else self.cupy.empty  # on the current stream
+        return make(nbytes, dtype=_BYTES)
 
     @staticmethod
     def address(a: Any) -> int:

@@ -16,7 +16,8 @@ launcher of one's own):
    48 KiB;
 3. per call: encode each tensor map over its buffer's address (`cuTensorMapEncodeTiled`,
    with CUTLASS's driver workaround: the DRIVER_BUG_ constants of ncdc.backends.arguments),
-   then launch every kernel in order on the caller's stream. Intermediates and split-k partials live
+   then set the accumulators that start at zero to zero (`cuMemsetD8Async`) and launch every
+   kernel in order on the caller's stream. Intermediates and split-k partials live
    in one caller-given workspace, each at a 256-byte aligned offset.
 """
 
@@ -77,6 +78,7 @@ class Buffer:
     dtype: str
     shape: tuple[int, ...]
     offset: int = -1
+    zeroed: int = 0  # bytes the call sets to zero before the launches (an accumulator)
 
 
 @dataclass(frozen=True)
@@ -137,10 +139,12 @@ def export_of(report: CompileReport) -> Export:
                       tuple(d.axes[a] for a in t.axes), offset)  # fmt: skip
 
     scratch, offset = [], 0
-    dtypes = {w.name: w.dtype for w in module.workspace}
+    spaces = {w.name: w for w in module.workspace}
     for name, nbytes in scratch_buffers(d, module):
-        if name in dtypes:
-            scratch.append(Buffer(_identifier(name, "a workspace"), dtypes[name], (), offset))
+        if name in spaces:
+            w = spaces[name]
+            scratch.append(Buffer(_identifier(name, "a workspace"), w.dtype, (), offset,
+                                  nbytes if w.zeroed else 0))  # fmt: skip
         else:
             scratch.append(buffer(name, offset))
         offset += -(-nbytes // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT

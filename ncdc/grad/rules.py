@@ -17,7 +17,8 @@ tensor's dtype; statistics a rule reduces (a row's sum, mean, variance) are fp32
   dX = r * (dXh - mean(dXh) - Xh * mean(dXh * Xh)) (no mean term for rmsnorm).
 - cast to a float type: the gradient times the scale (rounding passed straight through).
 - gather: a pick in each row gives its gradient back where the position is the index; an
-  embedding's rows would need a scatter-add, not in the language yet (refused).
+  embedding's rows (picked any number of times) a scatter-add of the gradient by the index.
+- scatter: the gradient gathered by the same index.
 - mask: the gradient where the mask keeps a score, zero where it drops one (nothing to do
   when only softmax and logsumexp read the mask: their gradients are zero where P is). The
   same for a select `where(C, S, -inf)` (or `where(C, -inf, S)`) that only they read, through
@@ -340,23 +341,35 @@ def _gather(s: Site) -> list[Share]:
     """Values picked by index along an axis. Where the indices run over axes of the source
     (a pick in each row, as a label's logit), each picked value's gradient goes back to its
     place alone: the gradient where the position along the axis is the index, else 0. Where
-    they do not (an embedding's rows), a row may be picked many times and its gradient is a
-    scatter-add, which the language has no operation for yet. Indices take none."""
+    they do not (an embedding's rows), a row may be picked many times and its gradient is
+    the sum of theirs: a scatter-add over the indices' own axes. Indices take none."""
     op, tape = s.op, s.tape
     source, ids = (str(o) for o in op.operands[:2])
     if not s.wants(source):
         return []
-    axis = op.params["axis"]
-    if set(s.tensor(ids).axes) <= set(s.tensor(source).axes) - {axis}:
+    axis, t = op.params["axis"], s.tensor(source)
+    if set(s.tensor(ids).axes) <= set(t.axes) - {axis}:
         here = tape.emit("eq", (tape.emit("index", (axis,), f"i_{axis}"), ids), s.stem(source))
         picked = tape.emit("where", (here, s.g, 0.0), s.stem(source))
         return [(source, s.share(picked, source))]
-    raise s.refuse(
-        f"the gradient of {source} is a scatter-add (each row of the gradient added back at its "
-        "index), which the language has no operation for yet",
-        f"leave {source} out of the gradients: --wrt each other input, or give {source} as a "
-        "constant",
-    )
+    own = tuple(a for a in s.tensor(ids).axes if a not in t.axes)  # matched ones are kept
+    over = own if len(own) < len(s.tensor(ids).axes) else None
+    added = tape.emit("scatter_add", (s.g, ids), s.stem(source), axis=axis, over=over,
+                      dtype=t.dtype)  # fmt: skip
+    return [(source, s.share(added, source))]
+
+
+def _scatter(s: Site) -> list[Share]:
+    """A scatter-add's operand: each value went to one place, so its gradient is the
+    gradient there, gathered back by the same index."""
+    op, tape = s.op, s.tape
+    source, ids = (str(o) for o in op.operands[:2])
+    if not s.wants(source):
+        return []
+    t = s.tensor(source)
+    picked = tape.emit("gather", (s.g, ids), s.stem(source), axis=op.params["axis"],
+                       dtype=t.dtype)  # fmt: skip
+    return [(source, s.share(picked, source))]
 
 
 RULES: dict[str, Callable[[Site], list[Share]]] = {
@@ -370,4 +383,5 @@ RULES: dict[str, Callable[[Site], list[Share]]] = {
     "mask": _mask,
     "index": lambda s: [],
     "gather": _gather,
+    "scatter": _scatter,
 }

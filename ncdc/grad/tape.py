@@ -94,6 +94,16 @@ class Tape:
         """The axes inference gives (ncdc.language.infer): kept, woven, reduced, contracted."""
         if fn == "index":
             return (str(args[0]),)
+        if fn in ("gather", "scatter_add"):  # as ncdc.language.infer places the axis
+            source, index = self.axes[str(args[0])], self.axes[str(args[1])]
+            axis = str(kw["axis"])
+            if fn == "gather":
+                new = [a for a in index if a not in source]
+                return tuple(b for a in source for b in (new if a == axis else [a]))
+            over = kw.get("over", index)
+            over = (over,) if isinstance(over, str) else tuple(over)
+            first = next(a for a in source if a in over)
+            return tuple(axis if a == first else a for a in source if a not in over or a == first)
         ordered = (*args[1:], args[0]) if fn == "where" else args  # a select: its values first
         tensors = [self.axes[a] for a in ordered if isinstance(a, str)]
         union = tuple(dict.fromkeys(a for axes in tensors for a in axes))

@@ -24,6 +24,19 @@ OPERATION_HINTS: dict[str, str] = {
         "write gather(T, I, axis=a): T along a at the int32 indices I",
     ),
     **dict.fromkeys(
+        (
+            "scatter",
+            "scatter_reduce",
+            "index_add",
+            "index_put",
+            "segment_sum",
+            "unsorted_segment_sum",
+            "bincount",
+            "embedding_backward",
+        ),
+        "write scatter_add(G, I, axis=a): G added along a at the int32 indices I",
+    ),
+    **dict.fromkeys(
         ("einsum", "matmul", "mm", "bmm", "dot", "linear", "tensordot", "gemm"),
         "write contract(A, B, over=k): a product summed over the named axis k",
     ),

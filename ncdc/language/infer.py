@@ -33,6 +33,7 @@ _EXAMPLES = {
     "window": "M = window(S, query=q, key=x, left=4095)",
     "varlen": "M = varlen(S, query=q, key=x, lengths=L)",
     "gather": "Y = gather(E, ids, axis=v)",
+    "scatter": "dE = scatter_add(dY, ids, axis=v)",
     "contract": "C = contract(A, B, over=k)",
 }
 
@@ -313,6 +314,56 @@ def _gather(site: Site) -> Result:
                   params={"axis": axis})  # fmt: skip
 
 
+def _scatter(site: Site) -> Result:
+    """G with the index's axes it sums over (`over=`, all of the index's axes unless given)
+    replaced, in place of the first, by `axis`: the adjoint of gather. The index's other
+    axes are matched by name (a table per batch entry)."""
+    st = site.st
+    src = site.tensor(st.args[0], "operand")
+    index = site.tensor(st.args[1], "index")
+    axis = st.kwargs["axis"]
+    if not isinstance(axis, str):
+        raise site.fail(f"expected an axis name for 'axis', found {shown(axis)}",
+                        f"e.g. scatter_add({src.name}, {index.name}, axis=v)")  # fmt: skip
+    site.checks.known_axis(axis, site.axes, site.path)
+    if index.dtype != "int32":
+        raise site.fail(
+            f"the index {index.name} of scatter_add is {index.dtype}; expected int32",
+            f"declare it as {index.name}: {{axes: {list(index.axes)}, dtype: int32}}",
+        )
+    if axis in src.axes or axis in index.axes:
+        has = src.name if axis in src.axes else index.name
+        raise site.fail(
+            f"scatter_add adds along '{axis}', but {has} has that axis already",
+            "scatter along an axis that the operand and the index lack (the gathered axis)",
+        )
+    missing = [a for a in index.axes if a not in src.axes]
+    if missing:
+        raise site.fail(
+            f"the index {index.name} has axes {missing} that {src.name} lacks",
+            f"give {src.name} every axis of {index.name} ({listing(index.axes)})",
+        )
+    over = site.over(index) if "over" in st.kwargs else index.axes
+    if not over:
+        raise site.fail(
+            f"scatter_add sums over the axes of its index, and {index.name} has none",
+            f"give {index.name} the axes of {src.name} it indexes (e.g. [t] for one id a token)",
+        )
+    out: list[str] = []
+    for a in src.axes:
+        if a not in over:
+            out.append(a)
+        elif axis not in out:
+            out.append(axis)
+    if DTYPES[site.out_dtype() or src.dtype].integer:
+        raise site.fail(
+            f"scatter_add sums {site.out_dtype() or src.dtype} values; it sums floats",
+            "cast the operand to a float type first",
+        )
+    return Result((src.name, index.name), tuple(out), site.out_dtype() or src.dtype, over,
+                  params={"axis": axis})  # fmt: skip
+
+
 def _unary(site: Site) -> Result:
     """A map, softmax, norm, mask, cast or reduction of one tensor."""
     st, kind = site.st, site.rec.kind
@@ -468,6 +519,7 @@ _KINDS: dict[str, Callable[[Site], Result]] = {
     "contract": _contract,
     "index": _index,
     "gather": _gather,
+    "scatter": _scatter,
     "binary": _binary,
     **dict.fromkeys(("map", "softmax", "norm", "mask", "cast", "reduce"), _unary),
 }

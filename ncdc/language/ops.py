@@ -36,10 +36,11 @@ KINDS = {
     "mask": "a mask that sets dropped scores to -inf",
     "index": "the position along an axis, as a value",
     "gather": "values selected along an axis by an index tensor (int32)",
+    "scatter": "values added along an axis at the places an index tensor (int32) names",
 }
 # kinds whose operations a family builds from the kernel's structure and the reference
 # evaluates by kind (ncdc.verify.reference), not by a function of the record
-STRUCTURAL = ("contract", "cast", "mask", "index", "gather")
+STRUCTURAL = ("contract", "cast", "mask", "index", "gather", "scatter")
 
 Meaning = Callable[..., Any]  # (np, *arrays[, axis, eps]) -> float64 array
 
@@ -261,6 +262,11 @@ _STRUCTURAL = (
     # T[.., I[i..], ..]; the index is rounded to the nearest whole number and checked against
     # v's size first (out of range is an error, never a read): a compare and a convert
     _op("gather", "gather", 2, "axis dtype", "axis", flops=2, device=True),
+    # Y = scatter_add(G, I, axis=v): G with I's axes (those of `over=`, else all) replaced by
+    # v, Y[.., k, ..] = sum of G[.., i.., ..] where I[i..] = k (gather's adjoint); an index
+    # out of range is an error and adds nothing. A compare and an add per value of G, each
+    # add an fp32 atomic (ncdc.families.scatter)
+    _op("scatter_add", "scatter", 2, "axis over dtype", "axis", flops=2),
 )  # fmt: skip
 
 RECORDS: dict[tuple[str, str], OpRecord] = {

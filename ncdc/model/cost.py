@@ -279,18 +279,18 @@ def _reread(model: KernelModel, rereads: tuple[tuple[str, int], ...]) -> tuple[i
     return values, nbytes
 
 
-def _accumulated(model: KernelModel, accumulates: tuple[tuple[str, int], ...], top: bool
+def _accumulated(model: KernelModel, accumulates: tuple[tuple[str, float], ...], top: bool
                  ) -> tuple[int, int]:  # fmt: skip
     """(values, bytes) of outputs accumulated by fp32 atomics: into the L2 every add (4 bytes
     a value each time); out of device memory the fp32 workspace once each way (the last
     launch reads it and writes the output, counted with the outputs)."""
     d = model.diagram
-    values = nbytes = 0
+    values = nbytes = 0.0
     for name, adds in accumulates:
         n = d.size(d.tensor(name))
         values += n * (2 if top else adds)
         nbytes += n * 4 * (2 if top else adds)
-    return values, nbytes
+    return round(values), round(nbytes)
 
 
 def evaluate_kernel(

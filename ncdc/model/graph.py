@@ -53,7 +53,7 @@ class Kernel:
     ops: tuple[Op, ...]
     inputs: tuple[str, ...]  # read from the top level
     outputs: tuple[str, ...]  # saved to the top level
-    woven: tuple[str, ...]  # axes of the outputs: each can be partitioned into groups
+    woven: tuple[str, ...]  # axes of the outputs (a scatter-add's: its operand's): grouped
     reduced: tuple[str, ...]  # axes consumed inside the kernel: each can be streamed
     rows: tuple[str, ...]  # woven axes an op normalises over (softmax, norms): kept whole
 
@@ -186,7 +186,13 @@ def _kernel(diagram: Diagram, ops: list[Op], saved: set[str], index: int, count:
     outputs = tuple(op.out for op in ops if op.out in saved)
     # One kernel takes the diagram's name; several are told apart by what they save.
     name = diagram.name if count == 1 else f"{diagram.name}_{index}_{outputs[0]}"
-    woven = tuple(dict.fromkeys(a for name in outputs for a in diagram.tensor(name).axes))
+    # The axes a kernel's blocks split: its outputs', but a scatter-add's blocks split the
+    # values it adds (its operand), each adding into the whole result (ncdc.families.scatter)
+    spans = [
+        str(op.operands[0]) if op.kind == "scatter" else op.out
+        for op in ops if op.out in saved
+    ]  # fmt: skip
+    woven = tuple(dict.fromkeys(a for name in spans for a in diagram.tensor(name).axes))
     used = dict.fromkeys(a for op in ops for n in op.inputs for a in diagram.tensor(n).axes)
     reduced = tuple(a for a in used if a not in woven)
     rows = tuple(dict.fromkeys(a for op in ops if op.kind in ("softmax", "norm") for a in op.over))

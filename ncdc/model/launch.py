@@ -92,7 +92,8 @@ class Candidate:
     each split covers (split-key kernels); `raster_group`, tile rows a run of consecutive
     blocks walks before the next column (a GEMM's grouped order, for L2 reuse; 0: row order);
     `accumulates`, outputs the blocks add into with fp32 atomics, with how many adds each
-    value takes (attention's fused backward: dQ, once per key tile), written from that
+    value takes on average (attention's fused backward: dQ, once per key tile; a
+    scatter-add: the values it adds over the values of its result), written from that
     fp32 workspace by the kernel's last launch; `recomputes`, operations (by their result)
     a later launch computes again, with the share of their work it does (attention's
     backward with dQ in a second pass, query-major: S and dP again, over the band's pairs).
@@ -115,7 +116,7 @@ class Candidate:
     pingpong: bool = False
     split_size: int = 0
     raster_group: int = 0
-    accumulates: tuple[tuple[str, int], ...] = ()
+    accumulates: tuple[tuple[str, float], ...] = ()
     recomputes: tuple[tuple[str, float], ...] = ()
 
     @property
@@ -203,6 +204,6 @@ def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
         float(data.get("tensor_share", 0.0)), bool(data.get("cuda_cores", False)),
         bool(data.get("pingpong", False)), int(data.get("split_size", 0)),
         int(data.get("raster_group", 0)),
-        tuple((str(k), int(v)) for k, v in data.get("accumulates", {}).items()),
+        tuple((str(k), float(v)) for k, v in data.get("accumulates", {}).items()),
         tuple((str(k), float(v)) for k, v in data.get("recomputes", {}).items()),
     )  # fmt: skip

@@ -393,6 +393,8 @@ def _reach(diagram: Diagram, kernel: Kernel) -> dict[str, set[str]]:
     for op in reversed(kernel.ops):
         out = reach.get(op.out, set())
         through = out & set(op.axes) - set(op.reduced)
+        if op.kind == "scatter":  # each value it adds is read by the one block it falls to
+            through = set(diagram.tensor(str(op.operands[0])).axes)
         for name in op.inputs:
             axes = set(diagram.tensor(name).axes)
             reach[name] = reach.get(name, set()) | (axes & through)
@@ -453,15 +455,16 @@ def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str
     an intermediate of the same shape with no other consumer works in that input's buffer."""
     buffer_of: dict[str, int] = {}
     buffers: list[list[tuple[str, tuple[str, ...], int]]] = []
-    produced = {op.out for op in kernel.ops}
     readers = Counter(name for op in kernel.ops for name in op.inputs)
     for op in kernel.ops:
+        if op.kind == "scatter":  # added in place in device memory (fp32 atomics): no buffer
+            continue
         t = diagram.tensor(op.out)
         entry = (op.out, t.axes, DTYPES[t.dtype].bytes)
         source = next((o for o in op.operands if isinstance(o, str)), None)
         if (
             op.kind in IN_PLACE_KINDS
-            and source in produced
+            and source in buffer_of
             and source not in kernel.outputs
             and readers[source] == 1
             and set(diagram.tensor(source).axes) == set(t.axes)
@@ -530,7 +533,8 @@ def ops_flops(diagram: Diagram, ops: Iterable[Op]) -> dict[tuple[str, str], floa
             add(("cuda", "fp32"), result * len(op.scale))
             continue
         source = next((o for o in op.operands if isinstance(o, str)), None)
-        count = diagram.size(diagram.tensor(source)) if source and op.kind == "reduce" else result
+        summed = op.kind in ("reduce", "scatter")  # priced per value of the operand
+        count = diagram.size(diagram.tensor(source)) if source and summed else result
         price = record(op.kind, op.fn)
         add(("cuda", "fp32"), count * price.cuda_flops)
         add(("sfu", "exp"), count * price.sfu)

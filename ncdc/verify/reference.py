@@ -134,11 +134,11 @@ def make_inputs(
 
 
 def index_ranges(diagram: Diagram) -> dict[str, int]:
-    """The inputs that index a gather, each with the size of the axis it selects along (the
-    smallest, where it indexes several)."""
+    """The inputs that index a gather or a scatter-add, each with the size of the axis it
+    selects along (the smallest, where it indexes several)."""
     out: dict[str, int] = {}
     for op in diagram.ops:
-        if op.kind == "gather" and diagram.producer(str(op.operands[1])) is None:
+        if op.kind in ("gather", "scatter") and diagram.producer(str(op.operands[1])) is None:
             name, size = str(op.operands[1]), diagram.axes[op.params["axis"]]
             out[name] = min(size, out.get(name, size))
     return out
@@ -234,6 +234,8 @@ def _evaluate_op(
             return _contract(op, env, axes_of, d)
         if op.kind == "gather":
             return _gather(op, env, axes_of, d)
+        if op.kind == "scatter":
+            return _scatter(op, env, axes_of, d)
         if op.kind == "binary":
             args = [
                 _aligned(env[o], axes_of[o], out_axes) if isinstance(o, str) else float(o)
@@ -376,6 +378,30 @@ def _gather(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagra
             axis = np.arange(d.axes[a]).reshape([-1 if b == a else 1 for b in op.axes])
             at.append(np.broadcast_to(axis, shape))
     return np.where(np.broadcast_to(bad, shape), np.nan, env[source][tuple(at)])
+
+
+def _scatter(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram
+             ) -> np.ndarray:  # fmt: skip
+    """Y[.., k, ..] = the sum of G[.., i.., ..] over the places i.. where I[i..] = k (the
+    index rounded as gather rounds it); NaN throughout where an index is out of range (a run
+    refuses those: ncdc.verify.run.check_indices)."""
+    source, name = (str(o) for o in op.operands)
+    axis, src_axes = op.params["axis"], axes_of[source]
+    g = np.asarray(env[source], dtype=np.float64)
+    shape = [d.axes[a] for a in op.axes]
+    k = np.broadcast_to(np.rint(_aligned(env[name], axes_of[name], src_axes)), g.shape)
+    if (~((k >= 0) & (k < d.axes[axis]))).any():  # NaN compares false: out of range
+        return np.full(shape, np.nan)
+    at = []
+    for a in op.axes:  # where each value of G lands in the result
+        if a == axis:
+            at.append(k.astype(np.int64))
+        else:
+            place = np.arange(d.axes[a]).reshape([-1 if b == a else 1 for b in src_axes])
+            at.append(np.broadcast_to(place, g.shape))
+    out = np.zeros(shape)
+    np.add.at(out, tuple(at), g)
+    return out
 
 
 def _norm(op: Op, x: np.ndarray, over: tuple[int, ...], env: dict, axes_of: Mapping,

@@ -148,7 +148,7 @@ def check_indices(diagram: Diagram, buffers: Mapping[str, np.ndarray], env: Mapp
     if status is None or not np.asarray(status).any():
         return
     for op in diagram.ops:
-        if op.kind != "gather":
+        if op.kind not in ("gather", "scatter"):
             continue
         name, axis = str(op.operands[1]), op.params["axis"]
         values = np.asarray(env[name], dtype=np.float64)
@@ -158,9 +158,10 @@ def check_indices(diagram: Diagram, buffers: Mapping[str, np.ndarray], env: Mapp
             at = tuple(int(i) for i in np.argwhere(bad)[0])
             where = f"{name}[{', '.join(map(str, at))}]" if at else name
             raise IndexRangeError(
-                f"index {where} = {values[at]:g} is out of range: {op.out} = gather("
+                f"index {where} = {values[at]:g} is out of range: {op.out} = {op.fn}("
                 f"{op.operands[0]}, {name}, axis={axis}) selects among 0 .. "
-                f"{diagram.axes[axis] - 1} (the size of {axis}); the kernels read nothing there",
+                f"{diagram.axes[axis] - 1} (the size of {axis}); the kernels "
+                + ("read nothing there" if op.kind == "gather" else "add nothing there"),
                 hint=f"keep every value of {name} from 0 to {diagram.axes[axis] - 1}",
             )
     raise IndexRangeError("a kernel found an index out of range", hint="check the index tensors")

@@ -162,6 +162,12 @@ CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, un
     return refuse ? (CUresult)atoi(refuse) : CUDA_SUCCESS;
 }
 
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream stream) {
+    say("memset %llu %u %zu stream %llu\n", (unsigned long long)dst, (unsigned)value, n,
+        (unsigned long long)(uintptr_t)stream);
+    return CUDA_SUCCESS;
+}
+
 CUresult cuGetErrorName(CUresult code, const char **name) {
     *name = code == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE" : "CUDA_ERROR_UNKNOWN";
     return CUDA_SUCCESS;
@@ -175,6 +181,7 @@ static const struct { const char *name; void *fn; } entries[] = {
     {"cuModuleGetFunction", (void *)cuModuleGetFunction},
     {"cuFuncSetAttribute", (void *)cuFuncSetAttribute},
     {"cuLaunchKernel", (void *)cuLaunchKernel},
+    {"cuMemsetD8Async", (void *)cuMemsetD8Async},
     {"cuTensorMapEncodeTiled", (void *)cuTensorMapEncodeTiled},
 };
 

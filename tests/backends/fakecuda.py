@@ -71,6 +71,18 @@ def check_log(log: Path, meta: dict, given: dict[str, int], workspace_bytes: int
             assert f"attribute {k['name']} 8 {k['dynamic_smem_bytes']}" in lines
     launches = [line.split() for line in lines if line.startswith("launch ")]
     assert len(launches) == calls * len(meta["kernels"])
+    # every call sets its accumulators to zero first, on its stream, inside the workspace
+    zeroed = [w for w in meta["workspace"] if w["zeroed"]]
+    sizes = sorted(max(1, w["values"] * {"fp32": 4, "int32": 4}[w["dtype"]]) for w in zeroed)
+    order = [line.split()[0] for line in lines if line.startswith(("memset ", "launch "))]
+    assert order == (["memset"] * len(zeroed) + ["launch"] * len(meta["kernels"])) * calls
+    memsets = [line.split() for line in lines if line.startswith("memset ")]
+    for n in range(calls):
+        these = memsets[n * len(zeroed) : (n + 1) * len(zeroed)]
+        assert sorted(int(w[3]) for w in these) == sizes
+        for w in these:
+            assert WORKSPACE <= int(w[1]) < WORKSPACE + workspace_bytes and int(w[1]) % 256 == 0
+            assert w[2] == "0" and int(w[5]) == STREAM
     encodes = iter(line.split() for line in lines if line.startswith("encode "))
     scratch: set[int] = set()
     for n, words in enumerate(launches):

@@ -26,11 +26,13 @@ pytestmark = [
     pytest.mark.skipif(fakecuda.compiler() is None, reason="needs a C compiler"),
 ]
 
-# a Hopper kernel (tensor maps, > 48 KiB of shared memory), and two kernels with an
-# intermediate and split-k partials in the workspace
+# a Hopper kernel (tensor maps, > 48 KiB of shared memory), two kernels with an
+# intermediate and split-k partials in the workspace, and a scatter-add's accumulator and
+# status word (set to zero at every call)
 CASES = {
     "attention_fp8": (support.DIAGRAMS / "attention_fp8.yaml", {"b": 1, "h": 2, "q": 70, "x": 70}),
     "multi_mlp_two_gemms": (support.SPECS / "multi_mlp_two_gemms.yaml", {"m": 24}),
+    "scatter_add_odd": (support.SPECS / "scatter_add_odd.yaml", {}),
 }
 
 MAIN = r"""

@@ -26,6 +26,7 @@ TRAINING = {
     "softmax": {"m": 3, "n": 5},
     "vocab_cross_entropy": {"t": 3, "v": 7},
     "cross_entropy": {"t": 3, "v": 7},  # the label's logit picked by a gather
+    "embedding": {"t": 6, "v": 4, "d": 3},  # rows picked many times: a scatter-add
     "prefix_lm_attention": {"b": 1, "h": 1, "q": 3, "x": 5, "d": 4},  # a rule of positions
     "swiglu_mlp": {"m": 3, "d": 4, "f": 5},
     "matmul": {"m": 3, "n": 4, "k": 5},
@@ -140,6 +141,38 @@ def test_ties_split_as_torch_splits_them() -> None:
     assert np.array_equal(got["dA"], [[0.0, 0.5, -1.0, 1.0]])
 
 
+# Gathers and scatter-adds, each the other's gradient: a table per batch entry (the index's
+# b matched by name), a table shared by every entry, and a scatter-add whose operand has the
+# index's axes inside and in another order.
+SCATTERS = """
+ncdc: 1
+name: scatters
+axes: {b: 2, s: 5, v: 3, d: 4}
+inputs:
+  E: {axes: [b, v, d], dtype: fp32}
+  T: {axes: [v, d], dtype: fp32}
+  G: {axes: [d, s, b], dtype: fp32}
+  ids: {axes: [b, s], dtype: int32}
+ops:
+  - Y = gather(E, ids, axis=v)
+  - Z = gather(T, ids, axis=v)
+  - A = mul(Y, Z)
+  - S = scatter_add(G, ids, axis=v)
+  - R = tanh(S)
+  - Q = scatter_add(A, ids, axis=v, over=s)
+outputs: [A, R, Q]
+"""
+
+
+def test_gathers_and_scatters_match_finite_differences() -> None:
+    d = load_diagram_text(SCATTERS)
+    backward = derive(d)
+    assert {line.fn for line in backward.lines} >= {"gather", "scatter_add"}
+    for ways in every_way(d, backward):
+        errors = compare(d, make_pair(d, backward, ways))
+        assert set(errors) == {"E", "T", "G"} and max(errors.values()) < TOLERANCE, (ways, errors)
+
+
 def test_no_gradient_flowing_at_all_is_one_clear_error() -> None:
     d = load_diagram_text(_spec("'Y = floor(X)'"), "t.yaml")
     with pytest.raises(SpecError, match="no gradient flows from the outputs to X"):
@@ -192,9 +225,6 @@ def _spec(ops: str, inputs: str = "X: {axes: [m, n], dtype: bf16}") -> str:
         ("'Y = contract(X, A, over=n, scale=s)'",
          "X: {axes: [m, n], dtype: bf16}, A: {axes: [n], dtype: bf16}, s: {axes: [], dtype: fp32}",
          "scale tensor s"),
-        # rows of a table picked by index, any row any number of times: a scatter-add
-        ("'Y = gather(X, I, axis=m)'",
-         "X: {axes: [m, n], dtype: bf16}, I: {axes: [k], dtype: int32}", "scatter-add"),
     ],
 )  # fmt: skip
 def test_no_derivative_is_one_clear_error(ops: str, inputs: str | None, message: str) -> None:

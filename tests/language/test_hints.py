@@ -33,6 +33,7 @@ def hint_of(op: str, dtype: str = "bf16") -> str:
         ("Y = cumsum(X, over=n)", "bf16", "not in the language yet: a scan"),  # not 'sum'
         ("Y = argmax(X, over=n)", "bf16", "max(X, over=a) gives the largest value"),
         ("Y = index_select(X, I, axis=n)", "bf16", "write gather(T, I, axis=a)"),
+        ("Y = index_add(X, I, axis=n)", "bf16", "write scatter_add(G, I, axis=a)"),
         ("Y = permute(X)", "bf16", "axes are named"),
         ("Y = einsum(X, X)", "bf16", "write contract(A, B, over=k)"),
         ("Y = softmax(X, dim=n)", "bf16", "write over=n"),

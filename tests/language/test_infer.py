@@ -4,6 +4,8 @@ operands, in dependency order.
 
 from __future__ import annotations
 
+import pytest
+
 from ncdc.language.load import load_diagram, load_diagram_text
 from tests import support
 
@@ -146,6 +148,60 @@ def test_gather_refuses_a_float_index_and_an_axis_the_source_lacks():
             assert message in e.message, (bad, e.message)
         else:
             raise AssertionError(bad)
+
+
+SCATTER = """
+ncdc: 1
+name: scatter
+axes: {b: 2, s: 3, v: 5, d: 4}
+inputs:
+  G: {axes: [b, s, d], dtype: bf16}
+  H: {axes: [d, b, s], dtype: fp32}
+  ids: {axes: [b, s], dtype: int32}
+ops:
+  - Y = scatter_add(G, ids, axis=v)
+  - P = scatter_add(G, ids, axis=v, over=s, dtype=fp32)
+  - Q = scatter_add(H, ids, axis=v)
+outputs: [Y, P, Q]
+"""
+
+
+def test_scatter_add_replaces_the_index_axes_it_sums_by_the_axis() -> None:
+    d = load_diagram_text(SCATTER)
+    # every index axis summed: b and s go, v comes in where b was
+    assert d.tensor("Y").axes == ("v", "d") and d.tensor("Y").dtype == "bf16"
+    # over s only: b matched by name (a table per batch entry)
+    assert d.tensor("P").axes == ("b", "v", "d") and d.tensor("P").dtype == "fp32"
+    assert d.tensor("Q").axes == ("d", "v")
+    assert d.ops[0].kind == "scatter" and d.ops[0].over == ("b", "s")
+    assert d.ops[1].over == ("s",) and d.ops[1].params["axis"] == "v"
+
+
+def test_scatter_add_refuses_what_it_cannot_place() -> None:
+    from ncdc.errors import SpecError
+
+    first = "Y = scatter_add(G, ids, axis=v)"
+    for bad, message in [
+        ("Y = scatter_add(G, H, axis=v)", "the index H of scatter_add is fp32"),
+        ("Y = scatter_add(G, ids, axis=d)", "scatter_add adds along 'd', but G has that axis"),
+        ("Y = scatter_add(G, ids, axis=b)", "but G has that axis"),
+        ("Y = scatter_add(ids, ids, axis=v)", "it sums floats"),
+        ("Y = scatter_add(G, ids, axis=v, over=d)", "scatter_add over 'd', but ids has axes"),
+        ("Y = scatter_add(G, ids, axis=w)", "unknown axis"),
+        ("Y = scatter_add(G, ids, axis=3)", "expected an axis name for 'axis'"),
+    ]:
+        try:
+            load_diagram_text(SCATTER.replace(first, bad))
+        except SpecError as e:
+            assert message in e.message, (bad, e.message)
+        else:
+            raise AssertionError(bad)
+    scalar = SCATTER.replace("ids: {axes: [b, s]", "ids: {axes: []")
+    with pytest.raises(SpecError, match="and ids has none"):
+        load_diagram_text(scalar)
+    lacking = SCATTER.replace("G: {axes: [b, s, d]", "G: {axes: [s, d]")
+    with pytest.raises(SpecError, match=r"the index ids has axes \['b'\] that G lacks"):
+        load_diagram_text(lacking)
 
 
 def test_a_select_is_laid_out_as_its_values() -> None:

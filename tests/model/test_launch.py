@@ -69,7 +69,8 @@ def test_corpus_covers_every_family_and_enough_specs() -> None:
         for kp in plan_diagram(load_diagram(p), load_hardware("h200")).kernels
     }
     assert families == {
-        "gemm", "gemv", "attention", "decode_attention", "rowwise", "reduce", "elementwise",
+        "gemm", "gemv", "attention", "decode_attention", "rowwise", "reduce", "scatter",
+        "elementwise",
     }  # fmt: skip
 
 

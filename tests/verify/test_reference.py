@@ -233,6 +233,36 @@ def test_an_index_out_of_range_gives_nan_not_a_read():
     assert np.isnan(out["P"][[1, 4]]).all()
 
 
+def test_scatter_add_sums_each_value_into_the_row_its_index_names():
+    text = """
+ncdc: 1
+name: scatter
+axes: {b: 2, s: 3, v: 4, d: 2}
+inputs:
+  G: {axes: [b, s, d], dtype: fp32}
+  ids: {axes: [b, s], dtype: int32}
+ops:
+  - Y = scatter_add(G, ids, axis=v)
+  - P = scatter_add(G, ids, axis=v, over=s)
+outputs: [Y, P]
+"""
+    d = load_diagram_text(text)
+    inputs = make_inputs(d, seed=2)
+    ids, g = inputs["ids"].astype(int), inputs["G"]
+    assert ids.min() >= 0 and ids.max() < 4  # drawn within v
+    out = evaluate(d, inputs)
+    y, p = np.zeros((4, 2)), np.zeros((2, 4, 2))
+    for b in range(2):
+        for s in range(3):
+            y[ids[b, s]] += g[b, s]
+            p[b, ids[b, s]] += g[b, s]
+    np.testing.assert_allclose(out["Y"], y, rtol=0, atol=1e-6)  # rounded to fp32
+    np.testing.assert_allclose(out["P"], p, rtol=0, atol=1e-6)
+    inputs["ids"][1, 2] = 4  # out of range: NaN throughout, never a write elsewhere
+    out = evaluate(d, inputs)
+    assert np.isnan(out["Y"]).all() and np.isnan(out["P"]).all()
+
+
 def test_ids_compared_for_equality_come_in_runs():
     # document ids of packed sequences (doc[q] == doc[x]): nondecreasing runs, so that both
     # outcomes of the comparison occur

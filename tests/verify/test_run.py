@@ -101,17 +101,19 @@ def test_an_index_out_of_range_is_refused_after_an_emulated_run():
     from ncdc.plan.search import plan_diagram
     from ncdc.render import render_plan
 
-    diagram = load_diagram(ROOT / "tests/specs/gather_embedding_odd.yaml", {"t": 5, "d": 20})
-    module = render_plan(plan_diagram(diagram, H200))
-    drawn = run.make_inputs(diagram, 0)
-    drawn["ids"][3] = 101  # v has 101 rows: 0 .. 100
-    try:
-        run.run_diagram(diagram, module, backend="cpu", inputs=drawn)
-    except IndexRangeError as e:
-        assert e.exit_code == 2
-        assert "index ids[3] = 101 is out of range" in e.message and "0 .. 100" in e.message
-    else:
-        raise AssertionError("an index out of range was not refused")
+    for spec, verb in [("gather_embedding_odd", "read"), ("scatter_add_odd", "add")]:
+        diagram = load_diagram(ROOT / f"tests/specs/{spec}.yaml", {"t": 5, "d": 20})
+        module = render_plan(plan_diagram(diagram, H200))
+        drawn = run.make_inputs(diagram, 0)
+        drawn["ids"][3] = 101  # v has 101 rows: 0 .. 100
+        try:
+            run.run_diagram(diagram, module, backend="cpu", inputs=drawn)
+        except IndexRangeError as e:
+            assert e.exit_code == 2
+            assert "index ids[3] = 101 is out of range" in e.message and "0 .. 100" in e.message
+            assert f"the kernels {verb} nothing there" in e.message
+        else:
+            raise AssertionError(f"an index out of range was not refused ({spec})")
 
 
 def _compiled(tmp_path):
