@@ -17,7 +17,7 @@ template and one device header (docs/architecture.md).
 from __future__ import annotations
 
 from ncdc.errors import PlanError
-from ncdc.families import elementwise, gemv, reduce, rowwise, scatter
+from ncdc.families import elementwise, gemv, reduce, rowstages, rowwise, scatter
 from ncdc.families.attention import backward as attention_backward
 from ncdc.families.attention import decode
 from ncdc.families.attention import family as attention
@@ -36,6 +36,7 @@ FAMILIES: dict[str, KernelFamily] = {
         decode.FAMILY,
         attention_backward.FAMILY,
         rowwise.FAMILY,
+        rowstages.FAMILY,
         reduce.FAMILY,
         scatter.FAMILY,
         elementwise.FAMILY,
@@ -46,7 +47,8 @@ SUPPORTED = (
     "8 rows); contract, softmax, contract "
     "(attention); attention's backward (dQ, dK and dV from P recomputed by its saved "
     "log-sum-exp); one softmax, norm or reduction over a tensor's last axis with elementwise "
-    "ops around it (row-wise); one over any other axes, to a scalar or a vector (reduce); "
+    "ops around it (row-wise); several reductions over a row in stages, with sums down the "
+    "columns (row stages); one over any other axes, to a scalar or a vector (reduce); "
     "a scatter-add of values computed elementwise (scatter); elementwise ops alone"
 )
 

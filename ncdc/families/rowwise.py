@@ -97,8 +97,8 @@ class RowwiseFamily:
         if any(op.kind == "contract" for op in kernel.ops):
             return None
         rowops = [op for op in kernel.ops if op.kind in ROW_KINDS]
-        if not rowops:
-            return None
+        if len(rowops) != 1:
+            return None  # several: the row-stages family's, where they are reductions
         row = rowops[0].over
         for op in rowops:
             src = diagram.tensor(next(o for o in op.operands if isinstance(o, str)))

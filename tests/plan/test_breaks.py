@@ -95,11 +95,16 @@ def test_an_explicit_schedule_is_obeyed_and_its_refusal_names_what_to_save() -> 
 
 
 def test_two_row_ops_on_one_intermediate() -> None:
-    # Two reductions of one map: one kernel runs one row op. Without a schedule ncdc saves
-    # A; with materialize: [] the refusal says so, and its hint, followed, plans and runs.
-    chosen = plan_diagram(load_diagram_text(TWO_STATS), H200)
+    # Two reductions of one map run in one kernel (row stages); a softmax and a reduction
+    # do not (one row kernel runs one row op). Without a schedule ncdc saves A; with
+    # materialize: [] the refusal says so, and its hint, followed, plans and runs.
+    both = plan_diagram(load_diagram_text(TWO_STATS), H200)
+    assert both.graph.diagram.schedule.materialize == ()
+    assert [kp.family.name for kp in both.kernels] == ["rowstages"]
+    softmax = TWO_STATS.replace("s = sum(A, over=n)", "s = softmax(A, over=n)")
+    chosen = plan_diagram(load_diagram_text(softmax), H200)
     assert chosen.graph.diagram.schedule.materialize == ("A",)
-    text = TWO_STATS + "schedule: {materialize: []}\n"
+    text = softmax + "schedule: {materialize: []}\n"
     with pytest.raises(PlanError) as refused:
         plan_diagram(load_diagram_text(text), H200)
     assert refused.value.hint == "save these results: schedule: {materialize: [A]}"

@@ -84,6 +84,9 @@ CASES = {
     "rowwise, integer labels": Case("cross_entropy", {"t": 9, "v": 70}, ("_rowwise_",)),
     "reduce over columns": Case("column_softmax", {"m": 70, "n": 9}, ("_reduce_",)),
     "elementwise gather": Case("embedding", {"t": 9, "v": 20, "d": 24}, ("_elementwise_",)),
+    "row stages, layernorm's backward": Case(
+        "layernorm", {"m": 37, "n": 130}, ("_rowstages_", "_store", "_reduce_"), grad="backward"
+    ),
     "scatter-add, an embedding's backward": Case(
         "embedding", {"t": 33, "v": 20, "d": 24}, ("_scatter_", "_store"), grad="backward"
     ),
