@@ -170,7 +170,8 @@ class RowStagesFamily:
         total_rows = math.prod(d.axes[a] for a in s.rows)
         n = d.axes[s.row]
         smem = _column_smem(d, s)
-        # every stage after the first reads its inputs over the row again, from the L1/L2
+        # a loop a stage and one for the outputs: each after the first reads the row again,
+        # from the L1 or L2
         again = tuple((i, len(s.stages)) for i in kernel.inputs if s.row in d.tensor(i).axes)
         registers = estimate_registers(16 + 4 * len(kernel.inputs) + 2 * len(kernel.ops), 1, 0)
         out = []

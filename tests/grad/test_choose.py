@@ -54,7 +54,12 @@ ODD = {
     "attention_causal": {"b": 1, "h": 2, "q": 37, "x": 45, "d": 64},  # a causal GEMM epilogue
     "gqa_attention": {"b": 1, "g": 2, "r": 3, "q": 33, "x": 41, "d": 32},  # dK over [r, q]
     "mlp": {"m": 37, "k": 24, "n": 40},  # gelu's derivative (erf), the bias summed over m
-    "layernorm": {"m": 19, "n": 72},
+    "layernorm": {"m": 19, "n": 72},  # row stages: dX and dW in one pass
+    "rmsnorm": {"m": 37, "n": 130},
+    "softmax": {"m": 37, "n": 130},
+    "vocab_cross_entropy": {"t": 37, "v": 1001},
+    "swiglu_mlp": {"m": 37, "d": 40, "f": 24},
+    "embedding": {"t": 37, "v": 101, "d": 130},  # a scatter-add into rows picked many times
 }
 
 
