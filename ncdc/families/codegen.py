@@ -110,6 +110,20 @@ def op_statements(
     `pointers` (the diagram gives the source's axes).
     """
 
+    if diagram is not None and read_as_stored(op, diagram):
+        # a result stored in a narrower type that later ops read: they read what is stored
+        # (the reference rounds it before they do), so it is rounded here, in registers
+        exact = f"{out}_exact"
+        made = _statements(op, value, index, exact, pointers, diagram)
+        ctype = cpp_type(diagram.tensor(op.out).dtype)
+        return [*made, Statement(out, f"op_cast<{ctype}>", (exact,))]
+    return _statements(op, value, index, out, pointers, diagram)
+
+
+def _statements(
+    op: Op, value: Callable[[str], str], index: Callable[[str], str], out: str,
+    pointers: Pointers | None, diagram: Diagram | None,
+) -> list[Statement]:  # fmt: skip
     def arg(o: str | float) -> str:
         return value(o) if isinstance(o, str) else float_literal(o)
 
@@ -144,6 +158,14 @@ def op_statements(
         steps.append(Statement(out, f"op_cast<{cpp_type(dtype)}>", (scaled,)))
         return steps
     raise PlanError(f"{op.fn} ({op.out}) is not an elementwise operation")
+
+
+def read_as_stored(op: Op, diagram: Diagram) -> bool:
+    """`op`'s result is saved (an output, or materialised) in a type narrower than fp32 and
+    a later op reads it: that op must read the rounded value, as the reference does."""
+    saved = op.out in diagram.outputs or op.out in diagram.schedule.materialize
+    return (saved and diagram.tensor(op.out).dtype != "fp32" and op.kind != "cast"
+            and bool(diagram.consumers(op.out)))  # fmt: skip
 
 
 def gather_statement(

@@ -58,6 +58,7 @@ from ncdc.families.codegen import (
     offset_expr,
     op_statements,
     param_context,
+    read_as_stored,
     size_name,
 )
 from ncdc.language.diagram import Diagram, Op
@@ -267,7 +268,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         loop = element_pass(sources, known)
         reduce = [{"out": op.out, "source": value(str(op.operands[0])), "combine": ROW_FNS[op.fn],
                    "identity": "(-ncdc::infinity())" if op.fn == "max" else "0.0f",
-                   "mean": op.fn == "mean", "var": value(op.out)} for op in stage]  # fmt: skip
+                   "mean": op.fn == "mean", "var": value(op.out),
+                   "stored": cpp_type(d.tensor(op.out).dtype) if read_as_stored(op, d) else ""}
+                  for op in stage]  # fmt: skip
         made |= {op.out for op in stage}
         stages.append({**loop, "reduce": reduce, "after": row_statements(made)})
         known |= made

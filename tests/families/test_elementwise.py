@@ -134,3 +134,21 @@ def test_gather_reads_the_selected_rows_at_any_size() -> None:
     got, want, _ = run(text, {"t": 37, "v": 101, "d": 130}, sizes, inputs)
     assert got["ncdc_status"].tolist() == [1] and np.isnan(got["Y"][2]).all()
     assert np.array_equal(got["Y"][:2], want["Y"][:2])
+
+
+def test_an_output_later_ops_read_is_read_as_stored() -> None:
+    """A bf16 result saved as an output and read by a later op: the later op reads the
+    bf16 value (what is stored, and what the reference reads), not the fp32 it came from."""
+    text = """
+ncdc: 1
+name: stored
+axes: {m: 5, n: 45}
+inputs: {X: {axes: [m, n], dtype: fp32}}
+ops: ["A = mul(X, 1.37, dtype=bf16)", "E = add(A, 0.001, dtype=fp32)"]
+outputs: [A, E]
+"""
+    sizes = {"m": 5, "n": 45}
+    got, want, _ = run_at_sizes(text, sizes, sizes)
+    assert np.array_equal(got["A"], want["A"])
+    # within fp32's rounding (the fp32 sum of bf16 A: 3e-3 off where A was read unrounded)
+    assert np.max(np.abs(got["E"] - want["E"])) <= 1e-6 * np.max(np.abs(want["E"]))

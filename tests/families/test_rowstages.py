@@ -38,6 +38,35 @@ outputs: [Y, M, S, A]
 """
 
 
+# layernorm written out: two means in one stage, then a max; outputs later ops read (r,
+# m1: bf16, read as stored), a per-row input over the rows axes in another order, a mean
+# down the columns over two axes
+WRITTEN_OUT = """
+ncdc: 1
+name: ln_written_out
+axes: {b: 3, s: 7, n: 45}
+inputs:
+  X: {axes: [b, s, n], dtype: bf16}
+  W: {axes: [n], dtype: bf16}
+  c: {axes: [s, b], dtype: fp32}
+ops:
+  - X2 = square(X)
+  - m1 = mean(X, over=n)
+  - m2 = mean(X2, over=n)
+  - mm = square(m1)
+  - var = sub(m2, mm)
+  - v1 = add(var, 1e-5)
+  - r = rsqrt(v1)
+  - C = sub(X, m1)
+  - N = mul(C, r)
+  - Y = mul(N, W)
+  - Z = add(Y, c)
+  - top = max(Z, over=n)
+  - col = mean(Z, over=[b, s], dtype=fp32)
+outputs: [Z, r, top, col, m1]
+"""
+
+
 def _backward(name: str, sizes: dict[str, int]) -> str:
     d = load_diagram(support.DIAGRAMS / f"{name}.yaml", sizes)
     return diagram_yaml(choose_pair(d, H200).pair.backward)
@@ -107,3 +136,13 @@ def test_the_model_reads_the_rows_once_from_device_memory() -> None:
     assert rest == 0 and 1 <= weights <= m // rows, (top.bytes, once)
     l2 = next(x for x in kp.transfers if x.upper == "l2")
     assert l2.bytes > 2 * top.bytes  # X and dY again in the second stage, then the adds
+
+
+def test_outputs_later_ops_read_are_read_as_stored(tmp_path) -> None:
+    d = load_diagram_text(WRITTEN_OUT)
+    plan = plan_diagram(d, H200)
+    assert [kp.family.name for kp in plan.kernels] == ["rowstages"]
+    assert plan.kernels[0].candidate.param("stages") == 2
+    for seed in (1, 2):
+        result = run_diagram(d, render_plan(plan), backend="cpu", seed=seed)
+        assert result.ok, result.checks

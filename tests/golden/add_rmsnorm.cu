@@ -79,7 +79,8 @@ struct ncdc_add_rmsnorm_rowwise_bf16_r1_t128_v4_io {
     ncdc::load_cols(ncdc_t.R + ncdc_o_R, ncdc_c, ncdc_a_R);
 #pragma unroll
     for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
-      const float ncdc_e_H = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      const float ncdc_e_H_exact = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      const float ncdc_e_H = ncdc::op_cast<__nv_bfloat16>(ncdc_e_H_exact);
       ncdc_x[ncdc_j] = ncdc_e_H;
     }
   }
@@ -110,7 +111,8 @@ struct ncdc_add_rmsnorm_rowwise_bf16_r1_t128_v4_io {
     ncdc::unpack(ncdc_raw.R, ncdc_a_R);
 #pragma unroll
     for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
-      const float ncdc_e_H = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      const float ncdc_e_H_exact = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      const float ncdc_e_H = ncdc::op_cast<__nv_bfloat16>(ncdc_e_H_exact);
       ncdc_x[ncdc_j] = ncdc_e_H;
     }
   }
@@ -129,7 +131,8 @@ struct ncdc_add_rmsnorm_rowwise_bf16_r1_t128_v4_io {
     for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
       const float ncdc_weighted_Y = ncdc::op_mul(ncdc_y[ncdc_j], ncdc_a_W[ncdc_j]);
       const float ncdc_e_Y = ncdc::op_id(ncdc_weighted_Y);
-      const float ncdc_e_H = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      const float ncdc_e_H_exact = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      const float ncdc_e_H = ncdc::op_cast<__nv_bfloat16>(ncdc_e_H_exact);
       ncdc_s_H[ncdc_j] = ncdc_e_H;
       ncdc_s_Y[ncdc_j] = ncdc_e_Y;
     }
@@ -154,7 +157,8 @@ struct ncdc_add_rmsnorm_rowwise_bf16_r1_t128_v4_io {
     for (int ncdc_j = 0; ncdc_j < ncdc_V; ++ncdc_j) {
       const float ncdc_weighted_Y = ncdc::op_mul(ncdc_y[ncdc_j], ncdc_a_W[ncdc_j]);
       const float ncdc_e_Y = ncdc::op_id(ncdc_weighted_Y);
-      const float ncdc_e_H = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      const float ncdc_e_H_exact = ncdc::op_add(ncdc_a_X[ncdc_j], ncdc_a_R[ncdc_j]);
+      const float ncdc_e_H = ncdc::op_cast<__nv_bfloat16>(ncdc_e_H_exact);
       ncdc_s_H[ncdc_j] = ncdc_e_H;
       ncdc_s_Y[ncdc_j] = ncdc_e_Y;
     }
