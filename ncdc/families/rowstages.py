@@ -171,9 +171,12 @@ class RowStagesFamily:
         total_rows = math.prod(d.axes[a] for a in s.rows)
         n = d.axes[s.row]
         smem = _column_smem(d, s)
-        # a loop a stage and one for the outputs: each after the first reads the row again,
-        # from the L1 or L2
-        again = tuple((i, len(s.stages)) for i in kernel.inputs if s.row in d.tensor(i).axes)
+        # a loop a stage and one for the outputs over the row (none where every output is
+        # per row): each after the first reads the row again, from the L1 or L2
+        elementwise = any(s.row in d.tensor(o).axes for o in kernel.outputs)
+        loops = len(s.stages) + elementwise
+        again = tuple((i, loops - 1) for i in kernel.inputs if s.row in d.tensor(i).axes)
+        again = again if loops > 1 else ()
         registers = estimate_registers(16 + 4 * len(kernel.inputs) + 2 * len(kernel.ops), 1, 0)
         out = []
         for rows in options(last, TILES["rows"], d.axes[last], fixed):

@@ -101,6 +101,8 @@ def test_two_row_ops_on_one_intermediate() -> None:
     both = plan_diagram(load_diagram_text(TWO_STATS), H200)
     assert both.graph.diagram.schedule.materialize == ()
     assert [kp.family.name for kp in both.kernels] == ["rowstages"]
+    result = run_diagram(both.graph.diagram, render_plan(both), backend="cpu", seed=2)
+    assert result.ok, result.checks
     softmax = TWO_STATS.replace("s = sum(A, over=n)", "s = softmax(A, over=n)")
     chosen = plan_diagram(load_diagram_text(softmax), H200)
     assert chosen.graph.diagram.schedule.materialize == ("A",)
