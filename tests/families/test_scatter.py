@@ -5,7 +5,9 @@ an index out of range, and the traffic the model prices."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from ncdc.errors import IndexRangeError
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram_text
 from ncdc.model.graph import build_graph
@@ -129,3 +131,25 @@ def test_the_model_prices_the_adds_and_the_workspace() -> None:
     assert l2.bytes >= t * dd * 2 + t * dd * 4  # the operand read and every add
     graph = build_graph(d, H200)
     assert graph.kernels[0].woven == ("t", "d")  # blocks split the values added
+
+
+def test_every_candidate_adds_the_same_sums() -> None:
+    """Each thread count and values-per-pass the search may pick, with a tail of values past
+    the end of a pass and an index out of range among a pass's values."""
+    from ncdc.plan.feedback import kernel_alternatives
+    from ncdc.plan.search import plan_from_candidates
+    from ncdc.render import render_plan
+    from ncdc.verify.run import run_diagram
+
+    d = load_diagram_text(TEXT, sizes={"t": 37, "v": 11, "d": 13})
+    picks = {kp.candidate.params: kp.candidate
+             for kp in kernel_alternatives(plan_diagram(d, H200), 0, 50)}  # fmt: skip
+    assert {dict(p)["unroll"] for p in picks} == {1, 4} and len(picks) == 4
+    for c in picks.values():
+        module = render_plan(plan_from_candidates(d, H200, [c]))
+        result = run_diagram(d, module, backend="cpu", seed=5)
+        assert result.ok, (c.params, result.checks)
+        bad = make_inputs(d, seed=6)
+        bad["ids"][36] = 11  # the last value, in the last pass's tail
+        with pytest.raises(IndexRangeError, match=r"ids\[36\] = 11 is out of range"):
+            run_diagram(d, module, backend="cpu", inputs=bad)
