@@ -181,8 +181,8 @@ class RowStagesFamily:
         out = []
         for rows in options(last, TILES["rows"], d.axes[last], fixed):
             for tpr in TILES["tpr"]:
-                if tpr > max(32, 2 * n) and tpr != TILES["tpr"][0]:
-                    continue  # a short row: the narrower group
+                if tpr > TILES["tpr"][0] and tpr > n:
+                    continue  # a group wider than the row leaves threads without columns
                 group = {**ones(s.rows, fixed), last: rows, s.row: n}
                 groups = ceil_div(total_rows, rows)
                 # column sums: fewer blocks, fewer partials added into device memory
