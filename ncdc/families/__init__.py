@@ -17,7 +17,7 @@ template and one device header (docs/architecture.md).
 from __future__ import annotations
 
 from ncdc.errors import PlanError
-from ncdc.families import elementwise, gemv, reduce, rowstages, rowwise, scatter
+from ncdc.families import elementwise, gemv, reduce, rowstages, rowwise, scan, scatter, select
 from ncdc.families.attention import backward as attention_backward
 from ncdc.families.attention import decode
 from ncdc.families.attention import family as attention
@@ -39,6 +39,8 @@ FAMILIES: dict[str, KernelFamily] = {
         rowstages.FAMILY,
         reduce.FAMILY,
         scatter.FAMILY,
+        scan.FAMILY,
+        select.FAMILY,
         elementwise.FAMILY,
     )
 }
@@ -49,7 +51,9 @@ SUPPORTED = (
     "log-sum-exp); one softmax, norm or reduction over a tensor's last axis with elementwise "
     "ops around it (row-wise); several reductions over a row in stages, with sums down the "
     "columns (row stages); one over any other axes, to a scalar or a vector (reduce); "
-    "a scatter-add of values computed elementwise (scatter); elementwise ops alone"
+    "a scatter-add of values computed elementwise (scatter); a running sum, max or min along "
+    "one axis with elementwise ops around it (scan); the positions of the k best values "
+    "along an axis, with their values gathered (select); elementwise ops alone"
 )
 
 

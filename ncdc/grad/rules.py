@@ -19,6 +19,10 @@ tensor's dtype; statistics a rule reduces (a row's sum, mean, variance) are fp32
 - gather: a pick in each row gives its gradient back where the position is the index; an
   embedding's rows (picked any number of times) a scatter-add of the gradient by the index.
 - scatter: the gradient gathered by the same index.
+- select (argmax, argmin, topk): none; positions are whole numbers (a value picked by a
+  gather of them takes its gradient through the gather).
+- scan: a running sum's gradient is the running sum of its gradient from the other end; a
+  running max or min is refused (its gradient goes to where each running value came from).
 - mask: the gradient where the mask keeps a score, zero where it drops one (nothing to do
   when only softmax and logsumexp read the mask: their gradients are zero where P is). The
   same for a select `where(C, S, -inf)` (or `where(C, -inf, S)`) that only they read, through
@@ -372,6 +376,27 @@ def _scatter(s: Site) -> list[Share]:
     return [(source, s.share(picked, source))]
 
 
+def _scan(s: Site) -> list[Share]:
+    """dX[i] = sum of g[j] over the j whose running sum took X[i]: j >= i, or j <= i for a
+    scan from the end. A running max or min passes its gradient to the value each position
+    took it from, an index a diagram cannot yet write a scatter-add along."""
+    op, tape = s.op, s.tape
+    x = str(op.operands[0])
+    if not s.wants(x):
+        return []
+    if op.fn != "cumsum":
+        raise s.refuse(
+            f"{op.fn} has no gradient in ncdc: it passes to the value each position took its "
+            "running extreme from",
+            f"stop the gradient there: make {x} an input of the backward, or compute "
+            f"{op.out} in a diagram of its own",
+        )
+    back = not op.params.get("reverse", False)
+    g = tape.emit("cumsum", (s.g,), s.stem(x), over=op.over[0], reverse="true" if back else None,
+                  dtype=s.tensor(x).dtype)  # fmt: skip
+    return [(x, g)]
+
+
 RULES: dict[str, Callable[[Site], list[Share]]] = {
     "contract": _contract,
     "map": _elementwise,
@@ -384,4 +409,6 @@ RULES: dict[str, Callable[[Site], list[Share]]] = {
     "index": lambda s: [],
     "gather": _gather,
     "scatter": _scatter,
+    "scan": _scan,
+    "select": lambda s: [],  # positions: whole numbers, piecewise constant
 }

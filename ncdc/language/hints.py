@@ -41,13 +41,25 @@ OPERATION_HINTS: dict[str, str] = {
         "write contract(A, B, over=k): a product summed over the named axis k",
     ),
     **dict.fromkeys(
-        ("cumsum", "cumprod", "cummax", "scan", "associative_scan"),
-        f"{_NOT_YET}: a scan along an axis; sum(X, over=a) gives the total",
+        ("cumulative_sum", "scan", "associative_scan", "prefix_sum", "inclusive_scan"),
+        "write cumsum(X, over=a): the running sum along a (reverse=true: from its end)",
+    ),
+    "cumprod": f"{_NOT_YET}: a running product; of positive values, exp(cumsum(log(X)))",
+    "logcumsumexp": f"{_NOT_YET}: a running log-sum-exp; cummax and cumsum are there",
+    **dict.fromkeys(
+        ("cumulative_max", "running_max", "accumulate"),
+        "write cummax(X, over=a) (or cummin): the running largest value along a",
     ),
     **dict.fromkeys(
-        ("argmax", "argmin", "topk", "top_k", "sort", "argsort"),
-        f"{_NOT_YET}: indices of the largest values; max(X, over=a) gives the largest value",
+        ("top_k", "topk_indices", "largest", "nlargest", "argpartition"),
+        "write topk(X, over=a, k=j): the positions of the k largest along a, k the size of a "
+        "new axis j; their values: gather(X, I, axis=a)",
     ),
+    **dict.fromkeys(
+        ("sort", "argsort", "sort_values"),
+        f"{_NOT_YET}: a whole sort; topk(X, over=a, k=j) gives the k largest (k <= 16), best first",
+    ),
+    "nanargmax": "write argmax(X, over=a): a NaN is picked first, as np.argmax picks it",
     **dict.fromkeys(
         ("permute", "transpose", "swapaxes", "moveaxis", "rearrange", "contiguous"),
         f"{_NOT_YET} as an op: axes are named, so every op reads its operands in any order "

@@ -19,7 +19,14 @@ from ncdc.language.checks import Checks
 from ncdc.language.diagram import MAX_AXIS_SIZE, Op, Tensor
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.hints import keyword_hint, operation_hint
-from ncdc.language.ops import GELU_APPROXIMATIONS, MASK_ALIGN, OPERATIONS, REDUCE_MAX, OpRecord
+from ncdc.language.ops import (
+    GELU_APPROXIMATIONS,
+    MASK_ALIGN,
+    MAX_TOPK,
+    OPERATIONS,
+    REDUCE_MAX,
+    OpRecord,
+)
 from ncdc.language.parse import Statement
 from ncdc.language.text import did_you_mean, listing, shown
 from ncdc.language.yamlsrc import YamlPath
@@ -35,6 +42,9 @@ _EXAMPLES = {
     "gather": "Y = gather(E, ids, axis=v)",
     "scatter": "dE = scatter_add(dY, ids, axis=v)",
     "contract": "C = contract(A, B, over=k)",
+    "scan": "Y = cumsum(X, over=n)",
+    "topk": "I = topk(X, over=v, k=j)",
+    "select": "I = argmax(X, over=v)",
 }
 
 
@@ -390,6 +400,86 @@ def _unary(site: Site) -> Result:
     return r
 
 
+def _scan(site: Site) -> Result:
+    """A running sum, max or min along one axis: the operand's axes, its dtype (int32 for
+    an integer operand: a running sum outgrows int8)."""
+    st = site.st
+    src = site.tensor(st.args[0], "operand")
+    over = site.over(src)
+    if len(over) != 1:
+        raise site.fail(
+            f"{st.fn} runs along one axis; 'over' names {len(over)}: {list(over)}",
+            f"one at a time: {st.fn}({src.name}, over={over[0]}), then over the next",
+        )
+    reverse = st.kwargs.get("reverse", False)
+    if isinstance(reverse, str) and reverse.lower() in ("true", "false"):
+        reverse = reverse.lower() == "true"
+    if not isinstance(reverse, bool):
+        raise site.fail(
+            f"expected true or false for 'reverse', found {shown(reverse)}",
+            f"e.g. {st.fn}({src.name}, over={over[0]}, reverse=true): from the axis's end",
+        )
+    dtype = site.out_dtype() or ("int32" if DTYPES[src.dtype].integer else src.dtype)
+    return Result((src.name,), src.axes, dtype, over, params={"reverse": reverse})
+
+
+def _flag(site: Site, key: str, default: bool, example: str) -> bool:
+    """A keyword that is true or false (written true, false, or as a YAML boolean)."""
+    value = site.st.kwargs.get(key, default)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        value = value.lower() == "true"
+    if not isinstance(value, bool):
+        raise site.fail(f"expected true or false for '{key}', found {shown(value)}",
+                        f"e.g. {example}")  # fmt: skip
+    return value
+
+
+def _select(site: Site) -> Result:
+    """The int32 positions of the best values along one axis: argmax and argmin drop the
+    axis, topk replaces it in place by the axis `k=` names (its size is k)."""
+    st = site.st
+    src = site.tensor(st.args[0], "operand")
+    over = site.over(src)
+    if len(over) != 1:
+        raise site.fail(
+            f"{st.fn} picks along one axis; 'over' names {len(over)}: {list(over)}",
+            f"one axis: {st.fn}({src.name}, over={over[0]}{', k=j' if st.fn == 'topk' else ''})",
+        )
+    (axis,) = over
+    dtype = site.out_dtype() or "int32"
+    if dtype != "int32":
+        raise site.fail(f"{st.fn} gives positions, int32; dtype={dtype} asked",
+                        f"its values: gather({src.name}, {st.out}, axis={axis})")  # fmt: skip
+    if st.fn != "topk":
+        return Result((src.name,), tuple(a for a in src.axes if a != axis), dtype, over,
+                      params={"k": 1, "largest": st.fn == "argmax"})  # fmt: skip
+    picks = st.kwargs["k"]
+    example = f"topk({src.name}, over={axis}, k=j) with j: 8 under axes"
+    if not isinstance(picks, str):
+        raise site.fail(
+            f"k names the axis of the picks (its size is k), found {shown(picks)}",
+            f"declare an axis of size {picks} and name it: {example}"
+            if isinstance(picks, int)
+            else f"e.g. {example}",
+        )
+    site.checks.known_axis(picks, site.axes, site.path)
+    if picks in src.axes:
+        raise site.fail(f"{src.name} already has the axis '{picks}' that k names",
+                        f"name a new axis for the picks: {example}")  # fmt: skip
+    k = site.axes[picks]
+    if not 1 <= k <= min(MAX_TOPK, site.axes[axis]):
+        raise site.fail(
+            f"topk picks {k} ({picks}) of the {site.axes[axis]} values along {axis}; it picks "
+            f"1 to {min(MAX_TOPK, site.axes[axis])}",
+            f"make {picks} at most {MAX_TOPK} and at most the size of {axis}",
+        )
+    largest = _flag(site, "largest", True, f"topk({src.name}, over={axis}, k={picks}, "
+                                           "largest=false): the smallest")  # fmt: skip
+    axes = tuple(picks if a == axis else a for a in src.axes)
+    return Result((src.name,), axes, dtype, over,
+                  params={"k": k, "largest": largest, "picks": picks})  # fmt: skip
+
+
 def _norm_params(site: Site, red: tuple[str, ...]) -> dict[str, Any]:
     """A norm's eps and its weight and bias, over the normalised axes only."""
     params: dict[str, Any] = {
@@ -520,6 +610,8 @@ _KINDS: dict[str, Callable[[Site], Result]] = {
     "index": _index,
     "gather": _gather,
     "scatter": _scatter,
+    "scan": _scan,
+    "select": _select,
     "binary": _binary,
     **dict.fromkeys(("map", "softmax", "norm", "mask", "cast", "reduce"), _unary),
 }

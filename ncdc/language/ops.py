@@ -37,6 +37,8 @@ KINDS = {
     "index": "the position along an axis, as a value",
     "gather": "values selected along an axis by an index tensor (int32)",
     "scatter": "values added along an axis at the places an index tensor (int32) names",
+    "scan": "a running sum, max or min along an axis, from either end",
+    "select": "the positions of the largest (or smallest) values along an axis, as int32",
 }
 # kinds whose operations a family builds from the kernel's structure and the reference
 # evaluates by kind (ncdc.verify.reference), not by a function of the record
@@ -244,6 +246,56 @@ _ROWS = (
         meaning=_layernorm),
     _op("rmsnorm", "norm", 1, "over weight eps dtype", "over", flops=5, meaning=_rmsnorm),
 )  # fmt: skip
+
+
+def _scan(ufunc: str) -> Meaning:
+    """The running `ufunc` (add, maximum, minimum) along one axis, from its end where
+    `reverse`; NaN carries on from where it appears (np.maximum propagates it)."""
+
+    def meaning(np: Any, x: Any, axis: tuple[int, ...], reverse: bool = False) -> Any:
+        (a,) = axis
+        f = getattr(np, ufunc)
+        if not reverse:
+            return f.accumulate(x, axis=a)
+        return np.flip(f.accumulate(np.flip(x, axis=a), axis=a), axis=a)
+
+    return meaning
+
+
+# Scans along one axis (ncdc.families.scan): a combine per value, in fp32, each value's
+# running result from the values before it (after it, with reverse=true)
+_SCANS = (
+    _op("cumsum", "scan", 1, "over reverse dtype", "over", flops=1, meaning=_scan("add")),
+    _op("cummax", "scan", 1, "over reverse dtype", "over", flops=1, meaning=_scan("maximum")),
+    _op("cummin", "scan", 1, "over reverse dtype", "over", flops=1, meaning=_scan("minimum")),
+)  # fmt: skip
+
+
+def _select(np: Any, x: Any, axis: tuple[int, ...], k: int, largest: bool, keep: bool) -> Any:
+    """The positions along `axis` of the k largest (smallest) values, best first: a NaN
+    before any number (NaN is the extreme either way, as np.argmax and np.argmin have it),
+    equal values by position. With `keep` the axis is replaced in place by the k picks
+    (topk), else removed (argmax, argmin, k = 1)."""
+    (a,) = axis
+    x = np.moveaxis(x, a, -1)
+    position = np.broadcast_to(np.arange(x.shape[-1]), x.shape)
+    nan = np.isnan(x)
+    value = np.where(nan, 0.0, -x if largest else x)
+    order = np.lexsort((position, value, ~nan), axis=-1)[..., :k].astype(np.float64)
+    return np.moveaxis(order, -1, a) if keep else order[..., 0]
+
+
+# Selections along one axis (ncdc.families.select): a compare and a select per value into
+# each thread's list of the k best so far
+_SELECTS = (
+    _op("argmax", "select", 1, "over dtype", "over", flops=2,
+        meaning=lambda np, x, axis: _select(np, x, axis, 1, True, False)),
+    _op("argmin", "select", 1, "over dtype", "over", flops=2,
+        meaning=lambda np, x, axis: _select(np, x, axis, 1, False, False)),
+    # I = topk(X, over=v, k=j): v replaced in place by the axis j, whose size is k
+    _op("topk", "select", 1, "over k largest dtype", "over k", flops=2,
+        meaning=lambda np, x, axis, k, largest=True: _select(np, x, axis, k, largest, True)),
+)  # fmt: skip
 # Structural operations: built by a family from the kernel's structure, evaluated by kind.
 _STRUCTURAL = (
     # 2k FLOPs per output value on the tensor cores (ncdc.model.structure), one per scale
@@ -270,7 +322,7 @@ _STRUCTURAL = (
 )  # fmt: skip
 
 RECORDS: dict[tuple[str, str], OpRecord] = {
-    (r.kind, r.name): r for r in (*_MAPS, *_BINARY, *_ROWS, *_STRUCTURAL)
+    (r.kind, r.name): r for r in (*_MAPS, *_BINARY, *_ROWS, *_SCANS, *_SELECTS, *_STRUCTURAL)
 }
 # The operations a spec may name (`max` with two operands; with one and `over=`, the
 # reduction: REDUCE_MAX). A plain dict: its errors list the names.
@@ -281,6 +333,8 @@ REDUCE_MAX = RECORDS[("reduce", "max")]
 UNARY_MAPS = tuple(r.name for r in _MAPS if r.spelled)
 BINARY_MAPS = tuple(r.name for r in _BINARY if r.operands == 2)  # `where` takes three
 REDUCTIONS = ("sum", "max", "mean")
+SCANS = tuple(r.name for r in _SCANS)
+MAX_TOPK = 16  # picks a thread keeps in its registers (ncdc.families.select)
 
 # gelu's `approximate=` (PyTorch's spelling) -> the op it stands for
 GELU_APPROXIMATIONS = {"none": "gelu", "tanh": "gelu_tanh"}

@@ -432,8 +432,13 @@ def gathered_reads(diagram: Diagram, kernel: Kernel) -> list[Gathered]:
     n per slice of the source (n: the index's values along the axes the source lacks),
     select r (1 - (1 - 1/r)^n) distinct rows of each slice, at most one per index."""
     out = []
+    # positions picked in the kernel (argmax, topk) from the very tensor gathered: the
+    # selection holds the values it picked (ncdc.families.select), the gather reads nothing
+    picked = {op.out: op.operands[0] for op in kernel.ops if op.kind == "select"}
     for op in kernel.ops:
         if op.kind != "gather" or str(op.operands[0]) not in kernel.inputs:
+            continue
+        if picked.get(str(op.operands[1])) == op.operands[0]:
             continue
         source = str(op.operands[0])
         t, index = diagram.tensor(source), diagram.tensor(str(op.operands[1]))

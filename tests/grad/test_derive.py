@@ -173,6 +173,63 @@ def test_gathers_and_scatters_match_finite_differences() -> None:
         assert set(errors) == {"E", "T", "G"} and max(errors.values()) < TOLERANCE, (ways, errors)
 
 
+SCANS = """
+ncdc: 1
+name: scans
+axes: {b: 3, s: 6, d: 4}
+inputs:
+  X: {axes: [b, s], dtype: fp32}
+  W: {axes: [s, d], dtype: fp32}
+ops:
+  - A = cumsum(X, over=s)                    # along the innermost axis
+  - B = cumsum(W, over=s, reverse=true)      # along an outer one, from its end
+  - Y = tanh(A)
+  - Z = mul(B, B)
+outputs: [Y, Z]
+"""
+
+
+def test_running_sums_match_finite_differences() -> None:
+    """A running sum's gradient is the running sum of its gradient from the other end."""
+    d = load_diagram_text(SCANS)
+    backward = derive(d)
+    lines = {line.text() for line in backward.lines}
+    assert any("cumsum(" in t and "reverse=true" in t for t in lines)  # dX: from the end
+    assert any("cumsum(" in t and "reverse" not in t for t in lines)  # dW: from the start
+    for ways in every_way(d, backward):
+        errors = compare(d, make_pair(d, backward, ways))
+        assert set(errors) == {"X", "W"} and max(errors.values()) < TOLERANCE, (ways, errors)
+
+
+PICKS = """
+ncdc: 1
+name: picks
+axes: {t: 3, e: 7, j: 2}
+inputs:
+  X: {axes: [t, e], dtype: fp32}
+ops:
+  - I = topk(X, over=e, k=j)
+  - V = gather(X, I, axis=e)        # each row's two largest values
+  - A = argmin(X, over=e)
+  - M = gather(X, A, axis=e)        # and its smallest
+  - Y = tanh(V)
+  - Z = mul(M, M)
+outputs: [Y, Z]
+"""
+
+
+def test_picked_values_match_finite_differences() -> None:
+    """The positions take no gradient; the values picked by them take it through their
+    gathers (a scatter-add over the picks, a pick in each row)."""
+    d = load_diagram_text(PICKS)
+    backward = derive(d)
+    assert {line.fn for line in backward.lines} >= {"scatter_add", "where"}
+    assert {"I", "A"} <= set(backward.reads)  # the forward's picks, read back
+    for ways in every_way(d, backward):
+        errors = compare(d, make_pair(d, backward, ways))
+        assert set(errors) == {"X"} and max(errors.values()) < TOLERANCE, (ways, errors)
+
+
 def test_no_gradient_flowing_at_all_is_one_clear_error() -> None:
     d = load_diagram_text(_spec("'Y = floor(X)'"), "t.yaml")
     with pytest.raises(SpecError, match="no gradient flows from the outputs to X"):
@@ -222,6 +279,7 @@ def _spec(ops: str, inputs: str = "X: {axes: [m, n], dtype: bf16}") -> str:
     "ops, inputs, message",
     [
         ("'Y = cast(X, to=int8)'", None, "rounds to whole numbers"),
+        ("'Y = cummax(X, over=n)'", None, "cummax has no gradient in ncdc"),
         ("'Y = contract(X, A, over=n, scale=s)'",
          "X: {axes: [m, n], dtype: bf16}, A: {axes: [n], dtype: bf16}, s: {axes: [], dtype: fp32}",
          "scale tensor s"),

@@ -30,8 +30,11 @@ def hint_of(op: str, dtype: str = "bf16") -> str:
 @pytest.mark.parametrize(
     "op, dtype, want",
     [
-        ("Y = cumsum(X, over=n)", "bf16", "not in the language yet: a scan"),  # not 'sum'
-        ("Y = argmax(X, over=n)", "bf16", "max(X, over=a) gives the largest value"),
+        ("Y = cumprod(X, over=n)", "bf16", "exp(cumsum(log(X)))"),  # not 'cumsum' or 'prod'
+        ("Y = prefix_sum(X, over=n)", "bf16", "write cumsum(X, over=a)"),
+        ("Y = cumsum(X, dim=n)", "bf16", "write over=n"),
+        ("Y = argsort(X, over=n)", "bf16", "topk(X, over=a, k=j) gives the k largest"),
+        ("Y = top_k(X, over=n)", "bf16", "write topk(X, over=a, k=j)"),
         ("Y = index_select(X, I, axis=n)", "bf16", "write gather(T, I, axis=a)"),
         ("Y = index_add(X, I, axis=n)", "bf16", "write scatter_add(G, I, axis=a)"),
         ("Y = permute(X)", "bf16", "axes are named"),

@@ -70,7 +70,7 @@ def test_corpus_covers_every_family_and_enough_specs() -> None:
     }
     assert families == {
         "gemm", "gemv", "attention", "decode_attention", "rowwise", "reduce", "scatter",
-        "elementwise",
+        "scan", "select", "elementwise",
     }  # fmt: skip
 
 

@@ -90,6 +90,28 @@ CASES = {
     "scatter-add, an embedding's backward": Case(
         "embedding", {"t": 33, "v": 20, "d": 24}, ("_scatter_", "_store"), grad="backward"
     ),
+    "scan by columns, in chunks": Case(
+        "ssm_chunk_cumsum",
+        {"b": 1, "c": 3, "l": 201, "h": 5},
+        ("_scan_columns_", "_scan_columns_"),
+        lambda c: c.param("chunks") > 1,
+    ),
+    "scan by rows after a saved log-sum-exp": Case(
+        "top_p_mask",
+        {"b": 3, "v": 1100},
+        ("_rowwise_", "_scan_rows_"),
+    ),
+    "select, the top 8 experts and their gates": Case(
+        "moe_router",
+        {"t": 37, "e": 70, "j": 8},
+        ("_select_top8_", "_rowwise_"),
+    ),
+    "select, an argmax by several warps per row": Case(
+        "greedy_sample",
+        {"b": 3, "v": 1500},
+        ("_select_top1_",),
+        lambda c: c.param("row_threads") > 32,
+    ),
     "attention backward, dQ by atomics": Case(
         "attention_causal",
         {"b": 1, "h": 2, "q": 100, "x": 90, "d": 64},
