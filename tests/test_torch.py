@@ -286,3 +286,49 @@ def test_a_diagram_without_a_derivative_refuses_its_backward_in_one_line() -> No
     with pytest.raises(ncdc.errors.SpecError, match="int8"):
         ncdc_torch.op(text, name="ncdc_test::rounded_grad", grad=True)
     assert not hasattr(ncdc_torch.op(text, name="ncdc_test::rounded_plain", grad=False), "default")
+
+
+def test_a_router_picks_as_torch_topk_and_its_gates_train() -> None:
+    """DeepSeek-V3's router at odd sizes: the experts torch.topk picks (distinct scores, so
+    no tie decides), and the gradient of the logits through the gathered affinities."""
+    router = ncdc_torch.op(support.ROOT / "diagrams/moe_router.yaml",
+                           name="ncdc_test::moe_router", sizes={"j": 8})  # fmt: skip
+    logits = torch.from_numpy(rng().standard_normal((37, 70))).float().requires_grad_()
+    bias = torch.from_numpy(rng().standard_normal(70) * 0.1).float()
+    picks, gates = router(logits, bias)
+    want = torch.topk(torch.sigmoid(logits) + bias, 8, dim=-1).indices
+    assert picks.dtype == torch.int32 and torch.equal(picks.long(), want)
+    affinity = torch.sigmoid(logits.detach().double().requires_grad_())
+    chosen = torch.gather(affinity, 1, want)
+    reference = chosen / chosen.sum(-1, keepdim=True)
+    assert torch.allclose(gates.double(), reference, atol=1e-5)
+    weights = torch.from_numpy(rng().standard_normal((37, 8)))
+    (gates.double() * weights).sum().backward()
+    leaf = logits.detach().double().requires_grad_()
+    s = torch.sigmoid(leaf)
+    c = torch.gather(s, 1, want)
+    ((c / c.sum(-1, keepdim=True)) * weights).sum().backward()
+    assert logits.grad is not None
+    assert torch.allclose(logits.grad.double(), leaf.grad, atol=1e-5)
+
+
+def test_rope_and_a_running_sum_match_torch() -> None:
+    """RoPE by a roll and a sign against rotate_half; a running sum against torch.cumsum,
+    with its gradient (the running sum of the gradient from the end)."""
+    rope = ncdc_torch.op(support.ROOT / "diagrams/rope.yaml", name="ncdc_test::rope")
+    x = _bf16((1, 9, 3, 128))
+    angles = torch.from_numpy(rng().standard_normal((9, 64))).float()
+    cos, sin = (torch.cat([f(angles)] * 2, dim=-1) for f in (torch.cos, torch.sin))
+    half = torch.cat([-x[..., 64:], x[..., :64]], dim=-1).float()
+    want = x.float() * cos[:, None, :] + half * sin[:, None, :]
+    assert torch.allclose(rope(x, cos, sin).float(), want, atol=0.05)
+    text = ("ncdc: 1\nname: running\naxes: {m: 3, n: 300}\ninputs:\n  X: {axes: [m, n], dtype: "
+            "fp32}\nops:\n  - Y = cumsum(X, over=n)\noutputs: [Y]\n")  # fmt: skip
+    running = ncdc_torch.op(text, name="ncdc_test::running")
+    x = torch.from_numpy(rng().standard_normal((3, 300))).float().requires_grad_()
+    y = running(x)
+    assert torch.allclose(y, torch.cumsum(x.detach(), dim=1), atol=1e-4)
+    g = torch.from_numpy(rng().standard_normal((3, 300))).float()
+    (y * g).sum().backward()
+    assert x.grad is not None
+    assert torch.allclose(x.grad, torch.flip(torch.cumsum(torch.flip(g, [1]), 1), [1]), atol=1e-4)

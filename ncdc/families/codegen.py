@@ -21,7 +21,15 @@ from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.graph import Kernel
 
-ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask", "index", "gather")
+ELEMENTWISE_KINDS = ("map", "binary", "cast", "mask", "index", "gather", "permute", "slice")
+# ops that read their first operand from memory at positions of their own (an index's, an
+# offset's), not at the element's: the kernel never loads that operand per element
+INDIRECT_KINDS = ("gather", "slice")
+
+
+def indirect_sources(ops: Iterable[Op]) -> list[str]:
+    """The tensors `ops` read at positions of their own (gathers' and slices' sources)."""
+    return list(dict.fromkeys(str(op.operands[0]) for op in ops if op.kind in INDIRECT_KINDS))
 
 
 def cpp_type(dtype: str) -> str:
@@ -131,11 +139,15 @@ def _statements(
         return [Statement(out, "op_id", (f"float({index(op.params['axis'])})",))]
     if op.kind == "gather":
         return [gather_statement(op, value, index, out, pointers, diagram)]
+    if op.kind == "slice":
+        return [slice_statement(op, index, out, pointers, diagram)]
     args = tuple(arg(o) for o in op.operands)
     scaled = args[0]
     steps: list[Statement] = []
     if op.kind == "map":
         return [Statement(out, f"op_{op.fn}", args)]
+    if op.kind == "permute":  # the element's value; only where it is stored differs
+        return [Statement(out, "op_id", args)]
     if op.kind == "binary":
         return [Statement(out, f"op_{op.fn}", args)]
     if op.kind == "mask" and op.fn == "causal":
@@ -200,6 +212,38 @@ def gather_statement(
     return Statement(
         out, "op_gather", (base, value(indices), size_name(axis), pitch, pointers.status)
     )
+
+
+def slice_statement(
+    op: Op, index: Callable[[str], str], out: str, pointers: Pointers | None,
+    diagram: Diagram | None,
+) -> Statement:  # fmt: skip
+    """`out = ncdc::op_slice(source at this element with the sliced axis at 0, position, axis
+    size, pitch along it)`: the position is the element's along `into` plus the start
+    (wrapped around the axis for a roll)."""
+    source, axis, into = str(op.operands[0]), op.params["axis"], op.params["into"]
+    if pointers is None or diagram is None or source not in pointers.buffers:
+        raise PlanError(
+            f"{op.fn} ({op.out}) of {source}, which this kernel computes; a {op.fn} reads its "
+            "operand from memory",
+            hint=f"save {source}: schedule: {{materialize: [{source}]}}",
+        )
+    try:
+        walked = {a: index(a) for a in op.axes}
+    except KeyError:  # a slice another offset read takes apart, in the same kernel
+        raise PlanError(
+            f"{op.fn} ({op.out}) runs over {list(op.axes)}, which this kernel does not walk: "
+            f"{op.out} is read at offsets of its own",
+            hint=f"save {op.out}: schedule: {{materialize: [{op.out}]}}",
+        ) from None
+    t = diagram.tensor(source)
+    at = offset_expr(t.axes, lambda a: "0" if a == axis else walked[a])
+    pitch = " * ".join(size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]) or "1"
+    base = f"{pointers.tensor(source)} + {at}" if at != "0" else pointers.tensor(source)
+    position = f"(long long){walked[into]} + {int(op.params['start'])}LL"
+    if op.params.get("wrap"):
+        position = f"ncdc::wrap_index({position}, {size_name(axis)})"
+    return Statement(out, "op_slice", (base, position, size_name(axis), pitch))
 
 
 def needed_ops(ops: Iterable[Op], targets: Iterable[str], known: Iterable[str]) -> list[Op]:

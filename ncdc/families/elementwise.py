@@ -42,10 +42,12 @@ from ncdc.families.base import (
 )
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
+    INDIRECT_KINDS,
     STATUS,
     Pointers,
     Statement,
     cpp_type,
+    indirect_sources,
     offset_expr,
     op_statements,
     param_context,
@@ -118,7 +120,7 @@ class ElementwiseFamily:
         vec = vector_width(d, runs)
         total = math.prod(d.axes[a] for a in axes)
         # a value per input per lane; a gather's lane also holds its 64-bit address
-        gathers = sum(op.kind == "gather" for op in kernel.ops)
+        gathers = sum(op.kind in INDIRECT_KINDS for op in kernel.ops)
         registers_per_vector = vec * (max(len(kernel.inputs), 1) + 2 * gathers)
         out: dict[tuple, Candidate] = {}
         for threads, asked in itertools.product(TILES["threads"], TILES["vectors_per_thread"]):
@@ -177,7 +179,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     pointers = Pointers(lambda n: f"ncdc_t.{n}", f"ncdc_t.{STATUS}", frozenset(kernel.inputs))
     for op in kernel.ops:
         statements += op_statements(op, value, lambda a: elem_index[a], value(op.out), pointers, d)
-    loaded = [n for n in kernel.inputs if n not in kernel.gathered_only]
+    loaded = [n for n in kernel.inputs if n not in kernel.indirect_only]
 
     def access(name: str) -> dict[str, Any]:
         t = d.tensor(name)
@@ -198,8 +200,8 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     dtype = d.tensor(kernel.outputs[0]).dtype
     name = f"{kernel.name}_elementwise_{dtype.replace('_', '')}_t{threads}_v{vec}"
     gathers = any(op.kind == "gather" for op in kernel.ops)
-    sources = [str(op.operands[0]) for op in kernel.ops if op.kind == "gather"]
-    # the gathered axes and the sources' other axes size their pitches
+    sources = indirect_sources(kernel.ops)
+    # the gathered or sliced axes and the sources' other axes size their pitches
     other = dict.fromkeys(a for n in sources for a in d.tensor(n).axes if a not in axes)
     params = (
         [

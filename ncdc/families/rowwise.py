@@ -116,8 +116,8 @@ class RowwiseFamily:
         for op in kernel.ops:
             if op not in rowops and op.kind not in ELEMENTWISE_KINDS:
                 return None
-        if kernel.gathered_only:
-            return None  # rows it would gather, not load: the gather is saved first
+        if kernel.indirect_only:
+            return None  # rows it would gather or slice, not load: saved first
         rows = tuple(a for a in kernel.woven if a not in row)
         return Family(self.name, {"rows": rows, "row": row}, TILES)
 

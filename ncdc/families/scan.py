@@ -50,11 +50,13 @@ from ncdc.families.base import (
 )
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
+    INDIRECT_KINDS,
     STATUS,
     Pointers,
     Statement,
     axis_pitch,
     cpp_type,
+    indirect_sources,
     needed_ops,
     offset_expr,
     op_statements,
@@ -153,7 +155,7 @@ class ScanFamily:
         others = tuple(a for a in op.axes if a != axis)
         units = math.prod(d.axes[a] for a in others)  # rows, or columns
         rows = _mapping(op) == "rows"
-        loaded = [n for n in kernel.inputs if n not in kernel.gathered_only]
+        loaded = [n for n in kernel.inputs if n not in kernel.indirect_only]
         out = []
         for threads in TILES["threads"]:
             for values in TILES["values"]:
@@ -225,7 +227,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         """The inputs `ops` read by value (a gather's source is read through its index)."""
         read = dict.fromkeys(
             n for o in ops for n in o.inputs
-            if n in inputs and not (o.kind == "gather" and n == o.operands[0])
+            if n in inputs and not (o.kind in INDIRECT_KINDS and n == o.operands[0])
         )  # fmt: skip
         read.update(dict.fromkeys(n for n in extra if n in inputs))
         return [{"name": n, "at": at(n)} for n in read]
@@ -249,7 +251,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     mapping = _mapping(op)
     dtype = op.dtype.replace("_", "")
     name = f"{kernel.name}_scan_{mapping}_{dtype}_t{threads}_v{values}_c{chunks}"
-    sources = [str(o.operands[0]) for o in kernel.ops if o.kind == "gather"]
+    sources = indirect_sources(kernel.ops)
     sized = dict.fromkeys([*op.axes, *(a for n in [*kernel.inputs, *sources]
                                         for a in d.tensor(n).axes)])  # fmt: skip
     sizes = [Param(size_name(a), "int64", value=d.axes[a]) for a in sized]

@@ -53,6 +53,7 @@ from ncdc.families.codegen import (
     Pointers,
     Statement,
     cpp_type,
+    indirect_sources,
     offset_expr,
     op_statements,
     param_context,
@@ -178,14 +179,14 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     for chained in kernel.ops[:-1]:
         statements += op_statements(chained, value, index.__getitem__, value(chained.out),
                                     pointers, d)  # fmt: skip
-    loaded = [n for n in kernel.inputs if n not in kernel.gathered_only]
+    loaded = [n for n in kernel.inputs if n not in kernel.indirect_only]
     workspace = f"ncdc_{op.out}_acc"
     result = d.tensor(op.out)
     threads, unroll = c.param("threads"), c.param("unroll")
     dtype = result.dtype.replace("_", "")
     name = f"{kernel.name}_scatter_{dtype}_t{threads}_u{unroll}"
     # sizes of every axis the code indexes: G's, the result's and the gathered sources'
-    sources = [str(o.operands[0]) for o in kernel.ops if o.kind == "gather"]
+    sources = indirect_sources(kernel.ops)
     sized = dict.fromkeys([*axes, *result.axes, *(a for n in sources for a in d.tensor(n).axes)])
     sizes = [Param(size_name(a), "int64", value=d.axes[a]) for a in sized]
     reads = [Param(n, "tensor", d.tensor(n).dtype) for n in kernel.inputs]

@@ -44,11 +44,13 @@ from ncdc.families.base import (
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     GATHER_LIMIT,
+    INDIRECT_KINDS,
     STATUS,
     Pointers,
     Statement,
     axis_pitch,
     cpp_type,
+    indirect_sources,
     needed_ops,
     offset_expr,
     op_statements,
@@ -225,7 +227,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         """The inputs `ops` read by value (a gather's source is read through its index)."""
         names = dict.fromkeys(
             n for o in ops for n in o.inputs
-            if n in kernel.inputs and not (o.kind == "gather" and n == o.operands[0])
+            if n in kernel.inputs and not (o.kind in INDIRECT_KINDS and n == o.operands[0])
         )  # fmt: skip
         return list(names)
 
@@ -243,7 +245,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     k = op.params["k"]
     kind = "top" if op.params["largest"] else "bottom"
     name = f"{kernel.name}_select_{kind}{k}_t{threads}_r{row_threads}"
-    sources = [str(o.operands[0]) for o in kernel.ops if o.kind == "gather"]
+    sources = indirect_sources(kernel.ops)
     read_axes = [a for n in [*kernel.inputs, *sources] for a in d.tensor(n).axes]
     sized = dict.fromkeys([*others, axis, *([picks] if picks else []), *read_axes])
     sizes = [Param(size_name(a), "int64", value=d.axes[a]) for a in sized]

@@ -19,6 +19,9 @@ tensor's dtype; statistics a rule reduces (a row's sum, mean, variance) are fp32
 - gather: a pick in each row gives its gradient back where the position is the index; an
   embedding's rows (picked any number of times) a scatter-add of the gradient by the index.
 - scatter: the gradient gathered by the same index.
+- permute: the gradient put back in the operand's order.
+- slice, shift, roll: the gradient read back at the opposite offset (a slice's from the
+  result's axis into the operand's, zeros where nothing read the operand).
 - select (argmax, argmin, topk): none; positions are whole numbers (a value picked by a
   gather of them takes its gradient through the gather).
 - scan: a running sum's gradient is the running sum of its gradient from the other end; a
@@ -397,6 +400,25 @@ def _scan(s: Site) -> list[Share]:
     return [(x, g)]
 
 
+def _slice(s: Site) -> list[Share]:
+    """A value read at an offset takes its gradient back from the same offset the other
+    way: a slice's from the result's axis (zeros where nothing read it), a roll's rolled
+    back."""
+    op, tape = s.op, s.tape
+    x = str(op.operands[0])
+    if not s.wants(x):
+        return []
+    p, t = op.params, s.tensor(x)
+    if p.get("wrap"):
+        back = tape.emit("roll", (s.g,), s.stem(x), axis=p["axis"], by=int(p["start"]),
+                         dtype=t.dtype)  # fmt: skip
+    else:
+        into = None if p["into"] == p["axis"] else p["axis"]
+        back = tape.emit("slice", (s.g,), s.stem(x), axis=p["into"], start=-int(p["start"]),
+                         into=into, dtype=t.dtype)  # fmt: skip
+    return [(x, s.share(back, x))]
+
+
 RULES: dict[str, Callable[[Site], list[Share]]] = {
     "contract": _contract,
     "map": _elementwise,
@@ -410,5 +432,11 @@ RULES: dict[str, Callable[[Site], list[Share]]] = {
     "gather": _gather,
     "scatter": _scatter,
     "scan": _scan,
+    "slice": _slice,
     "select": lambda s: [],  # positions: whole numbers, piecewise constant
+    "permute": lambda s: (
+        [(str(s.op.operands[0]), s.share(s.g, str(s.op.operands[0])))]
+        if s.wants(s.op.operands[0])
+        else []
+    ),  # the gradient in the operand's order
 }

@@ -94,6 +94,12 @@ class Tape:
         """The axes inference gives (ncdc.language.infer): kept, woven, reduced, contracted."""
         if fn == "index":
             return (str(args[0]),)
+        if fn in ("slice", "roll", "shift"):
+            into = str(kw.get("into", kw["axis"]))
+            return tuple(into if a == kw["axis"] else a for a in self.axes[str(args[0])])
+        if fn == "permute":
+            order = kw["axes"]
+            return (order,) if isinstance(order, str) else tuple(order)
         if fn in ("gather", "scatter_add"):  # as ncdc.language.infer places the axis
             source, index = self.axes[str(args[0])], self.axes[str(args[1])]
             axis = str(kw["axis"])

@@ -61,9 +61,9 @@ OPERATION_HINTS: dict[str, str] = {
     ),
     "nanargmax": "write argmax(X, over=a): a NaN is picked first, as np.argmax picks it",
     **dict.fromkeys(
-        ("permute", "transpose", "swapaxes", "moveaxis", "rearrange", "contiguous"),
-        f"{_NOT_YET} as an op: axes are named, so every op reads its operands in any order "
-        "of axes; a tensor's layout is the order of its `axes:`",
+        ("transpose", "swapaxes", "moveaxis", "rearrange", "contiguous", "movedim"),
+        "write permute(X, axes=[b, h, s, d]): X stored with its axes in that order; axes are "
+        "named, so no other op needs its operands in any order",
     ),
     **dict.fromkeys(
         ("reshape", "view", "flatten", "unflatten", "squeeze", "unsqueeze", "expand"),
@@ -71,9 +71,19 @@ OPERATION_HINTS: dict[str, str] = {
         "declare the axes a tensor has",
     ),
     **dict.fromkeys(
-        ("cat", "concat", "concatenate", "stack", "split", "chunk", "slice", "narrow", "roll"),
-        f"{_NOT_YET}: slices and concatenation; declare the parts as tensors of their own",
+        ("narrow", "split", "chunk", "unbind", "select_range"),
+        "write slice(X, axis=a, start=k, into=j): X along a from k, over a new axis j of the "
+        "part's length",
     ),
+    **dict.fromkeys(
+        ("cat", "concat", "concatenate", "hstack", "vstack", "pad"),
+        "write slices that pad into the joined axis, added: add(slice(A, axis=a, start=0, "
+        "into=d), slice(B, axis=b, start=-n, into=d)), n the size of a",
+    ),
+    "stack": f"{_NOT_YET}: a new axis from several tensors; declare the stacked input whole",
+    "rotate_half": "write roll(X, axis=d, by=half) and a sign: where(lt(index(d), half), -1, 1)",
+    "conv1d": f"{_NOT_YET} as one op: a causal depthwise convolution is shifts weighted and "
+    "added, shift(X, axis=s, by=k) per tap (diagrams/causal_conv1d.yaml)",
     **dict.fromkeys(
         ("masked_fill", "masked_select"), "write where(C, X, -inf): X where C holds, else -inf"
     ),

@@ -45,6 +45,10 @@ _EXAMPLES = {
     "scan": "Y = cumsum(X, over=n)",
     "topk": "I = topk(X, over=v, k=j)",
     "select": "I = argmax(X, over=v)",
+    "permute": "Y = permute(X, axes=[b, h, s, d])",
+    "slice": "Q = slice(QKV, axis=f, start=0, into=d)",
+    "shift": "P = shift(X, axis=s, by=1)",
+    "roll": "R = roll(X, axis=d, by=64)",
 }
 
 
@@ -423,6 +427,70 @@ def _scan(site: Site) -> Result:
     return Result((src.name,), src.axes, dtype, over, params={"reverse": reverse})
 
 
+def _permute(site: Site) -> Result:
+    """X's values with its axes in the order `axes=` gives (each of X's axes once)."""
+    st = site.st
+    src = site.tensor(st.args[0], "operand")
+    names = st.kwargs["axes"]
+    names = [names] if isinstance(names, str) else names
+    order = f"axes=[{', '.join(reversed(src.axes))}]"
+    if not isinstance(names, list) or not all(isinstance(a, str) for a in names):
+        raise site.fail(f"expected axis names for 'axes', found {shown(names)}", f"e.g. {order}")
+    for a in names:
+        site.checks.known_axis(a, site.axes, site.path)
+    if sorted(names) != sorted(src.axes):
+        raise site.fail(
+            f"permute puts {src.name}'s axes {list(src.axes)} in another order; 'axes' names "
+            f"{names}",
+            f"each of {src.name}'s axes once, e.g. {order}",
+        )
+    return Result((src.name,), tuple(names), site.out_dtype() or src.dtype)
+
+
+def _slice(site: Site) -> Result:
+    """Values read along `axis` at a fixed offset from each position: the result has the
+    operand's axes with `axis` replaced, in place, by `into` (a slice; itself when left
+    out, and always for shift and roll). Every read outside the axis is a 0 (a roll wraps)."""
+    st = site.st
+    src = site.tensor(st.args[0], "operand")
+    axis = st.kwargs["axis"]
+    example = _EXAMPLES[st.fn]
+    if not isinstance(axis, str):
+        raise site.fail(f"expected an axis name for 'axis', found {shown(axis)}", f"e.g. {example}")
+    site.checks.known_axis(axis, site.axes, site.path)
+    if axis not in src.axes:
+        raise site.fail(f"{st.fn} along '{axis}', but {src.name} has axes {list(src.axes)}",
+                        f"choose one of {listing(src.axes)}")  # fmt: skip
+    key = "start" if st.fn == "slice" else "by"
+    offset = st.kwargs.get(key, 0)
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise site.fail(f"expected a whole number for '{key}', found {shown(offset)}",
+                        f"e.g. {example}")  # fmt: skip
+    into = st.kwargs.get("into", axis)
+    if not isinstance(into, str):
+        raise site.fail(
+            f"'into' names the axis of the result (its size is the slice's length), found "
+            f"{shown(into)}",
+            f"declare an axis of that size and name it: {example}",
+        )
+    site.checks.known_axis(into, site.axes, site.path)
+    if into != axis and into in src.axes:
+        raise site.fail(f"{src.name} already has the axis '{into}' that 'into' names",
+                        f"name a new axis for the slice: {example}")  # fmt: skip
+    size = site.axes[axis]
+    if abs(offset) >= MAX_AXIS_SIZE:
+        raise site.fail(f"{key}={offset} is beyond any axis size (at most {MAX_AXIS_SIZE})")
+    start = {"slice": offset, "shift": -offset, "roll": -offset}[st.fn]
+    if st.fn != "roll" and (start >= size or start + site.axes[into] <= 0):
+        what = f"{key}={offset}" if st.fn == "slice" else f"by {offset}"
+        raise site.fail(f"{st.fn} {what} along {axis} of {size} reads nothing: all zeros",
+                        f"an offset that reaches into {axis}, under {size} either way")  # fmt: skip
+    axes = tuple(into if a == axis else a for a in src.axes)
+    return Result((src.name,), axes, site.out_dtype() or src.dtype,
+                  params={"axis": axis, "start": start, "into": into,
+                          "wrap": st.fn == "roll"})  # fmt: skip
+
+
 def _flag(site: Site, key: str, default: bool, example: str) -> bool:
     """A keyword that is true or false (written true, false, or as a YAML boolean)."""
     value = site.st.kwargs.get(key, default)
@@ -612,6 +680,8 @@ _KINDS: dict[str, Callable[[Site], Result]] = {
     "scatter": _scatter,
     "scan": _scan,
     "select": _select,
+    "permute": _permute,
+    "slice": _slice,
     "binary": _binary,
     **dict.fromkeys(("map", "softmax", "norm", "mask", "cast", "reduce"), _unary),
 }

@@ -39,10 +39,13 @@ KINDS = {
     "scatter": "values added along an axis at the places an index tensor (int32) names",
     "scan": "a running sum, max or min along an axis, from either end",
     "select": "the positions of the largest (or smallest) values along an axis, as int32",
+    "permute": "the same values with the axes in another order: a layout in memory",
+    "slice": "values read along an axis at a fixed offset from each position: a slice, a "
+    "shift or a rotation",
 }
 # kinds whose operations a family builds from the kernel's structure and the reference
 # evaluates by kind (ncdc.verify.reference), not by a function of the record
-STRUCTURAL = ("contract", "cast", "mask", "index", "gather", "scatter")
+STRUCTURAL = ("contract", "cast", "mask", "index", "gather", "scatter", "permute", "slice")
 
 Meaning = Callable[..., Any]  # (np, *arrays[, axis, eps]) -> float64 array
 
@@ -319,6 +322,16 @@ _STRUCTURAL = (
     # out of range is an error and adds nothing. A compare and an add per value of G, each
     # add an fp32 atomic (ncdc.families.scatter)
     _op("scatter_add", "scatter", 2, "axis over dtype", "axis", flops=2),
+    # Y = permute(X, axes=[b, h, s, d]): X's values, the axes stored in that order (BSHD to
+    # BHSD); nothing to compute, a read and a write in another order
+    _op("permute", "permute", 1, "axes dtype", "axes", flops=0),
+    # Y = slice(X, axis=d, start=s, into=h): Y[.., i, ..] = X[.., s + i, ..] along h (d when
+    # `into` is left out), 0 where s + i falls outside d; Y = shift(X, axis=d, by=k) is
+    # slice(X, axis=d, start=-k); Y = roll(X, axis=d, by=k): Y[i] = X[(i - k) mod size(d)].
+    # An offset and a bounds check (a select) per value; the read is the source's
+    _op("slice", "slice", 1, "axis start into dtype", "axis", flops=2),
+    _op("shift", "slice", 1, "axis by dtype", "axis by", flops=2),
+    _op("roll", "slice", 1, "axis by dtype", "axis by", flops=2),
 )  # fmt: skip
 
 RECORDS: dict[tuple[str, str], OpRecord] = {

@@ -62,6 +62,18 @@ class Kernel:
         return self.woven + self.reduced
 
     @property
+    def indirect_only(self) -> frozenset[str]:
+        """The inputs read only at positions of an op's own (a gather's source at its
+        indices, a slice's at its offsets), never at each element's: not loaded per element.
+        The ones a gather alone reads are `gathered_only`."""
+        sources = {str(op.operands[0]) for op in self.ops if op.kind in ("gather", "slice")}
+        whole = {
+            n for op in self.ops for n in op.inputs
+            if not (op.kind in ("gather", "slice") and n == op.operands[0])
+        }  # fmt: skip
+        return frozenset(n for n in sources if n in self.inputs and n not in whole)
+
+    @property
     def gathered_only(self) -> frozenset[str]:
         """The inputs read only as a gather's source, at the rows its indices select (never
         loaded whole); an input a gather picks from and another op reads whole (a label's

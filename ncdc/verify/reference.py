@@ -236,6 +236,11 @@ def _evaluate_op(
             return _gather(op, env, axes_of, d)
         if op.kind == "scatter":
             return _scatter(op, env, axes_of, d)
+        if op.kind == "slice":
+            return _slice(op, env, axes_of, d)
+        if op.kind == "permute":
+            src_axes = axes_of[str(op.operands[0])]
+            return np.transpose(env[op.operands[0]], [src_axes.index(a) for a in op.axes])
         if op.kind == "binary":
             args = [
                 _aligned(env[o], axes_of[o], out_axes) if isinstance(o, str) else float(o)
@@ -387,6 +392,24 @@ def _gather(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagra
             axis = np.arange(d.axes[a]).reshape([-1 if b == a else 1 for b in op.axes])
             at.append(np.broadcast_to(axis, shape))
     return np.where(np.broadcast_to(bad, shape), np.nan, env[source][tuple(at)])
+
+
+def _slice(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram
+           ) -> np.ndarray:  # fmt: skip
+    """X read along its axis at each position of `into` plus the start: 0 outside the axis,
+    around it for a roll."""
+    source = str(op.operands[0])
+    axis = op.params["axis"]
+    where = axes_of[source].index(axis)
+    n = d.axes[axis]
+    position = np.arange(d.axes[op.params["into"]]) + int(op.params["start"])
+    if op.params.get("wrap"):
+        position %= n
+    inside = (position >= 0) & (position < n)
+    taken = np.take(env[source], np.clip(position, 0, n - 1), axis=where)
+    shape = [1] * taken.ndim
+    shape[where] = len(position)
+    return np.where(inside.reshape(shape), taken, 0.0)
 
 
 def _scatter(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram

@@ -201,7 +201,7 @@ def test_running_sums_match_finite_differences() -> None:
         assert set(errors) == {"X", "W"} and max(errors.values()) < TOLERANCE, (ways, errors)
 
 
-PICKS = """
+SELECTED = """
 ncdc: 1
 name: picks
 axes: {t: 3, e: 7, j: 2}
@@ -221,7 +221,7 @@ outputs: [Y, Z]
 def test_picked_values_match_finite_differences() -> None:
     """The positions take no gradient; the values picked by them take it through their
     gathers (a scatter-add over the picks, a pick in each row)."""
-    d = load_diagram_text(PICKS)
+    d = load_diagram_text(SELECTED)
     backward = derive(d)
     assert {line.fn for line in backward.lines} >= {"scatter_add", "where"}
     assert {"I", "A"} <= set(backward.reads)  # the forward's picks, read back

@@ -112,6 +112,12 @@ CASES = {
         ("_select_top1_",),
         lambda c: c.param("row_threads") > 32,
     ),
+    "elementwise, a roll and a sign (RoPE)": Case(
+        "rope", {"b": 1, "s": 9, "h": 3, "d": 128}, ("_elementwise_",)
+    ),
+    "elementwise, shifts along the sequence (a causal convolution)": Case(
+        "causal_conv1d", {"b": 2, "s": 37, "c": 24}, ("_elementwise_",)
+    ),
     "attention backward, dQ by atomics": Case(
         "attention_causal",
         {"b": 1, "h": 2, "q": 100, "x": 90, "d": 64},

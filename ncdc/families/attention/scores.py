@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # what the score path runs between S and softmax: a gather reads memory the fused kernel does
 # not stage, so it is saved first (the kernel-break search puts it in a kernel of its own)
-SCORE_KINDS = tuple(k for k in ELEMENTWISE_KINDS if k != "gather")
+SCORE_KINDS = tuple(k for k in ELEMENTWISE_KINDS if k not in ("gather", "permute", "slice"))
 
 
 @dataclass(frozen=True)

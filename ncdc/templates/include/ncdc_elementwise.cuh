@@ -85,6 +85,18 @@ NCDC_DEVICE float op_gather(const T* p, float index, long long n, long long pitc
   return ok ? x : __int_as_float(0x7fc00000);
 }
 
+// The value at position k along an axis of n values (pitch elements apart) from p, its
+// position 0; 0 outside the axis: a slice or a shift reads past its source's ends as zeros.
+template <class T>
+NCDC_DEVICE float op_slice(const T* p, long long k, long long n, long long pitch) {
+  return (k >= 0 && k < n) ? to_float(ld_global(p + (k >= 0 && k < n ? k : 0LL) * pitch)) : 0.0f;
+}
+// k mod n, from 0 to n - 1 whatever k's sign (a roll's position).
+NCDC_DEVICE long long wrap_index(long long k, long long n) {
+  const long long r = k % n;
+  return r < 0 ? r + n : r;
+}
+
 // ---- storage bits ------------------------------------------------------------------------
 // A storage element <-> its raw bits (in the low bits of a 32-bit word), for unpacking and
 // packing vector registers without type punning.
