@@ -326,7 +326,8 @@ def _plot_points(plan: Plan, measured: Sequence[Measured]) -> list[tuple[float, 
         (m.flops / m.hbm_bytes, m.flops / m.time_s, f"{m.name} (measured)", MEASURED)
         for m in measured
     ]
-    return points + _level_points(plan)
+    # a diagram that computes nothing (a permute) has no place on a log-log roofline
+    return [p for p in points + _level_points(plan) if p[0] > 0 and p[1] > 0]
 
 
 def _axes_for(
@@ -370,8 +371,13 @@ def _captions(top: str, roof: RoofFigures, achieved: float) -> list[Text]:
         Text(
             24,
             PLOT.bottom + 80,
-            f"black dot: the plan, {format_rate(achieved, 'FLOP/s')}; thin and dashed lines: "
-            "the datasheet's peaks",
+            (
+                f"black dot: the plan, {format_rate(achieved, 'FLOP/s')}; thin and dashed "
+                "lines: the datasheet's peaks"
+                if achieved > 0
+                else "no dot: the plan computes nothing (it moves data alone), off the log "
+                "axes; thin and dashed lines: the datasheet's peaks"
+            ),
             10,
             colour=MUTED,
         ),

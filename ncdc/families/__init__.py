@@ -80,7 +80,8 @@ def classify_kernel(diagram: Diagram, kernel: Kernel) -> Family:
     listing = ", ".join(f"{op.fn} ({op.out})" for op in kernel.ops)
     inner = [op.out for op in kernel.ops[:-1] if op.out not in kernel.outputs]
     hint = (
-        _row_axis_hint(diagram, kernel)
+        _indirect_hint(kernel)
+        or _row_axis_hint(diagram, kernel)
         or _contraction_hint(diagram, kernel)
         or (
             f"save an intermediate to split the kernel: schedule: {{materialize: [{inner[0]}]}}"
@@ -92,6 +93,19 @@ def classify_kernel(diagram: Diagram, kernel: Kernel) -> Family:
         f"no kernel family for ops {listing} in kernel {kernel.name}; the families cover "
         f"{SUPPORTED}",
         hint=hint,
+    )
+
+
+def _indirect_hint(kernel: Kernel) -> str:
+    """The results to save where a gather or a slice reads what the kernel computes."""
+    from ncdc.families.codegen import computed_indirect
+
+    names = computed_indirect(kernel)
+    if not names:
+        return ""
+    return (
+        f"a gather or a slice reads its source from memory: save "
+        f"{', '.join(names)}: schedule: {{materialize: [{', '.join(names)}]}}"
     )
 
 

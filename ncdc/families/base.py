@@ -199,6 +199,21 @@ def ones(axes: tuple[str, ...], fixed: Mapping[str, int]) -> dict[str, int]:
     return {a: fixed.get(a, 1) for a in axes}
 
 
+def block_share(axes: tuple[str, ...], sizes: Mapping[str, int], units: int) -> dict[str, int]:
+    """A block's share of `axes` when it takes `units` consecutive positions of them
+    together (rows of a row-wise walk, columns side by side), filled from the innermost
+    axis out.
+
+        >>> block_share(("b", "s", "h"), {"b": 2, "s": 7, "h": 3}, 8)
+        {'h': 3, 's': 2, 'b': 1}
+    """
+    group = {}
+    for a in reversed(axes):
+        group[a] = min(sizes[a], units)
+        units = units // group[a] if group[a] == sizes[a] else 1
+    return group
+
+
 def permille(share: float) -> float:
     """A share of a peak as a candidate states it: whole thousandths, at least one.
 

@@ -32,6 +32,15 @@ def indirect_sources(ops: Iterable[Op]) -> list[str]:
     return list(dict.fromkeys(str(op.operands[0]) for op in ops if op.kind in INDIRECT_KINDS))
 
 
+def computed_indirect(kernel: Kernel, held: Iterable[str] = ()) -> list[str]:
+    """The tensors the kernel reads at positions of their own (a gather's or a slice's
+    source) but computes itself: the code reads such a source from memory, so the kernel
+    cannot run until it is saved (the kernel-break search then saves it). `held`: sources a
+    family has at hand anyway (a selection's operand, at its picks)."""
+    made = {op.out for op in kernel.ops}
+    return [n for n in indirect_sources(kernel.ops) if n in made and n not in set(held)]
+
+
 def cpp_type(dtype: str) -> str:
     """The C++ type of an ncdc dtype: 'bf16' -> '__nv_bfloat16'."""
     return DTYPES[dtype].cpp
@@ -244,6 +253,33 @@ def slice_statement(
     if op.params.get("wrap"):
         position = f"ncdc::wrap_index({position}, {size_name(axis)})"
     return Statement(out, "op_slice", (base, position, size_name(axis), pitch))
+
+
+def value_reads(ops: Iterable[Op], inputs: Iterable[str]) -> list[str]:
+    """The `inputs` that `ops` read by value, at each element (a gather's or a slice's
+    source is read at positions of its own), in order of first use."""
+    known = set(inputs)
+    return list(dict.fromkeys(
+        n for o in ops for n in o.inputs
+        if n in known and not (o.kind in INDIRECT_KINDS and n == o.operands[0])
+    ))  # fmt: skip
+
+
+def address_along(t: Tensor, axis: str, position: str) -> str:
+    """The address of an element of `t` at `position` along `axis`, from `ncdc_p_<name>`,
+    where its row (or column) of that axis starts: that start alone where `t` lacks the
+    axis. Kernels that walk one axis (ncdc.families.scan, select) set the start once per
+    row and step along it."""
+    pitch = axis_pitch(t, axis)
+    if pitch is None:
+        return f"ncdc_p_{t.name}"
+    step = " * ".join(pitch)
+    return f"ncdc_p_{t.name} + {position}" + (f" * {step}" if step else "")
+
+
+def row_start(t: Tensor, axis: str, index: Callable[[str], str]) -> str:
+    """The offset in `t` where the row along `axis` through the current element starts."""
+    return offset_expr(t.axes, lambda a: "0" if a == axis else index(a))
 
 
 def needed_ops(ops: Iterable[Op], targets: Iterable[str], known: Iterable[str]) -> list[Op]:

@@ -46,6 +46,7 @@ from ncdc.families.codegen import (
     STATUS,
     Pointers,
     Statement,
+    computed_indirect,
     cpp_type,
     indirect_sources,
     offset_expr,
@@ -83,6 +84,8 @@ class ElementwiseFamily:
 
     def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
         if any(op.kind not in ELEMENTWISE_KINDS for op in kernel.ops):
+            return None
+        if computed_indirect(kernel):
             return None
         return Family(self.name, {"all": kernel.woven}, TILES)
 

@@ -81,8 +81,8 @@ class ReduceFamily:
     baseline = ""
 
     def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
-        if any(op.kind in ("contract", "gather") for op in kernel.ops):
-            return None  # a gather: the elementwise or row-wise family's
+        if any(op.kind in ("contract", "gather", "slice") for op in kernel.ops):
+            return None  # a gather or a slice: read from memory by other families, or saved
         rowops = [op for op in kernel.ops if op.kind in ROW_KINDS]
         if not rowops or any(op.kind not in (*ROW_KINDS, *ELEMENTWISE_KINDS) for op in kernel.ops):
             return None

@@ -41,6 +41,7 @@ from ncdc.families.codegen import (
     Pointers,
     RowOpParts,
     Statement,
+    computed_indirect,
     cpp_type,
     float_literal,
     needed_ops,
@@ -116,7 +117,7 @@ class RowwiseFamily:
         for op in kernel.ops:
             if op not in rowops and op.kind not in ELEMENTWISE_KINDS:
                 return None
-        if kernel.indirect_only:
+        if kernel.indirect_only or computed_indirect(kernel):
             return None  # rows it would gather or slice, not load: saved first
         rows = tuple(a for a in kernel.woven if a not in row)
         return Family(self.name, {"rows": rows, "row": row}, TILES)

@@ -44,27 +44,29 @@ from ncdc.families.base import (
     Launch,
     Param,
     Workspace,
+    block_share,
     no_arch_problem,
     no_loop_mix,
     no_masked_loop,
 )
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
-    INDIRECT_KINDS,
     STATUS,
     Pointers,
     Statement,
-    axis_pitch,
+    address_along,
+    computed_indirect,
     cpp_type,
     indirect_sources,
     needed_ops,
-    offset_expr,
     op_statements,
     param_context,
     read_as_stored,
+    row_start,
     size_name,
     status_param,
     status_workspace,
+    value_reads,
 )
 from ncdc.language.diagram import Diagram, Op
 from ncdc.model.launch import Candidate, Family, LaunchShape
@@ -107,17 +109,7 @@ def scan_op(kernel: Kernel, diagram: Diagram) -> Op | None:
     op = scans[0]
     if any(set(diagram.tensor(n).axes) != set(op.axes) for n in kernel.outputs):
         return None
-    return op
-
-
-def _block(others: tuple[str, ...], sizes: Mapping[str, int], units: int) -> dict[str, int]:
-    """The block's share of the axes beside the scanned one: `units` consecutive rows or
-    columns, filled from the innermost axis out."""
-    group = {}
-    for a in reversed(others):
-        group[a] = min(sizes[a], units)
-        units = units // group[a] if group[a] == sizes[a] else 1
-    return group
+    return None if computed_indirect(kernel) else op
 
 
 def _mapping(op: Op) -> str:
@@ -171,7 +163,7 @@ class ScanFamily:
                         continue
                     chunk = min(length, ceil_div(ceil_div(length, chunks), step) * step)
                     # what a block holds at once: its rows or columns, one step along
-                    group = _block(others, d.axes, per_block)
+                    group = block_share(others, d.axes, per_block)
                     group[axis] = min(chunk, step)
                     grid = (min(MAX_GRID, blocks) if chunks == 1 else blocks, chunks, 1)
                     scan = LaunchShape(grid, (threads, 1, 1), 0)
@@ -224,21 +216,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         return out
 
     def loads(ops: list[Op], extra: tuple[str, ...] = ()) -> list[dict[str, str]]:
-        """The inputs `ops` read by value (a gather's source is read through its index)."""
-        read = dict.fromkeys(
-            n for o in ops for n in o.inputs
-            if n in inputs and not (o.kind in INDIRECT_KINDS and n == o.operands[0])
-        )  # fmt: skip
-        read.update(dict.fromkeys(n for n in extra if n in inputs))
-        return [{"name": n, "at": at(n)} for n in read]
-
-    def at(name: str) -> str:
-        """The element's address in `name`: from where its unit starts, along the axis."""
-        pitch = axis_pitch(d.tensor(name), axis)
-        if pitch is None:
-            return f"ncdc_p_{name}"
-        step = " * ".join(pitch)
-        return f"ncdc_p_{name} + {index[axis]}" + (f" * {step}" if step else "")
+        """The inputs `ops` read by value (and `extra`), with each element's address."""
+        read = dict.fromkeys([*value_reads(ops, inputs), *(n for n in extra if n in inputs)])
+        return [{"name": n, "at": address_along(d.tensor(n), axis, index[axis])} for n in read]
 
     before = needed_ops(chain, [source], inputs)
     after = needed_ops(chain, kernel.outputs, inputs | {op.out})
@@ -285,14 +265,17 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "operand": value(source),
         "after_loads": loads(after),
         "after": scanned + statements(after),
-        "stores": [{"name": n, "at": at(n), "value": value(n)} for n in kernel.outputs],
+        "stores": [
+            {"name": n, "at": address_along(d.tensor(n), axis, index[axis]), "value": value(n)}
+            for n in kernel.outputs
+        ],
         # where each tensor read or written by value starts in the unit
         "starts": [
             {
                 "name": n,
                 "ctype": cpp_type(d.tensor(n).dtype),
                 "writes": n in kernel.outputs,
-                "offset": offset_expr(d.tensor(n).axes, lambda a: "0" if a == axis else index[a]),
+                "offset": row_start(d.tensor(n), axis, index.__getitem__),
             }
             for n in dict.fromkeys(
                 [

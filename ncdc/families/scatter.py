@@ -52,6 +52,7 @@ from ncdc.families.codegen import (
     STATUS,
     Pointers,
     Statement,
+    computed_indirect,
     cpp_type,
     indirect_sources,
     offset_expr,
@@ -85,7 +86,7 @@ def scatter_op(kernel: Kernel) -> Op | None:
     *chain, last = kernel.ops
     if last.kind != "scatter" or kernel.outputs != (last.out,):
         return None
-    if any(op.kind not in ELEMENTWISE_KINDS for op in chain):
+    if any(op.kind not in ELEMENTWISE_KINDS for op in chain) or computed_indirect(kernel):
         return None
     return last if str(last.operands[1]) in kernel.inputs else None
 

@@ -37,6 +37,7 @@ from ncdc.families.base import (
     KernelSource,
     Launch,
     Param,
+    block_share,
     no_arch_problem,
     no_loop_mix,
     no_masked_loop,
@@ -44,20 +45,22 @@ from ncdc.families.base import (
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     GATHER_LIMIT,
-    INDIRECT_KINDS,
     STATUS,
     Pointers,
     Statement,
-    axis_pitch,
+    address_along,
+    computed_indirect,
     cpp_type,
     indirect_sources,
     needed_ops,
     offset_expr,
     op_statements,
     param_context,
+    row_start,
     size_name,
     status_param,
     status_workspace,
+    value_reads,
 )
 from ncdc.language.diagram import Diagram, Op
 from ncdc.model.launch import Candidate, Family, LaunchShape
@@ -104,7 +107,7 @@ def select_op(kernel: Kernel, diagram: Diagram) -> Op | None:
             return None
     if not set(kernel.outputs) <= {op.out, *(o.out for o in after)}:
         return None
-    return op
+    return None if computed_indirect(kernel, held=[source]) else op
 
 
 def _parts(kernel: Kernel, op: Op) -> tuple[list[Op], list[Op]]:
@@ -159,7 +162,7 @@ class SelectFamily:
                 rows = threads // row_threads
                 # a block's rows, and the k picks of each; the row streams past, a value
                 # per thread of it at a time
-                group = _block(others, d.axes, rows)
+                group = block_share(others, d.axes, rows)
                 if op.params.get("picks"):
                     group[op.params["picks"]] = k
                 stream = {axis: min(d.axes[axis], row_threads)}
@@ -185,15 +188,6 @@ class SelectFamily:
 
 
 FAMILY = SelectFamily()
-
-
-def _block(others: tuple[str, ...], sizes: Mapping[str, int], rows: int) -> dict[str, int]:
-    """The block's rows, as sizes of the axes beside the picked one, innermost first."""
-    group = {}
-    for a in reversed(others):
-        group[a] = min(sizes[a], rows)
-        rows = rows // group[a] if group[a] == sizes[a] else 1
-    return group
 
 
 def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
@@ -223,23 +217,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
                 out += op_statements(o, value, index.__getitem__, value(o.out), pointers, d)
         return out
 
-    def read(ops: list[Op]) -> list[str]:
-        """The inputs `ops` read by value (a gather's source is read through its index)."""
-        names = dict.fromkeys(
-            n for o in ops for n in o.inputs
-            if n in kernel.inputs and not (o.kind in INDIRECT_KINDS and n == o.operands[0])
-        )  # fmt: skip
-        return list(names)
-
-    loaded = read(before) + ([source] if source in kernel.inputs else [])
-    loaded = list(dict.fromkeys(loaded))
-
-    def at(name: str) -> str:
-        pitch = axis_pitch(d.tensor(name), axis)
-        if pitch is None:
-            return f"ncdc_p_{name}"
-        step = " * ".join(pitch)
-        return f"ncdc_p_{name} + {index[axis]}" + (f" * {step}" if step else "")
+    loaded = list(dict.fromkeys(
+        [*value_reads(before, kernel.inputs), *([source] if source in kernel.inputs else [])]
+    ))  # fmt: skip
 
     threads, row_threads = c.param("threads"), c.param("row_threads")
     k = op.params["k"]
@@ -267,17 +247,17 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
             {
                 "name": n,
                 "ctype": cpp_type(d.tensor(n).dtype),
-                "offset": offset_expr(d.tensor(n).axes, lambda a: "0" if a == axis else index[a]),
+                "offset": row_start(d.tensor(n), axis, index.__getitem__),
             }
             for n in loaded
         ],  # fmt: skip
-        "loads": [{"name": n, "at": at(n)} for n in loaded],
+        "loads": [{"name": n, "at": address_along(d.tensor(n), axis, index[axis])} for n in loaded],
         "statements": statements(before),
         "operand": value(source),
         "picked": value(op.out),
         "pick_loads": [
             {"name": n, "offset": offset_expr(d.tensor(n).axes, index.__getitem__)}
-            for n in read(after)
+            for n in value_reads(after, kernel.inputs)
             if n not in (op.out,)
         ],  # fmt: skip
         "pick_statements": statements(after),

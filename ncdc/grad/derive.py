@@ -75,10 +75,14 @@ def derive(diagram: Diagram, wrt: Iterable[str] | None = None) -> Backward:
         for operand, share in RULES[op.kind](site):
             shares.setdefault(operand, []).append(share)
     grads = {}
+    flat = []  # scalars reached only through piecewise-constant ops: no zeros to make
     for name in wanted:
         found = shares.pop(name, [])
         if not found:  # reached only through piecewise-constant ops: a gradient of zeros
             t = diagram.tensor(name)
+            if not t.axes:
+                flat.append(name)
+                continue
             found = [tape.arrange(tape.zeros(t.axes), t.axes, t.dtype)]
         grads[name] = _gathered(diagram, tape, name, found, names[name], renames, exact=True)
     lines = _live(tuple(line.renamed(renames) for line in tape.lines), set(grads.values()))
@@ -90,6 +94,15 @@ def derive(diagram: Diagram, wrt: Iterable[str] | None = None) -> Backward:
             "through piecewise-constant operations (comparisons, logic, floor), whose "
             "gradient is zero", where=diagram.source,
         )  # fmt: skip
+    if flat:
+        others = [n for n in wanted if n not in flat]
+        raise SpecError(
+            f"no gradient flows to the scalar {listing(flat)}: only piecewise-constant "
+            "operations (comparisons, logic, floor) read it, and a scalar of zeros has no "
+            "axis to write it over",
+            where=diagram.source,
+            hint="leave it out: " + " ".join(f"--wrt {n}" for n in others),
+        )
     made = {line.out for line in lines}
     forward = {t.name for t in diagram.tensors}
     reads = tuple(dict.fromkeys(

@@ -118,7 +118,10 @@ def test_unfused_attention_saves_its_scores() -> None:
 def test_roofline_draws(spec: Path, hw: str) -> None:
     svg = _check_picture(_picture(spec, hw, "roofline"))
     joined = "\n".join(_texts(svg))
-    assert f"{spec.stem} (model)" in joined
+    if load_diagram(spec).ops[0].kind == "permute":  # moves data alone: no FLOPs to plot
+        assert "no dot: the plan computes nothing" in joined
+    else:
+        assert f"{spec.stem} (model)" in joined
     assert "FLOP/s" in joined
     for level in load_hardware(hw).levels:
         assert f"{level.name} " in joined

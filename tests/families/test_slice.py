@@ -105,3 +105,19 @@ def test_gradients_are_read_back_at_the_opposite_offset() -> None:
         errors = compare(d, make_pair(d, backward, ways))
         assert set(errors) == {"X", "cos", "sin", "QKV"}
         assert max(errors.values()) < 1e-6, (ways, errors)
+
+
+def test_a_slice_of_a_computed_value_is_saved_first() -> None:
+    """A slice reads its operand from memory: where the operand is computed in the same
+    kernel, no family takes the kernel, and the kernel-break search saves the operand."""
+    text = (
+        "ncdc: 1\nname: twice\naxes: {s: 7, f: 30, d: 12, g: 9}\n"
+        "inputs: {X: {axes: [s, f], dtype: fp32}}\n"
+        "ops: ['A = slice(X, axis=f, start=3, into=d)', 'B = exp(A)', "
+        "'C = slice(B, axis=d, start=2, into=g)']\noutputs: [C]\n"
+    )
+    d = load_diagram_text(text)
+    plan = plan_diagram(d, H200)
+    assert len(plan.kernels) == 2 and "B" in plan.kernels[0].kernel.outputs
+    result = run_diagram(d, render_plan(plan), backend="cpu", seed=2)
+    assert result.ok, result.checks

@@ -9,15 +9,15 @@
 // op      E = exp(D)
 // op      P = add(E, 1)
 // op      T = log(P)
-// op      dA = mul(T, A)
-// op      Acum = cumsum(dA, over=l)
+// op      decay = mul(T, A)
+// op      Acum = cumsum(decay, over=l)
 // outputs T, Acum
 // kernel  ssm_chunk_cumsum: scan, tiles h=80  c=1  b=1  l=8, 4 warps, 1 stages, grid 320
 // predicted on h200: 17.9 us (hbm-bound), 3.41e+07 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ssm_chunk_cumsum_scan_columns_fp32_t128_v8_c4: D = add(dt, dt_bias); E = exp(D); P = add(E, 1); T = log(P); dA = mul(T, A); Acum = cumsum(dA, over=l)
+// ssm_chunk_cumsum_scan_columns_fp32_t128_v8_c4: D = add(dt, dt_bias); E = exp(D); P = add(E, 1); T = log(P); decay = mul(T, A); Acum = cumsum(decay, over=l)
 #include "ncdc_elementwise.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef dt
@@ -85,8 +85,8 @@ extern "C" __global__ void __launch_bounds__(128) ssm_chunk_cumsum_scan_columns_
           const float ncdc_e_E = ncdc::op_exp(ncdc_e_D);
           const float ncdc_e_P = ncdc::op_add(ncdc_e_E, 1.0f);
           const float ncdc_e_T = ncdc::op_log(ncdc_e_P);
-          const float ncdc_e_dA = ncdc::op_mul(ncdc_e_T, ncdc_r_A);
-          ncdc_v = ncdc_e_dA;
+          const float ncdc_e_decay = ncdc::op_mul(ncdc_e_T, ncdc_r_A);
+          ncdc_v = ncdc_e_decay;
         }
 
         ncdc_acc = ncdc::op_add(ncdc_acc, ncdc_v);
@@ -162,8 +162,8 @@ extern "C" __global__ void __launch_bounds__(128) ssm_chunk_cumsum_scan_columns_
           const float ncdc_e_E = ncdc::op_exp(ncdc_e_D);
           const float ncdc_e_P = ncdc::op_add(ncdc_e_E, 1.0f);
           const float ncdc_e_T = ncdc::op_log(ncdc_e_P);
-          const float ncdc_e_dA = ncdc::op_mul(ncdc_e_T, ncdc_r_A);
-          ncdc_x[ncdc_j] = ncdc_e_dA;
+          const float ncdc_e_decay = ncdc::op_mul(ncdc_e_T, ncdc_r_A);
+          ncdc_x[ncdc_j] = ncdc_e_decay;
         }
 
       }

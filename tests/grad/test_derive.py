@@ -230,6 +230,15 @@ def test_picked_values_match_finite_differences() -> None:
         assert set(errors) == {"X"} and max(errors.values()) < TOLERANCE, (ways, errors)
 
 
+def test_a_scalar_only_compared_is_named_with_what_to_leave_out() -> None:
+    inputs = "X: {axes: [m, n], dtype: fp32}, p: {axes: [], dtype: fp32}"
+    d = load_diagram_text(_spec("'G = gt(X, p)', 'Y = mul(X, G)'", inputs), "t.yaml")
+    with pytest.raises(SpecError, match="no gradient flows to the scalar p") as e:
+        derive(d)
+    assert e.value.hint == "leave it out: --wrt X"
+    assert derive(d, ["X"]).grads == {"X": "dX"}
+
+
 def test_no_gradient_flowing_at_all_is_one_clear_error() -> None:
     d = load_diagram_text(_spec("'Y = floor(X)'"), "t.yaml")
     with pytest.raises(SpecError, match="no gradient flows from the outputs to X"):

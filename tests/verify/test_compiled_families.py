@@ -118,6 +118,11 @@ CASES = {
     "elementwise, shifts along the sequence (a causal convolution)": Case(
         "causal_conv1d", {"b": 2, "s": 37, "c": 24}, ("_elementwise_",)
     ),
+    "attention with a bias gathered by T5's position buckets": Case(
+        "t5_relative_attention",
+        {"b": 1, "h": 2, "q": 70, "x": 90, "d": 64},
+        ("_elementwise_", "_scores"),
+    ),
     "attention backward, dQ by atomics": Case(
         "attention_causal",
         {"b": 1, "h": 2, "q": 100, "x": 90, "d": 64},

@@ -138,10 +138,11 @@ class ScoreValues:
             return f"ncdc_e_{n}"
         t = self.diagram.tensor(n)
         allowed = {*self.batch, self.q_axis, self.x_axis}
-        if t.dtype not in ("fp32", "fp16", "bf16") or not set(t.axes) <= allowed:
+        # int32: a document id or a length a rule compares (exact as a float below 2^24)
+        if t.dtype not in ("fp32", "fp16", "bf16", "int32") or not set(t.axes) <= allowed:
             raise PlanError(
                 f"attention kernel {self.kernel.name}: the logits read {n} ({t.dtype}, axes "
-                f"{list(t.axes)}); expected a bf16, fp16 or fp32 tensor over "
+                f"{list(t.axes)}); expected a bf16, fp16, fp32 or int32 tensor over "
                 f"({', '.join(sorted(allowed))})",
                 hint=f"declare {n} as fp32 over some of those axes, " + self.unfused,
             )

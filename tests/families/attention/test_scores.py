@@ -455,3 +455,41 @@ def test_a_rule_on_another_axis_than_the_query_is_refused() -> None:
         render_plan(plan_diagram(load_diagram_text(text), HW))
     assert "mask rule over the positions of q and x" in err.value.message
     assert "index(q)" in (err.value.hint or "")
+
+
+def test_a_document_mask_by_index_tensors_runs_fused() -> None:
+    """Packed documents: an int32 id per token compared per score (eq(docq, docx)) with the
+    causal rule, fused in the attention kernel; documents of 1, 37, 60 and 52 tokens."""
+    from ncdc.verify.run import run_diagram
+
+    d = _library("document_mask_attention", {"b": 1, "h": 2, "q": 150, "x": 150, "d": 64},
+                 (("* 0.08838834764831845", "* 0.125"),))  # fmt: skip
+    inputs = make_inputs(d, 3)
+    ids = np.repeat([0.0, 1.0, 2.0, 3.0], [1, 37, 60, 52])
+    inputs["docq"][:] = ids
+    inputs["docx"][:] = ids
+    module = render_plan(plan_diagram(d, HW, tiles=SMALL))
+    assert [launch.kernel for launch in module.launches][0].endswith("_scores")
+    result = run_diagram(d, module, backend="cpu", inputs=inputs)
+    assert result.ok, result.checks
+
+
+def test_t5_buckets_are_the_ones_t5_computes() -> None:
+    """The diagram's buckets against T5's own rule (bidirectional, 32 buckets, distances to
+    128), written out: offsets up to 8 exact, then logarithmic, then the last bucket."""
+    import math
+
+    d = _library("t5_relative_attention", {"b": 1, "h": 1, "q": 300, "x": 300, "d": 64})
+    inputs = make_inputs(d, 1)
+    bucket = evaluate(d, inputs, rounded=False)["bucket"]  # over (x, q)
+
+    def t5(rel: int) -> int:
+        ret = 16 if rel > 0 else 0
+        n = abs(rel)
+        if n < 8:
+            return ret + n
+        large = 8 + int(math.log(n / 8) / math.log(128 / 8) * 8)
+        return ret + min(large, 15)
+
+    for i, j in [(0, 0), (0, 7), (7, 0), (0, 8), (9, 0), (0, 100), (5, 299), (299, 0), (3, 131)]:
+        assert bucket[j, i] == t5(j - i), (i, j)
