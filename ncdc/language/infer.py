@@ -415,14 +415,8 @@ def _scan(site: Site) -> Result:
             f"{st.fn} runs along one axis; 'over' names {len(over)}: {list(over)}",
             f"one at a time: {st.fn}({src.name}, over={over[0]}), then over the next",
         )
-    reverse = st.kwargs.get("reverse", False)
-    if isinstance(reverse, str) and reverse.lower() in ("true", "false"):
-        reverse = reverse.lower() == "true"
-    if not isinstance(reverse, bool):
-        raise site.fail(
-            f"expected true or false for 'reverse', found {shown(reverse)}",
-            f"e.g. {st.fn}({src.name}, over={over[0]}, reverse=true): from the axis's end",
-        )
+    example = f"{st.fn}({src.name}, over={over[0]}, reverse=true): from the axis's end"
+    reverse = _flag(site, "reverse", False, example)
     dtype = site.out_dtype() or ("int32" if DTYPES[src.dtype].integer else src.dtype)
     return Result((src.name,), src.axes, dtype, over, params={"reverse": reverse})
 
