@@ -109,7 +109,8 @@ def build_valid(rnd: random.Random, max_ops: int = 4) -> Built:
     g = _Gen(rnd, b, axis_names, free)
     for _ in range(rnd.randint(1, max_ops)):
         out = g.fresh()
-        kind = rnd.choice(("map", "binary", "reduce", "softmax", "norm", "cast", "causal"))
+        kind = rnd.choice(("map", "binary", "reduce", "softmax", "norm", "cast", "causal",
+                           "scan", "select", "slice", "permute"))  # fmt: skip
         if rnd.random() < 0.35:
             kind = "contract"
         if kind == "causal" and len(axis_names) < 2:
@@ -199,6 +200,42 @@ class _Gen:
                 s = self.new_input(())
                 extra, reads = f", scale={s}", [x, s]
             return f"{out} = cast({x}, to={rnd.choice(DTYPES)}{extra})", shapes[x], reads
+        if kind == "scan":
+            x = self.operand(1)
+            fn = rnd.choice(("cumsum", "cummax", "cummin"))
+            flag = rnd.choice(("", ", reverse=true", ", reverse=false"))
+            return f"{out} = {fn}({x}, over={rnd.choice(shapes[x])}{flag}{dtype})", shapes[x], [x]
+        if kind == "select":
+            x = self.operand(1)
+            a = rnd.choice(shapes[x])
+            spare = [j for j in self.axis_names
+                     if j not in shapes[x] and self.b.axes[j] <= min(16, self.b.axes[a])]  # fmt: skip
+            if spare and rnd.random() < 0.5:
+                j = rnd.choice(spare)
+                flag = rnd.choice(("", ", largest=false"))
+                axes = tuple(j if b == a else b for b in shapes[x])
+                return f"{out} = topk({x}, over={a}, k={j}{flag})", axes, [x]
+            fn = rnd.choice(("argmax", "argmin"))
+            return f"{out} = {fn}({x}, over={a})", tuple(b for b in shapes[x] if b != a), [x]
+        if kind == "slice":
+            x = self.operand(1)
+            a = rnd.choice(shapes[x])
+            n = self.b.axes[a]
+            by = rnd.randint(-(n - 1), n - 1)
+            fn = rnd.choice(("shift", "roll", "slice"))
+            if fn != "slice":
+                return f"{out} = {fn}({x}, axis={a}, by={by}{dtype})", shapes[x], [x]
+            spare = [j for j in self.axis_names if j not in shapes[x]]
+            j = rnd.choice(spare) if spare and rnd.random() < 0.6 else a
+            start = rnd.randint(-(self.b.axes[j] - 1), n - 1)
+            into = f", into={j}" if j != a else ""
+            axes = tuple(j if b == a else b for b in shapes[x])
+            return f"{out} = slice({x}, axis={a}, start={start}{into}{dtype})", axes, [x]
+        if kind == "permute":
+            x = self.operand(1)
+            order = list(shapes[x])
+            rnd.shuffle(order)
+            return f"{out} = permute({x}, axes=[{', '.join(order)}]{dtype})", tuple(order), [x]
         if kind == "causal":
             x = self.operand(2)
             if len(shapes[x]) < 2:
