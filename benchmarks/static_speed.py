@@ -37,6 +37,7 @@ import tempfile
 from pathlib import Path
 
 from ncdc.backends import loop_bounds, sass
+from ncdc.hardware.arch import SUB_PARTITIONS
 from ncdc.hardware.load import load_hardware
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +82,7 @@ def kernel_rows(report: dict, cubin: bytes, hw_name: str, latency: float) -> lis
             row["smem"] = min(1.0, c["tensor"] / c["smem"]) if c["smem"] else 1.0
             row["latency"] = None
         else:
-            moved = sass.SUB_PARTITIONS * b.global_bytes  # 4 warps, one iteration each
+            moved = SUB_PARTITIONS * b.global_bytes  # 4 warps, one iteration each
             row["issue"] = moved / c["issue"] / copy if c["issue"] else float("inf")
             row["smem"] = moved / c["smem"] / copy if c["smem"] else float("inf")
             in_flight = warps.get(name, 0) * b.global_bytes
