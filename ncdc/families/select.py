@@ -2,8 +2,9 @@
 `argmin`, `topk`), with the elementwise ops that compute the values fused in, and their
 values where the diagram gathers them (`V = gather(X, I, axis=v)` of the same X).
 
-`row_threads` threads walk a row (consecutive threads take consecutive positions, so the
-loads coalesce where the axis is the innermost), each keeping its k best in registers,
+`row_threads` threads walk a row (consecutive threads take consecutive runs of positions:
+where the axis is the innermost, a run is one 16-byte vector of the narrowest such input,
+so the loads coalesce and a step moves 16 bytes a thread), each keeping its k best in registers,
 sorted (ncdc_select.cuh: most values cost one compare against the k-th); a warp merges its
 lanes' lists in k rounds of a shuffle reduction, and a row's warps merge theirs through
 shared memory. The values come from the same registers: a gather of the picks from the
@@ -61,6 +62,7 @@ from ncdc.families.codegen import (
     status_param,
     status_workspace,
     value_reads,
+    vector_width,
 )
 from ncdc.language.diagram import Diagram, Op
 from ncdc.model.launch import Candidate, Family, LaunchShape
@@ -222,6 +224,10 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     ))  # fmt: skip
 
     threads, row_threads = c.param("threads"), c.param("row_threads")
+    # the tensors that run along the row (the axis their innermost): read in 16-byte
+    # vectors of the narrowest, `values` positions a thread and step
+    runs = [n for n in loaded if d.tensor(n).axes[-1] == axis]
+    values = min(8, vector_width(d, runs)) if runs else 1
     k = op.params["k"]
     kind = "top" if op.params["largest"] else "bottom"
     name = f"{kernel.name}_select_{kind}{k}_t{threads}_r{row_threads}"
@@ -251,7 +257,13 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
             }
             for n in loaded
         ],  # fmt: skip
-        "loads": [{"name": n, "at": address_along(d.tensor(n), axis, index[axis])} for n in loaded],
+        "values": values,
+        "runs": [{"name": n} for n in runs],
+        "loads": [
+            {"name": n, "at": address_along(d.tensor(n), axis, index[axis])}
+            for n in loaded
+            if n not in runs
+        ],
         "statements": statements(before),
         "operand": value(source),
         "picked": value(op.out),

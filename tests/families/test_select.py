@@ -139,3 +139,13 @@ def test_reference_by_hand() -> None:
     got = evaluate(load_diagram_text(text), {"X": np.array([1.0, 3.0, -2.0, 3.0, 0.0])})
     assert got["T"].tolist() == [1, 3, 0] and got["B"].tolist() == [2, 4, 0]
     assert got["A"] == 1 and got["Z"] == 2
+
+
+def test_rows_read_in_vectors_also_where_a_row_starts_mid_vector() -> None:
+    """A thread reads 8 bf16 positions a step in one 16-byte load: rows of 37 values start
+    mid-vector (the scalar fallback) and end in a partial step."""
+    d = load_diagram_text(TWO, sizes={"t": 5, "e": 37, "j": 5, "d": 3})
+    module = render_plan(plan_diagram(d, H200))
+    assert "ncdc::load_run<8>(ncdc_p_X" in module.source
+    result = run_diagram(d, module, backend="cpu", seed=9)
+    assert result.ok, result.checks

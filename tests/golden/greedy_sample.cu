@@ -53,10 +53,27 @@ extern "C" __global__ void __launch_bounds__(512) greedy_sample_select_top1_t512
     ncdc_picks.clear();
     if (ncdc_live) {
       const __nv_bfloat16* const ncdc_p_L = ncdc_t.L + ncdc_i_b * ncdc_size_v + 0;
-      for (long long ncdc_at = ncdc_in_row; ncdc_at < ncdc_len; ncdc_at += 512) {
-        const long long ncdc_i_v = ncdc_at;
-        const float ncdc_r_L = ncdc::load_one(ncdc_p_L + ncdc_i_v);
-        ncdc_picks.offer(ncdc_r_L, (int)ncdc_at);
+      // a step: 8 consecutive positions a thread, whole 16-byte vectors of the
+      // tensors that run along the row (a scalar load where a run is misaligned or cut)
+      for (long long ncdc_base = (long long)ncdc_in_row * 8; ncdc_base < ncdc_len;
+           ncdc_base += 4096) {
+        float ncdc_v_L[8];
+        if (ncdc_base + 8 <= ncdc_len) {
+          ncdc::load_run<8>(ncdc_p_L + ncdc_base, ncdc_v_L);
+        } else {
+#pragma unroll
+          for (int ncdc_j = 0; ncdc_j < 8; ++ncdc_j)
+            ncdc_v_L[ncdc_j] = ncdc_base + ncdc_j < ncdc_len ? ncdc::load_one(ncdc_p_L + ncdc_base + ncdc_j) : 0.0f;
+        }
+#pragma unroll
+        for (int ncdc_j = 0; ncdc_j < 8; ++ncdc_j) {
+          const long long ncdc_at = ncdc_base + ncdc_j;
+          if (ncdc_at < ncdc_len) {
+            const long long ncdc_i_v = ncdc_at;
+            const float ncdc_r_L = ncdc_v_L[ncdc_j];
+            ncdc_picks.offer(ncdc_r_L, (int)ncdc_at);
+          }
+        }
       }
     }
     ncdc_picks.merge_warp();

@@ -63,13 +63,38 @@ extern "C" __global__ void __launch_bounds__(512) moe_router_0_I_select_top8_t51
     if (ncdc_live) {
       const float* const ncdc_p_logits = ncdc_t.logits + ncdc_i_t * ncdc_size_e + 0;
       const float* const ncdc_p_bias = ncdc_t.bias + 0;
-      for (long long ncdc_at = ncdc_in_row; ncdc_at < ncdc_len; ncdc_at += 32) {
-        const long long ncdc_i_e = ncdc_at;
-        const float ncdc_r_logits = ncdc::load_one(ncdc_p_logits + ncdc_i_e);
-        const float ncdc_r_bias = ncdc::load_one(ncdc_p_bias + ncdc_i_e);
-        const float ncdc_e_S = ncdc::op_sigmoid(ncdc_r_logits);
-        const float ncdc_e_B = ncdc::op_add(ncdc_e_S, ncdc_r_bias);
-        ncdc_picks.offer(ncdc_e_B, (int)ncdc_at);
+      // a step: 4 consecutive positions a thread, whole 16-byte vectors of the
+      // tensors that run along the row (a scalar load where a run is misaligned or cut)
+      for (long long ncdc_base = (long long)ncdc_in_row * 4; ncdc_base < ncdc_len;
+           ncdc_base += 128) {
+        float ncdc_v_logits[4];
+        if (ncdc_base + 4 <= ncdc_len) {
+          ncdc::load_run<4>(ncdc_p_logits + ncdc_base, ncdc_v_logits);
+        } else {
+#pragma unroll
+          for (int ncdc_j = 0; ncdc_j < 4; ++ncdc_j)
+            ncdc_v_logits[ncdc_j] = ncdc_base + ncdc_j < ncdc_len ? ncdc::load_one(ncdc_p_logits + ncdc_base + ncdc_j) : 0.0f;
+        }
+        float ncdc_v_bias[4];
+        if (ncdc_base + 4 <= ncdc_len) {
+          ncdc::load_run<4>(ncdc_p_bias + ncdc_base, ncdc_v_bias);
+        } else {
+#pragma unroll
+          for (int ncdc_j = 0; ncdc_j < 4; ++ncdc_j)
+            ncdc_v_bias[ncdc_j] = ncdc_base + ncdc_j < ncdc_len ? ncdc::load_one(ncdc_p_bias + ncdc_base + ncdc_j) : 0.0f;
+        }
+#pragma unroll
+        for (int ncdc_j = 0; ncdc_j < 4; ++ncdc_j) {
+          const long long ncdc_at = ncdc_base + ncdc_j;
+          if (ncdc_at < ncdc_len) {
+            const long long ncdc_i_e = ncdc_at;
+            const float ncdc_r_logits = ncdc_v_logits[ncdc_j];
+            const float ncdc_r_bias = ncdc_v_bias[ncdc_j];
+            const float ncdc_e_S = ncdc::op_sigmoid(ncdc_r_logits);
+            const float ncdc_e_B = ncdc::op_add(ncdc_e_S, ncdc_r_bias);
+            ncdc_picks.offer(ncdc_e_B, (int)ncdc_at);
+          }
+        }
       }
     }
     ncdc_picks.merge_warp();
