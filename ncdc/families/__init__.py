@@ -22,6 +22,7 @@ from ncdc.families.attention import backward as attention_backward
 from ncdc.families.attention import decode
 from ncdc.families.attention import family as attention
 from ncdc.families.base import KernelFamily
+from ncdc.families.codegen import computed_indirect
 from ncdc.families.gemm import family as gemm
 from ncdc.language.diagram import Diagram
 from ncdc.model.graph import Kernel
@@ -98,8 +99,6 @@ def classify_kernel(diagram: Diagram, kernel: Kernel) -> Family:
 
 def _indirect_hint(kernel: Kernel) -> str:
     """The results to save where a gather or a slice reads what the kernel computes."""
-    from ncdc.families.codegen import computed_indirect
-
     names = computed_indirect(kernel)
     if not names:
         return ""

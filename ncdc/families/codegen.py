@@ -69,6 +69,18 @@ class Pointers:
     buffers: frozenset[str]  # the tensors it has a buffer of: the kernel's inputs
 
 
+def struct_pointers(kernel: Kernel) -> Pointers:
+    """The pointers of a kernel whose template keeps its tensors, the status word among
+    them, in a struct of their own, `ncdc_t` (elementwise, scatter, scan, select)."""
+    return Pointers(lambda n: f"ncdc_t.{n}", f"ncdc_t.{STATUS}", frozenset(kernel.inputs))
+
+
+def element_value(kernel: Kernel) -> Callable[[str], str]:
+    """The C name of a tensor's value at the current element: `ncdc_r_<name>` for an input
+    the template loads, `ncdc_e_<name>` for one a statement computes."""
+    return lambda name: f"ncdc_r_{name}" if name in kernel.inputs else f"ncdc_e_{name}"
+
+
 @dataclass(frozen=True)
 class Statement:
     """`const float out = ncdc::fn(args...);` in the generated code."""
@@ -215,7 +227,7 @@ def gather_statement(
             hint=f"save {source}: schedule: {{materialize: [{source}]}}",
         )
     t = diagram.tensor(source)
-    at = offset_expr(t.axes, lambda a: "0" if a == axis else index(a))
+    at = row_start(t, axis, index)
     pitch = " * ".join(size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]) or "1"
     base = f"{pointers.tensor(source)} + {at}" if at != "0" else pointers.tensor(source)
     return Statement(
@@ -246,7 +258,7 @@ def slice_statement(
             hint=f"save {op.out}: schedule: {{materialize: [{op.out}]}}",
         ) from None
     t = diagram.tensor(source)
-    at = offset_expr(t.axes, lambda a: "0" if a == axis else walked[a])
+    at = row_start(t, axis, walked.__getitem__)
     pitch = " * ".join(size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]) or "1"
     base = f"{pointers.tensor(source)} + {at}" if at != "0" else pointers.tensor(source)
     position = f"(long long){walked[into]} + {int(op.params['start'])}LL"

@@ -43,8 +43,6 @@ from ncdc.families.base import (
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     INDIRECT_KINDS,
-    STATUS,
-    Pointers,
     Statement,
     computed_indirect,
     cpp_type,
@@ -55,6 +53,7 @@ from ncdc.families.codegen import (
     size_name,
     status_param,
     status_workspace,
+    struct_pointers,
     vector_width,
 )
 from ncdc.language.diagram import Diagram
@@ -179,7 +178,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         return f"ncdc_e_{name}"
 
     statements: list[Statement] = []
-    pointers = Pointers(lambda n: f"ncdc_t.{n}", f"ncdc_t.{STATUS}", frozenset(kernel.inputs))
+    pointers = struct_pointers(kernel)
     for op in kernel.ops:
         statements += op_statements(op, value, lambda a: elem_index[a], value(op.out), pointers, d)
     loaded = [n for n in kernel.inputs if n not in kernel.indirect_only]

@@ -51,12 +51,11 @@ from ncdc.families.base import (
 )
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
-    STATUS,
-    Pointers,
     Statement,
     address_along,
     computed_indirect,
     cpp_type,
+    element_value,
     indirect_sources,
     needed_ops,
     op_statements,
@@ -66,6 +65,7 @@ from ncdc.families.codegen import (
     size_name,
     status_param,
     status_workspace,
+    struct_pointers,
     value_reads,
 )
 from ncdc.language.diagram import Diagram, Op
@@ -202,10 +202,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     others = [a for a in op.axes if a != axis]
     index = {a: f"ncdc_i_{a}" for a in op.axes}
 
-    def value(name: str) -> str:
-        return f"ncdc_r_{name}" if name in kernel.inputs else f"ncdc_e_{name}"
-
-    pointers = Pointers(lambda n: f"ncdc_t.{n}", f"ncdc_t.{STATUS}", frozenset(kernel.inputs))
+    value, pointers = element_value(kernel), struct_pointers(kernel)
     chain = [o for o in kernel.ops if o is not op]
     inputs = set(kernel.inputs)
 
@@ -222,11 +219,10 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
 
     before = needed_ops(chain, [source], inputs)
     after = needed_ops(chain, kernel.outputs, inputs | {op.out})
-    scanned: list[Statement] = []
-    if read_as_stored(op, d):  # saved narrower and read again: read as stored
-        scanned.append(Statement(value(op.out), f"op_cast<{cpp_type(op.dtype)}>", ("ncdc_y",)))
-    else:
-        scanned.append(Statement(value(op.out), "op_id", ("ncdc_y",)))
+    # the running value, rounded as stored where it is saved narrower and read again
+    rounded = f"op_cast<{cpp_type(op.dtype)}>" if read_as_stored(op, d) else "op_id"
+    scanned = Statement(value(op.out), rounded, ("ncdc_y",))
+    before_loads, after_loads = loads(before, (source,)), loads(after)
     threads, values, chunks = c.param("threads"), c.param("values"), c.param("chunks")
     mapping = _mapping(op)
     dtype = op.dtype.replace("_", "")
@@ -240,12 +236,10 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     totals = f"ncdc_{op.out}_totals"
     units = math.prod(d.axes[a] for a in others)
     combine, identity = COMBINE[op.fn]
-    scan_params = (*reads, *writes, status_param(), *sizes)
-    if chunks > 1:
-        scan_params = (*reads, *writes, Param(totals, "workspace", "fp32"), status_param(),
-                       *sizes)  # fmt: skip
-        sum_params = (*reads, Param(totals, "workspace", "fp32", writes=True), status_param(),
-                      *sizes)  # fmt: skip
+    held = (Param(totals, "workspace", "fp32"),) if chunks > 1 else ()
+    scan_params = (*reads, *writes, *held, status_param(), *sizes)
+    sum_params = (*reads, Param(totals, "workspace", "fp32", writes=True), status_param(),
+                  *sizes)  # fmt: skip
     context = {
         "kernel": name,
         "doc": "; ".join(o.text for o in kernel.ops),
@@ -260,11 +254,11 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "position": index[axis],
         "units": " * ".join(size_name(a) for a in others) or "1",
         "unit_axes": [{"size": size_name(a), "index": index[a]} for a in reversed(others)],
-        "before_loads": loads(before, (source,)),
+        "before_loads": before_loads,
         "before": statements(before),
         "operand": value(source),
-        "after_loads": loads(after),
-        "after": scanned + statements(after),
+        "after_loads": after_loads,
+        "after": [scanned, *statements(after)],
         "stores": [
             {"name": n, "at": address_along(d.tensor(n), axis, index[axis]), "value": value(n)}
             for n in kernel.outputs
@@ -278,11 +272,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
                 "offset": row_start(d.tensor(n), axis, index.__getitem__),
             }
             for n in dict.fromkeys(
-                [
-                    *(t["name"] for t in loads(before, (source,))),
-                    *(t["name"] for t in loads(after)),
-                    *kernel.outputs,
-                ]
+                [*(t["name"] for t in [*before_loads, *after_loads]), *kernel.outputs]
             )
         ],  # fmt: skip
         "totals": totals,

@@ -49,11 +49,10 @@ from ncdc.families.base import (
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     GATHER_LIMIT,
-    STATUS,
-    Pointers,
     Statement,
     computed_indirect,
     cpp_type,
+    element_value,
     indirect_sources,
     offset_expr,
     op_statements,
@@ -61,6 +60,7 @@ from ncdc.families.codegen import (
     size_name,
     status_param,
     status_workspace,
+    struct_pointers,
 )
 from ncdc.language.diagram import Diagram, Op
 from ncdc.model.launch import Candidate, Family, LaunchShape
@@ -172,11 +172,9 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     axes = d.tensor(source).axes  # the values the first launch walks
     index = {a: f"ncdc_i_{a}" for a in axes}
 
-    def value(name: str) -> str:
-        return f"ncdc_r_{name}" if name in kernel.inputs else f"ncdc_e_{name}"
-
+    value = element_value(kernel)
     statements: list[Statement] = []
-    pointers = Pointers(lambda n: f"ncdc_t.{n}", f"ncdc_t.{STATUS}", frozenset(kernel.inputs))
+    pointers = struct_pointers(kernel)
     for chained in kernel.ops[:-1]:
         statements += op_statements(chained, value, index.__getitem__, value(chained.out),
                                     pointers, d)  # fmt: skip

@@ -46,12 +46,11 @@ from ncdc.families.base import (
 from ncdc.families.codegen import (
     ELEMENTWISE_KINDS,
     GATHER_LIMIT,
-    STATUS,
-    Pointers,
     Statement,
     address_along,
     computed_indirect,
     cpp_type,
+    element_value,
     indirect_sources,
     needed_ops,
     offset_expr,
@@ -61,6 +60,7 @@ from ncdc.families.codegen import (
     size_name,
     status_param,
     status_workspace,
+    struct_pointers,
     value_reads,
     vector_width,
 )
@@ -91,8 +91,7 @@ def select_op(kernel: Kernel, diagram: Diagram) -> Op | None:
         return None
     op = picks[0]
     source = str(op.operands[0])
-    before = needed_ops([o for o in kernel.ops if o is not op], [source], kernel.inputs)
-    after = [o for o in kernel.ops if o is not op and o not in before]
+    before, after = _parts(kernel, op)
     if any(o.kind not in ELEMENTWISE_KINDS for o in [*before, *after]):
         return None
     made_before = {o.out for o in before}
@@ -105,10 +104,9 @@ def select_op(kernel: Kernel, diagram: Diagram) -> Op | None:
             return None  # the operand is at hand only at the picks
         if any(n in made_before and n != gathered for n in o.inputs):
             return None  # a value of the row, gone by the time the picks are known
-        if gathered in made_before and gathered != source:
-            return None
     if not set(kernel.outputs) <= {op.out, *(o.out for o in after)}:
         return None
+    # a gather of another value the row computes: it is read from memory, so saved first
     return None if computed_indirect(kernel, held=[source]) else op
 
 
@@ -193,6 +191,8 @@ FAMILY = SelectFamily()
 
 
 def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
+    """The one launch of `kp.candidate`: the walk over each row, the merges, the stores of
+    the picks and what is computed per pick."""
     d, kernel, c = plan.graph.diagram, kp.kernel, kp.candidate
     assert c is not None, "a GPU plan carries its candidate"
     op = select_op(kernel, d)
@@ -204,10 +204,7 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     if picks:
         index[picks] = "ncdc_r"
 
-    def value(name: str) -> str:
-        return f"ncdc_r_{name}" if name in kernel.inputs else f"ncdc_e_{name}"
-
-    pointers = Pointers(lambda n: f"ncdc_t.{n}", f"ncdc_t.{STATUS}", frozenset(kernel.inputs))
+    value, pointers = element_value(kernel), struct_pointers(kernel)
     before, after = _parts(kernel, op)
 
     def statements(ops: list[Op]) -> list[Statement]:
@@ -270,7 +267,6 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "pick_loads": [
             {"name": n, "offset": offset_expr(d.tensor(n).axes, index.__getitem__)}
             for n in value_reads(after, kernel.inputs)
-            if n not in (op.out,)
         ],  # fmt: skip
         "pick_statements": statements(after),
         "stores": [

@@ -66,22 +66,21 @@ class Kernel:
         """The inputs read only at positions of an op's own (a gather's source at its
         indices, a slice's at its offsets), never at each element's: not loaded per element.
         The ones a gather alone reads are `gathered_only`."""
-        sources = {str(op.operands[0]) for op in self.ops if op.kind in ("gather", "slice")}
-        whole = {
-            n for op in self.ops for n in op.inputs
-            if not (op.kind in ("gather", "slice") and n == op.operands[0])
-        }  # fmt: skip
-        return frozenset(n for n in sources if n in self.inputs and n not in whole)
+        return self._read_only_by(("gather", "slice"))
 
     @property
     def gathered_only(self) -> frozenset[str]:
         """The inputs read only as a gather's source, at the rows its indices select (never
         loaded whole); an input a gather picks from and another op reads whole (a label's
         logit beside the row's log-sum-exp) is not one."""
-        sources = {str(op.operands[0]) for op in self.ops if op.kind == "gather"}
+        return self._read_only_by(("gather",))
+
+    def _read_only_by(self, kinds: tuple[str, ...]) -> frozenset[str]:
+        """The inputs no op reads but as the first operand of an op of `kinds`."""
+        sources = {str(op.operands[0]) for op in self.ops if op.kind in kinds}
         whole = {
             n for op in self.ops for n in op.inputs
-            if not (op.kind == "gather" and n == op.operands[0])
+            if not (op.kind in kinds and n == op.operands[0])
         }  # fmt: skip
         return frozenset(n for n in sources if n in self.inputs and n not in whole)
 
