@@ -419,6 +419,12 @@ def _slice(s: Site) -> list[Share]:
     return [(x, s.share(back, x))]
 
 
+def _permute(s: Site) -> list[Share]:
+    """The gradient put back in the operand's axis order."""
+    x = str(s.op.operands[0])
+    return [(x, s.share(s.g, x))] if s.wants(x) else []
+
+
 RULES: dict[str, Callable[[Site], list[Share]]] = {
     "contract": _contract,
     "map": _elementwise,
@@ -434,9 +440,5 @@ RULES: dict[str, Callable[[Site], list[Share]]] = {
     "scan": _scan,
     "slice": _slice,
     "select": lambda s: [],  # positions: whole numbers, piecewise constant
-    "permute": lambda s: (
-        [(str(s.op.operands[0]), s.share(s.g, str(s.op.operands[0])))]
-        if s.wants(s.op.operands[0])
-        else []
-    ),  # the gradient in the operand's order
+    "permute": _permute,
 }

@@ -289,15 +289,16 @@ def _select(np: Any, x: Any, axis: tuple[int, ...], k: int, largest: bool, keep:
 
 
 # Selections along one axis (ncdc.families.select): a compare and a select per value into
-# each thread's list of the k best so far
+# each thread's list of the k best so far. Each meaning takes the op's `k` and `largest`
+# (argmax and argmin: 1, and which end).
 _SELECTS = (
     _op("argmax", "select", 1, "over dtype", "over", flops=2,
-        meaning=lambda np, x, axis: _select(np, x, axis, 1, True, False)),
+        meaning=lambda np, x, axis, k, largest: _select(np, x, axis, k, largest, False)),
     _op("argmin", "select", 1, "over dtype", "over", flops=2,
-        meaning=lambda np, x, axis: _select(np, x, axis, 1, False, False)),
+        meaning=lambda np, x, axis, k, largest: _select(np, x, axis, k, largest, False)),
     # I = topk(X, over=v, k=j): v replaced in place by the axis j, whose size is k
     _op("topk", "select", 1, "over k largest dtype", "over k", flops=2,
-        meaning=lambda np, x, axis, k, largest=True: _select(np, x, axis, k, largest, True)),
+        meaning=lambda np, x, axis, k, largest: _select(np, x, axis, k, largest, True)),
 )  # fmt: skip
 # Structural operations: built by a family from the kernel's structure, evaluated by kind.
 _STRUCTURAL = (

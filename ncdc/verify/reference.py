@@ -257,12 +257,9 @@ def _evaluate_op(
         if op.kind in ("reduce", "softmax"):
             assert meaning is not None
             return np.asarray(meaning(np, x, over))
-        if op.kind == "select" and op.fn == "topk":
-            assert meaning is not None
-            return np.asarray(meaning(np, x, over, op.params["k"], op.params["largest"]))
         if op.kind == "select":
             assert meaning is not None
-            return np.asarray(meaning(np, x, over))
+            return np.asarray(meaning(np, x, over, op.params["k"], op.params["largest"]))
         if op.kind == "scan":
             assert meaning is not None
             return np.asarray(meaning(np, x, over, bool(op.params.get("reverse", False))))

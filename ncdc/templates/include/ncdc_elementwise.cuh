@@ -89,7 +89,7 @@ NCDC_DEVICE float op_gather(const T* p, float index, long long n, long long pitc
 // position 0; 0 outside the axis: a slice or a shift reads past its source's ends as zeros.
 template <class T>
 NCDC_DEVICE float op_slice(const T* p, long long k, long long n, long long pitch) {
-  return (k >= 0 && k < n) ? to_float(ld_global(p + (k >= 0 && k < n ? k : 0LL) * pitch)) : 0.0f;
+  return (k >= 0 && k < n) ? to_float(ld_global(p + k * pitch)) : 0.0f;
 }
 // k mod n, from 0 to n - 1 whatever k's sign (a roll's position).
 NCDC_DEVICE long long wrap_index(long long k, long long n) {
