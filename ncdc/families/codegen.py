@@ -28,8 +28,9 @@ INDIRECT_KINDS = ("gather", "slice")
 
 
 def indirect_sources(ops: Iterable[Op]) -> list[str]:
-    """The tensors `ops` read at positions of their own (gathers' and slices' sources)."""
-    return list(dict.fromkeys(str(op.operands[0]) for op in ops if op.kind in INDIRECT_KINDS))
+    """The tensors `ops` read at positions of their own (gathers' and slices' sources, a
+    paged gather's block table)."""
+    return list(dict.fromkeys(n for op in ops for n in op.read_apart))
 
 
 def computed_indirect(kernel: Kernel, held: Iterable[str] = ()) -> list[str]:
@@ -227,12 +228,28 @@ def gather_statement(
             hint=f"save {source}: schedule: {{materialize: [{source}]}}",
         )
     t = diagram.tensor(source)
+    picked = value(indices)
+    if "into" in op.params:  # paged: the row in its page, the page from the block table
+        within, into = op.params["within"], op.params["into"]
+        index = _paged_index(index, within, into, op.params["pages"])
+        table = diagram.tensor(indices)
+        row = offset_expr(table.axes, index)
+        picked = f"float(ncdc::ld_global({pointers.tensor(indices)} + {row}))"
     at = row_start(t, axis, index)
     pitch = " * ".join(size_name(a) for a in t.axes[t.axes.index(axis) + 1 :]) or "1"
     base = f"{pointers.tensor(source)} + {at}" if at != "0" else pointers.tensor(source)
-    return Statement(
-        out, "op_gather", (base, value(indices), size_name(axis), pitch, pointers.status)
-    )
+    return Statement(out, "op_gather", (base, picked, size_name(axis), pitch, pointers.status))
+
+
+def _paged_index(
+    index: Callable[[str], str], within: str, into: str, pages: str
+) -> Callable[[str], str]:
+    """The element's index along a paged gather's source and block table: its position
+    along `into` split into a page (`pages`) and a row in it (`within`)."""
+    position = f"(long long)({index(into)})"
+    split = {pages: f"({position} / {size_name(within)})",
+             within: f"({position} % {size_name(within)})"}  # fmt: skip
+    return lambda a: split.get(a) or index(a)
 
 
 def slice_statement(
@@ -273,7 +290,7 @@ def value_reads(ops: Iterable[Op], inputs: Iterable[str]) -> list[str]:
     known = set(inputs)
     return list(dict.fromkeys(
         n for o in ops for n in o.inputs
-        if n in known and not (o.kind in INDIRECT_KINDS and n == o.operands[0])
+        if n in known and n not in o.read_apart
     ))  # fmt: skip
 
 

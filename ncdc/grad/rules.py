@@ -355,6 +355,13 @@ def _gather(s: Site) -> list[Share]:
     if not s.wants(source):
         return []
     axis, t = op.params["axis"], s.tensor(source)
+    if "into" in op.params:
+        raise s.refuse(
+            f"the gradient of the paged cache {source} is not derived (a block table's pages "
+            "may hold any row, and no scatter-add writes through one)",
+            f"differentiate with respect to the other inputs (--wrt), or write "
+            f"{op.out} as an input of its own for training",
+        )
     if set(s.tensor(ids).axes) <= set(t.axes) - {axis}:
         here = tape.emit("eq", (tape.emit("index", (axis,), f"i_{axis}"), ids), s.stem(source))
         picked = tape.emit("where", (here, s.g, 0.0), s.stem(source))

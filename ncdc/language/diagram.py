@@ -54,6 +54,15 @@ class Op:
         return tuple(dict.fromkeys(names))
 
     @property
+    def read_apart(self) -> tuple[str, ...]:
+        """The operands this operation reads at positions of its own, not at each element
+        of its result: a gather's source at its indices, a slice's at its offsets, and a
+        paged gather's block table at the page of each row."""
+        if self.kind == "slice" or self.kind == "gather" and "into" not in self.params:
+            return (str(self.operands[0]),)
+        return tuple(map(str, self.operands)) if self.kind == "gather" else ()
+
+    @property
     def reduced(self) -> tuple[str, ...]:
         """Axes this operation takes in and does not give back."""
         return self.over if self.kind in ("contract", "reduce") else ()

@@ -24,6 +24,11 @@ OPERATION_HINTS: dict[str, str] = {
         "write gather(T, I, axis=a): T along a at the int32 indices I",
     ),
     **dict.fromkeys(
+        ("paged", "paged_gather", "block_table", "paged_attention", "page_gather"),
+        "write gather(C, table, axis=page, within=slot, into=x): row i of x is row i % |slot| "
+        "of page table[.., i // |slot|] of the cache C",
+    ),
+    **dict.fromkeys(
         (
             "scatter",
             "scatter_reduce",

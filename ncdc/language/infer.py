@@ -321,11 +321,62 @@ def _gather(site: Site) -> Result:
             f"the index {index.name} has the gathered axis '{axis}' itself",
             f"index {src.name} along '{axis}' by a tensor over other axes",
         )
+    own = [b for b in index.axes if b not in src.axes]
+    params: dict[str, Any] = {"axis": axis}
+    if "within" in st.kwargs or "into" in st.kwargs:
+        params.update(_pages(site, src, index, axis, own))
     out: list[str] = []
     for a in src.axes:
-        out += [b for b in index.axes if b not in src.axes] if a == axis else [a]
+        if a == axis:
+            out += [*own[:-1], params["into"]] if "into" in params else own
+        elif a != params.get("within"):
+            out.append(a)
     return Result((src.name, index.name), tuple(out), site.out_dtype() or src.dtype,
-                  params={"axis": axis})  # fmt: skip
+                  params=params)  # fmt: skip
+
+
+def _pages(
+    site: Site, src: Tensor, index: Tensor, axis: str, own: list[str]
+) -> dict[str, Any]:  # fmt: skip
+    """A paged gather's `within` (the rows of a page, an axis of the source) and `into`
+    (the result's axis): the index's last axis of its own counts a sequence's pages, and
+    position i of `into` reads row i % |within| of page index[.., i // |within|], as a
+    block table maps a sequence into a paged KV cache."""
+    st = site.st
+    example = f"gather({src.name}, {index.name}, axis={axis}, within=slot, into=x)"
+    within, into = st.kwargs.get("within"), st.kwargs.get("into")
+    for key, name in (("within", within), ("into", into)):
+        if not isinstance(name, str):
+            raise site.fail(
+                f"a paged gather names the rows of a page ('within') and the result's axis "
+                f"('into'); found {key}={shown(name)}",
+                f"e.g. {example}",
+            )
+        site.checks.known_axis(name, site.axes, site.path)
+    if within == axis or within not in src.axes:
+        raise site.fail(
+            f"'within' names the axis of {src.name} that runs along a page, other than "
+            f"'{axis}'; found '{within}' in {list(src.axes)}",
+            f"choose one of {listing([a for a in src.axes if a != axis])}",
+        )
+    if into in src.axes or into in index.axes:
+        has = src.name if into in src.axes else index.name
+        raise site.fail(f"{has} already has the axis '{into}' that 'into' names",
+                        f"name a new axis for the gathered rows: {example}")  # fmt: skip
+    if not own:
+        raise site.fail(
+            f"the block table {index.name} has no axis of its own to count pages along",
+            f"give it one: {index.name}: {{axes: [b, n], dtype: int32}}",
+        )
+    assert isinstance(within, str) and isinstance(into, str)  # checked above
+    pages, rows = own[-1], site.axes[within]
+    if site.axes[into] > site.axes[pages] * rows:
+        raise site.fail(
+            f"{into} of {site.axes[into]} rows is more than the {site.axes[pages]} pages of "
+            f"{rows} rows ({pages} x {within}) that {index.name} maps",
+            f"keep {into} at most {site.axes[pages] * rows}, or give {index.name} more pages",
+        )
+    return {"within": within, "into": into, "pages": pages}
 
 
 def _scatter(site: Site) -> Result:

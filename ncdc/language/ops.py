@@ -316,8 +316,10 @@ _STRUCTURAL = (
     _op("index", "index", 1, "dtype", flops=0),
     # Y = gather(T, I, axis=v): T with its axis v replaced by I's axes, Y[.., i.., ..] =
     # T[.., I[i..], ..]; the index is rounded to the nearest whole number and checked against
-    # v's size first (out of range is an error, never a read): a compare and a convert
-    _op("gather", "gather", 2, "axis dtype", "axis", flops=2, device=True),
+    # v's size first (out of range is an error, never a read): a compare and a convert.
+    # Paged, gather(C, T, axis=p, within=r, into=x): T's last own axis counts pages, and
+    # Y[.., x, ..] = C[.., T[.., x // |r|], x % |r|, ..] (a block table into a KV cache)
+    _op("gather", "gather", 2, "axis within into dtype", "axis", flops=2, device=True),
     # Y = scatter_add(G, I, axis=v): G with I's axes (those of `over=`, else all) replaced by
     # v, Y[.., k, ..] = sum of G[.., i.., ..] where I[i..] = k (gather's adjoint); an index
     # out of range is an error and adds nothing. A compare and an add per value of G, each

@@ -18,7 +18,7 @@ sizes per level.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,24 +64,22 @@ class Kernel:
     @property
     def indirect_only(self) -> frozenset[str]:
         """The inputs read only at positions of an op's own (a gather's source at its
-        indices, a slice's at its offsets), never at each element's: not loaded per element.
-        The ones a gather alone reads are `gathered_only`."""
-        return self._read_only_by(("gather", "slice"))
+        indices, a slice's at its offsets, a paged gather's block table), never at each
+        element's: not loaded per element. The ones a gather alone reads as its source are
+        `gathered_only`."""
+        return self._read_only_by(lambda op: op.read_apart)
 
     @property
     def gathered_only(self) -> frozenset[str]:
         """The inputs read only as a gather's source, at the rows its indices select (never
         loaded whole); an input a gather picks from and another op reads whole (a label's
         logit beside the row's log-sum-exp) is not one."""
-        return self._read_only_by(("gather",))
+        return self._read_only_by(lambda op: op.read_apart[:1] if op.kind == "gather" else ())
 
-    def _read_only_by(self, kinds: tuple[str, ...]) -> frozenset[str]:
-        """The inputs no op reads but as the first operand of an op of `kinds`."""
-        sources = {str(op.operands[0]) for op in self.ops if op.kind in kinds}
-        whole = {
-            n for op in self.ops for n in op.inputs
-            if not (op.kind in kinds and n == op.operands[0])
-        }  # fmt: skip
+    def _read_only_by(self, apart: Callable[[Op], tuple[str, ...]]) -> frozenset[str]:
+        """The inputs every op that reads them reads as one of its `apart(op)`."""
+        sources = {n for op in self.ops for n in apart(op)}
+        whole = {n for op in self.ops for n in op.inputs if n not in apart(op)}
         return frozenset(n for n in sources if n in self.inputs and n not in whole)
 
 

@@ -430,7 +430,10 @@ class Gathered:
 def gathered_reads(diagram: Diagram, kernel: Kernel) -> list[Gathered]:
     """Each gather of the kernel whose source is a kernel input. Random indices into r rows,
     n per slice of the source (n: the index's values along the axes the source lacks),
-    select r (1 - (1 - 1/r)^n) distinct rows of each slice, at most one per index."""
+    select r (1 - (1 - 1/r)^n) distinct rows of each slice, at most one per index. A paged
+    gather reads each row of its result once: a block table gives each sequence pages of
+    its own (vLLM's allocator; a shared prefix is the exception), so no page is counted as
+    read twice from a cache."""
     out = []
     # positions picked in the kernel (argmax, topk) from the very tensor gathered: the
     # selection holds the values it picked (ncdc.families.select), the gather reads nothing
@@ -450,6 +453,9 @@ def gathered_reads(diagram: Diagram, kernel: Kernel) -> list[Gathered]:
             float(diagram.size(diagram.tensor(op.out))),
         )
         run = t.axes[t.axes.index(axis) + 1 :]
+        if "into" in op.params:  # a block table: each sequence's pages are its own
+            distinct = float(diagram.size(diagram.tensor(op.out)))
+            run = t.axes[t.axes.index(op.params["within"]) + 1 :]
         whole = source not in kernel.gathered_only
         out.append(Gathered(op.out, source, op.axes, DTYPES[t.dtype].bytes, run, distinct, whole))
     return out

@@ -370,14 +370,29 @@ def gather_indices(op: Op, env: Mapping[str, np.ndarray], axes_of: Mapping, d: D
     """A gather's index at each value of its result, rounded to the nearest whole number
     (ties to even, as an int32 stores it), and where it is out of range (or NaN)."""
     name = str(op.operands[1])
-    k = np.rint(_aligned(env[name], axes_of[name], op.axes))
+    table, axes = np.asarray(env[name]), axes_of[name]
+    if "into" in op.params:  # paged: the page of each row along `into`
+        pages, into = op.params["pages"], op.params["into"]
+        at = np.arange(d.axes[into]) // d.axes[op.params["within"]]
+        table = np.take(table, at, axis=axes.index(pages))
+        axes = tuple(into if a == pages else a for a in axes)
+    k = np.rint(_aligned(table, axes, op.axes))
     bad = ~((k >= 0) & (k < d.axes[op.params["axis"]]))  # NaN compares false: bad
     return np.where(bad, 0, k).astype(np.int64), bad
 
 
+def read_index(op: Op, values: np.ndarray, axes: tuple[str, ...], d: Diagram) -> np.ndarray:
+    """The part of a gather's index that it reads: all of it, or a block table's pages up
+    to the last that holds a row of the paged axis."""
+    if "into" not in op.params:
+        return values
+    used = -(-d.axes[op.params["into"]] // d.axes[op.params["within"]])
+    return np.take(values, np.arange(used), axis=axes.index(op.params["pages"]))
+
+
 def _gather(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram) -> np.ndarray:
-    """T[.., I[i..], ..] over the result's axes; NaN where the index is out of range (a run
-    refuses those: ncdc.verify.run.check_indices)."""
+    """T[.., I[i..], ..] over the result's axes (paged: T[.., I[.., x // r], x % r, ..]);
+    NaN where the index is out of range (a run refuses those: ncdc.verify.run.check_indices)."""
     source = str(op.operands[0])
     k, bad = gather_indices(op, env, axes_of, d)
     shape = [d.axes[a] for a in op.axes]
@@ -385,6 +400,12 @@ def _gather(op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagra
     for a in axes_of[source]:
         if a == op.params["axis"]:
             at.append(np.broadcast_to(k, shape))
+        elif a == op.params.get("within"):  # the row in the page
+            into = op.params["into"]
+            row = np.arange(d.axes[into]) % d.axes[a]
+            at.append(
+                np.broadcast_to(row.reshape([-1 if b == into else 1 for b in op.axes]), shape)
+            )
         else:
             axis = np.arange(d.axes[a]).reshape([-1 if b == a else 1 for b in op.axes])
             at.append(np.broadcast_to(axis, shape))

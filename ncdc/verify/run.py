@@ -31,13 +31,19 @@ from ncdc.backends.outputs import load_compiled
 from ncdc.errors import IndexRangeError, UsageError
 from ncdc.families.codegen import STATUS
 from ncdc.hardware.machine import Hardware
-from ncdc.language.diagram import Diagram
+from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.load import load_diagram
 from ncdc.output import phase, progress
 from ncdc.render import Launch, RenderedModule
 from ncdc.system import available_memory, default_jobs
-from ncdc.verify.reference import evaluate, from_storage, make_inputs, to_storage
+from ncdc.verify.reference import (
+    evaluate,
+    from_storage,
+    make_inputs,
+    read_index,
+    to_storage,
+)
 
 if TYPE_CHECKING:
     from ncdc.backends.cpu import EmulatedModule
@@ -151,7 +157,8 @@ def check_indices(diagram: Diagram, buffers: Mapping[str, np.ndarray], env: Mapp
         if op.kind not in ("gather", "scatter"):
             continue
         name, axis = str(op.operands[1]), op.params["axis"]
-        values = np.asarray(env[name], dtype=np.float64)
+        values = read_index(op, np.asarray(env[name], dtype=np.float64),
+                            diagram.tensor(name).axes, diagram)  # fmt: skip
         k = np.rint(values)
         bad = ~((k >= 0) & (k < diagram.axes[axis]))
         if bad.any():
@@ -159,12 +166,17 @@ def check_indices(diagram: Diagram, buffers: Mapping[str, np.ndarray], env: Mapp
             where = f"{name}[{', '.join(map(str, at))}]" if at else name
             raise IndexRangeError(
                 f"index {where} = {values[at]:g} is out of range: {op.out} = {op.fn}("
-                f"{op.operands[0]}, {name}, axis={axis}) selects among 0 .. "
+                f"{op.operands[0]}, {name}, axis={axis}{_paging(op)}) selects among 0 .. "
                 f"{diagram.axes[axis] - 1} (the size of {axis}); the kernels "
                 + ("read nothing there" if op.kind == "gather" else "add nothing there"),
                 hint=f"keep every value of {name} from 0 to {diagram.axes[axis] - 1}",
             )
     raise IndexRangeError("a kernel found an index out of range", hint="check the index tensors")
+
+
+def _paging(op: Op) -> str:
+    """A paged gather's own keywords, as the spec writes them."""
+    return "".join(f", {k}={op.params[k]}" for k in ("within", "into") if k in op.params)
 
 
 DEVICE_ALIGNMENT = 256  # bytes: what cudaMalloc returns (CUDA C++ Programming Guide)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
 from ncdc.families.attention.scores import SCORE_KINDS, Scores, pitch_of, read_scores, unsupported
-from ncdc.families.base import Param, round_up
-from ncdc.families.codegen import cpp_type, size_name
+from ncdc.families.base import Param, Workspace, round_up
+from ncdc.families.codegen import cpp_type, size_name, status_param, status_workspace
 from ncdc.hardware.arch import MMA_TILE
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
@@ -90,6 +90,35 @@ def is_lse(op: Op, soft: Op) -> bool:
 
 
 @dataclass(frozen=True)
+class Paged:
+    """K and V gathered from paged caches through one block table, in the kernel: key x of
+    a slice is row x % rows of page table[.., x // rows] (ncdc_attention.cuh's load_kv)."""
+
+    table: str  # the int32 block table
+    offset: str  # C++: where this slice's row of the table starts
+    pitch: str  # C++: elements between its pages
+    rows: str  # the axis along a page (`within`)
+    pages: str  # the caches' axis of pages
+    count: str  # the table's axis of a sequence's pages
+    k_pitch: str  # C++: elements between pages of K's cache
+    v_pitch: str
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return (self.rows, self.pages, self.count)
+
+
+def paged_reads(kernel: Kernel) -> dict[str, Op]:
+    """The kernel's paged gathers of its inputs (a cache through a block table), by their
+    results: the attention kernels read K and V through them."""
+    return {
+        op.out: op for op in kernel.ops
+        if op.kind == "gather" and "into" in op.params
+        and all(n in kernel.inputs for n in op.read_apart)
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Attention:
     """What the templates need of one attention kernel, read from the diagram."""
 
@@ -110,6 +139,8 @@ class Attention:
     scores: Scores = Scores()
     lse: str = ""  # the fp32 log-sum-exp output over (batch..., q), or none
     v_dtype: str = ""  # V's and O's type where it is not Q's and K's (fp8 Q and K)
+    paged: Paged | None = None  # K and V read through a block table: k and v the caches
+    page_rows: int = 0  # rows a page holds (compile-time, as the head sizes)
 
     @property
     def value_dtype(self) -> str:
@@ -119,7 +150,8 @@ class Attention:
     def sizes(self) -> tuple[str, ...]:
         """The runtime size parameters, in parameter order."""
         packed = (self.scores.sequences,) if self.scores.sequences else ()
-        return (*self.batch, self.q_axis, self.x_axis, *packed)
+        pages = self.paged.axes if self.paged else ()
+        return tuple(dict.fromkeys((*self.batch, self.q_axis, self.x_axis, *packed, *pages)))
 
     def size_params(self, axes: Mapping[str, int]) -> tuple[Param, ...]:
         return tuple(Param(size_name(a), "int64", value=axes[a]) for a in self.sizes)
@@ -142,15 +174,23 @@ class Attention:
             "lengths": sc.lengths, "lengths_offset": sc.lengths_offset,
             "sequences": sc.sequences, "lse": self.lse,
             "upper": bool(sc.hi), "below": bool(sc.lo or sc.sequences),
+            "paged": self.paged, "page_rows": self.page_rows,
         }  # fmt: skip
 
     def score_params(self) -> tuple[Param, ...]:
-        """The tensors the score path reads: biases and slopes, then the lengths."""
+        """The tensors the score path reads: biases and slopes, then the lengths; a paged
+        cache's block table and the status word its pages are checked into."""
         sc = self.scores
         out = [Param(t.name, "tensor", t.dtype) for t in sc.inputs]
         if sc.lengths:
             out.append(Param(sc.lengths, "tensor", "int32"))
+        if self.paged:
+            out += [Param(self.paged.table, "tensor", "int32"), status_param()]
         return tuple(out)
+
+    def workspace(self) -> tuple[Workspace, ...]:
+        """The status word of a paged cache's page check."""
+        return (status_workspace(),) if self.paged else ()
 
     def lse_params(self) -> tuple[Param, ...]:
         """The log-sum-exp output, when the diagram has one."""
@@ -176,6 +216,7 @@ def variant_name(
         + ("_packed" if at.scores.sequences else "_varlen" if at.scores.lengths else "")
         + ("" if at.scores.plain else "_scores")
         + ("_lse" if at.lse else "")
+        + (f"_page{at.page_rows}" if at.paged else "")
     )
 
 
@@ -217,9 +258,12 @@ def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ..
     (x,) = soft[0].over
     if second.over != (x,) or soft[0].out not in second.inputs or x in first.over:
         return None
+    paged = paged_reads(kernel)
     for op in kernel.ops:
         if op in (first, second, soft[0]) or op.kind in SCORE_KINDS or is_lse(op, soft[0]):
             continue
+        if op.out in paged and op.out in (*first.operands, *second.operands):
+            continue  # K or V, read through its block table
         return None
     operands = [o for o in first.operands if isinstance(o, str)]
     if len(operands) != 2:
@@ -371,9 +415,14 @@ def read_attention(
             )
     axes_of = {"row": {"Q": q_axis, "K": x_axis, "V": x_axis, "O": q_axis},
                "head": {"Q": d_axis, "K": d_axis, "V": dv_axis, "O": dv_axis}}  # fmt: skip
-    offset, stride = _layout(
-        kernel, diagram, names, batch, axes_of, {d_axis: str(d), dv_axis: str(d_v)}
-    )
+    fixed = {d_axis: str(d), dv_axis: str(d_v)}
+    paged = _paged(kernel, diagram, names, batch, fixed)
+    if paged is not None:  # K and V are read from the caches, along a page's rows
+        gathers = paged_reads(kernel)
+        k_name, v_name = (str(gathers[names[r]].operands[0]) for r in ("K", "V"))
+        names = {**names, "K": k_name, "V": v_name}
+        axes_of["row"] = {**axes_of["row"], "K": paged.rows, "V": paged.rows}
+    offset, stride = _layout(kernel, diagram, names, batch, axes_of, fixed, paged)
     if lse_op is not None:  # over (batch..., q) in any order
         axes = lse_op.axes
         pitch = {a: pitch_of(axes, a, {d_axis: str(d), dv_axis: str(d_v)}) for a in axes}
@@ -383,7 +432,66 @@ def read_attention(
         stride[lse_op.out] = pitch[q_axis]
     return Attention(q_name, k_name, v_name, second.out, batch, q_axis, x_axis, d, d_v, dtype,
                       causal, scale, offset, stride, scores,
-                      lse_op.out if lse_op else "", v_dtype if mixed else "")  # fmt: skip
+                      lse_op.out if lse_op else "", v_dtype if mixed else "", paged,
+                      diagram.axes[paged.rows] if paged else 0)  # fmt: skip
+
+
+def _paged(
+    kernel: Kernel, diagram: Diagram, names: Mapping[str, str], batch: tuple[str, ...],
+    fixed: Mapping[str, str],
+) -> Paged | None:  # fmt: skip
+    """K and V's block table, where the kernel gathers them from paged caches; PlanError
+    unless both are gathered through one table with pages of one size, each cache in
+    [pages, rows, batch..., head] order (any order but the head last) and of its result's
+    type, and the table over batch axes and its pages."""
+    gathers = paged_reads(kernel)
+    ops = [gathers.get(names[r]) for r in ("K", "V")]
+    if not any(ops):
+        return None
+    k_op, v_op = ops
+    if k_op is None or v_op is None:
+        paged, whole = ("K", "V") if k_op else ("V", "K")
+        raise PlanError(
+            f"attention kernel {kernel.name}: {paged} ({names[paged]}) is read through a "
+            f"block table and {whole} ({names[whole]}) from memory; the kernel pages both or "
+            "neither",
+            hint=f"gather {whole} from its cache through the same table too, or keep "
+            f"{names[paged]} in a kernel of its own: schedule: {{materialize: [{names[paged]}]}}",
+        )
+    if k_op.operands[1] != v_op.operands[1] or any(
+        k_op.params[p] != v_op.params[p] for p in ("within", "pages", "axis")
+    ):
+        raise PlanError(
+            f"attention kernel {kernel.name}: K ({names['K']}) and V ({names['V']}) are read "
+            "through block tables unlike each other; the kernel pages both through one table",
+            hint="gather K and V from their caches with one table and the same axis, within "
+            "and into",
+        )
+    table = diagram.tensor(str(k_op.operands[1]))
+    pages, rows, count = k_op.params["axis"], k_op.params["within"], k_op.params["pages"]
+    if not set(table.axes) <= {*batch, count}:
+        raise PlanError(
+            f"attention kernel {kernel.name}: the block table {table.name} has axes "
+            f"{list(table.axes)}; expected batch axes and its pages ({count})",
+            hint=f"give {table.name} one row of pages per sequence: axes [{', '.join(batch)}"
+            f"{', ' if batch else ''}{count}]",
+        )
+    pitch = {}
+    for op in (k_op, v_op):
+        cache = diagram.tensor(str(op.operands[0]))
+        if cache.dtype != op.dtype:
+            raise PlanError(
+                f"attention kernel {kernel.name}: {op.out} = {op.fn}({cache.name}, ...) is "
+                f"{op.dtype}, its cache {cache.dtype}; the kernel reads the cache as it is stored",
+                hint=f"drop dtype= from {op.out}, or store {cache.name} as {op.dtype}",
+            )
+        pitch[op.out] = pitch_of(cache.axes, pages, fixed)
+    return Paged(
+        table.name,
+        " + ".join(f"ncdc_i_{a} * {pitch_of(table.axes, a, {})}" for a in batch
+                   if a in table.axes) or "0",
+        pitch_of(table.axes, count, {}), rows, pages, count, pitch[k_op.out], pitch[v_op.out],
+    )  # fmt: skip
 
 
 def _check_outputs(kernel: Kernel, second: Op, soft: Op, lse_op: Op | None, x_axis: str) -> None:
@@ -461,14 +569,17 @@ def _dtypes(
 def _layout(
     kernel: Kernel, diagram: Diagram, names: Mapping[str, str], batch: tuple[str, ...],
     axes_of: Mapping[str, Mapping[str, str]], fixed: Mapping[str, str],
+    paged: Paged | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:  # fmt: skip
     """Each of Q, K, V and O's offset over the batch axes and its row stride, as C
-    expressions; PlanError unless each has batch axes, its row axis and its head last."""
+    expressions; PlanError unless each has batch axes, its row axis and its head last
+    (and, for paged K and V caches, their axis of pages)."""
     offset, stride = {}, {}
     for role, n in names.items():
         axes = diagram.tensor(n).axes
         row, head = axes_of["row"][role], axes_of["head"][role]
-        if axes[-1] != head or row not in axes or not set(axes) <= {*batch, row, head}:
+        pages = {paged.pages} if paged and role in ("K", "V") else set()
+        if axes[-1] != head or row not in axes or not set(axes) <= {*batch, row, head, *pages}:
             raise PlanError(
                 f"attention kernel {kernel.name}: {role} ({n}) has axes {list(axes)}; "
                 f"expected batch axes, {row} and {head} last",

@@ -211,7 +211,9 @@ class DecodeFamily:
             f"({s_x // warps} per warp), {c.stages}-stage cp.async; partials in fp32, merged "
             "by a second kernel",
         }
-        return KernelSource("decode_attention.cu.j2", context, launches, workspace)
+        return KernelSource(
+            "decode_attention.cu.j2", context, launches, (*workspace, *at.workspace())
+        )
 
     def tile_axes(self, family: Family) -> list[tuple[str, tuple[int, ...]]]:
         return [(family.axes("q")[-1], TILES["g_q"]), (family.axes("x")[0], TILES["s_x"])]
@@ -226,8 +228,9 @@ FAMILY = DecodeFamily()
 
 def packed_heads(at: Attention, diagram: Diagram, q_len: int) -> tuple[str, int]:
     """The query-head axis whose heads share each K/V head (a batch axis of Q and O that K
-    and V lack: the r of a GQA group), and how many of its heads one block packs into the
-    mma's 16 rows with their q_len queries each: the largest divisor of its size that fits.
+    and V lack, and a paged cache's block table: the r of a GQA group), and how many of
+    its heads one block packs into the mma's 16 rows with their q_len queries each: the
+    largest divisor of its size that fits.
     ("", 1) when no such axis packs two heads, or when the kernel has more than a causal
     mask: a score functor, a bias, a length mask or the log-sum-exp address one head per
     block (the rows of the block still map to queries, r % q_len).
@@ -245,6 +248,8 @@ def packed_heads(at: Attention, diagram: Diagram, q_len: int) -> tuple[str, int]
     if not sc.plain or sc.lo or sc.lengths or sc.sequences or at.lse:
         return ("", 1)
     shared = set(diagram.tensor(at.k).axes) | set(diagram.tensor(at.v).axes)
+    if at.paged:  # the caches' pages differ by the table's axes too
+        shared |= set(diagram.tensor(at.paged.table).axes)
     rows = set(diagram.tensor(at.q).axes) & set(diagram.tensor(at.o).axes)
     best = ("", 1)
     for a in at.batch:

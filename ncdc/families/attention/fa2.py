@@ -143,4 +143,5 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
     }
     if splitk.is_split(c):
         return splitk.render(kp, plan, at, name, context)
-    return KernelSource("attention.cu.j2", context, (Launch.of(name, c.main, params),))
+    launch = Launch.of(name, c.main, params)
+    return KernelSource("attention.cu.j2", context, (launch,), at.workspace())

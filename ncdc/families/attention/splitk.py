@@ -163,4 +163,6 @@ def render(
         f"{c.stages}-stage cp.async ring, {c.warps} warps of {warp_q} queries; fp32 "
         "partials merged in split order by a second kernel",
     }
-    return KernelSource("attention_splitk.cu.j2", split_context, launches, workspace)
+    return KernelSource(
+        "attention_splitk.cu.j2", split_context, launches, (*workspace, *at.workspace())
+    )

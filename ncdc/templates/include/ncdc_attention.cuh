@@ -433,6 +433,13 @@ struct Slice {
   Visible vis;       // the keys each query sees (x_end is x_len without a length mask)
   float* lse;        // the log-sum-exp of each query's logits (natural log), or none
   long long lse_stride;
+  // Paged K and V (load_kv's PAGE rows a page): key x is row x % PAGE of page
+  // pages[(x / PAGE) * pages_pitch] of the caches k and v, their pages k_page and v_page
+  // elements apart; a page outside [0, page_count) reads nothing and sets *status.
+  const int* pages = nullptr;
+  long long pages_pitch = 1, k_page = 0, v_page = 0;
+  int page_count = 0;
+  int* status = nullptr;
 };
 
 // The log-sum-exp of a row from its running max m (base 2) and sum l: (m + log2 l) ln 2,
@@ -447,12 +454,105 @@ NCDC_DEVICE float row_lse(float m, float l) {
 // scaled ones.
 NCDC_DEVICE float positive_scale(float scale_log2) { return fmaxf(fabsf(scale_log2), 1e-30f); }
 
-// Keys [key0, key0 + SX) of K and V (rows at or past `end` zero-filled) into one ring stage.
-template <class T, int SX, int D, int DV, int THREADS>
+// The cache page that holds page `pg` of this slice's sequence (Slice's block table), or -1
+// where the table's entry is outside [0, page_count), which sets *status (every writer
+// writes 1: no atomic needed).
+template <class T>
+NCDC_DEVICE int page_at(const Slice<T>& a, int pg) {
+  const int p = ld_global(a.pages + pg * a.pages_pitch);
+  if (p >= 0 && p < a.page_count) return p;
+  *a.status = 1;
+  return -1;
+}
+
+// Rows [key0, key0 + ROWS) of paged caches into swizzled shared tiles, as load_tile, for
+// pages of PAGE rows that a tile spans several of: each row finds its page in the block
+// table (an L1 hit but for a page's first row). K's and V's copies of a row share its page
+// where their heads are equal (`vs` then non-null). Rows at or past `valid`, and rows of a
+// page out of range, are zero-filled and read nothing.
+template <class T, int ROWS, int COLS, int THREADS, int PAGE>
+NCDC_DEVICE void load_paged_rows(T* ks, T* vs, const T* k, const T* v, long long k_page,
+                                 long long v_page, long long k_stride, long long v_stride,
+                                 const Slice<T>& a, int key0, int valid, int tid) {
+  constexpr int C = COLS / 8, TOTAL = ROWS * C;
+#pragma unroll
+  for (int i0 = 0; i0 < TOTAL; i0 += THREADS) {
+    const int i = i0 + tid;
+    if (TOTAL % THREADS == 0 || i < TOTAL) {
+      const int row = i / C, chunk = i % C, x = key0 + row;
+      const int p = row < valid ? page_at(a, x / PAGE) : -1;
+      const int bytes = p >= 0 ? 16 : 0;
+      const long long r = x % PAGE;
+      cp_async_16_zfill(ks + swizzle<C>(row, chunk),
+                        k + (p >= 0 ? p * k_page + r * k_stride + chunk * 8 : 0), bytes);
+      if (vs)
+        cp_async_16_zfill(vs + swizzle<C>(row, chunk),
+                          v + (p >= 0 ? p * v_page + r * v_stride + chunk * 8 : 0), bytes);
+    }
+  }
+}
+
+// Keys [key0, key0 + ROWS) of K's and V's paged caches (Slice's pages, PAGE rows each) into
+// one ring stage; key0 is a multiple of ROWS. A page of a multiple of ROWS rows holds the
+// whole tile: one table read, then the copies of load_tile. A tile of whole pages: a read
+// a page. Other pages (fewer rows than a pass of the threads covers): load_paged_rows.
+template <class T, int ROWS, int D, int DV, int THREADS, int PAGE>
+NCDC_DEVICE void load_paged_kv(T* ks, T* vs, const Slice<T>& a, int key0, int valid, int tid) {
+  static_assert(PAGE > 0, "a page holds rows");
+  if constexpr (PAGE % ROWS == 0) {
+    const int p = valid > 0 ? page_at(a, key0 / PAGE) : -1;
+    const long long r = key0 % PAGE;
+    const int rows = p >= 0 ? valid : 0;
+    load_tile<T, ROWS, D, D / 8, THREADS>(ks, a.k + (p >= 0 ? p * a.k_page + r * a.k_stride : 0),
+                                          a.k_stride, rows, tid);
+    load_tile<T, ROWS, DV, DV / 8, THREADS>(
+        vs, a.v + (p >= 0 ? p * a.v_page + r * a.v_stride : 0), a.v_stride, rows, tid);
+  } else if constexpr (D == DV && THREADS % (D / 8) == 0 && ROWS % PAGE == 0 &&
+                       PAGE % (THREADS / (D / 8)) == 0) {
+    // Whole pages in the tile, each thread one column of R-row strides: a thread's rows of a
+    // page are its first row R apart, so one table read a page and pointer steps
+    constexpr int C = D / 8, R = THREADS / C;
+    const int row0 = tid / C, chunk = tid % C;
+    const long long k_step = R * a.k_stride, v_step = R * a.v_stride;
+#pragma unroll
+    for (int pg = 0; pg < ROWS / PAGE; ++pg) {
+      const int first = pg * PAGE;  // the page's first row in the tile
+      const int p = first < valid ? page_at(a, key0 / PAGE + pg) : -1;
+      const T* kp = a.k + (p >= 0 ? p * a.k_page + row0 * a.k_stride + chunk * 8 : 0);
+      const T* vp = a.v + (p >= 0 ? p * a.v_page + row0 * a.v_stride + chunk * 8 : 0);
+#pragma unroll
+      for (int j = 0; j < PAGE / R; ++j) {
+        const int row = first + row0 + j * R;
+        const int bytes = p >= 0 && row < valid ? 16 : 0;
+        cp_async_16_zfill(ks + swizzle<C>(row, chunk), kp, bytes);
+        cp_async_16_zfill(vs + swizzle<C>(row, chunk), vp, bytes);
+        kp += k_step;
+        vp += v_step;
+      }
+    }
+  } else if constexpr (D == DV) {
+    load_paged_rows<T, ROWS, D, THREADS, PAGE>(ks, vs, a.k, a.v, a.k_page, a.v_page, a.k_stride,
+                                               a.v_stride, a, key0, valid, tid);
+  } else {
+    load_paged_rows<T, ROWS, D, THREADS, PAGE>(ks, nullptr, a.k, a.k, a.k_page, 0, a.k_stride, 0,
+                                               a, key0, valid, tid);
+    load_paged_rows<T, ROWS, DV, THREADS, PAGE>(vs, nullptr, a.v, a.v, a.v_page, 0, a.v_stride,
+                                                0, a, key0, valid, tid);
+  }
+}
+
+// Keys [key0, key0 + SX) of K and V (rows at or past `end` zero-filled) into one ring stage;
+// PAGE > 0: through the block table, pages of PAGE rows (load_paged_kv).
+template <class T, int SX, int D, int DV, int THREADS, int PAGE = 0>
 NCDC_DEVICE void load_kv(T* ks, T* vs, const Slice<T>& a, int key0, int end, int tid) {
-  load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + key0 * a.k_stride, a.k_stride, end - key0, tid);
-  load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + key0 * a.v_stride, a.v_stride, end - key0,
+  if constexpr (PAGE > 0) {
+    load_paged_kv<T, SX, D, DV, THREADS, PAGE>(ks, vs, a, key0, end - key0, tid);
+  } else {
+    load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + key0 * a.k_stride, a.k_stride, end - key0,
                                         tid);
+    load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + key0 * a.v_stride, a.v_stride, end - key0,
+                                          tid);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -473,7 +573,7 @@ NCDC_DEVICE void load_kv(T* ks, T* vs, const Slice<T>& a, int key0, int end, int
 // a.lse (a flag, so that a kernel without one keeps no pointer live through the key loop).
 // SPLIT: the block sees only keys [sp.begin, sp.end) (begin a multiple of SX, end one or
 // x_len) and writes its rows' unnormalised O and (m, l) to the split's partials (Split);
-// merge_partials combines them.
+// merge_partials combines them. PAGE > 0: K and V are read through the block table (load_kv).
 struct Split {
   int begin = 0, end = 0;     // the keys of this split
   float* part_o = nullptr;    // [q_len][DV] fp32: this split's unnormalised O
@@ -481,7 +581,7 @@ struct Split {
 };
 
 template <class T, int D, int DV, int GQ, int SX, int MB, int STAGES, bool QREG, bool UPPER,
-          bool BELOW, bool LSE, bool SPLIT = false, class Scores>
+          bool BELOW, bool LSE, bool SPLIT = false, int PAGE = 0, class Scores>
 NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_stride, int q_tile,
                                    const Scores& scores, const Split& sp = Split()) {
   constexpr int WQ = 16 * MB, W = GQ / WQ, THREADS = 32 * W;
@@ -536,7 +636,7 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_st
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < tiles)
-        load_kv<T, SX, D, DV, THREADS>(ks + s * KT, vs + s * VT, a, k0 + s * SX, a.x_len, tid);
+        load_kv<T, SX, D, DV, THREADS, PAGE>(ks + s * KT, vs + s * VT, a, k0 + s * SX, a.x_len, tid);
       cp_async_commit();
     }
     cp_async_wait<STAGES - 2>();
@@ -558,7 +658,7 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_st
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         if (j + STAGES - 1 < tiles)
-          load_kv<T, SX, D, DV, THREADS>(ks + fill * KT, vs + fill * VT, a,
+          load_kv<T, SX, D, DV, THREADS, PAGE>(ks + fill * KT, vs + fill * VT, a,
                                          k0 + (j + STAGES - 1) * SX, a.x_len, tid);
         cp_async_commit();
         float s[MB][SX / 8][4];
@@ -659,7 +759,7 @@ struct Packing {
 };
 
 template <class T, int D, int DV, int SX, int W, int STAGES, bool QREG, bool UPPER, bool BELOW,
-          class Scores>
+          int PAGE = 0, class Scores>
 NCDC_DEVICE void decode_partial(const Slice<T>& a, const Packing& pk, int split,
                                 int keys_per_split, float* part_o, float* part_ml,
                                 const Scores& scores) {
@@ -709,7 +809,7 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, const Packing& pk, int split,
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < tiles)
-        load_kv<T, SX, D, DV, THREADS>(ks + s * KT, vs + s * VT, a, begin + s * SX, end, tid);
+        load_kv<T, SX, D, DV, THREADS, PAGE>(ks + s * KT, vs + s * VT, a, begin + s * SX, end, tid);
       cp_async_commit();
     }
     cp_async_wait<STAGES - 2>();
@@ -727,7 +827,7 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, const Packing& pk, int split,
       cp_async_wait<STAGES - 2>();
       __syncthreads();
       if (j + STAGES - 1 < tiles)
-        load_kv<T, SX, D, DV, THREADS>(ks + fill * KT, vs + fill * VT, a,
+        load_kv<T, SX, D, DV, THREADS, PAGE>(ks + fill * KT, vs + fill * VT, a,
                                        begin + (j + STAGES - 1) * SX, end, tid);
       cp_async_commit();
       const bool active = key0 < end && (!BELOW || key0 + NK - 1 >= first_key);
