@@ -332,3 +332,45 @@ def test_rope_and_a_running_sum_match_torch() -> None:
     (y * g).sum().backward()
     assert x.grad is not None
     assert torch.allclose(x.grad, torch.flip(torch.cumsum(torch.flip(g, [1]), 1), [1]), atol=1e-4)
+
+
+def test_rope_attention_and_a_paged_decode_match_torchs_attention() -> None:
+    """Llama 3's attention with RoPE applied as Q loads (and K rotated by a kernel of its
+    own) against rotate_half and torch's scaled_dot_product_attention; a decode step through
+    a block table of shuffled pages against the cache gathered by torch first."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    sizes = {"b": 1, "s": 37, "x": 37, "g": 2, "r": 2, "p": 64}
+    attend = ncdc_torch.op(support.ROOT / "diagrams/rope_attention.yaml",
+                           name="ncdc_test::rope_attention", sizes=sizes)  # fmt: skip
+    q, k, v = _bf16((1, 37, 2, 2, 128)), _bf16((1, 37, 2, 128)), _bf16((1, 37, 2, 128))
+    angles = torch.from_numpy(rng().standard_normal((64, 64))).float()
+    cos, sin = (torch.cat([f(angles)] * 2, dim=-1) for f in (torch.cos, torch.sin))
+    pos = torch.from_numpy(rng().permutation(64)[:37].astype(np.int32)).reshape(1, 37)
+
+    def rotate(t: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        half = torch.cat([-t[..., 64:], t[..., :64]], dim=-1).float()
+        return (t.float() * c + half * s).bfloat16().float()
+
+    c, s = cos[pos[0]], sin[pos[0]]  # [s, d], the same positions for queries and keys
+    qr = rotate(q, c[None, :, None, None], s[None, :, None, None])  # [b, s, g, r, d]
+    kr = rotate(k, c[None, :, None], s[None, :, None])  # [b, x, g, d]
+    want = sdpa(qr.permute(0, 2, 3, 1, 4), kr.permute(0, 2, 1, 3)[:, :, None],
+                v.float().permute(0, 2, 1, 3)[:, :, None], is_causal=True)  # fmt: skip
+    got = attend(q, k, v, cos, sin, pos, pos)
+    assert torch.allclose(got.float(), want.permute(0, 3, 1, 2, 4), atol=0.03)
+
+    paged = ncdc_torch.op(support.ROOT / "diagrams/paged_decode_attention.yaml",
+                          name="ncdc_test::paged_decode",
+                          sizes={"b": 2, "g": 2, "r": 2, "x": 40, "page": 12, "n": 3})  # fmt: skip
+    q1, cache_k, cache_v = (
+        _bf16((2, 2, 2, 1, 128)),
+        _bf16((12, 16, 2, 128)),
+        _bf16((12, 16, 2, 128)),
+    )
+    table = torch.from_numpy(rng().permutation(12)[:6].astype(np.int32)).reshape(2, 3)
+    keys = cache_k[table.long()].reshape(2, 48, 2, 128)[:, :40].float()  # [b, x, g, d]
+    values = cache_v[table.long()].reshape(2, 48, 2, 128)[:, :40].float()
+    want = sdpa(q1.float().reshape(2, 2, 2, 128), keys.permute(0, 2, 1, 3),
+                values.permute(0, 2, 1, 3))  # fmt: skip
+    got = paged(q1, cache_k, cache_v, table)
+    assert torch.allclose(got.float().reshape(2, 2, 2, 128), want, atol=0.03)

@@ -65,6 +65,7 @@ BOX_LABEL = 18  # above a box: its label
 
 
 CURVE = 28  # horizontal room for a wire to bend into a port
+LABEL_ROOM = 4  # between a wire's label and its bend (the label's width is an estimate)
 
 
 LABEL = 11  # font size of wire labels
@@ -293,7 +294,8 @@ def _columns(view: CircuitView, bundles: dict[str, _Bundle], boxes: list[_Box]) 
             wm, lb = _gap_content(edges)
             mark_in[c] = x + 12 + wm / 2
             gap = 12 + wm + 12 if wm else 0
-            gap = max(gap, 12 + wm / 2 + 8 + lb + CURVE if wm else 2 * CURVE)
+            # the labels end LABEL_ROOM short of the bend, where a wire may turn steeply
+            gap = max(gap, 12 + wm / 2 + 8 + lb + LABEL_ROOM + CURVE if wm else 2 * CURVE)
             box_x[c] = (x + gap, x + gap + box_w[c])
             x = box_x[c][1]
             outs = [view.ops[i].output for i in boxes_in.get(c, [])]

@@ -24,6 +24,11 @@ OPERATION_HINTS: dict[str, str] = {
         "write gather(T, I, axis=a): T along a at the int32 indices I",
     ),
     **dict.fromkeys(
+        ("rope", "rotary", "rotary_embedding", "apply_rotary_emb", "apply_rotary_pos_emb"),
+        "write roll(X, axis=d, by=half), a sign from index(d), and mul/add with cos and sin "
+        "tables (diagrams/rope.yaml); before attention, fused into its Q and K loads",
+    ),
+    **dict.fromkeys(
         ("paged", "paged_gather", "block_table", "paged_attention", "page_gather"),
         "write gather(C, table, axis=page, within=slot, into=x): row i of x is row i % |slot| "
         "of page table[.., i // |slot|] of the cache C",

@@ -309,7 +309,7 @@ def evaluate_kernel(
     for level in hw.levels[1:]:
         part = choice.partitions[level.name]
         if c and level.name == hw.block_level:
-            values, nbytes = model.resident(part.group, part.stream, c.stages, True)
+            values, nbytes = model.resident(part.group, part.stream, c.stages, True, c.unstaged)
         elif c and level.name == hw.register_level:
             values = c.threads * min(c.registers, MAX_REGISTERS)
             nbytes = values * 4

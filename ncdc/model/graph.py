@@ -132,11 +132,28 @@ def build_graph(diagram: Diagram, hardware: Hardware) -> MemoryGraph:
     return MemoryGraph(diagram, hardware, tensors, kernels)
 
 
+def positional_results(diagram: Diagram) -> set[str]:
+    """Results computed from positions and numbers alone (a mask rule's terms, RoPE's sign
+    over the head), which any kernel computes for less than reading them back."""
+    inputs = {t.name for t in diagram.inputs}
+    data: set[str] = set()  # results that depend on some input
+    for op in diagram.ops:
+        if any(n in inputs or n in data for n in op.inputs):
+            data.add(op.out)
+    return {op.out for op in diagram.ops if op.out not in data}
+
+
 def _split_kernels(diagram: Diagram, breaks: set[str]) -> list[list[Op]]:
-    """Connected groups of operations joined by results that are not kernel breaks."""
+    """Connected groups of operations joined by results that are not kernel breaks. A
+    positional result that is neither saved nor a break joins nothing: each group that
+    reads it computes it (RoPE's sign over the head, read as Q and as K are rotated, leaves
+    K's rotation free to be a kernel of its own)."""
+    shared = positional_results(diagram) - breaks - set(diagram.outputs)
     kernel_of: dict[str, int] = {}
     groups: list[list[Op]] = []
     for op in diagram.ops:  # topological order, so producers come first
+        if op.out in shared:
+            continue
         joined = {kernel_of[n] for n in op.inputs if n in kernel_of and n not in breaks}
         if not joined:
             groups.append([op])
@@ -151,7 +168,31 @@ def _split_kernels(diagram: Diagram, breaks: set[str]) -> list[list[Op]]:
                         kernel_of[name] = index
             groups[index].append(op)
         kernel_of[op.out] = index
-    return _in_dependency_order([g for g in groups if g])
+    by_out = {op.out: op for op in diagram.ops}
+    placed = [_with_positional(g, shared, by_out) for g in groups if g]
+    read = {n for g in placed for op in g for n in op.inputs}
+    placed += [[op] for op in diagram.ops if op.out in shared - read]
+    return _in_dependency_order(placed)
+
+
+def _with_positional(group: list[Op], shared: set[str], by_out: dict[str, Op]) -> list[Op]:
+    """`group` with the `shared` positional ops it reads, placed (in the diagram's order)
+    before their first reader."""
+    order = {name: i for i, name in enumerate(by_out)}  # the diagram's order
+    out: list[Op] = []
+    have: set[str] = set()
+    for op in group:
+        need: set[str] = set()
+        todo = [n for n in op.inputs if n in shared and n not in have]
+        while todo:
+            n = todo.pop()
+            if n not in need and n not in have:
+                need.add(n)
+                todo += [m for m in by_out[n].inputs if m in shared]
+        out += [by_out[n] for n in sorted(need, key=order.__getitem__)]
+        have |= need
+        out.append(op)
+    return out
 
 
 def _in_dependency_order(groups: list[list[Op]]) -> list[list[Op]]:

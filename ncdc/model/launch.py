@@ -96,7 +96,10 @@ class Candidate:
     scatter-add: the values it adds over the values of its result), written from that
     fp32 workspace by the kernel's last launch; `recomputes`, operations (by their result)
     a later launch computes again, with the share of their work it does (attention's
-    backward with dQ in a second pass, query-major: S and dP again, over the band's pairs).
+    backward with dQ in a second pass, query-major: S and dP again, over the band's pairs);
+    `unstaged`, the inputs (or gathers, by result) the kernel reads from memory straight
+    into registers, which hold no shared memory (attention's Q and K computed as they
+    load read their inputs so).
     """
 
     group: Mapping[str, int] = field(hash=False)
@@ -118,6 +121,7 @@ class Candidate:
     raster_group: int = 0
     accumulates: tuple[tuple[str, float], ...] = ()
     recomputes: tuple[tuple[str, float], ...] = ()
+    unstaged: tuple[str, ...] = ()
 
     @property
     def main(self) -> LaunchShape:
@@ -175,6 +179,7 @@ class Candidate:
             "raster_group": self.raster_group,
             "accumulates": dict(self.accumulates),
             "recomputes": dict(self.recomputes),
+            "unstaged": list(self.unstaged),
         }
 
 
@@ -206,4 +211,5 @@ def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
         int(data.get("raster_group", 0)),
         tuple((str(k), float(v)) for k, v in data.get("accumulates", {}).items()),
         tuple((str(k), float(v)) for k, v in data.get("recomputes", {}).items()),
+        tuple(str(n) for n in data.get("unstaged", [])),
     )  # fmt: skip

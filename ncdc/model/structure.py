@@ -254,16 +254,22 @@ class KernelModel:
         return out
 
     def resident(
-        self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int = 1, inputs_only: bool = False
-    ) -> tuple[Any, Any]:
+        self, g: Mapping[str, Any], s: Mapping[str, Any], stages: int = 1,
+        inputs_only: bool = False, unstaged: tuple[str, ...] = (),
+    ) -> tuple[Any, Any]:  # fmt: skip
         """(values, bytes) one group holds at once: input chunks (x stages where streamed),
-        then, unless `inputs_only`, buffers and the online-softmax state."""
-        return _held(self.resident_parts(g, s), stages, inputs_only)
+        then, unless `inputs_only`, buffers and the online-softmax state; the inputs (or
+        gathers) a kernel reads straight from memory into registers (`unstaged`) hold none."""
+        return _held(self.resident_parts(g, s, unstaged), stages, inputs_only)
 
-    def resident_parts(self, g: Mapping[str, Any], s: Mapping[str, Any]) -> _Resident:
+    def resident_parts(
+        self, g: Mapping[str, Any], s: Mapping[str, Any], unstaged: tuple[str, ...] = ()
+    ) -> _Resident:
         """What `resident` adds up, before the pipeline stages multiply the streamed inputs."""
         streamed, whole, state = [0, 0], [0, 0], [0, 0]
-        for shape, p, axes in self._inputs:
+        for (name, *_), (shape, p, axes) in zip(self.inputs, self._inputs, strict=True):
+            if name in unstaged:
+                continue
             v = _chunk(shape, g, s)
             into = streamed if any(a in s for a in axes) else whole
             into[0] = into[0] + v

@@ -10,7 +10,7 @@ from dataclasses import replace
 from ncdc.errors import PlanError
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
-from ncdc.model.graph import Kernel, MemoryGraph, build_graph
+from ncdc.model.graph import Kernel, MemoryGraph, build_graph, positional_results
 from ncdc.model.structure import top_bytes
 from ncdc.model.values import BreakOption
 from ncdc.plan.kernels import rank_kernel
@@ -23,12 +23,8 @@ def breakable_results(diagram: Diagram) -> list[str]:
     that later ops read too), but for those computed from positions and numbers alone (a
     mask rule's terms), which any kernel recomputes for less than reading them back."""
     read = {n for op in diagram.ops for n in op.inputs}
-    inputs = {t.name for t in diagram.inputs}
-    data: set[str] = set()  # results that depend on some input
-    for op in diagram.ops:
-        if any(n in inputs or n in data for n in op.inputs):
-            data.add(op.out)
-    return [op.out for op in diagram.ops if op.out in read and op.out in data]
+    positional = positional_results(diagram)
+    return [op.out for op in diagram.ops if op.out in read and op.out not in positional]
 
 
 def with_breaks(diagram: Diagram, saved: Sequence[str]) -> Diagram:

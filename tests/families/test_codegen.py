@@ -247,6 +247,12 @@ def _plans_and_renders(diagram: Diagram) -> str:
     return ""
 
 
+# Sizes whose smallest tile the abstract machine cannot hold: a roll reads its axis whole,
+# and RoPE before attention keeps about 15 rows of a 4097-wide head on chip (229 KB against
+# the napkin's 100 KiB l1); refused in one line naming the level.
+TOO_WIDE_FOR_THE_NAPKIN = {("rope_attention", "d", 4097)}
+
+
 @pytest.mark.parametrize("path", DIAGRAMS, ids=lambda p: p.stem)
 def test_odd_sizes_plan(path):
     # Every odd size plans on the paper's abstract machine. On a GPU a plan is one that
@@ -258,7 +264,11 @@ def test_odd_sizes_plan(path):
     for axis in diagram.axes:
         for size in ODD_SIZES:
             resized = load_diagram(path, {axis: size})
-            assert plan_diagram(resized, NAPKIN).predicted_time_s > 0
+            if (path.stem, axis, size) in TOO_WIDE_FOR_THE_NAPKIN:
+                with pytest.raises(PlanError, match="the smallest tile needs .* at l1"):
+                    plan_diagram(resized, NAPKIN)
+            else:
+                assert plan_diagram(resized, NAPKIN).predicted_time_s > 0
             built += not _plans_and_renders(resized)
     assert built >= len(diagram.axes) * len(ODD_SIZES) // 2
 

@@ -40,10 +40,10 @@ struct document_mask_attention_attention_bf16_q64_x32_d128_w4_s2_scores_scores {
   const int* ncdc_p_docx;
   long long ncdc_q_docx, ncdc_x_docx;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
+    const float ncdc_e_D = ncdc::op_eq(ncdc::to_float(ncdc::ld_global(ncdc_p_docq + ncdc_i * ncdc_q_docq)), ncdc::to_float(ncdc::ld_global(ncdc_p_docx + ncdc_j * ncdc_x_docx)));
     const float ncdc_e_I = ncdc::op_id(float(ncdc_i));
     const float ncdc_e_J = ncdc::op_id(float(ncdc_j));
     const float ncdc_e_C = ncdc::op_le(ncdc_e_J, ncdc_e_I);
-    const float ncdc_e_D = ncdc::op_eq(ncdc::to_float(ncdc::ld_global(ncdc_p_docq + ncdc_i * ncdc_q_docq)), ncdc::to_float(ncdc::ld_global(ncdc_p_docx + ncdc_j * ncdc_x_docx)));
     const float ncdc_e_keep = ncdc::op_and(ncdc_e_C, ncdc_e_D);
     const float ncdc_e_M = ncdc::op_where(ncdc_e_keep, ncdc_s, (-ncdc::infinity()));
     return ncdc_e_M;

@@ -31,7 +31,8 @@
 extern "C" __global__ void __launch_bounds__(128) paged_prefill_attention_attention_bf16_q64_x32_d128_w4_s2_causal_page256(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ Kcache,
     const __nv_bfloat16* __restrict__ Vcache, __nv_bfloat16* __restrict__ O,
-    const int* __restrict__ table, int* __restrict__ ncdc_status,
+    const int* __restrict__ table,
+    int* __restrict__ ncdc_status,
     long long ncdc_size_b,
     long long ncdc_size_g,
     long long ncdc_size_r,

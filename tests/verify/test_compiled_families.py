@@ -123,6 +123,16 @@ CASES = {
         {"b": 1, "h": 2, "q": 70, "x": 90, "d": 64},
         ("_elementwise_", "_scores"),
     ),
+    "attention with RoPE computed as Q and K load, angles gathered by position": Case(
+        "rope_attention",
+        {"b": 1, "s": 37, "x": 37, "g": 2, "r": 2, "p": 64},
+        ("_attention_bf16_",),
+    ),
+    "decode attention through a block table of 16-row pages": Case(
+        "paged_decode_attention",
+        {"b": 2, "g": 2, "r": 2, "x": 40, "page": 12, "n": 3},
+        ("_page16", "_decode_merge_"),
+    ),
     "attention backward, dQ by atomics": Case(
         "attention_causal",
         {"b": 1, "h": 2, "q": 100, "x": 90, "d": 64},

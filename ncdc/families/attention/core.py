@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
+from ncdc.families.attention.loads import (
+    LOAD_KINDS,
+    Load,
+    operand_load,
+    operand_ops,
+    recomputed_loads,
+)
 from ncdc.families.attention.scores import SCORE_KINDS, Scores, pitch_of, read_scores, unsupported
 from ncdc.families.base import Param, Workspace, round_up
 from ncdc.families.codegen import cpp_type, size_name, status_param, status_workspace
@@ -141,6 +148,29 @@ class Attention:
     v_dtype: str = ""  # V's and O's type where it is not Q's and K's (fp8 Q and K)
     paged: Paged | None = None  # K and V read through a block table: k and v the caches
     page_rows: int = 0  # rows a page holds (compile-time, as the head sizes)
+    q_load: Load | None = None  # Q computed as its tile loads (RoPE...), or copied
+    k_load: Load | None = None
+    load_dtypes: Mapping[str, str] = field(default_factory=dict)  # the loads' inputs' types
+
+    @property
+    def loads(self) -> tuple[Load, ...]:
+        return tuple(ld for ld in (self.q_load, self.k_load) if ld is not None)
+
+    @property
+    def load_inputs(self) -> tuple[str, ...]:
+        """The inputs only the loads read (the tensors of Q, K, V and the score path are
+        parameters of their own)."""
+        own = {self.v, *(t.name for t in self.scores.inputs), self.scores.lengths}
+        own |= {self.q} if self.q_load is None else set()
+        own |= {self.k} if self.k_load is None else set()
+        if self.paged:
+            own.add(self.paged.table)
+        return tuple(dict.fromkeys(n for ld in self.loads for n in ld.inputs if n not in own))
+
+    @property
+    def status(self) -> bool:
+        """Whether the kernel checks indices (a paged cache's pages, a load's gathers)."""
+        return bool(self.paged) or any(ld.gathers for ld in self.loads)
 
     @property
     def value_dtype(self) -> str:
@@ -151,7 +181,10 @@ class Attention:
         """The runtime size parameters, in parameter order."""
         packed = (self.scores.sequences,) if self.scores.sequences else ()
         pages = self.paged.axes if self.paged else ()
-        return tuple(dict.fromkeys((*self.batch, self.q_axis, self.x_axis, *packed, *pages)))
+        loads = tuple(a for ld in self.loads for a in ld.axes)
+        return tuple(
+            dict.fromkeys((*self.batch, self.q_axis, self.x_axis, *packed, *pages, *loads))
+        )
 
     def size_params(self, axes: Mapping[str, int]) -> tuple[Param, ...]:
         return tuple(Param(size_name(a), "int64", value=axes[a]) for a in self.sizes)
@@ -175,7 +208,46 @@ class Attention:
             "sequences": sc.sequences, "lse": self.lse,
             "upper": bool(sc.hi), "below": bool(sc.lo or sc.sequences),
             "paged": self.paged, "page_rows": self.page_rows,
+            "loads": self.loads, "q_load": self.q_load, "k_load": self.k_load,
+            "load_inputs": [{"name": n, "ctype": cpp_type(self.load_dtypes[n])}
+                            for n in self.load_inputs],
+            "status": self.status,
         }  # fmt: skip
+
+    def load_recomputes(
+        self, diagram: Diagram, q_tiles: int, splits: int = 1, pack: int = 1
+    ) -> tuple[tuple[str, float], ...]:
+        """`Candidate.recomputes` of the loads: K's values once per query tile and per
+        query head of a block that shares its K (the batch axes K lacks, `pack` of them to a
+        block), Q's once per split of the keys."""
+        if self.k_load is None:
+            shared = 1
+        else:
+            k_axes = diagram.tensor(self.k_load.operand).axes
+            shared = math.prod(diagram.axes[a] for a in self.batch if a not in k_axes)
+        times = {"q": float(splits), "k": q_tiles * shared / pack}
+        return recomputed_loads((self.q_load, self.k_load), times)
+
+    def unstaged(self, diagram: Diagram, kernel: Kernel) -> tuple[str, ...]:
+        """`Candidate.unstaged`: what the loads read (their inputs, and the gathers among
+        their ops) straight into registers, but the input over the operand's own axes,
+        which stands for the computed tile the shared memory holds."""
+        gathers = {op.out for op in kernel.ops if op.kind == "gather"}
+        out = []
+        for ld in self.loads:
+            axes = set(diagram.tensor(ld.operand).axes)
+            own = next((n for n in ld.inputs if set(diagram.tensor(n).axes) == axes), "")
+            out += [
+                n for n in (*ld.inputs, *ld.ops) if n != own and (n in gathers or n in ld.inputs)
+            ]
+        return tuple(dict.fromkeys(out))
+
+    def operand_params(self) -> tuple[Param, ...]:
+        """Q, K and V, but for Q or K computed as its tile loads (their inputs are among
+        `score_params`)."""
+        q = () if self.q_load else (Param(self.q, "tensor", self.dtype),)
+        k = () if self.k_load else (Param(self.k, "tensor", self.dtype),)
+        return (*q, *k, Param(self.v, "tensor", self.value_dtype))
 
     def score_params(self) -> tuple[Param, ...]:
         """The tensors the score path reads: biases and slopes, then the lengths; a paged
@@ -184,13 +256,16 @@ class Attention:
         out = [Param(t.name, "tensor", t.dtype) for t in sc.inputs]
         if sc.lengths:
             out.append(Param(sc.lengths, "tensor", "int32"))
+        out += [Param(n, "tensor", self.load_dtypes[n]) for n in self.load_inputs]
         if self.paged:
-            out += [Param(self.paged.table, "tensor", "int32"), status_param()]
+            out.append(Param(self.paged.table, "tensor", "int32"))
+        if self.status:
+            out.append(status_param())
         return tuple(out)
 
     def workspace(self) -> tuple[Workspace, ...]:
-        """The status word of a paged cache's page check."""
-        return (status_workspace(),) if self.paged else ()
+        """The status word of the index checks."""
+        return (status_workspace(),) if self.status else ()
 
     def lse_params(self) -> tuple[Param, ...]:
         """The log-sum-exp output, when the diagram has one."""
@@ -259,11 +334,14 @@ def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ..
     if second.over != (x,) or soft[0].out not in second.inputs or x in first.over:
         return None
     paged = paged_reads(kernel)
+    loaded = operand_ops(kernel, [str(o) for o in first.operands], set(paged))
     for op in kernel.ops:
         if op in (first, second, soft[0]) or op.kind in SCORE_KINDS or is_lse(op, soft[0]):
             continue
         if op.out in paged and op.out in (*first.operands, *second.operands):
             continue  # K or V, read through its block table
+        if op in loaded and op.kind in LOAD_KINDS:
+            continue  # computes Q or K as its tile loads
         return None
     operands = [o for o in first.operands if isinstance(o, str)]
     if len(operands) != 2:
@@ -393,12 +471,18 @@ def read_attention(
     lse_op = next((op for op in kernel.ops if is_lse(op, soft)), None)
     _check_outputs(kernel, second, soft, lse_op, x_axis)
     batch = tuple(roles["batch"])
-    scores = read_scores(kernel, diagram, first, soft, batch, q_axis, x_axis)
-    causal = any(op.fn == "causal" for op in kernel.ops)
-    scale = _scale(kernel, first, second, soft)
     q_name, k_name = (o for o in first.operands if isinstance(o, str))
     if x_axis in diagram.tensor(q_name).axes:  # contract(K, Q): the same logits
         q_name, k_name = k_name, q_name
+    skip = set(paged_reads(kernel))
+    q_load = operand_load(kernel, diagram, "q", q_name, (*batch, q_axis, d_axis), q_axis,
+                          d_axis, skip)  # fmt: skip
+    k_load = operand_load(kernel, diagram, "k", k_name, (*batch, x_axis, d_axis), x_axis,
+                          d_axis, skip)  # fmt: skip
+    loaded = frozenset(n for ld in (q_load, k_load) if ld is not None for n in ld.ops)
+    scores = read_scores(kernel, diagram, first, soft, batch, q_axis, x_axis, loaded)
+    causal = any(op.fn == "causal" for op in kernel.ops)
+    scale = _scale(kernel, first, second, soft)
     v_name = next(o for o in second.operands if isinstance(o, str) and o != soft.out)
     names = {"Q": q_name, "K": k_name, "V": v_name, "O": second.out}
     dtype, v_dtype, mixed = _dtypes(kernel, diagram, names, second, x_axis, fp8)
@@ -422,7 +506,8 @@ def read_attention(
         k_name, v_name = (str(gathers[names[r]].operands[0]) for r in ("K", "V"))
         names = {**names, "K": k_name, "V": v_name}
         axes_of["row"] = {**axes_of["row"], "K": paged.rows, "V": paged.rows}
-    offset, stride = _layout(kernel, diagram, names, batch, axes_of, fixed, paged)
+    computed = {r for r, ld in (("Q", q_load), ("K", k_load)) if ld is not None}
+    offset, stride = _layout(kernel, diagram, names, batch, axes_of, fixed, paged, computed)
     if lse_op is not None:  # over (batch..., q) in any order
         axes = lse_op.axes
         pitch = {a: pitch_of(axes, a, {d_axis: str(d), dv_axis: str(d_v)}) for a in axes}
@@ -433,7 +518,9 @@ def read_attention(
     return Attention(q_name, k_name, v_name, second.out, batch, q_axis, x_axis, d, d_v, dtype,
                       causal, scale, offset, stride, scores,
                       lse_op.out if lse_op else "", v_dtype if mixed else "", paged,
-                      diagram.axes[paged.rows] if paged else 0)  # fmt: skip
+                      diagram.axes[paged.rows] if paged else 0, q_load, k_load,
+                      {n: diagram.tensor(n).dtype for ld in (q_load, k_load) if ld
+                       for n in ld.inputs})  # fmt: skip
 
 
 def _paged(
@@ -569,13 +656,17 @@ def _dtypes(
 def _layout(
     kernel: Kernel, diagram: Diagram, names: Mapping[str, str], batch: tuple[str, ...],
     axes_of: Mapping[str, Mapping[str, str]], fixed: Mapping[str, str],
-    paged: Paged | None = None,
+    paged: Paged | None = None, computed: set[str] | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:  # fmt: skip
     """Each of Q, K, V and O's offset over the batch axes and its row stride, as C
     expressions; PlanError unless each has batch axes, its row axis and its head last
-    (and, for paged K and V caches, their axis of pages)."""
+    (and, for paged K and V caches, their axis of pages). Q or K `computed` as its tile
+    loads is never addressed (0)."""
     offset, stride = {}, {}
     for role, n in names.items():
+        if role in (computed or set()):
+            offset[n], stride[n] = "0", "0"
+            continue
         axes = diagram.tensor(n).axes
         row, head = axes_of["row"][role], axes_of["head"][role]
         pages = {paged.pages} if paged and role in ("K", "V") else set()

@@ -130,6 +130,8 @@ class DecodeFamily:
                 group, stream, group, stream, params, shapes, stages, splits,
                 attention_registers(model, family, MMA_ROWS, s_x, threads, masked=True),
                 split_size=keys_per_split,
+                recomputes=at.load_recomputes(d, 1, splits, pack),
+                unstaged=at.unstaged(model.diagram, model.kernel),
             )  # fmt: skip
         return list(out.values())
 
@@ -160,9 +162,7 @@ class DecodeFamily:
                 name,
                 first,
                 (
-                    Param(at.q, "tensor", at.dtype),
-                    Param(at.k, "tensor", at.dtype),
-                    Param(at.v, "tensor", at.dtype),
+                    *at.operand_params(),
                     Param(part_o, "workspace", "fp32", writes=True),
                     Param(part_ml, "workspace", "fp32", writes=True),
                     *at.score_params(),
@@ -232,8 +232,8 @@ def packed_heads(at: Attention, diagram: Diagram, q_len: int) -> tuple[str, int]
     its heads one block packs into the mma's 16 rows with their q_len queries each: the
     largest divisor of its size that fits.
     ("", 1) when no such axis packs two heads, or when the kernel has more than a causal
-    mask: a score functor, a bias, a length mask or the log-sum-exp address one head per
-    block (the rows of the block still map to queries, r % q_len).
+    mask: a score functor, a bias, a length mask, the log-sum-exp or a Q computed as it
+    loads address one head per block (the rows of the block still map to queries, r % q_len).
 
         >>> from ncdc.language.load import load_diagram
         >>> from ncdc.hardware.load import load_hardware
@@ -245,7 +245,7 @@ def packed_heads(at: Attention, diagram: Diagram, q_len: int) -> tuple[str, int]
         (('r', 2), ('r', 2), ('', 1))
     """
     sc = at.scores
-    if not sc.plain or sc.lo or sc.lengths or sc.sequences or at.lse:
+    if not sc.plain or sc.lo or sc.lengths or sc.sequences or at.lse or at.q_load:
         return ("", 1)
     shared = set(diagram.tensor(at.k).axes) | set(diagram.tensor(at.v).axes)
     if at.paged:  # the caches' pages differ by the table's axes too

@@ -105,6 +105,8 @@ def candidates(
                 group, stream, {**group, q: warp_q}, stream,
                 (("g_q", g_q), ("s_x", s_x), ("warp_q", warp_q)), (shape,), stages, 1,
                 attention_registers(model, family, g_q, s_x, threads, warp_q, masked),
+                recomputes=at.load_recomputes(model.diagram, ceil_div(axes[q], g_q)),
+                unstaged=at.unstaged(model.diagram, model.kernel),
             )
         )  # fmt: skip
     return out
@@ -119,9 +121,7 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
     g_q, s_x, warp_q, warps = c.param("g_q"), c.param("s_x"), c.param("warp_q"), c.warps
     name = variant_name(kp.kernel, "attention", at, g_q, s_x, warps, c.stages, warp_q)
     params = (
-        Param(at.q, "tensor", at.dtype),
-        Param(at.k, "tensor", at.dtype),
-        Param(at.v, "tensor", at.dtype),
+        *at.operand_params(),
         Param(at.o, "tensor", at.dtype, writes=True),
         *at.score_params(),
         *at.lse_params(),

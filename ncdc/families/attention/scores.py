@@ -61,13 +61,14 @@ class Scores:
 
 def read_scores(
     kernel: Kernel, diagram: Diagram, first: Op, soft: Op, batch: tuple[str, ...],
-    q_axis: str, x_axis: str,
+    q_axis: str, x_axis: str, loaded: frozenset[str] = frozenset(),
 ) -> Scores:  # fmt: skip
     """The score path from the logits S = first to the softmax's operand: masks last (each
     reading the one before, the first reading the transformed logits), and before them the
     elementwise ops and indices, compiled to statements over the scaled logit `ncdc_s` of
     query `ncdc_i` and key `ncdc_j`. PlanError, with what to write instead, for what the
-    score path cannot run."""
+    score path cannot run. Ops whose results are `loaded` compute Q or K as they load
+    (ncdc.families.attention.loads), not the scores."""
     unfused = f"or run it unfused: schedule: {{materialize: [{first.out}, {soft.out}]}}"
     masks: list[Op] = []
     name = str(soft.operands[0])
@@ -84,7 +85,7 @@ def read_scores(
                 hint=f"apply {op.fn} to the logits softmax reads: write the other operations "
                 f"first, then {op.out} = {op.fn}(<their result>, ...), " + unfused,
             )
-        if op.kind in SCORE_KINDS and not set(op.axes) <= allowed:
+        if op.kind in SCORE_KINDS and op.out not in loaded and not set(op.axes) <= allowed:
             axis = next(a for a in op.axes if a not in allowed)
             raise PlanError(
                 unsupported(kernel, op, f"logits over ({', '.join(sorted(allowed))})"),
@@ -93,7 +94,7 @@ def read_scores(
     sc = mask_bands(diagram, kernel, masks, batch, q_axis, x_axis, unfused)
     chain = needed_ops(kernel.ops, [logits], [*kernel.inputs, first.out])
     for op in kernel.ops:
-        if op.kind in SCORE_KINDS and op not in masks and op not in chain:
+        if op.kind in SCORE_KINDS and op not in masks and op not in chain and op.out not in loaded:
             raise PlanError(
                 unsupported(kernel, op, "elementwise operations on the logits only"),
                 hint=f"remove {op.out} = {op.fn}(...) from the kernel (compute it beforehand "

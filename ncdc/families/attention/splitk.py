@@ -64,7 +64,8 @@ def candidates(
     sc = at.scores
     if not hw.is_gpu or sc.lengths:
         return []
-    axes = model.diagram.axes
+    axes_diagram = model.diagram
+    axes = axes_diagram.axes
     q_len, x_len = axes[at.q_axis], axes[at.x_axis]
     out: dict[tuple, Candidate] = {}
     for c in base:
@@ -93,6 +94,9 @@ def candidates(
                 launches=shapes,
                 splits=splits,
                 rereads=((at.q, splits - 1),),  # every split loads the query tile
+                recomputes=at.load_recomputes(
+                    axes_diagram, ceil_div(q_len, c.param("g_q")), splits
+                ),
                 split_size=keys_per_split,
             )
     return list(out.values())
@@ -126,9 +130,7 @@ def render(
             kernel,
             first,
             (
-                Param(at.q, "tensor", at.dtype),
-                Param(at.k, "tensor", at.dtype),
-                Param(at.v, "tensor", at.dtype),
+                *at.operand_params(),
                 Param(part_o, "workspace", "fp32", writes=True),
                 Param(part_ml, "workspace", "fp32", writes=True),
                 *at.score_params(),

@@ -146,10 +146,11 @@ def _runs(at: Attention, diagram: Diagram) -> bool:
     """Whether the template runs this attention: 16-bit (or fp8 Q and K), Q and K heads of
     whole 128-byte rows, d_v of 64, 128 or 256, score transforms (soft-capping, ALiBi,
     biases: the score functor) and no mask but a causal one, a log-sum-exp output or
-    none, a positive scale, K and V not paged (the tensor maps address one box), and Q,
+    none, a positive scale, K and V not paged nor Q and K computed as they load (the tensor
+    maps copy boxes of contiguous rows), and Q,
     K, V and O in [batch..., rows, head] order (O with every batch axis, as Q)."""
     sc = at.scores
-    if at.dtype not in QK_DTYPES or at.value_dtype not in VALUE_DTYPES or at.paged:
+    if at.dtype not in QK_DTYPES or at.value_dtype not in VALUE_DTYPES or at.paged or at.loads:
         return False
     if at.d * DTYPES[at.dtype].bytes % SPAN or at.d > MAX_HEAD or at.d_v not in VALUE_HEADS:
         return False

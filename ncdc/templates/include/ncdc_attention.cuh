@@ -133,6 +133,44 @@ NCDC_DEVICE void load_tile(T* smem, const T* gmem, long long row_stride, int val
   }
 }
 
+// ---- operands computed as they load ---------------------------------------------------
+// A Q or K tile is copied by cp.async (NoLoad) or computed value by value by the diagram's
+// elementwise ops on the kernel's inputs (TileLoad of a lambda (row, column) -> value the
+// kernel defines: RoPE's rotated halves and angles, a scale, a cast), rounded to T and
+// stored by fill_tile: synchronous global loads, the values once per tile load.
+struct NoLoad {
+  static constexpr bool kPlain = true;
+  NCDC_DEVICE float operator()(int, int) const { return 0.0f; }
+};
+template <class F>
+struct TileLoad {
+  static constexpr bool kPlain = false;
+  F f;
+  NCDC_DEVICE float operator()(int row, int col) const { return f(row, col); }
+};
+template <class F>
+NCDC_DEVICE TileLoad<F> tile_load(const F& f) {
+  return TileLoad<F>{f};
+}
+
+// Rows [0, ROWS) x columns [0, COLS) of a swizzled shared tile with SC chunks per row from
+// f(row0 + row, column); rows at or past `valid` are zeros.
+template <class T, int ROWS, int COLS, int SC, int THREADS, class F>
+NCDC_DEVICE void fill_tile(T* smem, const F& f, int row0, int valid, int tid) {
+  constexpr int C = COLS / 8, TOTAL = ROWS * C;
+  for (int i = tid; i < TOTAL; i += THREADS) {
+    const int row = i / C, chunk = i % C;
+    T* p = smem + swizzle<SC>(row, chunk);
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const int col = chunk * 8 + 2 * h;
+      smem_store_u32(p + 2 * h, row < valid ? Mma<T>::pack(f(row0 + row, col),
+                                                           f(row0 + row, col + 1))
+                                            : 0u);
+    }
+  }
+}
+
 // The running state of a warp's MB blocks of 16 query rows: in block b this lane holds rows
 // g and g + 8 (g = lane / 4) of the output accumulator, their running max (base 2, scaled)
 // and its partial running sum (the 4 lanes of a row sum different columns; reduced at the
@@ -542,10 +580,16 @@ NCDC_DEVICE void load_paged_kv(T* ks, T* vs, const Slice<T>& a, int key0, int va
 }
 
 // Keys [key0, key0 + SX) of K and V (rows at or past `end` zero-filled) into one ring stage;
-// PAGE > 0: through the block table, pages of PAGE rows (load_paged_kv).
-template <class T, int SX, int D, int DV, int THREADS, int PAGE = 0>
-NCDC_DEVICE void load_kv(T* ks, T* vs, const Slice<T>& a, int key0, int end, int tid) {
-  if constexpr (PAGE > 0) {
+// PAGE > 0: through the block table, pages of PAGE rows (load_paged_kv); KL: K computed
+// as it loads (fill_tile).
+template <class T, int SX, int D, int DV, int THREADS, int PAGE = 0, class KL = NoLoad>
+NCDC_DEVICE void load_kv(T* ks, T* vs, const Slice<T>& a, int key0, int end, int tid,
+                         const KL& kl = KL()) {
+  if constexpr (!KL::kPlain) {  // K computed as it loads, V copied
+    fill_tile<T, SX, D, D / 8, THREADS>(ks, kl, key0, end - key0, tid);
+    load_tile<T, SX, DV, DV / 8, THREADS>(vs, a.v + key0 * a.v_stride, a.v_stride, end - key0,
+                                          tid);
+  } else if constexpr (PAGE > 0) {
     load_paged_kv<T, SX, D, DV, THREADS, PAGE>(ks, vs, a, key0, end - key0, tid);
   } else {
     load_tile<T, SX, D, D / 8, THREADS>(ks, a.k + key0 * a.k_stride, a.k_stride, end - key0,
@@ -581,9 +625,11 @@ struct Split {
 };
 
 template <class T, int D, int DV, int GQ, int SX, int MB, int STAGES, bool QREG, bool UPPER,
-          bool BELOW, bool LSE, bool SPLIT = false, int PAGE = 0, class Scores>
+          bool BELOW, bool LSE, bool SPLIT = false, int PAGE = 0, class Scores,
+          class QL = NoLoad, class KL = NoLoad>
 NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_stride, int q_tile,
-                                   const Scores& scores, const Split& sp = Split()) {
+                                   const Scores& scores, const Split& sp = Split(),
+                                   const QL& ql = QL(), const KL& kl = KL()) {
   constexpr int WQ = 16 * MB, W = GQ / WQ, THREADS = 32 * W;
   constexpr int QC = (D > DV ? D : DV) / 8;
   constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
@@ -632,11 +678,15 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_st
   init_state(st);
   if (tiles > 0) {
     const int k0 = tile0 * SX;
-    load_tile<T, GQ, D, QC, THREADS>(qs, a.q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
+    if constexpr (QL::kPlain)
+      load_tile<T, GQ, D, QC, THREADS>(qs, a.q + q0 * a.q_stride, a.q_stride, a.q_len - q0, tid);
+    else
+      fill_tile<T, GQ, D, QC, THREADS>(qs, ql, q0, a.q_len - q0, tid);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < tiles)
-        load_kv<T, SX, D, DV, THREADS, PAGE>(ks + s * KT, vs + s * VT, a, k0 + s * SX, a.x_len, tid);
+        load_kv<T, SX, D, DV, THREADS, PAGE>(ks + s * KT, vs + s * VT, a, k0 + s * SX, a.x_len, tid,
+                                             kl);
       cp_async_commit();
     }
     cp_async_wait<STAGES - 2>();
@@ -659,7 +709,7 @@ NCDC_DEVICE void attention_forward(const Slice<T>& a, T* o_slice, long long o_st
         __syncthreads();
         if (j + STAGES - 1 < tiles)
           load_kv<T, SX, D, DV, THREADS, PAGE>(ks + fill * KT, vs + fill * VT, a,
-                                         k0 + (j + STAGES - 1) * SX, a.x_len, tid);
+                                               k0 + (j + STAGES - 1) * SX, a.x_len, tid, kl);
         cp_async_commit();
         float s[MB][SX / 8][4];
         if (!masked) {
@@ -759,10 +809,10 @@ struct Packing {
 };
 
 template <class T, int D, int DV, int SX, int W, int STAGES, bool QREG, bool UPPER, bool BELOW,
-          int PAGE = 0, class Scores>
+          int PAGE = 0, class Scores, class QL = NoLoad, class KL = NoLoad>
 NCDC_DEVICE void decode_partial(const Slice<T>& a, const Packing& pk, int split,
                                 int keys_per_split, float* part_o, float* part_ml,
-                                const Scores& scores) {
+                                const Scores& scores, const QL& ql = QL(), const KL& kl = KL()) {
   constexpr int THREADS = 32 * W, NK = SX / W;
   constexpr int KT = SX * row_chunks<D / 8>() * 8, VT = SX * row_chunks<DV / 8>() * 8;
   static_assert(SX % (16 * W) == 0, "each warp takes a multiple of 16 keys per stage");
@@ -793,23 +843,28 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, const Packing& pk, int split,
   init_state(st);
   if (tiles > 0) {
     // the Q rows (16-byte chunks of the packed heads' queries) join the first group
+    if constexpr (!QL::kPlain) {  // computed as it loads (no heads packed: rows are queries)
+      fill_tile<T, 16, D, D / 8, THREADS>(qs, ql, 0, rows, tid);
+    } else {
 #pragma unroll
-    for (int i0 = 0; i0 < 16 * (D / 8); i0 += THREADS) {
-      const int i = i0 + tid;
-      if ((16 * (D / 8)) % THREADS == 0 || i < 16 * (D / 8)) {
-        const int row = i / (D / 8), chunk = i % (D / 8);
-        const bool ok = row < rows;
-        const int head = row / a.q_len;  // rows < 16: no 64-bit division
-        const T* src = ok ? a.q + head * pk.q_head_stride + (row - head * a.q_len) * a.q_stride +
-                                chunk * 8
-                          : a.q;
-        cp_async_16_zfill(qs + swizzle<D / 8>(row, chunk), src, ok ? 16 : 0);
+      for (int i0 = 0; i0 < 16 * (D / 8); i0 += THREADS) {
+        const int i = i0 + tid;
+        if ((16 * (D / 8)) % THREADS == 0 || i < 16 * (D / 8)) {
+          const int row = i / (D / 8), chunk = i % (D / 8);
+          const bool ok = row < rows;
+          const int head = row / a.q_len;  // rows < 16: no 64-bit division
+          const T* src = ok ? a.q + head * pk.q_head_stride + (row - head * a.q_len) * a.q_stride +
+                                  chunk * 8
+                            : a.q;
+          cp_async_16_zfill(qs + swizzle<D / 8>(row, chunk), src, ok ? 16 : 0);
+        }
       }
     }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < tiles)
-        load_kv<T, SX, D, DV, THREADS, PAGE>(ks + s * KT, vs + s * VT, a, begin + s * SX, end, tid);
+        load_kv<T, SX, D, DV, THREADS, PAGE>(ks + s * KT, vs + s * VT, a, begin + s * SX, end, tid,
+                                             kl);
       cp_async_commit();
     }
     cp_async_wait<STAGES - 2>();
@@ -828,7 +883,7 @@ NCDC_DEVICE void decode_partial(const Slice<T>& a, const Packing& pk, int split,
       __syncthreads();
       if (j + STAGES - 1 < tiles)
         load_kv<T, SX, D, DV, THREADS, PAGE>(ks + fill * KT, vs + fill * VT, a,
-                                       begin + (j + STAGES - 1) * SX, end, tid);
+                                       begin + (j + STAGES - 1) * SX, end, tid, kl);
       cp_async_commit();
       const bool active = key0 < end && (!BELOW || key0 + NK - 1 >= first_key);
       mask.any = key0 + NK - 1 > imin(top_last, end - 1) || (BELOW && key0 < bottom_first);
