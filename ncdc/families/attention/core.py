@@ -250,8 +250,9 @@ class Attention:
         return (*q, *k, Param(self.v, "tensor", self.value_dtype))
 
     def score_params(self) -> tuple[Param, ...]:
-        """The tensors the score path reads: biases and slopes, then the lengths; a paged
-        cache's block table and the status word its pages are checked into."""
+        """The tensors the score path reads (biases and slopes, then the lengths), those
+        only Q's and K's loads read, a paged cache's block table, and the status word the
+        indices are checked into."""
         sc = self.scores
         out = [Param(t.name, "tensor", t.dtype) for t in sc.inputs]
         if sc.lengths:

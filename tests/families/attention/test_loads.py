@@ -154,3 +154,21 @@ def test_the_break_search_rotates_k_apart_where_its_loads_cost_more() -> None:
     assert {"sign", "Kr"} <= {op.out for op in rotate.kernel.ops}
     assert attend.family.name == "attention" and "sign" in {op.out for op in attend.kernel.ops}
     assert "Q" in attend.kernel.inputs and "Kr" in attend.kernel.inputs
+
+
+def test_q_rotated_as_it_loads_beside_a_paged_cache() -> None:
+    """A serving decode step: Q rotated in the kernel, K (rotated when it was cached) and V
+    read through a block table, all in the one decode kernel."""
+    text = DECODE.replace("axes: {b: 3", "axes: {t: 500, blk: 20, slot: 16, n: 5, b: 3")
+    text = text.replace(
+        "  K: {axes: [b, g, x, d], dtype: bf16}\n  V: {axes: [b, g, x, d], dtype: bf16}\n",
+        "  Kc: {axes: [blk, slot, g, d], dtype: bf16}\n  Vc: {axes: [blk, slot, g, d], dtype: "
+        "bf16}\n  table: {axes: [b, n], dtype: int32}\n",
+    ).replace(
+        "  - S = contract(",
+        "  - K = gather(Kc, table, axis=blk, within=slot, into=x)\n"
+        "  - V = gather(Vc, table, axis=blk, within=slot, into=x)\n  - S = contract(",
+    )
+    check, _, module, _ = run_attention("rope_paged", {}, {"x": 32}, text=text)
+    assert "_page16" in module.launches[0].kernel and len(module.launches) == 2
+    assert_ok(check)
