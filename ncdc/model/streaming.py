@@ -64,6 +64,8 @@ def _woven_reason(diagram: Diagram, kernel: Kernel, axis: str) -> str:
 
 def stream_problem(diagram: Diagram, kernel: Kernel, axis: str) -> str | None:
     """Why `axis` (reduced in `kernel`) cannot be streamed, or None when it can."""
+    if _indexed_only(diagram, kernel, axis):
+        return f"{axis} is read at positions an index gives (a gather's rows), not walked"
     consumers = {op.out: [c for c in kernel.ops if op.out in c.inputs] for op in kernel.ops}
     for op in kernel.ops:
         if op.kind == "norm" and axis in op.over:
@@ -78,6 +80,14 @@ def stream_problem(diagram: Diagram, kernel: Kernel, axis: str) -> str | None:
                 f"over {axis} (only softmax followed by a contraction over {axis} streams)"
             )
     return None
+
+
+def _indexed_only(diagram: Diagram, kernel: Kernel, axis: str) -> bool:
+    """Whether every read of a tensor with `axis` reads it at positions of its own that
+    `axis` does not reach the result by (a gather's source along its indexed axis, a paged
+    cache's rows and its block table's pages): no loop walks the axis to stream it."""
+    reads = [(op, n) for op in kernel.ops for n in op.inputs if axis in diagram.tensor(n).axes]
+    return bool(reads) and all(n in op.read_apart and axis not in op.axes for op, n in reads)
 
 
 def _ends_in_contraction(name: str, axis: str, consumers: dict[str, list[Op]]) -> bool:

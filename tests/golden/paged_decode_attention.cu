@@ -12,7 +12,7 @@
 // op      P = softmax(S, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  paged_decode_attention: decode_attention, tiles b=1  g=1  r=16  q=1  d=128  page=1  slot=1  n=1  x=128, 4 warps, 3 stages, grid 256
+// kernel  paged_decode_attention: decode_attention, tiles b=1  g=1  r=16  q=1  d=128  x=128, 4 warps, 3 stages, grid 256
 // predicted on h200: 158.5 us (hbm-bound), 2.71e+09 FLOP
 
 #include "ncdc_runtime.cuh"
