@@ -174,10 +174,14 @@ def _bytes_in(
     diagram: Diagram, name: str, kp: KernelPlan | None, model: KernelModel, levels: list[str]
 ) -> int:
     """Bytes of tensor `name` the kernel loads from the top level: the whole tensor without
-    a plan; with one, what every group of the level below the top reads."""
+    a plan; with one, what every group of the level below the top reads, and of a source
+    read only through gathers, the distinct rows they select (as the model counts them)."""
     t = diagram.tensor(name)
     if kp is None:
         return diagram.size(t) * DTYPES[t.dtype].bytes
+    if name in model.kernel.gathered_only:
+        rows = sum(g.distinct * g.bytes for g in model.gathered if g.source == name)
+        return int(min(rows, diagram.size(t) * DTYPES[t.dtype].bytes))
     g = kp.tiles[levels[1]].group
     return int(model.per_group(name, t.axes, g) * model.groups(g)) * DTYPES[t.dtype].bytes
 

@@ -482,3 +482,20 @@ def test_a_doc_with_control_characters_draws_valid_xml(tmp_path) -> None:
     root = ET.parse(out).getroot()  # a parser, not a string search, says it is XML
     texts = [el.text or "" for el in root.iter("{http://www.w3.org/2000/svg}text")]
     assert any("\\x1b[31mred\\x07" in t for t in texts), texts
+
+
+@pytest.mark.parametrize("name", ["embedding", "paged_decode_attention"])
+def test_a_gathered_source_is_drawn_loading_the_rows_the_model_counts(name: str) -> None:
+    """The load marker of a table read only through gathers says the distinct rows they
+    select (an embedding's picked rows, a paged cache's pages), not a tile of the table."""
+    from ncdc.model.structure import KernelModel
+    from ncdc.units import format_bytes
+
+    diagram = load_diagram(support.DIAGRAMS / f"{name}.yaml")
+    h200 = load_hardware("h200")
+    texts = _texts(picture_to_svg(draw(diagram, h200, "plan")))
+    kernel = plan_diagram(diagram, h200).kernels[0].kernel
+    model = KernelModel(diagram, kernel)
+    for source in sorted(kernel.gathered_only):
+        rows = sum(g.distinct * g.bytes for g in model.gathered if g.source == source)
+        assert f"load {format_bytes(int(rows), digits=1)}" in texts, (source, texts)
