@@ -173,3 +173,11 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     for process in processes:
         with contextlib.suppress(Exception):
             process.join(timeout=1.0)
+    # The pool's manager thread closes its wake-up pipe as it ends; at interpreter exit,
+    # concurrent.futures wakes every manager thread through that pipe, and a wake-up racing
+    # the close raised "Bad file descriptor" in an exit hook (a traceback after Ctrl-C). Let
+    # the thread end first, so the hook finds the pipe closed and skips it.
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        with contextlib.suppress(Exception):
+            manager.join(timeout=5.0)
