@@ -169,9 +169,9 @@ def _split_kernels(diagram: Diagram, breaks: set[str]) -> list[list[Op]]:
             groups[index].append(op)
         kernel_of[op.out] = index
     by_out = {op.out: op for op in diagram.ops}
+    # every positional result is read (the language refuses one that is not), so each
+    # lands in a group that reads it
     placed = [_with_positional(g, shared, by_out) for g in groups if g]
-    read = {n for g in placed for op in g for n in op.inputs}
-    placed += [[op] for op in diagram.ops if op.out in shared - read]
     return _in_dependency_order(placed)
 
 

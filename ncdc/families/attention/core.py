@@ -475,7 +475,8 @@ def read_attention(
     q_name, k_name = (o for o in first.operands if isinstance(o, str))
     if x_axis in diagram.tensor(q_name).axes:  # contract(K, Q): the same logits
         q_name, k_name = k_name, q_name
-    skip = set(paged_reads(kernel))
+    gathers = paged_reads(kernel)  # K and V read through a block table, by result
+    skip = set(gathers)
     q_load = operand_load(kernel, diagram, "q", q_name, (*batch, q_axis, d_axis), q_axis,
                           d_axis, skip)  # fmt: skip
     k_load = operand_load(kernel, diagram, "k", k_name, (*batch, x_axis, d_axis), x_axis,
@@ -501,9 +502,8 @@ def read_attention(
     axes_of = {"row": {"Q": q_axis, "K": x_axis, "V": x_axis, "O": q_axis},
                "head": {"Q": d_axis, "K": d_axis, "V": dv_axis, "O": dv_axis}}  # fmt: skip
     fixed = {d_axis: str(d), dv_axis: str(d_v)}
-    paged = _paged(kernel, diagram, names, batch, fixed)
+    paged = _paged(kernel, diagram, gathers, names, batch, fixed)
     if paged is not None:  # K and V are read from the caches, along a page's rows
-        gathers = paged_reads(kernel)
         k_name, v_name = (str(gathers[names[r]].operands[0]) for r in ("K", "V"))
         names = {**names, "K": k_name, "V": v_name}
         axes_of["row"] = {**axes_of["row"], "K": paged.rows, "V": paged.rows}
@@ -525,14 +525,14 @@ def read_attention(
 
 
 def _paged(
-    kernel: Kernel, diagram: Diagram, names: Mapping[str, str], batch: tuple[str, ...],
-    fixed: Mapping[str, str],
+    kernel: Kernel, diagram: Diagram, gathers: Mapping[str, Op], names: Mapping[str, str],
+    batch: tuple[str, ...], fixed: Mapping[str, str],
 ) -> Paged | None:  # fmt: skip
     """K and V's block table, where the kernel gathers them from paged caches; PlanError
     unless both are gathered through one table with pages of one size, each cache in
     [pages, rows, batch..., head] order (any order but the head last) and of its result's
-    type, and the table over batch axes and its pages."""
-    gathers = paged_reads(kernel)
+    type, and the table over batch axes and its pages. `gathers`: the kernel's
+    `paged_reads`."""
     ops = [gathers.get(names[r]) for r in ("K", "V")]
     if not any(ops):
         return None
