@@ -218,7 +218,7 @@ def gemm_roles(
         return None
     mm = contracts[0]
     operands = tuple(o for o in mm.operands if isinstance(o, str))
-    if len(operands) != 2:
+    if len(operands) != 2 or mm.grouped:  # a grouped contraction: the gemm family
         return None
     chain = {mm.out}
     for op in kernel.ops[1:]:

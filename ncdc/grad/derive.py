@@ -125,7 +125,9 @@ def _live(lines: tuple[Line, ...], wanted: set[str]) -> tuple[Line, ...]:
 
 
 def _keyword_tensors(line: Line) -> list[str]:
-    return [str(v) for k, v in line.keywords if k == "lengths"]
+    """The tensors a line names by keyword: a varlen mask's lengths, a grouped
+    contraction's offsets."""
+    return [str(v) for k, v in line.keywords if k in ("lengths", "offsets")]
 
 
 def _checked_wrt(diagram: Diagram, wrt: Iterable[str] | None) -> tuple[str, ...]:
@@ -164,8 +166,8 @@ def _depends(diagram: Diagram, wanted: Iterable[str]) -> set[str]:
 
 def _differentiable_operand(op, name: str) -> bool:  # type: ignore[no-untyped-def]
     """Whether a gradient can flow from `op`'s result into `name` (not into a varlen
-    mask's lengths, which only say where keys are)."""
-    return op.params.get("lengths") != name
+    mask's lengths, which only say where keys are, nor a grouped contraction's offsets)."""
+    return name not in (op.params.get("lengths"), op.params.get("offsets"))
 
 
 def _reaching(diagram: Diagram) -> set[str]:

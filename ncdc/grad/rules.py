@@ -106,11 +106,38 @@ def _contract(s: Site) -> list[Share]:
                                f"multiply by {f} in a mul op of its own")  # fmt: skip
             g = tape.emit("mul", (g, f), s.stem(op.out), dtype=s.tensor(op.out).dtype)
     a, b = (str(x) for x in op.operands)
+    if op.grouped:
+        return _grouped_shares(s, g, a, b, c)
     shares = []
     for mine, other in ((a, b), (b, a)):
         if s.wants(mine):
             shares.append((mine, _contract_share(s, g, mine, other, c)))
     return shares
+
+
+def _grouped_shares(s: Site, g: str, a: str, b: str, c: float) -> list[Share]:
+    """A grouped contraction's gradient for its rows: dA = g times each row's slice of B,
+    a grouped contraction by the same offsets over the axes B keeps of its own. Its
+    weights' gradient (a sum over each group's rows) is not derived."""
+    op, tape = s.op, s.tape
+    if s.wants(b):
+        raise s.refuse(
+            f"the gradient of the grouped weights {b} of {op.out} is not derived",
+            f"differentiate with respect to {a}, or the other inputs",
+        )
+    if not s.wants(a):
+        return []
+    t, group = s.tensor(a), op.params["group"]
+    kept = tuple(x for x in s.tensor(b).axes if x not in t.axes and x != group)
+    if len(kept) != 1:
+        raise s.refuse(
+            f"the gradient of {a} through the grouped {op.out} sums over {list(kept)}",
+            "keep one axis of the weights out of the rows",
+        )
+    scale = c if c != 1.0 else None
+    made = tape.emit("contract", (g, b), s.stem(a), over=kept, offsets=op.params["offsets"],
+                     scale=scale, dtype=t.dtype)  # fmt: skip
+    return [(a, tape.arrange(made, t.axes, t.dtype))]
 
 
 def _contract_share(s: Site, g: str, mine: str, other: str, c: float) -> str:

@@ -117,6 +117,8 @@ class Tape:
         over = (over,) if isinstance(over, str) else tuple(over)
         kind = OPERATIONS[fn].kind if fn in OPERATIONS else "map"
         if kind in ("contract", "reduce") or (fn == "max" and len(args) == 1):
+            if "offsets" in kw:  # a grouped contraction drops its groups' axis
+                over = over + self.axes[str(kw["offsets"])]
             return tuple(a for a in union if a not in over)
         return union
 

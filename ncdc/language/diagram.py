@@ -50,17 +50,28 @@ class Op:
         """Every tensor this operation reads: operands, weights, biases, scale tensors."""
         names = [o for o in self.operands if isinstance(o, str)]
         names += [s for s in self.scale if isinstance(s, str)]
-        names += [self.params[k] for k in ("weight", "bias", "lengths") if k in self.params]
+        names += [
+            self.params[k] for k in ("weight", "bias", "lengths", "offsets") if k in self.params
+        ]
         return tuple(dict.fromkeys(names))
 
     @property
     def read_apart(self) -> tuple[str, ...]:
         """The operands this operation reads at positions of its own, not at each element
         of its result: a gather's source at its indices, a slice's at its offsets, and a
-        paged gather's block table at the page of each row."""
+        paged gather's block table at the page of each row, and a grouped contraction's
+        weights and offsets at the group of each row."""
         if self.kind == "slice" or self.kind == "gather" and "into" not in self.params:
             return (str(self.operands[0]),)
+        if self.grouped:
+            return (str(self.operands[1]), self.params["offsets"])
         return tuple(map(str, self.operands)) if self.kind == "gather" else ()
+
+    @property
+    def grouped(self) -> bool:
+        """A grouped contraction: rows of the first operand in runs the offsets end, run
+        `e` multiplied by slice `e` of the second (a mixture of experts' grouped GEMM)."""
+        return self.kind == "contract" and "offsets" in self.params
 
     @property
     def reduced(self) -> tuple[str, ...]:

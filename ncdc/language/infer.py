@@ -269,9 +269,56 @@ def _contract(site: Site) -> Result:
             f"e.g. contract({a.name}, {b.name}, over={(shared or ['k'])[-1]})",
         )
     out_axes = tuple(dict.fromkeys(x for x in a.axes + b.axes if x not in red))
+    params = _groups(site, a, b, red) if "offsets" in st.kwargs else {}
+    out_axes = tuple(x for x in out_axes if x != params.get("group"))
     scale = site.scales(out_axes)
     dtype = site.out_dtype() or _contract_dtype(a.dtype, b.dtype, bool(scale))
-    return Result((a.name, b.name), out_axes, dtype, red, scale)
+    return Result((a.name, b.name), out_axes, dtype, red, scale, params)
+
+
+def _groups(site: Site, a: Tensor, b: Tensor, red: tuple[str, ...]) -> dict[str, Any]:
+    """A grouped contraction's offsets: int32 over one axis `e` of the second operand (the
+    groups), each the end of a run of rows along the one axis of the first operand the
+    second lacks (`rows`); run `e` meets slice `e` of the second operand."""
+    name = site.st.kwargs["offsets"]
+    offsets = site.known.get(name) if isinstance(name, str) else None
+    example = f"contract({a.name}, {b.name}, over={red[0]}, offsets=ends)"
+    if offsets is None:
+        raise site.fail(
+            f"expected an offsets tensor for 'offsets', found {shown(name)}",
+            "declare it as an input: ends: {axes: [e], dtype: int32}, the row each group "
+            f"ends at, and write {example}",
+        )
+    if offsets.dtype != "int32" or len(offsets.axes) != 1:
+        raise site.fail(
+            f"offsets {offsets.name} is {offsets.dtype} over {list(offsets.axes)}; expected "
+            "int32 over one axis, the groups",
+            f"declare it as {offsets.name}: {{axes: [e], dtype: int32}}",
+        )
+    (group,) = offsets.axes
+    if group in a.axes and group not in b.axes:
+        raise site.fail(
+            f"{a.name} has the groups' axis '{group}'; a grouped contraction takes its "
+            "weights per group second",
+            f"write contract(rows, weights, over=..., offsets={offsets.name})",
+        )
+    if group not in b.axes or group in red:
+        raise site.fail(
+            f"offsets {offsets.name} is over '{group}', which {b.name} does not keep "
+            f"(its axes {list(b.axes)}, summed over {list(red)})",
+            f"one slice of {b.name} per group: give {b.name} the axis '{group}', as "
+            "W: {axes: [e, k, n]}",
+        )
+    rows = [x for x in a.axes if x not in b.axes]
+    shared = [x for x in a.axes if x in b.axes and x not in red]
+    if len(rows) != 1 or shared:
+        raise site.fail(
+            f"a grouped contraction takes rows along one axis of {a.name} that {b.name} "
+            f"lacks; {a.name} has {listing(rows) or 'none'}"
+            + (f" and shares {listing(shared)} with {b.name}" if shared else ""),
+            f"e.g. X: {{axes: [t, k]}}, W: {{axes: [e, k, n]}}, then {example}",
+        )
+    return {"offsets": offsets.name, "group": group, "rows": rows[0]}
 
 
 def _contract_dtype(a: str, b: str, scaled: bool) -> str:

@@ -303,7 +303,9 @@ _SELECTS = (
 # Structural operations: built by a family from the kernel's structure, evaluated by kind.
 _STRUCTURAL = (
     # 2k FLOPs per output value on the tensor cores (ncdc.model.structure), one per scale
-    _op("contract", "contract", 2, "over scale dtype", flops=0),
+    # with offsets=: a grouped contraction (MoE experts), rows of the first operand taken
+    # in runs, run e multiplied by slice e of the second along the offsets' axis
+    _op("contract", "contract", 2, "over scale dtype offsets", flops=0),
     _op("cast", "cast", 1, "to scale", "to", flops=2, device=True),  # scale and convert
     _op("causal", "mask", 1, "query key align", "query key", flops=1, device=True),
     # key j kept for query i when i + shift - left <= j <= i + shift + right (see MASK_ALIGN):

@@ -3,7 +3,7 @@ the file, the line, the YAML path, what was expected and what was found."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ncdc.language.checks import Checks
@@ -261,8 +261,9 @@ class Validator(Checks):
 
 def expected_problem(diagram: Diagram) -> tuple[str, str, str] | None:
     """(input, what is wrong, what to write) for expected values that do not fit the
-    diagram's sizes: one per value of the tensor, and lengths a varlen mask can hold (packed
-    sequences within the query and key axes, padded ones at most the key axis)."""
+    diagram's sizes: one per value of the tensor, lengths a varlen mask can hold (packed
+    sequences within the query and key axes, padded ones at most the key axis), and a
+    grouped contraction's offsets (in order, within its rows)."""
     for t in diagram.inputs:
         if not t.expected:
             continue
@@ -274,6 +275,10 @@ def expected_problem(diagram: Diagram) -> tuple[str, str, str] | None:
                 f"give one expected value per value of {t.name} ({n}), or drop `expected`",
             )
         for op in diagram.ops:
+            if op.grouped and op.params["offsets"] == t.name:
+                problem = offsets_problem(t.expected, op.params["rows"], diagram)
+                if problem:
+                    return (t.name, f"expected offsets of {t.name} {problem[1]}", problem[2])
             if op.fn != "varlen" or op.params.get("lengths") != t.name:
                 continue
             q, x = op.params["query"], op.params["key"]
@@ -297,4 +302,27 @@ def expected_problem(diagram: Diagram) -> tuple[str, str, str] | None:
                         else f"lower them to at most {limit}, or raise the axis: "
                         f"--set {x}={part[0]}",
                     )
+    return None
+
+
+def offsets_problem(ends: Sequence[float], rows: str, diagram: Diagram) -> tuple[int, str, str] | None:
+    """(the first bad entry, what is wrong with it, what to write) for a grouped
+    contraction's offsets out of order or outside the rows they split, or None."""
+    limit = diagram.axes[rows]
+    before = 0.0
+    for e, end in enumerate(ends):
+        if end < before:
+            return (
+                e,
+                f"go down at group {e} ({before:g} then {end:g})",
+                "list each group's end at or after the one before, the first at least 0 "
+                "(a running sum of the groups' rows)",
+            )
+        if end > limit:
+            return (
+                e,
+                f"reach {end:g} at group {e}, past {rows} = {limit}",
+                f"keep them at most {limit}, or raise the axis: --set {rows}={end:g}",
+            )
+        before = end
     return None

@@ -154,6 +154,8 @@ def gemm_shape(plan: Plan) -> GemmShape:
     d = plan.graph.diagram
     f = _family(plan, "gemm")
     mm = next(op for op in d.ops if op.kind == "contract")
+    if mm.grouped:
+        raise Skip("a grouped GEMM: no one library GEMM of its shape")
     dtype = d.tensor(next(o for o in mm.operands if isinstance(o, str))).dtype
     return GemmShape(
         _prod(d, f.axes("batch")),

@@ -137,8 +137,9 @@ def _pace(
     per_sm, _ = occupancy(c.threads, min(c.registers, MAX_REGISTERS), c.smem_bytes, hw.limits)
     per_sm = max(per_sm, 1)
     sms = hw.limits.sms
-    grid = c.grid
     work = groups * c.splits  # one group's share of one split: what a block does
+    # a grouped GEMM's grid bounds its tiles for any offsets; the blocks past them exit
+    grid = min(c.grid, work) if model.grouped else c.grid
     blocks = ceil_div(grid, sms)
     busiest = min(work, blocks * ceil_div(work, grid))
     resident = min(per_sm, blocks) * c.warps

@@ -13,8 +13,8 @@ scheduler's list scheduling, `block_makespan`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ncdc.language.diagram import Diagram
 from ncdc.model.graph import Kernel
@@ -101,8 +101,64 @@ def ragged_lengths(diagram: Diagram, kernel: Kernel) -> Ragged | None:
     return None
 
 
+class Groups(NamedTuple):
+    """The runs of rows a kernel's grouped contraction splits its rows axis into: each
+    group's rows (the offsets' `expected` values, else an even split, `given` False) and
+    the rows after the last group (0s in the result). A block tile holds rows of one run."""
+
+    rows: str
+    counts: tuple[int, ...]
+    tail: int
+    given: bool
+
+    def tiles(self, g: Any) -> Any:
+        """Block tiles of `g` rows the runs take (each run its own, the last one partly
+        filled): what a grid over the plain axis takes, plus up to one a group. The tiles
+        of the rows after the last run only store (an empty sum): not counted, unless
+        they are all there is."""
+        if not self.used:
+            return ceil_div(max(self.tail, 1), g)
+        n: Any = 0
+        for c in self.counts:
+            n = n + ceil_div(c, g)
+        return n
+
+    @property
+    def used(self) -> int:
+        """Groups with rows: the slices of the weights the kernel reads."""
+        return sum(1 for c in self.counts if c)
+
+
+def grouped_rows(diagram: Diagram, kernel: Kernel) -> Groups | None:
+    """The `Groups` of the kernel's grouped contraction, or None without one."""
+    op = next((op for op in kernel.ops if op.grouped), None)
+    if op is None:
+        return None
+    rows = op.params["rows"]
+    size, ends = diagram.axes[rows], diagram.tensor(op.params["offsets"])
+    groups = diagram.axes[op.params["group"]]
+    if ends.expected:
+        counts = [end - start for start, end in group_spans(ends.expected, size)]
+        return Groups(rows, tuple(counts), size - sum(counts), True)
+    even = [size // groups + (1 if e < size % groups else 0) for e in range(groups)]
+    return Groups(rows, tuple(even), 0, False)
+
+
+def group_spans(ends: Iterable[float], rows: int) -> list[tuple[int, int]]:
+    """Each group's rows `[start, end)` as the kernels take them from a grouped
+    contraction's offsets: an end below the one before counts as that one (an empty
+    group), one past the rows as their end (a run refuses both, naming the entry)."""
+    spans, start = [], 0
+    for value in ends:
+        end = int(min(max(value, start), rows))
+        spans.append((start, end))
+        start = end
+    return spans
+
+
 def dense_varlen_notes(plan: Plan) -> list[str]:
-    """One line per varlen mask priced dense because its lengths state no expected values."""
+    """One line per varlen mask priced dense because its lengths state no expected values,
+    and per grouped contraction priced as an even split for want of expected offsets."""
     d = plan.graph.diagram
     out = []
     for kp in plan.kernels:
@@ -113,6 +169,14 @@ def dense_varlen_notes(plan: Plan) -> list[str]:
                     f"note: {kp.kernel.name}: the lengths {name} are data, priced dense (every "
                     f"key seen, an upper bound); state them for the model: inputs: {{{name}: "
                     f"{{..., expected: [...]}}}}"
+                )
+            if op.grouped and not d.tensor(op.params["offsets"]).expected:
+                name = op.params["offsets"]
+                out.append(
+                    f"note: {kp.kernel.name}: the offsets {name} are data, priced as an even "
+                    f"split of {op.params['rows']} over the {d.axes[op.params['group']]} "
+                    f"groups; state them for the model: inputs: {{{name}: {{..., expected: "
+                    "[...]}}"
                 )
     return out
 

@@ -72,9 +72,12 @@ class Kernel:
     @property
     def gathered_only(self) -> frozenset[str]:
         """The inputs read only as a gather's source, at the rows its indices select (never
-        loaded whole); an input a gather picks from and another op reads whole (a label's
-        logit beside the row's log-sum-exp) is not one."""
-        return self._read_only_by(lambda op: op.read_apart[:1] if op.kind == "gather" else ())
+        loaded whole), and a grouped contraction's weights (each row reads its group's);
+        an input a gather picks from and another op reads whole (a label's logit beside
+        the row's log-sum-exp) is not one."""
+        return self._read_only_by(
+            lambda op: op.read_apart[:1] if op.kind == "gather" or op.grouped else ()
+        )
 
     def _read_only_by(self, apart: Callable[[Op], tuple[str, ...]]) -> frozenset[str]:
         """The inputs every op that reads them reads as one of its `apart(op)`."""

@@ -34,7 +34,14 @@ from typing import Any, NamedTuple
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.ops import record
-from ncdc.model.geometry import Band, band_fraction, mask_band, ragged_fraction, ragged_lengths
+from ncdc.model.geometry import (
+    Band,
+    band_fraction,
+    grouped_rows,
+    mask_band,
+    ragged_fraction,
+    ragged_lengths,
+)
 from ncdc.model.graph import Kernel
 from ncdc.units import ceil_div
 
@@ -105,6 +112,8 @@ class KernelModel:
         # the tiles they leave are priced (`Ragged`), without them it is priced dense.
         self.mask = mask_band(kernel, self.sizes)
         self.ragged = ragged_lengths(diagram, kernel)
+        # a grouped contraction: block tiles along its rows hold one group's rows each
+        self.grouped = grouped_rows(diagram, kernel)
         if self.ragged and not self.mask:
             self.mask = Band(self.ragged.query, self.ragged.key, None, None)
         key = self.mask.key if self.mask else None
@@ -135,8 +144,15 @@ class KernelModel:
     def groups(self, g: Mapping[str, Any]) -> Any:
         n: Any = 1
         for a in self.kernel.woven:
-            n = n * ceil_div(self.sizes[a], g[a])
+            n = n * self.tiles_along(a, g[a])
         return n
+
+    def tiles_along(self, axis: str, g: Any) -> Any:
+        """Groups of `g` along a woven axis: ceil(size / g), or, along the rows of a
+        grouped contraction, the tiles its runs of rows take (`Groups.tiles`)."""
+        if self.grouped and axis == self.grouped.rows:
+            return self.grouped.tiles(g)
+        return ceil_div(self.sizes[axis], g)
 
     def transfer(
         self, g: Mapping[str, Any], s: Mapping[str, Any] | None = None, clipped: bool = False,
@@ -179,7 +195,7 @@ class KernelModel:
             if a in shape.sliced:
                 n = n * self.sizes[a]
             elif a in g:
-                n = n * ceil_div(self.sizes[a], g[a])
+                n = n * self.tiles_along(a, g[a])
         return n
 
     def tile_transfer(
@@ -440,7 +456,7 @@ def gathered_reads(diagram: Diagram, kernel: Kernel) -> list[Gathered]:
     gather reads each row of its result once: a block table gives each sequence pages of
     its own (vLLM's allocator; a shared prefix is the exception), so no page is counted as
     read twice from a cache."""
-    out = []
+    out = [_group_weights(diagram, kernel, op) for op in kernel.ops if op.grouped]
     # positions picked in the kernel (argmax, topk) from the very tensor gathered: the
     # selection holds the values it picked (ncdc.families.select), the gather reads nothing
     picked = {op.out: op.operands[0] for op in kernel.ops if op.kind == "select"}
@@ -465,6 +481,21 @@ def gathered_reads(diagram: Diagram, kernel: Kernel) -> list[Gathered]:
         whole = source not in kernel.gathered_only
         out.append(Gathered(op.out, source, op.axes, DTYPES[t.dtype].bytes, run, distinct, whole))
     return out
+
+
+def _group_weights(diagram: Diagram, kernel: Kernel, op: Op) -> Gathered:
+    """A grouped contraction's second operand as the kernel reads it: each block tile the
+    slice of its rows' group (a tensor without the groups' axis), each used slice once
+    from device memory."""
+    w = diagram.tensor(str(op.operands[1]))
+    group = op.params["group"]
+    groups = grouped_rows(diagram, kernel)
+    assert groups is not None
+    axes = tuple(a for a in w.axes if a != group)
+    slice_values = diagram.size(w) // diagram.axes[group]
+    run = w.axes[w.axes.index(group) + 1 :]
+    return Gathered(w.name, w.name, axes, DTYPES[w.dtype].bytes, run,
+                    float(groups.used * slice_values), False)  # fmt: skip
 
 
 def _buffers(diagram: Diagram, kernel: Kernel) -> list[list[tuple[str, tuple[str, ...], int]]]:
@@ -564,7 +595,7 @@ def _padding(model: KernelModel, g: Mapping[str, int], s: Mapping[str, int]) -> 
     f = 1.0
     for a in model.kernel.woven:
         size = model.sizes[a]
-        f *= ceil_div(size, g[a]) * g[a] / size
+        f *= model.tiles_along(a, g[a]) * g[a] / size
     for a, chunk in s.items():
         size = model.sizes.get(a, chunk)
         f *= ceil_div(size, chunk) * chunk / size

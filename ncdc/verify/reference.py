@@ -18,6 +18,7 @@ rendered module) is summed here as those tensor cores sum it (ncdc.hardware.arch
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 import ml_dtypes
@@ -27,6 +28,7 @@ from ncdc.hardware.arch import TensorCoreSum
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.ops import record
+from ncdc.model.geometry import group_spans
 
 # --------------------------------------------------------------------------------------
 # Low-precision formats: rounding (to nearest, ties to even) and storage as raw bits, with
@@ -100,7 +102,8 @@ def make_inputs(
     100), but a gather's index from 0 to the size of the axis it selects along, and int32
     ids compared for equality as runs of equal ids. Lengths (the int32 `lengths` of a
     varlen mask) are drawn from 0 to the axis they measure, and always include a 0 and a 1
-    when there are enough of them; packed lengths add up to at most the axis.
+    when there are enough of them; packed lengths add up to at most the axis. A grouped
+    contraction's offsets end runs of random lengths, in order (`_random_ends`).
     """
     rng = np.random.default_rng(seed)
     lengths = {
@@ -109,6 +112,8 @@ def make_inputs(
         if op.fn == "varlen"
     }
     indices = index_ranges(diagram)
+    ends = {op.params["offsets"]: diagram.axes[op.params["rows"]] for op in diagram.ops
+            if op.grouped}  # fmt: skip
     labels = {o for op in diagram.ops if op.fn in ("eq", "ne") for o in op.operands}
     out = {}
     for t in diagram.inputs:
@@ -117,6 +122,8 @@ def make_inputs(
         shape = tuple(diagram.axes[a] for a in t.axes)
         if t.name in lengths:
             x = _random_lengths(rng, shape, *lengths[t.name])
+        elif t.name in ends:  # a grouped contraction's offsets: runs of rows, in order
+            x = _random_ends(rng, shape[0], ends[t.name])
         elif t.name in indices:  # a gather's index: within the axis it selects along
             x = rng.integers(0, indices[t.name], size=shape).astype(np.float64)
         elif t.name in labels and DTYPES[t.dtype].integer and shape:
@@ -142,6 +149,19 @@ def index_ranges(diagram: Diagram) -> dict[str, int]:
             name, size = str(op.operands[1]), diagram.axes[op.params["axis"]]
             out[name] = min(size, out.get(name, size))
     return out
+
+
+def _random_ends(rng: np.random.Generator, groups: int, rows: int) -> np.ndarray:
+    """Where each of `groups` runs of rows ends, in order: runs of random lengths, the
+    second empty and the third one row long when there are enough groups and rows, and
+    some rows after the last run (a router sends no token to an expert, one to another)."""
+    share = rng.uniform(0.2, 1.8, size=groups + 1)
+    ends = np.floor(np.cumsum(share)[:-1] / share.sum() * rows)
+    if groups >= 3 and rows >= 4:
+        ends[1] = ends[0]
+        ends[2] = ends[1] + 1
+        ends = np.maximum.accumulate(ends)
+    return np.minimum(ends, rows)
 
 
 def _packed(diagram: Diagram, op: Op) -> bool:
@@ -277,6 +297,8 @@ def _contract(
     summed: TensorCoreSum | None = None,
 ) -> np.ndarray:  # fmt: skip
     a, b = op.operands
+    if op.grouped:
+        return _grouped(op, env, axes_of, d, summed)
     if summed is not None:
         product = _tensor_core_sum(op, env, axes_of, d, summed)
         return product * _scale(op, env, axes_of, op.axes)
@@ -288,6 +310,31 @@ def _contract(
     )
     product = np.einsum(spec, env[a], env[b], optimize=True)
     return product * _scale(op, env, axes_of, op.axes)
+
+
+def _grouped(
+    op: Op, env: dict, axes_of: Mapping[str, tuple[str, ...]], d: Diagram,
+    summed: TensorCoreSum | None,
+) -> np.ndarray:  # fmt: skip
+    """A grouped contraction: each group's run of rows contracted with its slice of the
+    second operand (as a contraction of its own, at those sizes); 0 in rows of no group."""
+    a, b = (str(o) for o in op.operands)
+    rows, group = op.params["rows"], op.params["group"]
+    out = np.zeros([d.axes[x] for x in op.axes])
+    axes = {**axes_of, b: tuple(x for x in axes_of[b] if x != group)}
+    plain = dataclasses.replace(op, params={})
+    cut = [n for n in (a, *op.scale) if isinstance(n, str) and rows in axes_of[n]]
+    at = op.axes.index(rows)
+    for e, (start, end) in enumerate(group_spans(env[op.params["offsets"]].reshape(-1), d.axes[rows])):
+        if end == start:
+            continue
+        part = dict(env)
+        for n in cut:
+            part[n] = np.take(env[n], range(start, end), axis=axes_of[n].index(rows))
+        part[b] = np.take(env[b], e, axis=axes_of[b].index(group))
+        sized = dataclasses.replace(d, axes={**d.axes, rows: end - start})
+        out[(slice(None),) * at + (slice(start, end),)] = _contract(plain, part, axes, sized, summed)
+    return out
 
 
 # The smallest normal exponent of each operand type tensor cores take: a value below it

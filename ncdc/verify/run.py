@@ -34,6 +34,7 @@ from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.load import load_diagram
+from ncdc.language.validate import offsets_problem
 from ncdc.output import phase, progress
 from ncdc.render import Launch, RenderedModule
 from ncdc.system import available_memory, default_jobs
@@ -154,6 +155,8 @@ def check_indices(diagram: Diagram, buffers: Mapping[str, np.ndarray], env: Mapp
     if status is None or not np.asarray(status).any():
         return
     for op in diagram.ops:
+        if op.grouped:
+            _check_offsets(op, env, diagram)
         if op.kind not in ("gather", "scatter"):
             continue
         name, axis = str(op.operands[1]), op.params["axis"]
@@ -172,6 +175,23 @@ def check_indices(diagram: Diagram, buffers: Mapping[str, np.ndarray], env: Mapp
                 hint=f"keep every value of {name} from 0 to {diagram.axes[axis] - 1}",
             )
     raise IndexRangeError("a kernel found an index out of range", hint="check the index tensors")
+
+
+def _check_offsets(op: Op, env: Mapping, diagram: Diagram) -> None:
+    """Refuse a grouped contraction's offsets out of order or past its rows, naming the
+    first bad entry (the kernel took it as an empty group, or as ending at the last row)."""
+    name = op.params["offsets"]
+    ends = np.asarray(env[name], dtype=np.float64).reshape(-1)
+    problem = offsets_problem(list(ends), op.params["rows"], diagram)
+    if problem:
+        _, what, hint = problem
+        a, b = op.operands
+        raise IndexRangeError(
+            f"offsets {name} {what}: {op.out} = contract({a}, {b}, over={op.over[0]}, "
+            f"offsets={name}) splits the {diagram.axes[op.params['rows']]} rows of "
+            f"{op.params['rows']} into runs in order",
+            hint=hint,
+        )
 
 
 def _paging(op: Op) -> str:

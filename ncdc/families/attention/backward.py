@@ -158,7 +158,7 @@ def read_backward(diagram: Diagram, kernel: Kernel) -> Backward | None:
     inputs = set(kernel.inputs)
     exps = [op for op in ops if op.fn == "exp" and op.kind == "map"
             and op.operands[0] in by_out and by_out[str(op.operands[0])].fn == "sub"]  # fmt: skip
-    if len(contracts) != 5 or len(exps) != 1:
+    if len(contracts) != 5 or len(exps) != 1 or any(op.grouped for op in contracts):
         return None
     p = exps[0]
     y = by_out[str(p.operands[0])]

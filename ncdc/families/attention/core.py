@@ -325,7 +325,7 @@ def attention_roles(diagram: Diagram, kernel: Kernel) -> dict[str, tuple[str, ..
     and the query axis is the one a mask names as its query, else the longest axis that Q
     has and K lacks (the others, such as the query heads of a group, are batch axes)."""
     contracts = [op for op in kernel.ops if op.kind == "contract"]
-    if len(contracts) != 2:
+    if len(contracts) != 2 or any(op.grouped for op in contracts):
         return None
     first, second = contracts
     soft = [op for op in kernel.ops if op.kind == "softmax"]

@@ -41,7 +41,14 @@ from ncdc.families.base import (
     round_up,
     rounded_options,
 )
-from ncdc.families.codegen import axis_pitch, cpp_type, float_literal, size_name
+from ncdc.families.codegen import (
+    axis_pitch,
+    cpp_type,
+    float_literal,
+    size_name,
+    status_param,
+    status_workspace,
+)
 from ncdc.hardware.arch import MMA_TILE, mma_shape
 from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
@@ -102,6 +109,10 @@ class Operands:
     batch: tuple[str, ...]  # flattened onto the grid's z, outermost first
     a_k: bool  # A's contiguous axis is k (else m)
     b_k: bool  # B's contiguous axis is k (else n)
+    ends: str = ""  # a grouped GEMM's offsets: where each run of m ends (docs: contract)
+    group: str = ""  # and B's axis of one slice per run
+    source: str = ""  # A's rows gathered: the tensor they come from (`a` is the gather's result)
+    index: str = ""  # and the index picking them
 
 
 def mma_candidates(
@@ -146,7 +157,7 @@ def mma_candidates(
         warp_stream = {**stream, ops.k: least_k} if ops.k in stream else stream
         grid = (
             ceil_div(d.axes[ops.n], t.bn),
-            ceil_div(d.axes[ops.m], t.bm),
+            row_tiles(d, ops, t.bm),
             min(batches, MAX_GRID_YZ),
         )
         threads = 32 * t.warps
@@ -156,6 +167,15 @@ def mma_candidates(
             _registers(t, threads, p, simt), raster_group=GROUP_M,
         )  # fmt: skip
     return list(out.values())
+
+
+def row_tiles(d: Diagram, ops: Operands, bm: int) -> int:
+    """Tile rows of the grid along m: ceil(m / bm), or, for a grouped GEMM, as many as
+    its runs can take whatever the offsets (each run, the rows after the last one among
+    them, whole tiles of its own: at most (m + (groups + 1) (bm - 1)) / bm)."""
+    if not ops.ends:
+        return ceil_div(d.axes[ops.m], bm)
+    return (d.axes[ops.m] + (d.axes[ops.group] + 1) * (bm - 1)) // bm
 
 
 def within_block_level(model: KernelModel, hw: Hardware, found: list[Candidate]) -> list[Candidate]:
@@ -169,6 +189,40 @@ def within_block_level(model: KernelModel, hw: Hardware, found: list[Candidate])
         if model.resident(c.group, c.stream, c.stages, True)[1] <= capacity
     ]  # fmt: skip
     return fit or found
+
+
+def contraction(kernel: Kernel) -> Op:
+    """The kernel's one contraction (after a gather of A's rows, when there is one)."""
+    return next(op for op in kernel.ops if op.kind == "contract")
+
+
+def row_gather(diagram: Diagram, kernel: Kernel) -> Op | None:
+    """The gather before the contraction that picks A's rows, fused into A's loads: A[r, k]
+    = S[I[r], k] with the source S over (rows, k), k contiguous, and the index I over A's
+    one m axis, both read from memory; None when the kernel starts with its contraction.
+    A PlanError for any other op before it."""
+    if kernel.ops[0].kind == "contract":
+        return None
+    g, mm = kernel.ops[0], kernel.ops[1] if len(kernel.ops) > 1 else None
+    problem = ""
+    if g.kind != "gather" or "into" in g.params or mm is None or mm.kind != "contract":
+        problem = f"{g.out} = {g.fn}(...) runs before the contraction"
+    else:
+        src, index = (diagram.tensor(str(o)) for o in g.operands)
+        if g.out != mm.operands[0] or g.out in kernel.outputs or g.dtype != src.dtype:
+            problem = f"{g.out} is not the first operand of {mm.out} alone, in {src.name}'s type"
+        elif any(str(o) not in kernel.inputs for o in g.operands):
+            problem = f"{g.out} gathers from a result computed in the kernel"
+        elif len(src.axes) != 2 or src.axes != (g.params["axis"], *mm.over) or len(index.axes) != 1:
+            problem = (f"{g.out} gathers {src.name} {list(src.axes)} by {index.name} "
+                       f"{list(index.axes)}, not rows of k-contiguous {src.name} by one index")  # fmt: skip
+    if problem:
+        raise PlanError(
+            f"no GEMM reads its operand through {problem}",
+            hint="a GEMM fuses one gather of the rows of its first operand; save the rest: "
+            "schedule: {materialize: [...]}",
+        )
+    return g
 
 
 def reaches(ops: tuple[Op, ...], name: str) -> bool:
@@ -272,7 +326,7 @@ def render(kp: KernelPlan, plan: Plan) -> KernelSource:
     d = plan.graph.diagram
     c = kp.candidate
     assert c is not None, "a GPU plan carries its candidate"
-    mm = kp.kernel.ops[0]
+    mm = contraction(kp.kernel)
     ops = read_operands(kp.family, kp.kernel, d)
     tiles = tiles_of(c)
     simt = bool(c.param("simt"))
@@ -284,12 +338,17 @@ def render(kp: KernelPlan, plan: Plan) -> KernelSource:
     vec_a, vec_b = bool(c.param("vec_a")), bool(c.param("vec_b"))
     if not (vec_a and vec_b):  # the variant loading element by element names its operands
         name += "_u" + ("" if vec_a else "a") + ("" if vec_b else "b")
+    if ops.index:
+        name += "_g"  # A's rows through an index
     epilogue = epilogue_context(kp.kernel, d, ops)
     axes = [a for a in kp.kernel.axes if a in d.axes]
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
     params.append(Param(ops.c.name, "tensor", ops.c.dtype, writes=True))
+    params += [status_param()] if ops.ends or ops.index else []
     params += [Param(size_name(a), "int64", value=d.axes[a]) for a in axes]
-    tensors = [ops.a, ops.b, ops.c] + [d.tensor(t["name"]) for t in epilogue["operands"]]
+    a = d.tensor(ops.source) if ops.source else ops.a  # the rows A is read from
+    tensors = [a, ops.b, ops.c] + [d.tensor(n) for n in (ops.index,) if n]
+    tensors += [d.tensor(t["name"]) for t in epilogue["operands"]]
     context: dict[str, Any] = {
         "kernel": name,
         "summary": f"{mm.text} (+{len(kp.kernel.ops) - 1} epilogue ops)",
@@ -309,7 +368,7 @@ def render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "vec_a": "true" if vec_a else "false",
         "vec_b": "true" if vec_b else "false",
         "smem_bytes": c.smem_bytes,
-        "a": {"name": ops.a.name, "ctype": cpp_type(ops.a.dtype)},
+        "a": {"name": a.name, "ctype": cpp_type(ops.a.dtype)},
         "b": {"name": ops.b.name, "ctype": cpp_type(ops.b.dtype)},
         "c": {"name": ops.c.name, "ctype": cpp_type(ops.c.dtype)},
         "params": [
@@ -337,15 +396,37 @@ def render(kp: KernelPlan, plan: Plan) -> KernelSource:
             }
             for ax in reversed(ops.batch)  # innermost first: z = ((b0 * n1) + b1) * n2 + b2
         ],
+        "runs": runs_context(ops, tensors),
+        "row_gather": {"index": ops.index, "rows": size_name(a.axes[0])} if ops.index else None,
         **epilogue,
     }
     launch = Launch.of(name, c.main, params)
-    return KernelSource("gemm.cu.j2", context, (launch,))
+    status = (status_workspace(),) if ops.ends or ops.index else ()
+    return KernelSource("gemm.cu.j2", context, (launch,), status)
+
+
+def runs_context(ops: Operands, tensors: list[Tensor]) -> dict[str, Any] | None:
+    """A grouped GEMM's runs as the template reads them: the offsets, the number of runs,
+    B's pitch between slices and each tensor's pitch along the rows; None otherwise."""
+    if not ops.ends:
+        return None
+    return {
+        "ends": ops.ends,
+        "group": ops.group,
+        "groups": size_name(ops.group),
+        "group_pitch": axis_pitch(ops.b, ops.group),
+        "strides": [
+            {"tensor": t.name, "pitch": axis_pitch(t, ops.m)}
+            for t in {t.name: t for t in tensors}.values()
+            if ops.m in t.axes
+        ],
+    }
 
 
 def read_operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
     """The contraction's tensors and roles; PlanError for what the template cannot run."""
-    mm = kernel.ops[0]
+    mm = contraction(kernel)
+    gather = row_gather(d, kernel)
     roles = family.roles
     if len(roles["k"]) != 1:
         raise PlanError(
@@ -382,7 +463,14 @@ def read_operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
                 f"{t.name}'s contiguous axis '{t.axes[-1]}' is not one of {list(inner)}",
                 hint=f"list {t.name}'s axes with '{inner[0]}' or '{inner[1]}' last",
             )
-    return Operands(a, b, c, m, n, k, batch, a.axes[-1] == k, b.axes[-1] == k)
+    ends, group = mm.params.get("offsets", ""), mm.params.get("group", "")
+    if (ends or gather) and batch:
+        what = "grouped GEMM" if ends else "GEMM gathering its rows"
+        raise PlanError(f"a {what} with batch axes {list(batch)} in {kernel.name}",
+                        hint="fold the batch into the rows")  # fmt: skip
+    source, index = (str(o) for o in gather.operands) if gather else ("", "")
+    return Operands(a, b, c, m, n, k, batch, a.axes[-1] == k, b.axes[-1] == k, ends, group,
+                    source, index)  # fmt: skip
 
 
 def _value(name: str) -> str:
@@ -392,7 +480,7 @@ def _value(name: str) -> str:
 
 def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any]:
     """The contraction's scale and the ops after it, as data the template unrolls."""
-    mm = kernel.ops[0]
+    mm = contraction(kernel)
     # Scalars multiply into one factor; a per-row or per-column scale is read per output.
     scalars = [f for f in mm.scale if not isinstance(f, str) or not d.tensor(f).axes]
     scale = [
@@ -427,7 +515,7 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
         out = _value(mm.out) if i == len(vectors) - 1 else f"ncdc_scaled{i}_{mm.out}"
         steps.append({"out": out, "fn": "mul", "cast": "", "args": [src, arg(name)]})
         src = {"kind": "value", "name": out}
-    for op in kernel.ops[1:]:
+    for op in kernel.ops[kernel.ops.index(mm) + 1 :]:
         if op.kind == "cast":
             src = arg(op.operands[0])
             for i, f in enumerate(op.scale):
@@ -465,6 +553,9 @@ def _causal_step(
     from the sizes."""
     roles = {ops.m: "ncdc_row", ops.n: "ncdc_col"}
     q, k = op.params["query"], op.params["key"]
+    if ops.ends:  # the epilogue sees rows within a run
+        raise PlanError(f"no grouped GEMM epilogue for causal ({op.out})",
+                        hint="mask in a kernel of its own: schedule: {materialize: [...]}")  # fmt: skip
     if q not in roles or k not in roles:
         raise PlanError(f"no GEMM epilogue for causal ({op.out}) over a batch axis",
                         hint="mask along the rows and columns of the contraction")  # fmt: skip

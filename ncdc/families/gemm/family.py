@@ -18,15 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ncdc.errors import PlanError
 from ncdc.families.base import KernelSource, no_masked_loop
 from ncdc.families.gemm import splitk as gemm_splitk
 from ncdc.families.gemm import wgmma as gemm_wgmma
 from ncdc.families.gemm.core import (
     TILES,
+    contraction,
     epilogue_context,
     mma_candidates,
     reaches,
     read_operands,
+    row_gather,
     render,
     tiles_of,
     within_block_level,
@@ -53,14 +56,22 @@ class GemmFamily:
 
     def classify(self, diagram: Diagram, kernel: Kernel) -> Family | None:
         contracts = [op for op in kernel.ops if op.kind == "contract"]
-        if len(contracts) != 1 or kernel.ops[0] is not contracts[0]:
+        # the contraction first, or after the gather of its first operand's rows
+        first = kernel.ops[0]
+        gathers = first.kind == "gather" and len(kernel.ops) > 1 and kernel.ops[1].kind == "contract"
+        if len(contracts) != 1 or kernel.ops[int(gathers)] is not contracts[0]:
             return None
+        if gathers:
+            try:
+                row_gather(diagram, kernel)
+            except PlanError:
+                return None  # the kernel-break search saves the gathered rows
         mm = contracts[0]
         operands = tuple(o for o in mm.operands if isinstance(o, str))
         if len(operands) != 2:
             return None
         chain = {mm.out}
-        for op in kernel.ops[1:]:
+        for op in kernel.ops[kernel.ops.index(mm) + 1 :]:
             # a causal mask masks C by its row and column (a backward pass recomputing P)
             if op.kind not in ("map", "binary", "cast") and op.fn != "causal":
                 return None
@@ -134,7 +145,7 @@ class GemmFamily:
     def arch_problem(self, diagram: Diagram, kp: KernelPlan, sm: int) -> str:
         if kp.candidate is not None and gemm_wgmma.is_wgmma(kp.candidate):
             return gemm_wgmma.arch_problem(kp.kernel.name, sm)
-        mm = kp.kernel.ops[0]
+        mm = contraction(kp.kernel)
         for dtype in sorted({diagram.tensor(n).dtype for n in mm.inputs}):
             least = MMA_SYNC_MIN_SM.get(dtype, 0)
             if sm < least and dtype == "int8":

@@ -55,9 +55,12 @@ def candidates(
     """Split-k versions of the mma.sync candidates in `base` whose grid has fewer blocks
     than the SMs; none for a batched GEMM (grid z holds the batches) or k split by the
     user (`fixed` cannot say splits), nor for int8 x int8 (its int32 sums are exact; the
-    fp32 partials are not)."""
+    fp32 partials are not), nor for a grouped GEMM (its tile rows are found per run) or
+    one gathering A's rows."""
     d = model.diagram
-    if ops.batch or not hw.is_gpu or ops.a.dtype == "int8" == ops.b.dtype:
+    if ops.batch or ops.ends or ops.index or not hw.is_gpu:
+        return []
+    if ops.a.dtype == "int8" == ops.b.dtype:
         return []
     k_len = d.axes[ops.k]
     out: dict[tuple, Candidate] = {}

@@ -172,8 +172,12 @@ def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
 def _runs(ops: Operands, d: Diagram) -> bool:
     """Whether the template runs these operands: 16-bit or fp8 inputs (an fp8 B that is
     n-contiguous is transposed in shared memory), A k-contiguous, at most one batch axis
-    held by A and B, strides TMA can take."""
+    held by A and B, strides TMA can take; not a grouped GEMM, nor one gathering A's rows
+    (its tensor maps copy boxes of one slice of B and of contiguous rows of A: the mma.sync
+    kernel runs those)."""
     if ops.a.dtype not in INPUT_DTYPES or not ops.a_k or len(ops.batch) > 1:
+        return False
+    if ops.ends or ops.index:
         return False
     if ops.batch and not (ops.batch[0] in ops.a.axes and ops.batch[0] in ops.b.axes):
         return False

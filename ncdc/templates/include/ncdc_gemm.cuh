@@ -52,6 +52,15 @@ struct Shape {
   long long ldc_m, ldc_n;
 };
 
+// A's rows read through an index (a gather fused into the GEMM, a mixture of experts'
+// tokens in their experts' order): row r of A is row index[r] of the source, an index
+// outside 0 .. rows - 1 reading nothing (zeros) and setting *status.
+struct RowIndex {
+  const int* index;
+  long long rows;
+  int* status;
+};
+
 // One operand's copies into shared memory, set up once per block tile. The operand tile is
 // ROWS x COLS (COLS contiguous) at (row0, col0) of a rows x cols matrix with pitch ld, stored
 // with pitch LD; its k axis is the columns (K_COLS) or the rows. Each thread copies the same
@@ -60,8 +69,9 @@ struct Shape {
 // tile's copies are pointer increments and cp.async, nothing else. The one k tile that ends
 // past k (loaded first, see `mainloop`) takes `load_tail`, which bounds both axes.
 // VEC: 16-byte cp.async (rows 16-byte aligned, a compile-time promise of the variant);
-// otherwise element loads, any alignment.
-template <class T, int ROWS, int COLS, int LD, int THREADS, bool K_COLS, bool VEC>
+// otherwise element loads, any alignment. GATHER (k-contiguous A only): each slot's row is
+// found through a `RowIndex` once per block tile, and keeps a pointer of its own.
+template <class T, int ROWS, int COLS, int LD, int THREADS, bool K_COLS, bool VEC, bool GATHER = false>
 struct TileCopy {
   using W = typename Word<sizeof(T)>::type;
   static constexpr int V = 16 / int(sizeof(T));
@@ -70,6 +80,7 @@ struct TileCopy {
   static constexpr int SLOTS = (ROWS + ROW_STEP - 1) / ROW_STEP;
   static constexpr int STEP = K_COLS ? COLS : ROWS;  // the k tile
   static_assert(COLS % V == 0 && THREADS % PER_ROW == 0, "a row is whole chunks, rows whole warps");
+  static_assert(!GATHER || K_COLS, "gathered rows are k-contiguous");
 
   const T* src;        // slot 0's chunk in the next whole k tile
   long long pitch;     // ROW_STEP rows of global memory, in elements
@@ -77,10 +88,11 @@ struct TileCopy {
   int dst;             // slot 0's chunk in a stage, in elements
   int r0, cc;          // slot 0's tile row and column
   int bytes[SLOTS];    // each slot's bytes in a whole k tile
+  const T* at[GATHER ? SLOTS : 1];  // GATHER: each slot's chunk in the next whole k tile
   bool live;           // this thread has slot 0 (false only where ROW_STEP > ROWS)
 
   NCDC_DEVICE TileCopy(const T* g, long long ld, long long row0, long long col0, long long rows,
-                       long long cols) {
+                       long long cols, const RowIndex& gathered = RowIndex{}) {
     r0 = int(threadIdx.x) / PER_ROW;
     cc = (int(threadIdx.x) % PER_ROW) * V;
     live = ROWS % ROW_STEP == 0 || r0 < ROWS;
@@ -95,6 +107,18 @@ struct TileCopy {
     for (int i = 0; i < SLOTS; ++i) {
       const bool row_in = !K_COLS || row0 + r0 + i * ROW_STEP < rows;
       bytes[i] = row_in ? in_cols * int(sizeof(T)) : 0;
+      if constexpr (GATHER) {
+        long long row = 0;
+        if (live && row_in) {
+          row = ld_global(gathered.index + row0 + r0 + i * ROW_STEP);
+          if (row < 0 || row >= gathered.rows) {
+            *gathered.status = 1;  // every writer writes 1: no atomic needed
+            bytes[i] = 0;
+            row = 0;
+          }
+        }
+        at[i] = g + row * ld + col0 + cc;
+      }
     }
   }
 
@@ -116,8 +140,13 @@ struct TileCopy {
 #pragma unroll
     for (int i = 0; i < SLOTS; ++i) {
       if (ROWS % ROW_STEP != 0 && r0 + i * ROW_STEP >= ROWS) break;
-      copy(stage + dst + i * ROW_STEP * LD, s, bytes[i]);
-      s += pitch;
+      if constexpr (GATHER) {
+        copy(stage + dst + i * ROW_STEP * LD, at[i], bytes[i]);
+        at[i] += advance;
+      } else {
+        copy(stage + dst + i * ROW_STEP * LD, s, bytes[i]);
+        s += pitch;
+      }
     }
     src += advance;
   }
@@ -131,6 +160,11 @@ struct TileCopy {
 #pragma unroll
     for (int i = 0; i < SLOTS; ++i) {
       if (ROWS % ROW_STEP != 0 && r0 + i * ROW_STEP >= ROWS) break;
+      if constexpr (GATHER) {  // before any whole k tile: `at` is still at column 0
+        const int n = bytes[i] ? in_cols * int(sizeof(T)) : 0;
+        copy(stage + dst + i * ROW_STEP * LD, n ? at[i] + col0 : g, n);
+        continue;
+      }
       const long long row = row0 + r0 + i * ROW_STEP;
       const int n = row < rows ? in_cols * int(sizeof(T)) : 0;
       copy(stage + dst + i * ROW_STEP * LD, n ? g + row * ld + col0 + cc : g, n);
@@ -139,10 +173,11 @@ struct TileCopy {
 };
 
 // The A and B copies of one block tile (m0, n0) of a tile type: `load` the next whole k tile,
-// `load_tail` the partial one at k0.
-template <class Tile, class T, bool VEC_A, bool VEC_B>
+// `load_tail` the partial one at k0; GATHER_A: A's rows through a `RowIndex`.
+template <class Tile, class T, bool VEC_A, bool VEC_B, bool GATHER_A = false>
 struct Copies {
-  using A = TileCopy<T, Tile::A_ROWS, Tile::A_COLS, Tile::A_LD, Tile::THREADS, Tile::A_K_, VEC_A>;
+  using A = TileCopy<T, Tile::A_ROWS, Tile::A_COLS, Tile::A_LD, Tile::THREADS, Tile::A_K_, VEC_A,
+                     GATHER_A>;
   using TB = typename Tile::TypeB;  // B's storage type (int8 weights under 16-bit A)
   using B = TileCopy<TB, Tile::B_ROWS, Tile::B_COLS, Tile::B_LD, Tile::THREADS, Tile::B_K_, VEC_B>;
   A a;
@@ -150,9 +185,9 @@ struct Copies {
 
   // Copies start at k offset k0 (the first whole k tile).
   NCDC_DEVICE Copies(const T* ga, const TB* gb, const Shape& s, long long m0, long long n0,
-                     long long k0)
+                     long long k0, const RowIndex& gathered)
       : a(ga, s.lda, Tile::A_K_ ? m0 : k0, Tile::A_K_ ? k0 : m0, Tile::A_K_ ? s.m : s.k,
-          Tile::A_K_ ? s.k : s.m),
+          Tile::A_K_ ? s.k : s.m, gathered),
         b(gb, s.ldb, Tile::B_K_ ? n0 : k0, Tile::B_K_ ? k0 : n0, Tile::B_K_ ? s.n : s.k,
           Tile::B_K_ ? s.k : s.n) {}
 
@@ -467,14 +502,14 @@ struct SimtTile {
 // multiplied; one barrier per k tile (it also frees the slot the next copy overwrites). The
 // k tile that ends past k, if any, is loaded first, so every copy the loop issues is of a
 // whole k tile (the sums over k are taken in another order, which fp32 accumulation allows).
-template <bool VEC_A, bool VEC_B, class Tile, class T>
+template <bool VEC_A, bool VEC_B, bool GATHER_A, class Tile, class T>
 NCDC_DEVICE void mainloop(Tile& tile, const T* A, const typename Tile::TypeB* B, const Shape& s,
-                          long long m0, long long n0) {
+                          long long m0, long long n0, const RowIndex& gathered) {
   constexpr int bk = Tile::K_TILE, stages = Tile::PIPE;
   T* smem = dynamic_smem<T>();
   const int ktiles = int((s.k + bk - 1) / bk);  // k < 2^31
   const int tail = int(s.k % bk != 0);
-  Copies<Tile, T, VEC_A, VEC_B> copies(A, B, s, m0, n0, 0);
+  Copies<Tile, T, VEC_A, VEC_B, GATHER_A> copies(A, B, s, m0, n0, 0, gathered);
   tile.clear();
 #pragma unroll
   for (int st = 0; st < stages - 1; ++st) {
@@ -600,12 +635,91 @@ NCDC_DEVICE void grouped_tile(long long& tile_m, long long& tile_n) {
   tile_n = pid % per_group / rows;
 }
 
-// One block tile of C = epi(A B) on tensor cores.
-template <bool VEC_A, bool VEC_B, class Tile, class T, class TC, class Epi>
+// ---- grouped GEMMs (a mixture of experts) ----------------------------------------------------
+// Rows of A come in runs, run g ending at row ends[g] (ends[-1] = 0), and run g multiplies
+// slice g of B; rows after the last run are a run of their own with no B (their C is the
+// epilogue of 0). Each run takes whole block tiles of its own, in order: a run of r rows
+// ceil(r / BM) of them, so a grid of (T + (G + 1) (BM - 1)) / BM tile rows covers any ends,
+// and a block whose tile lies past the last run's has nothing to do.
+struct RowRun {
+  long long group;  // the run's slice of B; -1 for the rows after the last run
+  long long start;  // its first row
+  long long rows;   // its rows
+  long long m0;     // the block tile's first row within the run
+};
+
+// The run of tile row `tile` of a grouped GEMM over `total` rows, or false where the tile
+// lies past them. An end below the one before is taken as that one (an empty run), one past
+// the rows as their end: no row is read twice or outside A (`check_ends` reports them). The
+// first warp walks the ends 32 runs at a time (a running max, then a running sum of their
+// tiles, by shuffles) and hands the run to the block through shared memory; every thread
+// of the block calls it (it holds a barrier).
+template <int BM>
+NCDC_DEVICE bool find_run(const int* ends, long long groups, long long total, long long tile,
+                          RowRun& run) {
+  __shared__ long long found[4];  // group (-2: past every run), start, rows, m0
+  if (threadIdx.x < 32) {
+    const int lane = int(threadIdx.x);
+    long long start = 0, before = 0;  // rows and tiles of the chunks of runs before
+    long long hit[4] = {-2, 0, 0, 0};
+    for (long long g0 = 0; g0 <= groups; g0 += 32) {
+      const long long g = g0 + lane;
+      long long end = g < groups ? (long long)ld_global(ends + g) : total;
+      end = end > total ? total : (end < start ? start : end);
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {  // the running max: each end at least the ones before
+        const long long o = __shfl_up_sync(0xffffffffu, end, d);
+        if (lane >= d && o > end) end = o;
+      }
+      long long first = __shfl_up_sync(0xffffffffu, end, 1);
+      if (lane == 0) first = start;
+      const long long tiles = g <= groups ? (end - first + BM - 1) / BM : 0;
+      long long sum = tiles;  // tiles of this chunk's runs up to this lane's
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const long long o = __shfl_up_sync(0xffffffffu, sum, d);
+        if (lane >= d) sum += o;
+      }
+      const unsigned mine = __ballot_sync(0xffffffffu, before + sum > tile);
+      if (mine) {
+        const int l = __ffs(int(mine)) - 1;
+        const long long group = __shfl_sync(0xffffffffu, g, l);
+        const long long lo = __shfl_sync(0xffffffffu, first, l);
+        const long long hi = __shfl_sync(0xffffffffu, end, l);
+        const long long earlier = before + __shfl_sync(0xffffffffu, sum - tiles, l);
+        hit[0] = group < groups ? group : -1;
+        hit[1] = lo;
+        hit[2] = hi - lo;
+        hit[3] = (tile - earlier) * BM;
+        break;
+      }
+      before += __shfl_sync(0xffffffffu, sum, 31);
+      start = __shfl_sync(0xffffffffu, end, 31);
+    }
+    if (lane == 0)
+      for (int i = 0; i < 4; ++i) found[i] = hit[i];
+  }
+  __syncthreads();
+  run = RowRun{found[0], found[1], found[2], found[3]};
+  return found[0] != -2;
+}
+
+// Sets *status where an end is below the one before (the first below 0) or past the rows;
+// the host then names the first such entry. One block checks them all, its threads apart.
+NCDC_DEVICE void check_ends(const int* ends, long long groups, long long total, int* status) {
+  for (long long g = threadIdx.x; g < groups; g += blockDim.x) {
+    const int end = ld_global(ends + g), before = g ? ld_global(ends + g - 1) : 0;
+    if (end < before || end > total) *status = 1;  // every writer writes 1: no atomic needed
+  }
+}
+
+// One block tile of C = epi(A B) on tensor cores (GATHER_A: A's rows through `gathered`).
+template <bool VEC_A, bool VEC_B, bool GATHER_A = false, class Tile, class T, class TC, class Epi>
 NCDC_DEVICE void run_mma(Tile& tile, const T* A, const typename Tile::TypeB* B, TC* C, const Shape& s,
-                         long long m0, long long n0, const Epi& epi) {
+                         long long m0, long long n0, const Epi& epi,
+                         const RowIndex& gathered = RowIndex{}) {
   using Acc = typename Tile::Acc;
-  mainloop<VEC_A, VEC_B>(tile, A, B, s, m0, n0);
+  mainloop<VEC_A, VEC_B, GATHER_A>(tile, A, B, s, m0, n0, gathered);
   if constexpr (StagedC<Tile, TC>::FITS) {
     store_staged(tile, C, s, epi, m0, n0);
   } else {
@@ -617,10 +731,11 @@ NCDC_DEVICE void run_mma(Tile& tile, const T* A, const typename Tile::TypeB* B, 
 }
 
 // One block tile of C = epi(A B) on CUDA cores.
-template <bool VEC_A, bool VEC_B, class Tile, class TC, class Epi>
+template <bool VEC_A, bool VEC_B, bool GATHER_A = false, class Tile, class TC, class Epi>
 NCDC_DEVICE void run_simt(Tile& tile, const float* A, const float* B, TC* C, const Shape& s,
-                          long long m0, long long n0, const Epi& epi) {
-  mainloop<VEC_A, VEC_B>(tile, A, B, s, m0, n0);
+                          long long m0, long long n0, const Epi& epi,
+                          const RowIndex& gathered = RowIndex{}) {
+  mainloop<VEC_A, VEC_B, GATHER_A>(tile, A, B, s, m0, n0, gathered);
   tile.for_each(m0, n0, [&](long long row, long long col, float a) {
     if (row < s.m && col < s.n) store_one(C + row * s.ldc_m + col * s.ldc_n, epi(a, row, col));
   });
