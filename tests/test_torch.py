@@ -374,3 +374,24 @@ def test_rope_attention_and_a_paged_decode_match_torchs_attention() -> None:
                 values.permute(0, 2, 1, 3))  # fmt: skip
     got = paged(q1, cache_k, cache_v, table)
     assert torch.allclose(got.float().reshape(2, 2, 2, 128), want, atol=0.03)
+
+
+def test_the_grouped_gemm_matches_torch_per_expert() -> None:
+    """DeepSeek-V3's routed-expert GEMM at small sizes as a torch op: a router's top-2
+    choices sorted by expert give the rows and the offsets (torch.argsort and
+    torch.bincount(...).cumsum, as a MoE layer computes them); each expert's rows against
+    torch's own product of the gathered tokens and that expert's weights."""
+    op = ncdc_torch.op(support.ROOT / "diagrams/moe_grouped_gemm.yaml", name="ncdc_test::moe",
+                       sizes={"t": 29, "r": 58, "e": 6, "d": 72, "f": 40})  # fmt: skip
+    x, w = _bf16((29, 72)), _bf16((6, 40, 72))
+    choice = torch.from_numpy(rng().integers(0, 5, size=(29, 2))).reshape(-1)  # expert 5 unused
+    order = torch.argsort(choice, stable=True)
+    rows = (order // 2).int()
+    ends = torch.bincount(choice, minlength=6).cumsum(0).int()
+    got = op(x, rows, ends, w).float()
+    start = 0
+    for e, end in enumerate(ends.tolist()):
+        h = x[rows[start:end].long()].float() @ w[e].float().T
+        assert torch.allclose(got[start:end], torch.nn.functional.silu(h), rtol=0.01, atol=0.05), e
+        start = end
+    assert start == 58

@@ -51,6 +51,12 @@ OPERATION_HINTS: dict[str, str] = {
         "write contract(A, B, over=k): a product summed over the named axis k",
     ),
     **dict.fromkeys(
+        ("grouped_mm", "grouped_gemm", "_grouped_mm", "gmm", "segment_mm", "moe", "experts"),
+        "write contract(X, W, over=k, offsets=ends): rows of X in runs that ends[e] ends, run "
+        "e times W's slice e (W: [e, k, n]); gather the rows first by token: gather(X, rows, "
+        "axis=t)",
+    ),
+    **dict.fromkeys(
         ("cumulative_sum", "scan", "associative_scan", "prefix_sum", "inclusive_scan"),
         "write cumsum(X, over=a): the running sum along a (reverse=true: from its end)",
     ),

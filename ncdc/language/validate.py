@@ -305,7 +305,9 @@ def expected_problem(diagram: Diagram) -> tuple[str, str, str] | None:
     return None
 
 
-def offsets_problem(ends: Sequence[float], rows: str, diagram: Diagram) -> tuple[int, str, str] | None:
+def offsets_problem(
+    ends: Sequence[float], rows: str, diagram: Diagram
+) -> tuple[int, str, str] | None:
     """(the first bad entry, what is wrong with it, what to write) for a grouped
     contraction's offsets out of order or outside the rows they split, or None."""
     limit = diagram.axes[rows]

@@ -138,7 +138,8 @@ def _pace(
     per_sm = max(per_sm, 1)
     sms = hw.limits.sms
     work = groups * c.splits  # one group's share of one split: what a block does
-    # a grouped GEMM's grid bounds its tiles for any offsets; the blocks past them exit
+    # a grouped GEMM's grid bounds its tiles for any offsets; the blocks past them exit at
+    # once: the blocks that work are fewer than the launch's
     grid = min(c.grid, work) if model.grouped else c.grid
     blocks = ceil_div(grid, sms)
     busiest = min(work, blocks * ceil_div(work, grid))
@@ -152,7 +153,7 @@ def _pace(
     ahead = max(1, c.stages - 1) if model.online else 1
     device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps * ahead / sms)
     return Pace(
-        grid, per_sm, ceil_div(grid, sms * per_sm), balance / latency_efficiency(resident),
+        c.grid, per_sm, ceil_div(grid, sms * per_sm), balance / latency_efficiency(resident),
         device_slow, tile_padding, streams, balance,
     )  # fmt: skip
 

@@ -325,7 +325,9 @@ def _grouped(
     plain = dataclasses.replace(op, params={})
     cut = [n for n in (a, *op.scale) if isinstance(n, str) and rows in axes_of[n]]
     at = op.axes.index(rows)
-    for e, (start, end) in enumerate(group_spans(env[op.params["offsets"]].reshape(-1), d.axes[rows])):
+    for e, (start, end) in enumerate(
+        group_spans(env[op.params["offsets"]].reshape(-1), d.axes[rows])
+    ):
         if end == start:
             continue
         part = dict(env)
@@ -333,7 +335,9 @@ def _grouped(
             part[n] = np.take(env[n], range(start, end), axis=axes_of[n].index(rows))
         part[b] = np.take(env[b], e, axis=axes_of[b].index(group))
         sized = dataclasses.replace(d, axes={**d.axes, rows: end - start})
-        out[(slice(None),) * at + (slice(start, end),)] = _contract(plain, part, axes, sized, summed)
+        out[(slice(None),) * at + (slice(start, end),)] = _contract(
+            plain, part, axes, sized, summed
+        )
     return out
 
 

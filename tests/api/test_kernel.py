@@ -181,3 +181,26 @@ def test_a_gather_on_numpy_reads_the_rows_and_refuses_an_index_out_of_range() ->
     assert np.array_equal(np.asarray(y, dtype=np.float32), table[ids].astype(np.float32))
     with pytest.raises(IndexRangeError, match=r"index ids\[1\] = 101 is out of range"):
         embed(table, np.array([0, 101, 7, 7], dtype=np.int32))
+
+
+def test_a_grouped_gemm_on_numpy_runs_each_expert_on_its_rows() -> None:
+    """The mixture of experts' grouped GEMM from a program: rows gathered by token, each run
+    of them times its expert's weights (11 experts, one with no rows, rows after the last
+    run), against NumPy; offsets out of order are refused naming the entry."""
+    from ncdc.errors import IndexRangeError
+
+    moe = ncdc.load(str(support.SPECS / "moe_grouped_odd.yaml"))
+    r = rng()
+    x = r.standard_normal((61, 72)).astype(ml_dtypes.bfloat16)
+    w = r.standard_normal((11, 88, 72)).astype(ml_dtypes.bfloat16)
+    rows = r.integers(0, 61, size=93).astype(np.int32)
+    ends = np.array([9, 9, 10, 25, 40, 41, 60, 70, 80, 85, 90], dtype=np.int32)
+    got = np.asarray(moe(x, rows, ends, w), dtype=np.float64)
+    want = np.zeros((93, 88))
+    for e, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
+        h = x[rows[start:end]].astype(np.float64) @ w[e].astype(np.float64).T
+        want[start:end] = h / (1 + np.exp(-h))
+    assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
+    assert not got[90:].any()  # rows after the last run: silu(0)
+    with pytest.raises(IndexRangeError, match=r"offsets ends go down at group 3 \(10 then 8\)"):
+        moe(x, rows, np.array([9, 9, 10, 8, 40, 41, 60, 70, 80, 85, 90], np.int32), w)

@@ -135,7 +135,7 @@ EXPECTED = {
     "contract_axis_missing": "spec.yaml:8: ops[0]: contract over 'm', but B has axes ['k', 'n'] (hint: both operands need the axis)",
     "contract_ambiguous": "spec.yaml:8: ops[0]: contract of A and B shares axes ['m', 'k']; expected 'over=' to say which are summed (hint: e.g. contract(A, B, over=k))",
     "wrong_operand_count": "spec.yaml:8: ops[0]: contract expects 2 operand(s), found 1: 'C = contract(A, over=k)'",
-    "unknown_keyword": "spec.yaml:8: ops[0]: contract has no argument 'alpha'; expected dtype, over, scale",
+    "unknown_keyword": "spec.yaml:8: ops[0]: contract has no argument 'alpha'; expected dtype, offsets, over, scale",
     "softmax_needs_over": "spec.yaml:9: ops[1]: softmax needs 'over=' (hint: e.g. P = softmax(S, over=x))",
     "softmax_axis_not_in_tensor": "spec.yaml:9: ops[1]: softmax over 'k', but C has axes ['m', 'n'] (hint: choose one of m, n)",
     "cycle": "spec.yaml:7: ops[0]: operations depend on each other in a cycle: C -> D -> C (hint: a result cannot feed its own inputs)",

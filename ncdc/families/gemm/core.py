@@ -214,8 +214,10 @@ def row_gather(diagram: Diagram, kernel: Kernel) -> Op | None:
         elif any(str(o) not in kernel.inputs for o in g.operands):
             problem = f"{g.out} gathers from a result computed in the kernel"
         elif len(src.axes) != 2 or src.axes != (g.params["axis"], *mm.over) or len(index.axes) != 1:
-            problem = (f"{g.out} gathers {src.name} {list(src.axes)} by {index.name} "
-                       f"{list(index.axes)}, not rows of k-contiguous {src.name} by one index")  # fmt: skip
+            problem = (
+                f"{g.out} gathers {src.name} {list(src.axes)} by {index.name} "
+                f"{list(index.axes)}, not rows of k-contiguous {src.name} by one index"
+            )
     if problem:
         raise PlanError(
             f"no GEMM reads its operand through {problem}",
@@ -554,8 +556,10 @@ def _causal_step(
     roles = {ops.m: "ncdc_row", ops.n: "ncdc_col"}
     q, k = op.params["query"], op.params["key"]
     if ops.ends:  # the epilogue sees rows within a run
-        raise PlanError(f"no grouped GEMM epilogue for causal ({op.out})",
-                        hint="mask in a kernel of its own: schedule: {materialize: [...]}")  # fmt: skip
+        raise PlanError(
+            f"no grouped GEMM epilogue for causal ({op.out})",
+            hint="mask in a kernel of its own: schedule: {materialize: [...]}",
+        )
     if q not in roles or k not in roles:
         raise PlanError(f"no GEMM epilogue for causal ({op.out}) over a batch axis",
                         hint="mask along the rows and columns of the contraction")  # fmt: skip

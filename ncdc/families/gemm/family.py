@@ -29,8 +29,8 @@ from ncdc.families.gemm.core import (
     mma_candidates,
     reaches,
     read_operands,
-    row_gather,
     render,
+    row_gather,
     tiles_of,
     within_block_level,
 )
@@ -58,7 +58,9 @@ class GemmFamily:
         contracts = [op for op in kernel.ops if op.kind == "contract"]
         # the contraction first, or after the gather of its first operand's rows
         first = kernel.ops[0]
-        gathers = first.kind == "gather" and len(kernel.ops) > 1 and kernel.ops[1].kind == "contract"
+        gathers = (
+            first.kind == "gather" and len(kernel.ops) > 1 and kernel.ops[1].kind == "contract"
+        )
         if len(contracts) != 1 or kernel.ops[int(gathers)] is not contracts[0]:
             return None
         if gathers:
