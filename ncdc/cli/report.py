@@ -77,11 +77,18 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
         f"{intensity(plan):.1f} flop/B at {hw.levels[0].name} (ridge {ridge(plan):.1f} flop/B)",
     )
     head.add_row("compute time", format_time(plan.compute_time_s))
+    launch = f", {format_time(plan.launch_s)} of it launch latency" if plan.launch_s else ""
     head.add_row(
         "predicted time",
-        f"{format_time(plan.predicted_time_s)} (no overlap: "
+        f"{format_time(plan.predicted_time_s)} a call{launch} (no overlap: "
         f"{format_time(plan.predicted_time_no_overlap_s)})",
     )
+    if plan.launch_s:
+        head.add_row(
+            "kernel time",
+            f"{format_time(plan.kernel_time_s)} (the kernels alone, as a profiler or a "
+            "CUDA-graph replay times them)",
+        )
     head.add_row("bound", Text(f"{plan.bound} ({plan.bound_kind})", style="bold"))
     if plan.bound != hw.levels[0].name:
         achieved = format_rate(plan.flops / plan.predicted_time_s, "FLOP/s")

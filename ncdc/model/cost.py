@@ -352,6 +352,7 @@ def evaluate_kernel(
         unit=unit,
         candidate=c,
         instructions=mix if c is not None else None,
+        launch_s=timing.launch_s,
     )
 
 
@@ -414,6 +415,7 @@ def summarize(
         compute_time_s=sum(k.compute_time_s for k in kernels),
         predicted_time_s=predicted,
         predicted_time_no_overlap_s=sum(k.predicted_time_no_overlap_s for k in kernels),
+        launch_s=sum(k.launch_s for k in kernels),
         bound=bound,
         unfused=unfused,
     )

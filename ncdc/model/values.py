@@ -98,10 +98,17 @@ class KernelPlan:
     unit: str = "tensor"  # the compute unit with the most time
     candidate: Candidate | None = None  # the launch that is priced and built (GPU plans)
     instructions: LoopMix | None = None  # the main loop's issue slots the time counts
+    launch_s: float = 0.0  # of predicted_time_s: from each launch to its first block running
 
     @property
     def bound_kind(self) -> str:
         return "memory" if self.bound in [t.upper for t in self.transfers] else "compute"
+
+    @property
+    def kernel_time_s(self) -> float:
+        """The kernel's own duration, as a profiler or a CUDA-graph replay times it: the
+        predicted call time less its launch latency."""
+        return self.predicted_time_s - self.launch_s
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,13 @@ class Plan:
     breaks: tuple[BreakOption, ...] = ()
     # candidates the compiler refuted and what replaced them (ncdc.plan.feedback.settle)
     notes: tuple[str, ...] = ()
+    launch_s: float = 0.0  # of predicted_time_s: the kernels' launch latencies
+
+    @property
+    def kernel_time_s(self) -> float:
+        """The kernels' own durations summed (back to back, as a CUDA-graph replay runs
+        them): the predicted call time, `predicted_time_s`, less the launch latencies."""
+        return self.predicted_time_s - self.launch_s
 
     @property
     def bound_kind(self) -> str:
