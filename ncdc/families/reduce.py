@@ -23,6 +23,7 @@ fixed order (deterministic); see templates/include/ncdc_reduce.cuh.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,7 +66,9 @@ TILES: dict[str, tuple[int, ...]] = {
     "threads": (128, 256, 512),  # threads per block: tx kept indices by threads / tx slices
 }
 COALESCE = 32  # kept indices a block takes across the contiguous axis: one warp's width
-HOLD = 8  # values of its share a thread holds in registers at a time
+# values of its share a thread loads at a time (held in registers): more keeps more bytes
+# in flight where each load is narrow (2 bytes of a column), at the cost of registers
+HOLDS = (8, 32)
 MERGE_THREADS = 256
 MAX_SPLITS = 65535  # grid.y
 SPLIT_WAVES = 2  # a split reduction launches about this many blocks per SM
@@ -117,7 +120,7 @@ class ReduceFamily:
         src = _operand(d, rowop)
         wide = min(COALESCE, pow2(kept_n)) if src.axes[-1] in kept else 1
         per_element = _per_element_outputs(d, kernel, reduced)
-        registers = estimate_registers(HOLD * max(len(kernel.inputs), 1), 1, 0)
+        loaded = sum(DTYPES[d.tensor(n).dtype].bytes for n in _source_inputs(kernel, rowop))
         stage_bytes = DTYPES[_stage_dtype(d, kernel, rowop)].bytes
         # Held in shared memory: as few kept indices as still fill a 32-byte sector of the
         # narrowest per-element tensor a row (the model counts bytes, not sectors).
@@ -130,14 +133,19 @@ class ReduceFamily:
             {t for t in (wide, 16, 8) if t <= wide and t * narrowest >= SECTOR} | {wide}
         )
         out: list[Candidate] = []
-        for threads in TILES["threads"]:
+        shapes = set()
+        for threads, each in itertools.product(TILES["threads"], HOLDS):
             if threads > hw.limits.threads_per_block:
                 continue
             for tx in staged_tx if per_element else [wide]:
                 if threads % tx:
                     continue
                 ty = threads // tx
-                hold = min(HOLD, pow2(ceil_div(red_n, ty)))
+                hold = min(each, pow2(ceil_div(red_n, ty)))
+                if (threads, tx, hold) in shapes:
+                    continue
+                shapes.add((threads, tx, hold))
+                registers = estimate_registers(hold * max(len(kernel.inputs), 1), 1, 0)
                 chunks = ceil_div(red_n, (ty * hold))
                 blocks_x = ceil_div(kept_n, tx)
                 split_opts = [1]
@@ -155,7 +163,9 @@ class ReduceFamily:
                         if _smem(shape) > hw.limits.smem_per_block_bytes:
                             continue
                         passes = 2 if per_element and chunks > 1 and not stage else 1
-                        out.append(_candidate(model, family, hw, shape, passes, registers))
+                        in_flight = 32 * hold * loaded  # a warp's loads of a chunk
+                        out.append(_candidate(model, family, hw, shape, passes, registers,
+                                              in_flight))  # fmt: skip
         return out
 
     def render(self, kp: KernelPlan, plan: Plan) -> KernelSource:
@@ -203,6 +213,7 @@ def _candidate(
     shape: _Shape,
     passes: int,
     registers: int,
+    in_flight: int,
 ) -> Candidate:
     """One launch: its block's share of each axis as the model counts it (tx kept indices
     from the innermost kept axis out; a kept reduced axis whole, a removed one a pass at a
@@ -248,8 +259,9 @@ def _candidate(
         ("passes", passes),
     )
     return Candidate(
-        group, stream, group, stream, params, tuple(shapes), 1, splits, budget, rereads
-    )
+        group, stream, group, stream, params, tuple(shapes), 1, splits, budget, rereads,
+        in_flight=in_flight,
+    )  # fmt: skip
 
 
 def _operand(d: Diagram, op: Op) -> Tensor:

@@ -20,7 +20,13 @@ from ncdc.model.geometry import band_imbalance, ragged_imbalance
 from ncdc.model.graph import MemoryGraph, Partition
 from ncdc.model.issue import ISSUE, LoopMix, issue_time_s
 from ncdc.model.launch import Candidate, Family
-from ncdc.model.overlap import latency_efficiency, overlap_compute, pingpong_compute, pipeline_stall
+from ncdc.model.overlap import (
+    in_flight_efficiency,
+    latency_efficiency,
+    overlap_compute,
+    pingpong_compute,
+    pipeline_stall,
+)
 from ncdc.model.structure import KernelModel, ops_flops
 from ncdc.model.values import KernelPlan, LevelCost, Plan, TileChoice, Transfer, Unfused
 from ncdc.units import ceil_div
@@ -152,6 +158,10 @@ def _pace(
     # attention ring keeps stages - 1 chunks in flight for each block (one is read)
     ahead = max(1, c.stages - 1) if model.online else 1
     device_slow = 1 / latency_efficiency(min(grid, sms * per_sm) * c.warps * ahead / sms)
+    if c.in_flight:  # narrow loads: the bytes the resident warps keep in flight bound it too
+        warps = min(grid, sms * per_sm) * c.warps / sms
+        share = hw.achieved_bandwidth(hw.levels[0].name) / sms
+        device_slow = max(device_slow, 1 / in_flight_efficiency(warps * c.in_flight, share))
     return Pace(
         c.grid, per_sm, ceil_div(grid, sms * per_sm), balance / latency_efficiency(resident),
         device_slow, tile_padding, streams, balance,

@@ -99,7 +99,10 @@ class Candidate:
     backward with dQ in a second pass, query-major: S and dP again, over the band's pairs);
     `unstaged`, the inputs (or gathers, by result) the kernel reads from memory straight
     into registers, which hold no shared memory (attention's Q and K computed as they
-    load read their inputs so).
+    load read their inputs so); `in_flight`, the bytes of global loads one warp issues
+    before it uses the first (0: enough to hide memory latency with the warps resident, as
+    the tile families' 16-byte copies have), which with the resident warps bound the rate
+    the device's memory can reach (Little's law: `overlap.in_flight_efficiency`).
     """
 
     group: Mapping[str, int] = field(hash=False)
@@ -122,6 +125,7 @@ class Candidate:
     accumulates: tuple[tuple[str, float], ...] = ()
     recomputes: tuple[tuple[str, float], ...] = ()
     unstaged: tuple[str, ...] = ()
+    in_flight: int = 0
 
     @property
     def main(self) -> LaunchShape:

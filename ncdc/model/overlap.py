@@ -28,6 +28,24 @@ SATURATION_WARPS = 8
 # that with the memory busy; CUTLASS's sm_80 tensor-op GEMMs run 3-5 stages of 32-64 deep
 # k tiles, which covers about this. See docs/cost-model.md, "Pipeline stages".
 PIPELINE_LATENCY_S = 1.2e-6
+# The latency a load waits for in a kernel that streams device memory with narrow loads
+# (a reduction's columns, 2 bytes a thread): ~600 ns idle on an H100 (Chips and Cheese, as
+# above). Its share of the rate is the bytes an SM has in flight over latency x its share
+# of the bandwidth (Little's law): ncdc's column softmax at commit b9f9eb6, 8 warps of 512
+# bytes an SM, was measured at 12% of the copy rate on an H200, against 26% by this count
+# (600 ns, 3.5 TB/s) and 11% by its SASS's round trips (benchmarks/static_speed.py).
+MEMORY_LATENCY_S = 0.6e-6
+
+
+def in_flight_efficiency(bytes_per_sm: float, bandwidth_per_sm: float) -> float:
+    """Fraction of a device memory's rate an SM reaches with `bytes_per_sm` of loads in
+    flight, its share of the rate being `bandwidth_per_sm` bytes a second (Little's law).
+
+        >>> round(in_flight_efficiency(4096, 3.5e12 / 132), 2)
+        0.26
+    """
+    need = MEMORY_LATENCY_S * bandwidth_per_sm
+    return min(1.0, bytes_per_sm / need) if need > 0 else 1.0
 
 
 def latency_efficiency(warps_per_sm: float) -> float:

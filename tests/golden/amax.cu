@@ -6,12 +6,12 @@
 // op      A = abs(X)
 // op      amax = max(A, over=[m, n], dtype=fp32)
 // outputs amax
-// kernel  amax: reduce, tiles n=4096  m=1, 16 warps, 1 stages, grid 264
+// kernel  amax: reduce, tiles n=4096  m=4, 16 warps, 1 stages, grid 264
 // predicted on h200: 44.0 us (hbm-bound), 1.34e+08 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// amax_reduce_fp32_t512_x1_h8_s264: A = abs(X); amax = max(A, over=[m, n], dtype=fp32)
+// amax_reduce_fp32_t512_x1_h32_s264: A = abs(X); amax = max(A, over=[m, n], dtype=fp32)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_rowwise.cuh"
 #include "ncdc_reduce.cuh"
@@ -21,7 +21,7 @@
 #undef ncdc_partial
 
 namespace {
-struct ncdc_amax_reduce_fp32_t512_x1_h8_s264_io {
+struct ncdc_amax_reduce_fp32_t512_x1_h32_s264_io {
   struct {
     const __nv_bfloat16* __restrict__ X;
     float* __restrict__ amax;
@@ -61,14 +61,14 @@ struct ncdc_amax_reduce_fp32_t512_x1_h8_s264_io {
 };
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(512, 1) amax_reduce_fp32_t512_x1_h8_s264(
+extern "C" __global__ void __launch_bounds__(512, 1) amax_reduce_fp32_t512_x1_h32_s264(
     const __nv_bfloat16* __restrict__ X,
     float* __restrict__ amax,
     float* __restrict__ ncdc_partial,
     long long ncdc_size_m,
     long long ncdc_size_n) {
-  ncdc_amax_reduce_fp32_t512_x1_h8_s264_io ncdc_io{ {X, amax, ncdc_partial}, ncdc_size_m, ncdc_size_n };
-  ncdc::reduce::run<ncdc::rowwise::kMax, 512, 1, 8, 264, 0, float>(ncdc_io, 1LL, ncdc_size_m * ncdc_size_n, ncdc_io.ncdc_t.ncdc_partial);
+  ncdc_amax_reduce_fp32_t512_x1_h32_s264_io ncdc_io{ {X, amax, ncdc_partial}, ncdc_size_m, ncdc_size_n };
+  ncdc::reduce::run<ncdc::rowwise::kMax, 512, 1, 32, 264, 0, float>(ncdc_io, 1LL, ncdc_size_m * ncdc_size_n, ncdc_io.ncdc_t.ncdc_partial);
 }
 
 // The split partials merged in split order: one thread per kept index.
@@ -78,8 +78,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) amax_reduce_merge_fp32(
     float* __restrict__ ncdc_partial,
     long long ncdc_size_m,
     long long ncdc_size_n) {
-  ncdc_amax_reduce_fp32_t512_x1_h8_s264_io ncdc_io{ {X, amax, ncdc_partial}, ncdc_size_m, ncdc_size_n };
+  ncdc_amax_reduce_fp32_t512_x1_h32_s264_io ncdc_io{ {X, amax, ncdc_partial}, ncdc_size_m, ncdc_size_n };
   ncdc::reduce::merge<ncdc::rowwise::kMax, 264>(ncdc_io, 1LL, ncdc_size_m * ncdc_size_n, ncdc_io.ncdc_t.ncdc_partial);
 }
-NCDC_EXPORT_KERNEL(amax_reduce_fp32_t512_x1_h8_s264);
+NCDC_EXPORT_KERNEL(amax_reduce_fp32_t512_x1_h32_s264);
 NCDC_EXPORT_KERNEL(amax_reduce_merge_fp32);

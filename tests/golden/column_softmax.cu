@@ -10,7 +10,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// column_softmax_reduce_bf16_t256_x16_h8_s1_smem: Y = softmax(X, over=m)
+// column_softmax_reduce_bf16_t256_x16_h32_s1_smem: Y = softmax(X, over=m)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_rowwise.cuh"
 #include "ncdc_reduce.cuh"
@@ -19,7 +19,7 @@
 #undef Y
 
 namespace {
-struct ncdc_column_softmax_reduce_bf16_t256_x16_h8_s1_smem_io {
+struct ncdc_column_softmax_reduce_bf16_t256_x16_h32_s1_smem_io {
   struct {
     const __nv_bfloat16* __restrict__ X;
     __nv_bfloat16* __restrict__ Y;
@@ -61,12 +61,12 @@ struct ncdc_column_softmax_reduce_bf16_t256_x16_h8_s1_smem_io {
 };
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256, 1) column_softmax_reduce_bf16_t256_x16_h8_s1_smem(
+extern "C" __global__ void __launch_bounds__(256, 1) column_softmax_reduce_bf16_t256_x16_h32_s1_smem(
     const __nv_bfloat16* __restrict__ X,
     __nv_bfloat16* __restrict__ Y,
     long long ncdc_size_n,
     long long ncdc_size_m) {
-  ncdc_column_softmax_reduce_bf16_t256_x16_h8_s1_smem_io ncdc_io{ {X, Y}, ncdc_size_n, ncdc_size_m };
-  ncdc::reduce::run<ncdc::rowwise::kSoftmax, 256, 16, 8, 1, 4096, __nv_bfloat16>(ncdc_io, ncdc_size_n, ncdc_size_m, nullptr);
+  ncdc_column_softmax_reduce_bf16_t256_x16_h32_s1_smem_io ncdc_io{ {X, Y}, ncdc_size_n, ncdc_size_m };
+  ncdc::reduce::run<ncdc::rowwise::kSoftmax, 256, 16, 32, 1, 4096, __nv_bfloat16>(ncdc_io, ncdc_size_n, ncdc_size_m, nullptr);
 }
-NCDC_EXPORT_KERNEL(column_softmax_reduce_bf16_t256_x16_h8_s1_smem);
+NCDC_EXPORT_KERNEL(column_softmax_reduce_bf16_t256_x16_h32_s1_smem);

@@ -116,6 +116,8 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
   for (long long c = 0; c < chunks && active; ++c) {
     const long long j0 = (c * SPLITS + g) * HOLD * TY + ty;
     count = 0;
+    // Every load of the chunk is issued before any value is used (staged or summed): one
+    // round trip to memory a chunk, not one a value.
 #pragma unroll
     for (int h = 0; h < HOLD; ++h) {
       const long long j = j0 + (long long)h * TY;
@@ -123,8 +125,12 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
       if (j < n) {
         x[h] = io.source(j);
         count = h + 1;
-        if (STAGE_ROWS > 0 && staged) stage[j * TX + tx] = from_float<StageT>(x[h]);
       }
+    }
+    if (STAGE_ROWS > 0 && staged) {
+#pragma unroll
+      for (int h = 0; h < HOLD; ++h)
+        if (h < count) stage[(j0 + (long long)h * TY) * TX + tx] = from_float<StageT>(x[h]);
     }
     rowwise::accumulate<KIND, HOLD>(r, x, count);
   }
@@ -156,12 +162,19 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
       } else {
         for (long long c = 0; c < chunks && active; ++c) {
           const long long j0 = c * HOLD * TY + ty;
+          // the chunk's values read first, then its outputs: one round trip a chunk
+          float v[HOLD];
+#pragma unroll
           for (int h = 0; h < HOLD; ++h) {
             const long long j = j0 + (long long)h * TY;
-            if (j >= n) continue;
+            v[h] = 0.0f;
             // each thread reads back only what it staged itself: no barrier needed
-            const float v = STAGE_ROWS > 0 && staged ? to_float(stage[j * TX + tx]) : io.source(j);
-            io.finish(j, rowwise::finish_value<KIND>(s, v), s.stat);
+            if (j < n) v[h] = STAGE_ROWS > 0 && staged ? to_float(stage[j * TX + tx]) : io.source(j);
+          }
+#pragma unroll
+          for (int h = 0; h < HOLD; ++h) {
+            const long long j = j0 + (long long)h * TY;
+            if (j < n) io.finish(j, rowwise::finish_value<KIND>(s, v[h]), s.stat);
           }
         }
       }

@@ -271,9 +271,13 @@ NCDC_DEVICE void accumulate(Running& r, const float (&x)[V], int count) {
       if (j < count) m = fmaxf(m, x[j]);
     const float base = m == negative_infinity() ? 0.0f : m;
     float s = r.s * expf(r.m - base);  // r.s is 0 while r.m is -inf
+    // a select, not a branch: every exponential is computed and the ones past `count`
+    // dropped, so a chunk's values take no branch each
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      if (j < count) s += expf(x[j] - base);
+    for (int j = 0; j < V; ++j) {
+      const float e = expf(x[j] - base);
+      s += j < count ? e : 0.0f;
+    }
     r.m = m;
     r.s = s;
   } else if constexpr (KIND == kLayernorm) {
