@@ -83,10 +83,12 @@ class Operands(Protocol):
 ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg are sm_90a features
 INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")  # wgmma k16 / k32 from descriptors
 FP8 = ("fp8_e4m3", "fp8_e5m2")  # 8-bit operands exist only K-major: B must be k-contiguous
-BM = 128  # two consumer warpgroups of 64 rows
-CONSUMERS = 2
+ROWS = 64  # rows of the block tile a consumer warpgroup takes (wgmma m64)
+# consumer warpgroups: two (a 128-row tile, the producer's registers given to them), or
+# one (a 64-row tile for skinny GEMMs, m <= 128: no register rebalancing)
+CONSUMERS = (2, 1)
 SPAN = 128  # swizzle span in bytes: one k tile row
-THREADS = 384  # producer + two consumer warpgroups
+THREADS = 384  # the two-consumer kernel: the producer warpgroup and two consumers
 LAUNCH_REGISTERS = 168  # 65536 / 384 rounded down to 8: ptxas's budget under launch bounds
 CONSUMER_REGISTERS = 232  # setmaxnreg.inc for the consumers (128 * (40 + 2 * 232) <= 65536)
 REGISTER_OVERHEAD = 48  # a consumer's addressing, descriptors and epilogue besides its acc
@@ -111,10 +113,10 @@ def is_wgmma(c: Candidate) -> bool:
     return dict(c.params).get("wgmma", 0) == 1
 
 
-def mma_tile_s(hw: Hardware, dtype: str, bn: int) -> float:
-    """Seconds one SM's tensor cores take for a 128 x bn x (128 bytes of k) tile at peak."""
+def mma_tile_s(hw: Hardware, dtype: str, bn: int, bm: int = 2 * ROWS) -> float:
+    """Seconds one SM's tensor cores take for a bm x bn x (128 bytes of k) tile at peak."""
     per_sm = hw.achieved_rate("tensor", dtype) / hw.limits.sms
-    return 2.0 * BM * bn * (SPAN // DTYPES[dtype].bytes) / per_sm
+    return 2.0 * bm * bn * (SPAN // DTYPES[dtype].bytes) / per_sm
 
 
 def stores_c_by_tma(ops: Operands, d: Diagram) -> bool:
@@ -129,10 +131,11 @@ def stores_c_by_tma(ops: Operands, d: Diagram) -> bool:
 
 
 def pipeline_share(
-    hw: Hardware, dtype: str, bn: int, stages: int, loads: int, *, transpose: bool = False
-) -> float:
+    hw: Hardware, dtype: str, bn: int, stages: int, loads: int, *, transpose: bool = False,
+    consumers: int = 2,
+) -> float:  # fmt: skip
     """The share of the tensor peak the ring sustains: per k tile a block needs the MMA
-    time of its 128 x bn x bk tile (bk: 128 bytes of k), the producer's issue time (its
+    time of its (64 x consumers) x bn x bk tile (bk: 128 bytes of k), the producer's issue time (its
     `loads` TMA copies plus an mbarrier wait and arrive, and one more arrive when B is
     staged), the shared-memory time of the bytes wgmma reads (each consumer its 64 rows of
     A and all of B) plus, with `transpose`, the staged B tile read and written again by the
@@ -146,13 +149,15 @@ def pipeline_share(
     0.66
     >>> round(pipeline_share(load_hardware("h200"), "fp8_e4m3", 128, 4, 2, transpose=True), 2)
     0.87
+    >>> round(pipeline_share(load_hardware("h200"), "bf16", 128, 4, 2, consumers=1), 2)
+    1.0
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
     esize = DTYPES[dtype].bytes
     bk = SPAN // esize
-    mma_s = mma_tile_s(hw, dtype, bn)
+    mma_s = mma_tile_s(hw, dtype, bn, ROWS * consumers)
     issue_s = (loads + 2 + int(transpose)) * ISSUE_CYCLES / clock
-    smem_bytes = (CONSUMERS * (BM // CONSUMERS + bn) + (2 * bn if transpose else 0)) * bk * esize
+    smem_bytes = (consumers * (ROWS + bn) + (2 * bn if transpose else 0)) * bk * esize
     smem_s = smem_bytes / (hw.achieved_bandwidth(hw.block_level) / hw.limits.sms)
     fill_s = (TMA_LATENCY_CYCLES / clock + issue_s) / stages
     return mma_s / max(mma_s, issue_s, smem_s, fill_s)
@@ -203,7 +208,7 @@ def candidates(
         return []
     esize = DTYPES[ops.a.dtype].bytes
     bk = SPAN // esize
-    if fixed.get(ops.m, BM) != BM or fixed.get(ops.k, bk) != bk:
+    if fixed.get(ops.k, bk) != bk:
         return []
     other = tuple(a for a in kernel.woven if a not in (ops.m, ops.n))
     batches = math.prod(d.axes[a] for a in ops.batch)
@@ -211,20 +216,23 @@ def candidates(
     clock = hw.achievable.clock_hz or hw.clock_hz
     k_tiles = ceil_div(d.axes[ops.k], bk)
     out = []
-    for bn in TILES["n"]:
-        if ops.n in fixed and fixed[ops.n] != bn:
+    for consumers, bn in itertools.product(CONSUMERS, TILES["n"]):
+        bm = ROWS * consumers
+        if fixed.get(ops.m, bm) != bm or ops.n in fixed and fixed[ops.n] != bn:
             continue
+        if consumers == 1 and d.axes[ops.m] > 2 * ROWS:
+            continue  # 64-row tiles for skinny GEMMs (m <= 128); beyond, two consumers
         if bn // 2 + REGISTER_OVERHEAD > CONSUMER_REGISTERS:
             continue
         if not ops.b_k and bn * esize % SPAN:
             continue  # an MN-major B tile is whole 128-byte column blocks (ncdc_hopper.cuh)
         loads = 2 if ops.b_k else 1 + bn * esize // SPAN
         transpose = transposes_b(ops)
-        c_tile = BM * bn * c_size
+        c_tile = bm * bn * c_size
         # the TMA stores of a tile's C boxes, their commit and wait, and the two named
         # barriers: a consumer's serial cost per tile, over its k tiles' MMA time
         store_s = (bn * c_size // SPAN + 4) * ISSUE_CYCLES / clock if c_size else 0.0
-        tiles_m = ceil_div(d.axes[ops.m], BM)
+        tiles_m = ceil_div(d.axes[ops.m], bm)
         for cluster, stages in itertools.product(CLUSTERS, TILES["stages"]):
             if cluster > 1 and tiles_m < cluster:
                 continue  # no two tiles along m share a B tile
@@ -234,21 +242,23 @@ def candidates(
             units = ceil_div(tiles_m, cluster) * ceil_div(d.axes[ops.n], bn) * batches
             grid = (cluster * max(1, min(units, hw.limits.sms // cluster)), 1, 1)
             # per stage: A, B as wgmma reads it, and the staging slot of a transposed B
-            smem = 1024 + stages * (BM + bn * (2 if transpose else 1)) * bk * esize + c_tile
-            share = pipeline_share(hw, ops.a.dtype, bn, stages, loads, transpose=transpose)
-            tile_s = k_tiles * mma_tile_s(hw, ops.a.dtype, bn) / share
+            smem = 1024 + stages * (bm + bn * (2 if transpose else 1)) * bk * esize + c_tile
+            share = pipeline_share(hw, ops.a.dtype, bn, stages, loads, transpose=transpose,
+                                   consumers=consumers)  # fmt: skip
+            tile_s = k_tiles * mma_tile_s(hw, ops.a.dtype, bn, bm) / share
             share *= tile_s / (tile_s + store_s)
             params = (
-                ("wgmma", 1), ("bm", BM), ("bn", bn), ("bk", bk), ("stages", stages),
+                ("wgmma", 1), ("bm", bm), ("bn", bn), ("bk", bk), ("stages", stages),
                 ("tma_store", int(c_size > 0)), ("cluster", cluster),
             )  # fmt: skip
-            group = {**{a: fixed.get(a, 1) for a in other}, ops.m: BM, ops.n: bn}
+            group = {**{a: fixed.get(a, 1) for a in other}, ops.m: bm, ops.n: bn}
             stream = {a: (bk if a == ops.k else fixed.get(a, 1)) for a in streams}
             # the register level's tile is a warpgroup's: wgmma reads its A (64 rows) and
             # all of B from shared memory once per warpgroup, not once per warp
-            warp_group = {**group, ops.m: BM // 2}
+            warp_group = {**group, ops.m: ROWS}
             warp_stream = {**stream, ops.k: 32 // esize} if ops.k in stream else stream
-            shape = LaunchShape(grid, (THREADS, 1, 1), smem)
+            threads = THREADS if consumers == 2 else 256  # one producer, one consumer
+            shape = LaunchShape(grid, (threads, 1, 1), smem)
             out.append(
                 Candidate(
                     group,
@@ -259,7 +269,7 @@ def candidates(
                     (shape,),
                     stages,
                     1,
-                    LAUNCH_REGISTERS,
+                    LAUNCH_REGISTERS if consumers == 2 else min(255, 65536 // threads),
                     cluster=((ops.m, cluster),) if cluster > 1 else (),
                     tensor_share=permille(share),
                     raster_group=GROUP_M,
@@ -312,10 +322,10 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     c = kp.candidate
     assert c is not None, "a GPU plan carries its candidate"
     mm = kp.kernel.ops[0]
-    bn, bk, stages = c.param("bn"), c.param("bk"), c.param("stages")
+    bm, bn, bk, stages = c.param("bm"), c.param("bn"), c.param("bk"), c.param("stages")
     cluster = c.param("cluster")
     name = (
-        f"{kp.kernel.name}_gemm_wgmma_{ops.a.dtype}_m{BM}_n{bn}_k{bk}_s{stages}"
+        f"{kp.kernel.name}_gemm_wgmma_{ops.a.dtype}_m{bm}_n{bn}_k{bk}_s{stages}"
         f"_b{'k' if ops.b_k else 'n'}{'_tmastore' if c.param('tma_store') else ''}"
         f"{f'_c{cluster}' if cluster > 1 else ''}_sm90a"
     )
@@ -324,7 +334,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         t["pitch_z"] = axis_pitch(d.tensor(t["name"]), batch) if batch else None
     axes = [a for a in kp.kernel.axes if a in d.axes]
     map_a, map_b = f"ncdc_tma_{ops.a.name}", f"ncdc_tma_{ops.b.name}"
-    spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, BM), ops.batch)
+    spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, bm), ops.batch)
     # in a cluster each CTA loads its share of B: n rows (K-major) or k rows (MN-major)
     b_box = (bk, bn // cluster) if ops.b_k else (SPAN // DTYPES[ops.b.dtype].bytes, bk // cluster)
     b_axes = (ops.k, ops.n) if ops.b_k else (ops.n, ops.k)
@@ -339,7 +349,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     map_c = ""
     if c.param("tma_store"):
         map_c = f"ncdc_tma_{ops.c.name}"
-        box_c = (SPAN // DTYPES[ops.c.dtype].bytes, BM // CONSUMERS)
+        box_c = (SPAN // DTYPES[ops.c.dtype].bytes, ROWS)
         spec_c = _tensor_map(ops.c, d, (ops.n, ops.m), box_c, ops.batch)
         params.append(Param(map_c, "tensormap", ops.c.dtype, tensor_map=spec_c))
     context: dict[str, Any] = {
@@ -351,6 +361,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "stages": stages,
         "group_m": c.raster_group,
         "cluster": cluster,
+        "consumers": bm // ROWS,
         "b_k": "true" if ops.b_k else "false",
         "batched": "true" if batch else "false",
         "smem_bytes": c.smem_bytes,
@@ -382,6 +393,8 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "batches": size_name(batch) if batch else "1",
         **epilogue,
     }
-    launch = Launch.of(name, c.main, params, (cluster, 1, 1), entry_registers=LAUNCH_REGISTERS)
+    # the two-consumer kernel's setmaxnreg budgets assume ptxas's entry registers
+    entry = LAUNCH_REGISTERS if bm == 2 * ROWS else 0
+    launch = Launch.of(name, c.main, params, (cluster, 1, 1), entry_registers=entry)
     sums = ((mm.out, WGMMA_FP8_SUM),) if DTYPES[ops.a.dtype].is_fp8 else ()
     return KernelSource("gemm_wgmma.cu.j2", context, (launch,), sums=sums)

@@ -575,12 +575,13 @@ NCDC_DEVICE void wgmma_m64k16_f16_rs(float* d, const unsigned* a, unsigned long 
 // ---- the warp-specialised GEMM (templates/gemm_wgmma.cu.j2) ----------------------------------
 // 384 threads: warpgroup 0 produces (one thread issues the TMA loads of each stage into a
 // ring of STAGES slots), warpgroups 1 and 2 consume (each 64 rows of the BM = 128 block tile,
-// wgmma m64nBNk16 from 128-byte-swizzled descriptors). Full barriers count one arrival plus
+// wgmma m64nBNk16 from 128-byte-swizzled descriptors). A skinny GEMM (m of 64 or less, a
+// decode step's) runs one consumer: 256 threads, BM = 64, no register rebalancing (a
+// thread's 255 registers hold any accumulator tile). Full barriers count one arrival plus
 // the stage's bytes; empty barriers one arrival per consumer warp. Tiles are persistent:
 // block b runs tiles b, b + gridDim.x, ..., rasterised GROUP_M tile rows at a time.
 namespace wgmma_gemm {
 
-constexpr int kConsumers = 2;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * (40 + 2 * 232) <= 65536
 
 template <class T>
@@ -617,9 +618,12 @@ struct Mma<__nv_fp8_e5m2> {
   }
 };
 
-template <class T, int BN_, int BK_, int STAGES_, bool B_K_, int C_SIZE_, int CLUSTER_ = 1>
+template <class T, int BN_, int BK_, int STAGES_, bool B_K_, int C_SIZE_, int CLUSTER_ = 1,
+          int CONSUMERS_ = 2>
 struct Config {
-  static constexpr int BM = 64 * kConsumers, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr int CONSUMERS = CONSUMERS_;  // consumer warpgroups, 64 rows each
+  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+  static constexpr int BM = 64 * CONSUMERS, BN = BN_, BK = BK_, STAGES = STAGES_;
   // CLUSTER: CTAs along m sharing each B tile; each loads 1 / CLUSTER of it and multicasts
   // it to all (a K-major B by n rows, an MN-major one by k rows of each column block)
   static constexpr int CLUSTER = CLUSTER_;
@@ -641,7 +645,7 @@ struct Config {
   static constexpr int ROW = SPAN / ES;                 // values per 128-byte row
   static constexpr int A_BYTES = BM * BK * ES, B_BYTES = BN * BK * ES;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES * (TRANSPOSE_B ? 2 : 1);
-  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + kConsumers * C_TILE_BYTES;
+  static constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + CONSUMERS * C_TILE_BYTES;
   static_assert(BK * ES == SPAN, "a k tile is one 128-byte swizzle row");
   static_assert(B_K || BN % ROW == 0, "an MN-major B tile is whole 128-byte blocks");
   static_assert(!TRANSPOSE_B || BN % 64 == 0, "the transpose moves 64 x 64-byte regions");
@@ -1041,7 +1045,7 @@ NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Tenso
     for (int s = 0; s < Cfg::STAGES; ++s) {
       // the producer's arrival, plus one per transposing warp
       mbar_init(&full[s], Cfg::TRANSPOSE_B ? 1 + kTransposeWarps : 1);
-      mbar_init(&empty[s], 4 * kConsumers * Cfg::CLUSTER);  // per consumer warp of each CTA
+      mbar_init(&empty[s], 4 * Cfg::CONSUMERS * Cfg::CLUSTER);  // per consumer warp of each CTA
       mbar_init(&staged[s], 1);
     }
     fence_barrier_init();
@@ -1054,13 +1058,13 @@ NCDC_DEVICE void run(const TensorMap* map_a, const TensorMap* map_b, const Tenso
   // canonical_warp_group_idx does
   int group = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
   if (group == 0) {
-    setmaxnreg_dec<kProducerRegs>();
+    if constexpr (Cfg::CONSUMERS == 2) setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) produce<Cfg>(map_a, map_b, smem, full, empty, staged, p, batched);
     if constexpr (Cfg::TRANSPOSE_B) {
       if (threadIdx.x >= 32) transpose_stages<Cfg>(smem, full, staged, p, threadIdx.x / 32 - 1);
     }
   } else {
-    setmaxnreg_inc<kConsumerRegs>();
+    if constexpr (Cfg::CONSUMERS == 2) setmaxnreg_inc<kConsumerRegs>();
     consume<T, Cfg>(smem, full, empty, p, group - 1, map_c, batched, out);
   }
   // no CTA exits while a peer may still multicast into it or arrive on its barriers

@@ -49,8 +49,9 @@ def one_sm(hw: Hardware) -> Hardware:
 
 
 def wgmma_module(
-    spec: str, sizes: dict[str, int], bn: int, stages: int, hw: Hardware, cluster: int = 1
-):
+    spec: str, sizes: dict[str, int], bn: int, stages: int, hw: Hardware, cluster: int = 1,
+    bm: int = 128,
+):  # fmt: skip
     d = load_diagram(DIAGRAMS / spec, sizes)
     kernel = build_graph(d, hw).kernels[0]
     family = classify_kernel(d, kernel)
@@ -59,7 +60,8 @@ def wgmma_module(
         c
         for c in cands
         if is_wgmma(c)
-        and (c.param("bn"), c.param("stages"), c.param("cluster")) == (bn, stages, cluster)
+        and (c.param("bm"), c.param("bn"), c.param("stages"), c.param("cluster"))
+        == (bm, bn, stages, cluster)
     ]
     assert len(pick) == 1
     return d, render_plan(plan_from_candidates(d, hw, pick))
@@ -88,6 +90,31 @@ def test_wgmma_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: 
     d, module = wgmma_module(spec, sizes, bn, 3, hw)
     # every case stores its 16-bit C through shared memory and TMA, clipped at the tails
     assert "wgmma" in module.launches[0].kernel and "_tmastore_" in module.launches[0].kernel
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok, [c for c in result.checks if not c.ok]
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes", "bn", "sms"),
+    [
+        # one consumer warpgroup, 64-row tiles: m = 37 (a decode batch), n and k tails, 5 k
+        # tiles through the ring of 3, one block running all four n tiles
+        ("matmul.yaml", {"m": 37, "n": 200, "k": 264}, 64, 1),
+        # m = 100: two 64-row tiles, the second partial; bias and GELU fused
+        ("mlp.yaml", {"m": 100, "n": 136, "k": 72}, 128, 132),
+        # fp8 with B [k, n] transposed in shared memory, one consumer
+        ("fp8_matmul.yaml", {"m": 50, "n": 144, "k": 208}, 128, 1),
+    ],
+)
+def test_skinny_wgmma_gemm_on_one_consumer_matches_the_reference(spec, sizes, bn, sms) -> None:
+    hw = load_hardware("h200")
+    if sms == 1:
+        hw = one_sm(hw)
+    d, module = wgmma_module(spec, sizes, bn, 3, hw, bm=64)
+    launch = module.launches[0]
+    assert "_gemm_wgmma_" in launch.kernel and "_m64_" in launch.kernel
+    assert launch.shape.block == (256, 1, 1) and launch.entry_registers == 0
     seed = int(np.random.default_rng().integers(2**31))
     result = run_diagram(d, module, backend="cpu", seed=seed)
     assert result.ok, [c for c in result.checks if not c.ok]
