@@ -103,13 +103,12 @@ def ragged_lengths(diagram: Diagram, kernel: Kernel) -> Ragged | None:
 
 class Groups(NamedTuple):
     """The runs of rows a kernel's grouped contraction splits its rows axis into: each
-    group's rows (the offsets' `expected` values, else an even split, `given` False) and
-    the rows after the last group (0s in the result). A block tile holds rows of one run."""
+    group's rows (the offsets' `expected` values, else an even split) and the rows after
+    the last group (0s in the result). A block tile holds rows of one run."""
 
     rows: str
     counts: tuple[int, ...]
     tail: int
-    given: bool
 
     def tiles(self, g: Any) -> Any:
         """Block tiles of `g` rows the runs take (each run its own, the last one partly
@@ -139,9 +138,9 @@ def grouped_rows(diagram: Diagram, kernel: Kernel) -> Groups | None:
     groups = diagram.axes[op.params["group"]]
     if ends.expected:
         counts = [end - start for start, end in group_spans(ends.expected, size)]
-        return Groups(rows, tuple(counts), size - sum(counts), True)
+        return Groups(rows, tuple(counts), size - sum(counts))
     even = [size // groups + (1 if e < size % groups else 0) for e in range(groups)]
-    return Groups(rows, tuple(even), 0, False)
+    return Groups(rows, tuple(even), 0)
 
 
 def group_spans(ends: Iterable[float], rows: int) -> list[tuple[int, int]]:

@@ -456,7 +456,10 @@ def gathered_reads(diagram: Diagram, kernel: Kernel) -> list[Gathered]:
     gather reads each row of its result once: a block table gives each sequence pages of
     its own (vLLM's allocator; a shared prefix is the exception), so no page is counted as
     read twice from a cache."""
-    out = [_group_weights(diagram, kernel, op) for op in kernel.ops if op.grouped]
+    out = [
+        _group_weights(diagram, kernel, op) for op in kernel.ops
+        if op.grouped and str(op.operands[1]) in kernel.inputs
+    ]  # fmt: skip
     # positions picked in the kernel (argmax, topk) from the very tensor gathered: the
     # selection holds the values it picked (ncdc.families.select), the gather reads nothing
     picked = {op.out: op.operands[0] for op in kernel.ops if op.kind == "select"}

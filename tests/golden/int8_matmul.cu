@@ -8,14 +8,14 @@
 // input   sb[n] fp32
 // op      C = contract(A, B, over=k, scale=[sa, sb], dtype=bf16)
 // outputs C
-// kernel  int8_matmul: gemm, tiles m=128  n=128  k=128, 8 warps, 3 stages, grid 1024
-// predicted on h200: 113.8 us (l2-bound), 1.37e+11 FLOP
+// kernel  int8_matmul: gemm, tiles m=128  n=256  k=128, 12 warps, 3 stages, grid 132
+// predicted on h200: 79.5 us (tensor-bound), 1.37e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- int8_matmul_gemm_int8_m128_n128_k128_w8_s3_ak_bk: C = contract(A, B, over=k, scale=[sa, sb], dtype=bf16) (+0 epilogue ops)
+// ---- int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a: C = contract(A, B, over=k, scale=[sa, sb], dtype=bf16) (+0 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
-#include "ncdc_gemm.cuh"
+#include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef A
 #undef B
@@ -23,30 +23,35 @@
 #undef sb
 #undef C
 
-namespace ncdc_int8_matmul_gemm_int8_m128_n128_k128_w8_s3_ak_bk {
+namespace ncdc_int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a {
 
-// The ops after the contraction, applied to each accumulator in fp32 before the cast to C.
-// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
-// no diagram name meets a name of this code.
-struct ncdc_Epilogue {
-  // The int32 accumulator stored as it is (no float round trip): an int32 C, nothing after.
-  static constexpr bool EXACT = false;
+// The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
+// store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
+// values are named after the diagram's tensors; the rest is ncdc_-prefixed.
+struct ncdc_Out {
+  using ncdc_C = __nv_bfloat16;
   float ncdc_scale;
+  __nv_bfloat16* C;
+  long long ncdc_pitch_m_C, ncdc_pitch_n_C, ncdc_pitch_z_C;
   const float* sa;
-  long long ncdc_pitch_m_sa, ncdc_pitch_n_sa;  // along the m and n of C (0: broadcast)
+  long long ncdc_pitch_m_sa, ncdc_pitch_n_sa, ncdc_pitch_z_sa;  // 0: broadcast
   const float* sb;
-  long long ncdc_pitch_m_sb, ncdc_pitch_n_sb;  // along the m and n of C (0: broadcast)
-  NCDC_DEVICE float operator()(float ncdc_acc, long long ncdc_row, long long ncdc_col) const {
+  long long ncdc_pitch_m_sb, ncdc_pitch_n_sb, ncdc_pitch_z_sb;  // 0: broadcast
+  NCDC_DEVICE float value(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    (void)ncdc_z, (void)ncdc_row, (void)ncdc_col;
     const float ncdc_scaled_C = ncdc_acc;
-    const float ncdc_scaled0_C = ncdc::op_mul(ncdc_scaled_C, ncdc::to_float(ncdc::ld_global(sa + ncdc_row * ncdc_pitch_m_sa + ncdc_col * ncdc_pitch_n_sa)));
-    const float ncdc_v_C = ncdc::op_mul(ncdc_scaled0_C, ncdc::to_float(ncdc::ld_global(sb + ncdc_row * ncdc_pitch_m_sb + ncdc_col * ncdc_pitch_n_sb)));
+    const float ncdc_scaled0_C = ncdc::op_mul(ncdc_scaled_C, ncdc::to_float(ncdc::ld_global(sa + ncdc_z * ncdc_pitch_z_sa + ncdc_row * ncdc_pitch_m_sa + ncdc_col * ncdc_pitch_n_sa)));
+    const float ncdc_v_C = ncdc::op_mul(ncdc_scaled0_C, ncdc::to_float(ncdc::ld_global(sb + ncdc_z * ncdc_pitch_z_sb + ncdc_row * ncdc_pitch_m_sb + ncdc_col * ncdc_pitch_n_sb)));
     return ncdc_v_C;
+  }
+  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    ncdc::st_global(C + ncdc_z * ncdc_pitch_z_C + ncdc_row * ncdc_pitch_m_C + ncdc_col * ncdc_pitch_n_C, ncdc::from_float<__nv_bfloat16>(value(ncdc_z, ncdc_row, ncdc_col, ncdc_acc)));
   }
 };
 
-}  // namespace ncdc_int8_matmul_gemm_int8_m128_n128_k128_w8_s3_ak_bk
+}  // namespace ncdc_int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a
 
-extern "C" __global__ void __launch_bounds__(256) int8_matmul_gemm_int8_m128_n128_k128_w8_s3_ak_bk(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a(
     const signed char* __restrict__ A,
     const signed char* __restrict__ B,
     const float* __restrict__ sa,
@@ -54,33 +59,30 @@ extern "C" __global__ void __launch_bounds__(256) int8_matmul_gemm_int8_m128_n12
     __nv_bfloat16* __restrict__ C,
     long long ncdc_size_m,
     long long ncdc_size_n,
-    long long ncdc_size_k) {
-  using ncdc_Tile = ncdc::gemm::MmaTile<signed char, 128, 128, 128, 2, 4, 3, true, true>;
-  static_assert(ncdc_Tile::SMEM_BYTES == 110592, "the launch's dynamic shared memory");
-  const ncdc::gemm::Shape ncdc_shape{ncdc_size_m, ncdc_size_n, ncdc_size_k, ncdc_size_k, ncdc_size_k, ncdc_size_n, 1};
-  long long ncdc_tile_m, ncdc_tile_n;
-  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
-  const long long ncdc_m0 = ncdc_tile_m * 128, ncdc_n0 = ncdc_tile_n * 128;
-  ncdc_int8_matmul_gemm_int8_m128_n128_k128_w8_s3_ak_bk::ncdc_Epilogue ncdc_epi;
-  ncdc_epi.ncdc_scale = 1.0f;
-  ncdc_Tile ncdc_tile;
-  // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
-  // A loop over z only where the batches outnumber the grid's z limit: otherwise its body
-  // would hold the k loop and nothing would tell the two apart in the SASS.
-  if (const long long ncdc_z = blockIdx.z; ncdc_z < 1) {
-    long long ncdc_rest = ncdc_z;
-    long long ncdc_off_A = 0;
-    long long ncdc_off_B = 0;
-    long long ncdc_off_C = 0;
-    long long ncdc_off_sa = 0;
-    long long ncdc_off_sb = 0;
-    ncdc_epi.sa = sa + ncdc_off_sa;
-    ncdc_epi.ncdc_pitch_m_sa = 1;
-    ncdc_epi.ncdc_pitch_n_sa = 0;
-    ncdc_epi.sb = sb + ncdc_off_sb;
-    ncdc_epi.ncdc_pitch_m_sb = 0;
-    ncdc_epi.ncdc_pitch_n_sb = 1;
-    ncdc::gemm::run_mma<true, true>(ncdc_tile, A + ncdc_off_A, B + ncdc_off_B, C + ncdc_off_C, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
-  }
+    long long ncdc_size_k,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_A,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_B,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_C) {
+  using ncdc_Config = ncdc::wgmma_gemm::Config<signed char, 256, 128, 3, true, 2, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
+  (void)A;  // read through ncdc_tma_A; passed so that the CPU backend's map can name it
+  (void)B;
+  const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_n, ncdc_size_k, 1, 8};
+  ncdc_int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a::ncdc_Out ncdc_out;
+  ncdc_out.ncdc_scale = 1.0f;
+  ncdc_out.C = C;
+  ncdc_out.ncdc_pitch_m_C = ncdc_size_n;
+  ncdc_out.ncdc_pitch_n_C = 1;
+  ncdc_out.ncdc_pitch_z_C = 0;
+  ncdc_out.sa = sa;
+  ncdc_out.ncdc_pitch_m_sa = 1;
+  ncdc_out.ncdc_pitch_n_sa = 0;
+  ncdc_out.ncdc_pitch_z_sa = 0;
+  ncdc_out.sb = sb;
+  ncdc_out.ncdc_pitch_m_sb = 0;
+  ncdc_out.ncdc_pitch_n_sb = 1;
+  ncdc_out.ncdc_pitch_z_sb = 0;
+  ncdc::wgmma_gemm::run<signed char, ncdc_Config>(&ncdc_tma_A, &ncdc_tma_B, &ncdc_tma_C, ncdc_problem, false, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(int8_matmul_gemm_int8_m128_n128_k128_w8_s3_ak_bk);
+NCDC_CLUSTER_DIMS(int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a, 2);
+NCDC_EXPORT_KERNEL(int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a);

@@ -15,7 +15,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// ---- moe_grouped_gemm_gemm_bf16_m128_n256_k64_w8_s2_ak_bk_g: H = contract(Xs, W, over=d, offsets=ends) (+2 epilogue ops)
+// ---- moe_grouped_gemm_gemm_bf16_m128_n256_k64_w8_s2_ak_bk_g: H = contract(Xs, W, over=d, offsets=ends) (+1 epilogue ops, X's rows through rows)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).

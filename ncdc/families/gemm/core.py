@@ -353,7 +353,8 @@ def render(kp: KernelPlan, plan: Plan) -> KernelSource:
     tensors += [d.tensor(t["name"]) for t in epilogue["operands"]]
     context: dict[str, Any] = {
         "kernel": name,
-        "summary": f"{mm.text} (+{len(kp.kernel.ops) - 1} epilogue ops)",
+        "summary": f"{mm.text} (+{len(kp.kernel.ops) - kp.kernel.ops.index(mm) - 1} epilogue ops"
+        + (f", {ops.source}'s rows through {ops.index})" if ops.index else ")"),
         "path": "simt" if simt else "mma",
         "threads": c.threads,
         "bm": tiles.bm,

@@ -81,8 +81,8 @@ class Operands(Protocol):
 
 
 ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg are sm_90a features
-INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")  # wgmma k16 / k32 from descriptors
-FP8 = ("fp8_e4m3", "fp8_e5m2")  # 8-bit operands exist only K-major: B must be k-contiguous
+# wgmma k16 / k32 from descriptors; int8 sums exactly in int32 (.s32.s8.s8)
+INPUT_DTYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8")
 ROWS = 64  # rows of the block tile a consumer warpgroup takes (wgmma m64)
 # consumer warpgroups: two (a 128-row tile, the producer's registers given to them), or
 # one (a 64-row tile for skinny GEMMs, m <= 128: no register rebalancing)
@@ -150,7 +150,7 @@ def pipeline_share(
     >>> round(pipeline_share(load_hardware("h200"), "fp8_e4m3", 128, 4, 2, transpose=True), 2)
     0.87
     >>> round(pipeline_share(load_hardware("h200"), "bf16", 128, 4, 2, consumers=1), 2)
-    1.0
+    0.88
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
     esize = DTYPES[dtype].bytes
@@ -166,7 +166,7 @@ def pipeline_share(
 def transposes_b(ops: Operands) -> bool:
     """8-bit wgmma operands exist only K-major: an n-contiguous fp8 B is staged as TMA
     lands it and transposed into a K-major slot by the producer warpgroup's other warps."""
-    return ops.b.dtype in FP8 and not ops.b_k
+    return DTYPES[ops.b.dtype].bytes == 1 and not ops.b_k
 
 
 def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
@@ -179,12 +179,15 @@ def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
 
 
 def _runs(ops: Operands, d: Diagram) -> bool:
-    """Whether the template runs these operands: 16-bit or fp8 inputs (an fp8 B that is
-    n-contiguous is transposed in shared memory), A k-contiguous, at most one batch axis
-    held by A and B, strides TMA can take; not a grouped GEMM, nor one gathering A's rows
-    (its tensor maps copy boxes of one slice of B and of contiguous rows of A: the mma.sync
-    kernel runs those)."""
-    if ops.a.dtype not in INPUT_DTYPES or not ops.a_k or len(ops.batch) > 1:
+    """Whether the template runs these operands: two inputs of one 16-bit or 8-bit type (an
+    8-bit B that is n-contiguous is transposed in shared memory; int8 only into a result
+    the epilogue converts: an int32 C stays exact on mma.sync), A k-contiguous, at most
+    one batch axis held by A and B, strides TMA can take; not a grouped GEMM, nor one
+    gathering A's rows (its tensor maps copy boxes of one slice of B and of contiguous rows
+    of A: the mma.sync kernel runs those)."""
+    if ops.a.dtype not in INPUT_DTYPES or ops.b.dtype != ops.a.dtype:
+        return False  # weight-only int8 B widens in the mma.sync main loop
+    if not ops.a_k or len(ops.batch) > 1 or ops.a.dtype == "int8" and ops.c.dtype == "int32":
         return False
     if ops.ends or ops.index:
         return False

@@ -97,7 +97,7 @@ struct WgmmaOp {
   uint64_t desc_a, desc_b;
   float* d;
   int n, k;
-  int elem;  // Elem of ncdc_mma.cuh: 0 bf16, 1 f16, 2 e4m3, 3 e5m2
+  int elem;  // Elem of ncdc_mma.cuh: 0 bf16, 1 f16, 2 e4m3, 3 e5m2; 4 s8 (d holds int32 bits)
   int scale_d, neg_a, neg_b, trans_a, trans_b;
   int a_regs = 0;      // A from registers (desc_a unused): the fragments issued as `a_seq`
   uint64_t a_seq = 0;  // this warpgroup's count of register-A wgmmas before this one
@@ -668,8 +668,22 @@ inline float wgmma_elem(const unsigned char* p, int elem) {
     case 0: { uint16_t b; std::memcpy(&b, p, 2); return bits_float(uint32_t(b) << 16); }
     case 1: { uint16_t b; std::memcpy(&b, p, 2); return decode(b, kHalf); }
     case 2: return decode(*p, kE4m3);
-    default: return decode(*p, kE5m2);
+    case 3: return decode(*p, kE5m2);
+    default: return float(int8_t(*p));  // s8: exact
   }
+}
+
+// One output of one s8 wgmma: the k products and C summed exactly in 32-bit two's
+// complement (the .s32 accumulator wraps; no .satfinite), held as the bits of `c`.
+inline float integer_dot(const float* a, const float* b, int k, float c, bool keep_c) {
+  int32_t cv;
+  std::memcpy(&cv, &c, 4);
+  int64_t sum = keep_c ? cv : 0;
+  for (int i = 0; i < k; ++i) sum += int64_t(a[i]) * int64_t(b[i]);
+  const int32_t wrapped = int32_t(uint32_t(uint64_t(sum)));
+  float out;
+  std::memcpy(&out, &wrapped, 4);
+  return out;
 }
 
 // One output of one wgmma as Hopper's tensor cores compute it: the k products (k = 16 for
@@ -764,7 +778,8 @@ inline void wgmma_perform(const WgmmaOp& op, unsigned tid_in_group, bool probe =
       float v = wgmma_elem(operand_address(db, col, k, esize, op.trans_b), op.elem);
       b[k] = op.neg_b ? -v : v;
     }
-    op.d[i] = tensor_core_dot(a[h], b, op.k, op.scale_d ? op.d[i] : 0.0f, op.elem);
+    op.d[i] = op.elem == 4 ? integer_dot(a[h], b, op.k, op.d[i], op.scale_d != 0)
+                           : tensor_core_dot(a[h], b, op.k, op.scale_d ? op.d[i] : 0.0f, op.elem);
   }
 }
 

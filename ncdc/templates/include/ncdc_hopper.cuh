@@ -367,6 +367,15 @@ NCDC_DEVICE void wgmma_fence_operands(float* d) {
   (void)d;
 #endif
 }
+template <int COUNT>
+NCDC_DEVICE void wgmma_fence_operands(int* d) {  // s32 accumulators (s8 wgmma)
+#ifdef NCDC_GPU
+#pragma unroll
+  for (int i = 0; i < COUNT; ++i) asm volatile("" : "+r"(d[i])::"memory");
+#else
+  (void)d;
+#endif
+}
 
 // ---- generated: wgmma.mma_async for n = 32, 64, 128, 256 -------------------------------------
 // D (+)= A * B, m64nNk16, bf16 from descriptors; TA/TB: 1 = the operand is MN-major.
@@ -462,6 +471,35 @@ NCDC_DEVICE void wgmma_m64k32_e4m3(float* d, unsigned long long desc_a, unsigned
   }
 #else
   emu::wgmma_issue({desc_a, desc_b, d, N, 32, 2, scale_d, 0, 0, 0, 0});
+#endif
+}
+
+// D (+)= A * B, m64nNk32, s8 x s8 summed exactly in s32 (wrapping), from descriptors; both
+// operands K-major (8-bit wgmma operands exist only so).
+template <int N>
+NCDC_DEVICE void wgmma_m64k32_s8(int* d, unsigned long long desc_a, unsigned long long desc_b, int scale_d) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma wrappers exist for n = 64, 128, 256");
+#ifdef NCDC_GPU
+  if constexpr (N == 64) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (N == 128) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+  if constexpr (N == 256) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]), "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]), "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]), "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]), "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]), "+r"(d[96]), "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]), "+r"(d[102]), "+r"(d[103]), "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]), "+r"(d[112]), "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]), "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+#else
+  emu::wgmma_issue({desc_a, desc_b, reinterpret_cast<float*>(d), N, 32, 4, scale_d, 0, 0, 0, 0});
 #endif
 }
 
@@ -584,10 +622,12 @@ namespace wgmma_gemm {
 
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * (40 + 2 * 232) <= 65536
 
+// Acc: the accumulator type (fp32; int32 for s8, summed exactly).
 template <class T>
 struct Mma;
 template <>
 struct Mma<__nv_bfloat16> {
+  using Acc = float;
   template <int N, int TB>
   static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
     wgmma_m64k16_bf16<N, 0, TB>(d, a, b, scale_d);
@@ -595,6 +635,7 @@ struct Mma<__nv_bfloat16> {
 };
 template <>
 struct Mma<__half> {
+  using Acc = float;
   template <int N, int TB>
   static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
     wgmma_m64k16_f16<N, 0, TB>(d, a, b, scale_d);
@@ -603,6 +644,7 @@ struct Mma<__half> {
 
 template <>
 struct Mma<__nv_fp8_e4m3> {
+  using Acc = float;
   template <int N, int TB>
   static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
     static_assert(TB == 0, "8-bit wgmma operands are K-major");
@@ -611,10 +653,20 @@ struct Mma<__nv_fp8_e4m3> {
 };
 template <>
 struct Mma<__nv_fp8_e5m2> {
+  using Acc = float;
   template <int N, int TB>
   static NCDC_DEVICE void run(float* d, unsigned long long a, unsigned long long b, int scale_d) {
     static_assert(TB == 0, "8-bit wgmma operands are K-major");
     wgmma_m64k32_e5m2<N>(d, a, b, scale_d);
+  }
+};
+template <>
+struct Mma<signed char> {
+  using Acc = int;
+  template <int N, int TB>
+  static NCDC_DEVICE void run(int* d, unsigned long long a, unsigned long long b, int scale_d) {
+    static_assert(TB == 0, "8-bit wgmma operands are K-major");
+    wgmma_m64k32_s8<N>(d, a, b, scale_d);
   }
 };
 
@@ -926,8 +978,8 @@ constexpr unsigned kStepBytesB = Cfg::B_KMAJOR ? Cfg::KSTEP * Cfg::ES : Cfg::KST
 // those generic-proxy writes before the TMA's async-proxy reads (fence.proxy.async, then
 // the warpgroup's named barrier), and one thread stores the boxes; TMA writes nothing
 // outside C, so the tails need no test beyond skipping their values.
-template <class Cfg, class Out>
-NCDC_DEVICE void store_tile(const TensorMap* map_c, bool batched, unsigned char* ctile, const float* acc,
+template <class Cfg, class Out, class Acc>
+NCDC_DEVICE void store_tile(const TensorMap* map_c, bool batched, unsigned char* ctile, const Acc* acc,
                             const Problem& p, long long z, long long tm, long long tn, int consumer,
                             long long row0, long long col0, const Out& out) {
   using C = typename Out::ncdc_C;
@@ -943,7 +995,7 @@ NCDC_DEVICE void store_tile(const TensorMap* map_c, bool batched, unsigned char*
       int r = int(r0) + 8 * ((i / 2) % 2), c = int(col - tn * Cfg::BN);
       int byte = (c % Cfg::C_COLS) * Cfg::C_SIZE;
       unsigned char* at = ctile + (c / Cfg::C_COLS) * 64 * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
-      st_shared(reinterpret_cast<C*>(at), from_float<C>(out.value(z, row, col, acc[i])));
+      st_shared(reinterpret_cast<C*>(at), from_float<C>(out.value(z, row, col, float(acc[i]))));
     }
   }
   fence_proxy_async();
@@ -983,7 +1035,8 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
   int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   int stage = 0, held = -1;
   unsigned phase = 0;
-  float acc[Cfg::BN / 2];
+  // fp32 accumulators; int32 for s8, converted to fp32 for the epilogue (exact below 2^24)
+  typename Mma<T>::Acc acc[Cfg::BN / 2];
   unsigned long long da0, db0;
   first_descriptors<Cfg>(smem, consumer, da0, db0);
   for (int u = s.first; u < s.units; u += s.step) {
@@ -1026,7 +1079,7 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
 #pragma unroll
       for (int i = 0; i < Cfg::BN / 2; ++i) {
         long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
-        if (row < p.m && col < p.n) out(z, row, col, acc[i]);
+        if (row < p.m && col < p.n) out(z, row, col, float(acc[i]));
       }
     }
   }

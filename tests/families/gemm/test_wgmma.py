@@ -120,6 +120,46 @@ def test_skinny_wgmma_gemm_on_one_consumer_matches_the_reference(spec, sizes, bn
     assert result.ok, [c for c in result.checks if not c.ok]
 
 
+@pytest.mark.parametrize(
+    ("spec", "sizes", "bn", "bm", "sms"),
+    [
+        # int8 x int8 (IGMMA, exact int32 sums) dequantised per row and column: m, n and k
+        # tails, 2 k tiles of 128, one block running both n tiles
+        ("int8_matmul.yaml", {"m": 100, "n": 72, "k": 208}, 64, 128, 1),
+        # one consumer, 64-row tiles
+        ("int8_matmul.yaml", {"m": 50, "n": 200, "k": 80}, 128, 64, 132),
+        # B [k, n]: staged and transposed to K-major, a ReLU after the scale
+        ("../tests/specs/int8_b_kn_relu.yaml", {"m": 100, "n": 144, "k": 208}, 128, 128, 1),
+    ],
+)
+def test_int8_wgmma_gemm_sums_exactly(spec, sizes, bn, bm, sms) -> None:
+    hw = load_hardware("h200")
+    if sms == 1:
+        hw = one_sm(hw)
+    d, module = wgmma_module(spec, sizes, bn, 3, hw, bm=bm)
+    assert "_gemm_wgmma_int8_" in module.launches[0].kernel
+    result = run_diagram(
+        d, module, backend="cpu", seed=int(np.random.default_rng().integers(2**31))
+    )
+    assert result.ok and all(c.max_abs_error == 0 for c in result.checks), result.checks
+
+
+def test_no_wgmma_for_an_exact_int32_result_or_mixed_input_types() -> None:
+    """An unscaled int8 GEMM's int32 result stays on mma.sync (the wgmma epilogue goes
+    through fp32); int8 weights under bf16 activations widen in the mma.sync main loop."""
+    hw = load_hardware("h200")
+    for spec, sizes in (
+        ("../tests/specs/gemm_int8_exact.yaml", {}),
+        ("w8a16_matmul.yaml", {"m": 100}),
+    ):  # fmt: skip
+        d = load_diagram(DIAGRAMS / spec, sizes)
+        kernel = build_graph(d, hw).kernels[0]
+        model = KernelModel(d, kernel)
+        cands = FAMILY.candidates(model, classify_kernel(d, kernel), hw,
+                                  streamed_axes(d, kernel), {})  # fmt: skip
+        assert cands and not any(is_wgmma(c) for c in cands), spec
+
+
 def few_sms(hw: Hardware, sms: int) -> Hardware:
     return dataclasses.replace(hw, limits=dataclasses.replace(hw.limits, sms=sms))
 
