@@ -34,8 +34,10 @@ from ncdc.errors import CheckFailed, NcdcError
 from ncdc.hardware.machine import Hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram
+from ncdc.model.values import Plan
 from ncdc.output import json_number
 from ncdc.plan.choose import Config, plan_config, select_config, write_tuned
+from ncdc.plan.published import published_plans
 from ncdc.plan.search import rank_tiles
 
 FORMAT = "ncdc.tune/1"
@@ -160,7 +162,7 @@ def tune_spec(
     arch = device_arch(cupy)
     gpu = device_info(cupy)["name"]
     diagram = load_diagram(spec, sizes)
-    plans = rank_tiles(diagram, hardware, max(top_k, 1))
+    plans = tuning_plans(diagram, hardware, top_k)
     configs = [plan_config(p) for p in plans]
     small_sizes = check_sizes(diagram, configs)
     small = load_diagram(spec, small_sizes)
@@ -195,6 +197,18 @@ def tune_spec(
         path = write_tuned(diagram, hardware.name, arch, gpu, best.config, record)
         result = TuneResult(**{**result.__dict__, "cache_file": str(path)})
     return result
+
+
+def tuning_plans(diagram: Diagram, hardware: Hardware, top_k: int) -> list[Plan]:
+    """The model's best `top_k` plans, then each published kernel's tiling that applies and
+    is not among them (ncdc.plan.published): a GPU run settles what the model alone cannot."""
+    plans = rank_tiles(diagram, hardware, max(top_k, 1))
+    seen = [plan_config(p) for p in plans]
+    for extra in published_plans(plans[0]):
+        if plan_config(extra) not in seen:
+            plans.append(extra)
+            seen.append(plan_config(extra))
+    return plans
 
 
 def check_candidate(diagram: Diagram, hardware: Hardware, config: Config, seed: int) -> str:

@@ -169,11 +169,16 @@ def _in_spec(error: PlanError, diagram: Diagram) -> PlanError:
 
 
 def cost_note(plans: Sequence[Plan], abstract: bool) -> str | None:
-    """The lines under `ncdc cost`'s table: the model-only caveat, and each varlen mask
-    priced dense for want of expected lengths; None when there is nothing to say."""
+    """The lines under `ncdc cost`'s table: the model-only caveat, each varlen mask priced
+    dense for want of expected lengths (and grouped contraction priced as an even split),
+    and each kernel whose tiles the model prefers to a published kernel's by more than its
+    measured error (ncdc.plan.published); None when there is nothing to say."""
     from ncdc.model.geometry import dense_varlen_notes
+    from ncdc.plan.published import doubted_notes
 
     lines = [MODEL_ONLY] if abstract else []
     for plan in plans:
         lines += dense_varlen_notes(plan)
+        if not abstract:
+            lines += doubted_notes(plan)
     return "\n".join(lines) or None
