@@ -204,7 +204,7 @@ def tuning_plans(diagram: Diagram, hardware: Hardware, top_k: int) -> list[Plan]
     is not among them (ncdc.plan.published): a GPU run settles what the model alone cannot."""
     plans = rank_tiles(diagram, hardware, max(top_k, 1))
     seen = [plan_config(p) for p in plans]
-    for extra in published_plans(plans[0]):
+    for *_, extra in published_plans(plans[0]):
         if plan_config(extra) not in seen:
             plans.append(extra)
             seen.append(plan_config(extra))

@@ -49,8 +49,8 @@ PUBLISHED = (
 
 
 def published_tiles(plan: Plan) -> list[tuple[Published, KernelPlan, dict[str, int]]]:
-    """The published tilings that apply to the plan's kernels: each with its kernel and the
-    tiles by axis name."""
+    """The published tilings that apply to the plan's kernels and differ from what the
+    kernel runs: each with its kernel and the tiles by axis name."""
     hw, d = plan.graph.hardware, plan.graph.diagram
     out = []
     for kp in plan.kernels:
@@ -61,21 +61,21 @@ def published_tiles(plan: Plan) -> list[tuple[Published, KernelPlan, dict[str, i
             if [d.axes[a] for a in kp.family.axes(role)] != [size]:
                 continue
             tiles = {kp.family.axes(r)[-1]: t for r, t in pub.tiles.items() if kp.family.axes(r)}
-            out.append((pub, kp, tiles))
+            if any(kp.block_tile.get(a) != t for a, t in tiles.items()):
+                out.append((pub, kp, tiles))
     return out
 
 
-def published_plans(plan: Plan) -> list[Plan]:
-    """The plans of the published tilings that apply and differ from the plan's own: what
-    `ncdc tune` times beside the model's best."""
+def published_plans(plan: Plan) -> list[tuple[Published, KernelPlan, dict[str, int], Plan]]:
+    """Each tiling of `published_tiles` with the plan that runs it (the plan's own fixed
+    tiles kept): what `ncdc tune` times beside the model's best."""
     from ncdc.plan.search import plan_diagram
 
     d, hw = plan.graph.diagram, plan.graph.hardware
-    out = []
-    for _, kp, tiles in published_tiles(plan):
-        if any(kp.block_tile.get(a) != t for a, t in tiles.items()):
-            out.append(plan_diagram(d, hw, {**plan.fixed, **tiles}))
-    return out
+    return [
+        (pub, kp, tiles, plan_diagram(d, hw, {**plan.fixed, **tiles}))
+        for pub, kp, tiles in published_tiles(plan)
+    ]
 
 
 def doubted_notes(plan: Plan) -> list[str]:
@@ -84,15 +84,9 @@ def doubted_notes(plan: Plan) -> list[str]:
     spec or the user fixed tiles)."""
     if plan.fixed:
         return []
-    from ncdc.plan.search import plan_diagram
-
-    d, hw = plan.graph.diagram, plan.graph.hardware
     out = []
-    for pub, kp, tiles in published_tiles(plan):
-        if all(kp.block_tile.get(a) == t for a, t in tiles.items()):
-            continue
-        theirs = plan_diagram(d, hw, tiles).kernel_time_s
-        ours = plan.kernel_time_s
+    for pub, kp, tiles, alt in published_plans(plan):
+        ours, theirs = plan.kernel_time_s, alt.kernel_time_s
         if ours >= theirs * (1 - pub.error):
             continue
         mine = " ".join(f"{a}={kp.block_tile[a]}" for a in tiles if a in kp.block_tile)
