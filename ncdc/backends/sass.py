@@ -43,7 +43,7 @@ TOOL_TIMEOUT_S = 120
 MAX_LOOPS_BYTES = 16 << 20  # a cached entry of main loops: a few KiB of SASS a kernel
 
 
-LOOP_RULE = 5  # the version of `main_loop`'s choice, in the key of the loops it keeps
+LOOP_RULE = 6  # the version of `main_loop`'s choice, in the key of the loops it keeps
 
 
 INSTRUCTION = re.compile(
@@ -186,8 +186,8 @@ def parse_sass(text: str) -> list[Instruction]:
 
 
 def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
-    """The hot loop (`tensor_loops`: the first of the innermost backward branches with the
-    most tensor FLOPs); without tensor instructions, the longest loop; the whole listing
+    """The hot loop (`tensor_loops`: the shortest of the innermost backward branches with
+    the most tensor FLOPs); without tensor instructions, the longest loop; the whole listing
     when it has no loop. An outer loop (over tiles, around a k loop) holds the k loop's
     MMAs, a peeled iteration's and its own epilogue: it is never the main loop where an
     inner one does tensor work.
@@ -214,12 +214,13 @@ def main_loop(instructions: Sequence[Instruction]) -> list[Instruction]:
 
 def tensor_loops(instructions: Sequence[Instruction]) -> list[list[Instruction]]:
     """The bodies of the innermost backward branches that do the most tensor FLOPs per
-    iteration (`mma_flops`), in address order. The attention template runs a key chunk
-    through one of two copies of its loop (ncdc_attention.cuh, attention_forward): first
-    the chunks every row of the block sees whole, with no mask code, then the diagonal and
-    tail chunks, masked; ptxas lays them out in that order, so the first is the loop most
-    chunks take (the hot one) and the second the masked one. A kernel whose masks bound
-    the keys from below has only the masked copy; a GEMM has one loop.
+    iteration (`mma_flops`): the one that issues the fewest instructions first (the hot
+    loop), then the others in address order. The attention templates run a key chunk
+    through one of two copies of their loop: the chunks every row of the block sees whole,
+    with no mask code, and the diagonal, window-edge and tail chunks, masked (the
+    FlashAttention-3 kernel's masked copy twice, before and after the whole chunks, when a
+    mask bounds the keys from below); the unmasked copy is the shorter. The
+    FlashAttention-2 kernel with such a mask has only the masked copy; a GEMM has one loop.
 
         >>> text = '''
         ...   /*0000*/                  HMMA.16816.F32.BF16 R8, R4, R6, R8 ;
@@ -238,7 +239,9 @@ def tensor_loops(instructions: Sequence[Instruction]) -> list[list[Instruction]]
         if not any(o is not lp and lp[0] <= o[0] and o[1] <= lp[1] for o in tensor)
     ]
     most = max((lp[3] for lp in innermost), default=0)
-    return [lp[2] for lp in sorted(innermost, key=lambda lp: lp[0]) if lp[3] == most]
+    copies = [lp[2] for lp in sorted(innermost, key=lambda lp: lp[0]) if lp[3] == most]
+    hot = min(copies, key=len, default=None)
+    return [hot, *(c for c in copies if c is not hot)] if hot is not None else []
 
 
 def _loops(
@@ -289,7 +292,7 @@ def split_functions(text: str) -> dict[str, str]:
 
 def main_loops(cubin: bytes) -> dict[str, str]:
     """Kernel name -> the SASS of its main loop (and, as `name + MASKED`, of an attention
-    kernel's masked loop, the second of `tensor_loops`), read once per cubin: kept,
+    kernel's masked loop, the first other copy in `tensor_loops`), read once per cubin: kept,
     signed, in the compile cache's folder (`<version>/sass/<sha256 of the cubin and
     LOOP_RULE>.json`), so that pricing a compiled plan again does not run cuobjdump again.
     An entry whose HMAC does not verify is read afresh."""

@@ -94,7 +94,8 @@ def time_kernel(
     whole device reach."""
     c = choice.candidate
     inner = choice.partitions[hw.block_level if c else hw.levels[-1].name]
-    groups, tile_padding, flops = model.tile_work(inner.group, inner.stream)
+    classes = c is not None and c.rule_tiles
+    groups, tile_padding, flops = model.tile_work(inner.group, inner.stream, classes)
     if c is not None and c.recomputes:
         flops = _with_recomputed(model, flops, c.recomputes)
     pace = _pace(model, hw, inner, c, groups, tile_padding, occupancy)
@@ -183,7 +184,8 @@ def _transfers(model: KernelModel, hw: Hardware, choice: TileChoice, pace: Pace)
             # a cluster's blocks multicast what they share: the traffic of their joint tile
             group = {**group, **{a: group[a] * n for a, n in c.cluster}}
         top = upper.name == levels[0].name  # into the device's cache: a row read once
-        values, nbytes = model.tile_transfer(group, part.stream, clipped, top)
+        classes = c is not None and c.rule_tiles
+        values, nbytes = model.tile_transfer(group, part.stream, clipped, top, classes)
         if c is not None and c.rereads:
             # inputs the kernel reads again from global memory (a long row's second pass);
             # the device memory does not see those the L2 serves

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ncdc.language.diagram import Diagram
 from ncdc.model.graph import Kernel
-from ncdc.model.masks import read_mask_rule, rule_band
+from ncdc.model.masks import MaskRule, TileClass, read_mask_rule, rule_band, tile_class_grid
 from ncdc.model.values import Plan
 from ncdc.units import ceil_div
 
@@ -320,6 +320,88 @@ def band_fraction(
 
     tiles = band_tiles(queries, keys, g_q, s_x, lo, hi)
     return Fraction(sum(n for _, n in tiles), len(tiles) * keys)
+
+
+@functools.lru_cache(maxsize=64)  # a search asks for the same tiles again
+def rule_fraction(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None, rule: MaskRule
+) -> Fraction:
+    """`band_fraction` for a kernel that also skips the key chunks inside the band that a
+    mask rule drops for every query of the tile (`tile_class` MASKED: the Hopper attention
+    kernel's tile classes). StreamingLLM's 4 sinks and 1020-key window leave the chunks
+    between them:
+
+        >>> from ncdc.model.masks import Call, Const, Pos
+        >>> i, j = Pos("q"), Pos("x")
+        >>> near = Call("gt", (j, Call("sub", (i, Const(1020)))))
+        >>> keep = Call("and", (Call("le", (j, i)), Call("or", (near, Call("lt", (j, Const(4)))))))
+        >>> rule = MaskRule("q", "x", keep)
+        >>> float(band_fraction(8192, 8192, 128, 128, None, 0))
+        0.5078125
+        >>> float(rule_fraction(8192, 8192, 128, 128, None, 0, rule))
+        0.145263671875
+    """
+    from fractions import Fraction
+
+    import numpy as np
+
+    spans = band_spans(queries, keys, g_q, s_x, lo, hi)
+    first, last = np.array(spans).T[:, :, None]
+    chunk = np.arange(ceil_div(keys, s_x))
+    width = np.minimum((chunk + 1) * s_x, keys) - chunk * s_x
+    kept = _rule_grid(rule, queries, keys, g_q, s_x) != TileClass.MASKED
+    seen = (chunk >= first) & (chunk <= last) & kept
+    total = int((seen * width).sum())
+    return Fraction(total, len(spans) * keys)
+
+
+def _rule_grid(rule: MaskRule, queries: int, keys: int, g_q: int, s_x: int) -> Any:
+    """The rule's class of every tile of g_q queries by s_x keys (`tile_class_grid`)."""
+    import numpy as np
+
+    def spans(n: int, size: int) -> Any:
+        first = np.arange(0, n, size)
+        return np.stack([first, np.minimum(first + size, n) - 1], axis=1)
+
+    return tile_class_grid(rule, spans(queries, g_q), spans(keys, s_x))
+
+
+def tile_kinds(
+    queries: int, keys: int, g_q: int, s_x: int, lo: int | None, hi: int | None,
+    rule: MaskRule | None = None,
+) -> tuple[int, int]:  # fmt: skip
+    """(key tiles visited, of them masked) by the Hopper attention kernel over every query
+    tile (ncdc_attention_hopper.cuh, `key_tiles` and `tile_kind`): a tile some row of the
+    block does not see whole under the band i + lo <= j <= i + hi, or one a mask rule may
+    drop a pair of (`tile_class` PARTIAL), runs masked; one the rule drops whole is not
+    visited.
+
+        >>> tile_kinds(256, 256, 128, 64, None, 0)   # causal: the diagonal's 2 a block
+        (6, 4)
+        >>> tile_kinds(256, 256, 128, 64, -63, 0)    # a window of 64 keys: 3 each, masked
+        (5, 5)
+    """
+    import numpy as np
+
+    def clamp(v: Any, a: int, b: int) -> Any:
+        return np.maximum(a, np.minimum(b, v))
+
+    a = np.arange(0, queries, g_q)[:, None]
+    b = np.minimum(a + g_q, queries) - 1
+    top_first = 0 * a if lo is None else clamp(a + lo, 0, keys)
+    bottom_first = 0 * a if lo is None else clamp(b + lo, 0, keys)
+    top_last = keys - 1 + 0 * a if hi is None else clamp(a + hi, -1, keys - 1)
+    bottom_last = keys - 1 + 0 * a if hi is None else clamp(b + hi, -1, keys - 1)
+    c0, c1 = top_first // s_x, bottom_last // s_x
+    clear0 = np.maximum(c0, -(-bottom_first // s_x))
+    clear1 = np.maximum(clear0, np.minimum(c1 + 1, (top_last + 1) // s_x))
+    chunk = np.arange(ceil_div(keys, s_x))[None, :]
+    classes = TileClass.KEPT if rule is None else _rule_grid(rule, queries, keys, g_q, s_x)
+    seen = (bottom_last >= top_first) & (chunk >= c0) & (chunk <= c1)
+    seen &= classes != TileClass.MASKED
+    edge = (chunk < clear0) | (chunk >= clear1) | (classes != TileClass.KEPT)
+    visited, masked = int(seen.sum()), int((seen & edge).sum())
+    return visited, masked
 
 
 def causal_fraction(queries: int, keys: int, g_q: int, s_x: int) -> Fraction:

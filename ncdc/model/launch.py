@@ -102,7 +102,9 @@ class Candidate:
     load read their inputs so); `in_flight`, the bytes of global loads one warp issues
     before it uses the first (0: enough to hide memory latency with the warps resident, as
     the tile families' 16-byte copies have), which with the resident warps bound the rate
-    the device's memory can reach (Little's law: `overlap.in_flight_efficiency`).
+    the device's memory can reach (Little's law: `overlap.in_flight_efficiency`);
+    `rule_tiles`, inside a mask's band the kernel skips the key tiles a mask rule drops for
+    every query of the block (FlashAttention-3 order: `KernelModel.mask_fraction`).
     """
 
     group: Mapping[str, int] = field(hash=False)
@@ -126,6 +128,7 @@ class Candidate:
     recomputes: tuple[tuple[str, float], ...] = ()
     unstaged: tuple[str, ...] = ()
     in_flight: int = 0
+    rule_tiles: bool = False
 
     @property
     def main(self) -> LaunchShape:

@@ -45,7 +45,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ncdc.language.diagram import Op
@@ -221,6 +221,100 @@ def tile_classes(
     )
 
 
+def tile_class_grid(rule: MaskRule, rows: Any, cols: Any) -> Any:
+    """`tile_class` of every tile at once: `rows` and `cols` are NumPy arrays of shape
+    (n, 2) holding the first and last query of each query tile and the first and last key
+    of each key tile; the result is an int array (queries, keys) of TileClass values, the
+    same interval arithmetic on arrays (a long sequence has a quarter million tiles).
+
+        >>> import numpy as np
+        >>> causal = MaskRule("q", "x", Call("le", (Pos("x"), Pos("q"))))
+        >>> spans = np.array([[0, 63], [64, 127]])
+        >>> tile_class_grid(causal, spans, spans).tolist()
+        [[1, 0], [2, 1]]
+    """
+    import numpy as np
+
+    ranges = {rule.key: (cols[None, :, 0], cols[None, :, 1])}
+    if rule.query is not None:
+        ranges[rule.query] = (rows[:, None, 0], rows[:, None, 1])
+    lo, hi = _interval_grid(rule.keep, ranges)
+    shape = (len(rows), len(cols))
+    surely, possibly = _truth_grid((np.broadcast_to(lo, shape), np.broadcast_to(hi, shape)))
+    return np.where(surely, int(TileClass.KEPT), np.where(possibly, int(TileClass.PARTIAL), 0))
+
+
+def _truth_grid(v: tuple[Any, Any]) -> tuple[Any, Any]:
+    return (v[0] > 0) | (v[1] < 0), ~((v[0] == 0) & (v[1] == 0))
+
+
+def _interval_grid(t: Term, ranges: Mapping[str, tuple[Any, Any]]) -> tuple[Any, Any]:
+    """`_interval` on arrays of tiles (NumPy broadcasting); the same cases, in the same order."""
+    import numpy as np
+
+    def boolean(surely: Any, possibly: Any) -> tuple[Any, Any]:
+        return np.where(surely, 1.0, 0.0), np.where(possibly, 1.0, 0.0)
+
+    if isinstance(t, Pos):
+        lo, hi = ranges.get(t.axis, (0, math.inf))
+        return np.asarray(lo, float), np.asarray(hi, float)
+    if isinstance(t, (Const, Data)):
+        v = _interval(t, ranges={})
+        return np.asarray(v[0]), np.asarray(v[1])
+    args = [_interval_grid(a, ranges) for a in t.args]
+    if t.fn in LOGIC:
+        truths = [_truth_grid(a) for a in args]
+        if t.fn == "not":
+            return boolean(~truths[0][1], ~truths[0][0])
+        join = np.logical_and if t.fn == "and" else np.logical_or
+        surely, possibly = truths[0]
+        for s, p in truths[1:]:
+            surely, possibly = join(surely, s), join(possibly, p)
+        return boolean(surely, possibly)
+    if t.fn in COMPARE:
+        (a0, a1), (b0, b1) = args
+        fn = t.fn
+        if fn == "eq":
+            same = (a0 == a1) & (a1 == b0) & (b0 == b1)
+            return boolean(same, ~((a1 < b0) | (b1 < a0)))
+        if fn == "ne":
+            e = _interval_grid(Call("eq", t.args), ranges)
+            return boolean(e[1] == 0, e[0] == 0)
+        if fn in ("gt", "ge"):
+            (a0, a1), (b0, b1) = (b0, b1), (a0, a1)
+            fn = "lt" if fn == "gt" else "le"
+        if fn == "lt":
+            return boolean(a1 < b0, a0 < b1)
+        return boolean(a1 <= b0, a0 <= b1)
+    if t.fn == "where":
+        surely, possibly = _truth_grid(args[0])
+        (a0, a1), (b0, b1) = args[1:]
+        lo = np.where(surely, a0, np.where(possibly, np.minimum(a0, b0), b0))
+        hi = np.where(surely, a1, np.where(possibly, np.maximum(a1, b1), b1))
+        return lo, hi
+    if not all(whole_term(a) for a in t.args):
+        return np.asarray(-math.inf), np.asarray(math.inf)
+    (a0, a1), *rest = args
+    if t.fn == "add":
+        return a0 + rest[0][0], a1 + rest[0][1]
+    if t.fn == "sub":
+        return a0 - rest[0][1], a1 - rest[0][0]
+    if t.fn == "neg":
+        return -a1, -a0
+    if t.fn == "abs":
+        low = np.where((a0 <= 0) & (a1 >= 0), 0.0, np.minimum(abs(a0), abs(a1)))
+        return low, np.maximum(abs(a0), abs(a1))
+    if t.fn in ("min", "max"):
+        f = np.minimum if t.fn == "min" else np.maximum
+        return f(a0, rest[0][0]), f(a1, rest[0][1])
+    if t.fn == "mul":
+        b0, b1 = rest[0]
+        with np.errstate(invalid="ignore"):
+            p = [np.where((x == 0) | (y == 0), 0.0, x * y) for x in (a0, a1) for y in (b0, b1)]
+        return np.minimum.reduce(p), np.maximum.reduce(p)
+    return np.asarray(-math.inf), np.asarray(math.inf)
+
+
 def _truth(v: Interval) -> tuple[bool, bool]:
     """(surely true, possibly true) of a value read as a truth value (not 0)."""
     surely = v[0] > 0 or v[1] < 0
@@ -259,10 +353,10 @@ def _interval(t: Term, ranges: Mapping[str, tuple[int, int]]) -> Interval:
         if not possibly:
             return args[2]
         return (min(args[1][0], args[2][0]), max(args[1][1], args[2][1]))
-    return _arithmetic(t.fn, args, whole=all(_whole(a) for a in t.args))
+    return _arithmetic(t.fn, args, whole=all(whole_term(a) for a in t.args))
 
 
-def _whole(t: Term) -> bool:
+def whole_term(t: Term) -> bool:
     """Whether a term's values are whole numbers the kernel computes exactly (positions,
     whole constants, and sums, differences, products, minima and maxima of them)."""
     if isinstance(t, Pos):
@@ -270,7 +364,7 @@ def _whole(t: Term) -> bool:
     if isinstance(t, Const):
         return float(t.value).is_integer() and abs(t.value) < EXACT_INTEGERS
     if isinstance(t, Call) and t.fn in ("add", "sub", "mul", "neg", "abs", "min", "max"):
-        return all(_whole(a) for a in t.args)
+        return all(whole_term(a) for a in t.args)
     return isinstance(t, Call) and (t.fn in LOGIC or t.fn in COMPARE)
 
 

@@ -41,8 +41,10 @@ from ncdc.model.geometry import (
     mask_band,
     ragged_fraction,
     ragged_lengths,
+    rule_fraction,
 )
 from ncdc.model.graph import Kernel
+from ncdc.model.masks import read_mask_rule
 from ncdc.units import ceil_div
 
 # CUDA-core operations per weight value a weight-only GEMM widens in its main loop (int8 ->
@@ -116,6 +118,10 @@ class KernelModel:
         self.grouped = grouped_rows(diagram, kernel)
         if self.ragged and not self.mask:
             self.mask = Band(self.ragged.query, self.ragged.key, None, None)
+        # a mask rule over the band's axes, whose tile classes a kernel may skip tiles by
+        rule = read_mask_rule(kernel) if self.mask else None
+        same = rule is not None and self.mask and (rule.query, rule.key) == self.mask[:2]
+        self.rule = rule if same else None
         key = self.mask.key if self.mask else None
         self.keyed_flops = kernel_flops(diagram, kernel, key) if key else {}
         self._keyed = [key is not None and key in axes for _, axes, _ in self.inputs]
@@ -156,7 +162,7 @@ class KernelModel:
 
     def transfer(
         self, g: Mapping[str, Any], s: Mapping[str, Any] | None = None, clipped: bool = False,
-        top: bool = False,
+        top: bool = False, classes: bool = False,
     ) -> tuple[Any, Any]:  # fmt: skip
         """(values, bytes) loaded into a level with group sizes g, plus the outputs saved.
         Under a causal mask, the inputs over its key axis are loaded only for the key
@@ -170,7 +176,7 @@ class KernelModel:
         groups = self.groups(g)
         values: Any = self.output_values
         nbytes: Any = self.output_bytes
-        kept = self.mask_fraction(g, s) if self.mask else 1
+        kept = self.mask_fraction(g, s, classes) if self.mask else 1
         banded = self._keyed
         if self.mask and self.mask.query in (s or {}) and self.mask.key not in (s or {}):
             # queries streamed past grouped keys: the query-side inputs load per visited pair
@@ -200,36 +206,40 @@ class KernelModel:
 
     def tile_transfer(
         self, g: Mapping[str, int], s: Mapping[str, int] | None = None, clipped: bool = False,
-        top: bool = False,
+        top: bool = False, classes: bool = False,
     ) -> tuple[int, int]:  # fmt: skip
         """`transfer` for one tile of whole numbers, memoised: the candidates of a search
         share their block, warp and wave tiles. H depends on g only along woven axes (and
         on the key chunk under a causal mask)."""
-        key = (clipped, top, *map(g.__getitem__, self.kernel.woven))
+        key = (clipped, top, classes, *map(g.__getitem__, self.kernel.woven))
         if self.mask:
             key += ((s or {}).get(self.mask.key, 0), (s or {}).get(self.mask.query, 0))
         if key not in self._tile_transfers:
-            values, nbytes = self.transfer(g, s, clipped, top)
+            values, nbytes = self.transfer(g, s, clipped, top, classes)
             self._tile_transfers[key] = (int(values), int(nbytes))
         return self._tile_transfers[key]
 
     def tile_work(
-        self, g: Mapping[str, int], s: Mapping[str, int]
+        self, g: Mapping[str, int], s: Mapping[str, int], classes: bool = False
     ) -> tuple[int, float, dict[tuple[str, str], Any]]:
         """(groups, `_padding`, `tile_flops`) for one tile of whole numbers, memoised: a
         search times many launches (warps, stages, splits) of the same tile."""
-        key = (tuple(g.items()), tuple(s.items()))
+        key = (tuple(g.items()), tuple(s.items()), classes)
         if key not in self._tile_work:
             self._tile_work[key] = (
                 int(self.groups(g)),
                 _padding(self, g, s),
-                self.tile_flops(g, s),
+                self.tile_flops(g, s, classes),
             )
         return self._tile_work[key]
 
-    def mask_fraction(self, g: Mapping[str, Any], s: Mapping[str, Any] | None) -> Any:
+    def mask_fraction(
+        self, g: Mapping[str, Any], s: Mapping[str, Any] | None, classes: bool = False
+    ) -> Any:
         """Share of the dense work over the key axis that groups of g, streaming keys in
-        chunks of s, do under a causal or window mask (1 without one): `band_fraction`."""
+        chunks of s, do under a causal or window mask (1 without one): `band_fraction`;
+        `classes`: the kernel also skips the tiles a mask rule drops whole (`rule_fraction`,
+        `Candidate.rule_tiles`)."""
         if not self.mask:
             return 1
         query, key, lo, hi = self.mask
@@ -244,6 +254,8 @@ class KernelModel:
         def fraction(a: int, b: int) -> Any:
             if ragged:
                 return ragged_fraction(queries, keys, a, b, lo, hi, ragged.rows, ragged.packed)
+            if classes and self.rule is not None:
+                return rule_fraction(queries, keys, a, b, lo, hi, self.rule)
             return band_fraction(queries, keys, a, b, lo, hi)
 
         if hasattr(g_q, "shape") or hasattr(s_x, "shape"):
@@ -254,14 +266,15 @@ class KernelModel:
         return fraction(int(g_q), int(s_x))
 
     def tile_flops(
-        self, g: Mapping[str, int], s: Mapping[str, int]
+        self, g: Mapping[str, int], s: Mapping[str, int], classes: bool = False
     ) -> dict[tuple[str, str], float]:
         """FLOPs per (unit, kind) that groups of g with chunks s do: under a causal mask,
-        the work over the key axis only for the key chunks a group visits; a weight-only
+        the work over the key axis only for the key chunks a group visits (`classes`:
+        `mask_fraction`'s); a weight-only
         GEMM's widening of its weights, once per group along the activations' own axes."""
         out = dict(self.flops_by_unit)
         if self.mask:
-            kept = self.mask_fraction(g, s)
+            kept = self.mask_fraction(g, s, classes)
             out = {unit: n - self.keyed_flops.get(unit, 0) * (1 - kept) for unit, n in out.items()}
         for values, axes in self.widened:
             blocks = math.prod(ceil_div(self.sizes[a], g.get(a, self.sizes[a])) for a in axes)

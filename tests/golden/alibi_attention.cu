@@ -17,7 +17,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  alibi_attention: attention, tiles b=1  h=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 512
-// predicted on h200: 76.8 us (tensor-bound), 3.71e+10 FLOP
+// predicted on h200: 76.7 us (tensor-bound), 3.71e+10 FLOP
 
 #include "ncdc_runtime.cuh"
 
@@ -33,6 +33,8 @@
 // The logits as the diagram transforms them, for query ncdc_i and key ncdc_j.
 struct alibi_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm90a_scores {
   static constexpr bool kIdentity = false;
+  static constexpr bool kKeptIdentity = false;
+  static constexpr bool kRule = false;
   const __nv_bfloat16* ncdc_p_slope;
   long long ncdc_q_slope, ncdc_x_slope;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
@@ -43,6 +45,8 @@ struct alibi_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm90
     const float ncdc_e_B = ncdc::op_add(ncdc_s, ncdc_e_A);
     return ncdc_e_B;
   }
+  NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const { return (*this)(ncdc_s, ncdc_i, ncdc_j); }
+  NCDC_DEVICE int tile(int, int, int, int) const { return ncdc::attn::kTileKept; }
 };
 
 
@@ -82,9 +86,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) alibi_attention_attention_w
   ncdc_problem.z_q = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
   ncdc_problem.z_k = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
   ncdc_problem.z_o = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
-  ncdc_problem.shift = (ncdc_size_x - ncdc_size_q);
   ncdc_problem.scale_log2 = ncdc_scale_log2;
-  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, true>(
+  ncdc_problem.vis.hi = ncdc::attn::lmin(ncdc_problem.vis.hi, (ncdc_size_x - ncdc_size_q));
+  ncdc_problem.vis.x_end = ncdc_problem.x_len;
+  ncdc_problem.vis.set_hi32(ncdc_problem.q_len, ncdc_problem.x_len);
+  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, true, false>(
       &ncdc_tma_Q, &ncdc_tma_K, &ncdc_tma_V, &ncdc_tma_O, ncdc_problem, ncdc_scores);
 }
 NCDC_EXPORT_KERNEL(alibi_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm90a);

@@ -52,9 +52,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) attention_attention_wgmma_b
   ncdc_problem.z_q = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
   ncdc_problem.z_k = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
   ncdc_problem.z_o = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
-  ncdc_problem.shift = 0;
   ncdc_problem.scale_log2 = ncdc_scale_log2;
-  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, false>(
+  ncdc_problem.vis.x_end = ncdc_problem.x_len;
+  ncdc_problem.vis.set_hi32(ncdc_problem.q_len, ncdc_problem.x_len);
+  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, false, false>(
       &ncdc_tma_Q, &ncdc_tma_K, &ncdc_tma_V, &ncdc_tma_O, ncdc_problem);
 }
 NCDC_EXPORT_KERNEL(attention_attention_wgmma_bf16_q128_x128_d128_s2_sm90a);

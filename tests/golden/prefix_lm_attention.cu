@@ -15,22 +15,24 @@
 // op      P = softmax(M, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  prefix_lm_attention: attention, tiles b=1  h=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 3072
-// predicted on h200: 438.9 us (tensor-bound), 1.85e+11 FLOP
+// kernel  prefix_lm_attention: attention, tiles b=1  h=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 1536
+// predicted on h200: 216.8 us (tensor-bound), 1.34e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- prefix_lm_attention_attention_bf16_q64_x32_d128_w4_s2_scores: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries
+// ---- prefix_lm_attention_attention_wgmma_bf16_q128_x128_d128_s2_scores_sm90a: fused attention in FlashAttention-3 order: 128 queries per block, keys 128 at a time through 2-stage TMA rings, two ping-pong consumer warpgroups (wgmma), O stored by TMA, a mask rule's band
 #include "ncdc_elementwise.cuh"
-#include "ncdc_attention.cuh"
+#include "ncdc_attention_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
 #undef K
 #undef V
 #undef O
 // The logits as the diagram transforms them, for query ncdc_i and key ncdc_j.
-struct prefix_lm_attention_attention_bf16_q64_x32_d128_w4_s2_scores_scores {
+struct prefix_lm_attention_attention_wgmma_bf16_q128_x128_d128_s2_scores_sm90a_scores {
   static constexpr bool kIdentity = false;
+  static constexpr bool kKeptIdentity = true;
+  static constexpr bool kRule = true;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
     const float ncdc_e_I = ncdc::op_id(float(ncdc_i));
     const float ncdc_e_J = ncdc::op_id(float(ncdc_j));
@@ -40,41 +42,57 @@ struct prefix_lm_attention_attention_bf16_q64_x32_d128_w4_s2_scores_scores {
     const float ncdc_e_M = ncdc::op_where(ncdc_e_K0, ncdc_s, (-ncdc::infinity()));
     return ncdc_e_M;
   }
+  // the logit where the mask rule keeps the pair, and a tile's class under the rule
+  NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const {
+    (void)ncdc_i;
+    (void)ncdc_j;
+    return ncdc_s;
+  }
+  NCDC_DEVICE int tile(int ncdc_i0, int ncdc_i1, int ncdc_j0, int ncdc_j1) const {
+    using namespace ncdc::attn;
+    (void)ncdc_i0, (void)ncdc_i1, (void)ncdc_j0, (void)ncdc_j1;
+    return iv_class(iv_or(iv_le(iv_range(ncdc_j0, ncdc_j1), iv_range(ncdc_i0, ncdc_i1)), iv_lt(iv_range(ncdc_j0, ncdc_j1), iv(1024.0))));
+  }
 };
 
 
-extern "C" __global__ void __launch_bounds__(128) prefix_lm_attention_attention_bf16_q64_x32_d128_w4_s2_scores(
+extern "C" __global__ void __launch_bounds__(384, 1) prefix_lm_attention_attention_wgmma_bf16_q128_x128_d128_s2_scores_sm90a(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     long long ncdc_size_b,
     long long ncdc_size_h,
     long long ncdc_size_q,
     long long ncdc_size_x,
-    float ncdc_scale_log2) {
-  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+    float ncdc_scale_log2,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Q,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 164864, "the launch's dynamic shared memory");
+  (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
+  (void)K;
+  (void)V;
+  (void)O;  // written through ncdc_tma_O
   unsigned ncdc_rest = blockIdx.y;
   const long long ncdc_i_h = ncdc_rest % unsigned(ncdc_size_h);
   ncdc_rest /= unsigned(ncdc_size_h);
   const long long ncdc_i_b = ncdc_rest;
-  ncdc::attn::Slice<__nv_bfloat16> ncdc_slice;
-  ncdc_slice.q = Q + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128;
-  ncdc_slice.k = K + ncdc_i_b * ncdc_size_h * ncdc_size_x * 128 + ncdc_i_h * ncdc_size_x * 128;
-  ncdc_slice.v = V + ncdc_i_b * ncdc_size_h * ncdc_size_x * 128 + ncdc_i_h * ncdc_size_x * 128;
-  ncdc_slice.q_stride = 128;
-  ncdc_slice.k_stride = 128;
-  ncdc_slice.v_stride = 128;
-  ncdc_slice.q_len = int(ncdc_size_q);
-  ncdc_slice.x_len = int(ncdc_size_x);
-  ncdc_slice.scale_log2 = ncdc_scale_log2;
-  prefix_lm_attention_attention_bf16_q64_x32_d128_w4_s2_scores_scores ncdc_scores;
-  ncdc_slice.vis.hi = ncdc::attn::lmin(ncdc_slice.vis.hi, 1023ll);
-  ncdc_slice.vis.x_end = ncdc_slice.x_len;
-  ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
-  ncdc_slice.lse = nullptr;
-  ncdc_slice.lse_stride = 0;
+  (void)ncdc_rest;
+  prefix_lm_attention_attention_wgmma_bf16_q128_x128_d128_s2_scores_sm90a_scores ncdc_scores;
+  ncdc::fa3::Problem ncdc_problem;
+  ncdc_problem.q_len = int(ncdc_size_q);
+  ncdc_problem.x_len = int(ncdc_size_x);
   // the longest query tiles (most visible keys) start first
-  const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, false, false>(
-      ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 128 + ncdc_i_h * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
+  ncdc_problem.q_tile = int(gridDim.x - 1 - blockIdx.x);
+  ncdc_problem.z_q = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
+  ncdc_problem.z_k = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
+  ncdc_problem.z_o = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
+  ncdc_problem.scale_log2 = ncdc_scale_log2;
+  ncdc_problem.vis.hi = ncdc::attn::lmin(ncdc_problem.vis.hi, 1023ll);
+  ncdc_problem.vis.x_end = ncdc_problem.x_len;
+  ncdc_problem.vis.set_hi32(ncdc_problem.q_len, ncdc_problem.x_len);
+  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, true, false>(
+      &ncdc_tma_Q, &ncdc_tma_K, &ncdc_tma_V, &ncdc_tma_O, ncdc_problem, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(prefix_lm_attention_attention_bf16_q64_x32_d128_w4_s2_scores);
+NCDC_EXPORT_KERNEL(prefix_lm_attention_attention_wgmma_bf16_q128_x128_d128_s2_scores_sm90a);

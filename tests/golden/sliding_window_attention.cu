@@ -10,21 +10,20 @@
 // op      P = softmax(M, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  sliding_window_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 16384
-// predicted on h200: 4776.5 us (tensor-bound), 2.13e+12 FLOP
+// kernel  sliding_window_attention: attention, tiles b=1  g=1  r=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 8192
+// predicted on h200: 3245.5 us (tensor-bound), 2.16e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- sliding_window_attention_attention_bf16_q64_x32_d128_w4_s2_window: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries
-#include "ncdc_attention.cuh"
+// ---- sliding_window_attention_attention_wgmma_bf16_q128_x128_d128_s2_window_sm90a: fused attention in FlashAttention-3 order: 128 queries per block, keys 128 at a time through 2-stage TMA rings, two ping-pong consumer warpgroups (wgmma), O stored by TMA, a sliding window
+#include "ncdc_attention_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
 #undef K
 #undef V
 #undef O
 
-
-extern "C" __global__ void __launch_bounds__(128) sliding_window_attention_attention_bf16_q64_x32_d128_w4_s2_window(
+extern "C" __global__ void __launch_bounds__(384, 1) sliding_window_attention_attention_wgmma_bf16_q128_x128_d128_s2_window_sm90a(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     long long ncdc_size_b,
@@ -32,34 +31,38 @@ extern "C" __global__ void __launch_bounds__(128) sliding_window_attention_atten
     long long ncdc_size_r,
     long long ncdc_size_q,
     long long ncdc_size_x,
-    float ncdc_scale_log2) {
-  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+    float ncdc_scale_log2,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Q,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 164864, "the launch's dynamic shared memory");
+  (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
+  (void)K;
+  (void)V;
+  (void)O;  // written through ncdc_tma_O
   unsigned ncdc_rest = blockIdx.y;
   const long long ncdc_i_r = ncdc_rest % unsigned(ncdc_size_r);
   ncdc_rest /= unsigned(ncdc_size_r);
   const long long ncdc_i_g = ncdc_rest % unsigned(ncdc_size_g);
   ncdc_rest /= unsigned(ncdc_size_g);
   const long long ncdc_i_b = ncdc_rest;
-  ncdc::attn::Slice<__nv_bfloat16> ncdc_slice;
-  ncdc_slice.q = Q + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128;
-  ncdc_slice.k = K + ncdc_i_b * ncdc_size_g * ncdc_size_x * 128 + ncdc_i_g * ncdc_size_x * 128;
-  ncdc_slice.v = V + ncdc_i_b * ncdc_size_g * ncdc_size_x * 128 + ncdc_i_g * ncdc_size_x * 128;
-  ncdc_slice.q_stride = 128;
-  ncdc_slice.k_stride = 128;
-  ncdc_slice.v_stride = 128;
-  ncdc_slice.q_len = int(ncdc_size_q);
-  ncdc_slice.x_len = int(ncdc_size_x);
-  ncdc_slice.scale_log2 = ncdc_scale_log2;
-  const ncdc::attn::PlainScores ncdc_scores;
-  ncdc_slice.vis.lo = ncdc::attn::lmax(ncdc_slice.vis.lo, (ncdc_size_x - ncdc_size_q) - 4095ll);
-  ncdc_slice.vis.hi = ncdc::attn::lmin(ncdc_slice.vis.hi, (ncdc_size_x - ncdc_size_q) + 0ll);
-  ncdc_slice.vis.x_end = ncdc_slice.x_len;
-  ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
-  ncdc_slice.lse = nullptr;
-  ncdc_slice.lse_stride = 0;
+  (void)ncdc_rest;
+  ncdc::fa3::Problem ncdc_problem;
+  ncdc_problem.q_len = int(ncdc_size_q);
+  ncdc_problem.x_len = int(ncdc_size_x);
   // the longest query tiles (most visible keys) start first
-  const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, true, false>(
-      ncdc_slice, O + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
+  ncdc_problem.q_tile = int(gridDim.x - 1 - blockIdx.x);
+  ncdc_problem.z_q = int(((ncdc_i_b) * ncdc_size_g + ncdc_i_g) * ncdc_size_r + ncdc_i_r);
+  ncdc_problem.z_k = int((ncdc_i_b) * ncdc_size_g + ncdc_i_g);
+  ncdc_problem.z_o = int(((ncdc_i_b) * ncdc_size_g + ncdc_i_g) * ncdc_size_r + ncdc_i_r);
+  ncdc_problem.scale_log2 = ncdc_scale_log2;
+  ncdc_problem.vis.lo = ncdc::attn::lmax(ncdc_problem.vis.lo, (ncdc_size_x - ncdc_size_q) - 4095ll);
+  ncdc_problem.vis.hi = ncdc::attn::lmin(ncdc_problem.vis.hi, (ncdc_size_x - ncdc_size_q) + 0ll);
+  ncdc_problem.vis.x_end = ncdc_problem.x_len;
+  ncdc_problem.vis.set_hi32(ncdc_problem.q_len, ncdc_problem.x_len);
+  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, true, true>(
+      &ncdc_tma_Q, &ncdc_tma_K, &ncdc_tma_V, &ncdc_tma_O, ncdc_problem);
 }
-NCDC_EXPORT_KERNEL(sliding_window_attention_attention_bf16_q64_x32_d128_w4_s2_window);
+NCDC_EXPORT_KERNEL(sliding_window_attention_attention_wgmma_bf16_q128_x128_d128_s2_window_sm90a);

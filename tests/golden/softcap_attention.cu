@@ -14,7 +14,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  softcap_attention: attention, tiles b=1  g=1  r=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 1024
-// predicted on h200: 329.3 us (tensor-bound), 1.45e+11 FLOP
+// predicted on h200: 329.1 us (tensor-bound), 1.45e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
@@ -29,12 +29,16 @@
 // The logits as the diagram transforms them, for query ncdc_i and key ncdc_j.
 struct softcap_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm90a_scores {
   static constexpr bool kIdentity = false;
+  static constexpr bool kKeptIdentity = false;
+  static constexpr bool kRule = false;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
     const float ncdc_e_C = ncdc::op_mul(ncdc_s, 0.02f);
     const float ncdc_e_T = ncdc::op_tanh(ncdc_e_C);
     const float ncdc_e_L = ncdc::op_mul(ncdc_e_T, 50.0f);
     return ncdc_e_L;
   }
+  NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const { return (*this)(ncdc_s, ncdc_i, ncdc_j); }
+  NCDC_DEVICE int tile(int, int, int, int) const { return ncdc::attn::kTileKept; }
 };
 
 
@@ -73,9 +77,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) softcap_attention_attention
   ncdc_problem.z_q = int(((ncdc_i_b) * ncdc_size_g + ncdc_i_g) * ncdc_size_r + ncdc_i_r);
   ncdc_problem.z_k = int((ncdc_i_b) * ncdc_size_g + ncdc_i_g);
   ncdc_problem.z_o = int(((ncdc_i_b) * ncdc_size_g + ncdc_i_g) * ncdc_size_r + ncdc_i_r);
-  ncdc_problem.shift = (ncdc_size_x - ncdc_size_q);
   ncdc_problem.scale_log2 = ncdc_scale_log2;
-  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, true>(
+  ncdc_problem.vis.hi = ncdc::attn::lmin(ncdc_problem.vis.hi, (ncdc_size_x - ncdc_size_q));
+  ncdc_problem.vis.x_end = ncdc_problem.x_len;
+  ncdc_problem.vis.set_hi32(ncdc_problem.q_len, ncdc_problem.x_len);
+  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, true, false>(
       &ncdc_tma_Q, &ncdc_tma_K, &ncdc_tma_V, &ncdc_tma_O, ncdc_problem, ncdc_scores);
 }
 NCDC_EXPORT_KERNEL(softcap_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm90a);

@@ -30,7 +30,7 @@
 // op      O = contract(P, V, over=x, dtype=bf16)
 // outputs O
 // kernel  t5_relative_attention_0_bias: elementwise, tiles x=1  q=1  h=12, 4 warps, 1 stages, grid 6144
-// kernel  t5_relative_attention_1_O: attention, tiles b=1  h=1  q=128  d=64  x=128, 12 warps, 2 stages, grid 768
+// kernel  t5_relative_attention_1_O: attention, tiles b=1  h=1  q=128  d=64  x=64, 12 warps, 2 stages, grid 768
 // predicted on h200: 112.8 us (cuda-bound), 1.32e+10 FLOP
 
 #include "ncdc_runtime.cuh"
@@ -149,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) t5_relative_attention_0_bia
   ncdc::elementwise::run<128, 4, 1>(ncdc_io, ncdc_size_h * ncdc_size_q * ncdc_size_x, ncdc_size_h);
 }
 NCDC_EXPORT_KERNEL(t5_relative_attention_0_bias_elementwise_fp32_t128_v4);
-// ---- t5_relative_attention_1_O_attention_wgmma_bf16_q128_x128_d64_s2_scores_sm90a: fused attention in FlashAttention-3 order: 128 queries per block, keys 128 at a time through 2-stage TMA rings, two ping-pong consumer warpgroups (wgmma), O stored by TMA
+// ---- t5_relative_attention_1_O_attention_wgmma_bf16_q128_x64_d64_s2_scores_sm90a: fused attention in FlashAttention-3 order: 128 queries per block, keys 64 at a time through 2-stage TMA rings, two ping-pong consumer warpgroups (wgmma), O stored by TMA
 #include "ncdc_elementwise.cuh"
 #include "ncdc_attention_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -159,18 +159,22 @@ NCDC_EXPORT_KERNEL(t5_relative_attention_0_bias_elementwise_fp32_t128_v4);
 #undef O
 #undef bias
 // The logits as the diagram transforms them, for query ncdc_i and key ncdc_j.
-struct t5_relative_attention_1_O_attention_wgmma_bf16_q128_x128_d64_s2_scores_sm90a_scores {
+struct t5_relative_attention_1_O_attention_wgmma_bf16_q128_x64_d64_s2_scores_sm90a_scores {
   static constexpr bool kIdentity = false;
+  static constexpr bool kKeptIdentity = false;
+  static constexpr bool kRule = false;
   const float* ncdc_p_bias;
   long long ncdc_q_bias, ncdc_x_bias;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
     const float ncdc_e_T = ncdc::op_add(ncdc_s, ncdc::to_float(ncdc::ld_global(ncdc_p_bias + ncdc_i * ncdc_q_bias + ncdc_j * ncdc_x_bias)));
     return ncdc_e_T;
   }
+  NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const { return (*this)(ncdc_s, ncdc_i, ncdc_j); }
+  NCDC_DEVICE int tile(int, int, int, int) const { return ncdc::attn::kTileKept; }
 };
 
 
-extern "C" __global__ void __launch_bounds__(384, 1) t5_relative_attention_1_O_attention_wgmma_bf16_q128_x128_d64_s2_scores_sm90a(
+extern "C" __global__ void __launch_bounds__(384, 1) t5_relative_attention_1_O_attention_wgmma_bf16_q128_x64_d64_s2_scores_sm90a(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     const float* __restrict__ bias,
@@ -183,8 +187,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) t5_relative_attention_1_O_a
     const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
-  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 64, 64, 128, 2>;
-  static_assert(ncdc_Config::SMEM_BYTES == 82944, "the launch's dynamic shared memory");
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 64, 64, 64, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 50176, "the launch's dynamic shared memory");
   (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
   (void)K;
   (void)V;
@@ -194,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) t5_relative_attention_1_O_a
   ncdc_rest /= unsigned(ncdc_size_h);
   const long long ncdc_i_b = ncdc_rest;
   (void)ncdc_rest;
-  t5_relative_attention_1_O_attention_wgmma_bf16_q128_x128_d64_s2_scores_sm90a_scores ncdc_scores;
+  t5_relative_attention_1_O_attention_wgmma_bf16_q128_x64_d64_s2_scores_sm90a_scores ncdc_scores;
   ncdc_scores.ncdc_p_bias = bias + ncdc_i_h * 1;
   ncdc_scores.ncdc_q_bias = ncdc_size_h;
   ncdc_scores.ncdc_x_bias = ncdc_size_q * ncdc_size_h;
@@ -205,9 +209,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) t5_relative_attention_1_O_a
   ncdc_problem.z_q = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
   ncdc_problem.z_k = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
   ncdc_problem.z_o = int((ncdc_i_b) * ncdc_size_h + ncdc_i_h);
-  ncdc_problem.shift = 0;
   ncdc_problem.scale_log2 = ncdc_scale_log2;
-  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, false>(
+  ncdc_problem.vis.x_end = ncdc_problem.x_len;
+  ncdc_problem.vis.set_hi32(ncdc_problem.q_len, ncdc_problem.x_len);
+  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, false, false>(
       &ncdc_tma_Q, &ncdc_tma_K, &ncdc_tma_V, &ncdc_tma_O, ncdc_problem, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(t5_relative_attention_1_O_attention_wgmma_bf16_q128_x128_d64_s2_scores_sm90a);
+NCDC_EXPORT_KERNEL(t5_relative_attention_1_O_attention_wgmma_bf16_q128_x64_d64_s2_scores_sm90a);

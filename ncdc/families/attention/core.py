@@ -201,6 +201,10 @@ class Attention:
             "offset": dict(self.offset), "stride": dict(self.stride),
             "statements": [{"out": st.out, "fn": st.fn, "args": st.args} for st in sc.statements],
             "score_result": sc.result,
+            "tile_rule": sc.tile_rule, "kept_result": sc.kept_result,
+            "kept_statements": [{"out": st.out, "fn": st.fn, "args": st.args}
+                                for st in sc.kept_statements],
+            "kept_identity": sc.kept_identity,
             "score_inputs": [{"name": t.name, "ctype": cpp_type(t.dtype), "offset": t.offset,
                               "q_pitch": t.q_pitch, "x_pitch": t.x_pitch} for t in sc.inputs],
             "score_batch": sc.batch, "band_lo": sc.lo, "band_hi": sc.hi,

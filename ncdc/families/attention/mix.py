@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 from ncdc.hardware.arch import WGMMA_ROWS_PER_WARP, wgmma_k
 from ncdc.language.dtypes import DTYPES
+from ncdc.model.geometry import mask_band, tile_kinds
 from ncdc.model.issue import ESTIMATE, LoopMix, add_slots
-from ncdc.model.masks import read_mask_rule, rule_band
+from ncdc.model.masks import mask_select, read_mask_rule, rule_band
 
 if TYPE_CHECKING:
     from ncdc.model.graph import Kernel
@@ -219,7 +220,9 @@ def fa3_mix(
     """The FlashAttention-3 kernel's key tile of one consumer warp (16 of its warpgroup's 64
     rows): d / 16 (fp8: d / 32) + s_x / 16 wgmmas, the softmax's FA3_FP32_*, MUFU and
     packing per score, the rescale per output value, FA3_INTEGER_* and FA3_FIXED; a score
-    functor's statements per score, as in the FlashAttention-2 loop (`attention_mix`)."""
+    functor's statements per score, as in the FlashAttention-2 loop (`attention_mix`), on
+    every tile, or, for a mask rule on the plain logits, on the tiles that run masked only
+    (`fa3_masked_share`: the others run no functor)."""
     params = dict(c.params)
     d = math.prod(sizes[a] for a in family.axes("d"))
     d_v = math.prod(sizes[a] for a in family.axes("d_v"))
@@ -238,12 +241,43 @@ def fa3_mix(
     }
     statements, _ = _score_path(model)
     if statements and model is not None:
-        add_slots(classes, {"fp32": FA3_FUNCTOR_FP32_PER_SCORE}, scores)
+        plain = rule_keeps_plain(model.kernel)
+        share = fa3_masked_share(model.kernel, family, model.sizes, s_x) if plain else 1.0
+        add_slots(classes, {"fp32": FA3_FUNCTOR_FP32_PER_SCORE}, scores * share)
         for fn in statements:
             slots = {"integer": FA3_INDEX_INTEGER} if fn == "index" else None
-            add_slots(classes, slots or SCORE_OP_SLOTS.get(fn, {"fp32": 1}), scores)
-        add_slots(classes, FA3_KEY_INPUT_PER_SCORE, scores * _key_inputs(model, family))
+            add_slots(classes, slots or SCORE_OP_SLOTS.get(fn, {"fp32": 1}), scores * share)
+        add_slots(classes, FA3_KEY_INPUT_PER_SCORE, scores * _key_inputs(model, family) * share)
     return LoopMix(classes, 2.0 * WGMMA_ROWS_PER_WARP * s_x * (d + d_v), ESTIMATE)
+
+
+def rule_keeps_plain(kernel: Kernel) -> bool:
+    """Whether the kernel's mask rule keeps the plain logits (`where(keep, S, -inf)` on the
+    scores themselves): the Hopper kernel runs no functor on the tiles it keeps whole
+    (kKeptIdentity in ncdc_attention_hopper.cuh)."""
+    select = mask_select(kernel)
+    if select is None:
+        return False
+    a, b = select.operands[1:]
+    kept = a if b == -math.inf else b
+    first = next((op for op in kernel.ops if op.kind == "contract"), None)
+    return first is not None and kept == first.out
+
+
+def fa3_masked_share(kernel: Kernel, family: Family, sizes: Mapping[str, int], s_x: int) -> float:
+    """The share of the Hopper kernel's visited key tiles that run masked (`tile_kinds`
+    over its 128-query blocks: the band's edges and a mask rule's partial tiles; a varlen
+    mask's lengths are data, not counted)."""
+    from ncdc.families.attention.wgmma import BQ
+
+    (q_axis,), (x_axis,) = family.axes("q"), family.axes("x")
+    q, x = sizes[q_axis], sizes[x_axis]
+    band = mask_band(kernel, sizes)
+    lo, hi = (band.lo, band.hi) if band is not None else (None, None)
+    rule = read_mask_rule(kernel)
+    rule = rule if rule is not None and (rule.query, rule.key) == (q_axis, x_axis) else None
+    visited, masked = tile_kinds(q, x, BQ, s_x, lo, hi, rule)
+    return masked / visited if visited else 0.0
 
 
 def _key_inputs(model: KernelModel, family: Family) -> int:
@@ -257,10 +291,13 @@ def _key_inputs(model: KernelModel, family: Family) -> int:
 
 def plan_masked_share(kp: KernelPlan, axes: Mapping[str, int]) -> float:
     """`masked_share` of an attention kernel plan at the diagram's `axes` (its query and key
-    axes, g_q and s_x); 0 for a kernel without a key chunk."""
+    axes, g_q and s_x); 0 for a kernel without a key chunk. The Hopper kernel's
+    (`fa3_masked_share`) at the plan's sizes."""
     params = dict(kp.candidate.params) if kp.candidate is not None else {}
     if "s_x" not in params or not kp.family.axes("q") or not kp.family.axes("x"):
         return 0.0
+    if params.get("wgmma"):
+        return fa3_masked_share(kp.kernel, kp.family, axes, params["s_x"])
     (q_axis,), (x_axis,) = kp.family.axes("q"), kp.family.axes("x")
     q, x = axes[q_axis], axes[x_axis]
     shift = diagonal(kp.kernel, q, x)

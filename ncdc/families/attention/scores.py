@@ -7,14 +7,27 @@ selects by. What the score path cannot run is refused with what to write instead
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
 from ncdc.families.codegen import ELEMENTWISE_KINDS, Statement, needed_ops, op_statements, size_name
 from ncdc.language.diagram import Diagram, Op
-from ncdc.model.masks import mask_select, read_mask_rule, rule_band
+from ncdc.model.masks import (
+    COMPARE,
+    EXACT_INTEGERS,
+    LOGIC,
+    Const,
+    Data,
+    Pos,
+    Term,
+    mask_select,
+    read_mask_rule,
+    rule_band,
+    whole_term,
+)
 
 if TYPE_CHECKING:
     from ncdc.model.graph import Kernel
@@ -53,10 +66,20 @@ class Scores:
     lengths: str = ""  # the int32 lengths tensor of a varlen mask
     lengths_offset: str = "0"
     sequences: str = ""  # the axis along which sequences are packed; "" for padded ones
+    # a mask rule's tile classes (`rule_tile`): C++ over the tile's queries ncdc_i0..ncdc_i1
+    # and keys ncdc_j0..ncdc_j1, and the statements computing the logit where it keeps a pair
+    tile_rule: str = ""
+    kept_statements: tuple[Statement, ...] = ()
+    kept_result: str = "ncdc_s"
 
     @property
     def plain(self) -> bool:
         return not self.statements
+
+    @property
+    def kept_identity(self) -> bool:
+        """Whether the logits a mask rule keeps are the scaled logits themselves."""
+        return bool(self.tile_rule) and not self.kept_statements and self.kept_result == "ncdc_s"
 
 
 def read_scores(
@@ -106,11 +129,59 @@ def read_scores(
     statements: list[Statement] = []
     for op in chain:
         statements += op_statements(op, reader.value, reader.index, f"ncdc_e_{op.out}")
+    tile_rule, kept, kept_result = "", [], "ncdc_s"
+    rule, select = read_mask_rule(kernel), mask_select(kernel)
+    if rule and select and select.out == logits and (rule.query, rule.key) == (q_axis, x_axis):
+        # the logits where the rule keeps a pair: the select's other operand
+        a, b = select.operands[1:]
+        kept_operand = a if b == -math.inf else b
+        if isinstance(kept_operand, str):
+            tile_rule = rule_tile(rule.keep, q_axis, x_axis, reader.index)
+            for op in needed_ops(kernel.ops, [kept_operand], [*kernel.inputs, first.out]):
+                kept += op_statements(op, reader.value, reader.index, f"ncdc_e_{op.out}")
+            kept_result = reader.value(kept_operand)
     return Scores(
         tuple(statements), reader.value(logits), tuple(reader.inputs.values()),
         tuple(a for a in batch if a in reader.needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
-        sc.lengths, sc.lengths_offset, sc.sequences,
+        sc.lengths, sc.lengths_offset, sc.sequences, tile_rule, tuple(kept), kept_result,
     )  # fmt: skip
+
+
+# the arithmetic interval bounds keep exact on whole numbers (ncdc.model.masks._arithmetic)
+EXACT_ARITHMETIC = ("add", "sub", "mul", "neg", "abs", "min", "max")
+
+
+def rule_tile(term: Term, q_axis: str, x_axis: str, index: Callable[[str], str]) -> str:
+    """C++ of the interval a mask rule's term takes over a tile of queries ncdc_i0..ncdc_i1
+    and keys ncdc_j0..ncdc_j1 (ncdc::attn::Iv, `iv_class` of it the tile's class), the
+    device's copy of ncdc.model.masks.tile_class: a batch position is its block's index
+    (`index`), a tensor's values and inexact arithmetic are unknown.
+
+        >>> from ncdc.model.masks import Call, Const, Pos
+        >>> rule_tile(Call("le", (Pos("x"), Pos("q"))), "q", "x", str)
+        'iv_le(iv_range(ncdc_j0, ncdc_j1), iv_range(ncdc_i0, ncdc_i1))'
+        >>> rule_tile(Call("lt", (Pos("x"), Const(0.5))), "q", "x", str)
+        'iv_lt(iv_range(ncdc_j0, ncdc_j1), iv(0.5))'
+    """
+    if isinstance(term, Pos):
+        if term.axis == q_axis:
+            return "iv_range(ncdc_i0, ncdc_i1)"
+        if term.axis == x_axis:
+            return "iv_range(ncdc_j0, ncdc_j1)"
+        return f"iv(double({index(term.axis)}))"
+    if isinstance(term, Const):
+        v = term.value
+        if math.isinf(v):
+            return "iv(kIvBig)" if v > 0 else "iv(-kIvBig)"
+        return f"iv({float(v)!r})" if abs(v) < EXACT_INTEGERS else "iv_unknown()"
+    if isinstance(term, Data):
+        return "iv_unknown()"
+    exact = term.fn in (*LOGIC, *COMPARE, "where") or (
+        term.fn in EXACT_ARITHMETIC and all(whole_term(a) for a in term.args)
+    )
+    if not exact:
+        return "iv_unknown()"
+    return f"iv_{term.fn}({', '.join(rule_tile(a, q_axis, x_axis, index) for a in term.args)})"
 
 
 class ScoreValues:

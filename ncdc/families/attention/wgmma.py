@@ -7,9 +7,12 @@ to 24 registers and one of its threads issues the TMA loads (Q once; each key ti
 V into rings of `stages` slots); warpgroups 1 and 2 rise to 240 and each owns 64 queries:
 S = Q K^T by wgmma m64nS_Xk16 from 128-byte-swizzled shared memory, the online softmax in
 registers, P packed to 16 bits in registers and O += P V by wgmma with A from registers.
-A diagram's score transforms (soft-capping, ALiBi, an additive bias) run as the family's
-score functor on each logit before the mask and the softmax. Named barriers make the two
-take turns at the tensor cores, so that one's softmax runs under the other's GEMMs. The
+A diagram's score transforms (soft-capping, ALiBi, an additive bias, a mask rule's compares
+and `where`) run as the family's score functor on each logit before the mask and the
+softmax. The masks (causal, sliding and two-sided windows, a rule's band, a varlen mask's
+lengths, padded or packed) bound the keys each query sees: a block loads only the key tiles
+some row of it sees and masks only those some row does not see whole. Named barriers make
+the two take turns at the tensor cores, so that one's softmax runs under the other's GEMMs. The
 epilogue stages O / l in the V ring, swizzled, and one thread of each consumer stores its
 64 rows with TMA (rows beyond q are clipped); a log-sum-exp output takes each row's
 (m + log2 l) ln 2 from the thread that holds it.
@@ -18,9 +21,9 @@ The candidates join the mma.sync ones on sm_90a profiles and the model picks per
 Their price: the model's traffic and padding, the tensor rate at the full wgmma peak
 (the candidate's `tensor_share`, less the epilogue's TMA store issue) and the softmax hidden
 under the other warpgroup's GEMMs (`pingpong`: ncdc.model.overlap.pingpong_compute). What the
-template does not run (masks other than a causal one,
-heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q, K, V and O must be
-[batch..., rows, head]) leaves the kernel with the mma.sync candidates.
+template does not run (heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q,
+K, V and O must be [batch..., rows, head], paged caches, Q or K computed as they load)
+leaves the kernel with the mma.sync candidates.
 
     >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.load import load_hardware
@@ -108,11 +111,13 @@ def mma_tile_s(hw: Hardware, at: Attention, s_x: int) -> float:
     return mma_s + 2.0 * BQ * s_x * at.d_v / (hw.achieved_rate("tensor", at.value_dtype) / sms)
 
 
-def store_share(hw: Hardware, at: Attention, s_x: int, keys: int, share: float) -> float:
+def store_share(
+    hw: Hardware, at: Attention, s_x: int, keys: int, share: float, visited: float = 1.0
+) -> float:
     """The share of a block's time left to its key loop after the epilogue's serial TMA
     store: a consumer's d_v / 64 box stores, their commit and wait and two named barriers
-    (the bytes are the model's as before), against its key tiles (half of them on average
-    under a causal mask) at `share` of the peak.
+    (the bytes are the model's as before), against its key tiles (the `visited` share of
+    them on average under a mask: KernelModel.mask_fraction) at `share` of the peak.
 
         >>> from ncdc.hardware.load import load_hardware
         >>> from ncdc.plan.search import plan_diagram
@@ -125,15 +130,19 @@ def store_share(hw: Hardware, at: Attention, s_x: int, keys: int, share: float) 
         0.9946
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
-    tiles = ceil_div(keys, s_x) / (2 if at.causal else 1)
+    tiles = ceil_div(keys, s_x) * visited
     loop_s = max(tiles, 1) * mma_tile_s(hw, at, s_x) / share
     store_s = (at.d_v * DTYPES[at.value_dtype].bytes // SPAN + 4) * ISSUE_CYCLES / clock
     return loop_s / (loop_s + store_s)
 
 
-def consumer_registers(s_x: int, d_v: int) -> int:
-    """A consumer thread's registers: S and O in fp32, P packed, and the overhead."""
-    return s_x // 2 + d_v // 2 + s_x // 4 + REGISTER_OVERHEAD
+def consumer_registers(s_x: int, d_v: int, key_inputs: int = 0) -> int:
+    """A consumer thread's registers: S and O in fp32, P packed, the overhead, and for each
+    tensor the score path reads along the keys (a document id, a bias over keys) four at
+    each of the thread's s_x / 4 keys, loaded together: the 64-bit address, the value and
+    its fp32 copy (ptxas spilled the 128-key tile of the document mask 52 bytes and of
+    tests/specs/attn_bias_bhqx 48, their 64-key tiles none)."""
+    return s_x // 2 + d_v // 2 + s_x // 4 + REGISTER_OVERHEAD + key_inputs * s_x
 
 
 def smem_bytes(at: Attention, s_x: int, stages: int) -> int:
@@ -144,19 +153,16 @@ def smem_bytes(at: Attention, s_x: int, stages: int) -> int:
 
 def _runs(at: Attention, diagram: Diagram) -> bool:
     """Whether the template runs this attention: 16-bit (or fp8 Q and K), Q and K heads of
-    whole 128-byte rows, d_v of 64, 128 or 256, score transforms (soft-capping, ALiBi,
-    biases: the score functor) and no mask but a causal one, a log-sum-exp output or
-    none, a positive scale, K and V not paged nor Q and K computed as they load (the tensor
-    maps copy boxes of contiguous rows), and Q,
-    K, V and O in [batch..., rows, head] order (O with every batch axis, as Q)."""
-    sc = at.scores
+    whole 128-byte rows, d_v of 64, 128 or 256, any score path and masks (the score
+    functor and attn::Visible), a log-sum-exp output or none, a positive scale, K and V
+    not paged nor Q and K computed as they load (the tensor maps copy boxes of contiguous
+    rows), and Q, K, V and O in [batch..., rows, head] order (O with every batch axis, as
+    Q)."""
     if at.dtype not in QK_DTYPES or at.value_dtype not in VALUE_DTYPES or at.paged or at.loads:
         return False
     if at.d * DTYPES[at.dtype].bytes % SPAN or at.d > MAX_HEAD or at.d_v not in VALUE_HEADS:
         return False
-    if sc.lo or sc.lengths or sc.sequences or sc.window:
-        return False
-    if len(sc.hi) > 1 or bool(sc.hi) != at.causal or at.scale <= 0:
+    if at.scale <= 0:
         return False
     rows = {at.q: at.q_axis, at.k: at.x_axis, at.v: at.x_axis, at.o: at.q_axis}
     for name, row in rows.items():
@@ -186,7 +192,10 @@ def candidates(
     # choice: 128 for d_v <= 128): each tile's turn, barriers and descriptors are paid per
     # key, so a 64-key tile issues more per FLOP (3.3 slots per HMMA.16816 against 2.2 at
     # d = 128, SASS on sm_90a); a fixed key tile of 64 or 128 as given
-    fits = [s for s in TILES["s_x"] if consumer_registers(s, at.d_v) <= CONSUMER_REGISTERS]
+    key_inputs = sum(t.x_pitch != "0" for t in at.scores.inputs)
+    fits = [
+        s for s in TILES["s_x"] if consumer_registers(s, at.d_v, key_inputs) <= CONSUMER_REGISTERS
+    ]
     widths = [fixed[x]] if x in fixed else fits[-1:]
     for s_x in widths:
         if s_x not in fits:
@@ -201,7 +210,9 @@ def candidates(
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
             shape = LaunchShape((ceil_div(model.sizes[q], BQ), batch, 1), (THREADS, 1, 1), smem)
             share = pipeline_share(hw, at, s_x, stages)
-            share *= store_share(hw, at, s_x, model.sizes[x], share)
+            rule_tiles = bool(at.scores.tile_rule)
+            visited = float(model.mask_fraction(group, stream, rule_tiles))
+            share *= store_share(hw, at, s_x, model.sizes[x], share, visited)
             params = (("wgmma", 1), ("g_q", BQ), ("s_x", s_x))
             out.append(
                 Candidate(
@@ -216,6 +227,7 @@ def candidates(
                     LAUNCH_REGISTERS,
                     tensor_share=permille(share),
                     pingpong=True,
+                    rule_tiles=rule_tiles,
                 )  # fmt: skip
             )
     return out
@@ -259,15 +271,35 @@ def _score_context(at: Attention, kernel: str) -> dict[str, object]:
     keys = (
         "statements",
         "score_result",
+        "tile_rule",
+        "kept_statements",
+        "kept_result",
+        "kept_identity",
         "score_inputs",
         "score_batch",
+        "band_lo",
+        "band_hi",
+        "upper",
+        "below",
         "lengths",
+        "lengths_offset",
+        "sequences",
         "lse",
         "offset",
         "stride",
     )
     full = at.context()
     return {"kernel": kernel, **{k: full[k] for k in keys}}
+
+
+def _masks(at: Attention) -> str:
+    """The summary's words for the keys a query sees."""
+    sc = at.scores
+    words = ["causal"] if at.causal else []
+    words += ["a sliding window"] if sc.window else []
+    words += ["a mask rule's band"] if (sc.lo or sc.hi) and not (at.causal or sc.window) else []
+    words += ["packed sequences"] if sc.sequences else ["lengths"] if sc.lengths else []
+    return "".join(f", {w}" for w in words)
 
 
 def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
@@ -283,6 +315,8 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         + (f"_dv{at.d_v}" if at.d_v != at.d else "")
         + f"_s{stages}"
         + ("_causal" if at.causal else "")
+        + ("_window" if at.scores.window else "")
+        + ("_packed" if at.scores.sequences else "_varlen" if at.scores.lengths else "")
         + ("" if at.scores.plain else "_scores")
         + ("_lse" if at.lse else "")
         + "_sm90a"
@@ -306,13 +340,13 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         "kernel": name,
         "summary": f"fused attention in FlashAttention-3 order: {BQ} queries per block, "
         f"keys {s_x} at a time through {stages}-stage TMA rings, two ping-pong consumer "
-        "warpgroups (wgmma), O stored by TMA" + (", causal" if at.causal else ""),
+        "warpgroups (wgmma), O stored by TMA" + _masks(at),
         "T": cpp_type(at.dtype),
         "TV": cpp_type(at.value_dtype),
         "q": at.q, "k": at.k, "v": at.v, "o": at.o,
         "batch": at.batch, "sizes": at.sizes, "q_axis": at.q_axis, "x_axis": at.x_axis,
         "d": at.d, "d_v": at.d_v, "s_x": s_x, "stages": stages, "threads": c.threads,
-        "causal": at.causal, "shift": at.scores.hi[0] if at.causal else "0",
+        "causal": at.causal or at.scores.bounded,
         "z_q": _slice_index(d, at.q), "z_k": _slice_index(d, at.k), "z_o": _slice_index(d, at.o),
         "map_q": maps[at.q], "map_k": maps[at.k], "map_v": maps[at.v], "map_o": maps[at.o],
         "smem_bytes": c.smem_bytes,

@@ -285,12 +285,81 @@ NCDC_DEVICE void visible_keys(const Visible& v, int i, int& first, int& last) {
   if (UPPER) last = imin(last, i + v.hi32);  // below -1 when none: still "no key"
 }
 
+// A tile's class under a mask rule (ncdc.model.masks.TileClass): every pair dropped, some
+// dropped, or every pair kept.
+constexpr int kTileMasked = 0, kTilePartial = 1, kTileKept = 2;
+
+// Interval arithmetic over a tile of queries and keys, the device's copy of
+// ncdc.model.masks.tile_class: the values a mask rule's term takes over the tile, exact for
+// positions, whole constants and the operations that stay exact on them (the generated
+// functor's `tile` nests these calls; anything else is unknown). A truth value lies in [0, 1].
+struct Iv {
+  double lo, hi;
+};
+constexpr double kIvBig = 1e300;  // an unbounded side: no position or exact constant is near it
+NCDC_DEVICE Iv iv(double v) { return {v, v}; }
+NCDC_DEVICE Iv iv_range(double lo, double hi) { return {lo, hi}; }
+NCDC_DEVICE Iv iv_unknown() { return {-kIvBig, kIvBig}; }
+NCDC_DEVICE bool iv_surely(Iv v) { return v.lo > 0 || v.hi < 0; }
+NCDC_DEVICE bool iv_possibly(Iv v) { return !(v.lo == 0 && v.hi == 0); }
+NCDC_DEVICE Iv iv_bool(bool surely, bool possibly) { return {surely ? 1.0 : 0.0, possibly ? 1.0 : 0.0}; }
+NCDC_DEVICE Iv iv_not(Iv a) { return iv_bool(!iv_possibly(a), !iv_surely(a)); }
+NCDC_DEVICE Iv iv_and(Iv a, Iv b) {
+  return iv_bool(iv_surely(a) && iv_surely(b), iv_possibly(a) && iv_possibly(b));
+}
+NCDC_DEVICE Iv iv_or(Iv a, Iv b) {
+  return iv_bool(iv_surely(a) || iv_surely(b), iv_possibly(a) || iv_possibly(b));
+}
+NCDC_DEVICE Iv iv_lt(Iv a, Iv b) { return iv_bool(a.hi < b.lo, a.lo < b.hi); }
+NCDC_DEVICE Iv iv_le(Iv a, Iv b) { return iv_bool(a.hi <= b.lo, a.lo <= b.hi); }
+NCDC_DEVICE Iv iv_gt(Iv a, Iv b) { return iv_lt(b, a); }
+NCDC_DEVICE Iv iv_ge(Iv a, Iv b) { return iv_le(b, a); }
+NCDC_DEVICE Iv iv_eq(Iv a, Iv b) {
+  return iv_bool(a.lo == a.hi && b.lo == b.hi && a.lo == b.lo, !(a.hi < b.lo || b.hi < a.lo));
+}
+NCDC_DEVICE Iv iv_ne(Iv a, Iv b) {
+  const Iv e = iv_eq(a, b);
+  return iv_bool(!iv_possibly(e), !iv_surely(e));
+}
+NCDC_DEVICE Iv iv_where(Iv c, Iv a, Iv b) {
+  if (iv_surely(c)) return a;
+  if (!iv_possibly(c)) return b;
+  return {a.lo < b.lo ? a.lo : b.lo, a.hi > b.hi ? a.hi : b.hi};
+}
+NCDC_DEVICE Iv iv_add(Iv a, Iv b) { return {a.lo + b.lo, a.hi + b.hi}; }
+NCDC_DEVICE Iv iv_sub(Iv a, Iv b) { return {a.lo - b.hi, a.hi - b.lo}; }
+NCDC_DEVICE Iv iv_neg(Iv a) { return {-a.hi, -a.lo}; }
+NCDC_DEVICE Iv iv_min(Iv a, Iv b) { return {a.lo < b.lo ? a.lo : b.lo, a.hi < b.hi ? a.hi : b.hi}; }
+NCDC_DEVICE Iv iv_max(Iv a, Iv b) { return {a.lo > b.lo ? a.lo : b.lo, a.hi > b.hi ? a.hi : b.hi}; }
+NCDC_DEVICE Iv iv_abs(Iv a) {
+  const double l = a.lo < 0 ? -a.lo : a.lo, h = a.hi < 0 ? -a.hi : a.hi;
+  return {a.lo <= 0 && 0 <= a.hi ? 0.0 : (l < h ? l : h), l > h ? l : h};
+}
+NCDC_DEVICE Iv iv_mul(Iv a, Iv b) {
+  const double p[4] = {a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi};
+  Iv r = {p[0], p[0]};
+  for (int i = 1; i < 4; ++i) {  // a zero factor times an unbounded side is 0, not 0 * big
+    r.lo = p[i] < r.lo ? p[i] : r.lo;
+    r.hi = p[i] > r.hi ? p[i] : r.hi;
+  }
+  return r;
+}
+NCDC_DEVICE int iv_class(Iv keep) {
+  return iv_surely(keep) ? kTileKept : iv_possibly(keep) ? kTilePartial : kTileMasked;
+}
+
 // The logits as the diagram transforms them before its masks: the identity, or a functor
 // `float operator()(float s, int i, int j)` of the scaled logit s of query i and key j
-// (biases, soft-capping, position terms) generated for the kernel.
+// (biases, soft-capping, position terms, a mask rule) generated for the kernel. A functor
+// also gives `tile(i0, i1, j0, j1)`, the class of a tile of queries i0..i1 and keys j0..j1
+// under its mask rule (kTileKept without one), and `kept(s, i, j)`, the logit where the rule
+// keeps the pair; kRule: it has a rule; kKeptIdentity: `kept` is the identity (a rule on the
+// plain logits).
 struct PlainScores {
-  static constexpr bool kIdentity = true;
+  static constexpr bool kIdentity = true, kKeptIdentity = true, kRule = false;
   NCDC_DEVICE float operator()(float s, int, int) const { return s; }
+  NCDC_DEVICE float kept(float s, int, int) const { return s; }
+  NCDC_DEVICE int tile(int, int, int, int) const { return kTileKept; }
   NCDC_DEVICE float grad(float, float dm, int, int) const { return dm; }  // the backward's dS
 };
 

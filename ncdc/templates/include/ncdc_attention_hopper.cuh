@@ -25,9 +25,12 @@
 // its k rows (16 per wgmma, 8-key groups 1024 bytes apart).
 //
 // Tails: rows of Q beyond q_len and keys beyond x_len arrive as TMA's zeros; keys beyond
-// x_len are masked to -inf in the last tile, rows beyond q_len are clipped by O's TMA store. Causal: only
-// the tiles that cross a warpgroup's diagonal are masked, and tiles past the block's last
-// row's diagonal are never loaded.
+// x_len are masked to -inf in the last tile, rows beyond q_len are clipped by O's TMA store.
+// Masks (attn::Visible: causal and window bands, a length mask's end, packed sequences):
+// each query sees an interval of keys whose ends grow with the query, so a block reads only
+// the key tiles between its first row's first key and its last row's last (key_tiles), and
+// only the tiles that some row of the block does not see whole are masked; the rest run
+// without a compare.
 #pragma once
 #ifndef NCDC_ATTENTION_HOPPER_CUH
 #define NCDC_ATTENTION_HOPPER_CUH
@@ -118,21 +121,59 @@ struct Problem {
   int q_len, x_len;
   int q_tile;         // this block's queries: [128 q_tile, 128 q_tile + 128)
   int z_q, z_k, z_o;  // the slice of Q, of K and V and of O: the maps' third coordinate
-  long long shift;    // causal: key j is visible to query i when j <= i + shift
+  attn::Visible vis;  // the keys each query sees (x_end: x_len, or a length mask's end)
   float scale_log2;   // the logits' scale times log2(e), positive
   float* lse = nullptr;      // the log-sum-exp of each query's logits (natural log), or none
   long long lse_stride = 0;  // its pitch along the queries
 };
 
-// Key tiles the block reads: all of them, or (causal) up to its last row's diagonal.
-template <class Cfg, bool CAUSAL>
-NCDC_DEVICE int key_tiles(const Problem& p) {
-  long long end = p.x_len;
-  if (CAUSAL) {
-    long long last = attn::lmin((long long)p.q_tile * Cfg::BQ + Cfg::BQ, p.q_len) - 1;
-    end = attn::lmin(end, last + p.shift + 1);
-  }
-  return end <= 0 ? 0 : int((end + Cfg::SX - 1) / Cfg::SX);
+// The key tiles of a block (absolute tile indices): it reads [tile0, tile0 + tiles), and
+// every row of the block sees the keys of [clear0, clear1) whole. UPPER: some mask bounds a
+// query's keys from above (causal, a window); BELOW: from below (a window, packed
+// sequences); attn::visible_keys. A query's first and last keys grow with the query, so the
+// keys some row sees lie between the first row's first and the last row's last, and those
+// every row sees between the last row's first and the first row's last. Computed once per
+// block from block-uniform values: trip counts that differ by warpgroup are a divergent
+// path to ptxas, which then serialises every wgmma (C7519).
+struct KeyTiles {
+  int tile0, tiles, clear0, clear1;
+};
+
+template <class Cfg, bool UPPER, bool BELOW>
+NCDC_DEVICE KeyTiles key_tiles(const Problem& p) {
+  const int q0 = p.q_tile * Cfg::BQ, q1 = attn::imin(q0 + Cfg::BQ, p.q_len) - 1;
+  int top_first, top_last, bottom_first, bottom_last;
+  attn::visible_keys<UPPER, BELOW>(p.vis, q0, top_first, top_last);
+  attn::visible_keys<UPPER, BELOW>(p.vis, q1, bottom_first, bottom_last);
+  KeyTiles r;
+  r.tile0 = BELOW ? top_first / Cfg::SX : 0;
+  r.tiles = bottom_last < top_first ? 0 : bottom_last / Cfg::SX + 1 - r.tile0;
+  r.clear0 = attn::imax(r.tile0, (bottom_first + Cfg::SX - 1) / Cfg::SX);
+  r.clear1 = attn::imax(r.clear0, attn::imin(r.tile0 + r.tiles, (top_last + 1) / Cfg::SX));
+  return r;
+}
+
+// What the block does with key tile t: skips it (the diagram's mask rule drops every pair
+// of it: Scores::tile), runs it masked (some row of the block does not see its keys whole,
+// or the rule may drop some pair) or whole.
+enum TileKind { kSkip, kMasked, kWhole };
+
+template <class Cfg, class Scores>
+NCDC_DEVICE TileKind tile_kind(const KeyTiles& r, const Problem& p, const Scores& scores, int t) {
+  const bool edge = t < r.clear0 || t >= r.clear1;
+  if (!Scores::kRule) return edge ? kMasked : kWhole;
+  const int q0 = p.q_tile * Cfg::BQ, k0 = t * Cfg::SX;
+  const int c = scores.tile(q0, attn::imin(q0 + Cfg::BQ, p.q_len) - 1, k0, attn::imin(k0 + Cfg::SX, p.x_len) - 1);
+  return c == attn::kTileMasked ? kSkip : c == attn::kTileKept && !edge ? kWhole : kMasked;
+}
+
+// The first of the block's tiles at or after t of another kind than `kind`; the end of its
+// tiles when there is none.
+template <TileKind KIND, class Cfg, class Scores>
+NCDC_DEVICE int run_end(const KeyTiles& r, const Problem& p, const Scores& scores, int t) {
+  const int end = r.tile0 + r.tiles;
+  while (t < end && tile_kind<Cfg>(r, p, scores, t) == KIND) ++t;
+  return t;
 }
 
 // A tile of `rows` rows and `head` values (`row` of them per 128-byte row) as column blocks.
@@ -148,17 +189,22 @@ struct Barriers {
   unsigned long long *full_k, *empty_k, *full_v, *empty_v;  // STAGES each
 };
 
-template <class Cfg, bool CAUSAL>
+template <class Cfg, class Scores>
 NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
-                         unsigned char* smem, const Barriers& bar, const Problem& p) {
+                         unsigned char* smem, const Barriers& bar, const Problem& p, const KeyTiles& r,
+                         const Scores& scores) {
   unsigned char* ks = smem + Cfg::Q_BYTES;
   unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
   mbar_arrive_expect_tx(bar.q_full, Cfg::Q_BYTES);
   load_rows<Cfg>(smem, map_q, bar.q_full, Cfg::D, Cfg::ROW_QK, Cfg::BQ, p.q_tile * Cfg::BQ, p.z_q);
-  const int tiles = key_tiles<Cfg, CAUSAL>(p);
   int stage = 0;
   unsigned phase = 0;
-  for (int j = 0; j < tiles; ++j) {
+  const int end = r.tile0 + r.tiles;
+  for (int j = r.tile0; j < end; ++j) {
+    if (Scores::kRule) {  // the tiles the consumers visit: all but those the rule drops
+      j = run_end<kSkip, Cfg>(r, p, scores, j);
+      if (j == end) break;
+    }
     mbar_wait(&bar.empty_k[stage], phase ^ 1u);
     mbar_arrive_expect_tx(&bar.full_k[stage], Cfg::K_BYTES);
     load_rows<Cfg>(ks + stage * Cfg::K_BYTES, map_k, &bar.full_k[stage], Cfg::D, Cfg::ROW_QK, Cfg::SX,
@@ -210,36 +256,51 @@ NCDC_DEVICE void issue_pv(float* o, const unsigned* pr, const unsigned char* vs,
 // The running softmax state of a thread's two rows (16w + g and + 8 of its warpgroup).
 struct Rows {
   float m[2], l[2];  // max of the logits (unscaled), partial sum of this thread's exps
+  int lower[2], limit[2];  // the keys [lower, limit] each row sees (attn::visible_keys)
 };
 
-// Transforms tile `key0`'s logits by the diagram's score path (unless Scores::kIdentity),
-// masks it (MASKED) where it crosses x_len or a row's diagonal, then turns the logits into
+// Whether the max and the exponent take raw logits, the scale folded into the exponent (one
+// FFMA a score): plain scores, or a mask rule on the plain logits, whose tiles kept whole
+// run no functor.
+template <class Scores>
+constexpr bool folds() {
+  return Scores::kIdentity || Scores::kKeptIdentity;
+}
+
+// Transforms tile `key0`'s logits by the diagram's score path (unless Scores::kIdentity;
+// a tile the rule keeps whole by the path's kept logits), masks it (MASKED) outside each
+// row's visible keys, then turns the logits into
 // exps against the new row max; alpha: the factor the old O and l are rescaled by. Plain
 // scores fold the scale into the exponent (one FFMA a score, the max over raw logits); a
 // score functor sees the natural-log logit s * scale of query i and key j, as in the
 // FlashAttention-2 kernel (ncdc_attention.cuh, score_step), and its result times log2 e is
 // what the max and exponent take. Its indices are clamped into the problem (rows past
 // q_len are never stored, keys past x_len are masked), so it reads no tensor past its end.
-template <class Cfg, bool CAUSAL, bool MASKED, class Scores>
+template <class Cfg, bool BELOW, bool MASKED, class Scores>
 NCDC_DEVICE void softmax_tile(float* s, Rows& st, float* alpha, int key0, long long row0, int t,
                               const Problem& p, const Scores& scores) {
   constexpr int N = Cfg::SX / 2;
-  const float fold = Scores::kIdentity ? p.scale_log2 : 1.0f;
-  if (!Scores::kIdentity) {
+  constexpr bool kFold = folds<Scores>();
+  const float fold = kFold ? p.scale_log2 : 1.0f;
+  if (MASKED ? !Scores::kIdentity : !kFold) {
     const float scale = p.scale_log2 * (1.0f / attn::kLog2e);
+    // folded, a rule's logit (s * scale, or -inf) goes back to the raw logit's units
+    const float to_max = kFold ? 1.0f / scale : attn::kLog2e;
     const int rows[2] = {int(attn::lmin(row0, p.q_len - 1)), int(attn::lmin(row0 + 8, p.q_len - 1))};
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       int key = key0 + 8 * (i / 4) + 2 * t + i % 2;
       if (MASKED) key = attn::imin(key, p.x_len - 1);
-      s[i] = scores(s[i] * scale, rows[(i / 2) % 2], key) * attn::kLog2e;
+      const float v = s[i] * scale;
+      const int row = rows[(i / 2) % 2];
+      s[i] = (MASKED ? scores(v, row, key) : scores.kept(v, row, key)) * to_max;
     }
   }
   if (MASKED) {
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      const long long key = key0 + 8 * (i / 4) + 2 * t + i % 2, row = row0 + 8 * ((i / 2) % 2);
-      if (key >= p.x_len || (CAUSAL && key > row + p.shift)) s[i] = attn::neg_inf();
+      const int key = key0 + 8 * (i / 4) + 2 * t + i % 2, h = (i / 2) % 2;
+      if (key > st.limit[h] || (BELOW && key < st.lower[h])) s[i] = attn::neg_inf();
     }
   }
   float base[2];
@@ -275,13 +336,16 @@ NCDC_DEVICE void release(unsigned long long* bar, int lane) {
   if (lane == 0) mbar_arrive(bar);
 }
 
-// One key tile j >= 1 of a consumer warpgroup, in its turn at the tensor cores: S of tile j
-// and P V of tile j - 1 issued together, the softmax of j while P V runs, then O rescaled
-// and P of j packed. `stage` and `phase` are tile j - 1's slot, advanced to j's.
-template <class TQ, class TV, class Cfg, bool CAUSAL, bool MASKED, class Scores>
+// Key tile j of a consumer warpgroup, not the block's first, in its turn at the tensor
+// cores: S of tile j and P V of the tile before issued together, the softmax of j while P V
+// runs, then O rescaled and P of j packed. `stage` and `phase` are the tile before's slot,
+// advanced to j's; `accumulate`: the tile before was not the block's first, whose P V
+// starts O (the tile after the first, or, past tiles a mask rule skips, a later one that
+// adds to the zeros O starts from).
+template <class TQ, class TV, class Cfg, bool BELOW, bool MASKED, class Scores>
 NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned char* smem,
-                      const Barriers& bar, const Problem& p, int j, int consumer, int& stage,
-                      unsigned& phase, long long row0, const Scores& scores) {
+                      const Barriers& bar, const Problem& p, int j, bool accumulate, int consumer,
+                      int& stage, unsigned& phase, long long row0, const Scores& scores) {
   const int lane = threadIdx.x % 32, t = lane % 4;
   const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
   const unsigned char* ks = smem + Cfg::Q_BYTES;
@@ -297,13 +361,13 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
   issue_qk<TQ, Cfg>(s, smem, ks + next * Cfg::K_BYTES, consumer);
   wgmma_commit();
   mbar_wait(&bar.full_v[stage], phase);
-  issue_pv<TV, Cfg>(o_acc, pr, vs + stage * Cfg::V_BYTES, j > 1);
+  issue_pv<TV, Cfg>(o_acc, pr, vs + stage * Cfg::V_BYTES, accumulate);
   wgmma_commit();
   named_bar_arrive(other, kPair);
   wgmma_wait<1>();  // S of tile j
   wgmma_fence_operands<Cfg::SX / 2>(s);
   release(&bar.empty_k[next], lane);
-  softmax_tile<Cfg, CAUSAL, MASKED>(s, st, alpha, j * Cfg::SX, row0, t, p, scores);
+  softmax_tile<Cfg, BELOW, MASKED>(s, st, alpha, j * Cfg::SX, row0, t, p, scores);
   wgmma_wait<0>();  // P V of tile j - 1: its P registers and V slot are free
   wgmma_fence_operands<Cfg::DV / 2>(o_acc);
   fence_registers<Cfg::SX / 4>(pr);
@@ -348,29 +412,29 @@ NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const floa
   }
 }
 
-// A consumer warpgroup: its 64 rows through every key tile, then O / l stored.
-template <class TQ, class TV, class Cfg, bool CAUSAL, class Scores>
-NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem& p, int consumer,
-                         const TensorMap* map_o, const Scores& scores) {
+// A consumer warpgroup: its 64 rows through the block's key tiles, then O / l stored.
+template <class TQ, class TV, class Cfg, bool UPPER, bool BELOW, class Scores>
+NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem& p, const KeyTiles& r,
+                         int consumer, const TensorMap* map_o, const Scores& scores) {
   const int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const unsigned char* ks = smem + Cfg::Q_BYTES;
   const unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
-  // the block's first row decides which tiles are masked, for both warpgroups alike: trip
-  // counts that differ by warpgroup are a divergent path to ptxas, which then serialises
-  // every wgmma (C7519)
-  const long long first_row = (long long)p.q_tile * Cfg::BQ;
-  const long long row0 = first_row + 64 * consumer + 16 * w + g;
+  const long long row0 = (long long)p.q_tile * Cfg::BQ + 64 * consumer + 16 * w + g;
   const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
-  const int tiles = key_tiles<Cfg, CAUSAL>(p);
   float o_acc[Cfg::DV / 2], s[Cfg::SX / 2], alpha[2];
   unsigned pr[Cfg::SX / 4];
-  Rows st = {{attn::neg_inf(), attn::neg_inf()}, {0.0f, 0.0f}};
+  Rows st = {{attn::neg_inf(), attn::neg_inf()}, {0.0f, 0.0f}, {0, 0}, {0, 0}};
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    attn::visible_keys<UPPER, BELOW>(p.vis, int(row0) + 8 * h, st.lower[h], st.limit[h]);
 #pragma unroll
   for (int i = 0; i < Cfg::DV / 2; ++i) o_acc[i] = 0.0f;
   mbar_wait(bar.q_full, 0);
-  if (tiles > 0) {
+  const int end = r.tile0 + r.tiles;
+  // the first tile the block visits: S alone
+  const int first = Scores::kRule ? run_end<kSkip, Cfg>(r, p, scores, r.tile0) : r.tile0;
+  if (first < end) {
     if (consumer == 1) named_bar_arrive(other, kPair);  // consumer 0 issues first
-    // tile 0: S alone
     named_bar_sync(mine, kPair);
     mbar_wait(&bar.full_k[0], 0);
     wgmma_fence();
@@ -380,31 +444,47 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
     wgmma_wait<0>();
     wgmma_fence_operands<Cfg::SX / 2>(s);
     release(&bar.empty_k[0], lane);
-    if (Cfg::SX > p.x_len || (CAUSAL && Cfg::SX - 1 > first_row + p.shift))
-      softmax_tile<Cfg, CAUSAL, true>(s, st, alpha, 0, row0, t, p, scores);
+    if (tile_kind<Cfg>(r, p, scores, first) == kMasked)
+      softmax_tile<Cfg, BELOW, true>(s, st, alpha, first * Cfg::SX, row0, t, p, scores);
     else
-      softmax_tile<Cfg, CAUSAL, false>(s, st, alpha, 0, row0, t, p, scores);
+      softmax_tile<Cfg, BELOW, false>(s, st, alpha, first * Cfg::SX, row0, t, p, scores);
     pack_p<TV, Cfg::SX / 2>(pr, s);
   }
-  // the tiles every row of the block sees whole run unmasked, the rest masked
-  long long whole = p.x_len / Cfg::SX;
-  if (CAUSAL) whole = attn::lmin(whole, attn::lmax(0, first_row + p.shift + 1) / Cfg::SX);
-  const int unmasked = int(attn::lmax(1, attn::lmin(whole, tiles)));
-  int stage = 0;  // of tile j - 1
+  // the rest in order: without a mask rule the tiles before clear0 and from clear1 run
+  // masked, those between whole; with one, runs of tiles of one kind (loops of their own,
+  // so that no wgmma sits under a branch), those the rule drops skipped
+  int stage = 0;  // of the tile before
   unsigned phase = 0;
-  for (int j = 1; j < unmasked; ++j)
-    step<TQ, TV, Cfg, CAUSAL, false>(s, o_acc, pr, st, smem, bar, p, j, consumer, stage, phase, row0,
-                                     scores);
-  for (int j = unmasked; j < tiles; ++j)
-    step<TQ, TV, Cfg, CAUSAL, true>(s, o_acc, pr, st, smem, bar, p, j, consumer, stage, phase, row0,
-                                    scores);
-  if (tiles > 0) {  // the last tile's P V
+  if (!Scores::kRule) {
+    const int whole0 = attn::imax(r.clear0, first + 1), whole1 = attn::imax(whole0, r.clear1);
+    if (BELOW)  // a lower bound: tiles that cross the first keys of the block's later rows
+      for (int j = first + 1; j < whole0; ++j)
+        step<TQ, TV, Cfg, BELOW, true>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
+                                       stage, phase, row0, scores);
+    for (int j = whole0; j < whole1; ++j)
+      step<TQ, TV, Cfg, BELOW, false>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
+                                      stage, phase, row0, scores);
+    for (int j = whole1; j < end; ++j)
+      step<TQ, TV, Cfg, BELOW, true>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
+                                     stage, phase, row0, scores);
+  } else {
+    for (int j = first + 1; j < end;) {
+      j = run_end<kSkip, Cfg>(r, p, scores, j);
+      for (const int run = run_end<kMasked, Cfg>(r, p, scores, j); j < run; ++j)
+        step<TQ, TV, Cfg, BELOW, true>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
+                                       stage, phase, row0, scores);
+      for (const int run = run_end<kWhole, Cfg>(r, p, scores, j); j < run; ++j)
+        step<TQ, TV, Cfg, BELOW, false>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
+                                        stage, phase, row0, scores);
+    }
+  }
+  if (first < end) {  // the last tile's P V
     named_bar_sync(mine, kPair);
     mbar_wait(&bar.full_v[stage], phase);
     fence_registers<Cfg::SX / 4>(pr);
     wgmma_fence_operands<Cfg::DV / 2>(o_acc);
     wgmma_fence();
-    issue_pv<TV, Cfg>(o_acc, pr, vs + stage * Cfg::V_BYTES, tiles > 1);
+    issue_pv<TV, Cfg>(o_acc, pr, vs + stage * Cfg::V_BYTES, end > first + 1);
     wgmma_commit();
     if (consumer == 0) named_bar_arrive(other, kPair);  // warpgroup 1's last turn needs it
     wgmma_wait<0>();
@@ -421,7 +501,7 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
     // the row's log-sum-exp from its max (raw logits, or base 2 after a score functor)
     const long long row = row0 + 8 * h;
     if (p.lse != nullptr && t == 0 && row < p.q_len) {
-      const float m = Scores::kIdentity ? st.m[h] * p.scale_log2 : st.m[h];
+      const float m = folds<Scores>() ? st.m[h] * p.scale_log2 : st.m[h];
       st_global(p.lse + row * p.lse_stride, attn::row_lse(m, l));
     }
   }
@@ -430,7 +510,7 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
 
 // The whole kernel body: barriers, the warp split and the register budgets. `scores`: the
 // diagram's score path (attn::PlainScores, or the functor its template generates).
-template <class TQ, class TV, class Cfg, bool CAUSAL, class Scores = attn::PlainScores>
+template <class TQ, class TV, class Cfg, bool UPPER, bool BELOW, class Scores = attn::PlainScores>
 NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
                          const TensorMap* map_o, const Problem& p, const Scores& scores = Scores()) {
   __shared__ unsigned long long q_full, full_k[Cfg::STAGES], empty_k[Cfg::STAGES];
@@ -448,13 +528,14 @@ NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const T
   }
   __syncthreads();
   const Barriers bar{&q_full, full_k, empty_k, full_v, empty_v};
+  const KeyTiles r = key_tiles<Cfg, UPPER, BELOW>(p);
   const int group = threadIdx.x / 128;
   if (group == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x == 0) produce<Cfg, CAUSAL>(map_q, map_k, map_v, smem, bar, p);
+    if (threadIdx.x == 0) produce<Cfg>(map_q, map_k, map_v, smem, bar, p, r, scores);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consume<TQ, TV, Cfg, CAUSAL>(smem, bar, p, group - 1, map_o, scores);
+    consume<TQ, TV, Cfg, UPPER, BELOW>(smem, bar, p, r, group - 1, map_o, scores);
   }
 }
 

@@ -21,6 +21,7 @@ from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.geometry import band_fraction, band_tiles
+from ncdc.model.masks import Call, Const, Data, MaskRule, Pos, Term
 from ncdc.plan.feedback import kernel_alternatives, with_kernel
 from ncdc.plan.search import plan_diagram
 from ncdc.render import RenderedModule, render_plan
@@ -493,3 +494,73 @@ def test_t5_buckets_are_the_ones_t5_computes() -> None:
 
     for i, j in [(0, 0), (0, 7), (7, 0), (0, 8), (9, 0), (0, 100), (5, 299), (299, 0), (3, 131)]:
         assert bucket[j, i] == t5(j - i), (i, j)
+
+
+# The device's tile classes (the functor's `tile`, ncdc::attn::iv_*) and the model's on
+# arrays (tile_class_grid) against ncdc.model.masks.tile_class, over every tile of 133 queries by 149 keys in tiles of 16 x 8:
+# rules of the library (prefix-LM, sinks, a document mask's data: always partial) and ones
+# that reach every interval operation (abs, products through 0, min and max, eq and ne,
+# not, a nested where, a constant past fp32's exact integers).
+TILE_RULES = {
+    "prefix_lm": "Or(le(J, I), lt(J, 40))",
+    "sinks": "And(le(J, I), Or(gt(J, sub(I, 30)), lt(J, 4)))",
+    "documents": "eq(D, D)",
+    "dilated": "And(le(abs(sub(J, I)), 20), eq(mul(sub(J, I), 0), 0))",
+    "strided": "Or(ge(min(J, 70), max(I, 50)), ne(neg(J), -100))",
+    "nested": "where(lt(I, 64), Not(gt(J, add(I, 3))), ge(J, mul(I, 2)))",
+    "inexact": "lt(J, add(I, 0.5))",
+    "huge": "lt(J, 33554432)",
+}
+
+
+@pytest.mark.parametrize("rule", sorted(TILE_RULES))
+def test_device_tile_classes_match_the_model(rule: str) -> None:
+    from ncdc.families.attention.scores import rule_tile
+    from ncdc.model.masks import tile_class_grid, tile_classes
+
+    term = _parse_rule(TILE_RULES[rule])
+    expr = rule_tile(term, "q", "x", lambda a: f"ncdc_b_{a}")
+    source = (
+        '#include "ncdc_runtime.cuh"\n#include "ncdc_attention.cuh"\n'
+        'extern "C" __global__ void classes(int* out, int q, int x) {\n'
+        "  int n = 0;\n"
+        "  for (int ncdc_i0 = 0; ncdc_i0 < q; ncdc_i0 += 16)\n"
+        "    for (int ncdc_j0 = 0; ncdc_j0 < x; ncdc_j0 += 8) {\n"
+        "      const int ncdc_i1 = (ncdc_i0 + 16 < q ? ncdc_i0 + 16 : q) - 1;\n"
+        "      const int ncdc_j1 = (ncdc_j0 + 8 < x ? ncdc_j0 + 8 : x) - 1;\n"
+        "      using namespace ncdc::attn;\n"
+        f"      out[n++] = iv_class({expr});\n"
+        "    }\n}\nNCDC_EXPORT_KERNEL(classes);\n"
+    )
+    mask_rule = MaskRule("q", "x", term)
+    want = np.array(tile_classes(mask_rule, 133, 149, 16, 8), np.int32)
+    got = np.full(want.size, -1, np.int32)
+    build(source).launch("classes", 1, 1, [got, 133, 149])
+    assert (got.reshape(want.shape) == want).all()
+    # the model's arrays of tiles (rule_fraction, tile_kinds) give the same classes
+    rows = np.array([[i, min(i + 16, 133) - 1] for i in range(0, 133, 16)])
+    cols = np.array([[j, min(j + 8, 149) - 1] for j in range(0, 149, 8)])
+    assert (tile_class_grid(mask_rule, rows, cols) == want).all()
+    counts = {c: int((want == c).sum()) for c in (0, 1, 2)}
+    if rule == "documents":
+        assert counts == {0: 0, 1: want.size, 2: 0} and isinstance(term.args[0], Data)
+    elif rule not in ("inexact", "huge"):
+        assert counts[0] + counts[2] > 0, counts  # the rule decides some tiles whole
+
+
+def _parse_rule(text: str) -> Term:
+    """A rule written as nested calls over I (the query), J (the key), D (a tensor) and
+    numbers, as a Term (And, Or and Not capitalised: Python keeps their names)."""
+    import ast
+
+    def term(node: ast.expr) -> Term:
+        if isinstance(node, ast.Name):
+            return {"I": Pos("q"), "J": Pos("x"), "D": Data("D")}[node.id]
+        if isinstance(node, ast.Constant):
+            return Const(float(node.value))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
+            return Const(-float(node.operand.value))
+        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        return Call(node.func.id.lower(), tuple(term(a) for a in node.args))
+
+    return term(ast.parse(text, mode="eval").body)

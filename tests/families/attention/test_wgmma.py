@@ -6,6 +6,7 @@ choice."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -36,14 +37,21 @@ DIAGRAMS = support.DIAGRAMS
 HW = load_hardware("h200")
 
 
-def wgmma_module(d: Diagram, s_x: int, stages: int) -> tuple[Diagram, RenderedModule]:
-    """The rendered FlashAttention-3 candidate of `d` with that key tile and ring depth
-    (the model would pick mma.sync at sizes this small)."""
+def wgmma_candidates(d: Diagram, s_x: int | None = None) -> list:
+    """The FlashAttention-3 candidates of `d`'s first kernel (key tiles of `s_x` only, when
+    given)."""
     kernel = build_graph(d, HW).kernels[0]
     family = classify_kernel(d, kernel)
     model = KernelModel(d, kernel)
-    cands = FAMILY.candidates(model, family, HW, streamed_axes(d, kernel), {"x": s_x})
-    pick = [c for c in cands if is_wgmma(c) and c.param("s_x") == s_x and c.stages == stages]
+    fixed = {"x": s_x} if s_x else {}
+    cands = FAMILY.candidates(model, family, HW, streamed_axes(d, kernel), fixed)
+    return [c for c in cands if is_wgmma(c)]
+
+
+def wgmma_module(d: Diagram, s_x: int, stages: int) -> tuple[Diagram, RenderedModule]:
+    """The rendered FlashAttention-3 candidate of `d` with that key tile and ring depth
+    (the model would pick mma.sync at sizes this small)."""
+    pick = [c for c in wgmma_candidates(d, s_x) if c.param("s_x") == s_x and c.stages == stages]
     assert len(pick) == 1
     return d, render_plan(plan_from_candidates(d, HW, pick))
 
@@ -91,23 +99,197 @@ assert "mul(T, 2)" in SOFTCAP_2
 
 
 @pytest.mark.parametrize(
-    ("spec", "sizes"),
+    ("spec", "sizes", "s_x"),
     [
-        ("softcap_2", {"b": 1, "g": 1, "r": 2, "q": 130, "x": 300}),
-        ("alibi_attention", {"b": 1, "h": 2, "q": 77, "x": 201}),
-        ("../tests/specs/attn_bias_bhqx", {"b": 1, "h": 2, "q": 133, "x": 157}),
+        ("softcap_2", {"b": 1, "g": 1, "r": 2, "q": 130, "x": 300}, 128),
+        ("alibi_attention", {"b": 1, "h": 2, "q": 77, "x": 201}, 128),
+        # a bias read along the keys: the 64-key tile (`consumer_registers`)
+        ("../tests/specs/attn_bias_bhqx", {"b": 1, "h": 2, "q": 133, "x": 157}, 64),
     ],
 )
-def test_score_transforms_match_the_reference(spec: str, sizes: dict[str, int]) -> None:
+def test_score_transforms_match_the_reference(spec: str, sizes: dict[str, int], s_x: int) -> None:
     if spec == "softcap_2":
         d = load_diagram_text(SOFTCAP_2, sizes=sizes)
     else:
         d = load_diagram(DIAGRAMS / f"{spec}.yaml", sizes)
-    _, module = wgmma_module(d, 128, 2)
+    _, module = wgmma_module(d, s_x, 2)
     assert module.launches[0].kernel.endswith("_scores_sm90a")
     seed = int(np.random.default_rng().integers(2**31))
     result = run_diagram(d, module, backend="cpu", seed=seed)
     assert result.ok, [c for c in result.checks if not c.ok]
+
+
+# Masks on the FlashAttention-3 kernel (attn::Visible): a block loads the key tiles some
+# row of it sees, masks the tiles some row does not see whole and runs the rest without a
+# compare. At odd sizes with tiles of 64 and 128 keys: a two-sided window aligned at the
+# start over more keys than queries (blocks start past key 0: a masked prefix, whole tiles,
+# a masked suffix), a causal sliding window of grouped-query heads, padded lengths (each
+# batch entry's own end of keys, some past x), packed causal sequences (each query's
+# keys start at its sequence's), and mask rules as score functors (sinks, documents,
+# prefix-LM) with their bands.
+TWO_SIDED = """
+ncdc: 1
+name: two_sided
+doc: A two-sided window over more keys than queries.
+axes: {h: 2, q: 301, x: 333, d: 64}
+inputs:
+  Q: {axes: [h, q, d], dtype: bf16}
+  K: {axes: [h, x, d], dtype: bf16}
+  V: {axes: [h, x, d], dtype: bf16}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - M = window(S, query=q, key=x, left=70, right=45, align=start)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+PADDED = """
+ncdc: 1
+name: padded
+doc: Causal attention over padded sequences, each batch entry's keys cut at its length.
+axes: {b: 3, h: 2, q: 200, x: 200, d: 128}
+inputs:
+  Q: {axes: [b, h, q, d], dtype: fp16}
+  K: {axes: [b, h, x, d], dtype: fp16}
+  V: {axes: [b, h, x, d], dtype: fp16}
+  lens: {axes: [b], dtype: int32}
+ops:
+  - S = contract(Q, K, over=d) * 0.088
+  - W = varlen(S, query=q, key=x, lengths=lens)
+  - M = causal(W, query=q, key=x)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+SLIDING = (DIAGRAMS / "sliding_window_attention.yaml").read_text().replace("left=4095", "left=150")
+assert "left=150" in SLIDING
+# prefix-LM with a context of 100 keys: tiles the rule keeps whole, partial and drops whole
+PREFIX_LM = (DIAGRAMS / "prefix_lm_attention.yaml").read_text().replace("lt(J, 1024)", "lt(J, 100)")
+assert "lt(J, 100)" in PREFIX_LM
+# sinks with a window of 150 keys: the tiles of a block's first keys hold the sinks and
+# keys past the window, partial though every row of the block sees past them
+SINKS = (DIAGRAMS / "attention_sinks.yaml").read_text().replace("sub(I, 1020)", "sub(I, 150)")
+assert "sub(I, 150)" in SINKS
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes", "s_x", "suffix"),
+    [
+        ("two_sided", None, 64, "_window_sm90a"),
+        ("two_sided", None, 128, "_window_sm90a"),
+        ("sliding", {"b": 1, "g": 1, "r": 2, "q": 301, "x": 333}, 128, "_window_sm90a"),
+        ("padded", None, 64, "_causal_varlen_sm90a"),
+        ("varlen_attention", {"h": 2, "q": 290, "x": 290, "n": 3}, 64, "_causal_packed_sm90a"),
+        ("sinks", {"b": 1, "h": 2, "q": 300, "x": 300}, 128, "_scores_sm90a"),
+        ("document_mask_attention", {"b": 1, "h": 2, "q": 200, "x": 200}, 64, "_scores_sm90a"),
+        ("prefix_lm", {"b": 1, "h": 2, "q": 260, "x": 260}, 128, "_scores_sm90a"),
+    ],
+)
+def test_masks_match_the_reference(
+    spec: str, sizes: dict[str, int] | None, s_x: int, suffix: str
+) -> None:
+    texts = {
+        "two_sided": TWO_SIDED,
+        "padded": PADDED,
+        "sliding": SLIDING,
+        "prefix_lm": PREFIX_LM,
+        "sinks": SINKS,
+    }
+    if spec in texts:
+        d = load_diagram_text(texts[spec], sizes=sizes)
+    else:
+        d = load_diagram(DIAGRAMS / f"{spec}.yaml", sizes)
+    _, module = wgmma_module(d, s_x, 2)
+    assert module.launches[0].kernel.endswith(suffix)
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok, [c for c in result.checks if not c.ok]
+
+
+@pytest.mark.parametrize("s_x", [64, 128])
+@pytest.mark.parametrize(("rule", "tiles"), [
+    # block t's rows 128t .. 128t + 127 see keys 128t - 200 .. 128t + 177 (of 640)
+    ("window(S, query=q, key=x, left=200, right=50, align=start)", {64: 22, 128: 13}),
+    # aligned at the end: query i sees keys j <= i + 128
+    ("causal(S, query=q, key=x)", {64: 28, 128: 14}),
+])  # fmt: skip
+def test_priced_flops_are_the_visited_tiles(rule: str, tiles: dict[int, int], s_x: int) -> None:
+    # The key tiles the kernel loads (the emulator's bytes: Q once, then each visited tile's
+    # K and V rows, whole at these sizes) are the tiles the model prices: its tensor FLOPs
+    # are those of the visited tiles, 2 x 128 x (d + d_v) a key of each.
+    text = TWO_SIDED.replace("window(S, query=q, key=x, left=70, right=45, align=start)", rule)
+    d = load_diagram_text(text, sizes={"q": 512, "x": 640})
+    _, module = wgmma_module(d, s_x, 2)
+    result = run_diagram(d, module, backend="cpu", seed=1)
+    assert result.ok, result.checks
+    heads, q_bytes, key_bytes = 2, 512 * 64 * 2, (64 + 64) * 2
+    keys = (result.bytes_read / heads - q_bytes) / key_bytes
+    assert keys == tiles[s_x] * s_x
+    kernel = build_graph(d, HW).kernels[0]
+    model = KernelModel(d, kernel)
+    flops = model.tile_flops({"h": 1, "q": 128, "d": 64}, {"x": s_x})[("tensor", "bf16")]
+    assert flops == heads * 2 * 128 * (64 + 64) * keys
+
+
+@pytest.mark.parametrize("s_x", [64, 128])
+def test_tiles_a_rule_drops_are_skipped_and_not_priced(s_x: int) -> None:
+    # Sinks and a window of 150 keys over 768: the kernel skips the key tiles between the
+    # sinks' and the window's that the rule drops for every query of the block (the
+    # emulator's bytes), and the model prices the FlashAttention-3 candidate for exactly
+    # those; the band alone (the mma.sync kernel's) would visit every tile below the
+    # diagonal.
+    d = load_diagram_text(SINKS, sizes={"b": 1, "h": 2, "q": 768, "x": 768})
+    _, module = wgmma_module(d, s_x, 2)
+    result = run_diagram(d, module, backend="cpu", seed=1)
+    assert result.ok, result.checks
+    heads, q_bytes, key_bytes = 2, 768 * 128 * 2, (128 + 128) * 2
+    keys = (result.bytes_read / heads - q_bytes) / key_bytes
+    model = KernelModel(d, build_graph(d, HW).kernels[0])
+    g, s = {"b": 1, "h": 1, "q": 128, "d": 128}, {"x": s_x}
+    per_key = heads * 2 * 128 * (128 + 128)
+    assert model.tile_flops(g, s, classes=True)[("tensor", "bf16")] == per_key * keys
+    assert model.tile_flops(g, s)[("tensor", "bf16")] == per_key * 2688  # the band's
+    assert keys == {64: 1920, 128: 2304}[s_x]
+    (c,) = [c for c in wgmma_candidates(d, s_x) if c.stages == 2]
+    assert c.rule_tiles
+
+
+@pytest.mark.parametrize(
+    ("spec", "fault", "planted_text"),
+    [
+        # the keys before a row's first no longer masked
+        ("two_sided", "(BELOW && key < st.lower[h])", "false"),
+        # the tiles every row sees whole taken from the block's first row: tiles its later
+        # rows see only in part run unmasked
+        ("two_sided", "(bottom_first + Cfg::SX - 1) / Cfg::SX", "(top_first + Cfg::SX - 1) / Cfg::SX"),
+        # a mask rule's partial tiles run whole (the rule's dropped pairs kept)
+        ("sinks", "c == attn::kTileKept && !edge", "c != attn::kTileMasked && !edge"),
+        # a rule's partial tiles skipped (their kept pairs lost)
+        ("sinks", "c == attn::kTileMasked ? kSkip", "c == attn::kTilePartial ? kSkip"),
+        # every tile of a rule runs masked, none skipped: slower, still right (this one passes)
+        ("prefix_lm", "c == attn::kTileMasked ? kSkip : c == attn::kTileKept && !edge ? kWhole : kMasked",
+         "kMasked"),
+    ],
+)  # fmt: skip
+def test_planted_mask_faults_are_caught(spec: str, fault: str, planted_text: str) -> None:
+    # The device header with one fault planted, run on a two-sided window (tiles of 64) and
+    # on a mask rule (128: prefix-LM, sinks): each wrong tile class shows in O.
+    header = (Path(include.__file__).parent / "ncdc_attention_hopper.cuh").read_text()
+    if spec == "two_sided":
+        d, module = wgmma_module(load_diagram_text(TWO_SIDED), 64, 2)
+    else:
+        sizes = {"b": 1, "h": 2, "q": 300, "x": 300}
+        text = PREFIX_LM if spec == "prefix_lm" else SINKS
+        d, module = wgmma_module(load_diagram_text(text, sizes=sizes), 128, 2)
+    seed = int(np.random.default_rng().integers(2**31))
+    assert header.count(fault) == 1
+    source = module.source.replace(
+        '#include "ncdc_attention_hopper.cuh"', header.replace(fault, planted_text)
+    )
+    result = run_diagram(d, dataclasses.replace(module, source=source), backend="cpu", seed=seed)
+    assert result.ok == (planted_text == "kMasked"), (fault, result.checks)
 
 
 # The log-sum-exp output on the FlashAttention-3 kernel: diagrams/attention_lse.yaml (causal,

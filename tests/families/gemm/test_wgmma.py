@@ -30,6 +30,7 @@ from ncdc.plan.feedback import kernel_alternatives
 from ncdc.plan.search import plan_diagram, plan_from_candidates
 from ncdc.render import render_plan
 from ncdc.verify.buildable import check_buildable
+from ncdc.verify.reference import make_inputs
 from ncdc.verify.run import run_diagram
 from tests import support
 
@@ -138,9 +139,14 @@ def test_int8_wgmma_gemm_sums_exactly(spec, sizes, bn, bm, sms) -> None:
         hw = one_sm(hw)
     d, module = wgmma_module(spec, sizes, bn, 3, hw, bm=bm)
     assert "_gemm_wgmma_int8_" in module.launches[0].kernel
-    result = run_diagram(
-        d, module, backend="cpu", seed=int(np.random.default_rng().integers(2**31))
-    )
+    # scales of powers of two, so that the fp32 epilogue multiplies exactly and the one
+    # rounding left is to bf16, as the reference's (other scales round twice: 1 ulp apart)
+    rng = np.random.default_rng()
+    inputs = dict(make_inputs(d, int(rng.integers(2**31))))
+    for name in next(op.scale for op in d.ops if op.kind == "contract"):
+        if isinstance(name, str):
+            inputs[name] = np.exp2(rng.integers(-8, 4, inputs[name].shape)).astype(np.float64)
+    result = run_diagram(d, module, backend="cpu", inputs=inputs)
     assert result.ok and all(c.max_abs_error == 0 for c in result.checks), result.checks
 
 
