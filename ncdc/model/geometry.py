@@ -393,7 +393,7 @@ def tile_kinds(
     top_last = keys - 1 + 0 * a if hi is None else clamp(a + hi, -1, keys - 1)
     bottom_last = keys - 1 + 0 * a if hi is None else clamp(b + hi, -1, keys - 1)
     c0, c1 = top_first // s_x, bottom_last // s_x
-    clear0 = np.maximum(c0, -(-bottom_first // s_x))
+    clear0 = np.minimum(c1 + 1, np.maximum(c0, -(-bottom_first // s_x)))
     clear1 = np.maximum(clear0, np.minimum(c1 + 1, (top_last + 1) // s_x))
     chunk = np.arange(ceil_div(keys, s_x))[None, :]
     classes = TileClass.KEPT if rule is None else _rule_grid(rule, queries, keys, g_q, s_x)

@@ -118,8 +118,11 @@ class KernelModel:
         self.grouped = grouped_rows(diagram, kernel)
         if self.ragged and not self.mask:
             self.mask = Band(self.ragged.query, self.ragged.key, None, None)
-        # a mask rule over the band's axes, whose tile classes a kernel may skip tiles by
-        rule = read_mask_rule(kernel) if self.mask else None
+        # a mask rule over the band's axes, whose tile classes a kernel may skip tiles by;
+        # one that bounds no band (`or(le(J, I), lt(I, 4))`) still drops whole tiles
+        rule = read_mask_rule(kernel)
+        if rule is not None and rule.query in kernel.woven and rule.key in kernel.reduced:
+            self.mask = self.mask or Band(rule.query, rule.key, None, None)
         same = rule is not None and self.mask and (rule.query, rule.key) == self.mask[:2]
         self.rule = rule if same else None
         key = self.mask.key if self.mask else None

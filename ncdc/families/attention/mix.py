@@ -241,7 +241,7 @@ def fa3_mix(
     }
     statements, _ = _score_path(model)
     if statements and model is not None:
-        plain = rule_keeps_plain(model.kernel)
+        plain = rule_keeps_plain(model.kernel, family)
         share = fa3_masked_share(model.kernel, family, model.sizes, s_x) if plain else 1.0
         add_slots(classes, {"fp32": FA3_FUNCTOR_FP32_PER_SCORE}, scores * share)
         for fn in statements:
@@ -251,12 +251,16 @@ def fa3_mix(
     return LoopMix(classes, 2.0 * WGMMA_ROWS_PER_WARP * s_x * (d + d_v), ESTIMATE)
 
 
-def rule_keeps_plain(kernel: Kernel) -> bool:
-    """Whether the kernel's mask rule keeps the plain logits (`where(keep, S, -inf)` on the
-    scores themselves): the Hopper kernel runs no functor on the tiles it keeps whole
-    (kKeptIdentity in ncdc_attention_hopper.cuh)."""
-    select = mask_select(kernel)
-    if select is None:
+def rule_keeps_plain(kernel: Kernel, family: Family) -> bool:
+    """Whether the kernel's mask rule, over its query and key positions, keeps the plain
+    logits (`where(keep, S, -inf)` on the scores themselves): the Hopper kernel runs no
+    functor on the tiles it keeps whole (kKeptIdentity in ncdc_attention_hopper.cuh)."""
+    select, rule = mask_select(kernel), read_mask_rule(kernel)
+    if (
+        select is None
+        or rule is None
+        or (rule.query, rule.key) != (*family.axes("q"), *family.axes("x"))
+    ):
         return False
     a, b = select.operands[1:]
     kept = a if b == -math.inf else b

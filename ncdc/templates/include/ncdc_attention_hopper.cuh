@@ -148,7 +148,9 @@ NCDC_DEVICE KeyTiles key_tiles(const Problem& p) {
   KeyTiles r;
   r.tile0 = BELOW ? top_first / Cfg::SX : 0;
   r.tiles = bottom_last < top_first ? 0 : bottom_last / Cfg::SX + 1 - r.tile0;
-  r.clear0 = attn::imax(r.tile0, (bottom_first + Cfg::SX - 1) / Cfg::SX);
+  // at most the end: a row past the last packed sequence, under a window, may see its
+  // first key past the block's last
+  r.clear0 = attn::imin(r.tile0 + r.tiles, attn::imax(r.tile0, (bottom_first + Cfg::SX - 1) / Cfg::SX));
   r.clear1 = attn::imax(r.clear0, attn::imin(r.tile0 + r.tiles, (top_last + 1) / Cfg::SX));
   return r;
 }

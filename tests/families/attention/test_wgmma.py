@@ -256,6 +256,54 @@ def test_tiles_a_rule_drops_are_skipped_and_not_priced(s_x: int) -> None:
     assert c.rule_tiles
 
 
+def test_a_rule_without_a_band_skips_and_prices_its_dropped_tiles() -> None:
+    # Causal attention whose first 4 queries see every key (`or(le(J, I), lt(I, 4))`, the
+    # global rows of Longformer's pattern): the rule bounds no band, yet the key tiles past
+    # a block's diagonal, bar the first block's, are dropped whole, skipped by the kernel
+    # and not priced (1,664 of 2,048 keys a head over 512 x 512 in 128-key tiles).
+    text = PREFIX_LM.replace("lt(J, 100)", "lt(I, 4)")
+    d = load_diagram_text(text, sizes={"b": 1, "h": 2, "q": 512, "x": 512})
+    _, module = wgmma_module(d, 128, 2)
+    result = run_diagram(d, module, backend="cpu", seed=1)
+    assert result.ok, result.checks
+    keys = (result.bytes_read / 2 - 512 * 128 * 2) / ((128 + 128) * 2)
+    model = KernelModel(d, build_graph(d, HW).kernels[0])
+    g, s = {"b": 1, "h": 1, "q": 128, "d": 128}, {"x": 128}
+    priced = model.tile_flops(g, s, classes=True)[("tensor", "bf16")] / (2 * 2 * 128 * 256)
+    assert keys == priced == 1664
+
+
+def test_packed_sequences_past_the_queries_under_a_short_window() -> None:
+    # One packed sequence of 130 tokens in 256, a window of 32 keys: the rows past the
+    # sequence see no key, and their first key lies past the block's last tile (the block's
+    # whole tiles are then none; they once ran past the tiles loaded, a deadlock).
+    text = """
+ncdc: 1
+name: packed_window
+doc: A short window over one packed sequence shorter than the queries.
+axes: {h: 1, q: 256, x: 256, n: 1, d: 64}
+inputs:
+  Q: {axes: [h, q, d], dtype: bf16}
+  K: {axes: [h, x, d], dtype: bf16}
+  V: {axes: [h, x, d], dtype: bf16}
+  lens: {axes: [n], dtype: int32}
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+  - W = varlen(S, query=q, key=x, lengths=lens)
+  - M = window(W, query=q, key=x, left=31)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+    d = load_diagram_text(text)
+    _, module = wgmma_module(d, 64, 2)
+    inputs = dict(make_inputs(d, int(np.random.default_rng().integers(2**31))))
+    inputs["lens"] = np.array([130.0])
+    result = run_diagram(d, module, backend="cpu", inputs=inputs)
+    assert result.ok, result.checks
+
+
 @pytest.mark.parametrize(
     ("spec", "fault", "planted_text"),
     [
