@@ -191,6 +191,8 @@ def positions(term: Term) -> list[Pos]:
 Interval = tuple[float, float]  # lo <= value <= hi; a truth value is within (0, 1)
 UNKNOWN: Interval = (-math.inf, math.inf)
 EXACT_INTEGERS = 2**24  # fp32 holds every whole number up to here: positions compare exactly
+# the arithmetic that stays exact on whole numbers: the only arithmetic intervals bound
+EXACT_ARITHMETIC = ("add", "sub", "mul", "neg", "abs", "min", "max")
 
 
 def tile_class(rule: MaskRule, queries: tuple[int, int], keys: tuple[int, int]) -> TileClass:
@@ -363,7 +365,7 @@ def whole_term(t: Term) -> bool:
         return True
     if isinstance(t, Const):
         return float(t.value).is_integer() and abs(t.value) < EXACT_INTEGERS
-    if isinstance(t, Call) and t.fn in ("add", "sub", "mul", "neg", "abs", "min", "max"):
+    if isinstance(t, Call) and t.fn in EXACT_ARITHMETIC:
         return all(whole_term(a) for a in t.args)
     return isinstance(t, Call) and (t.fn in LOGIC or t.fn in COMPARE)
 

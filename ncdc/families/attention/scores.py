@@ -17,6 +17,7 @@ from ncdc.families.codegen import ELEMENTWISE_KINDS, Statement, needed_ops, op_s
 from ncdc.language.diagram import Diagram, Op
 from ncdc.model.masks import (
     COMPARE,
+    EXACT_ARITHMETIC,
     EXACT_INTEGERS,
     LOGIC,
     Const,
@@ -145,10 +146,6 @@ def read_scores(
         tuple(a for a in batch if a in reader.needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
         sc.lengths, sc.lengths_offset, sc.sequences, tile_rule, tuple(kept), kept_result,
     )  # fmt: skip
-
-
-# the arithmetic interval bounds keep exact on whole numbers (ncdc.model.masks._arithmetic)
-EXACT_ARITHMETIC = ("add", "sub", "mul", "neg", "abs", "min", "max")
 
 
 def rule_tile(term: Term, q_axis: str, x_axis: str, index: Callable[[str], str]) -> str:
