@@ -25,7 +25,7 @@ import jinja2
 
 from ncdc.families import get_family
 from ncdc.families.base import KernelSource, Launch, Param, Workspace
-from ncdc.hardware.arch import TensorCoreSum
+from ncdc.hardware.arch import TensorCoreSum, TiledSoftmax
 from ncdc.model.values import Plan
 from ncdc.version import __version__
 
@@ -47,6 +47,8 @@ class RenderedModule:
     # contractions (by result) summed on tensor cores that keep less than an fp32 sum, and
     # how: the reference a run is checked against sums them the same way
     sums: tuple[tuple[str, TensorCoreSum], ...] = ()
+    # softmaxes (by result) a fused kernel rounds tile by tile for the product after them
+    softmaxes: tuple[tuple[str, TiledSoftmax], ...] = ()
 
     @property
     def cache_name(self) -> str:
@@ -80,6 +82,7 @@ def render_plan(plan: Plan) -> RenderedModule:
     launches: list[Launch] = []
     workspace: list[Workspace] = []
     sums: list[tuple[str, TensorCoreSum]] = []
+    softmaxes: list[tuple[str, TiledSoftmax]] = []
     for kp in plan.kernels:
         ks = get_family(kp.family.name).render(kp, plan)
         text = template_env().get_template(ks.template).render(**ks.context)
@@ -89,6 +92,7 @@ def render_plan(plan: Plan) -> RenderedModule:
         launches += ks.launches
         workspace += [w for w in ks.workspace if w not in workspace]  # one status word
         sums += ks.sums
+        softmaxes += ks.softmaxes
     source = ""
     origin: list[str] = []
     for where, text in parts:
@@ -97,8 +101,9 @@ def render_plan(plan: Plan) -> RenderedModule:
         source += text if text.endswith("\n") else text + "\n"
     name = "__".join(dict.fromkeys(launch.kernel for launch in launches))
     return RenderedModule(
-        name, source, tuple(launches), tuple(workspace), tuple(origin), tuple(sums)
-    )
+        name, source, tuple(launches), tuple(workspace), tuple(origin), tuple(sums),
+        tuple(softmaxes),
+    )  # fmt: skip
 
 
 def _header(plan: Plan) -> str:

@@ -21,6 +21,7 @@ from ncdc.bounded import read_json
 from ncdc.errors import NcdcError, UsageError
 from ncdc.families.base import Launch, Param, TensorMapSpec, Workspace
 from ncdc.files import folder_lock, read_prefix, read_regular, write_atomic, write_together
+from ncdc.hardware.arch import TensorCoreSum, TiledSoftmax
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram_text, with_sizes
 from ncdc.language.write import diagram_yaml
@@ -72,6 +73,12 @@ def report_to_dict(report: CompileReport) -> dict[str, Any]:
         "sass": sass_summary(report),
         "notes": list(report.notes),
         "tiles_from": report.source.to_dict(),
+        # how the reference a run checks against must compute where a kernel's arithmetic
+        # differs from the exact function by design (RenderedModule.sums and .softmaxes)
+        "reference": {
+            "tensor_core_sums": [{"tensor": n, **asdict(how)} for n, how in report.module.sums],
+            "tiled_softmaxes": [{"tensor": n, **asdict(how)} for n, how in report.module.softmaxes],
+        },
         # The .cu and .cubin written beside this file: a reader can tell that all three
         # belong together (an interrupted rename would leave a mix).
         "files": {
@@ -286,6 +293,13 @@ def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
         spec_text = meta["spec_text"]
         launches = tuple(launch_from_dict(k) for k in meta["kernels"])
         workspace = tuple(Workspace(**w) for w in meta["workspace"])
+        reference = meta.get("reference", {})
+        if not isinstance(reference, dict):
+            raise TypeError("its reference is not an object")
+        sums = tuple((str(s.pop("tensor")), TensorCoreSum(**s))
+                     for s in map(dict, reference.get("tensor_core_sums", ())))  # fmt: skip
+        softmaxes = tuple((str(s.pop("tensor")), TiledSoftmax(**s))
+                          for s in map(dict, reference.get("tiled_softmaxes", ())))  # fmt: skip
     except FileNotFoundError as e:
         raise UsageError(
             f"cannot read {e.filename}", where=str(cu),
@@ -309,4 +323,5 @@ def load_compiled(cu: Path) -> tuple[Diagram, RenderedModule, dict[str, Any]]:
     diagram = load_diagram_text(spec_text, str(meta.get("spec", cu)), sizes)
     compiled.check_launches(diagram, launches, workspace, str(meta_path))
     name = "__".join(launch.kernel for launch in launches)
-    return diagram, RenderedModule(name, source, launches, workspace, ()), meta["cost"]
+    module = RenderedModule(name, source, launches, workspace, (), sums, softmaxes)
+    return diagram, module, meta["cost"]

@@ -189,6 +189,11 @@ def run_table(outcome) -> Table:  # noqa: ANN001 - a run.RunOutcome
             f"the reference sums {name} as the tensor cores do: {how.block} products a step, "
             f"{how.fraction_bits} fraction bits kept (Hopper fp8 wgmma)"
         )
+    for name, tiled in outcome.module.softmaxes:
+        table.caption = (f"{table.caption}\n" if table.caption else "") + (
+            f"the reference rounds {name} as the kernel does: {tiled.block} keys a tile against "
+            f"the running max, to {tiled.dtype}"
+        )
     if (c := r.counters) is not None:
         table.caption = f"{table.caption or ''}" + (
             f"\nglobal loads: {c.load_requests:,} warp requests, {c.load_sectors:,} sectors "

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ncdc.hardware.arch import TensorCoreSum
+from ncdc.hardware.arch import TensorCoreSum, TiledSoftmax
 from ncdc.model.launch import Candidate, Family, LaunchShape
 from ncdc.units import ceil_div
 
@@ -118,6 +118,9 @@ class KernelSource:
     # the contractions (by result) the kernel sums on tensor cores that do not keep an fp32
     # sum (Hopper's fp8 wgmma), and how they sum: what the reference must do to compare
     sums: tuple[tuple[str, TensorCoreSum], ...] = ()
+    # the softmaxes (by result) the kernel rounds, tile by tile, for the product after them
+    # (an fp8 P): what the reference must do to compare
+    softmaxes: tuple[tuple[str, TiledSoftmax], ...] = ()
 
 
 class KernelFamily(Protocol):

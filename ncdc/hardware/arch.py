@@ -69,6 +69,18 @@ class TensorCoreSum:
     kept_bits: int
 
 
+@dataclass(frozen=True)
+class TiledSoftmax:
+    """How a fused kernel's softmax feeds the product after it, where that is not as the
+    exact softmax: the probabilities of each tile of `block` keys (tiles from key 0 along
+    the softmax's axis) taken against the running max of the tiles so far, rounded to
+    `dtype` (the product's operand type), then scaled to the row's final max and divided
+    by the row's exact sum (FlashAttention's online softmax with an fp8 P)."""
+
+    block: int
+    dtype: str
+
+
 # Hopper's fp8 wgmma (QGMMA) on H100 and H200: 32 products and C a step, 13 fraction bits
 # kept, the result an fp32 whose low 10 bits are zero ("e8m13"). The bit-accurate model fitted
 # to measurements by Khattak and Mikaitis, "Accurate Models of NVIDIA Tensor Cores"

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 import ml_dtypes
 import numpy as np
 
-from ncdc.hardware.arch import TensorCoreSum
+from ncdc.hardware.arch import TensorCoreSum, TiledSoftmax
 from ncdc.language.diagram import Diagram, Op
 from ncdc.language.dtypes import DTYPES
 from ncdc.language.ops import record
@@ -193,6 +193,7 @@ def evaluate(
     *,
     rounded: bool = True,
     sums: Mapping[str, TensorCoreSum] | None = None,
+    softmaxes: Mapping[str, TiledSoftmax] | None = None,
 ) -> dict[str, np.ndarray]:
     """Every tensor of the diagram (inputs and results), in float64.
 
@@ -201,7 +202,9 @@ def evaluate(
     `materialize` list (a run passes the tensors its kernels actually store). With
     `rounded=False` nothing is rounded but by a cast: the diagram's exact function, which
     finite differences can differentiate (ncdc grad's tests). `sums` names the contractions
-    (by result) to sum as the tensor cores that run them do (RenderedModule.sums).
+    (by result) to sum as the tensor cores that run them do (RenderedModule.sums), and
+    `softmaxes` the softmaxes (by result) to round as the fused kernels that feed them to a
+    product do (RenderedModule.softmaxes: `tiled_softmax`).
     """
     saved = set(diagram.outputs) | set(
         diagram.schedule.materialize if materialized is None else materialized
@@ -216,11 +219,46 @@ def evaluate(
         for op in diagram.ops:
             if sums and op.out in sums and op.kind == "contract":
                 value = _contract(op, env, axes_of, diagram, sums[op.out])
+            elif softmaxes and op.out in softmaxes and op.kind == "softmax":
+                x = env[str(op.operands[0])]
+                axis = axes_of[str(op.operands[0])].index(op.over[0])
+                value = tiled_softmax(x, axis, softmaxes[op.out])
             else:
                 value = _evaluate_op(op, env, axes_of, diagram)
             stored = op.out in saved
             env[op.out] = round_to(value, diagram.tensor(op.out).dtype) if stored else value
     return env
+
+
+def tiled_softmax(x: np.ndarray, axis: int, how: TiledSoftmax) -> np.ndarray:
+    """Softmax of `x` along `axis` as an online softmax over tiles of `how.block` keys
+    computes it for a product in `how.dtype`: each tile's exp(x - m) against the running max
+    m of the tiles so far, rounded to the type, scaled to the final max, over the exact sum;
+    a row of no finite entry gives zeros (as the exact softmax, ncdc.language.ops).
+
+        >>> x = np.array([[0.0, -3.0, 2.0, -1.0]])
+        >>> got = tiled_softmax(x, 1, TiledSoftmax(2, "fp8_e4m3"))
+        >>> exact = np.exp(x - 2) / np.exp(x - 2).sum()
+        >>> bool(abs(got.sum() - 1) < 0.06), bool(got[0, 1] != exact[0, 1])
+        (True, True)
+    """
+    v = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+    n = v.shape[-1]
+    running = np.full(v.shape[:-1] + (1,), -np.inf)
+    parts = []
+    for start in range(0, n, how.block):
+        tile = v[..., start : start + how.block]
+        running = np.maximum(running, tile.max(axis=-1, keepdims=True))
+        base = np.where(np.isneginf(running), 0.0, running)
+        parts.append((round_to(np.exp(tile - base), how.dtype), base))
+    final = np.where(np.isneginf(running), 0.0, running)
+    total = np.exp(v - final).sum(axis=-1, keepdims=True)
+    rounded = np.concatenate(
+        [np.where(p == 0.0, 0.0, p * np.exp(np.minimum(base - final, 0.0))) for p, base in parts],
+        axis=-1,
+    )
+    out = np.where(total == 0.0, 0.0, rounded / np.where(total == 0.0, 1.0, total))
+    return np.moveaxis(out, -1, axis)
 
 
 def _aligned(x: np.ndarray, axes: tuple[str, ...], target: tuple[str, ...]) -> np.ndarray:

@@ -359,7 +359,8 @@ def run_diagram(
             inputs = make_inputs(diagram, seed)
     stored = {p.name for launch in module.launches for p in launch.params if p.kind == "tensor"}
     with phase("computing the reference"):
-        expected = evaluate(diagram, inputs, stored - set(inputs), sums=dict(module.sums))
+        expected = evaluate(diagram, inputs, stored - set(inputs), sums=dict(module.sums),
+                            softmaxes=dict(module.softmaxes))  # fmt: skip
     with phase("making the inputs"):
         buffers = allocate(module, diagram, inputs)
     start = time.perf_counter()
@@ -451,6 +452,9 @@ class RunOutcome:
             "tiles_from": self.tiles_from,
             "counters": counters_to_dict(r.counters) if r.counters else None,
             "tensor_core_sums": [{"tensor": name, **asdict(how)} for name, how in self.module.sums],
+            "tiled_softmaxes": [
+                {"tensor": name, **asdict(how)} for name, how in self.module.softmaxes
+            ],
         }
 
 

@@ -29,15 +29,17 @@ def rng() -> np.random.Generator:
 
 
 def check_against_reference(
-    spec: str, inputs: dict, outputs: dict, sums: dict | None = None
-) -> None:
+    spec: str, inputs: dict, outputs: dict, sums: dict | None = None,
+    softmaxes: dict | None = None,
+) -> None:  # fmt: skip
     """Each output within its dtype's tolerance of the float64 reference (`sums`: the
-    contractions a kernel sums on tensor cores short of fp32, summed alike)."""
+    contractions a kernel sums on tensor cores short of fp32, summed alike; `softmaxes`:
+    those it rounds tile by tile for the product after them, rounded alike)."""
     shapes = {a: n for name, x in inputs.items() for a, n in zip(
         load_diagram(spec).tensor(name).axes, np.shape(x), strict=True)}  # fmt: skip
     d = load_diagram(spec, shapes)
     values = {name: np.asarray(x).astype(np.float64) for name, x in inputs.items()}
-    want = evaluate(d, values, sums=sums)
+    want = evaluate(d, values, sums=sums, softmaxes=softmaxes)
     for name, got in outputs.items():
         dtype = d.tensor(name).dtype
         check = compare(name, dtype, np.asarray(got).astype(np.float64), want[name])

@@ -71,15 +71,17 @@ def test_a_hopper_kernel_gets_its_tensor_maps_and_shared_memory_opt_in(monkeypat
         shape = (1, 2, 70, 128)
         q = (rng().standard_normal(shape) * 4).astype(ml_dtypes.float8_e4m3fn)
         k = (rng().standard_normal(shape) * 4).astype(ml_dtypes.float8_e4m3fn)
-        v = rng().standard_normal(shape).astype(np.float16)
+        v = rng().standard_normal(shape).astype(ml_dtypes.float8_e4m3fn)
         o = attention(*(gpu.asarray(a.view(np.uint8) if a.dtype.itemsize == 1 else a)
                         for a in (q, k, v)))  # fmt: skip
         name, _, _, smem, _ = gpu.launches[-1]
         assert "wgmma" in name and smem > 48 * 1024
         assert (8, smem) in [(attribute, value) for _, attribute, value in gpu.attributes]
-        sums = dict(render_plan(attention.plan).sums)  # S as Hopper's fp8 wgmma sums it
-        assert sums
-        check_against_reference(spec, {"Q": q, "K": k, "V": v}, {"O": o.host}, sums)
+        module = render_plan(attention.plan)
+        sums = dict(module.sums)  # S as Hopper's fp8 wgmma sums it
+        softmaxes = dict(module.softmaxes)  # P rounded to e4m3 tile by tile
+        assert sums and softmaxes
+        check_against_reference(spec, {"Q": q, "K": k, "V": v}, {"O": o.host}, sums, softmaxes)
 
 
 def test_host_arrays_run_on_the_gpu_with_backend_cuda(monkeypatch) -> None:

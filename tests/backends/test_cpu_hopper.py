@@ -263,6 +263,42 @@ def test_wgmma_a_from_registers(hopper: cpu.EmulatedModule, elem: str) -> None:
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"n={n}")
 
 
+def wgmma_rs8_case(
+    hopper: cpu.EmulatedModule, elem: str, n: int, fault: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """One m64nNk32 8-bit wgmma with A (64 x 32) from registers and B (n x 32) K-major from
+    a 128-byte-swizzled image; returns (got, want)."""
+    rng = np.random.default_rng()
+    a = random_bits(rng, (64, 32), elem)
+    b = random_bits(rng, (n, 32), elem)  # b[n, k]
+    image = np.zeros(n * 128, np.uint8)
+    lbo = sbo = 0
+    for col in range(n):
+        for k in range(32):
+            off, lbo, sbo = kmajor_offset(col, k, 128)
+            place(image, 0, off, 128, b[col, k].tobytes())
+    d = np.full((64, n), np.nan, np.float32)
+    hopper.launch(
+        f"wgmma_rs_{elem}_n{n}_kmajor", 1, 128,
+        [a, image, image.size, lbo, sbo, SWIZZLE_MODE[128], fault, d],
+        dynamic_smem=image.size + 1024,
+    )  # fmt: skip
+    return d, decode(a, elem) @ decode(b, elem).T
+
+
+@pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
+def test_wgmma_8bit_a_from_registers(hopper: cpu.EmulatedModule, elem: str) -> None:
+    # The 8-bit A fragment (four columns a thread in each half of k32, CuTe's ALayout_64x32)
+    # for every n; small values, so the tensor cores' sum is exact. Packed in the
+    # accumulator's order (two columns a thread in each group of eight, what attention's P
+    # holds before its permute), the product is wrong.
+    for n in (64, 128, 256):
+        got, want = wgmma_rs8_case(hopper, elem, n)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"n={n}")
+    got, want = wgmma_rs8_case(hopper, elem, 128, fault=4)
+    assert not np.allclose(got, want)
+
+
 def test_wgmma_a_registers_are_read_at_the_issue(hopper: cpu.EmulatedModule) -> None:
     # Registers overwritten after the issue do not change the product; D read before the
     # wait holds the old accumulators.

@@ -127,6 +127,54 @@ WGMMA_RS_KERNEL(wgmma_rs_f16_n128_nmajor, 1, 128, 1);
 WGMMA_RS_KERNEL(wgmma_rs_f16_n256_kmajor, 1, 256, 0);
 WGMMA_RS_KERNEL(wgmma_rs_f16_n256_nmajor, 1, 256, 1);
 
+// One m64nNk32 8-bit wgmma with A from registers: each thread packs its fragment of the
+// 64 x 32 byte matrix `A` (row major) by the 8-bit layout (register r: row 16w + g +
+// 8 (r % 2), columns 16 (r / 2) + 4t to + 3, the lowest column in the lowest byte); B K-major
+// from the image. fault 4 packs the accumulator's order instead (columns 8j + 2t and + 1 of
+// the groups j = 2 (r / 2) and + 1: what attention holds before it permutes P).
+template <int ELEM, int N>
+__device__ void wgmma_rs8_one(const unsigned char* A, const unsigned char* image, int bytes,
+                              unsigned lbo_b, unsigned sbo_b, int sw_b, int fault, float* D) {
+  unsigned char* smem = smem_1024();
+  for (int i = threadIdx.x; i < bytes; i += blockDim.x) smem[i] = image[i];
+  __syncthreads();
+  int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  unsigned a[4];
+  for (int r = 0; r < 4; ++r) {
+    int row = 16 * w + g + 8 * (r % 2);
+    a[r] = 0u;
+    for (int i = 0; i < 4; ++i) {
+      int col = fault == 4 ? 8 * (2 * (r / 2) + i / 2) + 2 * t + i % 2 : 16 * (r / 2) + 4 * t + i;
+      a[r] |= unsigned(A[row * 32 + col]) << (8 * i);
+    }
+  }
+  float d[N / 2];
+  for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
+  auto db = ncdc::smem_desc(smem, lbo_b, sbo_b, ncdc::SmemSwizzle(sw_b));
+  ncdc::wgmma_fence();
+  if constexpr (ELEM == 2) ncdc::wgmma_m64k32_e4m3_rs<N>(d, a, db, 1);
+  else ncdc::wgmma_m64k32_e5m2_rs<N>(d, a, db, 1);
+  ncdc::wgmma_commit();
+  ncdc::wgmma_wait<0>();
+  for (int i = 0; i < N / 2; ++i) {
+    int row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
+    D[row * N + col] = d[i];
+  }
+}
+
+#define WGMMA_RS8_KERNEL(NAME, ELEM, N)                                                          \
+  extern "C" __global__ void NAME(const unsigned char* A, const unsigned char* image, int bytes, \
+                                  unsigned lbo_b, unsigned sbo_b, int sw_b, int fault, float* D) { \
+    wgmma_rs8_one<ELEM, N>(A, image, bytes, lbo_b, sbo_b, sw_b, fault, D);                       \
+  }                                                                                              \
+  NCDC_EXPORT_KERNEL(NAME)
+WGMMA_RS8_KERNEL(wgmma_rs_e4m3_n64_kmajor, 2, 64);
+WGMMA_RS8_KERNEL(wgmma_rs_e4m3_n128_kmajor, 2, 128);
+WGMMA_RS8_KERNEL(wgmma_rs_e4m3_n256_kmajor, 2, 256);
+WGMMA_RS8_KERNEL(wgmma_rs_e5m2_n64_kmajor, 3, 64);
+WGMMA_RS8_KERNEL(wgmma_rs_e5m2_n128_kmajor, 3, 128);
+WGMMA_RS8_KERNEL(wgmma_rs_e5m2_n256_kmajor, 3, 256);
+
 // One TMA box at (c0, c1) into 1024-aligned shared memory, copied out byte for byte. fault: 1
 // reads before the wait, 2 waits for the wrong parity, 3 expects 16 bytes more than arrive.
 extern "C" __global__ void tma_box(const __grid_constant__ ncdc::TensorMap map, const void* src,

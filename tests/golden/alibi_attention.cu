@@ -45,7 +45,18 @@ struct alibi_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm90
     const float ncdc_e_B = ncdc::op_add(ncdc_s, ncdc_e_A);
     return ncdc_e_B;
   }
+  // the logit times log2 e (the base-2 logit an exponent takes), the multiply folded
+  NCDC_DEVICE float log2(float ncdc_s, int ncdc_i, int ncdc_j) const {
+    const float ncdc_e_I = ncdc::op_id(float(ncdc_i));
+    const float ncdc_e_J = ncdc::op_id(float(ncdc_j));
+    const float ncdc_e_D = ncdc::op_sub(ncdc_e_J, ncdc_e_I);
+    const float ncdc_e_A = ncdc::op_mul(ncdc_e_D, ncdc::to_float(ncdc::ld_global(ncdc_p_slope)));
+    const float ncdc_e_B = ncdc::op_add(ncdc_s, ncdc_e_A);
+    const float ncdc_log2 = ncdc::op_mul(ncdc_e_B, 1.4426950408889634f);
+    return ncdc_log2;
+  }
   NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const { return (*this)(ncdc_s, ncdc_i, ncdc_j); }
+  NCDC_DEVICE float kept_log2(float ncdc_s, int ncdc_i, int ncdc_j) const { return log2(ncdc_s, ncdc_i, ncdc_j); }
   NCDC_DEVICE int tile(int, int, int, int) const { return ncdc::attn::kTileKept; }
 };
 
@@ -63,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) alibi_attention_attention_w
     const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
-  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
   static_assert(ncdc_Config::SMEM_BYTES == 164864, "the launch's dynamic shared memory");
   (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
   (void)K;

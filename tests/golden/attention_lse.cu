@@ -39,7 +39,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attention_lse_attention_wgm
     const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
-  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
   static_assert(ncdc_Config::SMEM_BYTES == 164864, "the launch's dynamic shared memory");
   (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
   (void)K;

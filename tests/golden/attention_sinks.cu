@@ -48,11 +48,31 @@ struct attention_sinks_attention_wgmma_bf16_q128_x128_d128_s2_scores_sm90a_score
     const float ncdc_e_M = ncdc::op_where(ncdc_e_K0, ncdc_s, (-ncdc::infinity()));
     return ncdc_e_M;
   }
+  // the logit times log2 e (the base-2 logit an exponent takes), the multiply folded
+  NCDC_DEVICE float log2(float ncdc_s, int ncdc_i, int ncdc_j) const {
+    const float ncdc_e_I = ncdc::op_id(float(ncdc_i));
+    const float ncdc_e_J = ncdc::op_id(float(ncdc_j));
+    const float ncdc_e_C = ncdc::op_le(ncdc_e_J, ncdc_e_I);
+    const float ncdc_e_W0 = ncdc::op_sub(ncdc_e_I, 1020.0f);
+    const float ncdc_e_W = ncdc::op_gt(ncdc_e_J, ncdc_e_W0);
+    const float ncdc_e_N = ncdc::op_lt(ncdc_e_J, 4.0f);
+    const float ncdc_e_A = ncdc::op_or(ncdc_e_W, ncdc_e_N);
+    const float ncdc_e_K0 = ncdc::op_and(ncdc_e_C, ncdc_e_A);
+    const float ncdc_e_M = ncdc::op_where(ncdc_e_K0, ncdc_s, (-ncdc::infinity()));
+    const float ncdc_log2 = ncdc::op_mul(ncdc_e_M, 1.4426950408889634f);
+    return ncdc_log2;
+  }
   // the logit where the mask rule keeps the pair, and a tile's class under the rule
   NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const {
     (void)ncdc_i;
     (void)ncdc_j;
     return ncdc_s;
+  }
+  NCDC_DEVICE float kept_log2(float ncdc_s, int ncdc_i, int ncdc_j) const {
+    const float ncdc_log2 = ncdc::op_mul(ncdc_s, 1.4426950408889634f);
+    (void)ncdc_i;
+    (void)ncdc_j;
+    return ncdc_log2;
   }
   NCDC_DEVICE int tile(int ncdc_i0, int ncdc_i1, int ncdc_j0, int ncdc_j1) const {
     using namespace ncdc::attn;
@@ -74,7 +94,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) attention_sinks_attention_w
     const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
-  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
   static_assert(ncdc_Config::SMEM_BYTES == 164864, "the launch's dynamic shared memory");
   (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
   (void)K;

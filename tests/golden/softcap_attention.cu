@@ -33,11 +33,20 @@ struct softcap_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm
   static constexpr bool kRule = false;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
     const float ncdc_e_C = ncdc::op_mul(ncdc_s, 0.02f);
-    const float ncdc_e_T = ncdc::op_tanh(ncdc_e_C);
-    const float ncdc_e_L = ncdc::op_mul(ncdc_e_T, 50.0f);
+    const float ncdc_e_T = ncdc::op_tanh_logit(ncdc_s, 0.02f, 1.0f);
+    const float ncdc_e_L = ncdc::op_tanh_logit(ncdc_s, 0.02f, 50.0f);
     return ncdc_e_L;
   }
+  // the logit times log2 e (the base-2 logit an exponent takes), the multiply folded
+  NCDC_DEVICE float log2(float ncdc_s, int ncdc_i, int ncdc_j) const {
+    const float ncdc_e_C = ncdc::op_mul(ncdc_s, 0.02f);
+    const float ncdc_e_T = ncdc::op_tanh_logit(ncdc_s, 0.02f, 1.0f);
+    const float ncdc_e_L = ncdc::op_tanh_logit(ncdc_s, 0.02f, 50.0f);
+    const float ncdc_log2 = ncdc::op_tanh_logit(ncdc_s, 0.02f, 72.13475204444816f);
+    return ncdc_log2;
+  }
   NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const { return (*this)(ncdc_s, ncdc_i, ncdc_j); }
+  NCDC_DEVICE float kept_log2(float ncdc_s, int ncdc_i, int ncdc_j) const { return log2(ncdc_s, ncdc_i, ncdc_j); }
   NCDC_DEVICE int tile(int, int, int, int) const { return ncdc::attn::kTileKept; }
 };
 
@@ -55,7 +64,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) softcap_attention_attention
     const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
-  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
   static_assert(ncdc_Config::SMEM_BYTES == 164864, "the launch's dynamic shared memory");
   (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
   (void)K;

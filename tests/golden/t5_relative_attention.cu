@@ -169,7 +169,14 @@ struct t5_relative_attention_1_O_attention_wgmma_bf16_q128_x64_d64_s2_scores_sm9
     const float ncdc_e_T = ncdc::op_add(ncdc_s, ncdc::to_float(ncdc::ld_global(ncdc_p_bias + ncdc_i * ncdc_q_bias + ncdc_j * ncdc_x_bias)));
     return ncdc_e_T;
   }
+  // the logit times log2 e (the base-2 logit an exponent takes), the multiply folded
+  NCDC_DEVICE float log2(float ncdc_s, int ncdc_i, int ncdc_j) const {
+    const float ncdc_e_T = ncdc::op_add(ncdc_s, ncdc::to_float(ncdc::ld_global(ncdc_p_bias + ncdc_i * ncdc_q_bias + ncdc_j * ncdc_x_bias)));
+    const float ncdc_log2 = ncdc::op_mul(ncdc_e_T, 1.4426950408889634f);
+    return ncdc_log2;
+  }
   NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const { return (*this)(ncdc_s, ncdc_i, ncdc_j); }
+  NCDC_DEVICE float kept_log2(float ncdc_s, int ncdc_i, int ncdc_j) const { return log2(ncdc_s, ncdc_i, ncdc_j); }
   NCDC_DEVICE int tile(int, int, int, int) const { return ncdc::attn::kTileKept; }
 };
 
@@ -187,7 +194,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) t5_relative_attention_1_O_a
     const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
-  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, 64, 64, 64, 2>;
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 64, 64, 64, 2>;
   static_assert(ncdc_Config::SMEM_BYTES == 50176, "the launch's dynamic shared memory");
   (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
   (void)K;

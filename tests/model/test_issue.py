@@ -121,8 +121,8 @@ def test_cost_before_and_after_compiling_agree(compiled):
     # `ncdc cost` of a library diagram prices its main loops on the family's estimate
     # before `ncdc compile`, on the SASS after: the predicted times agree within 15%, and
     # neither makes a wgmma GEMM issue-bound (its 64 x 256 x 16 HGMMA is 32 HMMA.16816s),
-    # nor the FlashAttention-3 kernel (2.2 slots per HMMA.16816, under Hopper's 4; with a
-    # score functor more, softcap_attention's tanhf 6.9, its softmax still under the other
+    # nor the FlashAttention-3 kernel (2.0 slots per HMMA.16816, under Hopper's 4; with a
+    # score functor more, softcap_attention's soft cap 3.7, its softmax still under the other
     # warpgroup's GEMMs).
     from ncdc.verify.buildable import with_compiled_sass
 

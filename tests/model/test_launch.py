@@ -33,10 +33,11 @@ FP8 = {
     "gemm_fp8_e5m2_scaled",
     "gemm_fp8_e4m3_transposed",
     "attention_fp8",
+    "attn_fp8_qk",
 }
 # fp8 Q and K attention runs only in the sm_90a wgmma kernel: other GPU profiles refuse it
 # (tests/plan/test_search.py checks the one-line refusal)
-SM90A_ONLY = {"attention_fp8"}
+SM90A_ONLY = {"attention_fp8", "attn_fp8_qk"}
 
 
 def _launches(plan: Plan) -> list[tuple]:

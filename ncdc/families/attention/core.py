@@ -145,12 +145,13 @@ class Attention:
     stride: Mapping[str, str]  # tensor -> C++ row pitch (along q or x), in elements
     scores: Scores = Scores()
     lse: str = ""  # the fp32 log-sum-exp output over (batch..., q), or none
-    v_dtype: str = ""  # V's and O's type where it is not Q's and K's (fp8 Q and K)
+    v_dtype: str = ""  # V's (and O's unless o_dtype) type where not Q's and K's (fp8 Q and K)
     paged: Paged | None = None  # K and V read through a block table: k and v the caches
     page_rows: int = 0  # rows a page holds (compile-time, as the head sizes)
     q_load: Load | None = None  # Q computed as its tile loads (RoPE...), or copied
     k_load: Load | None = None
     load_dtypes: Mapping[str, str] = field(default_factory=dict)  # the loads' inputs' types
+    o_dtype: str = ""  # O's type where it is not V's: 16-bit O of fp8 V (and P)
 
     @property
     def loads(self) -> tuple[Load, ...]:
@@ -175,6 +176,10 @@ class Attention:
     @property
     def value_dtype(self) -> str:
         return self.v_dtype or self.dtype
+
+    @property
+    def out_dtype(self) -> str:
+        return self.o_dtype or self.value_dtype
 
     @property
     def sizes(self) -> tuple[str, ...]:
@@ -205,6 +210,7 @@ class Attention:
             "kept_statements": [{"out": st.out, "fn": st.fn, "args": st.args}
                                 for st in sc.kept_statements],
             "kept_identity": sc.kept_identity,
+            **_log2_context(sc),
             "score_inputs": [{"name": t.name, "ctype": cpp_type(t.dtype), "offset": t.offset,
                               "q_pitch": t.q_pitch, "x_pitch": t.x_pitch} for t in sc.inputs],
             "score_batch": sc.batch, "band_lo": sc.lo, "band_hi": sc.hi,
@@ -298,6 +304,22 @@ def variant_name(
         + ("_lse" if at.lse else "")
         + (f"_page{at.page_rows}" if at.paged else "")
     )
+
+
+def _log2_context(sc: Scores) -> dict[str, object]:
+    """The score functor's base-2 forms (Scores.in_log2), for attention_scores.j2."""
+
+    def listed(made: tuple) -> list[dict[str, object]]:
+        return [{"out": st.out, "fn": st.fn, "args": st.args} for st in made]
+
+    made, result = sc.in_log2()
+    kept, kept_result = sc.in_log2(kept=True)
+    return {
+        "log2_statements": listed(made),
+        "log2_result": result,
+        "kept_log2_statements": listed(kept),
+        "kept_log2_result": kept_result,
+    }
 
 
 def q_in_registers(d: int, warp_q: int = 16) -> bool:
@@ -491,7 +513,7 @@ def read_attention(
     scale = _scale(kernel, first, second, soft)
     v_name = next(o for o in second.operands if isinstance(o, str) and o != soft.out)
     names = {"Q": q_name, "K": k_name, "V": v_name, "O": second.out}
-    dtype, v_dtype, mixed = _dtypes(kernel, diagram, names, second, x_axis, fp8)
+    dtype, v_dtype, o_dtype, mixed = _dtypes(kernel, diagram, names, second, soft, x_axis, fp8)
     d, d_v = diagram.axes[d_axis], diagram.axes[dv_axis]
     for axis, size in ((d_axis, d), (dv_axis, d_v)):
         if size % HEAD_STEP or not HEAD_MIN <= size <= HEAD_MAX:
@@ -525,7 +547,7 @@ def read_attention(
                       lse_op.out if lse_op else "", v_dtype if mixed else "", paged,
                       diagram.axes[paged.rows] if paged else 0, q_load, k_load,
                       {n: diagram.tensor(n).dtype for ld in (q_load, k_load) if ld
-                       for n in ld.inputs})  # fmt: skip
+                       for n in ld.inputs}, o_dtype)  # fmt: skip
 
 
 def _paged(
@@ -624,25 +646,37 @@ def _scale(kernel: Kernel, first: Op, second: Op, soft: Op) -> float:
 
 
 def _dtypes(
-    kernel: Kernel, diagram: Diagram, names: Mapping[str, str], second: Op, x_axis: str,
-    fp8: bool,
-) -> tuple[str, str, bool]:  # fmt: skip
-    """Q's dtype, V's, and whether they are the mixed fp8 Q.K with 16-bit V and O that only
-    the sm_90a kernel runs (`fp8`); every other kernel has one 16-bit type throughout."""
+    kernel: Kernel, diagram: Diagram, names: Mapping[str, str], second: Op, soft: Op,
+    x_axis: str, fp8: bool,
+) -> tuple[str, str, str, bool]:  # fmt: skip
+    """Q's dtype, V's, O's where it is not V's, and whether they are a mix that only the
+    sm_90a kernel runs (`fp8`): fp8 Q and K with 16-bit V and O, or fp8 Q, K, V and P (P V
+    at the fp8 rate) with 16-bit O; every other kernel has one 16-bit type throughout."""
     q_name, k_name = names["Q"], names["K"]
     dtype = diagram.tensor(q_name).dtype
     v_dtype = diagram.tensor(names["V"]).dtype
-    mixed = dtype in FP8_DTYPES and v_dtype in INPUT_DTYPES
+    o_dtype = diagram.tensor(names["O"]).dtype
+    v8 = dtype in FP8_DTYPES and v_dtype in FP8_DTYPES and o_dtype in INPUT_DTYPES
+    mixed = dtype in FP8_DTYPES and (v_dtype in INPUT_DTYPES or v8)
     if mixed and not fp8:
         raise PlanError(
             f"attention kernel {kernel.name}: fp8 Q ({q_name}) and K run only in the sm_90a "
             f"wgmma kernel of fused attention (an sm_90a profile such as h200; not in "
             f"decode attention)",
-            hint=f"store {q_name} and {k_name} as {v_dtype}",
+            hint=f"store {q_name}, {k_name}"
+            + (f" and {names['V']} as {o_dtype}" if v8 else f" as {v_dtype}"),
+        )
+    if v8 and soft.dtype != v_dtype:
+        raise PlanError(
+            f"attention kernel {kernel.name}: P ({soft.out}) is {soft.dtype} but V "
+            f"({names['V']}) is {v_dtype}: the fp8 P V product takes P in V's type",
+            hint=f"write {soft.out} = softmax({soft.operands[0]}, over={x_axis}, "
+            f"dtype={v_dtype}), or store {names['V']} as {o_dtype}",
         )
     for role, n in names.items():
         t = diagram.tensor(n)
-        if mixed and t.dtype == (dtype if role in ("Q", "K") else v_dtype):
+        own = dtype if role in ("Q", "K") else o_dtype if role == "O" and v8 else v_dtype
+        if mixed and t.dtype == own:
             continue
         if t.dtype != dtype or dtype not in INPUT_DTYPES:
             want = dtype if dtype in INPUT_DTYPES else "bf16"
@@ -655,7 +689,7 @@ def _dtypes(
                 else f"store {n} as {want}: "
                 f"inputs: {{{n}: {{axes: [{', '.join(t.axes)}], dtype: {want}}}}}",
             )
-    return dtype, v_dtype, mixed
+    return dtype, v_dtype, o_dtype if v8 else "", mixed
 
 
 def _layout(

@@ -71,12 +71,15 @@ class AttentionFamily:
             group = attention_group(model, family, attention_wgmma.BQ, fixed)
             hopper = attention_wgmma.candidates(model, family, hw, streams, fixed, at, batch, group)
             if not hopper:
+                stored = f"{at.q}, {at.k} and {at.v}" if at.o_dtype else f"{at.q} and {at.k}"
                 raise PlanError(
                     f"attention kernel {model.kernel.name}: fp8 Q and K run only in the "
-                    f"sm_90a kernel, which needs 128 queries a block and heads of 128 or 256 "
-                    f"(d_v 64, 128 or 256) with no score path",
-                    hint=f"store {at.q} and {at.k} as {at.value_dtype}, or fix the tiles "
-                    f"at q: 128 and x: 64 or 128",
+                    f"sm_90a kernel, which needs 128 queries a block, heads of whole 128-byte "
+                    f"rows up to 256 (d_v 64, 128 or 256), Q, K, V and O as [batch..., rows, "
+                    f"head], and for fp8 V key tiles of 128, d_v 128 and no tensor the score "
+                    f"path reads along the keys (a consumer's registers)",
+                    hint=f"store {stored} as {at.out_dtype}, or fix the tiles "
+                    f"at q: 128 and x: {'128' if at.o_dtype else '64 or 128'}",
                 )
             return hopper
         out = fa2.candidates(model, family, at, streams, fixed, batch)

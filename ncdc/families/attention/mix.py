@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ncdc.families.attention.scores import LOG2E, LOGIT_FORMS, fold_scales, logit_maps
+from ncdc.families.codegen import Statement
 from ncdc.hardware.arch import WGMMA_ROWS_PER_WARP, wgmma_k
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.geometry import mask_band, tile_kinds
@@ -41,18 +43,20 @@ ATTENTION_INTEGER = 145
 # ncdc_attention_hopper.cuh), counted in its SASS on sm_90a (bf16; d, d_v, s_x = 128, 128,
 # 128 and 64; 192, 128, 128 and 64): one HGMMA per 16 of the head (S) and per 16 keys (P V);
 # per score a thread holds (s_x / 2) the max, exp2's FFMA and the sum, one MUFU.EX2 and
-# half an F2FP pack; per output value (d_v / 2) the rescale; per S wgmma the integer and
-# uniform work of its two descriptors, and a part that grows as the tile shrinks (the
-# least-squares fit of the four kernels, each within 2%); the turn's named barriers, the
-# rings' waits and arrives, the warpgroup fence and waits. The producer warp (one thread:
-# d / 64 + d_v / 64 TMA copies and four mbarrier operations a tile) is left out, as for
-# the GEMM.
+# half an F2FP pack; per output value (d_v / 2) the rescale; per wgmma the integer and
+# uniform work of its descriptors (each advanced from the tile's base descriptor by one add,
+# desc_advance), a fixed part and a part that grows as the tile shrinks (the least-squares
+# fit of seven kernels: d = 64, 128, 192 at s_x = 128 and 64, and fp8 V's 4 P V wgmmas,
+# each within 3.5%); the turn's named barriers, the rings' waits and arrives, the warpgroup
+# fence and waits. The producer warp (one thread: d / 64 + d_v / 64 TMA copies and four
+# mbarrier operations a tile) is left out, as for the GEMM.
 FA3_FP32_PER_SCORE = 3
 FA3_FP32_FIXED = 14
 FA3_FIXED = {"shuffle": 4, "barrier": 10, "control": 5}
-FA3_INTEGER_PER_QK_WGMMA = 11.6
-FA3_INTEGER_FIXED = 34
-FA3_INTEGER_PER_TILE_HALVING = 23  # times 128 / s_x
+FA3_INTEGER_PER_QK_WGMMA = 5.7
+FA3_INTEGER_PER_PV_WGMMA = 2.1
+FA3_INTEGER_FIXED = 31
+FA3_INTEGER_PER_TILE_HALVING = 15.7  # times 128 / s_x
 # The score path of a fused attention kernel (a score functor: statements between S and
 # the masks; ncdc_attention.cuh score_step), per score a thread holds, counted in the SASS
 # of softcap_attention and alibi_attention (sm_80, sm_90a): the functor sees the
@@ -63,19 +67,27 @@ FA3_INTEGER_PER_TILE_HALVING = 23  # times 128 / s_x
 FUNCTOR_FP32_PER_SCORE = 2
 SCORE_OP_SLOTS: dict[str, dict[str, float]] = {
     "tanh": {"fp32": 11, "mufu": 2, "integer": 2.5},
+    # tanh of a logit (ncdc_elementwise.cuh, op_tanh_logit: what the Hopper kernel's
+    # functor runs, its argument's and result's constant scales folded in): FMUL, EX2,
+    # FADD, RCP, FFMA
+    "tanh_logit": {"fp32": 3, "mufu": 2},
     "exp": {"fp32": 2, "mufu": 1},
     "sigmoid": {"fp32": 3, "mufu": 2},
     "index": {"integer": 1},
 }
 # The FlashAttention-3 kernel's score functor (ncdc_attention_hopper.cuh, softmax_tile),
 # per score, counted in the SASS of softcap_attention, alibi_attention and
-# tests/specs/attn_bias_bhqx (h200, sm_90a; totals within 5%): the scale and log2 e
-# multiplies partly fold into the statements (1.5 fp32), an index is half an integer (a
-# query's is hoisted out of the tile: its rows are fixed), and a tensor read at each key (a
-# bias over the key axis) one global load and 1.6 integer for its address.
-FA3_FUNCTOR_FP32_PER_SCORE = 1.5
+# tests/specs/attn_bias_bhqx (h200, sm_90a): the statements of its base-2 form
+# (`issued_statements`: the scale's multiply unless an add contracts it, log2 e's unless it
+# folds), an index half an integer (a query's is hoisted out of the tile: its rows are
+# fixed), and a tensor read at each key (a bias over the key axis) one global load and 1.6
+# integer for its address.
 FA3_INDEX_INTEGER = 0.5
 FA3_KEY_INPUT_PER_SCORE = {"global": 1, "integer": 1.6}
+# fp8 V (ncdc_attention_hopper.cuh, pack_p): per 32 keys of a row pair a thread packs its
+# four pairs (F2FP, as the 16-bit P), then two shuffles and a byte permute per register of
+# the 8-bit fragment: 0.5 SHFL and 0.25 PRMT a score, in attention_fp8's SASS (h200, sm_90a).
+FA3_FP8_P_PER_SCORE = {"shuffle": 0.5, "integer": 0.25}
 # A kernel whose masks bound the keys from below (a window, packed sequences) runs every
 # tile through the masked loop (ncdc_attention.cuh: no clear tiles): per score the key's
 # index, its compares against the row's bounds and their combination (ISETP, PLOP3, SEL,
@@ -135,27 +147,56 @@ def diagonal(kernel: Kernel, q: int, x: int) -> int | None:
     return rule_band(rule)[1] if rule is not None else None
 
 
-def _score_path(model: KernelModel | None) -> tuple[list[str], str]:
-    """The score functor's statements (op functions, an index as "index") between the
-    logits and the masks, and the mask that bounds the keys from below: "window", "packed"
-    (a varlen mask whose lengths run along an axis the output lacks) or ""."""
+def _lower_bound(model: KernelModel | None) -> str:
+    """The mask that bounds the keys from below: "window", "packed" (a varlen mask whose
+    lengths run along an axis the output lacks) or ""."""
     if model is None:
-        return [], ""
+        return ""
     ops = model.kernel.ops
     out_axes = set(model.diagram.tensor(model.kernel.outputs[0]).axes)
-    statements = [
-        "index" if op.kind == "index" else op.fn
-        for op in ops
-        if op.kind in ("map", "binary", "index", "cast")
-    ]
     masks = {op.fn: op for op in ops if op.kind == "mask"}
     rule = read_mask_rule(model.kernel)
     if "window" in masks or (rule is not None and rule_band(rule)[0] is not None):
-        return statements, "window"  # a window, or a mask rule's band bounded below
+        return "window"  # a window, or a mask rule's band bounded below
     if "varlen" in masks:
         lengths = model.diagram.tensor(masks["varlen"].params["lengths"])
-        return statements, "" if set(lengths.axes) <= out_axes else "packed"
-    return statements, ""
+        return "" if set(lengths.axes) <= out_axes else "packed"
+    return ""
+
+
+def issued_statements(model: KernelModel, base2: bool = True) -> list[str]:
+    """The op functions (an index as "index") a score functor issues per score: the score
+    path's ops in their logit forms, as `fold_scales` leaves them (a multiply by a constant
+    folds into the next, or into a soft cap's tanh), those its result reads. `base2`: the
+    FlashAttention-3 kernel's form (`Scores.in_log2`), times log2 e, and with the logits'
+    scale multiply ("scale") unless it contracts into an add of theirs (an FFMA); the
+    FlashAttention-2 kernel multiplies both apart (FUNCTOR_FP32_PER_SCORE). Empty without
+    a score path. A tensor's value is its name, a constant its literal."""
+    ops = [op for op in model.kernel.ops if op.kind in ("map", "binary", "index", "cast")]
+    if not ops:
+        return []
+    maps = logit_maps(model.kernel.ops, ops[-1].out)
+    made = []
+    for op in ops:
+        fn = "op_index" if op.kind == "index" else f"op_{op.fn}"
+        fn = LOGIT_FORMS.get(fn, fn) if op.out in maps else fn
+        args = tuple(o if isinstance(o, str) else f"{float(o)!r}f" for o in op.operands)
+        made.append(Statement(op.out, fn, args))
+    result = made[-1].out
+    if base2:
+        made.append(Statement("ncdc_log2", "op_mul", (result, f"{LOG2E!r}f")))
+        result = "ncdc_log2"
+    live, issued = {result}, []
+    for st in reversed(fold_scales(made)):
+        if st.out in live:
+            live.update(st.args)
+            issued.append(st.fn.removeprefix("op_"))
+    if not base2:
+        return issued[::-1]
+    logits = next((op.out for op in model.kernel.ops if op.kind == "contract"), None)
+    first = next((st for st in made if logits in st.args), None)
+    contracts = first is not None and first.fn in ("op_add", "op_sub")  # S x scale +- a: FFMA
+    return ([] if contracts else ["scale"]) + issued[::-1]
 
 
 def attention_mix(
@@ -196,7 +237,8 @@ def attention_mix(
         "integer": integer,
         **SOFTMAX_FIXED,
     }
-    statements, below = _score_path(model)
+    below = _lower_bound(model)
+    statements = issued_statements(model, base2=False) if model is not None else []
     if statements:
         add_slots(classes, {"fp32": FUNCTOR_FP32_PER_SCORE}, scores)
         for fn in statements:
@@ -229,26 +271,39 @@ def fa3_mix(
     s_x = params["s_x"]
     scores = s_x // 2  # per thread: 64 rows x s_x over 128 threads
     qk = d // wgmma_k(DTYPES[dtype].bytes)  # S's wgmmas: k16, or k32 for fp8
+    v8 = model is not None and _value_bytes(model, family) == 1
+    pv = s_x // (32 if v8 else 16)  # P V's wgmmas: k16, or k32 for fp8 V
     classes = {
-        "tensor": qk + s_x // 16,
+        "tensor": qk + pv,
         "fp32": FA3_FP32_PER_SCORE * scores + d_v // 2 + FA3_FP32_FIXED,
         "fp16": scores // 2,
         "mufu": scores + 2,
         "integer": FA3_INTEGER_PER_QK_WGMMA * qk
+        + FA3_INTEGER_PER_PV_WGMMA * pv
         + FA3_INTEGER_FIXED
         + FA3_INTEGER_PER_TILE_HALVING * 128 / s_x,
         **FA3_FIXED,
     }
-    statements, _ = _score_path(model)
+    statements = issued_statements(model) if model is not None else []
     if statements and model is not None:
         plain = rule_keeps_plain(model.kernel, family)
         share = fa3_masked_share(model.kernel, family, model.sizes, s_x) if plain else 1.0
-        add_slots(classes, {"fp32": FA3_FUNCTOR_FP32_PER_SCORE}, scores * share)
         for fn in statements:
             slots = {"integer": FA3_INDEX_INTEGER} if fn == "index" else None
             add_slots(classes, slots or SCORE_OP_SLOTS.get(fn, {"fp32": 1}), scores * share)
         add_slots(classes, FA3_KEY_INPUT_PER_SCORE, scores * _key_inputs(model, family) * share)
+    if v8:  # P permuted into the 8-bit A fragment (pack_p)
+        add_slots(classes, FA3_FP8_P_PER_SCORE, scores)
     return LoopMix(classes, 2.0 * WGMMA_ROWS_PER_WARP * s_x * (d + d_v), ESTIMATE)
+
+
+def _value_bytes(model: KernelModel, family: Family) -> int:
+    """Bytes of a V value (the P V product's operand type)."""
+    (x_axis,) = family.axes("x")
+    pv = [op for op in model.kernel.ops if op.kind == "contract"][-1]
+    v = next((o for o in pv.operands if isinstance(o, str) and o in model.kernel.inputs and
+              x_axis in model.diagram.tensor(o).axes), None)  # fmt: skip
+    return DTYPES[model.diagram.tensor(v).dtype].bytes if v else 2
 
 
 def rule_keeps_plain(kernel: Kernel, family: Family) -> bool:

@@ -8,8 +8,8 @@ selects by. What the score path cannot run is refused with what to write instead
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ncdc.errors import PlanError
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 # what the score path runs between S and softmax: a gather reads memory the fused kernel does
 # not stage, so it is saved first (the kernel-break search puts it in a kernel of its own)
+LOG2E = 1.4426950408889634
 SCORE_KINDS = tuple(k for k in ELEMENTWISE_KINDS if k not in ("gather", "permute", "slice"))
 
 
@@ -76,6 +77,16 @@ class Scores:
     @property
     def plain(self) -> bool:
         return not self.statements
+
+    def in_log2(self, kept: bool = False) -> tuple[tuple[Statement, ...], str]:
+        """The statements and result of the logit (where the rule keeps a pair, if `kept`)
+        times log2 e, the base-2 logit a kernel's exponent takes: the multiply folds into a
+        final constant scale (`fold_scales`: a soft cap's then issues no FMUL of its own)."""
+        made, result = self.statements, self.result
+        if kept:
+            made, result = self.kept_statements, self.kept_result
+        log2 = Statement("ncdc_log2", "op_mul", (result, f"{LOG2E!r}f"))
+        return tuple(fold_scales([*made, log2])), "ncdc_log2"
 
     @property
     def kept_identity(self) -> bool:
@@ -127,9 +138,11 @@ def read_scores(
     if not chain:
         return sc
     reader = ScoreValues(kernel, diagram, first, batch, q_axis, x_axis, chain, unfused)
+    maps = logit_maps(kernel.ops, logits)
     statements: list[Statement] = []
     for op in chain:
-        statements += op_statements(op, reader.value, reader.index, f"ncdc_e_{op.out}")
+        statements += logit_statements(op, reader.value, reader.index, maps)
+    statements = fold_scales(statements)
     tile_rule, kept, kept_result = "", [], "ncdc_s"
     rule, select = read_mask_rule(kernel), mask_select(kernel)
     if rule and select and select.out == logits and (rule.query, rule.key) == (q_axis, x_axis):
@@ -139,13 +152,138 @@ def read_scores(
         if isinstance(kept_operand, str):
             tile_rule = rule_tile(rule.keep, q_axis, x_axis, reader.index)
             for op in needed_ops(kernel.ops, [kept_operand], [*kernel.inputs, first.out]):
-                kept += op_statements(op, reader.value, reader.index, f"ncdc_e_{op.out}")
+                kept += logit_statements(op, reader.value, reader.index, maps)
+            kept = fold_scales(kept)
             kept_result = reader.value(kept_operand)
     return Scores(
         tuple(statements), reader.value(logits), tuple(reader.inputs.values()),
         tuple(a for a in batch if a in reader.needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
         sc.lengths, sc.lengths_offset, sc.sequences, tile_rule, tuple(kept), kept_result,
     )  # fmt: skip
+
+
+# What the score path computes are logits, whose error counts in absolute terms (softmax
+# sees their differences): a map there may take a form accurate to fp32 ulps of its largest
+# values rather than of tiny ones, when that form issues fewer instructions.
+LOGIT_FORMS = {"op_tanh": "op_tanh_logit"}
+# The ops through which an absolute error stays an absolute error of the same size or a
+# constant multiple of it: sums, differences, negation, a multiply by a constant, the value
+# operands of `where`, and the masks.
+_LINEAR = ("add", "sub", "neg")
+
+
+def logit_maps(ops: Sequence[Op], result: str) -> frozenset[str]:
+    """The results of the maps among `ops` that may take their logit form (LOGIT_FORMS):
+    those that reach `result` (the logits) only through sums, differences, negations,
+    multiplies by constants, `where`'s value operands and masks; not through a product of two
+    tensors, a division, a compare or another map, where a tiny value's relative error would
+    count.
+
+        >>> from ncdc.language.diagram import Op
+        >>> def op(out, kind, fn, *args):
+        ...     return Op(out, fn, kind, args, (), ("q", "x"), "fp32")
+        >>> ops = [op("T", "map", "tanh", "C"), op("L", "binary", "mul", "T", 50.0),
+        ...        op("U", "map", "tanh", "G"), op("D", "binary", "div", "S", "U"),
+        ...        op("M", "binary", "add", "L", "D")]
+        >>> sorted(logit_maps(ops, "M"))  # U divides: its relative error counts
+        ['T']
+    """
+    readers: dict[str, list[Op]] = {}
+    for op in ops:
+        for o in op.operands:
+            if isinstance(o, str):
+                readers.setdefault(o, []).append(op)
+
+    def linear(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name == result:
+            return True
+        found = readers.get(name, [])
+        if not found or name in seen:
+            return False
+        for r in found:
+            if any(isinstance(f, str) for f in r.scale):  # times a tensor
+                return False
+            constant = r.fn == "mul" and any(not isinstance(o, str) for o in r.operands)
+            value = r.fn == "where" and name in r.operands[1:] and name != r.operands[0]
+            if not (r.kind == "mask" or r.fn in _LINEAR or constant or value):
+                return False
+            if not linear(r.out, seen | {name}):
+                return False
+        return True
+
+    return frozenset(op.out for op in ops if op.kind == "map" and f"op_{op.fn}" in LOGIT_FORMS
+                     and linear(op.out))  # fmt: skip
+
+
+def logit_statements(
+    op: Op, value: Callable[[str], str], index: Callable[[str], str], maps: frozenset[str]
+) -> list[Statement]:
+    """`op_statements` of a score-path op, in its logit form (LOGIT_FORMS) if it is one of
+    `maps` (`logit_maps`)."""
+    made = op_statements(op, value, index, f"ncdc_e_{op.out}")
+    if op.out not in maps:
+        return made
+    return [replace(st, fn=LOGIT_FORMS.get(st.fn, st.fn)) for st in made]
+
+
+def fold_scales(statements: list[Statement]) -> list[Statement]:
+    """The statements with their multiplications by constants folded: a product of a product
+    by constants multiplies the first operand once, and op_tanh_logit takes the scale of its
+    argument and of its result (`m tanh(k x)`: one FMUL before the exponential, one FFMA
+    after). Every variable keeps its value (to fp32 rounding: the constants multiply in
+    double, then round once); one no longer read is dropped by the compiler.
+
+        >>> made = fold_scales([Statement("c", "op_mul", ("s", "0.02f")),
+        ...                     Statement("t", "op_tanh_logit", ("c",)),
+        ...                     Statement("l", "op_mul", ("t", "50.0f"))])
+        >>> [(st.fn, st.args) for st in made]  # doctest: +NORMALIZE_WHITESPACE
+        [('op_mul', ('s', '0.02f')), ('op_tanh_logit', ('s', '0.02f', '1.0f')),
+         ('op_tanh_logit', ('s', '0.02f', '50.0f'))]
+    """
+    scaled: dict[str, tuple[str, float]] = {}  # a variable = base * factor
+    capped: dict[str, tuple[str, float, float]] = {}  # a variable = m tanh(k base)
+    out: list[Statement] = []
+    for st in statements:
+        if st.fn == "op_mul" and len(st.args) == 2:
+            terms = [_literal(a) for a in st.args]
+            if terms[0] is not None and terms[1] is None:
+                terms.reverse()
+                st = replace(st, args=st.args[::-1])
+            x, c = st.args[0], terms[1]
+            if c is not None and terms[0] is None:
+                base, k = scaled.get(x, (x, 1.0))
+                if x in capped and _fits(capped[x][2] * c):
+                    b, kk, m = capped[x]
+                    capped[st.out] = (b, kk, m * c)
+                    args = (b, repr(kk) + "f", repr(m * c) + "f")
+                    st = replace(st, fn="op_tanh_logit", args=args)
+                elif _fits(k * c):
+                    scaled[st.out] = (base, k * c)
+                    st = replace(st, args=(base, repr(k * c) + "f"))
+        elif st.fn == "op_tanh_logit" and len(st.args) == 1:
+            base, k = scaled.get(st.args[0], (st.args[0], 1.0))
+            capped[st.out] = (base, k, 1.0)
+            st = replace(st, args=(base, repr(k) + "f", "1.0f"))
+        elif st.fn == "op_tanh_logit":  # folded already
+            inner, outer = _literal(st.args[1]), _literal(st.args[2])
+            if inner is not None and outer is not None:
+                capped[st.out] = (st.args[0], inner, outer)
+        out.append(st)
+    return out
+
+
+def _literal(arg: str) -> float | None:
+    """The value of a finite float literal (codegen.float_literal's form), else None."""
+    try:
+        return float(arg[:-1]) if arg.endswith("f") else None
+    except ValueError:
+        return None
+
+
+def _fits(c: float) -> bool:
+    """Whether a folded factor is a normal fp32 number (the fold then changes no result
+    beyond rounding)."""
+    return 2.0**-126 <= abs(c) < 2.0**127
 
 
 def rule_tile(term: Term, q_axis: str, x_axis: str, index: Callable[[str], str]) -> str:

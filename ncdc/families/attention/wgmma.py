@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
 from ncdc.families.codegen import cpp_type
 from ncdc.families.gemm.wgmma import ISSUE_CYCLES, TMA_LATENCY_CYCLES
-from ncdc.hardware.arch import WGMMA_FP8_SUM
+from ncdc.hardware.arch import WGMMA_FP8_SUM, TiledSoftmax
 from ncdc.language.diagram import Diagram
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import Candidate, Family, LaunchShape
@@ -62,6 +62,8 @@ THREADS = 384  # producer + two consumer warpgroups
 SPAN = 128  # the swizzle span: 64 values of 16 bits, one TMA box row
 LAUNCH_REGISTERS = 168  # 65536 / 384 rounded down to 8: ptxas's budget under launch bounds
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240  # setmaxnreg (ncdc_attention_hopper.cuh)
+# fp8 V: three producer warps transpose its tiles, with the fp8 GEMM's budgets
+PRODUCER_REGISTERS_V8, CONSUMER_REGISTERS_V8 = 40, 232
 # A consumer thread's registers besides S (s_x / 2 fp32), O (d_v / 2) and P (s_x / 4):
 # the row state, descriptors, indices and the epilogue's addresses.
 REGISTER_OVERHEAD = 48
@@ -132,35 +134,41 @@ def store_share(
     clock = hw.achievable.clock_hz or hw.clock_hz
     tiles = ceil_div(keys, s_x) * visited
     loop_s = max(tiles, 1) * mma_tile_s(hw, at, s_x) / share
-    store_s = (at.d_v * DTYPES[at.value_dtype].bytes // SPAN + 4) * ISSUE_CYCLES / clock
+    store_s = (at.d_v * DTYPES[at.out_dtype].bytes // SPAN + 4) * ISSUE_CYCLES / clock
     return loop_s / (loop_s + store_s)
 
 
-def consumer_registers(s_x: int, d_v: int, key_inputs: int = 0) -> int:
-    """A consumer thread's registers: S and O in fp32, P packed, the overhead, and for each
+def consumer_registers(s_x: int, d_v: int, key_inputs: int = 0, p_bytes: int = 2) -> int:
+    """A consumer thread's registers: S and O in fp32, P packed (`p_bytes` a value), the
+    overhead, and for each
     tensor the score path reads along the keys (a document id, a bias over keys) four at
     each of the thread's s_x / 4 keys, loaded together: the 64-bit address, the value and
     its fp32 copy (ptxas spilled the 128-key tile of the document mask 52 bytes and of
     tests/specs/attn_bias_bhqx 48, their 64-key tiles none)."""
-    return s_x // 2 + d_v // 2 + s_x // 4 + REGISTER_OVERHEAD + key_inputs * s_x
+    return s_x // 2 + d_v // 2 + s_x * p_bytes // 8 + REGISTER_OVERHEAD + key_inputs * s_x
 
 
 def smem_bytes(at: Attention, s_x: int, stages: int) -> int:
-    """Q, then `stages` K and V tiles, and 1024 bytes to align them (the swizzle)."""
+    """Q, then `stages` K and V tiles (and for fp8 V its transposed tiles), and 1024 bytes
+    to align them (the swizzle)."""
     qk, v = DTYPES[at.dtype].bytes, DTYPES[at.value_dtype].bytes
-    return 1024 + BQ * at.d * qk + stages * s_x * (at.d * qk + at.d_v * v)
+    vt = s_x * at.d_v * v if at.o_dtype else 0
+    return 1024 + BQ * at.d * qk + stages * (s_x * (at.d * qk + at.d_v * v) + vt)
 
 
 def _runs(at: Attention, diagram: Diagram) -> bool:
-    """Whether the template runs this attention: 16-bit (or fp8 Q and K), Q and K heads of
-    whole 128-byte rows, d_v of 64, 128 or 256, any score path and masks (the score
+    """Whether the template runs this attention: 16-bit (or fp8 Q and K, V too or not), Q
+    and K heads of whole 128-byte rows, d_v of 64, 128 or 256 (fp8 V: whole 128-byte rows;
+    its registers then allow d_v 128 alone: `candidates`), any score path and masks (the score
     functor and attn::Visible), a log-sum-exp output or none, a positive scale, K and V
     not paged nor Q and K computed as they load (the tensor maps copy boxes of contiguous
     rows), and Q, K, V and O in [batch..., rows, head] order (O with every batch axis, as
     Q)."""
-    if at.dtype not in QK_DTYPES or at.value_dtype not in VALUE_DTYPES or at.paged or at.loads:
+    if at.dtype not in QK_DTYPES or at.out_dtype not in VALUE_DTYPES or at.paged or at.loads:
         return False
     if at.d * DTYPES[at.dtype].bytes % SPAN or at.d > MAX_HEAD or at.d_v not in VALUE_HEADS:
+        return False
+    if at.d_v * DTYPES[at.value_dtype].bytes % SPAN:  # fp8 V: d_v of 128 or 256
         return False
     if at.scale <= 0:
         return False
@@ -190,12 +198,14 @@ def candidates(
     out = []
     # the widest key tile whose S, O and P fit a consumer's registers (FlashAttention-3's
     # choice: 128 for d_v <= 128): each tile's turn, barriers and descriptors are paid per
-    # key, so a 64-key tile issues more per FLOP (3.3 slots per HMMA.16816 against 2.2 at
+    # key, so a 64-key tile issues more per FLOP (2.9 slots per HMMA.16816 against 2.0 at
     # d = 128, SASS on sm_90a); a fixed key tile of 64 or 128 as given
     key_inputs = sum(t.x_pitch != "0" for t in at.scores.inputs)
-    fits = [
-        s for s in TILES["s_x"] if consumer_registers(s, at.d_v, key_inputs) <= CONSUMER_REGISTERS
-    ]
+    most = CONSUMER_REGISTERS_V8 if at.o_dtype else CONSUMER_REGISTERS
+    p_bytes = DTYPES[at.value_dtype].bytes
+    fits = [s for s in TILES["s_x"] if consumer_registers(s, at.d_v, key_inputs, p_bytes) <= most]
+    if at.o_dtype:  # fp8 V: its transposed tile is one 128-byte row of keys
+        fits = [s for s in fits if s == 128]
     widths = [fixed[x]] if x in fixed else fits[-1:]
     for s_x in widths:
         if s_x not in fits:
@@ -204,7 +214,9 @@ def candidates(
             smem = smem_bytes(at, s_x, stages)
             # the block's three warpgroups on one SM: its shared memory, and setmaxnreg's
             # 24 + 2 x 240 registers a thread (bytes, shared out evenly over the three)
-            regs = 128 * 4 * (PRODUCER_REGISTERS + 2 * CONSUMER_REGISTERS) / 3
+            budgets = (PRODUCER_REGISTERS_V8, CONSUMER_REGISTERS_V8) if at.o_dtype else (
+                PRODUCER_REGISTERS, CONSUMER_REGISTERS)  # fmt: skip
+            regs = 128 * 4 * (budgets[0] + 2 * budgets[1]) / 3
             if warpgroups_fit(hw, WarpgroupBudget(0, smem / 3, 0, regs))[0] < 3:
                 continue
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
@@ -274,6 +286,10 @@ def _score_context(at: Attention, kernel: str) -> dict[str, object]:
         "tile_rule",
         "kept_statements",
         "kept_result",
+        "log2_statements",
+        "log2_result",
+        "kept_log2_statements",
+        "kept_log2_result",
         "kept_identity",
         "score_inputs",
         "score_batch",
@@ -326,7 +342,7 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         Param(at.q, "tensor", at.dtype),
         Param(at.k, "tensor", at.dtype),
         Param(at.v, "tensor", at.value_dtype),
-        Param(at.o, "tensor", at.value_dtype, writes=True),
+        Param(at.o, "tensor", at.out_dtype, writes=True),
         *at.score_params(),
         *at.lse_params(),
         *at.size_params(d.axes),
@@ -334,7 +350,7 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         Param(maps[at.q], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.q, BQ)),
         Param(maps[at.k], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.k, s_x)),
         Param(maps[at.v], "tensormap", at.value_dtype, tensor_map=_tensor_map(d, at.v, s_x)),
-        Param(maps[at.o], "tensormap", at.value_dtype, tensor_map=_tensor_map(d, at.o, BQ // 2)),
+        Param(maps[at.o], "tensormap", at.out_dtype, tensor_map=_tensor_map(d, at.o, BQ // 2)),
     )
     context = {
         "kernel": name,
@@ -343,6 +359,7 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         "warpgroups (wgmma), O stored by TMA" + _masks(at),
         "T": cpp_type(at.dtype),
         "TV": cpp_type(at.value_dtype),
+        "TO": cpp_type(at.out_dtype),
         "q": at.q, "k": at.k, "v": at.v, "o": at.o,
         "batch": at.batch, "sizes": at.sizes, "q_axis": at.q_axis, "x_axis": at.x_axis,
         "d": at.d, "d_v": at.d_v, "s_x": s_x, "stages": stages, "threads": c.threads,
@@ -352,10 +369,18 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         "smem_bytes": c.smem_bytes,
         **_score_context(at, name),
     }  # fmt: skip
-    scores = next(op for op in kp.kernel.ops if op.kind == "contract")  # S = Q K^T
+    scores, product = (op for op in kp.kernel.ops if op.kind == "contract")  # S, then O
+    soft = next(op for op in kp.kernel.ops if op.kind == "softmax")
     return KernelSource(
         "attention_wgmma.cu.j2",
         context,
         (Launch.of(name, c.main, params, entry_registers=LAUNCH_REGISTERS),),
-        sums=((scores.out, WGMMA_FP8_SUM),) if DTYPES[at.dtype].is_fp8 else (),
+        # S as QGMMA sums it, and with fp8 V the P V product too
+        sums=tuple(
+            (op.out, WGMMA_FP8_SUM)
+            for op, fp8 in ((scores, DTYPES[at.dtype].is_fp8), (product, bool(at.o_dtype)))
+            if fp8
+        ),  # fmt: skip
+        # fp8 P: each key tile's exps against the running max, rounded to V's type
+        softmaxes=((soft.out, TiledSoftmax(s_x, at.value_dtype)),) if at.o_dtype else (),
     )

@@ -359,6 +359,8 @@ struct PlainScores {
   static constexpr bool kIdentity = true, kKeptIdentity = true, kRule = false;
   NCDC_DEVICE float operator()(float s, int, int) const { return s; }
   NCDC_DEVICE float kept(float s, int, int) const { return s; }
+  NCDC_DEVICE float log2(float s, int, int) const { return s * kLog2e; }
+  NCDC_DEVICE float kept_log2(float s, int, int) const { return s * kLog2e; }
   NCDC_DEVICE int tile(int, int, int, int) const { return kTileKept; }
   NCDC_DEVICE float grad(float, float dm, int, int) const { return dm; }  // the backward's dS
 };

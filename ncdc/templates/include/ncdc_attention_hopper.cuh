@@ -11,7 +11,11 @@
 //     functor if it has one, the online softmax on the accumulators (base 2, the scale folded
 //     into the exponent), P packed to 16 bits in registers (the
 //     accumulator layout of m64nNk16 is, element for element, its A fragment layout), and
-//     O += P V by wgmma with A from registers and V as an MN-major B.
+//     O += P V by wgmma with A from registers and V as an MN-major B;
+//   * with fp8 V, P is packed to V's type (permuted across the quad into the 8-bit A
+//     fragment) and P V runs as wgmma k32 at the fp8 rate; V, which an 8-bit B can only be
+//     K-major, lands as TMA copies it and warps 1-3 of the producer warpgroup transpose each
+//     tile into a ring of its own (as the fp8 GEMM transposes a B given [k, n]).
 // The epilogue stages O / l in the V ring (swizzled) and stores it with TMA (store_o).
 // Within a warpgroup, the P V product of tile j - 1 is in flight while the softmax of tile j
 // runs (issued together with S of tile j). Between the two, named barriers 1 and 2 order the
@@ -22,7 +26,10 @@
 // is H / 64 column blocks of R rows of 128 bytes (8-row groups 1024 bytes apart). For S the
 // descriptors walk k (the head) 16 values at a time inside a block, then to the next block;
 // for P V, V's column blocks are the MN-major B's 128-byte n blocks (LBO apart) and the keys
-// its k rows (16 per wgmma, 8-key groups 1024 bytes apart).
+// its k rows (16 per wgmma, 8-key groups 1024 bytes apart). Each GEMM builds one descriptor
+// per operand from its tile's address and advances it by an add per wgmma (desc_advance):
+// rebuilding each from its address took four integer instructions a wgmma, in vector
+// registers where ptxas could not prove the ring's slot uniform (the runs of a mask rule).
 //
 // Tails: rows of Q beyond q_len and keys beyond x_len arrive as TMA's zeros; keys beyond
 // x_len are masked to -inf in the last tile, rows beyond q_len are clipped by O's TMA store.
@@ -80,7 +87,9 @@ struct QkMma<__nv_fp8_e5m2> {
   }
 };
 
-// O (+)= P V: P from registers, V an MN-major B from its descriptor (16-bit V).
+// O (+)= P V: P from registers, V a B from its descriptor: MN-major for 16-bit V (its rows
+// as TMA lands them), K-major for fp8 V (transposed in shared memory: 8-bit operands have no
+// MN-major form).
 template <class T>
 struct PvMma;
 template <>
@@ -97,24 +106,51 @@ struct PvMma<__half> {
     wgmma_m64k16_f16_rs<N, 1>(d, a, b, scale_d);
   }
 };
+template <>
+struct PvMma<__nv_fp8_e4m3> {
+  template <int N>
+  static NCDC_DEVICE void run(float* d, const unsigned* a, unsigned long long b, int scale_d) {
+    wgmma_m64k32_e4m3_rs<N>(d, a, b, scale_d);
+  }
+};
+template <>
+struct PvMma<__nv_fp8_e5m2> {
+  template <int N>
+  static NCDC_DEVICE void run(float* d, const unsigned* a, unsigned long long b, int scale_d) {
+    wgmma_m64k32_e5m2_rs<N>(d, a, b, scale_d);
+  }
+};
 
-// TQ: Q's and K's type (16-bit or fp8), TV: V's and O's (16-bit).
-template <class TQ, class TV, int D_, int DV_, int SX_, int STAGES_>
+// TQ: Q's and K's type (16-bit or fp8), TV: V's (and P's in the P V product; 16-bit or
+// fp8), TO: O's (16-bit). fp8 V (V8) lands in the V ring as TMA copies it and is transposed
+// into a ring of its own (VT), K-major: DV rows of the tile's 128 keys.
+template <class TQ, class TV, class TO_, int D_, int DV_, int SX_, int STAGES_>
 struct Config {
+  using TO = TO_;
   static constexpr int BQ = 64 * kConsumers, D = D_, DV = DV_, SX = SX_, STAGES = STAGES_;
-  static constexpr int ES_QK = sizeof(TQ), ES_V = sizeof(TV);
+  static constexpr int ES_QK = sizeof(TQ), ES_V = sizeof(TV), ES_O = sizeof(TO_);
+  static constexpr bool V8 = ES_V == 1;
   static constexpr int SPAN = 128;  // the swizzle span: one TMA box row
-  static constexpr int ROW_QK = SPAN / ES_QK, ROW_V = SPAN / ES_V;  // values per 128-byte row
+  static constexpr int ROW_QK = SPAN / ES_QK, ROW_V = SPAN / ES_V, ROW_O = SPAN / ES_O;  // values per row
   static constexpr int QK_STEPS = D * ES_QK / 32;  // S's wgmmas: 32 bytes of the head each
+  static constexpr int PV_STEPS = SX * ES_V / 32;  // P V's: 32 bytes of the keys each
+  static constexpr int P_REGS = SX * ES_V / 8;     // P packed: SX / 2 values a thread
   static constexpr int Q_BYTES = BQ * D * ES_QK, K_BYTES = SX * D * ES_QK, V_BYTES = SX * DV * ES_V;
-  static constexpr int SMEM_BYTES = 1024 + Q_BYTES + STAGES * (K_BYTES + V_BYTES);
-  static constexpr int O_BOXES = DV / ROW_V;       // a consumer's O: boxes of 64 rows x 128 bytes
-  static constexpr int O_TILE_BYTES = 64 * DV * ES_V;  // one consumer's O, staged in the V ring
-  static_assert(ES_V == 2, "16-bit V and O");
+  static constexpr int VT_BYTES = V8 ? V_BYTES : 0;  // a slot of the transposed V ring
+  static constexpr int SMEM_BYTES = 1024 + Q_BYTES + STAGES * (K_BYTES + V_BYTES + VT_BYTES);
+  static constexpr int O_BOXES = DV / ROW_O;       // a consumer's O: boxes of 64 rows x 128 bytes
+  static constexpr int O_TILE_BYTES = 64 * DV * ES_O;  // one consumer's O, staged in the V ring
+  // the transpose (wgmma_gemm::transpose_b): the tile's n (DV) by k (SX keys)
+  static constexpr int BN = DV, BK = SX;
+  // fp8 V: three producer warps transpose, with the fp8 GEMM's budgets (40 + 2 x 232)
+  static constexpr int PRODUCER_REGS = V8 ? 40 : kProducerRegs, CONSUMER_REGS = V8 ? 232 : kConsumerRegs;
+  static_assert(ES_O == 2, "16-bit O");
+  static_assert(!V8 || SX == 128, "fp8 V: key tiles of 128 (one 128-byte row of the transposed tile)");
   static_assert(D % ROW_QK == 0 && DV % ROW_V == 0, "heads are whole 128-byte rows");
   static_assert(SX == 64 || SX == 128, "key tiles of 64 or 128 (the n of S's wgmma)");
   static_assert(DV == 64 || DV == 128 || DV == 256, "d_v is the n of P V's wgmma");
-  static_assert(kConsumers * O_TILE_BYTES <= STAGES * V_BYTES, "O is staged in the V ring");
+  static_assert(PRODUCER_REGS + kConsumers * CONSUMER_REGS <= 504, "the launch's 384 x 168 registers");
+  static_assert(kConsumers * O_TILE_BYTES <= STAGES * (V_BYTES + VT_BYTES), "O is staged in the V rings");
 };
 
 struct Problem {
@@ -189,7 +225,21 @@ NCDC_DEVICE void load_rows(unsigned char* dst, const TensorMap* map, unsigned lo
 struct Barriers {
   unsigned long long* q_full;
   unsigned long long *full_k, *empty_k, *full_v, *empty_v;  // STAGES each
+  unsigned long long* staged_v;  // fp8 V: a slot's tile landed, to be transposed (STAGES)
 };
+
+// The slot of V that P V reads: the V ring's, or for fp8 V the transposed ring's.
+template <class Cfg>
+NCDC_DEVICE const unsigned char* pv_slot(const unsigned char* smem, int stage) {
+  const unsigned char* vs = smem + Cfg::Q_BYTES + Cfg::STAGES * Cfg::K_BYTES;
+  return Cfg::V8 ? vs + Cfg::STAGES * Cfg::V_BYTES + stage * Cfg::VT_BYTES : vs + stage * Cfg::V_BYTES;
+}
+
+// The key tiles the block visits, in order: j = next_tile(.., j + 1) from first_tile.
+template <class Cfg, class Scores>
+NCDC_DEVICE int next_tile(const KeyTiles& r, const Problem& p, const Scores& scores, int j) {
+  return Scores::kRule ? run_end<kSkip, Cfg>(r, p, scores, j) : j;  // all but those the rule drops
+}
 
 template <class Cfg, class Scores>
 NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
@@ -202,19 +252,41 @@ NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const T
   int stage = 0;
   unsigned phase = 0;
   const int end = r.tile0 + r.tiles;
-  for (int j = r.tile0; j < end; ++j) {
-    if (Scores::kRule) {  // the tiles the consumers visit: all but those the rule drops
-      j = run_end<kSkip, Cfg>(r, p, scores, j);
-      if (j == end) break;
-    }
+  for (int j = next_tile<Cfg>(r, p, scores, r.tile0); j < end; j = next_tile<Cfg>(r, p, scores, j + 1)) {
     mbar_wait(&bar.empty_k[stage], phase ^ 1u);
     mbar_arrive_expect_tx(&bar.full_k[stage], Cfg::K_BYTES);
     load_rows<Cfg>(ks + stage * Cfg::K_BYTES, map_k, &bar.full_k[stage], Cfg::D, Cfg::ROW_QK, Cfg::SX,
                    j * Cfg::SX, p.z_k);
     mbar_wait(&bar.empty_v[stage], phase ^ 1u);
-    mbar_arrive_expect_tx(&bar.full_v[stage], Cfg::V_BYTES);
-    load_rows<Cfg>(vs + stage * Cfg::V_BYTES, map_v, &bar.full_v[stage], Cfg::DV, Cfg::ROW_V, Cfg::SX,
-                   j * Cfg::SX, p.z_k);
+    unsigned long long* landed = Cfg::V8 ? &bar.staged_v[stage] : &bar.full_v[stage];
+    mbar_arrive_expect_tx(landed, Cfg::V_BYTES);
+    load_rows<Cfg>(vs + stage * Cfg::V_BYTES, map_v, landed, Cfg::DV, Cfg::ROW_V, Cfg::SX, j * Cfg::SX, p.z_k);
+    if (++stage == Cfg::STAGES) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+}
+
+// Warps 1-3 of the producer warpgroup, for fp8 V: each visited tile's V as it landed
+// (DV / 128 column blocks of SX key rows) transposed into the VT ring (DV rows of SX keys,
+// K-major, as wgmma_gemm's fp8 B), the writes ordered before wgmma's async-proxy reads, then
+// one arrival per warp on the slot's full barrier. The VT slot is free once the tile has
+// landed: the producer loaded it after the consumers released the slot.
+template <class Cfg, class Scores>
+NCDC_DEVICE void transpose_v(unsigned char* smem, const Barriers& bar, const Problem& p, const KeyTiles& r,
+                             const Scores& scores, int worker) {
+  unsigned char* vs = smem + Cfg::Q_BYTES + Cfg::STAGES * Cfg::K_BYTES;
+  int stage = 0;
+  unsigned phase = 0;
+  const int end = r.tile0 + r.tiles;
+  for (int j = next_tile<Cfg>(r, p, scores, r.tile0); j < end; j = next_tile<Cfg>(r, p, scores, j + 1)) {
+    mbar_wait(&bar.staged_v[stage], phase);
+    wgmma_gemm::transpose_b<Cfg>(vs + stage * Cfg::V_BYTES, vs + Cfg::STAGES * Cfg::V_BYTES + stage * Cfg::VT_BYTES,
+                                 worker);
+    fence_proxy_async();
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbar_arrive(&bar.full_v[stage]);
     if (++stage == Cfg::STAGES) {
       stage = 0;
       phase ^= 1u;
@@ -236,22 +308,26 @@ NCDC_DEVICE void fence_registers(unsigned* r) {
 // or 32 of fp8), four to a 128-byte column block.
 template <class T, class Cfg>
 NCDC_DEVICE void issue_qk(float* s, const unsigned char* qs, const unsigned char* ks, int consumer) {
+  const auto da = smem_desc(qs + consumer * 64 * Cfg::SPAN, 16, 1024, kSwizzle128);
+  const auto db = smem_desc(ks, 16, 1024, kSwizzle128);
 #pragma unroll
   for (int kk = 0; kk < Cfg::QK_STEPS; ++kk) {
-    const int block = kk / 4, in = (kk % 4) * 32;
-    auto da = smem_desc(qs + block * Cfg::BQ * Cfg::SPAN + consumer * 64 * Cfg::SPAN + in, 16, 1024, kSwizzle128);
-    auto db = smem_desc(ks + block * Cfg::SX * Cfg::SPAN + in, 16, 1024, kSwizzle128);
-    QkMma<T>::template run<Cfg::SX>(s, da, db, kk > 0 ? 1 : 0);
+    const unsigned block = kk / 4, in = (kk % 4) * 32;
+    QkMma<T>::template run<Cfg::SX>(s, desc_advance(da, block * Cfg::BQ * Cfg::SPAN + in),
+                                    desc_advance(db, block * Cfg::SX * Cfg::SPAN + in), kk > 0 ? 1 : 0);
   }
 }
 
-// O (+)= P V: SX / 16 wgmmas over the keys, P's fragment kk in p[4 kk .. 4 kk + 3].
+// O (+)= P V: one wgmma per 32 bytes of the keys (16, or 32 of fp8), P's fragment kk in
+// p[4 kk .. 4 kk + 3]; V's rows an MN-major B (16-bit), or the transposed tile's 32-byte
+// column a K-major one (fp8, walked as S walks K).
 template <class T, class Cfg>
 NCDC_DEVICE void issue_pv(float* o, const unsigned* pr, const unsigned char* vs, bool accumulate) {
+  const auto db = Cfg::V8 ? smem_desc(vs, 16, 1024, kSwizzle128) : smem_desc(vs, Cfg::SX * Cfg::SPAN, 1024, kSwizzle128);
 #pragma unroll
-  for (int kk = 0; kk < Cfg::SX / 16; ++kk) {
-    auto db = smem_desc(vs + kk * 16 * Cfg::SPAN, Cfg::SX * Cfg::SPAN, 1024, kSwizzle128);
-    PvMma<T>::template run<Cfg::DV>(o, pr + 4 * kk, db, (accumulate || kk > 0) ? 1 : 0);
+  for (int kk = 0; kk < Cfg::PV_STEPS; ++kk) {
+    const unsigned step = Cfg::V8 ? kk * 32 : kk * 16 * Cfg::SPAN;
+    PvMma<T>::template run<Cfg::DV>(o, pr + 4 * kk, desc_advance(db, step), (accumulate || kk > 0) ? 1 : 0);
   }
 }
 
@@ -287,7 +363,7 @@ NCDC_DEVICE void softmax_tile(float* s, Rows& st, float* alpha, int key0, long l
   if (MASKED ? !Scores::kIdentity : !kFold) {
     const float scale = p.scale_log2 * (1.0f / attn::kLog2e);
     // folded, a rule's logit (s * scale, or -inf) goes back to the raw logit's units
-    const float to_max = kFold ? 1.0f / scale : attn::kLog2e;
+    const float to_max = 1.0f / scale;
     const int rows[2] = {int(attn::lmin(row0, p.q_len - 1)), int(attn::lmin(row0 + 8, p.q_len - 1))};
 #pragma unroll
     for (int i = 0; i < N; ++i) {
@@ -295,7 +371,10 @@ NCDC_DEVICE void softmax_tile(float* s, Rows& st, float* alpha, int key0, long l
       if (MASKED) key = attn::imin(key, p.x_len - 1);
       const float v = s[i] * scale;
       const int row = rows[(i / 2) % 2];
-      s[i] = (MASKED ? scores(v, row, key) : scores.kept(v, row, key)) * to_max;
+      if (kFold)
+        s[i] = (MASKED ? scores(v, row, key) : scores.kept(v, row, key)) * to_max;
+      else  // the functor's base-2 forms: their log2 e multiply folded into its constants
+        s[i] = MASKED ? scores.log2(v, row, key) : scores.kept_log2(v, row, key);
     }
   }
   if (MASKED) {
@@ -327,10 +406,64 @@ NCDC_DEVICE void softmax_tile(float* s, Rows& st, float* alpha, int key0, long l
   for (int h = 0; h < 2; ++h) st.l[h] = st.l[h] * alpha[h] + sum[h];
 }
 
+// Two fp32 as fp8 (round to nearest even, saturating), `lo` in the low byte: one F2FP.
+template <class T>
+struct Fp8Pair;
+template <>
+struct Fp8Pair<__nv_fp8_e4m3> {
+  static NCDC_DEVICE unsigned pack(float lo, float hi) {
+#ifdef NCDC_GPU
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return unsigned(__nv_fp8_e4m3(lo).__x) | unsigned(__nv_fp8_e4m3(hi).__x) << 8;
+#endif
+  }
+};
+template <>
+struct Fp8Pair<__nv_fp8_e5m2> {
+  static NCDC_DEVICE unsigned pack(float lo, float hi) {
+#ifdef NCDC_GPU
+    unsigned short r;
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return unsigned(__nv_fp8_e5m2(lo).__x) | unsigned(__nv_fp8_e5m2(hi).__x) << 8;
+#endif
+  }
+};
+
+// P in registers as P V's A fragment. 16-bit: the accumulator layout of m64nNk16 is, element
+// for element, its A fragment layout. fp8: the 8-bit fragment of a 32-key chunk
+// (wgmma_m64k32_e4m3_rs) holds four consecutive keys a thread in each half (4t..4t + 3 and
+// 16 + 4t..), the accumulator two of each group of eight (8j + 2t, + 1): lanes 2 (t % 2) and
+// + 1 of the quad hold them, in groups j = t / 2 and 2 + t / 2; a register of the fragment is
+// two shuffles and a byte permute of the quad's pairs.
 template <class T, int N>
 NCDC_DEVICE void pack_p(unsigned* pr, const float* s) {
+  if constexpr (sizeof(T) == 2) {
 #pragma unroll
-  for (int i = 0; i < N / 2; ++i) pr[i] = attn::Mma<T>::pack(s[2 * i], s[2 * i + 1]);
+    for (int i = 0; i < N / 2; ++i) pr[i] = attn::Mma<T>::pack(s[2 * i], s[2 * i + 1]);
+  } else {
+    const int lane = threadIdx.x % 32, t = lane % 4;
+    const int src0 = (lane & ~3) | (2 * (t % 2)), src1 = src0 + 1;
+    const unsigned sel = t < 2 ? 0x5410u : 0x7632u;  // the low pairs (group t / 2) or the high
+#pragma unroll
+    for (int c = 0; c < N / 16; ++c) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unsigned pair[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pair[j] = Fp8Pair<T>::pack(s[16 * c + 4 * j + 2 * h], s[16 * c + 4 * j + 2 * h + 1]);
+        const unsigned w01 = pair[0] | pair[1] << 16, w23 = pair[2] | pair[3] << 16;
+        const unsigned x0 = __shfl_sync(0xffffffffu, w01, src0), y0 = __shfl_sync(0xffffffffu, w01, src1);
+        const unsigned x2 = __shfl_sync(0xffffffffu, w23, src0), y2 = __shfl_sync(0xffffffffu, w23, src1);
+        pr[4 * c + h] = wgmma_gemm::byte_perm(x0, y0, sel);
+        pr[4 * c + h + 2] = wgmma_gemm::byte_perm(x2, y2, sel);
+      }
+    }
+  }
 }
 
 NCDC_DEVICE void release(unsigned long long* bar, int lane) {
@@ -357,13 +490,13 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
   const unsigned next_phase = next == 0 ? phase ^ 1u : phase;
   named_bar_sync(mine, kPair);
   mbar_wait(&bar.full_k[next], next_phase);
-  fence_registers<Cfg::SX / 4>(pr);
+  fence_registers<Cfg::P_REGS>(pr);
   wgmma_fence_operands<Cfg::DV / 2>(o_acc);
   wgmma_fence();
   issue_qk<TQ, Cfg>(s, smem, ks + next * Cfg::K_BYTES, consumer);
   wgmma_commit();
   mbar_wait(&bar.full_v[stage], phase);
-  issue_pv<TV, Cfg>(o_acc, pr, vs + stage * Cfg::V_BYTES, accumulate);
+  issue_pv<TV, Cfg>(o_acc, pr, pv_slot<Cfg>(smem, stage), accumulate);
   wgmma_commit();
   named_bar_arrive(other, kPair);
   wgmma_wait<1>();  // S of tile j
@@ -372,7 +505,7 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
   softmax_tile<Cfg, BELOW, MASKED>(s, st, alpha, j * Cfg::SX, row0, t, p, scores);
   wgmma_wait<0>();  // P V of tile j - 1: its P registers and V slot are free
   wgmma_fence_operands<Cfg::DV / 2>(o_acc);
-  fence_registers<Cfg::SX / 4>(pr);
+  fence_registers<Cfg::P_REGS>(pr);
   release(&bar.empty_v[stage], lane);
 #pragma unroll
   for (int i = 0; i < Cfg::DV / 2; ++i) o_acc[i] *= alpha[(i / 2) % 2];
@@ -388,7 +521,7 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
 // words t, hit 32 banks), orders those writes before the async proxy (fence.proxy.async, then
 // its own named barrier), and one thread stores the boxes. Rows beyond q_len are clipped by
 // TMA (not written); a box wholly past q_len is not issued.
-template <class TV, class Cfg>
+template <class TO, class Cfg>
 NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const float* o_acc, const float* inv,
                          const Problem& p, int consumer) {
   const int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -397,10 +530,10 @@ NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const floa
 #pragma unroll
   for (int i = 0; i < Cfg::DV / 2; i += 2) {
     const int h = (i / 2) % 2, r = 16 * w + g + 8 * h, col = 8 * (i / 4) + 2 * t;
-    const int byte = (col % Cfg::ROW_V) * Cfg::ES_V;
-    unsigned char* at = tile + (col / Cfg::ROW_V) * 64 * Cfg::SPAN + r * Cfg::SPAN +
+    const int byte = (col % Cfg::ROW_O) * Cfg::ES_O;
+    unsigned char* at = tile + (col / Cfg::ROW_O) * 64 * Cfg::SPAN + r * Cfg::SPAN +
                         (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
-    st_shared(reinterpret_cast<unsigned*>(at), attn::Mma<TV>::pack(o_acc[i] * inv[h], o_acc[i + 1] * inv[h]));
+    st_shared(reinterpret_cast<unsigned*>(at), attn::Mma<TO>::pack(o_acc[i] * inv[h], o_acc[i + 1] * inv[h]));
   }
   fence_proxy_async();
   named_bar_sync(kStoreBar + 1 + consumer, 128);
@@ -408,7 +541,7 @@ NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const floa
   if (tid == 0 && row0 < p.q_len) {
 #pragma unroll
     for (int b = 0; b < Cfg::O_BOXES; ++b)
-      tma_store_3d(map_o, tile + b * 64 * Cfg::SPAN, b * Cfg::ROW_V, row0, p.z_o);
+      tma_store_3d(map_o, tile + b * 64 * Cfg::SPAN, b * Cfg::ROW_O, row0, p.z_o);
     tma_store_commit();
     tma_store_wait<0>();  // the boxes are read before the block exits and its shared memory goes
   }
@@ -424,7 +557,7 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
   const long long row0 = (long long)p.q_tile * Cfg::BQ + 64 * consumer + 16 * w + g;
   const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
   float o_acc[Cfg::DV / 2], s[Cfg::SX / 2], alpha[2];
-  unsigned pr[Cfg::SX / 4];
+  unsigned pr[Cfg::P_REGS];
   Rows st = {{attn::neg_inf(), attn::neg_inf()}, {0.0f, 0.0f}, {0, 0}, {0, 0}};
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -483,10 +616,10 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
   if (first < end) {  // the last tile's P V
     named_bar_sync(mine, kPair);
     mbar_wait(&bar.full_v[stage], phase);
-    fence_registers<Cfg::SX / 4>(pr);
+    fence_registers<Cfg::P_REGS>(pr);
     wgmma_fence_operands<Cfg::DV / 2>(o_acc);
     wgmma_fence();
-    issue_pv<TV, Cfg>(o_acc, pr, vs + stage * Cfg::V_BYTES, end > first + 1);
+    issue_pv<TV, Cfg>(o_acc, pr, pv_slot<Cfg>(smem, stage), end > first + 1);
     wgmma_commit();
     if (consumer == 0) named_bar_arrive(other, kPair);  // warpgroup 1's last turn needs it
     wgmma_wait<0>();
@@ -507,7 +640,7 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
       st_global(p.lse + row * p.lse_stride, attn::row_lse(m, l));
     }
   }
-  store_o<TV, Cfg>(smem, map_o, o_acc, inv, p, consumer);
+  store_o<typename Cfg::TO, Cfg>(smem, map_o, o_acc, inv, p, consumer);
 }
 
 // The whole kernel body: barriers, the warp split and the register budgets. `scores`: the
@@ -516,27 +649,29 @@ template <class TQ, class TV, class Cfg, bool UPPER, bool BELOW, class Scores = 
 NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
                          const TensorMap* map_o, const Problem& p, const Scores& scores = Scores()) {
   __shared__ unsigned long long q_full, full_k[Cfg::STAGES], empty_k[Cfg::STAGES];
-  __shared__ unsigned long long full_v[Cfg::STAGES], empty_v[Cfg::STAGES];
+  __shared__ unsigned long long full_v[Cfg::STAGES], empty_v[Cfg::STAGES], staged_v[Cfg::STAGES];
   unsigned char* smem = wgmma_gemm::aligned_smem();
   if (threadIdx.x == 0) {
     mbar_init(&q_full, 1);
     for (int s = 0; s < Cfg::STAGES; ++s) {
       mbar_init(&full_k[s], 1);
-      mbar_init(&full_v[s], 1);
+      mbar_init(&full_v[s], Cfg::V8 ? wgmma_gemm::kTransposeWarps : 1);
+      mbar_init(&staged_v[s], 1);
       mbar_init(&empty_k[s], 4 * kConsumers);  // one arrival per consumer warp
       mbar_init(&empty_v[s], 4 * kConsumers);
     }
     fence_barrier_init();
   }
   __syncthreads();
-  const Barriers bar{&q_full, full_k, empty_k, full_v, empty_v};
+  const Barriers bar{&q_full, full_k, empty_k, full_v, empty_v, staged_v};
   const KeyTiles r = key_tiles<Cfg, UPPER, BELOW>(p);
   const int group = threadIdx.x / 128;
   if (group == 0) {
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) produce<Cfg>(map_q, map_k, map_v, smem, bar, p, r, scores);
+    if (Cfg::V8 && threadIdx.x >= 32) transpose_v<Cfg>(smem, bar, p, r, scores, threadIdx.x / 32 - 1);
   } else {
-    setmaxnreg_inc<kConsumerRegs>();
+    setmaxnreg_inc<Cfg::CONSUMER_REGS>();
     consume<TQ, TV, Cfg, UPPER, BELOW>(smem, bar, p, r, group - 1, map_o, scores);
   }
 }

@@ -740,7 +740,8 @@ inline float tensor_core_dot(const float* a, const float* b, int k, float c, int
 // "Matrix Fragments for wgmma .m64nNk16" (and k32): with w = warp of the warpgroup, g = lane/4,
 // t = lane%4, element i is row 16w + g + 8*((i/2)%2), column 8*(i/4) + 2t + i%2.
 // A from registers: element (row 16w + g + 8h, column k) is the half k % 2 of register
-// h + 2 * (k / 8) of lane 4g + (k % 8) / 2 (PTX ISA 9.7.15.5.1, the m64nNk16 A fragment).
+// h + 2 * (k / 8) of lane 4g + (k % 8) / 2 (PTX ISA 9.7.15.5.1, the m64nNk16 A fragment);
+// for 8-bit types (k32) the byte k % 4 of register h + 2 * (k / 16) of lane 4g + (k % 16) / 4.
 // `probe`: the race sanitizer's read at the issue, which needs only B (A reads as zeros).
 inline void wgmma_perform(const WgmmaOp& op, unsigned tid_in_group, bool probe = false) {
   Descriptor db = decode_descriptor(op.desc_b);
@@ -756,6 +757,12 @@ inline void wgmma_perform(const WgmmaOp& op, unsigned tid_in_group, bool probe =
     RegFragments& f = hb.fragments[key];
     for (int h = 0; h < 2; ++h)
       for (int k = 0; k < op.k; ++k) {
+        if (esize == 1) {  // k32: byte k % 4 of register h + 2 (k / 16) of lane 4g + (k % 16) / 4
+          uint32_t r = f.regs[(32 * w + 4 * g + (k % 16) / 4) * 4 + h + 2 * (k / 16)];
+          const unsigned char b1 = (unsigned char)(r >> (8 * (k % 4)));
+          a[h][k] = wgmma_elem(&b1, op.elem);
+          continue;
+        }
         uint32_t r = f.regs[(32 * w + 4 * g + (k % 8) / 2) * 4 + h + 2 * (k / 8)];
         uint16_t bits = uint16_t(k % 2 ? r >> 16 : r & 0xffff);
         unsigned char b2[2];

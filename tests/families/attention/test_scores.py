@@ -564,3 +564,104 @@ def _parse_rule(text: str) -> Term:
         return Call(node.func.id.lower(), tuple(term(a) for a in node.args))
 
     return term(ast.parse(text, mode="eval").body)
+
+
+def test_tanh_of_a_logit_is_accurate_in_absolute_terms() -> None:
+    # op_tanh_logit (a soft cap's m tanh(k x), its scales folded in) against float64 tanh:
+    # within a few fp32 ulps of m everywhere, +-inf to +-m, NaN to NaN; and the same form
+    # on the GPU's approximate exp2 and reciprocal (2 and 1 ulp) stays inside that bound.
+    source = (
+        '#include "ncdc_runtime.cuh"\n#include "ncdc_elementwise.cuh"\n'
+        'extern "C" __global__ void capped(const float* x, float* y, float k, float m, int n) {\n'
+        "  for (int i = 0; i < n; ++i) y[i] = ncdc::op_tanh_logit(x[i], k, m);\n"
+        "}\nNCDC_EXPORT_KERNEL(capped);\n"
+    )
+    rng = np.random.default_rng(7)
+    x = np.concatenate([np.linspace(-40, 40, 4001), rng.standard_normal(2000) * 200,
+                        [0.0, -0.0, 1e-30, np.inf, -np.inf, np.nan]]).astype(np.float32)  # fmt: skip
+    module = build(source)
+    for k, m in ((1.0, 1.0), (0.02, 50.0), (1 / 30, 30.0)):
+        y = np.full_like(x, 7.0)
+        module.launch("capped", 1, 1, [x, y, np.float32(k), np.float32(m), np.int32(x.size)])
+        want = m * np.tanh(np.float64(k) * x.astype(np.float64))
+        finite = np.isfinite(x)
+        assert np.abs(y[finite] - want[finite]).max() <= 4 * m * 2.0**-24
+        assert (y[x == np.inf] == m).all() and (y[x == -np.inf] == -m).all()
+        assert np.isnan(y[np.isnan(x)]).all()
+
+
+def test_constant_scales_fold_and_keep_every_value() -> None:
+    from ncdc.families.attention.scores import LOG2E, fold_scales
+    from ncdc.families.codegen import Statement
+
+    made = [
+        Statement("a", "op_mul", ("ncdc_s", "0.02f")),
+        Statement("b", "op_mul", ("3.0f", "a")),  # a constant first
+        Statement("t", "op_tanh_logit", ("b",)),
+        Statement("l", "op_mul", ("t", "50.0f")),
+        Statement("z", "op_mul", ("l", "1e-45f")),  # a subnormal factor: not folded
+        Statement("w", "op_add", ("l", "b")),
+        Statement("ncdc_log2", "op_mul", ("w", f"{LOG2E!r}f")),
+    ]
+    folded = {st.out: (st.fn, st.args) for st in fold_scales(made)}
+    assert folded["b"] == ("op_mul", ("ncdc_s", f"{0.02 * 3.0!r}f"))
+    assert folded["t"] == ("op_tanh_logit", ("ncdc_s", f"{0.02 * 3.0!r}f", "1.0f"))
+    assert folded["l"] == ("op_tanh_logit", ("ncdc_s", f"{0.02 * 3.0!r}f", "50.0f"))
+    assert folded["z"] == ("op_mul", ("l", "1e-45f"))
+    assert folded["w"] == ("op_add", ("l", "b"))  # a sum is no scale: log2 e stays apart
+    assert folded["ncdc_log2"] == ("op_mul", ("w", f"{LOG2E!r}f"))
+    # evaluated, every variable keeps its value
+    s = 1.7
+    values = {"ncdc_s": s}
+    for st in fold_scales(made):
+        args = [values[a] if a in values else float(a[:-1]) for a in st.args]
+        values[st.out] = {
+            "op_mul": lambda a, b: a * b, "op_add": lambda a, b: a + b,
+            "op_tanh_logit": lambda x, k=1.0, m=1.0: m * np.tanh(k * x),
+        }[st.fn](*args)  # fmt: skip
+    b = s * 0.02 * 3.0
+    capped = 50 * np.tanh(b)
+    want = {"b": b, "t": np.tanh(b), "l": capped, "w": capped + b,
+            "ncdc_log2": (capped + b) * LOG2E}  # fmt: skip
+    for name, v in want.items():
+        assert values[name] == pytest.approx(v, rel=1e-12), name
+
+
+def test_a_soft_cap_issues_no_tanhf() -> None:
+    # the Hopper kernel's softcap functor: per score 2 MUFU of its own (EX2, RCP) beside the
+    # softmax's EX2, the caps' multiplies folded (50 tanh(s / 50) log2 e: one FFMA), no
+    # libdevice tanhf (its select between two forms: FSETP a score)
+    from ncdc.backends import sass
+    from ncdc.backends.compile import compile_plan
+
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
+    if sass.find_tool("nvdisasm") is None:
+        pytest.skip("nvdisasm wheel not installed")
+    plan = plan_diagram(load_diagram(DIAGRAMS / "softcap_attention.yaml"), load_hardware("h200"))
+    report = compile_plan(plan, "sm_90a")
+    loop = sass.parse_sass(sass.main_loops(report.cubin)[report.module.launches[0].kernel])
+    ops = [i.opcode for i in loop]
+    scores = 64  # a consumer thread's scores of a 64 x 128 tile
+    assert ops.count("MUFU") == pytest.approx(3 * scores, abs=4)
+    assert ops.count("FSETP") < 4
+
+
+def test_a_tanh_takes_the_logit_form_only_where_its_error_stays_absolute() -> None:
+    # Gemma's cap (50 tanh(s / 50), added to nothing else) runs as op_tanh_logit; a tanh
+    # that multiplies the logits (s tanh(s)) keeps libdevice's tanhf, whose error is
+    # relative to tiny values too.
+    from ncdc.families.attention.scores import logit_maps
+
+    capped = _library("softcap_attention", {"b": 1, "g": 1, "r": 2, "q": 70, "x": 83, "d": 64})
+    (kernel,) = plan_diagram(capped, load_hardware("h200")).kernels
+    assert logit_maps(kernel.kernel.ops, "L") == {"T"}
+    gated = _library(
+        "softcap_attention", {"b": 1, "g": 1, "r": 2, "q": 70, "x": 83, "d": 64},
+        (("  - L = mul(T, 50)          # 50 tanh(s / 50)", "  - L = mul(T, S)"),),
+    )  # fmt: skip
+    (kernel,) = plan_diagram(gated, load_hardware("h200")).kernels
+    assert logit_maps(kernel.kernel.ops, "L") == frozenset()
+    source = render_plan(plan_diagram(gated, load_hardware("h200"))).source
+    assert "ncdc::op_tanh(" in source and "op_tanh_logit" not in source
+    checks, _, _, _ = _run(gated, seed=5)
+    _assert_ok(checks)

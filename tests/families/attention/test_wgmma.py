@@ -369,44 +369,66 @@ def test_log_sum_exp_output_matches_the_reference(spec: str, sizes: dict[str, in
     assert result.ok and len(result.checks) == 2, result.checks  # O and the log-sum-exp
 
 
-# FlashAttention-3's fp8 configuration (sec. 3.3 and 4.1 of the paper): diagrams/attention_fp8.yaml
-# (e4m3 Q and K, S by wgmma k32; fp16 V and O; d = 128) with the paper's 64 keys a tile.
-FP8_FILE = (DIAGRAMS / "attention_fp8.yaml").read_text()
-FP8 = FP8_FILE.replace("schedule: {stream: x}", "schedule: {stream: x, tiles: {q: 128, x: 64}}")
-assert FP8 != FP8_FILE
+# FlashAttention-3's fp8 S with a 16-bit P V (tests/specs/attn_fp8_qk.yaml: e4m3 Q and K,
+# S by wgmma k32; fp16 V, P and O; d = 128) with the paper's 64 keys a tile, and its fp8
+# configuration (diagrams/attention_fp8.yaml: V and P in e4m3 too, P V by wgmma k32).
+FP8 = (support.SPECS / "attn_fp8_qk.yaml").read_text()
+FP8_PV = (DIAGRAMS / "attention_fp8.yaml").read_text()
 
 
 def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
     # h200: the one candidate is the wgmma kernel, its S at the fp8 rate (half the time of
-    # the fp16 P V); a100 has no fp8 attention kernel: one error with what to write.
-    plan = plan_diagram(load_diagram_text(FP8), HW)
+    # the fp16 P V), and with fp8 V both products (half of the fp16 kernel's); a100 has no
+    # fp8 attention kernel: one error with what to write.
+    sizes = {"b": 2, "h": 16, "q": 4096, "x": 4096}  # the library's: whole tiles
+    plan = plan_diagram(load_diagram_text(FP8, sizes=sizes), HW)
     k = plan.kernels[0]
     assert is_wgmma(k.candidate) and k.candidate.param("s_x") == 64
     assert k.candidate.threads == 384 and k.bound == "tensor"
-    fp16 = plan_diagram(load_diagram_text(FP8.replace("fp8_e4m3", "fp16")), HW).kernels[0]
-    assert k.compute["tensor"] == pytest.approx(0.75 * fp16.compute["tensor"], rel=0.01)
+    fp16 = plan_diagram(load_diagram_text(FP8.replace("fp8_e4m3", "fp16"), sizes=sizes), HW)
+    assert k.compute["tensor"] == pytest.approx(0.75 * fp16.kernels[0].compute["tensor"], rel=0.01)
     with pytest.raises(PlanError, match="fp8 Q .* run only in the sm_90a wgmma kernel"):
         plan_diagram(load_diagram_text(FP8), load_hardware("a100"))
+    v8 = plan_diagram(load_diagram_text(FP8_PV), HW).kernels[0]
+    assert is_wgmma(v8.candidate) and v8.candidate.param("s_x") == 128  # one 128-byte key row
+    fp16 = plan_diagram(load_diagram_text(FP8_PV.replace("fp8_e4m3", "fp16")), HW)
+    assert v8.compute["tensor"] == pytest.approx(0.5 * fp16.kernels[0].compute["tensor"], rel=0.01)
+    with pytest.raises(PlanError, match=r"store Q, K and V as fp16"):
+        plan_diagram(load_diagram_text(FP8_PV), load_hardware("a100"))
+    with pytest.raises(PlanError, match=r"P V product takes P in V's type.*dtype=fp8_e4m3"):
+        plan_diagram(load_diagram_text(FP8_PV.replace("dtype=fp8_e4m3)", "dtype=fp16)")), HW)
+    with pytest.raises(PlanError, match=r"key tiles of 128.*x: 128"):  # fp8 V, 64-key tiles
+        plan_diagram(
+            load_diagram_text(FP8_PV.replace("{stream: x}", "{stream: x, tiles: {x: 64}}")), HW
+        )
 
 
 @pytest.mark.parametrize(
     ("spec", "mmas", "most"),
     [
-        # bf16, plain and grouped-query (2.2 slots per HMMA.16816)
+        # bf16, plain and grouped-query (2.0 slots per HMMA.16816)
         ("attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
         ("gqa_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
-        # causal, bf16: the hot loop is the unmasked copy (2.2 slots per HMMA.16816)
+        # causal, bf16: the hot loop is the unmasked copy (2.0 slots per HMMA.16816)
         ("attention_causal", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4),
         # fp8: S by QGMMA k32, P V by HGMMA in fp16 (no type suffix), P from registers
         ("fp8", ("QGMMA.64x64x32.F32.E4M3.E4M3 R", "HGMMA.64x128x16.F32 R"), 3),
+        # fp8 V too: both by QGMMA, P from registers (2.1 slots per HMMA.16816 with the
+        # permute's shuffles; half of them a tile to the fp16 P V's count of FLOPs)
+        (
+            "attention_fp8",
+            ("QGMMA.64x128x32.F32.E4M3.E4M3 R", "QGMMA.64x128x32.F32.E4M3.E4M3 R"),
+            3,
+        ),
         # score functors, causal: ALiBi (3.4 slots per HMMA.16816; 8.2 on mma.sync), and
-        # soft-capping, whose libdevice tanhf is 11 fp32 and 2 MUFU a score (6.9; 9.2)
+        # soft-capping, whose tanh of a logit is 3 fp32 and 2 MUFU a score (3.7; libdevice's
+        # tanhf, 11 fp32, 2 MUFU and a select, took 6.9)
         ("alibi_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4),
-        ("softcap_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 8),
+        ("softcap_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4.5),
     ],
 )
 def test_compiles_to_tma_and_wgmma_without_spills(
-    spec: str, mmas: tuple[str, str], most: int
+    spec: str, mmas: tuple[str, str], most: float
 ) -> None:
     # What `ncdc compile --arch sm_90a` builds on h200: TMA loads and stores, setmaxnreg, both GEMMs
     # as wgmma (P V's A in registers: an R operand, not a descriptor), no spills, the
@@ -426,7 +448,9 @@ def test_compiles_to_tma_and_wgmma_without_spills(
     # O leaves through shared memory by TMA stores, not by the threads' own stores
     assert "UTMASTG" in text and not re.search(r"\bSTG\.", text)
     qk, pv = mmas
-    assert qk in text and re.search(re.escape(pv) + r"\d+, R\d+, gdesc\[UR\d+\]\.tnspB", text)
+    # V an MN-major B (transposed by the wgmma), or for fp8 V K-major (transposed in SMEM)
+    tnsp = "" if spec == "attention_fp8" else r"\.tnspB"
+    assert qk in text and re.search(re.escape(pv) + r"\d+, R\d+, gdesc\[UR\d+\]" + tnsp, text)
     loop = sass.main_loops(report.cubin)[report.module.launches[0].kernel]
     # two waits a key tile (S, then the P V before it): ptxas did not serialise the wgmmas
     assert [line.split()[1] for line in loop.splitlines() if "DEPBAR" in line] == [
@@ -496,6 +520,57 @@ def test_fp8_attention_runs_and_planted_faults_are_caught() -> None:
         run(334)
     with pytest.raises(NcdcError, match=r"missing fence\.proxy\.async: a TMA store"):
         run(335)
+
+
+CAUSAL_E5M2 = FP8_PV.replace(
+    "  - O = contract", "  - M = causal(S, query=q, key=x)\n  - O = contract"
+)
+CAUSAL_E5M2 = (
+    CAUSAL_E5M2.replace("softmax(S,", "softmax(M,")
+    .replace("V: {axes: [b, h, x, d], dtype: fp8_e4m3}", "V: {axes: [b, h, x, d], dtype: fp8_e5m2}")
+    .replace("dtype=fp8_e4m3)", "dtype=fp8_e5m2)")
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "sizes"),
+    [
+        (FP8_PV, {"b": 1, "h": 2, "q": 200, "x": 300}),  # 3 key tiles, a 44-key tail
+        (CAUSAL_E5M2, {"b": 1, "h": 1, "q": 130, "x": 250}),  # e4m3 S, e5m2 P V; masked tiles
+    ],
+)
+def test_fp8_p_v_matches_its_reference_and_a_missing_permute_fails(text: str, sizes: dict) -> None:
+    # Both products in fp8: P rounded to V's type tile by tile against the running max (the
+    # reference does the same: ncdc.verify.reference.tiled_softmax), permuted across the
+    # quad into the 8-bit A fragment; V transposed in shared memory by the producer's warps.
+    # Against the reference to fp16's rounding of O; with P packed in the accumulator's
+    # order (no permute) it fails.
+    d = load_diagram_text(text, sizes=sizes)
+    _, module = wgmma_module(d, 128, 2)
+    assert module.launches[0].kernel.startswith("attention_fp8_attention_wgmma_fp8_e4m3_fp8_e")
+    assert [(n, t.block) for n, t in module.softmaxes] == [("P", 128)]
+    result = run_diagram(
+        d, module, backend="cpu", seed=int(np.random.default_rng().integers(2**31))
+    )
+    assert result.ok, result.checks
+    assert result.checks[0].max_rel_error < 2e-3  # fp16 rounding of O, not fp8's
+    header = (Path(include.__file__).parent / "ncdc_attention_hopper.cuh").read_text()
+    permute = (
+        "        pr[4 * c + h] = wgmma_gemm::byte_perm(x0, y0, sel);\n"
+        "        pr[4 * c + h + 2] = wgmma_gemm::byte_perm(x2, y2, sel);\n"
+    )
+    assert header.count(permute) == 1
+    unpermuted = header.replace(
+        permute, "        pr[4 * c + h] = w01;\n        pr[4 * c + h + 2] = w23;\n"
+    )
+    lib = build(module.source.replace('#include "ncdc_attention_hopper.cuh"', unpermuted))
+    launch = module.launches[0]
+    inputs = make_inputs(d, 3)
+    buffers = allocate(module, d, inputs)
+    lib.launch(launch.kernel, launch.grid, launch.block, launch_args(launch, buffers),
+               dynamic_smem=launch.dynamic_smem)  # fmt: skip
+    want = evaluate(d, inputs, sums=dict(module.sums), softmaxes=dict(module.softmaxes))["O"]
+    assert not compare("O", "fp16", from_storage(buffers["O"], "fp16"), want).ok
 
 
 def test_a_jump_back_from_a_retry_stub_is_not_a_loop() -> None:
