@@ -69,6 +69,7 @@ COALESCE = 32  # kept indices a block takes across the contiguous axis: one warp
 # values of its share a thread loads at a time (held in registers): more keeps more bytes
 # in flight where each load is narrow (2 bytes of a column), at the cost of registers
 HOLDS = (8, 32)
+VECTOR_BYTES = 16  # a thread's consecutive kept indices load as one vector of this width
 MERGE_THREADS = 256
 MAX_SPLITS = 65535  # grid.y
 SPLIT_WAVES = 2  # a split reduction launches about this many blocks per SM
@@ -129,25 +130,32 @@ class ReduceFamily:
             for n in _names(kernel)
             if n in per_element or n == src.name
         )
-        staged_tx = sorted(
-            {t for t in (wide, 16, 8) if t <= wide and t * narrowest >= SECTOR} | {wide}
-        )
         out: list[Candidate] = []
         shapes = set()
-        for threads, each in itertools.product(TILES["threads"], HOLDS):
+        # vectors first: where the model prices both alike (at the copy rate), the one
+        # that issues fewer instructions a byte
+        widths = sorted({1, _vector_width(d, kernel, kept, rowop)}, reverse=True)
+        for threads, each, vec in itertools.product(TILES["threads"], HOLDS, widths):
             if threads > hw.limits.threads_per_block:
                 continue
-            for tx in staged_tx if per_element else [wide]:
+            staged_tx = sorted(
+                {t for t in (wide, 16, 8, 4, 2) if t <= wide and t * vec * narrowest >= SECTOR}
+                | {wide}
+            )
+            # a vector thread fills a sector with fewer threads across the columns: its
+            # block may be narrower without staging (more blocks for the same columns)
+            for tx in staged_tx if per_element or vec > 1 else [wide]:
                 if threads % tx:
                     continue
                 ty = threads // tx
-                hold = min(each, pow2(ceil_div(red_n, ty)))
-                if (threads, tx, hold) in shapes:
+                # a vector thread holds `vec` values a step: as many bytes in flight
+                hold = min(max(1, each // vec), pow2(ceil_div(red_n, ty)))
+                if (threads, tx, hold, vec) in shapes:
                     continue
-                shapes.add((threads, tx, hold))
-                registers = estimate_registers(hold * max(len(kernel.inputs), 1), 1, 0)
+                shapes.add((threads, tx, hold, vec))
+                registers = estimate_registers(hold * vec * max(len(kernel.inputs), 1), 1, 0)
                 chunks = ceil_div(red_n, (ty * hold))
-                blocks_x = ceil_div(kept_n, tx)
+                blocks_x = ceil_div(kept_n, tx * vec)
                 split_opts = [1]
                 if not per_element and blocks_x < hw.limits.sms * SPLIT_WAVES and chunks > 1:
                     want = ceil_div(hw.limits.sms * SPLIT_WAVES, blocks_x)
@@ -157,13 +165,14 @@ class ReduceFamily:
                     stage_opts.append(red_n)  # the columns held in shared memory
                 for splits in sorted(set(split_opts)):
                     for stage in stage_opts:
-                        if tx != wide and not stage:
+                        if tx != wide and not stage and vec == 1:
                             continue  # a narrower block only pays where it is staged
-                        shape = _Shape(threads, tx, hold, splits, stage, stage * tx * stage_bytes)
+                        shape = _Shape(threads, tx, hold, splits, stage,
+                                       stage * tx * vec * stage_bytes, vec)  # fmt: skip
                         if _smem(shape) > hw.limits.smem_per_block_bytes:
                             continue
                         passes = 2 if per_element and chunks > 1 and not stage else 1
-                        in_flight = 32 * hold * loaded  # a warp's loads of a chunk
+                        in_flight = 32 * hold * vec * loaded  # a warp's loads of a chunk
                         out.append(_candidate(model, family, hw, shape, passes, registers,
                                               in_flight))  # fmt: skip
         return out
@@ -192,11 +201,36 @@ class _Shape:
     splits: int
     stage: int  # reduced values of each kept index held in shared memory (0: read again)
     stage_bytes: int
+    vec: int = 1  # consecutive kept indices a thread takes, loaded as one vector
 
 
 def _smem(shape: _Shape) -> int:
     """Dynamic shared memory: the partial and merged statistics, then the staged columns."""
-    return 4 * (3 * shape.threads + 3 * shape.tx) + shape.stage_bytes
+    return 4 * (3 * shape.threads + 3 * shape.tx) * shape.vec + shape.stage_bytes
+
+
+def _vector_width(d: Diagram, kernel: Kernel, kept: tuple[str, ...], rowop: Op) -> int:
+    """Consecutive kept indices a thread may take as one vector (VECTOR_BYTES of the widest
+    tensor read or written per element), or 1: the operand's last axis must be kept and be
+    the last axis of every such tensor that has it (one without it, a weight over the
+    reduced axes, is one value for the whole vector), its size a multiple of the width, and
+    nothing read per kept index (no input over the kept axes alone, no index of an axis), so
+    that the thread's indices differ in that axis alone, by one element a tensor. At other
+    sizes the kernel takes one index a thread (ncdc_reduce.cuh, `run`)."""
+    inner = _operand(d, rowop).axes[-1]
+    reduced = set(_operand(d, rowop).axes) - set(kept)
+    if inner not in kept or any(op.kind == "index" for op in kernel.ops):
+        return 1
+    if any(not set(d.tensor(n).axes) & reduced for n in kernel.inputs):
+        return 1  # an input over the kept axes alone
+    elementwise = [  # read or written per element, varying along the axis
+        n for n in (*kernel.inputs, *kernel.outputs)
+        if set(d.tensor(n).axes) & reduced and inner in d.tensor(n).axes
+    ]  # fmt: skip
+    if any(d.tensor(n).axes[-1] != inner for n in elementwise):
+        return 1
+    vec = VECTOR_BYTES // max(DTYPES[d.tensor(n).dtype].bytes for n in elementwise)
+    return vec if vec > 1 and d.axes[inner] % vec == 0 else 1
 
 
 def _stage_dtype(d: Diagram, kernel: Kernel, rowop: Op) -> str:
@@ -223,7 +257,7 @@ def _candidate(
     kept, reduced = family.axes("kept"), family.axes("reduced")
     kept_n = math.prod(d.axes[a] for a in kept)
     group: dict[str, int] = {}
-    left = tx
+    left = tx * shape.vec
     for a in reversed(kept):
         take = min(d.axes[a], left)
         group[a] = take
@@ -243,7 +277,7 @@ def _candidate(
         left = max(1, ceil_div(left, take))
     group = {a: group.get(a, 1) for a in kernel.woven}
     smem = _smem(shape)
-    grid = min(MAX_GRID, ceil_div(kept_n, tx))
+    grid = min(MAX_GRID, ceil_div(kept_n, tx * shape.vec))
     shapes = [LaunchShape((grid, splits, 1), (threads, 1, 1), smem)]
     if splits > 1:
         shapes.append(LaunchShape((ceil_div(kept_n, MERGE_THREADS), 1, 1), (MERGE_THREADS, 1, 1)))
@@ -257,6 +291,7 @@ def _candidate(
         ("splits", splits),
         ("stage", shape.stage),
         ("passes", passes),
+        ("vec", shape.vec),
     )
     return Candidate(
         group, stream, group, stream, params, tuple(shapes), 1, splits, budget, rereads,
@@ -350,6 +385,8 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
         "hold": hold,
         "splits": splits,
         "stage_rows": c.param("stage"),
+        "vec": _vec(c),
+        "inner_size": size_name(r.kept[-1]) if r.kept else "1LL",
         "stage_ctype": cpp_type(_stage_dtype(d, kernel, rowop)),
         "per_element": bool(parts.outputs_elem),
         "per_row": bool(parts.outputs_row),
@@ -378,6 +415,11 @@ def _render(kp: KernelPlan, plan: Plan) -> KernelSource:
     return KernelSource("reduce.cu.j2", context, tuple(launches), workspace)
 
 
+def _vec(c: Candidate) -> int:
+    """The candidate's kept indices a thread (1 for one recorded before vectors)."""
+    return int(dict(c.params).get("vec", 1))
+
+
 def _names_of(kernel: Kernel, d: Diagram, c: Candidate) -> tuple[str, str]:
     """The kernel's name (every parameter of the variant) and its merge kernel's ("" for
     none)."""
@@ -385,7 +427,9 @@ def _names_of(kernel: Kernel, d: Diagram, c: Candidate) -> tuple[str, str]:
     out_dtype = d.tensor(kernel.outputs[0]).dtype.replace("_", "")
     streamed = "_p2" if c.param("passes") == 2 else ""
     staged = "_smem" if c.param("stage") else ""
-    name = f"{kernel.name}_reduce_{out_dtype}_t{threads}_x{tx}_h{hold}_s{splits}{streamed}{staged}"
+    vec = f"_v{_vec(c)}" if _vec(c) > 1 else ""
+    name = (f"{kernel.name}_reduce_{out_dtype}_t{threads}_x{tx}_h{hold}_s{splits}{vec}{streamed}"
+            f"{staged}")  # fmt: skip
     return name, f"{kernel.name}_reduce_merge_{out_dtype}" if splits > 1 else ""
 
 
@@ -465,11 +509,12 @@ class _Reduction:
         ]
         return " + ".join(terms) or "0"
 
-    def loads(self, stmts: list[Statement], *extra: str) -> list[dict[str, str]]:
+    def loads(self, stmts: list[Statement], *extra: str) -> list[dict[str, Any]]:
         used = " ".join([*(" ".join(s.args) for s in stmts), *extra]).split()
         used_set = {w.strip("(),") for w in used}
+        inner = self.kept[-1] if self.kept else ""
         return [
-            {"name": n, "expr": self.reduced_offset(n)}
+            {"name": n, "expr": self.reduced_offset(n), "along": inner in self.d.tensor(n).axes}
             for n in self.kernel.inputs
             if n in self.per_element and self.value(n) in used_set
         ]

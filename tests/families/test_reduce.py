@@ -21,13 +21,20 @@ TOL = {"bf16": 2e-2, "fp32": 1e-4}
 SIZE_PREFIX = "ncdc_size_"
 
 
-def run_at(text: str, plan_sizes: dict, runs: list[dict]) -> list[tuple[dict, dict]]:
+def run_at(
+    text: str, plan_sizes: dict, runs: list[dict], plant: tuple[str, str] | None = None
+) -> list[tuple[dict, dict]]:
     """Render `text` at `plan_sizes` and run that one build at each of `runs`, outputs and
-    workspace poisoned with NaN. Returns (outputs, float64 reference) per run."""
+    workspace poisoned with NaN. Returns (outputs, float64 reference) per run. `plant`: a
+    fault, (text of the source, what replaces it)."""
     plan = plan_diagram(load_diagram_text(text, sizes=plan_sizes), H200)
     module = render_plan(plan)
     assert {kp.family.name for kp in plan.kernels} == {"reduce"}
-    lib = build(module.source)
+    source = module.source
+    if plant is not None:
+        assert plant[0] in source
+        source = source.replace(plant[0], plant[1])
+    lib = build(source)
     out = []
     for sizes in runs:
         d = load_diagram_text(text, sizes=sizes)
@@ -104,6 +111,34 @@ def test_column_ops_match_numpy(dtype: str, plan_m: int, stage: bool) -> None:
     )
     for got, want in run_at(column_spec(dtype), {"m": plan_m, "n": 130}, ODD):
         close(got, want, dtype)
+
+
+# Column counts a multiple of the vector (8 bf16 or 4 fp32 a thread): the vector path at odd
+# column lengths, a block's last warp partial (72, 136 columns), one vector of columns (8).
+VECTOR_ODD = [{"m": 37, "n": 72}, {"m": 301, "n": 136}, {"m": 3, "n": 8}, {"m": 1, "n": 16}]
+
+
+@pytest.mark.parametrize("dtype, plan_m, stage", [("fp32", 4096, True), ("bf16", 65536, False)])
+def test_column_ops_in_vectors_match_numpy(dtype: str, plan_m: int, stage: bool) -> None:
+    # Built for 16384 columns: each thread takes 16 bytes of consecutive columns (one vector
+    # load a row), staged in shared memory as vectors or read again; the runs keep column
+    # counts a multiple of the vector, and one at 45 columns takes the scalar path of the
+    # same build.
+    plan_sizes = {"m": plan_m, "n": 16384}
+    plan = plan_diagram(load_diagram_text(column_spec(dtype), sizes=plan_sizes), H200)
+    vec = {"fp32": 4, "bf16": 8}[dtype]
+    assert {kp.candidate.param("vec") for kp in plan.kernels} == {vec}
+    assert (plan.kernels[0].candidate.param("stage") > 0) == stage
+    for got, want in run_at(column_spec(dtype), plan_sizes, [*VECTOR_ODD, {"m": 37, "n": 45}]):
+        close(got, want, dtype)
+    # the vector path runs: its elements rotated by one, the vector runs fail and the
+    # scalar one (45 columns) does not
+    rotated = f"ncdc_out[(ncdc_v + 1) % {vec}] = "
+    runs = run_at(column_spec(dtype), plan_sizes, [VECTOR_ODD[0], {"m": 37, "n": 45}],
+                  ("ncdc_out[ncdc_v] = ", rotated))  # fmt: skip
+    with pytest.raises(AssertionError):
+        close(*runs[0], dtype)
+    close(*runs[1], dtype)
 
 
 MIXED = """

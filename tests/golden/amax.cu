@@ -20,6 +20,7 @@
 #undef amax
 #undef ncdc_partial
 
+
 namespace {
 struct ncdc_amax_reduce_fp32_t512_x1_h32_s264_io {
   struct {
@@ -49,6 +50,7 @@ struct ncdc_amax_reduce_fp32_t512_x1_h32_s264_io {
     return ncdc_e_A;
   }
 
+
   // The per-element outputs at ncdc_j from the op's result ncdc_y there.
   NCDC_DEVICE void finish(long long ncdc_j, float ncdc_y, float ncdc_stat) const {
 
@@ -68,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) amax_reduce_fp32_t512_x1_h3
     long long ncdc_size_m,
     long long ncdc_size_n) {
   ncdc_amax_reduce_fp32_t512_x1_h32_s264_io ncdc_io{ {X, amax, ncdc_partial}, ncdc_size_m, ncdc_size_n };
-  ncdc::reduce::run<ncdc::rowwise::kMax, 512, 1, 32, 264, 0, float>(ncdc_io, 1LL, ncdc_size_m * ncdc_size_n, ncdc_io.ncdc_t.ncdc_partial);
+  ncdc::reduce::run<ncdc::rowwise::kMax, 512, 1, 32, 264, 0, float, 1>(ncdc_io, 1LL, ncdc_size_m * ncdc_size_n, ncdc_io.ncdc_t.ncdc_partial, 1LL);
 }
 
 // The split partials merged in split order: one thread per kept index.

@@ -10,7 +10,7 @@
 
 #include "ncdc_runtime.cuh"
 
-// column_softmax_reduce_bf16_t256_x16_h32_s1_smem: Y = softmax(X, over=m)
+// column_softmax_reduce_bf16_t256_x2_h4_s1_v8_smem: Y = softmax(X, over=m)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_rowwise.cuh"
 #include "ncdc_reduce.cuh"
@@ -18,8 +18,9 @@
 #undef X
 #undef Y
 
+
 namespace {
-struct ncdc_column_softmax_reduce_bf16_t256_x16_h32_s1_smem_io {
+struct ncdc_column_softmax_reduce_bf16_t256_x2_h4_s1_v8_smem_io {
   struct {
     const __nv_bfloat16* __restrict__ X;
     __nv_bfloat16* __restrict__ Y;
@@ -48,6 +49,38 @@ struct ncdc_column_softmax_reduce_bf16_t256_x16_h32_s1_smem_io {
     return ncdc_a_X;
   }
 
+  // The op's input at reduced index ncdc_j for the 8 kept indices from the one begin()
+  // took (consecutive in every tensor): one vector load a tensor.
+  NCDC_DEVICE void source_vec(long long ncdc_j, float (&ncdc_out)[8]) const {
+
+    float ncdc_v_X[8];
+    ncdc::load_run<8>(ncdc_t.X + ncdc_o_X + ncdc_j * ncdc_size_n, ncdc_v_X);
+
+#pragma unroll
+    for (int ncdc_v = 0; ncdc_v < 8; ++ncdc_v) {
+      const float ncdc_a_X = ncdc_v_X[ncdc_v];
+
+      ncdc_out[ncdc_v] = ncdc_a_X;
+    }
+  }
+
+  // The per-element outputs at ncdc_j of the 8 kept indices, from the op's results there.
+  NCDC_DEVICE void finish_vec(long long ncdc_j, const float (&ncdc_yv)[8], const float (&ncdc_statv)[8]) const {
+
+
+    float ncdc_w_Y[8];
+#pragma unroll
+    for (int ncdc_v = 0; ncdc_v < 8; ++ncdc_v) {
+      const float ncdc_y = ncdc_yv[ncdc_v], ncdc_stat = ncdc_statv[ncdc_v];
+      (void)ncdc_y;
+      (void)ncdc_stat;
+
+      const float ncdc_e_Y = ncdc::op_id(ncdc_y);
+      ncdc_w_Y[ncdc_v] = ncdc_e_Y;
+    }
+    ncdc::store_run<8>(ncdc_t.Y + ncdc_o_Y + ncdc_j * ncdc_size_n, ncdc_w_Y);
+  }
+
   // The per-element outputs at ncdc_j from the op's result ncdc_y there.
   NCDC_DEVICE void finish(long long ncdc_j, float ncdc_y, float ncdc_stat) const {
 
@@ -61,12 +94,12 @@ struct ncdc_column_softmax_reduce_bf16_t256_x16_h32_s1_smem_io {
 };
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256, 1) column_softmax_reduce_bf16_t256_x16_h32_s1_smem(
+extern "C" __global__ void __launch_bounds__(256, 1) column_softmax_reduce_bf16_t256_x2_h4_s1_v8_smem(
     const __nv_bfloat16* __restrict__ X,
     __nv_bfloat16* __restrict__ Y,
     long long ncdc_size_n,
     long long ncdc_size_m) {
-  ncdc_column_softmax_reduce_bf16_t256_x16_h32_s1_smem_io ncdc_io{ {X, Y}, ncdc_size_n, ncdc_size_m };
-  ncdc::reduce::run<ncdc::rowwise::kSoftmax, 256, 16, 32, 1, 4096, __nv_bfloat16>(ncdc_io, ncdc_size_n, ncdc_size_m, nullptr);
+  ncdc_column_softmax_reduce_bf16_t256_x2_h4_s1_v8_smem_io ncdc_io{ {X, Y}, ncdc_size_n, ncdc_size_m };
+  ncdc::reduce::run<ncdc::rowwise::kSoftmax, 256, 2, 4, 1, 4096, __nv_bfloat16, 8>(ncdc_io, ncdc_size_n, ncdc_size_m, nullptr, ncdc_size_n);
 }
-NCDC_EXPORT_KERNEL(column_softmax_reduce_bf16_t256_x16_h32_s1_smem);
+NCDC_EXPORT_KERNEL(column_softmax_reduce_bf16_t256_x2_h4_s1_v8_smem);

@@ -256,6 +256,29 @@ NCDC_DEVICE void store_vec(T* p, const float (&v)[V]) {
   }
 }
 
+// V floats as consecutive elements of T in shared memory at p, and back (V * sizeof(T) a
+// multiple of 16 and p aligned to 16: whole 16-byte accesses).
+template <int V, class T>
+NCDC_DEVICE void store_shared_vec(T* p, const float (&v)[V]) {
+  constexpr int kSize = int(sizeof(T));
+  constexpr uint32_t kMask = kSize == 4 ? 0xffffffffu : (1u << (8 * kSize)) - 1u;
+  static_assert(V * kSize % 16 == 0, "whole 16-byte stores");
+  uint32_t w[V * kSize / 4];
+#pragma unroll
+  for (int i = 0; i < V * kSize / 4; ++i) w[i] = 0;
+#pragma unroll
+  for (int e = 0; e < V; ++e) w[e * kSize / 4] |= (Bits<T>::put(v[e]) & kMask) << (8 * (e * kSize % 4));
+#pragma unroll
+  for (int q = 0; q < V * kSize / 16; ++q)
+    st_shared_v16(p + q * (16 / kSize), make_uint4(w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]));
+}
+template <int V, class T>
+NCDC_DEVICE void load_shared_vec(const T* p, float (&v)[V]) {
+  Packed<V, T> r;
+  fetch_shared(p, r);
+  unpack(r, v);
+}
+
 // load_vec and store_vec where `p` may not be aligned as they need (a broadcast operand
 // whose run starts mid-vector when the innermost size is not a multiple of V): one element
 // at a time then.

@@ -5,7 +5,9 @@
 // (each in the operand's memory order, so consecutive k, or consecutive j when the operand's
 // last axis is reduced, are consecutive addresses). A block of THREADS threads is TX kept
 // indices (threadIdx.x % TX, coalesced across the kept axis when it is the contiguous one)
-// by TY = THREADS / TX slices of the reduced range. A thread takes HOLD values at a time,
+// by TY = THREADS / TX slices of the reduced range; with VEC > 1 each of the TX is VEC
+// consecutive kept indices, loaded and stored as one 16-byte vector a tensor (a column
+// reduction of 2-byte values then issues one load for 8 columns, not 8). A thread takes HOLD values at a time,
 // element h of chunk c being j = ((c * SPLITS + g) * HOLD + h) * TY + ty, for split g
 // (blockIdx.y); when its share fits in one chunk the values stay in registers between the
 // statistics and the output, else the output pass reads them again. The TY partial
@@ -16,7 +18,8 @@
 //
 // The statistics are rowwise's (`Running`, `accumulate`, `Stats`, `finish_value`); the
 // `Io` class from the template knows the tensors: `begin(k)`, `source(j)`, `finish(j, y,
-// stat)` per element and `finish_row(stat)` per kept index.
+// stat)` per element (`source_vec` and `finish_vec` for VEC of them) and `finish_row(stat)`
+// per kept index.
 #pragma once
 #ifndef NCDC_REDUCE_CUH
 #define NCDC_REDUCE_CUH
@@ -91,27 +94,60 @@ NCDC_DEVICE void put(float* p, const Running& r) {
 }
 NCDC_DEVICE Running get(const float* p) { return Running{p[0], p[1], p[2]}; }
 
-// One block of TX kept indices. Dynamic shared memory: 3 * THREADS floats of partial
-// statistics, then 3 * TX of the merged ones. `partial` (SPLITS > 1): 3 floats per (split,
-// kept index).
-template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, class Io>
+// A thread's VEC staged values go to shared memory as whole 16-byte vectors (the stage
+// starts 16-byte aligned: 12 (THREADS + TX) VEC bytes in).
+template <int VEC, class StageT>
+constexpr bool kVectorStage = VEC > 1 && VEC * int(sizeof(StageT)) % 16 == 0;
+
+// The thread's VEC consecutive kept indices' values at reduced index j: one vector load a
+// tensor (Io::source_vec) where VEC > 1.
+template <int VEC, class Io>
+NCDC_DEVICE void fetch(const Io& io, long long j, float (&v)[VEC]) {
+  if constexpr (VEC == 1) v[0] = io.source(j);
+  else io.source_vec(j, v);
+}
+
+// The per-element outputs at reduced index j of the thread's VEC kept indices, from their
+// statistics and values (element h of each of `x`).
+template <int KIND, int VEC, class Io, int HOLD>
+NCDC_DEVICE void finish(const Io& io, long long j, const Stats (&s)[VEC], const float (&x)[VEC][HOLD], int h) {
+  if constexpr (VEC == 1) {
+    io.finish(j, rowwise::finish_value<KIND>(s[0], x[0][h]), s[0].stat);
+  } else {
+    float y[VEC], stat[VEC];
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) {
+      y[v] = rowwise::finish_value<KIND>(s[v], x[v][h]);
+      stat[v] = s[v].stat;
+    }
+    io.finish_vec(j, y, stat);
+  }
+}
+
+// One block of TX x VEC kept indices (VEC consecutive ones a thread: Io::source_vec and
+// finish_vec load and store them as one vector). Dynamic shared memory: 3 * THREADS * VEC
+// floats of partial statistics, then 3 * TX * VEC of the merged ones, then the staged
+// columns. `partial` (SPLITS > 1): 3 floats per (split, kept index).
+template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, int VEC, class Io>
 NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, long long kb) {
   constexpr int TY = THREADS / TX;
   const int tx = int(threadIdx.x) % TX;
   const int ty = int(threadIdx.x) / TX;
-  const long long k = kb * TX + tx;
+  const long long k = (kb * TX + tx) * VEC;  // kept is a multiple of VEC (run's caller)
   const bool active = k < kept;
   const long long g = blockIdx.y;
   io.begin(active ? k : 0);
   const long long per_chunk = (long long)SPLITS * HOLD * TY;
   const long long chunks = (n + per_chunk - 1) / per_chunk;
   float* smem = dynamic_smem<float>();
-  // The block's columns in shared memory, element (j, tx) at j * TX + tx (a warp's 32
-  // threads touch 32 consecutive words), when they fit where the plan put them.
-  StageT* stage = reinterpret_cast<StageT*>(smem + 3 * THREADS + 3 * TX);
+  // The block's columns in shared memory, element (j, tx, v) at (j * TX + tx) * VEC + v (a
+  // warp's 32 threads touch consecutive words), when they fit where the plan put them.
+  StageT* stage = reinterpret_cast<StageT*>(smem + 3 * THREADS * VEC + 3 * TX * VEC);
   const bool staged = STAGE_ROWS > 0 && n <= STAGE_ROWS && chunks > 1;
-  Running r = start<KIND>();
-  float x[HOLD];
+  Running r[VEC];
+#pragma unroll
+  for (int v = 0; v < VEC; ++v) r[v] = start<KIND>();
+  float x[VEC][HOLD];
   int count = 0;
   for (long long c = 0; c < chunks && active; ++c) {
     const long long j0 = (c * SPLITS + g) * HOLD * TY + ty;
@@ -121,79 +157,129 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
 #pragma unroll
     for (int h = 0; h < HOLD; ++h) {
       const long long j = j0 + (long long)h * TY;
-      x[h] = 0.0f;
+      float got[VEC];
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) got[v] = 0.0f;
       if (j < n) {
-        x[h] = io.source(j);
+        fetch<VEC>(io, j, got);
         count = h + 1;
       }
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) x[v][h] = got[v];
     }
     if (STAGE_ROWS > 0 && staged) {
 #pragma unroll
       for (int h = 0; h < HOLD; ++h)
-        if (h < count) stage[(j0 + (long long)h * TY) * TX + tx] = from_float<StageT>(x[h]);
+        if (h < count) {
+          StageT* at = stage + ((j0 + (long long)h * TY) * TX + tx) * VEC;
+          if constexpr (kVectorStage<VEC, StageT>) {
+            float row[VEC];
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) row[v] = x[v][h];
+            store_shared_vec<VEC>(at, row);
+          } else {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) at[v] = from_float<StageT>(x[v][h]);
+          }
+        }
     }
-    rowwise::accumulate<KIND, HOLD>(r, x, count);
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) rowwise::accumulate<KIND, HOLD>(r[v], x[v], count);
   }
-  put(smem + 3 * threadIdx.x, r);
+#pragma unroll
+  for (int v = 0; v < VEC; ++v) put(smem + 3 * (threadIdx.x * VEC + v), r[v]);
   __syncthreads();
+  float* merged = smem + 3 * THREADS * VEC;
   if (ty == 0) {
-    Running all = get(smem + 3 * tx);
-    for (int y = 1; y < TY; ++y) combine<KIND>(all, get(smem + 3 * (y * TX + tx)));
-    if constexpr (SPLITS > 1) {
-      if (active) put(partial + 3 * (g * kept + k), all);
-    } else {
-      const Stats s = final_stats<KIND>(all, n, Io::kEps);
-      smem[3 * THREADS + 3 * tx] = s.a;
-      smem[3 * THREADS + 3 * tx + 1] = s.b;
-      smem[3 * THREADS + 3 * tx + 2] = s.stat;
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) {
+      Running all = get(smem + 3 * (tx * VEC + v));
+      for (int y = 1; y < TY; ++y) combine<KIND>(all, get(smem + 3 * ((y * TX + tx) * VEC + v)));
+      if constexpr (SPLITS > 1) {
+        if (active) put(partial + 3 * (g * kept + k + v), all);
+      } else {
+        const Stats s = final_stats<KIND>(all, n, Io::kEps);
+        merged[3 * (tx * VEC + v)] = s.a;
+        merged[3 * (tx * VEC + v) + 1] = s.b;
+        merged[3 * (tx * VEC + v) + 2] = s.stat;
+      }
     }
   }
   __syncthreads();  // the partials are read before the next kept block rewrites them
   if constexpr (SPLITS == 1) {
-    Stats s;
-    s.a = smem[3 * THREADS + 3 * tx];
-    s.b = smem[3 * THREADS + 3 * tx + 1];
-    s.stat = smem[3 * THREADS + 3 * tx + 2];
+    Stats s[VEC];
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) {
+      s[v].a = merged[3 * (tx * VEC + v)];
+      s[v].b = merged[3 * (tx * VEC + v) + 1];
+      s[v].stat = merged[3 * (tx * VEC + v) + 2];
+    }
     if constexpr (Io::kPerElement) {
       if (chunks == 1 && active) {
 #pragma unroll
         for (int h = 0; h < HOLD; ++h)
-          if (h < count) io.finish(ty + (long long)h * TY, rowwise::finish_value<KIND>(s, x[h]), s.stat);
+          if (h < count) finish<KIND, VEC>(io, ty + (long long)h * TY, s, x, h);
       } else {
         for (long long c = 0; c < chunks && active; ++c) {
           const long long j0 = c * HOLD * TY + ty;
           // the chunk's values read first, then its outputs: one round trip a chunk
-          float v[HOLD];
+          float w[VEC][HOLD];
 #pragma unroll
           for (int h = 0; h < HOLD; ++h) {
             const long long j = j0 + (long long)h * TY;
-            v[h] = 0.0f;
+            float got[VEC];
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) got[v] = 0.0f;
             // each thread reads back only what it staged itself: no barrier needed
-            if (j < n) v[h] = STAGE_ROWS > 0 && staged ? to_float(stage[j * TX + tx]) : io.source(j);
+            if (j < n) {
+              if (STAGE_ROWS > 0 && staged) {
+                const StageT* at = stage + (j * TX + tx) * VEC;
+                if constexpr (kVectorStage<VEC, StageT>) {
+                  load_shared_vec<VEC>(at, got);
+                } else {
+#pragma unroll
+                  for (int v = 0; v < VEC; ++v) got[v] = to_float(at[v]);
+                }
+              } else {
+                fetch<VEC>(io, j, got);
+              }
+            }
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) w[v][h] = got[v];
           }
 #pragma unroll
-          for (int h = 0; h < HOLD; ++h) {
-            const long long j = j0 + (long long)h * TY;
-            if (j < n) io.finish(j, rowwise::finish_value<KIND>(s, v[h]), s.stat);
-          }
+          for (int h = 0; h < HOLD; ++h)
+            if (j0 + (long long)h * TY < n) finish<KIND, VEC>(io, j0 + (long long)h * TY, s, w, h);
         }
       }
     }
     if constexpr (Io::kPerRow) {
-      if (active && ty == 0) io.finish_row(s.stat);
+      if (active && ty == 0)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+          if (VEC > 1) io.begin(k + v);
+          io.finish_row(s[v].stat);
+        }
     }
     __syncthreads();  // the merged statistics are read before the next kept block's
   }
 }
 
-// The first kernel: a grid-stride loop over blocks of TX kept indices (every thread of a
-// block runs the same iterations, so its barriers are uniform).
+// The first kernel: a grid-stride loop over blocks of TX x VEC kept indices (every thread
+// of a block runs the same iterations, so its barriers are uniform). VEC > 1 needs the
+// innermost kept axis (`inner` long) a multiple of VEC, so that a thread's indices are
+// consecutive in every tensor: at other sizes the kernel takes one index a thread.
 // STAGE_ROWS > 0: columns of up to that length are held in shared memory as StageT
 // between the statistics and the output, instead of being read again from global memory.
-template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, class Io>
-NCDC_DEVICE void run(Io& io, long long kept, long long n, float* partial) {
-  for (long long kb = blockIdx.x; kb * TX < kept; kb += gridDim.x)
-    run_block<KIND, THREADS, TX, HOLD, SPLITS, STAGE_ROWS, StageT>(io, kept, n, partial, kb);
+template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, int VEC, class Io>
+NCDC_DEVICE void run(Io& io, long long kept, long long n, float* partial, long long inner) {
+  if (VEC > 1 && inner % VEC == 0) {
+    for (long long kb = blockIdx.x; kb * TX * VEC < kept; kb += gridDim.x)
+      run_block<KIND, THREADS, TX, HOLD, SPLITS, STAGE_ROWS, StageT, VEC>(io, kept, n, partial, kb);
+  } else {
+    for (long long kb = blockIdx.x; kb * TX < kept; kb += gridDim.x)
+      run_block<KIND, THREADS, TX, HOLD, SPLITS, STAGE_ROWS, StageT, 1>(io, kept, n, partial, kb);
+  }
 }
 
 // The second kernel of SPLITS > 1: one thread per kept index merges its partials in split
