@@ -230,19 +230,21 @@ def wgmma_image(a: np.ndarray, b: np.ndarray, esize: int, span_a: int, span_b: i
 def wgmma_rs_case(
     hopper: cpu.EmulatedModule, elem: str, n: int, b_mn_major: bool, fault: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One m64nNk16 wgmma with A (64 x 16) from registers and B (n x 16) from a
-    128-byte-swizzled image, K-major or MN-major; returns (got, want)."""
+    """One m64nNk16 wgmma (k32 for 8-bit types) with A (64 x k) from registers and B (n x k)
+    from a 128-byte-swizzled image, K-major or (16-bit) MN-major; returns (got, want)."""
     rng = np.random.default_rng()
-    a = random_bits(rng, (64, 16), elem)
-    b = random_bits(rng, (n, 16), elem)  # b[n, k]
+    esize = 1 if elem in ("e4m3", "e5m2") else 2
+    k_extent = 32 // esize
+    a = random_bits(rng, (64, k_extent), elem)
+    b = random_bits(rng, (n, k_extent), elem)  # b[n, k]
     image = np.zeros(n * 128, np.uint8)  # K-major: a 128-byte row per column of B
     lbo = sbo = 0
     for col in range(n):
-        for k in range(16):
+        for k in range(k_extent):
             if b_mn_major:
                 off, lbo, sbo = mnmajor_offset(col * 2, k, 128, 16)
             else:
-                off, lbo, sbo = kmajor_offset(col, k * 2, 128)
+                off, lbo, sbo = kmajor_offset(col, k * esize, 128)
             place(image, 0, off, 128, b[col, k].tobytes())
     d = np.full((64, n), np.nan, np.float32)
     kernel = f"wgmma_rs_{elem}_n{n}_{'nmajor' if b_mn_major else 'kmajor'}"
@@ -263,29 +265,6 @@ def test_wgmma_a_from_registers(hopper: cpu.EmulatedModule, elem: str) -> None:
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"n={n}")
 
 
-def wgmma_rs8_case(
-    hopper: cpu.EmulatedModule, elem: str, n: int, fault: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """One m64nNk32 8-bit wgmma with A (64 x 32) from registers and B (n x 32) K-major from
-    a 128-byte-swizzled image; returns (got, want)."""
-    rng = np.random.default_rng()
-    a = random_bits(rng, (64, 32), elem)
-    b = random_bits(rng, (n, 32), elem)  # b[n, k]
-    image = np.zeros(n * 128, np.uint8)
-    lbo = sbo = 0
-    for col in range(n):
-        for k in range(32):
-            off, lbo, sbo = kmajor_offset(col, k, 128)
-            place(image, 0, off, 128, b[col, k].tobytes())
-    d = np.full((64, n), np.nan, np.float32)
-    hopper.launch(
-        f"wgmma_rs_{elem}_n{n}_kmajor", 1, 128,
-        [a, image, image.size, lbo, sbo, SWIZZLE_MODE[128], fault, d],
-        dynamic_smem=image.size + 1024,
-    )  # fmt: skip
-    return d, decode(a, elem) @ decode(b, elem).T
-
-
 @pytest.mark.parametrize("elem", ["e4m3", "e5m2"])
 def test_wgmma_8bit_a_from_registers(hopper: cpu.EmulatedModule, elem: str) -> None:
     # The 8-bit A fragment (four columns a thread in each half of k32, CuTe's ALayout_64x32)
@@ -293,9 +272,9 @@ def test_wgmma_8bit_a_from_registers(hopper: cpu.EmulatedModule, elem: str) -> N
     # accumulator's order (two columns a thread in each group of eight, what attention's P
     # holds before its permute), the product is wrong.
     for n in (64, 128, 256):
-        got, want = wgmma_rs8_case(hopper, elem, n)
+        got, want = wgmma_rs_case(hopper, elem, n, False)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"n={n}")
-    got, want = wgmma_rs8_case(hopper, elem, 128, fault=4)
+    got, want = wgmma_rs_case(hopper, elem, 128, False, fault=4)
     assert not np.allclose(got, want)
 
 

@@ -74,12 +74,17 @@ WGMMA_C_KERNEL(wgmma_f16_c, 1);
 WGMMA_C_KERNEL(wgmma_e4m3_c, 2);
 WGMMA_C_KERNEL(wgmma_e5m2_c, 3);
 
-// One m64nNk16 wgmma with A from registers: each thread packs its fragment of the 64 x 16
-// matrix `A` (16-bit values, row major) by the documented layout, B is the image's
-// descriptor at offset 0; D as above. fault: 1 reads D before the wait, 3 overwrites the A
-// registers after the issue (the product must not change: they are read at the issue).
+// One wgmma with A from registers, m64nNk16 for 16-bit types, k32 for 8-bit ones: `A` is
+// the 64 x 32-byte matrix (row major), and each thread packs its fragment by the documented
+// layout, the same in bytes for both widths (PTX ISA 9.7.15.5.1; CuTe's ALayout_64x16 and
+// ALayout_64x32): register r holds the 4 bytes at 16 (r / 2) + 4t of row 16w + g + 8 (r % 2),
+// the lowest column in the lowest bits. B is the image's descriptor at offset 0 (8-bit:
+// K-major); D as above. fault: 1 reads D before the wait, 3 overwrites the A registers after
+// the issue (the product must not change: they are read at the issue), 4 (8-bit) packs the
+// accumulator's order instead (columns 8j + 2t and + 1 of the groups j = 2 (r / 2) and + 1:
+// what attention holds before it permutes P).
 template <int ELEM, int N, int TB>
-__device__ void wgmma_rs_one(const unsigned short* A, const unsigned char* image, int bytes,
+__device__ void wgmma_rs_one(const unsigned char* A, const unsigned char* image, int bytes,
                              unsigned lbo_b, unsigned sbo_b, int sw_b, int fault, float* D) {
   unsigned char* smem = smem_1024();
   for (int i = threadIdx.x; i < bytes; i += blockDim.x) smem[i] = image[i];
@@ -87,15 +92,21 @@ __device__ void wgmma_rs_one(const unsigned short* A, const unsigned char* image
   int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   unsigned a[4];
   for (int r = 0; r < 4; ++r) {
-    int row = 16 * w + g + 8 * (r % 2), col = 8 * (r / 2) + 2 * t;
-    a[r] = unsigned(A[row * 16 + col]) | unsigned(A[row * 16 + col + 1]) << 16;
+    int row = 16 * w + g + 8 * (r % 2);
+    a[r] = 0u;
+    for (int i = 0; i < 4; ++i) {
+      int at = fault == 4 ? 8 * (2 * (r / 2) + i / 2) + 2 * t + i % 2 : 16 * (r / 2) + 4 * t + i;
+      a[r] |= unsigned(A[row * 32 + at]) << (8 * i);
+    }
   }
   float d[N / 2];
   for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
   auto db = ncdc::smem_desc(smem, lbo_b, sbo_b, ncdc::SmemSwizzle(sw_b));
   ncdc::wgmma_fence();
   if constexpr (ELEM == 0) ncdc::wgmma_m64k16_bf16_rs<N, TB>(d, a, db, 1);
-  else ncdc::wgmma_m64k16_f16_rs<N, TB>(d, a, db, 1);
+  else if constexpr (ELEM == 1) ncdc::wgmma_m64k16_f16_rs<N, TB>(d, a, db, 1);
+  else if constexpr (ELEM == 2) ncdc::wgmma_m64k32_e4m3_rs<N>(d, a, db, 1);
+  else ncdc::wgmma_m64k32_e5m2_rs<N>(d, a, db, 1);
   ncdc::wgmma_commit();
   if (fault == 3)
     for (int r = 0; r < 4; ++r) a[r] = 0u;
@@ -109,7 +120,7 @@ __device__ void wgmma_rs_one(const unsigned short* A, const unsigned char* image
 }
 
 #define WGMMA_RS_KERNEL(NAME, ELEM, N, TB)                                                      \
-  extern "C" __global__ void NAME(const unsigned short* A, const unsigned char* image, int bytes, \
+  extern "C" __global__ void NAME(const unsigned char* A, const unsigned char* image, int bytes,  \
                                   unsigned lbo_b, unsigned sbo_b, int sw_b, int fault, float* D) { \
     wgmma_rs_one<ELEM, N, TB>(A, image, bytes, lbo_b, sbo_b, sw_b, fault, D);                    \
   }                                                                                              \
@@ -126,54 +137,12 @@ WGMMA_RS_KERNEL(wgmma_rs_f16_n128_kmajor, 1, 128, 0);
 WGMMA_RS_KERNEL(wgmma_rs_f16_n128_nmajor, 1, 128, 1);
 WGMMA_RS_KERNEL(wgmma_rs_f16_n256_kmajor, 1, 256, 0);
 WGMMA_RS_KERNEL(wgmma_rs_f16_n256_nmajor, 1, 256, 1);
-
-// One m64nNk32 8-bit wgmma with A from registers: each thread packs its fragment of the
-// 64 x 32 byte matrix `A` (row major) by the 8-bit layout (register r: row 16w + g +
-// 8 (r % 2), columns 16 (r / 2) + 4t to + 3, the lowest column in the lowest byte); B K-major
-// from the image. fault 4 packs the accumulator's order instead (columns 8j + 2t and + 1 of
-// the groups j = 2 (r / 2) and + 1: what attention holds before it permutes P).
-template <int ELEM, int N>
-__device__ void wgmma_rs8_one(const unsigned char* A, const unsigned char* image, int bytes,
-                              unsigned lbo_b, unsigned sbo_b, int sw_b, int fault, float* D) {
-  unsigned char* smem = smem_1024();
-  for (int i = threadIdx.x; i < bytes; i += blockDim.x) smem[i] = image[i];
-  __syncthreads();
-  int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  unsigned a[4];
-  for (int r = 0; r < 4; ++r) {
-    int row = 16 * w + g + 8 * (r % 2);
-    a[r] = 0u;
-    for (int i = 0; i < 4; ++i) {
-      int col = fault == 4 ? 8 * (2 * (r / 2) + i / 2) + 2 * t + i % 2 : 16 * (r / 2) + 4 * t + i;
-      a[r] |= unsigned(A[row * 32 + col]) << (8 * i);
-    }
-  }
-  float d[N / 2];
-  for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
-  auto db = ncdc::smem_desc(smem, lbo_b, sbo_b, ncdc::SmemSwizzle(sw_b));
-  ncdc::wgmma_fence();
-  if constexpr (ELEM == 2) ncdc::wgmma_m64k32_e4m3_rs<N>(d, a, db, 1);
-  else ncdc::wgmma_m64k32_e5m2_rs<N>(d, a, db, 1);
-  ncdc::wgmma_commit();
-  ncdc::wgmma_wait<0>();
-  for (int i = 0; i < N / 2; ++i) {
-    int row = 16 * w + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
-    D[row * N + col] = d[i];
-  }
-}
-
-#define WGMMA_RS8_KERNEL(NAME, ELEM, N)                                                          \
-  extern "C" __global__ void NAME(const unsigned char* A, const unsigned char* image, int bytes, \
-                                  unsigned lbo_b, unsigned sbo_b, int sw_b, int fault, float* D) { \
-    wgmma_rs8_one<ELEM, N>(A, image, bytes, lbo_b, sbo_b, sw_b, fault, D);                       \
-  }                                                                                              \
-  NCDC_EXPORT_KERNEL(NAME)
-WGMMA_RS8_KERNEL(wgmma_rs_e4m3_n64_kmajor, 2, 64);
-WGMMA_RS8_KERNEL(wgmma_rs_e4m3_n128_kmajor, 2, 128);
-WGMMA_RS8_KERNEL(wgmma_rs_e4m3_n256_kmajor, 2, 256);
-WGMMA_RS8_KERNEL(wgmma_rs_e5m2_n64_kmajor, 3, 64);
-WGMMA_RS8_KERNEL(wgmma_rs_e5m2_n128_kmajor, 3, 128);
-WGMMA_RS8_KERNEL(wgmma_rs_e5m2_n256_kmajor, 3, 256);
+WGMMA_RS_KERNEL(wgmma_rs_e4m3_n64_kmajor, 2, 64, 0);
+WGMMA_RS_KERNEL(wgmma_rs_e4m3_n128_kmajor, 2, 128, 0);
+WGMMA_RS_KERNEL(wgmma_rs_e4m3_n256_kmajor, 2, 256, 0);
+WGMMA_RS_KERNEL(wgmma_rs_e5m2_n64_kmajor, 3, 64, 0);
+WGMMA_RS_KERNEL(wgmma_rs_e5m2_n128_kmajor, 3, 128, 0);
+WGMMA_RS_KERNEL(wgmma_rs_e5m2_n256_kmajor, 3, 256, 0);
 
 // One TMA box at (c0, c1) into 1024-aligned shared memory, copied out byte for byte. fault: 1
 // reads before the wait, 2 waits for the wrong parity, 3 expects 16 bytes more than arrive.
