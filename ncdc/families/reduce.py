@@ -229,6 +229,9 @@ def _vector_width(d: Diagram, kernel: Kernel, kept: tuple[str, ...], rowop: Op) 
     ]  # fmt: skip
     if any(d.tensor(n).axes[-1] != inner for n in elementwise):
         return 1
+    if any(set(d.tensor(n).axes) & reduced and inner not in d.tensor(n).axes
+           for n in kernel.outputs):  # fmt: skip
+        return 1  # an output written per element but not along the vector's axis
     vec = VECTOR_BYTES // max(DTYPES[d.tensor(n).dtype].bytes for n in elementwise)
     return vec if vec > 1 and d.axes[inner] % vec == 0 else 1
 

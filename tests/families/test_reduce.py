@@ -131,6 +131,8 @@ def test_column_ops_in_vectors_match_numpy(dtype: str, plan_m: int, stage: bool)
     assert (plan.kernels[0].candidate.param("stage") > 0) == stage
     for got, want in run_at(column_spec(dtype), plan_sizes, [*VECTOR_ODD, {"m": 37, "n": 45}]):
         close(got, want, dtype)
+    if dtype != "bf16":
+        return  # the planted fault once (a build of its own)
     # the vector path runs: its elements rotated by one, the vector runs fail and the
     # scalar one (45 columns) does not
     rotated = f"ncdc_out[(ncdc_v + 1) % {vec}] = "

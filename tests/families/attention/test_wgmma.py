@@ -544,7 +544,7 @@ def test_fp8_p_v_matches_its_reference_and_a_missing_permute_fails(text: str, si
     # reference does the same: ncdc.verify.reference.tiled_softmax), permuted across the
     # quad into the 8-bit A fragment; V transposed in shared memory by the producer's warps.
     # Against the reference to fp16's rounding of O; with P packed in the accumulator's
-    # order (no permute) it fails.
+    # order (no permute) the first case fails.
     d = load_diagram_text(text, sizes=sizes)
     _, module = wgmma_module(d, 128, 2)
     assert module.launches[0].kernel.startswith("attention_fp8_attention_wgmma_fp8_e4m3_fp8_e")
@@ -554,6 +554,8 @@ def test_fp8_p_v_matches_its_reference_and_a_missing_permute_fails(text: str, si
     )
     assert result.ok, result.checks
     assert result.checks[0].max_rel_error < 2e-3  # fp16 rounding of O, not fp8's
+    if text != FP8_PV:
+        return  # the planted fault once (a build of its own)
     header = (Path(include.__file__).parent / "ncdc_attention_hopper.cuh").read_text()
     permute = (
         "        pr[4 * c + h] = wgmma_gemm::byte_perm(x0, y0, sel);\n"
