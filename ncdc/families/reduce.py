@@ -138,13 +138,15 @@ class ReduceFamily:
         for threads, each, vec in itertools.product(TILES["threads"], HOLDS, widths):
             if threads > hw.limits.threads_per_block:
                 continue
+            # no more threads across than the kept indices fill (each takes `vec` of them)
+            across = min(wide, pow2(ceil_div(kept_n, vec)))
             staged_tx = sorted(
-                {t for t in (wide, 16, 8, 4, 2) if t <= wide and t * vec * narrowest >= SECTOR}
-                | {wide}
-            )
+                {t for t in (across, 16, 8, 4, 2) if t <= across and t * vec * narrowest >= SECTOR}
+                | {across}
+            )  # fmt: skip
             # a vector thread fills a sector with fewer threads across the columns: its
             # block may be narrower without staging (more blocks for the same columns)
-            for tx in staged_tx if per_element or vec > 1 else [wide]:
+            for tx in staged_tx if per_element or vec > 1 else [across]:
                 if threads % tx:
                     continue
                 ty = threads // tx
@@ -153,7 +155,9 @@ class ReduceFamily:
                 if (threads, tx, hold, vec) in shapes:
                     continue
                 shapes.add((threads, tx, hold, vec))
-                registers = estimate_registers(hold * vec * max(len(kernel.inputs), 1), 1, 0)
+                # the held values, and each index's running and final statistics
+                values = hold * vec * max(len(kernel.inputs), 1) + 6 * (vec - 1)
+                registers = estimate_registers(values, 1, 0)
                 chunks = ceil_div(red_n, (ty * hold))
                 blocks_x = ceil_div(kept_n, tx * vec)
                 split_opts = [1]
@@ -165,7 +169,7 @@ class ReduceFamily:
                     stage_opts.append(red_n)  # the columns held in shared memory
                 for splits in sorted(set(split_opts)):
                     for stage in stage_opts:
-                        if tx != wide and not stage and vec == 1:
+                        if tx != across and not stage and vec == 1:
                             continue  # a narrower block only pays where it is staged
                         shape = _Shape(threads, tx, hold, splits, stage,
                                        stage * tx * vec * stage_bytes, vec)  # fmt: skip

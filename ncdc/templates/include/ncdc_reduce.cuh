@@ -11,7 +11,7 @@
 // element h of chunk c being j = ((c * SPLITS + g) * HOLD + h) * TY + ty, for split g
 // (blockIdx.y); when its share fits in one chunk the values stay in registers between the
 // statistics and the output, else the output pass reads them again. The TY partial
-// statistics are merged through shared memory in the order of ty (a longer share may be
+// statistics are merged through shared memory in a fixed tree over ty (a longer share may be
 // held in shared memory instead of read again: STAGE_ROWS), and SPLITS > 1 blocks
 // per kept index (reductions only) write fp32 partials that a second kernel merges in the
 // order of g: the result does not depend on scheduling.
@@ -127,7 +127,8 @@ NCDC_DEVICE void finish(const Io& io, long long j, const Stats (&s)[VEC], const 
 // One block of TX x VEC kept indices (VEC consecutive ones a thread: Io::source_vec and
 // finish_vec load and store them as one vector). Dynamic shared memory: 3 * THREADS * VEC
 // floats of partial statistics, then 3 * TX * VEC of the merged ones, then the staged
-// columns. `partial` (SPLITS > 1): 3 floats per (split, kept index).
+// columns. `partial` (SPLITS > 1): 3 floats per (split, kept index). TX and THREADS are
+// powers of two.
 template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, int VEC, class Io>
 NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, long long kb) {
   constexpr int TY = THREADS / TX;
@@ -186,15 +187,43 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
 #pragma unroll
     for (int v = 0; v < VEC; ++v) rowwise::accumulate<KIND, HOLD>(r[v], x[v], count);
   }
+  // The partial statistics as three arrays, entry (v, y, tx) at (v * TY + y) * TX + tx (a
+  // warp's stores of one statistic hit consecutive words), merged over y in a fixed tree:
+  // at each step entry y takes y + step's (y a multiple of 2 step), the block's threads
+  // sharing the pairs of its TX * VEC columns, log2 TY barriers.
+  static_assert((TY & (TY - 1)) == 0, "the tree halves the slices");
+  constexpr int ENTRIES = THREADS * VEC, COLS = TX * VEC;
+  float* const pm = smem;
+  float* const ps = smem + ENTRIES;
+  float* const pc = smem + 2 * ENTRIES;
 #pragma unroll
-  for (int v = 0; v < VEC; ++v) put(smem + 3 * (threadIdx.x * VEC + v), r[v]);
+  for (int v = 0; v < VEC; ++v) {
+    const int e = (v * TY + ty) * TX + tx;
+    pm[e] = r[v].m;
+    ps[e] = r[v].s;
+    pc[e] = r[v].c;
+  }
   __syncthreads();
-  float* merged = smem + 3 * THREADS * VEC;
+  for (int step = 1; step < TY; step *= 2) {
+    const int half = TY / (2 * step), pairs = COLS * half;
+    for (int i = int(threadIdx.x); i < pairs; i += THREADS) {
+      // pair i: tx fastest, then y, then v (a warp's lanes read words 2 step TX apart)
+      const int x = i % TX, y = (i / TX) % half * 2 * step, v = i / (TX * half);
+      const int a = (v * TY + y) * TX + x, b = a + step * TX;
+      Running ra{pm[a], ps[a], pc[a]};
+      combine<KIND>(ra, Running{pm[b], ps[b], pc[b]});
+      pm[a] = ra.m;
+      ps[a] = ra.s;
+      pc[a] = ra.c;
+    }
+    __syncthreads();
+  }
+  float* merged = smem + 3 * ENTRIES;
   if (ty == 0) {
 #pragma unroll
     for (int v = 0; v < VEC; ++v) {
-      Running all = get(smem + 3 * (tx * VEC + v));
-      for (int y = 1; y < TY; ++y) combine<KIND>(all, get(smem + 3 * ((y * TX + tx) * VEC + v)));
+      const int e = v * TY * TX + tx;
+      const Running all{pm[e], ps[e], pc[e]};
       if constexpr (SPLITS > 1) {
         if (active) put(partial + 3 * (g * kept + k + v), all);
       } else {
@@ -273,12 +302,14 @@ NCDC_DEVICE void run_block(Io& io, long long kept, long long n, float* partial, 
 // between the statistics and the output, instead of being read again from global memory.
 template <int KIND, int THREADS, int TX, int HOLD, int SPLITS, int STAGE_ROWS, class StageT, int VEC, class Io>
 NCDC_DEVICE void run(Io& io, long long kept, long long n, float* partial, long long inner) {
+  // the fallback keeps the block's TX x VEC columns, one a thread (coalesced as widely)
+  constexpr int WIDE = THREADS % (TX * VEC) == 0 ? TX * VEC : TX;
   if (VEC > 1 && inner % VEC == 0) {
     for (long long kb = blockIdx.x; kb * TX * VEC < kept; kb += gridDim.x)
       run_block<KIND, THREADS, TX, HOLD, SPLITS, STAGE_ROWS, StageT, VEC>(io, kept, n, partial, kb);
   } else {
-    for (long long kb = blockIdx.x; kb * TX < kept; kb += gridDim.x)
-      run_block<KIND, THREADS, TX, HOLD, SPLITS, STAGE_ROWS, StageT, 1>(io, kept, n, partial, kb);
+    for (long long kb = blockIdx.x; kb * WIDE < kept; kb += gridDim.x)
+      run_block<KIND, THREADS, WIDE, HOLD, SPLITS, STAGE_ROWS, StageT, 1>(io, kept, n, partial, kb);
   }
 }
 
