@@ -397,6 +397,9 @@ def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
         plan_diagram(load_diagram_text(FP8_PV), load_hardware("a100"))
     with pytest.raises(PlanError, match=r"P V product takes P in V's type.*dtype=fp8_e4m3"):
         plan_diagram(load_diagram_text(FP8_PV.replace("dtype=fp8_e4m3)", "dtype=fp16)")), HW)
+    wide = FP8_PV.replace("d: 128}", "d: 256}")  # d_v 256: S, O and P pass 232 registers
+    with pytest.raises(PlanError, match=r"fp8 V key tiles of 128, d_v 128"):
+        plan_diagram(load_diagram_text(wide), HW)
     with pytest.raises(PlanError, match=r"key tiles of 128.*x: 128"):  # fp8 V, 64-key tiles
         plan_diagram(
             load_diagram_text(FP8_PV.replace("{stream: x}", "{stream: x, tiles: {x: 64}}")), HW
