@@ -7,6 +7,9 @@ to 24 registers and one of its threads issues the TMA loads (Q once; each key ti
 V into rings of `stages` slots); warpgroups 1 and 2 rise to 240 and each owns 64 queries:
 S = Q K^T by wgmma m64nS_Xk16 from 128-byte-swizzled shared memory, the online softmax in
 registers, P packed to 16 bits in registers and O += P V by wgmma with A from registers.
+fp8 V (with fp8 Q and K and a 16-bit O) takes both products at the fp8 rate: P packed to
+V's type and permuted into the 8-bit A fragment, V transposed in shared memory by the
+producer warpgroup's other three warps (budgets 40 and 232 registers then).
 A diagram's score transforms (soft-capping, ALiBi, an additive bias, a mask rule's compares
 and `where`) run as the family's score functor on each logit before the mask and the
 softmax. The masks (causal, sliding and two-sided windows, a rule's band, a varlen mask's
@@ -140,11 +143,10 @@ def store_share(
 
 def consumer_registers(s_x: int, d_v: int, key_inputs: int = 0, p_bytes: int = 2) -> int:
     """A consumer thread's registers: S and O in fp32, P packed (`p_bytes` a value), the
-    overhead, and for each
-    tensor the score path reads along the keys (a document id, a bias over keys) four at
-    each of the thread's s_x / 4 keys, loaded together: the 64-bit address, the value and
-    its fp32 copy (ptxas spilled the 128-key tile of the document mask 52 bytes and of
-    tests/specs/attn_bias_bhqx 48, their 64-key tiles none)."""
+    overhead, and for each tensor the score path reads along the keys (a document id, a
+    bias over keys) four at each of the thread's s_x / 4 keys, loaded together: the 64-bit
+    address, the value and its fp32 copy (ptxas spilled the 128-key tile of the document
+    mask 52 bytes and of tests/specs/attn_bias_bhqx 48, their 64-key tiles none)."""
     return s_x // 2 + d_v // 2 + s_x * p_bytes // 8 + REGISTER_OVERHEAD + key_inputs * s_x
 
 
