@@ -228,11 +228,19 @@ struct Barriers {
   unsigned long long* staged_v;  // fp8 V: a slot's tile landed, to be transposed (STAGES)
 };
 
-// The slot of V that P V reads: the V ring's, or for fp8 V the transposed ring's.
+// A slot of the V ring (V as TMA lands it), of the transposed ring after it (fp8 V), and
+// the one P V reads.
+template <class Cfg, class B>
+NCDC_DEVICE B* v_slot(B* smem, int stage) {
+  return smem + Cfg::Q_BYTES + Cfg::STAGES * Cfg::K_BYTES + stage * Cfg::V_BYTES;
+}
+template <class Cfg, class B>
+NCDC_DEVICE B* vt_slot(B* smem, int stage) {
+  return v_slot<Cfg>(smem, Cfg::STAGES) + stage * Cfg::VT_BYTES;
+}
 template <class Cfg>
 NCDC_DEVICE const unsigned char* pv_slot(const unsigned char* smem, int stage) {
-  const unsigned char* vs = smem + Cfg::Q_BYTES + Cfg::STAGES * Cfg::K_BYTES;
-  return Cfg::V8 ? vs + Cfg::STAGES * Cfg::V_BYTES + stage * Cfg::VT_BYTES : vs + stage * Cfg::V_BYTES;
+  return Cfg::V8 ? vt_slot<Cfg>(smem, stage) : v_slot<Cfg>(smem, stage);
 }
 
 // The key tiles the block visits, in order: j = next_tile(.., j + 1) from first_tile.
@@ -246,7 +254,6 @@ NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const T
                          unsigned char* smem, const Barriers& bar, const Problem& p, const KeyTiles& r,
                          const Scores& scores) {
   unsigned char* ks = smem + Cfg::Q_BYTES;
-  unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
   mbar_arrive_expect_tx(bar.q_full, Cfg::Q_BYTES);
   load_rows<Cfg>(smem, map_q, bar.q_full, Cfg::D, Cfg::ROW_QK, Cfg::BQ, p.q_tile * Cfg::BQ, p.z_q);
   int stage = 0;
@@ -260,7 +267,7 @@ NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const T
     mbar_wait(&bar.empty_v[stage], phase ^ 1u);
     unsigned long long* landed = Cfg::V8 ? &bar.staged_v[stage] : &bar.full_v[stage];
     mbar_arrive_expect_tx(landed, Cfg::V_BYTES);
-    load_rows<Cfg>(vs + stage * Cfg::V_BYTES, map_v, landed, Cfg::DV, Cfg::ROW_V, Cfg::SX, j * Cfg::SX, p.z_k);
+    load_rows<Cfg>(v_slot<Cfg>(smem, stage), map_v, landed, Cfg::DV, Cfg::ROW_V, Cfg::SX, j * Cfg::SX, p.z_k);
     if (++stage == Cfg::STAGES) {
       stage = 0;
       phase ^= 1u;
@@ -276,14 +283,12 @@ NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const T
 template <class Cfg, class Scores>
 NCDC_DEVICE void transpose_v(unsigned char* smem, const Barriers& bar, const Problem& p, const KeyTiles& r,
                              const Scores& scores, int worker) {
-  unsigned char* vs = smem + Cfg::Q_BYTES + Cfg::STAGES * Cfg::K_BYTES;
   int stage = 0;
   unsigned phase = 0;
   const int end = r.tile0 + r.tiles;
   for (int j = next_tile<Cfg>(r, p, scores, r.tile0); j < end; j = next_tile<Cfg>(r, p, scores, j + 1)) {
     mbar_wait(&bar.staged_v[stage], phase);
-    wgmma_gemm::transpose_b<Cfg>(vs + stage * Cfg::V_BYTES, vs + Cfg::STAGES * Cfg::V_BYTES + stage * Cfg::VT_BYTES,
-                                 worker);
+    wgmma_gemm::transpose_b<Cfg>(v_slot<Cfg>(smem, stage), vt_slot<Cfg>(smem, stage), worker);
     fence_proxy_async();
     __syncwarp();
     if (threadIdx.x % 32 == 0) mbar_arrive(&bar.full_v[stage]);
@@ -484,7 +489,6 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
   const int lane = threadIdx.x % 32, t = lane % 4;
   const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
   const unsigned char* ks = smem + Cfg::Q_BYTES;
-  const unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
   float alpha[2];
   const int next = stage + 1 == Cfg::STAGES ? 0 : stage + 1;
   const unsigned next_phase = next == 0 ? phase ^ 1u : phase;
@@ -521,7 +525,7 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
 // words t, hit 32 banks), orders those writes before the async proxy (fence.proxy.async, then
 // its own named barrier), and one thread stores the boxes. Rows beyond q_len are clipped by
 // TMA (not written); a box wholly past q_len is not issued.
-template <class TO, class Cfg>
+template <class Cfg>
 NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const float* o_acc, const float* inv,
                          const Problem& p, int consumer) {
   const int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -533,7 +537,7 @@ NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const floa
     const int byte = (col % Cfg::ROW_O) * Cfg::ES_O;
     unsigned char* at = tile + (col / Cfg::ROW_O) * 64 * Cfg::SPAN + r * Cfg::SPAN +
                         (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
-    st_shared(reinterpret_cast<unsigned*>(at), attn::Mma<TO>::pack(o_acc[i] * inv[h], o_acc[i + 1] * inv[h]));
+    st_shared(reinterpret_cast<unsigned*>(at), attn::Mma<typename Cfg::TO>::pack(o_acc[i] * inv[h], o_acc[i + 1] * inv[h]));
   }
   fence_proxy_async();
   named_bar_sync(kStoreBar + 1 + consumer, 128);
@@ -553,7 +557,6 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
                          int consumer, const TensorMap* map_o, const Scores& scores) {
   const int tid = threadIdx.x % 128, w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const unsigned char* ks = smem + Cfg::Q_BYTES;
-  const unsigned char* vs = ks + Cfg::STAGES * Cfg::K_BYTES;
   const long long row0 = (long long)p.q_tile * Cfg::BQ + 64 * consumer + 16 * w + g;
   const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
   float o_acc[Cfg::DV / 2], s[Cfg::SX / 2], alpha[2];
@@ -640,7 +643,7 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
       st_global(p.lse + row * p.lse_stride, attn::row_lse(m, l));
     }
   }
-  store_o<typename Cfg::TO, Cfg>(smem, map_o, o_acc, inv, p, consumer);
+  store_o<Cfg>(smem, map_o, o_acc, inv, p, consumer);
 }
 
 // The whole kernel body: barriers, the warp split and the register budgets. `scores`: the
