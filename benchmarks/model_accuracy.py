@@ -12,7 +12,11 @@ those is that harness overhead, added to the other points, and only the other po
 scored ("kernel only" scores every point without it). Each set says what its harness timed
 (`timing`): `kernel` (a profiler's kernel durations, CUDA-graph replays: ncdc's
 `kernel_time_s`) or `call` (launches timed from the host or by events around them, the
-default: `predicted_time_s`, the launch latency included); it is scored on that one.
+default: `predicted_time_s`, the launch latency included); it is scored on that one. A
+point that fixed a figure of a profile says so (`fitted: <figure>`) and is not scored
+either. Beside each set's scores the table prints those before the pipeline fill and the
+power limit were priced (benchmarks/results/model_accuracy-before.yaml), and under it the
+points measured under 30 us (short calls), over every set.
 
     .venv/bin/python benchmarks/model_accuracy.py            # table on stdout
     .venv/bin/python benchmarks/model_accuracy.py --svg out.svg
@@ -39,6 +43,8 @@ from ncdc.plan.search import plan_diagram
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTERNAL = ROOT / "benchmarks" / "external"
+BEFORE = ROOT / "benchmarks" / "results" / "model_accuracy-before.yaml"
+SHORT_S = 30e-6  # a short call: measured under this
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
@@ -52,6 +58,8 @@ class Point:
     ncdc_s: float
     naive_s: float
     calibrate: bool = False  # used to calibrate the set's harness overhead, not scored
+    fitted: str = ""  # the profile figure this point fixed: not scored
+
 
 TIMINGS = ("kernel", "call")  # what a set's harness timed (see the module's docstring)
 
@@ -103,7 +111,8 @@ def price(data: dict, point: dict) -> Point:
     label = f"{point['diagram']} {' '.join(f'{k}={v}' for k, v in a.items())} on {hw.name}"
     predicted = plan.kernel_time_s if timing_of(data) == "kernel" else plan.predicted_time_s
     return Point(data["name"], label, measured_seconds(point, flops, compulsory),
-                 predicted, naive, bool(point.get("calibrate")))  # fmt: skip
+                 predicted, naive, bool(point.get("calibrate")),
+                 str(point.get("fitted", "")))  # fmt: skip
 
 
 def harness_overhead(points: list[Point]) -> float:
@@ -116,7 +125,7 @@ def harness_overhead(points: list[Point]) -> float:
 def scored(points: list[Point]) -> list[Point]:
     """The held-out points, their ncdc time with the calibrated harness overhead added."""
     extra = harness_overhead(points)
-    return [replace(p, ncdc_s=p.ncdc_s + extra) for p in points if not p.calibrate]
+    return [replace(p, ncdc_s=p.ncdc_s + extra) for p in points if not (p.calibrate or p.fitted)]
 
 
 def error(predicted: float, measured: float) -> float:
@@ -133,22 +142,42 @@ def load_sets() -> list[tuple[dict, list[Point]]]:
     return out
 
 
-def summary_rows(sets: list[tuple[dict, list[Point]]]) -> list[tuple[str, ...]]:
+def summary_rows(
+    sets: list[tuple[dict, list[Point]]], before: dict | None = None
+) -> list[tuple[str, ...]]:
+    before = before or {}
     rows = []
     for data, points in sets:
         held = scored(points)
         e_ncdc = [error(p.ncdc_s, p.measured_s) for p in held]
-        e_kernel = [error(p.ncdc_s, p.measured_s) for p in points]
+        e_kernel = [error(p.ncdc_s, p.measured_s) for p in points if not p.fitted]
         e_naive = [error(p.naive_s, p.measured_s) for p in held]
         extra = harness_overhead(points)
+        then = before.get(data["name"])
         rows.append((
             data["name"], data["structure"], timing_of(data), str(len(held)),
             f"{statistics.median(e_ncdc):.0%}", f"{max(e_ncdc):.0%}",
+            f"{then['median']:.0%}" if then else "-", f"{then['worst']:.0%}" if then else "-",
             f"{statistics.median(e_kernel):.0%}" if extra else "-",
             f"{extra * 1e6:.1f} us" if extra else "-",
             f"{statistics.median(e_naive):.0%}", f"{max(e_naive):.0%}",
         ))  # fmt: skip
     return rows
+
+
+def short_calls(sets: list[tuple[dict, list[Point]]]) -> list[float]:
+    """The errors of the held-out points measured under SHORT_S, over every set."""
+    return [
+        error(p.ncdc_s, p.measured_s)
+        for _, points in sets
+        for p in scored(points)
+        if p.measured_s < SHORT_S
+    ]
+
+
+def load_before() -> dict:
+    """The scores before (BEFORE): {"sets": {name: {n, median, worst}}, "short": {...}}."""
+    return yaml.safe_load(BEFORE.read_text()) if BEFORE.exists() else {}
 
 
 def draw(sets: list[tuple[dict, list[Point]]], path: Path) -> None:
@@ -185,15 +214,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points", action="store_true", help="print every point too")
     args = parser.parse_args(argv)
     sets = load_sets()
-    head = ("set", "structure", "timing", "n", "ncdc median", "ncdc worst", "kernel only median",
+    before = load_before()
+    since = before.get("commit", "?")
+    head = ("set", "structure", "timing", "n", "ncdc median", "ncdc worst",
+            f"median at {since}", f"worst at {since}", "kernel only median",
             "harness overhead", "naive median", "naive worst")  # fmt: skip
     print(" | ".join(head))
-    for row in summary_rows(sets):
+    for row in summary_rows(sets, before.get("sets")):
         print(" | ".join(row))
+    short, then = short_calls(sets), before.get("short")
+    if short:
+        was = f" (at {since}: {then['median']:.0%}, {then['worst']:.0%})" if then else ""
+        print(f"calls under {SHORT_S * 1e6:.0f} us: {len(short)} points, median "
+              f"{statistics.median(short):.0%}, worst {max(short):.0%}{was}")  # fmt: skip
     if args.points:
         for _, points in sets:
             for p in points:
                 mark = " (calibration)" if p.calibrate else ""
+                mark += f" (fixed {p.fitted})" if p.fitted else ""
                 print(f"{p.set_name}: {p.label}{mark}: measured {p.measured_s * 1e6:.1f} us, "
                       f"ncdc {p.ncdc_s * 1e6:.1f} us, naive {p.naive_s * 1e6:.1f} us")  # fmt: skip
     if args.svg:

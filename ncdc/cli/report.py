@@ -78,6 +78,8 @@ def cost_table(plan: Plan, runners_up: Sequence[Plan] = ()) -> Group:
     )
     head.add_row("compute time", format_time(plan.compute_time_s))
     launch = f", {format_time(plan.launch_s)} of it launch latency" if plan.launch_s else ""
+    if plan.fill_s:
+        launch += f"{' and' if launch else ', of it'} {format_time(plan.fill_s)} pipeline fill"
     head.add_row(
         "predicted time",
         f"{format_time(plan.predicted_time_s)} a call{launch} (no overlap: "

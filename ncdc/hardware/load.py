@@ -97,7 +97,7 @@ QUANTITY_KEYS = ("value", "unit", "source", "kind")
 PEAK_KEYS = ("per_sm_per_clock", "quoted_at_mhz")  # optional, on rates and bandwidths
 
 
-ACHIEVABLE_KEYS = ("clock", "bandwidth", "launch")  # the optional `achievable` block
+ACHIEVABLE_KEYS = ("clock", "bandwidth", "launch", "power_duty")  # the optional `achievable` block
 
 
 def list_profiles() -> list[str]:
@@ -275,7 +275,8 @@ class _Reader:
 
     def achievable(self, node: Any, hw: Hardware) -> Achievable:
         """The optional `achievable` block: sustained clock, measured bandwidth of device-wide
-        levels, launch latency. Each is below its datasheet figure."""
+        levels, launch latency, the tensor duty the power limit allows. Each is below its
+        datasheet figure."""
         if node is None:
             return Achievable()
         entries = self.mapping(node, "achievable", (), ACHIEVABLE_KEYS)
@@ -295,7 +296,13 @@ class _Reader:
         launch_s = 0.0
         if "launch" in entries:
             launch_s = self.quantity(entries["launch"], "achievable.launch", "s")
-        return Achievable(clock_hz, bandwidth, launch_s)
+        duty = 0.0
+        if "power_duty" in entries:
+            duty = self.quantity(entries["power_duty"], "achievable.power_duty", "share")
+            if not 0 < duty <= 1:
+                found = f"a share of the tensor peak in (0, 1], found {duty:g}"
+                self.fail("achievable.power_duty", found)
+        return Achievable(clock_hz, bandwidth, launch_s, duty)
 
     def quoted(self, top: dict[str, Any], hw: Hardware) -> dict[str, float]:
         """ "unit.kind" -> the clock its peak was quoted at, where a profile says one."""

@@ -51,13 +51,19 @@ class Limits:
 @dataclass(frozen=True)
 class Achievable:
     """What a GPU sustains, beside its datasheet: the SM clock under sustained tensor load,
-    the copy bandwidth measured per device-wide level, and the launch latency of a kernel.
-    The cost model prices with these; the datasheet figures stay in `Hardware.levels` and
-    `Hardware.rates` for the report. Absent (the napkin machine): the datasheet, no launch."""
+    the copy bandwidth measured per device-wide level, the launch latency of a kernel, and
+    the tensor load its power limit allows. The cost model prices with these; the datasheet
+    figures stay in `Hardware.levels` and `Hardware.rates` for the report. Absent (the
+    napkin machine): the datasheet, no launch, no power limit.
+
+    `power_duty` is the share of the tensor peak (at the sustained clock) the GPU sustains
+    on random data before its power limit lowers the clock: a kernel that would keep the
+    tensor pipe busier runs at the clock that keeps duty x clock at this (0: none known)."""
 
     clock_hz: float = 0.0  # 0: the datasheet clock
     bandwidth: dict[str, float] = field(default_factory=dict, hash=False)  # level -> B/s
     launch_s: float = 0.0
+    power_duty: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,20 @@ class Hardware:
     def launch_s(self) -> float:
         """Seconds from one kernel's launch to its first block running (0 when unknown)."""
         return self.achievable.launch_s
+
+    def power_rate(self, kind: str) -> float:
+        """The tensor rate of `kind` the power limit sustains under full load: the peak at
+        the sustained clock times `Achievable.power_duty` (0 where no limit is known).
+
+        >>> from ncdc.hardware.load import load_hardware
+
+        >>> round(load_hardware("h200").power_rate("bf16") / 1e12)
+        783
+        """
+        duty = self.achievable.power_duty
+        if not duty or kind not in self.rates.get("tensor", {}):
+            return 0.0
+        return self.achieved_rate("tensor", kind) * duty
 
     def clock_share(self, quoted_hz: float = 0.0) -> float:
         """Sustained clock over the clock a peak was quoted at (at most 1).

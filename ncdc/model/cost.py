@@ -21,10 +21,12 @@ from ncdc.model.graph import MemoryGraph, Partition
 from ncdc.model.issue import ISSUE, LoopMix, issue_time_s
 from ncdc.model.launch import Candidate, Family
 from ncdc.model.overlap import (
+    POWER,
     in_flight_efficiency,
     latency_efficiency,
     overlap_compute,
     pingpong_compute,
+    pipeline_fill,
     pipeline_stall,
 )
 from ncdc.model.structure import KernelModel, ops_flops
@@ -58,6 +60,7 @@ class KernelTiming(NamedTuple):
     padding: float = 1.0  # work done over useful work: padded tails and chunks
     launch_s: float = 0.0  # from each launch to its first block running, over the launches
     serial_s: float = 0.0  # the compute units' time as the kernel's structure overlaps them
+    fill_s: float = 0.0  # the pipeline fills no other block's work hides (`pipeline_fill`)
 
     @property
     def times(self) -> dict[str, float]:
@@ -66,12 +69,13 @@ class KernelTiming(NamedTuple):
 
     @property
     def predicted_time_s(self) -> float:
-        """The launch, then the largest of `times` and of the compute units' time as they
-        overlap (`overlap_compute`); level and unit names never clash (ncdc.hardware.machine)."""
+        """The launch, the exposed pipeline fills, then the largest of `times` and of the
+        compute units' time as they overlap (`overlap_compute`); level and unit names never
+        clash (ncdc.hardware.machine)."""
         slowest = max(self.serial_s, max(self.compute.values(), default=0.0))
         for t in self.transfers:
             slowest = max(slowest, t.time_s)
-        return self.launch_s + slowest
+        return self.launch_s + self.fill_s + slowest
 
     @property
     def top_bytes(self) -> int:
@@ -109,11 +113,56 @@ def time_kernel(
         # the other's MMAs, for every key tile of the blocks the busiest SM runs
         chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
         serial = pingpong_compute(compute, chunks * ceil_div(pace.grid, hw.limits.sms))
+    power = _power_s(hw, flops, pace) if c is not None else 0.0
+    if power:
+        # a ceiling of its own, after the overlap: the clock falls for every unit alike
+        compute = {**compute, POWER: power}
+    fill = _fill_s(model, hw, inner, c, pace, transfers, groups) if c is not None else 0.0
     return KernelTiming(
         tuple(transfers), compute, int(pace.grid), pace.per_sm, int(pace.waves),
         int(sum(flops.values())), pace.padding,
-        hw.launch_s * len(c.launches) if c is not None else 0.0, serial,
+        hw.launch_s * len(c.launches) if c is not None else 0.0, serial, fill,
     )  # fmt: skip
+
+
+def _power_s(hw: Hardware, flops: Mapping[tuple[str, str], float], pace: Pace) -> float:
+    """The time the power limit sets: the tensor work done (padded tails included) at the
+    rate the GPU sustains under full tensor load on random data (`Hardware.power_rate`).
+    A kernel whose tensor pipe would be busier than the profile's `power_duty` runs at the
+    lower clock that keeps duty x clock there, which comes to this; the limit is the
+    device's, so the busiest SM's share does not enter. 0 where the profile knows none."""
+    total = 0.0
+    for (unit, kind), n in flops.items():
+        rate = hw.power_rate(kind) if unit == "tensor" else 0.0
+        if rate:
+            total += float(n) / rate
+    return total * pace.padding
+
+
+def _fill_s(
+    model: KernelModel, hw: Hardware, inner: Partition, c: Candidate, pace: Pace,
+    transfers: list[Transfer], groups: int,
+) -> float:  # fmt: skip
+    """The pipeline fills the busiest SM waits for with nothing else to run: a block's
+    first chunk of the streamed operands (`pipeline_fill`) before its first MMA, at its
+    share of the level it comes from. Blocks
+    that hold an SM alone (one resident at a time) each wait for their own; where several
+    share an SM, the others' work hides every fill but the first wave's. A kernel with no
+    pipeline over a streamed axis (row-wise, elementwise) has no fill of this kind."""
+    if c.stages < 2 or not inner.stream:
+        return 0.0
+    into = next((t for t in transfers if t.lower == hw.block_level), None)
+    if into is None or not into.bytes:
+        return 0.0
+    chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
+    if model.mask:  # a band's blocks load only the chunks it leaves them
+        chunks = max(1, round(chunks * float(model.mask_fraction(inner.group, inner.stream))))
+    sms = hw.limits.sms
+    first = into.bytes / (groups * chunks)  # one block's chunk, its share of what it loads once
+    starts = ceil_div(pace.grid, sms) if pace.streams == 1 else 1
+    # the level's bandwidth shared by the SMs that load at once (fewer in a small grid)
+    share = hw.achieved_bandwidth(into.upper) / min(sms, max(1, pace.grid))
+    return starts * pipeline_fill(first, share)
 
 
 class Pace(NamedTuple):
@@ -193,6 +242,10 @@ def _transfers(model: KernelModel, hw: Hardware, choice: TileChoice, pace: Pace)
             served = _reread(model, c.l2_rereads) if top else (0, 0)
             values += again[0] - served[0]
             nbytes += again[1] - served[1]
+        if c is not None and c.fragment_rereads and lower.name == levels[-1].name:
+            again = _reread(model, c.fragment_rereads)
+            values += again[0]
+            nbytes += again[1]
         if c is not None and c.accumulates and upper.per == "device":
             more = _accumulated(model, c.accumulates, top)
             values += more[0]
@@ -356,7 +409,10 @@ def evaluate_kernel(
         transfers=timing.transfers,
         compute_time_s=compute_time,
         predicted_time_s=timing.predicted_time_s,
-        predicted_time_no_overlap_s=timing.launch_s + sum(candidates.values()),
+        # the power limit is no resource of its own: it slows the others (not summed)
+        predicted_time_no_overlap_s=timing.launch_s
+        + timing.fill_s
+        + sum(t for name, t in candidates.items() if name != POWER),
         bound=bound,
         compute=compute,
         splits=choice.splits,
@@ -365,6 +421,7 @@ def evaluate_kernel(
         candidate=c,
         instructions=mix if c is not None else None,
         launch_s=timing.launch_s,
+        fill_s=timing.fill_s,
     )
 
 
@@ -428,6 +485,7 @@ def summarize(
         predicted_time_s=predicted,
         predicted_time_no_overlap_s=sum(k.predicted_time_no_overlap_s for k in kernels),
         launch_s=sum(k.launch_s for k in kernels),
+        fill_s=sum(k.fill_s for k in kernels),
         bound=bound,
         unfused=unfused,
     )

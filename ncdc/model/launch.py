@@ -104,7 +104,10 @@ class Candidate:
     the tile families' 16-byte copies have), which with the resident warps bound the rate
     the device's memory can reach (Little's law: `overlap.in_flight_efficiency`);
     `rule_tiles`, inside a mask's band the kernel skips the key tiles a mask rule drops for
-    every query of the block (FlashAttention-3 order: `KernelModel.mask_fraction`).
+    every query of the block (FlashAttention-3 order: `KernelModel.mask_fraction`);
+    `fragment_rereads`, inputs the warps read again from shared memory into registers, with
+    how many extra whole reads (FlashAttention-2 order with Q's fragments too large for the
+    registers reads the Q tile at every key chunk), counted at the register boundary only.
     """
 
     group: Mapping[str, int] = field(hash=False)
@@ -129,6 +132,7 @@ class Candidate:
     unstaged: tuple[str, ...] = ()
     in_flight: int = 0
     rule_tiles: bool = False
+    fragment_rereads: tuple[tuple[str, int], ...] = ()
 
     @property
     def main(self) -> LaunchShape:

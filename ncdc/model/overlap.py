@@ -35,6 +35,9 @@ PIPELINE_LATENCY_S = 1.2e-6
 # bytes an SM, was measured at 12% of the copy rate on an H200, against 26% by this count
 # (600 ns, 3.5 TB/s) and 11% by its SASS's round trips (benchmarks/static_speed.py).
 MEMORY_LATENCY_S = 0.6e-6
+# The name of the power limit's time among a kernel's compute units (cost._power_s): a
+# ceiling, like the issue slots, that no overlap of the other units passes.
+POWER = "power"
 
 
 def in_flight_efficiency(bytes_per_sm: float, bandwidth_per_sm: float) -> float:
@@ -65,7 +68,7 @@ def pipeline_stall(stages: int, blocks: int, tile_s: float, tiles: int) -> float
     one is multiplied, and `blocks` resident blocks take turns, so a copy has
     (stages - 1) x blocks x `tile_s` (one block's k tile at the SM's rate) to arrive, and
     needs PIPELINE_LATENCY_S (Little's law). The first `stages - 1` tiles are the fill, whose
-    latency no depth hides (it is not priced); each later tile waits the shortfall.
+    latency no depth hides (`pipeline_fill` prices it); each later tile waits the shortfall.
 
         >>> pipeline_stall(2, 1, 0.6e-6, 8), pipeline_stall(3, 1, 0.6e-6, 8)
         (1.875, 1.0)
@@ -76,6 +79,18 @@ def pipeline_stall(stages: int, blocks: int, tile_s: float, tiles: int) -> float
         return 1.0
     per_tile = max(1.0, PIPELINE_LATENCY_S / ((stages - 1) * blocks * tile_s))
     return 1.0 + (per_tile - 1.0) * (tiles - (stages - 1)) / tiles
+
+
+def pipeline_fill(first_bytes: float, bandwidth_per_sm: float) -> float:
+    """Seconds a block waits before its first MMA: its first chunk's copies, waited for at
+    one barrier (PIPELINE_LATENCY_S, the slowest copy under load), their bytes at the SM's
+    share of the level they come from. No depth of the ring hides this; only other work on
+    the SM does.
+
+        >>> round(pipeline_fill(64 * 1024, 7e12 / 132) * 1e6, 2)   # 64 KiB from an H100's L2
+        2.44
+    """
+    return PIPELINE_LATENCY_S + first_bytes / bandwidth_per_sm
 
 
 def overlap_compute(
@@ -106,7 +121,7 @@ def overlap_compute(
     if not softmax_chain or "tensor" not in compute:
         return max(compute.values(), default=0.0)
     mma = max(compute["tensor"], fragments_s)
-    softmax = sum(t for unit, t in compute.items() if unit not in ("tensor", ISSUE))
+    softmax = sum(t for unit, t in compute.items() if unit not in ("tensor", ISSUE, POWER))
     hidden = (streams - 1) / streams * min(mma, softmax) if streams > 1 else 0.0
     # however many streams overlap, every instruction still takes an issue slot
     return max(mma + softmax - hidden, issue)
@@ -187,7 +202,7 @@ def pingpong_compute(compute: Mapping[str, float], tiles: int) -> float:
     """
     tiles = max(1, tiles)
     mma = compute.get("tensor", 0.0) + compute.get("sfu", 0.0)
-    other = sum(t for unit, t in compute.items() if unit not in ("tensor", "sfu", ISSUE))
+    other = sum(t for unit, t in compute.items() if unit not in ("tensor", "sfu", ISSUE, POWER))
     return pingpong_time(tiles, mma / tiles, other / tiles, compute.get(ISSUE, 0.0) / tiles)
 
 

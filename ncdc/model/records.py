@@ -66,6 +66,7 @@ def _cost_fields(x: Plan | KernelPlan, tiles: Mapping[str, int]) -> dict[str, An
         "predicted_time_s": x.predicted_time_s,
         "kernel_time_s": x.kernel_time_s,
         "launch_s": x.launch_s,
+        "fill_s": x.fill_s,
         "predicted_time_no_overlap_s": x.predicted_time_no_overlap_s,
         "bound": x.bound,
         "bound_kind": x.bound_kind,

@@ -99,6 +99,7 @@ class KernelPlan:
     candidate: Candidate | None = None  # the launch that is priced and built (GPU plans)
     instructions: LoopMix | None = None  # the main loop's issue slots the time counts
     launch_s: float = 0.0  # of predicted_time_s: from each launch to its first block running
+    fill_s: float = 0.0  # of predicted_time_s: the pipeline fills no other work hides
 
     @property
     def bound_kind(self) -> str:
@@ -152,6 +153,7 @@ class Plan:
     # candidates the compiler refuted and what replaced them (ncdc.plan.feedback.settle)
     notes: tuple[str, ...] = ()
     launch_s: float = 0.0  # of predicted_time_s: the kernels' launch latencies
+    fill_s: float = 0.0  # of predicted_time_s: the kernels' exposed pipeline fills
 
     @property
     def kernel_time_s(self) -> float:

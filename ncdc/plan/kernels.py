@@ -62,8 +62,28 @@ def rank_kernel(
         time_kernel(model, hw, c, checker.occupancy, mix)
         for c, mix in zip(choices, mixes, strict=True)
     ]
-    order = sorted(range(len(choices)), key=lambda i: rank_key(choices[i], timings[i]))
+    order = ranked(choices, timings)
     return [evaluate_kernel(model, family, hw, choices[i], mixes[i]) for i in order[:top_k]]
+
+
+# Times within this share of the best are a tie: the model's figures (latencies, sustained
+# clocks, bandwidths) carry no finer sense, and a kernel's structure breaks the tie better
+# than a difference of a few nanoseconds in a small chunk's fill.
+TIE = 1e-3
+
+
+def ranked(choices: list[TileChoice], timings: list[KernelTiming]) -> list[int]:
+    """Indices of `choices`, best first by `rank_key`, with every choice whose time is
+    within TIE of the best ranked among those by the rest of the key (fewer bytes, less
+    padding, larger tiles) as if their times were equal."""
+    order = sorted(range(len(choices)), key=lambda i: rank_key(choices[i], timings[i]))
+    if not order:
+        return order
+    best = timings[order[0]].predicted_time_s
+    tied = [i for i in order if timings[i].predicted_time_s <= best * (1 + TIE)]
+    rest = [i for i in order if timings[i].predicted_time_s > best * (1 + TIE)]
+    tied.sort(key=lambda i: rank_key(choices[i], timings[i])[1:])
+    return tied + rest
 
 
 def estimate_mix(
@@ -79,13 +99,14 @@ def estimate_mix(
 
 def rank_key(c: TileChoice, t: KernelTiming) -> tuple:
     """Fastest first; then fewer bytes moved at the top; then less padded work (a tile
-    larger than a small axis only adds padding); then larger tiles; then by name."""
+    larger than a small axis only adds padding); then larger tiles; then by the sizes in
+    the kernel's order of its axes (never by their names: a renamed spec plans the same)."""
     return (
         t.predicted_time_s,
         t.top_bytes,
         t.padding,
         -math.prod(c.block_tile.values()),
-        sorted(c.block_tile.items()),
+        tuple(c.block_tile.values()),
         c.warps,
         c.stages,
         c.splits,

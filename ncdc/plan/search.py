@@ -12,8 +12,8 @@ which limit it breaks and by how much.
     >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.load import load_hardware
     >>> plan = plan_diagram(load_diagram("diagrams/matmul.yaml"), load_hardware("h100"))
-    >>> plan.bound_kind  # L2 -> SMEM traffic bounds it on Hopper with mma.sync (see the docs)
-    'memory'
+    >>> plan.bound  # at full tensor load a Hopper GPU runs at its power limit (see the docs)
+    'power'
 """
 
 from __future__ import annotations

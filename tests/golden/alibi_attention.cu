@@ -17,7 +17,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  alibi_attention: attention, tiles b=1  h=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 512
-// predicted on h200: 76.7 us (tensor-bound), 3.71e+10 FLOP
+// predicted on h200: 85.7 us (tensor-bound), 3.71e+10 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -10,7 +10,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  attention: attention, tiles b=1  h=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 2048
-// predicted on h200: 843.8 us (tensor-bound), 5.56e+11 FLOP
+// predicted on h200: 877.3 us (tensor-bound), 5.56e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -11,7 +11,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  attention_causal: attention, tiles b=1  h=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 2048
-// predicted on h200: 468.7 us (tensor-bound), 2.87e+11 FLOP
+// predicted on h200: 503.0 us (tensor-bound), 2.87e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -10,7 +10,7 @@
 // op      O = contract(P, V, over=x, dtype=fp16)
 // outputs O
 // kernel  attention_fp8: attention, tiles b=1  h=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 1024
-// predicted on h200: 280.4 us (tensor-bound), 2.78e+11 FLOP
+// predicted on h200: 293.6 us (tensor-bound), 2.78e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

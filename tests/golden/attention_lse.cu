@@ -12,7 +12,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O, L
 // kernel  attention_lse: attention, tiles b=1  h=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 2048
-// predicted on h200: 614.8 us (tensor-bound), 2.9e+11 FLOP
+// predicted on h200: 649.2 us (tensor-bound), 2.9e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

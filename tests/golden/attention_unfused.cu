@@ -9,14 +9,14 @@
 // op      P = softmax(S, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  attention_unfused_0_S: gemm, tiles b=1  h=1  q=256  x=128  d=64, 8 warps, 2 stages, grid 32768
+// kernel  attention_unfused_0_S: gemm, tiles b=1  h=1  q=128  x=128  d=64, 4 warps, 2 stages, grid 65536
 // kernel  attention_unfused_1_P: rowwise, tiles b=1  h=1  q=2  x=4096, 8 warps, 1 stages, grid 131072
-// kernel  attention_unfused_2_O: gemm, tiles b=1  h=1  q=256  d=128  x=64, 8 warps, 2 stages, grid 1024
-// predicted on h200: 2556.5 us (hbm-bound), 5.56e+11 FLOP
+// kernel  attention_unfused_2_O: gemm, tiles b=1  h=1  q=128  d=128  x=64, 4 warps, 2 stages, grid 2048
+// predicted on h200: 2579.0 us (hbm-bound), 5.56e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- attention_unfused_0_S_gemm_bf16_m256_n128_k64_w8_s2_ak_bk: S = contract(Q, K, over=d) * 0.08838834764831845 (+0 epilogue ops)
+// ---- attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk: S = contract(Q, K, over=d) * 0.08838834764831845 (+0 epilogue ops)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -24,7 +24,7 @@
 #undef K
 #undef S
 
-namespace ncdc_attention_unfused_0_S_gemm_bf16_m256_n128_k64_w8_s2_ak_bk {
+namespace ncdc_attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk {
 
 // The ops after the contraction, applied to each accumulator in fp32 before the cast to C.
 // Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
@@ -39,9 +39,9 @@ struct ncdc_Epilogue {
   }
 };
 
-}  // namespace ncdc_attention_unfused_0_S_gemm_bf16_m256_n128_k64_w8_s2_ak_bk
+}  // namespace ncdc_attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk
 
-extern "C" __global__ void __launch_bounds__(256) attention_unfused_0_S_gemm_bf16_m256_n128_k64_w8_s2_ak_bk(
+extern "C" __global__ void __launch_bounds__(128) attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk(
     const __nv_bfloat16* __restrict__ Q,
     const __nv_bfloat16* __restrict__ K,
     __nv_bfloat16* __restrict__ S,
@@ -50,13 +50,13 @@ extern "C" __global__ void __launch_bounds__(256) attention_unfused_0_S_gemm_bf1
     long long ncdc_size_q,
     long long ncdc_size_x,
     long long ncdc_size_d) {
-  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 256, 128, 64, 4, 2, 2, true, true>;
-  static_assert(ncdc_Tile::SMEM_BYTES == 110592, "the launch's dynamic shared memory");
+  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 128, 128, 64, 2, 2, 2, true, true>;
+  static_assert(ncdc_Tile::SMEM_BYTES == 73728, "the launch's dynamic shared memory");
   const ncdc::gemm::Shape ncdc_shape{ncdc_size_q, ncdc_size_x, ncdc_size_d, ncdc_size_d, ncdc_size_d, ncdc_size_x, 1};
   long long ncdc_tile_m, ncdc_tile_n;
   ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
-  const long long ncdc_m0 = ncdc_tile_m * 256, ncdc_n0 = ncdc_tile_n * 128;
-  ncdc_attention_unfused_0_S_gemm_bf16_m256_n128_k64_w8_s2_ak_bk::ncdc_Epilogue ncdc_epi;
+  const long long ncdc_m0 = ncdc_tile_m * 128, ncdc_n0 = ncdc_tile_n * 128;
+  ncdc_attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f * 0.08838834764831845f;
   ncdc_Tile ncdc_tile;
   // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
@@ -84,7 +84,7 @@ extern "C" __global__ void __launch_bounds__(256) attention_unfused_0_S_gemm_bf1
     ncdc::gemm::run_mma<true, true>(ncdc_tile, Q + ncdc_off_Q, K + ncdc_off_K, S + ncdc_off_S, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
   }
 }
-NCDC_EXPORT_KERNEL(attention_unfused_0_S_gemm_bf16_m256_n128_k64_w8_s2_ak_bk);
+NCDC_EXPORT_KERNEL(attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk);
 // attention_unfused_1_P_rowwise_bf16_r2_t128_v4: P = softmax(S, over=x)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_rowwise.cuh"
@@ -199,7 +199,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) attention_unfused_1_P_rowwi
   ncdc::rowwise::run<ncdc::rowwise::kSoftmax, 2, 128, 4, 8, false, true>(ncdc_io, ncdc_size_b * ncdc_size_h * ncdc_size_q, ncdc_size_x);
 }
 NCDC_EXPORT_KERNEL(attention_unfused_1_P_rowwise_bf16_r2_t128_v4);
-// ---- attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn: O = contract(P, V, over=x) (+0 epilogue ops)
+// ---- attention_unfused_2_O_gemm_bf16_m128_n128_k64_w4_s2_ak_bn: O = contract(P, V, over=x) (+0 epilogue ops)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -207,7 +207,7 @@ NCDC_EXPORT_KERNEL(attention_unfused_1_P_rowwise_bf16_r2_t128_v4);
 #undef V
 #undef O
 
-namespace ncdc_attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn {
+namespace ncdc_attention_unfused_2_O_gemm_bf16_m128_n128_k64_w4_s2_ak_bn {
 
 // The ops after the contraction, applied to each accumulator in fp32 before the cast to C.
 // Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
@@ -222,9 +222,9 @@ struct ncdc_Epilogue {
   }
 };
 
-}  // namespace ncdc_attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn
+}  // namespace ncdc_attention_unfused_2_O_gemm_bf16_m128_n128_k64_w4_s2_ak_bn
 
-extern "C" __global__ void __launch_bounds__(256) attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn(
+extern "C" __global__ void __launch_bounds__(128) attention_unfused_2_O_gemm_bf16_m128_n128_k64_w4_s2_ak_bn(
     const __nv_bfloat16* __restrict__ P,
     const __nv_bfloat16* __restrict__ V,
     __nv_bfloat16* __restrict__ O,
@@ -233,13 +233,13 @@ extern "C" __global__ void __launch_bounds__(256) attention_unfused_2_O_gemm_bf1
     long long ncdc_size_q,
     long long ncdc_size_d,
     long long ncdc_size_x) {
-  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 256, 128, 64, 4, 2, 2, true, false>;
-  static_assert(ncdc_Tile::SMEM_BYTES == 108544, "the launch's dynamic shared memory");
+  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 128, 128, 64, 2, 2, 2, true, false>;
+  static_assert(ncdc_Tile::SMEM_BYTES == 71680, "the launch's dynamic shared memory");
   const ncdc::gemm::Shape ncdc_shape{ncdc_size_q, ncdc_size_d, ncdc_size_x, ncdc_size_x, ncdc_size_d, ncdc_size_d, 1};
   long long ncdc_tile_m, ncdc_tile_n;
   ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
-  const long long ncdc_m0 = ncdc_tile_m * 256, ncdc_n0 = ncdc_tile_n * 128;
-  ncdc_attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn::ncdc_Epilogue ncdc_epi;
+  const long long ncdc_m0 = ncdc_tile_m * 128, ncdc_n0 = ncdc_tile_n * 128;
+  ncdc_attention_unfused_2_O_gemm_bf16_m128_n128_k64_w4_s2_ak_bn::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_Tile ncdc_tile;
   // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
@@ -267,4 +267,4 @@ extern "C" __global__ void __launch_bounds__(256) attention_unfused_2_O_gemm_bf1
     ncdc::gemm::run_mma<true, true>(ncdc_tile, P + ncdc_off_P, V + ncdc_off_V, O + ncdc_off_O, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
   }
 }
-NCDC_EXPORT_KERNEL(attention_unfused_2_O_gemm_bf16_m256_n128_k64_w8_s2_ak_bn);
+NCDC_EXPORT_KERNEL(attention_unfused_2_O_gemm_bf16_m128_n128_k64_w4_s2_ak_bn);

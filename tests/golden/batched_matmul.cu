@@ -7,7 +7,7 @@
 // op      C = contract(A, B, over=k)
 // outputs C
 // kernel  batched_matmul: gemm, tiles b=1  m=128  n=256  k=64, 12 warps, 3 stages, grid 132
-// predicted on h200: 309.2 us (tensor-bound), 2.75e+11 FLOP
+// predicted on h200: 355.9 us (power-bound), 2.75e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -9,12 +9,12 @@
 // op      P = softmax(S, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  decode_attention: decode_attention, tiles b=1  h=1  q=16  d=128  x=128, 4 warps, 3 stages, grid 512
-// predicted on h200: 1222.8 us (hbm-bound), 4.35e+09 FLOP
+// kernel  decode_attention: decode_attention, tiles b=1  h=1  q=16  d=128  x=64, 4 warps, 2 stages, grid 512
+// predicted on h200: 1224.4 us (hbm-bound), 4.35e+09 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- decode_attention_decode_attention_bf16_q16_x128_d128_w4_s3: decode attention, up to 16 rows (1 query heads of 1 queries) against keys split across blocks, 128 keys per stage (32 per warp), 3-stage cp.async; partials in fp32, merged by a second kernel
+// ---- decode_attention_decode_attention_bf16_q16_x64_d128_w4_s2: decode attention, up to 16 rows (1 query heads of 1 queries) against keys split across blocks, 64 keys per stage (16 per warp), 2-stage cp.async; partials in fp32, merged by a second kernel
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -23,7 +23,7 @@
 #undef O
 
 
-extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attention_bf16_q16_x128_d128_w4_s3(
+extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attention_bf16_q16_x64_d128_w4_s2(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
     const __nv_bfloat16* __restrict__ V, float* __restrict__ ncdc_partial_o_decode_attention,
     float* __restrict__ ncdc_partial_ml_decode_attention,
@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_attent
   // partials of this slice: gridDim.x splits x 4 warps, each [rows][d_v] and
   // [rows][2], rows = 1 heads x q
   const long long ncdc_first = (long long)blockIdx.y * gridDim.x * 4 * 1 * ncdc_slice.q_len;
-  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 128, 4, 3, true, false, false>(
+  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 64, 4, 2, true, false, false>(
       ncdc_slice, ncdc_pack, int(blockIdx.x), int(ncdc_keys_per_split), ncdc_partial_o_decode_attention + ncdc_first * 128,
       ncdc_partial_ml_decode_attention + ncdc_first * 2, ncdc_scores);
 }
@@ -94,5 +94,5 @@ extern "C" __global__ void __launch_bounds__(128) decode_attention_decode_merge_
       int(ncdc_size_q), ncdc_pack,
       nullptr, 0);
 }
-NCDC_EXPORT_KERNEL(decode_attention_decode_attention_bf16_q16_x128_d128_w4_s3);
+NCDC_EXPORT_KERNEL(decode_attention_decode_attention_bf16_q16_x64_d128_w4_s2);
 NCDC_EXPORT_KERNEL(decode_attention_decode_merge_bf16_d128);

@@ -18,7 +18,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  document_mask_attention: attention, tiles b=1  h=1  q=128  d=128  x=64, 12 warps, 2 stages, grid 8192
-// predicted on h200: 3463.3 us (tensor-bound), 2.27e+12 FLOP
+// predicted on h200: 3567.2 us (tensor-bound), 2.27e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 

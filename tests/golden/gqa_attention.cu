@@ -10,7 +10,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  gqa_attention: attention, tiles b=1  g=1  r=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 4096
-// predicted on h200: 1684.5 us (tensor-bound), 1.11e+12 FLOP
+// predicted on h200: 1751.4 us (tensor-bound), 1.11e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 

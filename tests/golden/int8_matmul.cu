@@ -8,12 +8,12 @@
 // input   sb[n] fp32
 // op      C = contract(A, B, over=k, scale=[sa, sb], dtype=bf16)
 // outputs C
-// kernel  int8_matmul: gemm, tiles m=128  n=256  k=128, 12 warps, 3 stages, grid 132
-// predicted on h200: 79.5 us (tensor-bound), 1.37e+11 FLOP
+// kernel  int8_matmul: gemm, tiles m=128  n=128  k=128, 12 warps, 5 stages, grid 132
+// predicted on h200: 92.3 us (power-bound), 1.37e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a: C = contract(A, B, over=k, scale=[sa, sb], dtype=bf16) (+0 epilogue ops), wgmma
+// ---- int8_matmul_gemm_wgmma_int8_m128_n128_k128_s5_bk_tmastore_c2_sm90a: C = contract(A, B, over=k, scale=[sa, sb], dtype=bf16) (+0 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
 #include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -23,7 +23,7 @@
 #undef sb
 #undef C
 
-namespace ncdc_int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a {
+namespace ncdc_int8_matmul_gemm_wgmma_int8_m128_n128_k128_s5_bk_tmastore_c2_sm90a {
 
 // The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
 // store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
@@ -49,9 +49,9 @@ struct ncdc_Out {
   }
 };
 
-}  // namespace ncdc_int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a
+}  // namespace ncdc_int8_matmul_gemm_wgmma_int8_m128_n128_k128_s5_bk_tmastore_c2_sm90a
 
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a(
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) int8_matmul_gemm_wgmma_int8_m128_n128_k128_s5_bk_tmastore_c2_sm90a(
     const signed char* __restrict__ A,
     const signed char* __restrict__ B,
     const float* __restrict__ sa,
@@ -63,12 +63,12 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) i
     const __grid_constant__ ncdc::TensorMap ncdc_tma_A,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_B,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_C) {
-  using ncdc_Config = ncdc::wgmma_gemm::Config<signed char, 256, 128, 3, true, 2, 2>;
-  static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
+  using ncdc_Config = ncdc::wgmma_gemm::Config<signed char, 128, 128, 5, true, 2, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 197632, "the launch's dynamic shared memory");
   (void)A;  // read through ncdc_tma_A; passed so that the CPU backend's map can name it
   (void)B;
   const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_m, ncdc_size_n, ncdc_size_k, 1, 8};
-  ncdc_int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a::ncdc_Out ncdc_out;
+  ncdc_int8_matmul_gemm_wgmma_int8_m128_n128_k128_s5_bk_tmastore_c2_sm90a::ncdc_Out ncdc_out;
   ncdc_out.ncdc_scale = 1.0f;
   ncdc_out.C = C;
   ncdc_out.ncdc_pitch_m_C = ncdc_size_n;
@@ -84,5 +84,5 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) i
   ncdc_out.ncdc_pitch_z_sb = 0;
   ncdc::wgmma_gemm::run<signed char, ncdc_Config>(&ncdc_tma_A, &ncdc_tma_B, &ncdc_tma_C, ncdc_problem, false, ncdc_out);
 }
-NCDC_CLUSTER_DIMS(int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a, 2);
-NCDC_EXPORT_KERNEL(int8_matmul_gemm_wgmma_int8_m128_n256_k128_s3_bk_tmastore_c2_sm90a);
+NCDC_CLUSTER_DIMS(int8_matmul_gemm_wgmma_int8_m128_n128_k128_s5_bk_tmastore_c2_sm90a, 2);
+NCDC_EXPORT_KERNEL(int8_matmul_gemm_wgmma_int8_m128_n128_k128_s5_bk_tmastore_c2_sm90a);

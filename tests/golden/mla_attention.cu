@@ -10,7 +10,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  mla_attention: attention, tiles b=1  h=1  q=128  e=128  x=128, 12 warps, 2 stages, grid 512
-// predicted on h200: 126.6 us (tensor-bound), 8.67e+10 FLOP
+// predicted on h200: 136.0 us (tensor-bound), 8.67e+10 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -10,12 +10,12 @@
 // op      H = contract(Xs, W, over=d, offsets=ends)
 // op      G = silu(H)
 // outputs G
-// kernel  moe_grouped_gemm: gemm, tiles r=128  f=256  d=64, 8 warps, 2 stages, grid 4080
-// predicted on h200: 2187.0 us (hbm-bound), 9.63e+11 FLOP
+// kernel  moe_grouped_gemm: gemm, tiles r=64  f=256  d=64, 4 warps, 2 stages, grid 6112
+// predicted on h200: 2188.7 us (hbm-bound), 9.63e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- moe_grouped_gemm_gemm_bf16_m128_n256_k64_w8_s2_ak_bk_g: H = contract(Xs, W, over=d, offsets=ends) (+1 epilogue ops, X's rows through rows)
+// ---- moe_grouped_gemm_gemm_bf16_m64_n256_k64_w4_s2_ak_bk_g: H = contract(Xs, W, over=d, offsets=ends) (+1 epilogue ops, X's rows through rows)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -26,7 +26,7 @@
 #undef G
 #undef ncdc_status
 
-namespace ncdc_moe_grouped_gemm_gemm_bf16_m128_n256_k64_w8_s2_ak_bk_g {
+namespace ncdc_moe_grouped_gemm_gemm_bf16_m64_n256_k64_w4_s2_ak_bk_g {
 
 // The ops after the contraction, applied to each accumulator in fp32 before the cast to C.
 // Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
@@ -42,9 +42,9 @@ struct ncdc_Epilogue {
   }
 };
 
-}  // namespace ncdc_moe_grouped_gemm_gemm_bf16_m128_n256_k64_w8_s2_ak_bk_g
+}  // namespace ncdc_moe_grouped_gemm_gemm_bf16_m64_n256_k64_w4_s2_ak_bk_g
 
-extern "C" __global__ void __launch_bounds__(256) moe_grouped_gemm_gemm_bf16_m128_n256_k64_w8_s2_ak_bk_g(
+extern "C" __global__ void __launch_bounds__(128) moe_grouped_gemm_gemm_bf16_m64_n256_k64_w4_s2_ak_bk_g(
     const __nv_bfloat16* __restrict__ X,
     const int* __restrict__ rows,
     const __nv_bfloat16* __restrict__ W,
@@ -56,8 +56,8 @@ extern "C" __global__ void __launch_bounds__(256) moe_grouped_gemm_gemm_bf16_m12
     long long ncdc_size_t,
     long long ncdc_size_d,
     long long ncdc_size_e) {
-  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 128, 256, 64, 2, 4, 2, true, true>;
-  static_assert(ncdc_Tile::SMEM_BYTES == 110592, "the launch's dynamic shared memory");
+  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 64, 256, 64, 1, 4, 2, true, true>;
+  static_assert(ncdc_Tile::SMEM_BYTES == 92160, "the launch's dynamic shared memory");
   ncdc::gemm::Shape ncdc_shape{ncdc_size_r, ncdc_size_f, ncdc_size_d, ncdc_size_d, ncdc_size_d, ncdc_size_f, 1};
   long long ncdc_tile_m, ncdc_tile_n;
   ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
@@ -65,11 +65,11 @@ extern "C" __global__ void __launch_bounds__(256) moe_grouped_gemm_gemm_bf16_m12
   // along e: this block's tile is a tile of its run's rows, a GEMM of their own.
   if (blockIdx.x == 0 && blockIdx.y == 0) ncdc::gemm::check_ends(ends, ncdc_size_e, ncdc_size_r, ncdc_status);
   ncdc::gemm::RowRun ncdc_run;
-  if (!ncdc::gemm::find_run<128>(ends, ncdc_size_e, ncdc_size_r, ncdc_tile_m, ncdc_run)) return;
+  if (!ncdc::gemm::find_run<64>(ends, ncdc_size_e, ncdc_size_r, ncdc_tile_m, ncdc_run)) return;
   ncdc_shape.m = ncdc_run.rows;
   if (ncdc_run.group < 0) ncdc_shape.k = 0;  // rows after the last run: an empty sum
   const long long ncdc_m0 = ncdc_run.m0, ncdc_n0 = ncdc_tile_n * 256;
-  ncdc_moe_grouped_gemm_gemm_bf16_m128_n256_k64_w8_s2_ak_bk_g::ncdc_Epilogue ncdc_epi;
+  ncdc_moe_grouped_gemm_gemm_bf16_m64_n256_k64_w4_s2_ak_bk_g::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_Tile ncdc_tile;
   // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
@@ -89,4 +89,4 @@ extern "C" __global__ void __launch_bounds__(256) moe_grouped_gemm_gemm_bf16_m12
     ncdc::gemm::run_mma<true, true, true>(ncdc_tile, X + ncdc_off_X, W + ncdc_off_W, G + ncdc_off_G, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi, ncdc_rows);
   }
 }
-NCDC_EXPORT_KERNEL(moe_grouped_gemm_gemm_bf16_m128_n256_k64_w8_s2_ak_bk_g);
+NCDC_EXPORT_KERNEL(moe_grouped_gemm_gemm_bf16_m64_n256_k64_w4_s2_ak_bk_g);

@@ -12,12 +12,12 @@
 // op      P = softmax(S, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  paged_decode_attention: decode_attention, tiles b=1  g=1  r=16  q=1  d=128  x=128, 4 warps, 3 stages, grid 256
-// predicted on h200: 158.5 us (hbm-bound), 2.71e+09 FLOP
+// kernel  paged_decode_attention: decode_attention, tiles b=1  g=1  r=16  q=1  d=128  x=64, 4 warps, 3 stages, grid 256
+// predicted on h200: 160.1 us (hbm-bound), 2.71e+09 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- paged_decode_attention_decode_attention_bf16_q16_x128_d128_w4_s3_page16: decode attention, up to 16 rows (1 query heads of 4 queries) against keys split across blocks, 128 keys per stage (32 per warp), 3-stage cp.async; partials in fp32, merged by a second kernel
+// ---- paged_decode_attention_decode_attention_bf16_q16_x64_d128_w4_s3_page16: decode attention, up to 16 rows (1 query heads of 4 queries) against keys split across blocks, 64 keys per stage (16 per warp), 3-stage cp.async; partials in fp32, merged by a second kernel
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -27,7 +27,7 @@
 #undef table
 
 
-extern "C" __global__ void __launch_bounds__(128) paged_decode_attention_decode_attention_bf16_q16_x128_d128_w4_s3_page16(
+extern "C" __global__ void __launch_bounds__(128) paged_decode_attention_decode_attention_bf16_q16_x64_d128_w4_s3_page16(
     const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ Kcache,
     const __nv_bfloat16* __restrict__ Vcache, float* __restrict__ ncdc_partial_o_paged_decode_attention,
     float* __restrict__ ncdc_partial_ml_paged_decode_attention,
@@ -80,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(128) paged_decode_attention_decode_
   // partials of this slice: gridDim.x splits x 4 warps, each [rows][d_v] and
   // [rows][2], rows = 1 heads x q
   const long long ncdc_first = (long long)blockIdx.y * gridDim.x * 4 * 1 * ncdc_slice.q_len;
-  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 128, 4, 3, true, false, false, 16>(
+  ncdc::attn::decode_partial<__nv_bfloat16, 128, 128, 64, 4, 3, true, false, false, 16>(
       ncdc_slice, ncdc_pack, int(blockIdx.x), int(ncdc_keys_per_split), ncdc_partial_o_paged_decode_attention + ncdc_first * 128,
       ncdc_partial_ml_paged_decode_attention + ncdc_first * 2, ncdc_scores);
 }
@@ -118,5 +118,5 @@ extern "C" __global__ void __launch_bounds__(128) paged_decode_attention_decode_
       int(ncdc_size_r), ncdc_pack,
       nullptr, 0);
 }
-NCDC_EXPORT_KERNEL(paged_decode_attention_decode_attention_bf16_q16_x128_d128_w4_s3_page16);
+NCDC_EXPORT_KERNEL(paged_decode_attention_decode_attention_bf16_q16_x64_d128_w4_s3_page16);
 NCDC_EXPORT_KERNEL(paged_decode_attention_decode_merge_bf16_d128);

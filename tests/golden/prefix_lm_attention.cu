@@ -16,7 +16,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  prefix_lm_attention: attention, tiles b=1  h=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 1536
-// predicted on h200: 216.8 us (tensor-bound), 1.34e+11 FLOP
+// predicted on h200: 239.6 us (tensor-bound), 1.34e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -11,7 +11,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  sliding_window_attention: attention, tiles b=1  g=1  r=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 8192
-// predicted on h200: 3245.5 us (tensor-bound), 2.16e+12 FLOP
+// predicted on h200: 3377.2 us (tensor-bound), 2.16e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -14,7 +14,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  softcap_attention: attention, tiles b=1  g=1  r=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 1024
-// predicted on h200: 329.1 us (tensor-bound), 1.45e+11 FLOP
+// predicted on h200: 346.3 us (tensor-bound), 1.45e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -15,7 +15,7 @@
 // kernel  swiglu_mlp_0_G: gemm, tiles m=128  f=256  d=64, 12 warps, 3 stages, grid 132
 // kernel  swiglu_mlp_1_H: gemm, tiles m=128  f=256  d=64, 12 warps, 3 stages, grid 132
 // kernel  swiglu_mlp_2_Y: gemm, tiles m=128  d=256  f=64, 12 warps, 3 stages, grid 132
-// predicted on h200: 1264.7 us (tensor-bound), 1.11e+12 FLOP
+// predicted on h200: 1429.8 us (power-bound), 1.11e+12 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -12,7 +12,7 @@
 // outputs H
 // kernel  swiglu_packed_0_GU: gemm, tiles t=128  g=256  d=64, 12 warps, 3 stages, grid 132
 // kernel  swiglu_packed_1_H: elementwise, tiles t=1  f=8192, 8 warps, 1 stages, grid 7168
-// predicted on h200: 1179.0 us (tensor-bound), 9.63e+11 FLOP
+// predicted on h200: 1336.8 us (power-bound), 9.63e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

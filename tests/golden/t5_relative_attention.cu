@@ -31,7 +31,7 @@
 // outputs O
 // kernel  t5_relative_attention_0_bias: elementwise, tiles x=1  q=1  h=12, 4 warps, 1 stages, grid 6144
 // kernel  t5_relative_attention_1_O: attention, tiles b=1  h=1  q=128  d=64  x=64, 12 warps, 2 stages, grid 768
-// predicted on h200: 112.8 us (cuda-bound), 1.32e+10 FLOP
+// predicted on h200: 124.2 us (cuda-bound), 1.32e+10 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -13,7 +13,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  varlen_attention: attention, tiles h=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 1024
-// predicted on h200: 480.6 us (tensor-bound), 2.84e+11 FLOP
+// predicted on h200: 497.5 us (tensor-bound), 2.84e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -256,3 +256,12 @@ def test_a_hostile_profile_is_one_line_and_exit_2(tmp_path, kind):
         path.write_text("name: " + "[" * 100_000 + "]" * 100_000 + "\n")
     result = support.ncdc("cost", support.MATMUL, "--hardware", str(path), timeout=60)
     support.assert_error(result, 2, contains=str(path))
+
+
+@pytest.mark.parametrize("duty", [0.0, 1.2, -0.5])
+def test_a_power_duty_outside_0_1_is_refused(tmp_path, duty):
+    data = yaml.safe_load((PROFILES_DIR / "h200.yaml").read_text())
+    data["achievable"]["power_duty"]["value"] = duty
+    (tmp_path / "my.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(HardwareError, match="achievable.power_duty"):
+        load_hardware(tmp_path / "my.yaml")

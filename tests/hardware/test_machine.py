@@ -107,3 +107,16 @@ def test_every_gpu_profile_has_achievable_figures_with_sources():
     h100 = load_hardware("h100")
     assert h100.achieved_rate("tensor", "bf16") == h100.rate("tensor", "bf16")
     assert h100.achieved_bandwidth("smem") == pytest.approx(h100.bandwidth("smem") * 1830 / 1980)
+
+
+def test_the_power_limit_is_a_share_of_each_tensor_peak():
+    # H200: 783 TFLOP/s of bf16 on random data (894 on zeros, the same kernel): 0.791 of the
+    # 989 priced; fp8 at the same share of its own peak (twice the FLOPs per joule). The
+    # H100 takes the H200's figure (same die, same 700 W); GPUs without one have no limit.
+    for name in ("h100", "h200"):
+        hw = load_hardware(name)
+        assert hw.power_rate("bf16") == pytest.approx(783e12, rel=0.002), name
+        assert hw.power_rate("fp8_e4m3") == pytest.approx(2 * hw.power_rate("bf16"), rel=1e-3)
+        assert hw.sources["achievable.power_duty"].source, name
+    for name in ("a100", "l40s", "rtx4090", "b200", "napkin"):
+        assert load_hardware(name).power_rate("bf16") == 0.0, name

@@ -209,8 +209,11 @@ def test_percent_of_peak_uses_the_true_peak_with_the_mma_sync_ceiling_beside_it(
 
     hw = load_hardware("h200")
     assert hw.mma_sync_share < 1
-    # k = 4095 rows are not 16-byte aligned, which TMA needs: the mma.sync kernel runs
-    plan = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml", {"k": 4095}), hw)
+    # k = 4095 rows are not 16-byte aligned, which TMA needs: the mma.sync kernel runs, here
+    # in its compute-bound 256 x 128 tiles (the search's 128 x 128, two blocks an SM, is
+    # held by L2 -> SMEM)
+    tiles = {"m": 256, "n": 128}
+    plan = plan_diagram(load_diagram(DIAGRAMS / "matmul.yaml", {"k": 4095}), hw, tiles)
     assert "wgmma" not in dict(plan.kernels[0].candidate.params)
     assert plan.bound_kind == "compute"
     assert peak_of(plan) == hw.rate("tensor", "bf16")

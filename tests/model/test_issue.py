@@ -187,9 +187,11 @@ def test_the_family_estimate_is_within_15_percent_of_the_sass(compiled):
         names = [launch.kernel for launch in report.module.launches]
         # the hot loop, and an attention kernel's masked one on its share of the chunks
         counted = loop_mixes.mixes_by_kernel(plan, loops, names)[0]
-        # ptxas keeps the fp8 k tile's loop over its k32 steps rolled on sm_90: its loop is
-        # a whole fraction of the estimated iteration
-        assert est.tensor_flops % counted.tensor_flops == 0, label
+        # ptxas keeps the fp8 k tile's loop over its k32 steps rolled on sm_90 (its loop a
+        # whole fraction of the estimated iteration) and unrolls a short k tile's twice (a
+        # whole multiple): either way whole iterations
+        small, big = sorted((est.tensor_flops, counted.tensor_flops))
+        assert big % small == 0, label
         assert counted.slots_per_mma == pytest.approx(est.slots_per_mma, rel=0.15), label
     assert dict(compiled[1][1].kernels[0].candidate.params).get("simt") == 0
     assert compiled[1][1].kernels[0].candidate.splits > 1  # split-k

@@ -100,6 +100,13 @@ def candidates(
         group = attention_group(model, family, g_q, fixed)
         stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
         shape = LaunchShape((ceil_div(axes[q], g_q), batch, 1), (threads, 1, 1), smem)
+        rereads: tuple[tuple[str, int], ...] = ()
+        if not q_in_registers(at.d, warp_q):
+            # Q's fragments from its SMEM tile at every key chunk the block visits
+            chunks = ceil_div(model.sizes[x], s_x)
+            if model.mask:
+                chunks = max(1, round(chunks * float(model.mask_fraction(group, stream))))
+            rereads = ((at.q, chunks - 1),) if chunks > 1 else ()
         out.append(
             Candidate(
                 group, stream, {**group, q: warp_q}, stream,
@@ -107,6 +114,7 @@ def candidates(
                 attention_registers(model, family, g_q, s_x, threads, warp_q, masked),
                 recomputes=at.load_recomputes(model.diagram, ceil_div(axes[q], g_q)),
                 unstaged=at.unstaged(model.diagram, model.kernel),
+                fragment_rereads=rereads,
             )
         )  # fmt: skip
     return out
