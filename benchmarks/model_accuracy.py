@@ -4,8 +4,9 @@ Each data set in benchmarks/external/*.yaml names its source, GPU, dtype, the st
 the measured kernels and, per point, a diagram, its axes and the measured time (or rate).
 ncdc prices the diagram on the set's GPU profile (with the measured kernel's tiles where
 the set gives them); the naive roofline is max(useful FLOPs / datasheet tensor peak,
-compulsory bytes / datasheet HBM bandwidth). Nothing of the model is fitted: every
-constant comes from the profiles and the kernels' structure. A set whose timing includes
+compulsory bytes / datasheet HBM bandwidth). The model is fitted to no point it scores:
+every constant comes from the profiles (each figure with its source) and the kernels'
+structure. A set whose timing includes
 a fixed cost outside the kernel (the host side of a framework call inside the timed
 region) marks half its points `calibrate: true`: the median of measured - predicted over
 those is that harness overhead, added to the other points, and only the other points are
@@ -143,12 +144,14 @@ def load_sets() -> list[tuple[dict, list[Point]]]:
 
 
 def summary_rows(
-    sets: list[tuple[dict, list[Point]]], before: dict | None = None
+    sets: list[tuple[dict, list[Point]]], before: dict | None = None, since: str = "-"
 ) -> list[tuple[str, ...]]:
     before = before or {}
     rows = []
     for data, points in sets:
         held = scored(points)
+        if not held:
+            raise SystemExit(f"{data['name']}: every point calibrates or fixed a figure")
         e_ncdc = [error(p.ncdc_s, p.measured_s) for p in held]
         e_kernel = [error(p.ncdc_s, p.measured_s) for p in points if not p.fitted]
         e_naive = [error(p.naive_s, p.measured_s) for p in held]
@@ -158,6 +161,7 @@ def summary_rows(
             data["name"], data["structure"], timing_of(data), str(len(held)),
             f"{statistics.median(e_ncdc):.0%}", f"{max(e_ncdc):.0%}",
             f"{then['median']:.0%}" if then else "-", f"{then['worst']:.0%}" if then else "-",
+            str(then.get("commit", since)) if then else "-",
             f"{statistics.median(e_kernel):.0%}" if extra else "-",
             f"{extra * 1e6:.1f} us" if extra else "-",
             f"{statistics.median(e_naive):.0%}", f"{max(e_naive):.0%}",
@@ -216,11 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     sets = load_sets()
     before = load_before()
     since = before.get("commit", "?")
-    head = ("set", "structure", "timing", "n", "ncdc median", "ncdc worst",
-            f"median at {since}", f"worst at {since}", "kernel only median",
-            "harness overhead", "naive median", "naive worst")  # fmt: skip
+    head = ("set", "structure", "timing", "n", "ncdc median", "ncdc worst", "median before",
+            "worst before", "before at", "kernel only median", "harness overhead",
+            "naive median", "naive worst")  # fmt: skip
     print(" | ".join(head))
-    for row in summary_rows(sets, before.get("sets")):
+    for row in summary_rows(sets, before.get("sets"), since):
         print(" | ".join(row))
     short, then = short_calls(sets), before.get("short")
     if short:

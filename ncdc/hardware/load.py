@@ -97,7 +97,9 @@ QUANTITY_KEYS = ("value", "unit", "source", "kind")
 PEAK_KEYS = ("per_sm_per_clock", "quoted_at_mhz")  # optional, on rates and bandwidths
 
 
-ACHIEVABLE_KEYS = ("clock", "bandwidth", "launch", "power_duty")  # the optional `achievable` block
+ACHIEVABLE_KEYS = ("clock", "bandwidth", "launch", "power_duty")
+# the model's compute units besides the rates' (ncdc.model.issue, ncdc.model.overlap)
+CEILINGS = ("issue", "power")  # the optional `achievable` block
 
 
 def list_profiles() -> list[str]:
@@ -325,7 +327,7 @@ class _Reader:
             name = self.string(entry["name"], f"levels[{i}].name")
             if name in [level.name for level in levels]:
                 self.fail(f"levels[{i}].name", f"level {name!r} appears twice")
-            if name in RATE_KINDS:  # a plan names its bound by level or unit: keep them apart
+            if name in RATE_KINDS or name in CEILINGS:  # a bound is a level or a unit
                 self.fail(
                     f"levels[{i}].name",
                     f"level {name!r} has the name of a compute unit",

@@ -56,9 +56,9 @@ class Achievable:
     figures stay in `Hardware.levels` and `Hardware.rates` for the report. Absent (the
     napkin machine): the datasheet, no launch, no power limit.
 
-    `power_duty` is the share of the tensor peak (at the sustained clock) the GPU sustains
-    on random data before its power limit lowers the clock: a kernel that would keep the
-    tensor pipe busier runs at the clock that keeps duty x clock at this (0: none known)."""
+    `power_duty` is the share of the datasheet tensor peak the GPU sustains on random data
+    under its power limit: a kernel that would keep the tensor pipe busier runs at the
+    clock that holds it there (0: none known)."""
 
     clock_hz: float = 0.0  # 0: the datasheet clock
     bandwidth: dict[str, float] = field(default_factory=dict, hash=False)  # level -> B/s
@@ -117,8 +117,9 @@ class Hardware:
         return self.achievable.launch_s
 
     def power_rate(self, kind: str) -> float:
-        """The tensor rate of `kind` the power limit sustains under full load: the peak at
-        the sustained clock times `Achievable.power_duty` (0 where no limit is known).
+        """The tensor rate of `kind` the power limit sustains under full load: the peak
+        times `Achievable.power_duty` (0 where no limit is known), whatever the sustained
+        clock (a limit of watts, not of cycles).
 
         >>> from ncdc.hardware.load import load_hardware
 
@@ -128,7 +129,7 @@ class Hardware:
         duty = self.achievable.power_duty
         if not duty or kind not in self.rates.get("tensor", {}):
             return 0.0
-        return self.achieved_rate("tensor", kind) * duty
+        return self.rates["tensor"][kind] * duty
 
     def clock_share(self, quoted_hz: float = 0.0) -> float:
         """Sustained clock over the clock a peak was quoted at (at most 1).

@@ -113,11 +113,15 @@ def time_kernel(
         # the other's MMAs, for every key tile of the blocks the busiest SM runs
         chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
         serial = pingpong_compute(compute, chunks * ceil_div(pace.grid, hw.limits.sms))
-    power = _power_s(hw, flops, pace) if c is not None else 0.0
+    power = _power_s(hw, flops, pace) if c is not None and not c.cuda_cores else 0.0
     if power:
         # a ceiling of its own, after the overlap: the clock falls for every unit alike
         compute = {**compute, POWER: power}
-    fill = _fill_s(model, hw, inner, c, pace, transfers, groups) if c is not None else 0.0
+    fill = 0.0
+    if c is not None:
+        steady = max(serial, max(compute.values(), default=0.0))
+        memory_bound = max((t.time_s for t in transfers), default=0.0) >= steady
+        fill = _fill_s(model, hw, inner, c, pace, transfers, groups, memory_bound)
     return KernelTiming(
         tuple(transfers), compute, int(pace.grid), pace.per_sm, int(pace.waves),
         int(sum(flops.values())), pace.padding,
@@ -141,14 +145,17 @@ def _power_s(hw: Hardware, flops: Mapping[tuple[str, str], float], pace: Pace) -
 
 def _fill_s(
     model: KernelModel, hw: Hardware, inner: Partition, c: Candidate, pace: Pace,
-    transfers: list[Transfer], groups: int,
+    transfers: list[Transfer], groups: int, memory_bound: bool,
 ) -> float:  # fmt: skip
-    """The pipeline fills the busiest SM waits for with nothing else to run: a block's
-    first chunk of the streamed operands (`pipeline_fill`) before its first MMA, at its
-    share of the level it comes from. Blocks
-    that hold an SM alone (one resident at a time) each wait for their own; where several
-    share an SM, the others' work hides every fill but the first wave's. A kernel with no
-    pipeline over a streamed axis (row-wise, elementwise) has no fill of this kind."""
+    """The pipeline fills the busiest SM waits for with nothing else to run: before its first
+    MMA a block waits for its first chunk (`pipeline_fill`): its chunk of the streamed
+    operands and its share of what it loads once (the L2 -> SMEM bytes over the blocks'
+    tiles and chunks), at its share of the level they come from. Blocks that hold an SM
+    alone (one resident at a time) each wait for their own; where several share an SM, the
+    others' work hides every fill but the first wave's, whose blocks load together. In a
+    kernel bound by a memory level those bytes are already in its transfer time: only the
+    round trip is more. A kernel with no pipeline over a streamed axis (row-wise,
+    elementwise) has no fill of this kind."""
     if c.stages < 2 or not inner.stream:
         return 0.0
     into = next((t for t in transfers if t.lower == hw.block_level), None)
@@ -158,10 +165,14 @@ def _fill_s(
     if model.mask:  # a band's blocks load only the chunks it leaves them
         chunks = max(1, round(chunks * float(model.mask_fraction(inner.group, inner.stream))))
     sms = hw.limits.sms
-    first = into.bytes / (groups * chunks)  # one block's chunk, its share of what it loads once
-    starts = ceil_div(pace.grid, sms) if pace.streams == 1 else 1
-    # the level's bandwidth shared by the SMs that load at once (fewer in a small grid)
-    share = hw.achieved_bandwidth(into.upper) / min(sms, max(1, pace.grid))
+    # a grouped GEMM's blocks past its tiles exit at once (as in `_pace`)
+    grid = min(pace.grid, groups * c.splits) if model.grouped else pace.grid
+    starts = ceil_div(grid, sms) if pace.streams == 1 else 1
+    if memory_bound:
+        return starts * pipeline_fill(0.0, 1.0)
+    first = into.bytes / (groups * chunks)
+    # the level's bandwidth shared by the blocks that load at once
+    share = hw.achieved_bandwidth(into.upper) / max(1, min(grid, sms * pace.streams))
     return starts * pipeline_fill(first, share)
 
 

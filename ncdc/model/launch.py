@@ -191,6 +191,9 @@ class Candidate:
             "accumulates": dict(self.accumulates),
             "recomputes": dict(self.recomputes),
             "unstaged": list(self.unstaged),
+            "in_flight": self.in_flight,
+            "rule_tiles": self.rule_tiles,
+            "fragment_rereads": dict(self.fragment_rereads),
         }
 
 
@@ -223,4 +226,6 @@ def candidate_from_dict(data: Mapping[str, Any]) -> Candidate:
         tuple((str(k), float(v)) for k, v in data.get("accumulates", {}).items()),
         tuple((str(k), float(v)) for k, v in data.get("recomputes", {}).items()),
         tuple(str(n) for n in data.get("unstaged", [])),
+        int(data.get("in_flight", 0)), bool(data.get("rule_tiles", False)),
+        tuple((str(k), int(v)) for k, v in data.get("fragment_rereads", {}).items()),
     )  # fmt: skip

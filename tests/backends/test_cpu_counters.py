@@ -145,6 +145,25 @@ def test_ldmatrix_and_cp_async_paths_have_no_bank_conflicts(
 
 
 @pytest.mark.parametrize(
+    "tiles",
+    [{"m": 32, "n": 64, "k": 16}, {"m": 32, "n": 32, "k": 32}, {"m": 64, "n": 64, "k": 64}],
+    ids=["k16", "n32-k32", "k64"],
+)
+def test_narrow_gemm_tiles_store_without_bank_conflicts(tiles: dict) -> None:
+    # rows of 2 and 4 chunks (a 16-bit k tile of 16 or 32, an n tile of 32) are copied one
+    # chunk column of 8 rows per 8 lanes: with rows 3 or 5 chunks apart, chunk by chunk along
+    # a row put two of a phase's stores in one bank group (1024 wavefronts for 768)
+    d = load_diagram("diagrams/matmul.yaml", {"m": 64, "n": 64, "k": 64})
+    plan = plan_diagram(d, A100, tiles)
+    assert plan.kernels[0].candidate.param("bk") == tiles["k"]
+    result = run_diagram(d, render_plan(plan), counters=True)
+    assert result.ok and result.counters is not None
+    c = result.counters
+    assert c.shared_requests > 0 and c.bank_conflicts == 0
+    assert c.excess_sectors == 0
+
+
+@pytest.mark.parametrize(
     "spec, sizes, profile", [GEMM, ATTENTION, DECODE], ids=["gemm", "attention", "decode"]
 )
 def test_global_access_is_fully_coalesced_at_aligned_sizes(

@@ -12,7 +12,7 @@
 // kernel  attention_unfused_0_S: gemm, tiles b=1  h=1  q=128  x=128  d=64, 4 warps, 2 stages, grid 65536
 // kernel  attention_unfused_1_P: rowwise, tiles b=1  h=1  q=2  x=4096, 8 warps, 1 stages, grid 131072
 // kernel  attention_unfused_2_O: gemm, tiles b=1  h=1  q=128  d=128  x=64, 4 warps, 2 stages, grid 2048
-// predicted on h200: 2579.0 us (hbm-bound), 5.56e+11 FLOP
+// predicted on h200: 2577.9 us (hbm-bound), 5.56e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -9,12 +9,12 @@
 // op      P = softmax(S, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  cross_attention: attention, tiles b=1  h=1  q=64  d=64  x=32, 4 warps, 2 stages, grid 2048
-// predicted on h200: 14.0 us (hbm-bound), 2.64e+09 FLOP
+// kernel  cross_attention: attention, tiles b=1  h=1  q=64  d=64  x=80, 4 warps, 2 stages, grid 2048
+// predicted on h200: 13.9 us (hbm-bound), 2.64e+09 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- cross_attention_attention_fp16_q64_x32_d64_w4_s2: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries
+// ---- cross_attention_attention_fp16_q64_x80_d64_w4_s2: fused attention, 64 queries per block, keys streamed 80 at a time through a 2-stage cp.async ring, 4 warps of 16 queries
 #include "ncdc_attention.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
@@ -23,7 +23,7 @@
 #undef O
 
 
-extern "C" __global__ void __launch_bounds__(128) cross_attention_attention_fp16_q64_x32_d64_w4_s2(
+extern "C" __global__ void __launch_bounds__(128) cross_attention_attention_fp16_q64_x80_d64_w4_s2(
     const __half* __restrict__ Q, const __half* __restrict__ K,
     const __half* __restrict__ V, __half* __restrict__ O,
     long long ncdc_size_b,
@@ -52,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(128) cross_attention_attention_fp16
   ncdc_slice.lse = nullptr;
   ncdc_slice.lse_stride = 0;
   const int ncdc_q_tile = int(blockIdx.x);
-  ncdc::attn::attention_forward<__half, 64, 64, 64, 32, 1, 2, true, false, false, false>(
+  ncdc::attn::attention_forward<__half, 64, 64, 64, 80, 1, 2, true, false, false, false>(
       ncdc_slice, O + ncdc_i_b * ncdc_size_h * ncdc_size_q * 64 + ncdc_i_h * ncdc_size_q * 64, 64, ncdc_q_tile, ncdc_scores);
 }
-NCDC_EXPORT_KERNEL(cross_attention_attention_fp16_q64_x32_d64_w4_s2);
+NCDC_EXPORT_KERNEL(cross_attention_attention_fp16_q64_x80_d64_w4_s2);

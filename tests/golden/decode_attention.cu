@@ -10,7 +10,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  decode_attention: decode_attention, tiles b=1  h=1  q=16  d=128  x=64, 4 warps, 2 stages, grid 512
-// predicted on h200: 1224.4 us (hbm-bound), 4.35e+09 FLOP
+// predicted on h200: 1224.0 us (hbm-bound), 4.35e+09 FLOP
 
 #include "ncdc_runtime.cuh"
 

@@ -11,7 +11,7 @@
 // op      G = silu(H)
 // outputs G
 // kernel  moe_grouped_gemm: gemm, tiles r=64  f=256  d=64, 4 warps, 2 stages, grid 6112
-// predicted on h200: 2188.7 us (hbm-bound), 9.63e+11 FLOP
+// predicted on h200: 2188.2 us (hbm-bound), 9.63e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

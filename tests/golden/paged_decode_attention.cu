@@ -13,7 +13,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  paged_decode_attention: decode_attention, tiles b=1  g=1  r=16  q=1  d=128  x=64, 4 warps, 3 stages, grid 256
-// predicted on h200: 160.1 us (hbm-bound), 2.71e+09 FLOP
+// predicted on h200: 159.7 us (hbm-bound), 2.71e+09 FLOP
 
 #include "ncdc_runtime.cuh"
 

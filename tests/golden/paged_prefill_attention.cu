@@ -14,7 +14,7 @@
 // op      O = contract(P, V, over=x)
 // outputs O
 // kernel  paged_prefill_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 2048
-// predicted on h200: 587.5 us (tensor-bound), 2.46e+11 FLOP
+// predicted on h200: 587.7 us (tensor-bound), 2.46e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

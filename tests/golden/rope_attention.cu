@@ -34,7 +34,7 @@
 // outputs O
 // kernel  rope_attention_0_Kr: elementwise, tiles b=1  x=1  g=1  d=128, 4 warps, 1 stages, grid 16384
 // kernel  rope_attention_1_O: attention, tiles b=1  s=64  g=1  r=1  d=128  x=32, 4 warps, 2 stages, grid 8192
-// predicted on h200: 1378.4 us (tensor-bound), 5.66e+11 FLOP
+// predicted on h200: 1378.7 us (tensor-bound), 5.66e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 

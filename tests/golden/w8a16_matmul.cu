@@ -7,12 +7,12 @@
 // input   s[n] fp32
 // op      C = contract(X, W, over=k, scale=s, dtype=bf16)
 // outputs C
-// kernel  w8a16_matmul: gemm, tiles m=16  n=64  k=32, 4 warps, 5 stages, grid 512
+// kernel  w8a16_matmul: gemm, tiles m=16  n=128  k=64, 8 warps, 5 stages, grid 128
 // predicted on h200: 27.6 us (hbm-bound), 2.28e+09 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- w8a16_matmul_gemm_splitk_bf16_m16_n64_k32_w4_s5_ak_bk: C = contract(X, W, over=k, scale=s, dtype=bf16) (+0 epilogue ops), k split 4 ways (2048 per split), fp32 partials merged in order
+// ---- w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s5_ak_bk: C = contract(X, W, over=k, scale=s, dtype=bf16) (+0 epilogue ops), k split 2 ways (4096 per split), fp32 partials merged in order
 #include "ncdc_elementwise.cuh"
 #include "ncdc_gemm.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
@@ -21,7 +21,7 @@
 #undef s
 #undef C
 
-namespace ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n64_k32_w4_s5_ak_bk {
+namespace ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s5_ak_bk {
 
 // The ops after the contraction, applied to each merged sum in fp32 before the cast to C.
 struct ncdc_Epilogue {
@@ -42,11 +42,11 @@ struct ncdc_Partial {
   NCDC_DEVICE float operator()(float ncdc_acc, long long, long long) const { return ncdc_acc; }
 };
 
-}  // namespace ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n64_k32_w4_s5_ak_bk
+}  // namespace ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s5_ak_bk
 
 // Split blockIdx.z sums k in [z * k_per_split, (z + 1) * k_per_split) of one block tile into
-// its fp32 slice of the workspace (4 slices of m x n).
-extern "C" __global__ void __launch_bounds__(128) w8a16_matmul_gemm_splitk_bf16_m16_n64_k32_w4_s5_ak_bk(
+// its fp32 slice of the workspace (2 slices of m x n).
+extern "C" __global__ void __launch_bounds__(256) w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s5_ak_bk(
     const __nv_bfloat16* __restrict__ X,
     const signed char* __restrict__ W,
     const float* __restrict__ s,
@@ -55,8 +55,8 @@ extern "C" __global__ void __launch_bounds__(128) w8a16_matmul_gemm_splitk_bf16_
     long long ncdc_size_n,
     long long ncdc_size_k,
     long long ncdc_k_per_split) {
-using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 16, 64, 32, 1, 4, 5, true, true, signed char>;
-  static_assert(ncdc_Tile::SMEM_BYTES == 21760, "the launch's dynamic shared memory");
+using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 16, 128, 64, 1, 8, 5, true, true, signed char>;
+  static_assert(ncdc_Tile::SMEM_BYTES == 62720, "the launch's dynamic shared memory");
   const long long ncdc_k0 = (long long)blockIdx.z * ncdc_k_per_split;
   const long long ncdc_k_left = ncdc_size_k - ncdc_k0;
   const long long ncdc_k_len = ncdc_k_left < ncdc_k_per_split ? ncdc_k_left : ncdc_k_per_split;
@@ -64,7 +64,7 @@ using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 16, 64, 32, 1, 4, 5, true, 
   long long ncdc_tile_m, ncdc_tile_n;
   ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
   ncdc_Tile ncdc_tile;
-  ncdc::gemm::run_mma<true, true>(ncdc_tile, X + ncdc_k0 * (1), W + ncdc_k0 * (1), ncdc_partials_w8a16_matmul + (long long)blockIdx.z * ncdc_size_m * ncdc_size_n, ncdc_shape, ncdc_tile_m * 16, ncdc_tile_n * 64, ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n64_k32_w4_s5_ak_bk::ncdc_Partial{});
+  ncdc::gemm::run_mma<true, true>(ncdc_tile, X + ncdc_k0 * (1), W + ncdc_k0 * (1), ncdc_partials_w8a16_matmul + (long long)blockIdx.z * ncdc_size_m * ncdc_size_n, ncdc_shape, ncdc_tile_m * 16, ncdc_tile_n * 128, ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s5_ak_bk::ncdc_Partial{});
 }
 
 // C = epilogue(the splits' partials summed in split order): the same sum on every run.
@@ -78,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(256) w8a16_matmul_gemm_splitk_merge
     long long ncdc_size_n,
     long long ncdc_size_k,
     long long ncdc_splits) {
-ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n64_k32_w4_s5_ak_bk::ncdc_Epilogue ncdc_epi;
+ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s5_ak_bk::ncdc_Epilogue ncdc_epi;
   ncdc_epi.ncdc_scale = 1.0f;
   ncdc_epi.s = s;
   ncdc_epi.ncdc_pitch_m_s = 0;
@@ -92,5 +92,5 @@ ncdc_w8a16_matmul_gemm_splitk_bf16_m16_n64_k32_w4_s5_ak_bk::ncdc_Epilogue ncdc_e
     ncdc::gemm::store_one(C + ncdc_row * (ncdc_size_n) + ncdc_col * (1), ncdc_epi(ncdc_sum, ncdc_row, ncdc_col));
   }
 }
-NCDC_EXPORT_KERNEL(w8a16_matmul_gemm_splitk_bf16_m16_n64_k32_w4_s5_ak_bk);
+NCDC_EXPORT_KERNEL(w8a16_matmul_gemm_splitk_bf16_m16_n128_k64_w8_s5_ak_bk);
 NCDC_EXPORT_KERNEL(w8a16_matmul_gemm_splitk_merge_bf16);

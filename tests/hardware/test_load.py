@@ -208,6 +208,8 @@ def test_unknown_key_names_the_yaml_path(tmp_path):
         (lambda d: d.update(levels=[]), "levels: expected a non-empty list"),
         (lambda d: d["levels"][1].update(name="hbm"), "level 'hbm' appears twice"),
         (lambda d: d["levels"][1].update(name="tensor"), "has the name of a compute unit"),
+        (lambda d: d["levels"][1].update(name="power"), "has the name of a compute unit"),
+        (lambda d: d["levels"][1].update(name="issue"), "has the name of a compute unit"),
         (lambda d: d.update(limits=[1]), "limits: expected a mapping, found a list"),
     ],
 )

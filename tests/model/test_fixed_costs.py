@@ -39,19 +39,29 @@ def _first_chunk(plan, hw) -> float:
 
 
 def test_a_block_that_holds_its_sm_alone_waits_for_each_fill():
-    # FlashAttention-3 order on h200: one block an SM, 2048 blocks; each block's first K
-    # tile (and its share of Q) arrives before its first wgmma, with nothing else to run
+    # FlashAttention-3 order on h200 (b 4, h 16, q = x = 4096, d 128): one block an SM, 2048
+    # blocks, 16 on the busiest SM. Each waits for its first chunk before its first wgmma:
+    # K and V (2 x 128 x 128 x 2 bytes) and a 32nd of Q's tile, 66 KiB, at a 132nd of the
+    # L2's 10 TB/s (0.89 us), after a round trip under load (1.2 us): 2.09 us, 16 times
     hw = load_hardware("h200")
     plan = plan_diagram(load_diagram("diagrams/attention.yaml"), hw)
     k = plan.kernels[0]
-    assert k.blocks_per_sm == 1 and k.grid > hw.limits.sms
-    share = hw.achieved_bandwidth("l2") / hw.limits.sms
-    fill = pipeline_fill(_first_chunk(plan, hw), share)
-    assert k.fill_s == pytest.approx(ceil_div(k.grid, hw.limits.sms) * fill)
+    assert k.blocks_per_sm == 1 and k.grid == 2048 and k.bound == "tensor"
+    assert _first_chunk(plan, hw) == 66 * 1024
+    assert k.fill_s == pytest.approx(16 * (1.2e-6 + 66 * 1024 / (10e12 / 132)))
     assert k.predicted_time_s == pytest.approx(
         k.launch_s + k.fill_s + max(k.compute_time_s, *(t.time_s for t in k.transfers))
     )
     assert plan.fill_s == k.fill_s and plan.kernel_time_s == pytest.approx(k.kernel_time_s)
+
+
+def test_a_memory_bound_kernel_waits_only_for_the_round_trip():
+    # decode on h200 is bound by HBM, whose time already moves every byte: of its fill only
+    # the first wave's round trip is more (three blocks an SM hide the rest)
+    plan = plan_diagram(load_diagram("diagrams/decode_attention.yaml"), load_hardware("h200"))
+    k = plan.kernels[0]
+    assert k.bound == "hbm" and k.blocks_per_sm > 1
+    assert k.fill_s == pytest.approx(PIPELINE_LATENCY_S)
 
 
 def test_a_persistent_gemm_fills_its_ring_once():
@@ -70,14 +80,18 @@ def test_blocks_sharing_an_sm_hide_all_fills_but_the_first():
     plan = plan_diagram(load_diagram("diagrams/attention.yaml", axes), hw, {"q": 128, "x": 64})
     k = plan.kernels[0]
     assert k.blocks_per_sm == 2 and k.waves > 1
-    share = hw.achieved_bandwidth("l2") / hw.limits.sms
+    # one fill, the first wave's, whose two blocks an SM load their first chunks together
+    share = hw.achieved_bandwidth("l2") / (2 * hw.limits.sms)
     assert k.fill_s == pytest.approx(pipeline_fill(_first_chunk(plan, hw), share))
 
 
 def test_a_kernel_without_a_streamed_pipeline_has_no_fill():
-    for spec in ("diagrams/rmsnorm.yaml", "diagrams/softmax.yaml"):
+    # rows held whole, and a row streamed without a ring (cross_entropy: one stage over v)
+    for spec in ("diagrams/rmsnorm.yaml", "diagrams/softmax.yaml", "diagrams/cross_entropy.yaml"):
         plan = plan_diagram(load_diagram(spec), load_hardware("h200"))
         assert plan.fill_s == 0.0, spec
+    k = plan.kernels[0]
+    assert k.stages == 1 and k.tiles["smem"].stream
 
 
 def test_a_full_load_gemm_runs_at_the_power_limited_rate():
@@ -127,6 +141,14 @@ def test_fa2_order_reads_q_fragments_again_above_the_register_head():
     q_bytes = 8 * 4096 * 256 * 2
     assert k.transfers[-1].bytes - without.transfers[-1].bytes == q_bytes * (chunks - 1)
     assert [t.bytes for t in k.transfers[:-1]] == [t.bytes for t in without.transfers[:-1]]
+    # split over the keys, every split reads Q once (`rereads`) and again at each of its
+    # chunks: as many reads of Q's fragments in all as chunks
+    split = plan_diagram(load_diagram("diagrams/attention.yaml", {**axes, "b": 1, "h": 1, "q": 64}),
+                         hw, {"q": 64, "x": 64})  # fmt: skip
+    ks = split.kernels[0]
+    assert ks.splits > 1
+    extra = dict(ks.candidate.fragment_rereads)[q_name] + dict(ks.candidate.rereads)[q_name]
+    assert extra == chunks - 1
     # at d = 128 they stay in registers
     small = plan_diagram(load_diagram("diagrams/attention.yaml", {**axes, "d": 128}), hw,
                          {"q": 128, "x": 64})  # fmt: skip

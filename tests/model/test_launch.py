@@ -10,6 +10,7 @@ profile's own arch for the rest on a few diagrams, to keep NVRTC's time in bound
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,9 @@ def test_a_candidate_round_trips_through_json() -> None:
     c = plan.kernels[0].candidate
     assert isinstance(c, Candidate) and len(c.launches) == 2
     assert candidate_from_dict(c.to_dict()) == c
+    # and every field the model reads, set (a tuned entry is priced as the search priced it)
+    full = dataclasses.replace(
+        c, in_flight=512, rule_tiles=True, fragment_rereads=(("Q", 7),), unstaged=("K",),
+        accumulates=(("O", 2.0),), recomputes=(("S", 0.5),), cluster=(("q", 2),),
+    )  # fmt: skip
+    assert candidate_from_dict(full.to_dict()) == full

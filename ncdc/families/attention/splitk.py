@@ -94,6 +94,11 @@ def candidates(
                 launches=shapes,
                 splits=splits,
                 rereads=((at.q, splits - 1),),  # every split loads the query tile
+                # Q's fragments from SMEM at each chunk: as many reads as chunks, the
+                # splits' first reads among them (counted by `rereads`)
+                fragment_rereads=tuple(
+                    (n, max(0, extra + 1 - splits)) for n, extra in c.fragment_rereads
+                ),
                 recomputes=at.load_recomputes(
                     axes_diagram, ceil_div(q_len, c.param("g_q")), splits
                 ),

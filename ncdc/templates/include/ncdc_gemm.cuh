@@ -10,8 +10,10 @@
 //
 // Layouts: every operand tile is stored in shared memory as it lies in global memory (its
 // contiguous axis stays contiguous), with 16 bytes of padding per row: rows are then an odd
-// number of 16-byte chunks apart, so the 8 row addresses of an ldmatrix (and the chunks a warp
-// writes with cp.async) fall in 8 different bank groups.
+// number of 16-byte chunks apart, so the 8 row addresses of an ldmatrix fall in 8 different
+// bank groups. So do the chunks a warp writes with cp.async, 8 lanes at a time: 8 chunks of
+// one row, or, in a row of fewer than 8 chunks (a 16-bit k tile of 16 or 32), one chunk
+// column of 8 rows (`TileCopy`).
 //
 // Tails: any m, n, k works. Chunks past an edge are zero-filled by cp.async (src_bytes 0..16),
 // with the byte counts worked out once per block tile (`TileCopy`). An operand whose rows are
@@ -80,6 +82,8 @@ struct TileCopy {
   static constexpr int SLOTS = (ROWS + ROW_STEP - 1) / ROW_STEP;
   static constexpr int STEP = K_COLS ? COLS : ROWS;  // the k tile
   static_assert(COLS % V == 0 && THREADS % PER_ROW == 0, "a row is whole chunks, rows whole warps");
+  static_assert(PER_ROW >= 8 || (THREADS % 32 == 0 && 32 % PER_ROW == 0),
+                "a row shorter than 8 chunks is copied by whole warps");
   static_assert(!GATHER || K_COLS, "gathered rows are k-contiguous");
 
   const T* src;        // slot 0's chunk in the next whole k tile
@@ -93,8 +97,17 @@ struct TileCopy {
 
   NCDC_DEVICE TileCopy(const T* g, long long ld, long long row0, long long col0, long long rows,
                        long long cols, const RowIndex& gathered = RowIndex{}) {
-    r0 = int(threadIdx.x) / PER_ROW;
-    cc = (int(threadIdx.x) % PER_ROW) * V;
+    if constexpr (PER_ROW < 8) {
+      // A warp's 32 / PER_ROW rows, each 8 lanes along one chunk column of 8 of them: their
+      // 8 stores fall in 8 bank groups (rows an odd number of chunks apart). Chunk by chunk
+      // along a row, a row of 2 or 4 chunks and a pitch of 3 or 5 put two in one group.
+      const int lane = int(threadIdx.x) % 32;
+      r0 = int(threadIdx.x) / 32 * (32 / PER_ROW) + lane % 8 + 8 * (lane / (8 * PER_ROW));
+      cc = (lane / 8) % PER_ROW * V;
+    } else {
+      r0 = int(threadIdx.x) / PER_ROW;
+      cc = (int(threadIdx.x) % PER_ROW) * V;
+    }
     live = ROWS % ROW_STEP == 0 || r0 < ROWS;
     src = g + (row0 + r0) * ld + col0 + cc;
     pitch = ROW_STEP * ld;
