@@ -181,3 +181,11 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
     if manager is not None:
         with contextlib.suppress(Exception):
             manager.join(timeout=5.0)
+        if manager.is_alive():
+            # still ending on a loaded machine: take its wake-up off the exit hook's list,
+            # or the hook may write to the pipe as the thread closes it (the interpreter
+            # still waits for the thread at exit)
+            from concurrent.futures import process as futures_process
+
+            with contextlib.suppress(Exception):
+                futures_process._threads_wakeups.pop(manager, None)  # type: ignore[attr-defined]
