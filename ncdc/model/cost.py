@@ -21,6 +21,7 @@ from ncdc.model.graph import MemoryGraph, Partition
 from ncdc.model.issue import ISSUE, LoopMix, issue_time_s
 from ncdc.model.launch import Candidate, Family
 from ncdc.model.overlap import (
+    PIPELINE_LATENCY_S,
     POWER,
     in_flight_efficiency,
     latency_efficiency,
@@ -68,14 +69,21 @@ class KernelTiming(NamedTuple):
         return {**self.compute, **{t.upper: t.time_s for t in self.transfers}}
 
     @property
-    def predicted_time_s(self) -> float:
-        """The launch, the exposed pipeline fills, then the largest of `times` and of the
-        compute units' time as they overlap (`overlap_compute`); level and unit names never
-        clash (ncdc.hardware.machine)."""
+    def steady_s(self) -> float:
+        """The largest of `times` and of the compute units' time as they overlap
+        (`overlap_compute`); level and unit names never clash (ncdc.hardware.machine)."""
         slowest = max(self.serial_s, max(self.compute.values(), default=0.0))
-        for t in self.transfers:
-            slowest = max(slowest, t.time_s)
-        return self.launch_s + self.fill_s + slowest
+        return max([slowest, *(t.time_s for t in self.transfers)])
+
+    @property
+    def memory_bound(self) -> bool:
+        """Whether a level's transfers set `steady_s`."""
+        return max((t.time_s for t in self.transfers), default=0.0) >= self.steady_s
+
+    @property
+    def predicted_time_s(self) -> float:
+        """The launch, the exposed pipeline fills, then `steady_s`."""
+        return self.launch_s + self.fill_s + self.steady_s
 
     @property
     def top_bytes(self) -> int:
@@ -117,16 +125,14 @@ def time_kernel(
     if power:
         # a ceiling of its own, after the overlap: the clock falls for every unit alike
         compute = {**compute, POWER: power}
-    fill = 0.0
-    if c is not None:
-        steady = max(serial, max(compute.values(), default=0.0))
-        memory_bound = max((t.time_s for t in transfers), default=0.0) >= steady
-        fill = _fill_s(model, hw, inner, c, pace, transfers, groups, memory_bound)
-    return KernelTiming(
+    timing = KernelTiming(
         tuple(transfers), compute, int(pace.grid), pace.per_sm, int(pace.waves),
         int(sum(flops.values())), pace.padding,
-        hw.launch_s * len(c.launches) if c is not None else 0.0, serial, fill,
+        hw.launch_s * len(c.launches) if c is not None else 0.0, serial,
     )  # fmt: skip
+    if c is None:
+        return timing
+    return timing._replace(fill_s=_fill_s(model, hw, inner, c, pace, timing, groups))
 
 
 def _power_s(hw: Hardware, flops: Mapping[tuple[str, str], float], pace: Pace) -> float:
@@ -145,7 +151,7 @@ def _power_s(hw: Hardware, flops: Mapping[tuple[str, str], float], pace: Pace) -
 
 def _fill_s(
     model: KernelModel, hw: Hardware, inner: Partition, c: Candidate, pace: Pace,
-    transfers: list[Transfer], groups: int, memory_bound: bool,
+    timing: KernelTiming, groups: int,
 ) -> float:  # fmt: skip
     """The pipeline fills the busiest SM waits for with nothing else to run: before its first
     MMA a block waits for its first chunk (`pipeline_fill`): its chunk of the streamed
@@ -158,18 +164,16 @@ def _fill_s(
     elementwise) has no fill of this kind."""
     if c.stages < 2 or not inner.stream:
         return 0.0
-    into = next((t for t in transfers if t.lower == hw.block_level), None)
+    into = next((t for t in timing.transfers if t.lower == hw.block_level), None)
     if into is None or not into.bytes:
         return 0.0
-    chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
-    if model.mask:  # a band's blocks load only the chunks it leaves them
-        chunks = max(1, round(chunks * float(model.mask_fraction(inner.group, inner.stream))))
+    chunks = model.visited_chunks(inner.group, inner.stream)  # a band's, under a mask
     sms = hw.limits.sms
     # a grouped GEMM's blocks past its tiles exit at once (as in `_pace`)
     grid = min(pace.grid, groups * c.splits) if model.grouped else pace.grid
     starts = ceil_div(grid, sms) if pace.streams == 1 else 1
-    if memory_bound:
-        return starts * pipeline_fill(0.0, 1.0)
+    if timing.memory_bound:
+        return starts * PIPELINE_LATENCY_S
     first = into.bytes / (groups * chunks)
     # the level's bandwidth shared by the blocks that load at once
     share = hw.achieved_bandwidth(into.upper) / max(1, min(grid, sms * pace.streams))
@@ -289,9 +293,7 @@ def _compute(
     stall = 1.0
     if c is not None and c.stages > 1 and not model.online:
         # a GEMM's cp.async ring (attention's double buffer is priced by its warps)
-        chunks = math.prod(ceil_div(model.sizes.get(a, n), n) for a, n in inner.stream.items())
-        if model.mask:  # a band's blocks step through the chunks it leaves them only
-            chunks = max(1, round(chunks * float(model.mask_fraction(inner.group, inner.stream))))
+        chunks = model.visited_chunks(inner.group, inner.stream)  # a band's, under a mask
         # every group's k tiles are done once, split or not; a split's loop runs its share
         tile_s = max(compute.values(), default=0.0) * hw.limits.sms / (groups * chunks)
         stall = pipeline_stall(c.stages, pace.streams, tile_s, int(ceil_div(chunks, c.splits)))

@@ -236,6 +236,14 @@ class KernelModel:
             )
         return self._tile_work[key]
 
+    def visited_chunks(self, g: Mapping[str, int], s: Mapping[str, int]) -> int:
+        """Chunks of the streamed axes one block of g steps through, streaming in chunks of
+        s: all of them, or under a mask the band's share (`mask_fraction`), at least one."""
+        chunks = math.prod(ceil_div(self.sizes.get(a, n), n) for a, n in s.items())
+        if self.mask:
+            chunks = max(1, round(chunks * float(self.mask_fraction(g, s))))
+        return chunks
+
     def mask_fraction(
         self, g: Mapping[str, Any], s: Mapping[str, Any] | None, classes: bool = False
     ) -> Any:

@@ -103,9 +103,7 @@ def candidates(
         rereads: tuple[tuple[str, int], ...] = ()
         if not q_in_registers(at.d, warp_q):
             # Q's fragments from its SMEM tile at every key chunk the block visits
-            chunks = ceil_div(model.sizes[x], s_x)
-            if model.mask:
-                chunks = max(1, round(chunks * float(model.mask_fraction(group, stream))))
+            chunks = model.visited_chunks(group, stream)
             rereads = ((at.q, chunks - 1),) if chunks > 1 else ()
         out.append(
             Candidate(
