@@ -55,7 +55,9 @@ def compile_diagram(tree: Path, spec: Path, hw: str, arch: str, out: Path) -> di
     cmd = [sys.executable, "-m", "ncdc", "compile", str(spec), "--hardware", hw,
            "--arch", arch, "-o", str(out), "-j", "1", "--format", "json"]  # fmt: skip
     done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
-    if done.returncode == 2 and "--arch" in done.stderr:
+    # an architecture without what the diagram needs (fp8 before sm_89, wgmma-only fp8
+    # attention before sm_90a): one line naming the architecture to use
+    if done.returncode == 2 and ("--arch" in done.stderr or "sm_90a" in done.stderr):
         return None
     if done.returncode != 0:
         raise RuntimeError(f"{spec.name} on {hw}: {done.stderr.strip().splitlines()[-1:]}")

@@ -195,12 +195,25 @@ EXACT_INTEGERS = 2**24  # fp32 holds every whole number up to here: positions co
 EXACT_ARITHMETIC = ("add", "sub", "mul", "neg", "abs", "min", "max")
 
 
-def tile_class(rule: MaskRule, queries: tuple[int, int], keys: tuple[int, int]) -> TileClass:
-    """The class of the tile of queries i0..i1 and keys j0..j1 (inclusive) under `rule`."""
+def tile_class(
+    rule: MaskRule, queries: tuple[int, int], keys: tuple[int, int],
+    data: Mapping[str, Interval] | None = None,
+) -> TileClass:  # fmt: skip
+    """The class of the tile of queries i0..i1 and keys j0..j1 (inclusive) under `rule`;
+    `data`: the interval a tensor's values take over the tile, by name (a data mask's block
+    table, as the Hopper attention kernel builds it), unknown for the others.
+
+        >>> docs = MaskRule("q", "x", Call("eq", (Data("dq"), Data("dx"))))
+        >>> tile_class(docs, (0, 63), (0, 63)).name
+        'PARTIAL'
+        >>> [tile_class(docs, (0, 63), (0, 63), {"dq": (2, 2), "dx": dx}).name
+        ...  for dx in ((2, 2), (0, 1), (1, 3))]
+        ['KEPT', 'MASKED', 'PARTIAL']
+    """
     ranges = {rule.key: keys}
     if rule.query is not None:
         ranges[rule.query] = queries
-    lo, hi = _truth(_interval(rule.keep, ranges))
+    lo, hi = _truth(_interval(rule.keep, ranges, data or {}))
     return TileClass.KEPT if lo else TileClass.PARTIAL if hi else TileClass.MASKED
 
 
@@ -261,7 +274,7 @@ def _interval_grid(t: Term, ranges: Mapping[str, tuple[Any, Any]]) -> tuple[Any,
         lo, hi = ranges.get(t.axis, (0, math.inf))
         return np.asarray(lo, float), np.asarray(hi, float)
     if isinstance(t, (Const, Data)):
-        v = _interval(t, ranges={})
+        v = _interval(t, ranges={}, data={})
         return np.asarray(v[0]), np.asarray(v[1])
     args = [_interval_grid(a, ranges) for a in t.args]
     if t.fn in LOGIC:
@@ -328,8 +341,11 @@ def _bool(surely: bool, possibly: bool) -> Interval:
     return (1.0 if surely else 0.0, 1.0 if possibly else 0.0)
 
 
-def _interval(t: Term, ranges: Mapping[str, tuple[int, int]]) -> Interval:
-    """The values `t` takes over the tile (an axis not in `ranges`: any position)."""
+def _interval(
+    t: Term, ranges: Mapping[str, tuple[int, int]], data: Mapping[str, Interval]
+) -> Interval:
+    """The values `t` takes over the tile (an axis not in `ranges`: any position; a tensor
+    not in `data`: any value)."""
     if isinstance(t, Pos):
         lo, hi = ranges.get(t.axis, (0, math.inf))
         return (float(lo), float(hi))
@@ -337,8 +353,8 @@ def _interval(t: Term, ranges: Mapping[str, tuple[int, int]]) -> Interval:
         v = t.value
         return (v, v) if abs(v) < EXACT_INTEGERS or math.isinf(v) else UNKNOWN
     if isinstance(t, Data):
-        return UNKNOWN
-    args = [_interval(a, ranges) for a in t.args]
+        return data.get(t.name, UNKNOWN)
+    args = [_interval(a, ranges, data) for a in t.args]
     if t.fn in LOGIC:
         truths = [_truth(a) for a in args]
         if t.fn == "not":

@@ -55,6 +55,7 @@ struct alibi_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm90
     const float ncdc_log2 = ncdc::op_mul(ncdc_e_B, 1.4426950408889634f);
     return ncdc_log2;
   }
+  static constexpr int kTileData = 0;
   NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const { return (*this)(ncdc_s, ncdc_i, ncdc_j); }
   NCDC_DEVICE float kept_log2(float ncdc_s, int ncdc_i, int ncdc_j) const { return log2(ncdc_s, ncdc_i, ncdc_j); }
   NCDC_DEVICE int tile(int, int, int, int) const { return ncdc::attn::kTileKept; }

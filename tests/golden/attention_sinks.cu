@@ -79,6 +79,7 @@ struct attention_sinks_attention_wgmma_bf16_q128_x128_d128_s2_scores_sm90a_score
     (void)ncdc_i0, (void)ncdc_i1, (void)ncdc_j0, (void)ncdc_j1;
     return iv_class(iv_and(iv_le(iv_range(ncdc_j0, ncdc_j1), iv_range(ncdc_i0, ncdc_i1)), iv_or(iv_gt(iv_range(ncdc_j0, ncdc_j1), iv_sub(iv_range(ncdc_i0, ncdc_i1), iv(1020.0))), iv_lt(iv_range(ncdc_j0, ncdc_j1), iv(4.0)))));
   }
+  static constexpr int kTileData = 0;
 };
 
 

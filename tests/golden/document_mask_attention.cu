@@ -78,6 +78,23 @@ struct document_mask_attention_attention_wgmma_bf16_q128_x64_d128_s2_scores_sm90
     (void)ncdc_i0, (void)ncdc_i1, (void)ncdc_j0, (void)ncdc_j1;
     return iv_class(iv_and(iv_le(iv_range(ncdc_j0, ncdc_j1), iv_range(ncdc_i0, ncdc_i1)), iv_eq(iv_unknown(), iv_unknown())));
   }
+  // A block table of the data the rule reads: the interval each of its tensors takes over a
+  // tile (one warp's min and max of its values there: ROWS and KEYS values a lane at most),
+  // those along the queries (and those of neither axis) where `side` & 1, those along the
+  // keys where `side` & 2; and the tile's class given them.
+  static constexpr int kTileData = 2;
+  template <int ROWS, int KEYS>
+  NCDC_DEVICE void tile_values(ncdc::attn::Iv* ncdc_dv, int ncdc_i0, int ncdc_i1, int ncdc_j0, int ncdc_j1,
+                               int ncdc_lane, int ncdc_side) const {
+    (void)ncdc_i0, (void)ncdc_i1, (void)ncdc_j0, (void)ncdc_j1;
+    if (ncdc_side & 1) ncdc_dv[0] = ncdc::attn::iv_over<ROWS>(ncdc_p_docq, ncdc_q_docq, ncdc_i0, ncdc_i1, ncdc_lane);
+    if (ncdc_side & 2) ncdc_dv[1] = ncdc::attn::iv_over<KEYS>(ncdc_p_docx, ncdc_x_docx, ncdc_j0, ncdc_j1, ncdc_lane);
+  }
+  NCDC_DEVICE int tile_given(const ncdc::attn::Iv* ncdc_dv, int ncdc_i0, int ncdc_i1, int ncdc_j0, int ncdc_j1) const {
+    using namespace ncdc::attn;
+    (void)ncdc_i0, (void)ncdc_i1, (void)ncdc_j0, (void)ncdc_j1;
+    return iv_class(iv_and(iv_le(iv_range(ncdc_j0, ncdc_j1), iv_range(ncdc_i0, ncdc_i1)), iv_eq(ncdc_dv[0], ncdc_dv[1])));
+  }
 };
 
 

@@ -70,6 +70,7 @@ struct prefix_lm_attention_attention_wgmma_bf16_q128_x128_d128_s2_scores_sm90a_s
     (void)ncdc_i0, (void)ncdc_i1, (void)ncdc_j0, (void)ncdc_j1;
     return iv_class(iv_or(iv_le(iv_range(ncdc_j0, ncdc_j1), iv_range(ncdc_i0, ncdc_i1)), iv_lt(iv_range(ncdc_j0, ncdc_j1), iv(1024.0))));
   }
+  static constexpr int kTileData = 0;
 };
 
 

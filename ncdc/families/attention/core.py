@@ -207,6 +207,9 @@ class Attention:
             "statements": [{"out": st.out, "fn": st.fn, "args": st.args} for st in sc.statements],
             "score_result": sc.result,
             "tile_rule": sc.tile_rule, "kept_result": sc.kept_result,
+            "tile_rule_data": sc.tile_rule_data,
+            "tile_data": [{"name": t.name, "along": "q" if t.q_pitch != "0" else
+                           "x" if t.x_pitch != "0" else ""} for t in sc.tile_data],
             "kept_statements": [{"out": st.out, "fn": st.fn, "args": st.args}
                                 for st in sc.kept_statements],
             "kept_identity": sc.kept_identity,

@@ -20,6 +20,7 @@ from ncdc.model.masks import (
     EXACT_ARITHMETIC,
     EXACT_INTEGERS,
     LOGIC,
+    Call,
     Const,
     Data,
     Pos,
@@ -73,6 +74,12 @@ class Scores:
     tile_rule: str = ""
     kept_statements: tuple[Statement, ...] = ()
     kept_result: str = "ncdc_s"
+    # the rule's class of a tile given the values its data tensors take over the tile (the
+    # interval of tile_data[k] is ncdc_dv[k]), for a block table of a data mask; the inputs
+    # read along the queries or the keys (not both: a tile's interval is then a warp's min
+    # and max over its rows or keys), "" and () when the rule reads none
+    tile_rule_data: str = ""
+    tile_data: tuple[ScoreInput, ...] = ()
 
     @property
     def plain(self) -> bool:
@@ -144,6 +151,8 @@ def read_scores(
         statements += logit_statements(op, reader.value, reader.index, maps)
     statements = fold_scales(statements)
     tile_rule, kept, kept_result = "", [], "ncdc_s"
+    tile_rule_data = ""
+    tile_data: tuple[ScoreInput, ...] = ()
     rule, select = read_mask_rule(kernel), mask_select(kernel)
     if rule and select and select.out == logits and (rule.query, rule.key) == (q_axis, x_axis):
         # the logits where the rule keeps a pair: the select's other operand
@@ -151,6 +160,10 @@ def read_scores(
         kept_operand = a if b == -math.inf else b
         if isinstance(kept_operand, str):
             tile_rule = rule_tile(rule.keep, q_axis, x_axis, reader.index)
+            tile_data = tile_data_inputs(rule.keep, reader.inputs)
+            if tile_data:
+                given = {t.name: f"ncdc_dv[{k}]" for k, t in enumerate(tile_data)}
+                tile_rule_data = rule_tile(rule.keep, q_axis, x_axis, reader.index, given)
             for op in needed_ops(kernel.ops, [kept_operand], [*kernel.inputs, first.out]):
                 kept += logit_statements(op, reader.value, reader.index, maps)
             kept = fold_scales(kept)
@@ -159,6 +172,7 @@ def read_scores(
         tuple(statements), reader.value(logits), tuple(reader.inputs.values()),
         tuple(a for a in batch if a in reader.needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
         sc.lengths, sc.lengths_offset, sc.sequences, tile_rule, tuple(kept), kept_result,
+        tile_rule_data, tile_data,
     )  # fmt: skip
 
 
@@ -286,17 +300,23 @@ def _fits(c: float) -> bool:
     return 2.0**-126 <= abs(c) < 2.0**127
 
 
-def rule_tile(term: Term, q_axis: str, x_axis: str, index: Callable[[str], str]) -> str:
+def rule_tile(
+    term: Term, q_axis: str, x_axis: str, index: Callable[[str], str],
+    data: Mapping[str, str] | None = None,
+) -> str:  # fmt: skip
     """C++ of the interval a mask rule's term takes over a tile of queries ncdc_i0..ncdc_i1
     and keys ncdc_j0..ncdc_j1 (ncdc::attn::Iv, `iv_class` of it the tile's class), the
     device's copy of ncdc.model.masks.tile_class: a batch position is its block's index
-    (`index`), a tensor's values and inexact arithmetic are unknown.
+    (`index`), a tensor's values are unknown unless `data` gives C++ of their interval over
+    the tile (by name), and inexact arithmetic is unknown.
 
-        >>> from ncdc.model.masks import Call, Const, Pos
+        >>> from ncdc.model.masks import Call, Const, Data, Pos
         >>> rule_tile(Call("le", (Pos("x"), Pos("q"))), "q", "x", str)
         'iv_le(iv_range(ncdc_j0, ncdc_j1), iv_range(ncdc_i0, ncdc_i1))'
         >>> rule_tile(Call("lt", (Pos("x"), Const(0.5))), "q", "x", str)
         'iv_lt(iv_range(ncdc_j0, ncdc_j1), iv(0.5))'
+        >>> rule_tile(Call("eq", (Data("dq"), Data("dx"))), "q", "x", str, {"dx": "ncdc_dv[0]"})
+        'iv_eq(iv_unknown(), ncdc_dv[0])'
     """
     if isinstance(term, Pos):
         if term.axis == q_axis:
@@ -310,13 +330,40 @@ def rule_tile(term: Term, q_axis: str, x_axis: str, index: Callable[[str], str])
             return "iv(kIvBig)" if v > 0 else "iv(-kIvBig)"
         return f"iv({float(v)!r})" if abs(v) < EXACT_INTEGERS else "iv_unknown()"
     if isinstance(term, Data):
-        return "iv_unknown()"
+        return (data or {}).get(term.name, "iv_unknown()")
     exact = term.fn in (*LOGIC, *COMPARE, "where") or (
         term.fn in EXACT_ARITHMETIC and all(whole_term(a) for a in term.args)
     )
     if not exact:
         return "iv_unknown()"
-    return f"iv_{term.fn}({', '.join(rule_tile(a, q_axis, x_axis, index) for a in term.args)})"
+    args = ", ".join(rule_tile(a, q_axis, x_axis, index, data) for a in term.args)
+    return f"iv_{term.fn}({args})"
+
+
+def tile_data_inputs(term: Term, inputs: Mapping[str, ScoreInput]) -> tuple[ScoreInput, ...]:
+    """The score inputs among a rule's `Data` terms whose values over a tile a warp can bound
+    by a min and max: those along the queries or the keys (or neither), not both (a mask
+    tensor over both would be a whole tile of values to read), in order of first use.
+
+        >>> from ncdc.model.masks import Call, Data
+        >>> ids = {n: ScoreInput(n, "int32", "0", q, x) for n, q, x in
+        ...        (("dq", "1", "0"), ("dx", "0", "1"), ("m", "ncdc_size_x", "1"))}
+        >>> rule = Call("and", (Call("eq", (Data("dq"), Data("dx"))), Data("m")))
+        >>> [t.name for t in tile_data_inputs(rule, ids)]
+        ['dq', 'dx']
+    """
+    names: list[str] = []
+
+    def walk(t: Term) -> None:
+        if isinstance(t, Data) and t.name not in names:
+            names.append(t.name)
+        elif isinstance(t, Call):
+            for a in t.args:
+                walk(a)
+
+    walk(term)
+    found = (inputs[n] for n in names if n in inputs)
+    return tuple(t for t in found if t.q_pitch == "0" or t.x_pitch == "0")
 
 
 class ScoreValues:

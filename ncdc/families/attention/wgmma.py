@@ -73,6 +73,9 @@ REGISTER_OVERHEAD = 48
 MAX_HEAD = 256  # Q and K: whole 128-byte rows (64 values of 16 bits, 128 of fp8) up to this
 VALUE_HEADS = (64, 128, 256)
 TILES: dict[str, tuple[int, ...]] = {"s_x": (64, 128), "stages": (2, 3)}
+# A data mask's block table: one class byte a key tile in static shared memory
+# (kClassTable, ncdc_attention_hopper.cuh)
+CLASS_TABLE = 1024
 
 
 def offered(hw: Hardware) -> bool:
@@ -214,12 +217,14 @@ def candidates(
             continue
         for stages in TILES["stages"]:
             smem = smem_bytes(at, s_x, stages)
-            # the block's three warpgroups on one SM: its shared memory, and setmaxnreg's
-            # 24 + 2 x 240 registers a thread (bytes, shared out evenly over the three)
+            table = CLASS_TABLE if at.scores.tile_data else 0
+            # the block's three warpgroups on one SM: its shared memory (the rings, and a
+            # data mask's block table), and setmaxnreg's 24 + 2 x 240 registers a thread
+            # (bytes, shared out evenly over the three)
             budgets = (PRODUCER_REGISTERS_V8, CONSUMER_REGISTERS_V8) if at.o_dtype else (
                 PRODUCER_REGISTERS, CONSUMER_REGISTERS)  # fmt: skip
             regs = 128 * 4 * (budgets[0] + 2 * budgets[1]) / 3
-            if warpgroups_fit(hw, WarpgroupBudget(0, smem / 3, 0, regs))[0] < 3:
+            if warpgroups_fit(hw, WarpgroupBudget(0, (smem + table) / 3, 0, regs))[0] < 3:
                 continue
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
             shape = LaunchShape((ceil_div(model.sizes[q], BQ), batch, 1), (THREADS, 1, 1), smem)
@@ -286,6 +291,8 @@ def _score_context(at: Attention, kernel: str) -> dict[str, object]:
         "statements",
         "score_result",
         "tile_rule",
+        "tile_rule_data",
+        "tile_data",
         "kept_statements",
         "kept_result",
         "log2_statements",

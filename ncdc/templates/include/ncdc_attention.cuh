@@ -347,6 +347,31 @@ NCDC_DEVICE Iv iv_mul(Iv a, Iv b) {
 NCDC_DEVICE int iv_class(Iv keep) {
   return iv_surely(keep) ? kTileKept : iv_possibly(keep) ? kTilePartial : kTileMasked;
 }
+// The interval of a tensor's values at positions a..b along an axis of `pitch` elements (a
+// document id per query or per key), as the score path reads them (in fp32): the warp's
+// lanes take every 32nd position (at most N each: b - a < 32 N, the loads issued together)
+// and meet in a min and a max. Unknown where some value is NaN, which no compare keeps as
+// the interval would say. Called by all 32 lanes.
+template <int N, class T>
+NCDC_DEVICE Iv iv_over(const T* p, long long pitch, int a, int b, int lane) {
+  float lo = -neg_inf(), hi = neg_inf();
+  bool nan = false;
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    const int k = a + lane + 32 * u;
+    if (k > b) continue;
+    const float v = to_float(ld_global(p + k * pitch));
+    nan = nan || v != v;
+    lo = fminf(lo, v);
+    hi = fmaxf(hi, v);
+  }
+#pragma unroll
+  for (int m = 16; m >= 1; m >>= 1) {
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, m));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, m));
+  }
+  return __any_sync(0xffffffffu, nan) ? iv_unknown() : iv_range(lo, hi);
+}
 
 // The logits as the diagram transforms them before its masks: the identity, or a functor
 // `float operator()(float s, int i, int j)` of the scaled logit s of query i and key j
@@ -357,6 +382,7 @@ NCDC_DEVICE int iv_class(Iv keep) {
 // plain logits).
 struct PlainScores {
   static constexpr bool kIdentity = true, kKeptIdentity = true, kRule = false;
+  static constexpr int kTileData = 0;  // data tensors a tile's class reads (a block table)
   NCDC_DEVICE float operator()(float s, int, int) const { return s; }
   NCDC_DEVICE float kept(float s, int, int) const { return s; }
   NCDC_DEVICE float log2(float s, int, int) const { return s * kLog2e; }

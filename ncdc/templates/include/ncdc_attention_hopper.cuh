@@ -173,7 +173,14 @@ struct Problem {
 // path to ptxas, which then serialises every wgmma (C7519).
 struct KeyTiles {
   int tile0, tiles, clear0, clear1;
+  // a data mask's block table: the class of tiles tile0 .. tile0 + classed - 1 (classify_tiles)
+  const unsigned char* classes = nullptr;
+  int classed = 0;
 };
+
+// Key tiles a block's table of data-mask classes holds (bytes of shared memory): 131,072 keys
+// in tiles of 128; a tile past them is classed without the data (as a rule of positions).
+constexpr int kClassTable = 1024;
 
 template <class Cfg, bool UPPER, bool BELOW>
 NCDC_DEVICE KeyTiles key_tiles(const Problem& p) {
@@ -201,8 +208,41 @@ NCDC_DEVICE TileKind tile_kind(const KeyTiles& r, const Problem& p, const Scores
   const bool edge = t < r.clear0 || t >= r.clear1;
   if (!Scores::kRule) return edge ? kMasked : kWhole;
   const int q0 = p.q_tile * Cfg::BQ, k0 = t * Cfg::SX;
-  const int c = scores.tile(q0, attn::imin(q0 + Cfg::BQ, p.q_len) - 1, k0, attn::imin(k0 + Cfg::SX, p.x_len) - 1);
+  const int c = Scores::kTileData > 0 && t - r.tile0 < r.classed
+                    ? int(r.classes[t - r.tile0])
+                    : scores.tile(q0, attn::imin(q0 + Cfg::BQ, p.q_len) - 1, k0, attn::imin(k0 + Cfg::SX, p.x_len) - 1);
   return c == attn::kTileMasked ? kSkip : c == attn::kTileKept && !edge ? kWhole : kMasked;
+}
+
+// A data mask's block table (as FlexAttention's create_block_mask, for one block): the class
+// of each of the block's first kClassTable key tiles under the diagram's rule, given the
+// interval each data tensor the rule reads (a document id per query and per key) takes over
+// the block's queries and the tile's keys. Warp w of the block classes tiles w, w + warps,
+// ..., two at a time (their loads in flight together), before the warps take their roles;
+// `classes` in shared memory, read by tile_kind.
+template <class Cfg, class Scores>
+NCDC_DEVICE void classify_tiles(KeyTiles& r, const Problem& p, const Scores& scores, unsigned char* classes) {
+  if constexpr (Scores::kTileData > 0) {
+    constexpr int ROWS = Cfg::BQ / 32, KEYS = Cfg::SX / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const int q0 = p.q_tile * Cfg::BQ, q1 = attn::imin(q0 + Cfg::BQ, p.q_len) - 1;
+    const int n = attn::imin(r.tiles, kClassTable);
+    attn::Iv rows[Scores::kTileData];  // the block's queries' values, once
+    scores.template tile_values<ROWS, KEYS>(rows, q0, q1, 0, 0, lane, 1);
+#pragma unroll 2
+    for (int t = warp; t < n; t += warps) {
+      const int k0 = (r.tile0 + t) * Cfg::SX, k1 = attn::imin(k0 + Cfg::SX, p.x_len) - 1;
+      attn::Iv dv[Scores::kTileData];
+#pragma unroll
+      for (int i = 0; i < Scores::kTileData; ++i) dv[i] = rows[i];
+      scores.template tile_values<ROWS, KEYS>(dv, q0, q1, k0, k1, lane, 2);
+      if (lane == 0) classes[t] = (unsigned char)scores.tile_given(dv, q0, q1, k0, k1);
+    }
+    r.classes = classes;
+    r.classed = n;
+  } else {
+    (void)r, (void)p, (void)scores, (void)classes;
+  }
 }
 
 // The first of the block's tiles at or after t of another kind than `kind`; the end of its
@@ -653,6 +693,7 @@ NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const T
                          const TensorMap* map_o, const Problem& p, const Scores& scores = Scores()) {
   __shared__ unsigned long long q_full, full_k[Cfg::STAGES], empty_k[Cfg::STAGES];
   __shared__ unsigned long long full_v[Cfg::STAGES], empty_v[Cfg::STAGES], staged_v[Cfg::STAGES];
+  __shared__ unsigned char classes[Scores::kTileData > 0 ? kClassTable : 1];
   unsigned char* smem = wgmma_gemm::aligned_smem();
   if (threadIdx.x == 0) {
     mbar_init(&q_full, 1);
@@ -665,9 +706,11 @@ NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const T
     }
     fence_barrier_init();
   }
+  KeyTiles tiles = key_tiles<Cfg, UPPER, BELOW>(p);
+  classify_tiles<Cfg>(tiles, p, scores, classes);
   __syncthreads();
   const Barriers bar{&q_full, full_k, empty_k, full_v, empty_v, staged_v};
-  const KeyTiles r = key_tiles<Cfg, UPPER, BELOW>(p);
+  const KeyTiles r = tiles;
   const int group = threadIdx.x / 128;
   if (group == 0) {
     setmaxnreg_dec<Cfg::PRODUCER_REGS>();

@@ -9,6 +9,7 @@ does; every refusal's hint, written as it says, plans.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -548,6 +549,67 @@ def test_device_tile_classes_match_the_model(rule: str) -> None:
         assert counts[0] + counts[2] > 0, counts  # the rule decides some tiles whole
 
 
+# A data mask's block table (the Hopper kernel's classify_tiles): a warp's interval of each
+# tensor over a tile (ncdc::attn::iv_over) and the rule's class given those, against the
+# model's tile_class given the NumPy min and max, over every tile of 133 queries by 149 keys
+# in tiles of 16 x 32 (a partial warp's worth of keys at the ends): packed document ids, a
+# document mask with a causal band, ids shared as a prefix every document sees, and fp32 ids
+# holding a NaN (no compare keeps it: the tiles that read it stay partial).
+DATA_RULES = {
+    "documents": "eq(Dq, Dx)",
+    "causal_documents": "And(le(J, I), eq(Dq, Dx))",
+    "shared_prefix": "Or(lt(Dx, 1), eq(Dq, Dx))",
+}
+
+
+@pytest.mark.parametrize("nan", [False, True])
+@pytest.mark.parametrize("rule", sorted(DATA_RULES))
+def test_block_table_classes_match_the_model(rule: str, nan: bool) -> None:
+    from ncdc.families.attention.scores import rule_tile
+    from ncdc.model.masks import tile_class
+
+    term = _parse_rule(DATA_RULES[rule])
+    expr = rule_tile(term, "q", "x", str, {"Dq": "ncdc_dv[0]", "Dx": "ncdc_dv[1]"})
+    source = (
+        '#include "ncdc_runtime.cuh"\n#include "ncdc_attention.cuh"\n'
+        'extern "C" __global__ void classes(const float* dq, const float* dx, int* out, int q, int x) {\n'
+        "  int n = 0;\n"
+        "  for (int ncdc_i0 = 0; ncdc_i0 < q; ncdc_i0 += 16)\n"
+        "    for (int ncdc_j0 = 0; ncdc_j0 < x; ncdc_j0 += 32) {\n"
+        "      const int ncdc_i1 = (ncdc_i0 + 16 < q ? ncdc_i0 + 16 : q) - 1;\n"
+        "      const int ncdc_j1 = (ncdc_j0 + 32 < x ? ncdc_j0 + 32 : x) - 1;\n"
+        "      using namespace ncdc::attn;\n"
+        "      Iv ncdc_dv[2] = {iv_over<1>(dq, 1, ncdc_i0, ncdc_i1, threadIdx.x),\n"
+        "                       iv_over<1>(dx, 1, ncdc_j0, ncdc_j1, threadIdx.x)};\n"
+        f"      const int c = iv_class({expr});\n"
+        "      if (threadIdx.x == 0) out[n] = c;\n"
+        "      ++n;\n"
+        "    }\n}\nNCDC_EXPORT_KERNEL(classes);\n"
+    )
+    # documents of 1-60 tokens (ids 0, 1, 2, ...) after one of 80, packed; the keys' the
+    # queries' shifted by 7
+    rng = np.random.default_rng(int(np.random.default_rng().integers(2**31)))
+    lengths = np.concatenate([[80], rng.integers(1, 61, 40)])
+    ids = np.repeat(np.arange(lengths.size), lengths).astype(np.float32)
+    dq, dx = ids[:133].copy(), ids[7:156].copy()
+    if nan:
+        dq[20], dx[100] = np.nan, np.nan
+    got = np.full(9 * 5, -1, np.int32)
+    build(source).launch("classes", 1, 32, [dq, dx, got, 133, 149])
+    mask_rule = MaskRule("q", "x", term)
+
+    def span(a: np.ndarray) -> tuple[float, float]:
+        return (-math.inf, math.inf) if np.isnan(a).any() else (float(a.min()), float(a.max()))
+
+    want = [
+        int(tile_class(mask_rule, (i, min(i + 16, 133) - 1), (j, min(j + 32, 149) - 1),
+                       {"Dq": span(dq[i : i + 16]), "Dx": span(dx[j : j + 32])}))
+        for i in range(0, 133, 16) for j in range(0, 149, 32)
+    ]  # fmt: skip
+    assert got.tolist() == want
+    assert {0, 1, 2} <= set(want)  # the data decides tiles whole, both ways
+
+
 def _parse_rule(text: str) -> Term:
     """A rule written as nested calls over I (the query), J (the key), D (a tensor) and
     numbers, as a Term (And, Or and Not capitalised: Python keeps their names)."""
@@ -555,7 +617,8 @@ def _parse_rule(text: str) -> Term:
 
     def term(node: ast.expr) -> Term:
         if isinstance(node, ast.Name):
-            return {"I": Pos("q"), "J": Pos("x"), "D": Data("D")}[node.id]
+            return {"I": Pos("q"), "J": Pos("x"), "D": Data("D"), "Dq": Data("Dq"),
+                    "Dx": Data("Dx")}[node.id]  # fmt: skip
         if isinstance(node, ast.Constant):
             return Const(float(node.value))
         if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -338,6 +339,63 @@ def test_planted_mask_faults_are_caught(spec: str, fault: str, planted_text: str
     )
     result = run_diagram(d, dataclasses.replace(module, source=source), backend="cpu", seed=seed)
     assert result.ok == (planted_text == "kMasked"), (fault, result.checks)
+
+
+# A data mask's block table (classify_tiles): the document mask's ids classed per key tile
+# before the loop, so that tiles of other documents are skipped and tiles inside one
+# document run without the mask. Two batch entries packed differently (a tile holds one
+# document, two, or a document's end and the next's start), 300 tokens in tiles of 64.
+DOCUMENTS = {0: [37, 150, 13, 100], 1: [200, 64, 36]}
+
+
+def _documents(d: Diagram, packing: Mapping[int, list[int]], seed: int) -> dict[str, np.ndarray]:
+    inputs = dict(make_inputs(d, seed))
+    ids = np.array([np.repeat(np.arange(len(n)), n) for _, n in sorted(packing.items())], float)
+    inputs["docq"], inputs["docx"] = ids, ids.copy()
+    return inputs
+
+
+@pytest.mark.parametrize(("fault", "planted_text"), [
+    (None, None),
+    # a table of one tile: the rest classed without the data, run masked (passes)
+    ("constexpr int kClassTable = 1024;", "constexpr int kClassTable = 1;"),
+    # every tile the table holds run whole: the mask dropped where a tile holds two documents
+    ("? int(r.classes[t - r.tile0])", "? attn::kTileKept"),
+    # each tile given the next one's class: a block's last tile, past its rows, skipped
+    ("k0 = (r.tile0 + t) * Cfg::SX", "k0 = (r.tile0 + t + 1) * Cfg::SX"),
+])  # fmt: skip
+def test_document_block_table_matches_the_reference(
+    fault: str | None, planted_text: str | None
+) -> None:
+    sizes = {"b": 2, "h": 2, "q": 300, "x": 300}
+    d = load_diagram(DIAGRAMS / "document_mask_attention.yaml", sizes)
+    _, module = wgmma_module(d, 64, 2)
+    if fault is not None:
+        header = (Path(include.__file__).parent / "ncdc_attention_hopper.cuh").read_text()
+        assert header.count(fault) == 1
+        source = module.source.replace(
+            '#include "ncdc_attention_hopper.cuh"', header.replace(fault, planted_text)
+        )
+        module = dataclasses.replace(module, source=source)
+    inputs = _documents(d, DOCUMENTS, int(np.random.default_rng().integers(2**31)))
+    result = run_diagram(d, module, backend="cpu", inputs=inputs)
+    assert result.ok == (fault is None or "kClassTable" in fault), result.checks
+
+
+def test_document_block_table_skips_the_tiles_of_other_documents() -> None:
+    # Two documents of 128 tokens against one of 256: the same tiles are partial (the
+    # diagonal's), and the second block's two key tiles of the first document, which one
+    # document runs whole, two skip. The emulator's bytes differ by exactly their K and V.
+    sizes = {"b": 1, "h": 2, "q": 256, "x": 256}
+    d = load_diagram(DIAGRAMS / "document_mask_attention.yaml", sizes)
+    _, module = wgmma_module(d, 64, 2)
+    read = {}
+    for name, packing in (("two", {0: [128, 128]}), ("one", {0: [256]})):
+        result = run_diagram(d, module, backend="cpu", inputs=_documents(d, packing, 5))
+        assert result.ok, result.checks
+        read[name] = result.bytes_read
+    heads, tiles, key_bytes = 2, 2, (128 + 128) * 2
+    assert read["one"] - read["two"] == heads * tiles * 64 * key_bytes
 
 
 # The log-sum-exp output on the FlashAttention-3 kernel: diagrams/attention_lse.yaml (causal,
