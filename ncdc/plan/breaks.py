@@ -59,13 +59,27 @@ def choose_breaks(
 
 
 def _break_sets(diagram: Diagram, base: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Sets of results to save, fewest first, up to MAX_BREAK_SETS. Within a size the
+    operands of contractions come first: a contraction's kernel reads them best as stored
+    tiles (a rotated Q and K saved let attention take its TMA kernel), and with many
+    results the cap would otherwise cut their pairs.
+
+        >>> from ncdc.language.load import load_diagram
+        >>> sets = _break_sets(load_diagram("diagrams/rope_attention.yaml"), ())
+        >>> sets[1:3], ("Qr", "Kr") in sets
+        ([('Qr',), ('Kr',)], True)
+    """
     from itertools import combinations
 
-    free = [r for r in breakable_results(diagram) if r not in base]
+    contracted = {n for op in diagram.ops if op.kind == "contract" for n in op.inputs}
+    results = breakable_results(diagram)
+    order = sorted(results, key=lambda r: (r not in contracted, results.index(r)))
+    free = [r for r in order if r not in base]
     sets: list[tuple[str, ...]] = []
+    at = {op.out: i for i, op in enumerate(diagram.ops)}
     for size in range(len(free) + 1):
         for extra in combinations(free, size):
-            sets.append((*base, *extra))
+            sets.append(tuple(sorted((*base, *extra), key=lambda r: at.get(r, len(at)))))
             if len(sets) == MAX_BREAK_SETS:
                 return sets
     return sets

@@ -13,67 +13,250 @@
 // op      P = softmax(M, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  paged_prefill_attention: attention, tiles b=1  g=1  r=1  q=64  d=128  x=32, 4 warps, 2 stages, grid 2048
-// predicted on h200: 587.7 us (tensor-bound), 2.46e+11 FLOP
+// kernel  paged_prefill_attention_0_K: elementwise, tiles b=1  x=1  g=1  d=128, 4 warps, 1 stages, grid 16384
+// kernel  paged_prefill_attention_1_V: elementwise, tiles b=1  x=1  g=1  d=128, 4 warps, 1 stages, grid 16384
+// kernel  paged_prefill_attention_2_O: attention, tiles b=1  g=1  r=1  q=128  d=128  x=128, 12 warps, 2 stages, grid 1024
+// predicted on h200: 462.3 us (tensor-bound), 2.48e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- paged_prefill_attention_attention_bf16_q64_x32_d128_w4_s2_causal_page256: fused attention, 64 queries per block, keys streamed 32 at a time through a 2-stage cp.async ring, 4 warps of 16 queries, causal
-#include "ncdc_attention.cuh"
+// paged_prefill_attention_0_K_elementwise_bf16_t128_v8: K = gather(Kcache, table, axis=page, within=slot, into=x)
+#include "ncdc_elementwise.cuh"
+// A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
+#undef Kcache
+#undef table
+#undef K
+#undef ncdc_status
+
+namespace {
+struct ncdc_paged_prefill_attention_0_K_elementwise_bf16_t128_v8_io {
+  struct {
+    const __nv_bfloat16* __restrict__ Kcache;
+    const int* __restrict__ table;
+    __nv_bfloat16* __restrict__ K;
+    int* __restrict__ ncdc_status;
+  } ncdc_t;  // the diagram's tensors
+  long long ncdc_size_b;
+  long long ncdc_size_x;
+  long long ncdc_size_g;
+  long long ncdc_size_d;
+  long long ncdc_size_page;
+  long long ncdc_size_slot;
+  long long ncdc_size_n;
+
+  NCDC_DEVICE bool aligned() const {
+    return true && ncdc::aligned16(ncdc_t.K);
+  }
+
+  // The W output elements from flat index ncdc_e on, along the innermost axis d.
+  template <int ncdc_W>
+  NCDC_DEVICE void apply(long long ncdc_e) const {
+    long long ncdc_rem = ncdc_e;
+    const long long ncdc_i_d = ncdc_rem % ncdc_size_d;
+    ncdc_rem /= ncdc_size_d;
+    const long long ncdc_i_g = ncdc_rem % ncdc_size_g;
+    ncdc_rem /= ncdc_size_g;
+    const long long ncdc_i_x = ncdc_rem % ncdc_size_x;
+    ncdc_rem /= ncdc_size_x;
+    const long long ncdc_i_b = ncdc_rem % ncdc_size_b;
+    float ncdc_o_K[ncdc_W];
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_W; ++ncdc_j) {
+      const float ncdc_e_K_exact = ncdc::op_gather(ncdc_t.Kcache + 0 * ncdc_size_slot * ncdc_size_g * ncdc_size_d + ((long long)(ncdc_i_x) % ncdc_size_slot) * ncdc_size_g * ncdc_size_d + ncdc_i_g * ncdc_size_d + (ncdc_i_d + ncdc_j), float(ncdc::ld_global(ncdc_t.table + ncdc_i_b * ncdc_size_n + ((long long)(ncdc_i_x) / ncdc_size_slot))), ncdc_size_page, ncdc_size_slot * ncdc_size_g * ncdc_size_d, ncdc_t.ncdc_status);
+      const float ncdc_e_K = ncdc::op_cast<__nv_bfloat16>(ncdc_e_K_exact);
+      ncdc_o_K[ncdc_j] = ncdc_e_K;
+    }
+    ncdc::store_vec<ncdc_W>(ncdc_t.K + ncdc_e, ncdc_o_K);
+  }
+
+  // The vector path in split form: the raw bits of the inputs over every axis, fetched for
+  // all of a thread's runs before any is used (ncdc::elementwise::run), then the rest.
+  template <int ncdc_W>
+  struct Raw {
+  };
+  template <int ncdc_W>
+  NCDC_DEVICE void fetch(long long ncdc_e, Raw<ncdc_W>& ncdc_raw) const {
+  }
+  template <int ncdc_W>
+  NCDC_DEVICE void apply_raw(long long ncdc_e, const Raw<ncdc_W>& ncdc_raw) const {
+    long long ncdc_rem = ncdc_e;
+    const long long ncdc_i_d = ncdc_rem % ncdc_size_d;
+    ncdc_rem /= ncdc_size_d;
+    const long long ncdc_i_g = ncdc_rem % ncdc_size_g;
+    ncdc_rem /= ncdc_size_g;
+    const long long ncdc_i_x = ncdc_rem % ncdc_size_x;
+    ncdc_rem /= ncdc_size_x;
+    const long long ncdc_i_b = ncdc_rem % ncdc_size_b;
+    float ncdc_o_K[ncdc_W];
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_W; ++ncdc_j) {
+      const float ncdc_e_K_exact = ncdc::op_gather(ncdc_t.Kcache + 0 * ncdc_size_slot * ncdc_size_g * ncdc_size_d + ((long long)(ncdc_i_x) % ncdc_size_slot) * ncdc_size_g * ncdc_size_d + ncdc_i_g * ncdc_size_d + (ncdc_i_d + ncdc_j), float(ncdc::ld_global(ncdc_t.table + ncdc_i_b * ncdc_size_n + ((long long)(ncdc_i_x) / ncdc_size_slot))), ncdc_size_page, ncdc_size_slot * ncdc_size_g * ncdc_size_d, ncdc_t.ncdc_status);
+      const float ncdc_e_K = ncdc::op_cast<__nv_bfloat16>(ncdc_e_K_exact);
+      ncdc_o_K[ncdc_j] = ncdc_e_K;
+    }
+    ncdc::store_vec<ncdc_W>(ncdc_t.K + ncdc_e, ncdc_o_K);
+  }
+};
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(128, 1) paged_prefill_attention_0_K_elementwise_bf16_t128_v8(
+    const __nv_bfloat16* __restrict__ Kcache,
+    const int* __restrict__ table,
+    __nv_bfloat16* __restrict__ K,
+    int* __restrict__ ncdc_status,
+    long long ncdc_size_b,
+    long long ncdc_size_x,
+    long long ncdc_size_g,
+    long long ncdc_size_d,
+    long long ncdc_size_page,
+    long long ncdc_size_slot,
+    long long ncdc_size_n) {
+  const ncdc_paged_prefill_attention_0_K_elementwise_bf16_t128_v8_io ncdc_io{ {Kcache, table, K, ncdc_status}, ncdc_size_b, ncdc_size_x, ncdc_size_g, ncdc_size_d, ncdc_size_page, ncdc_size_slot, ncdc_size_n };
+  ncdc::elementwise::run<128, 8, 1>(ncdc_io, ncdc_size_d * ncdc_size_g * ncdc_size_x * ncdc_size_b, ncdc_size_d);
+}
+NCDC_EXPORT_KERNEL(paged_prefill_attention_0_K_elementwise_bf16_t128_v8);
+// paged_prefill_attention_1_V_elementwise_bf16_t128_v8: V = gather(Vcache, table, axis=page, within=slot, into=x)
+#include "ncdc_elementwise.cuh"
+// A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
+#undef Vcache
+#undef table
+#undef V
+#undef ncdc_status
+
+namespace {
+struct ncdc_paged_prefill_attention_1_V_elementwise_bf16_t128_v8_io {
+  struct {
+    const __nv_bfloat16* __restrict__ Vcache;
+    const int* __restrict__ table;
+    __nv_bfloat16* __restrict__ V;
+    int* __restrict__ ncdc_status;
+  } ncdc_t;  // the diagram's tensors
+  long long ncdc_size_b;
+  long long ncdc_size_x;
+  long long ncdc_size_g;
+  long long ncdc_size_d;
+  long long ncdc_size_page;
+  long long ncdc_size_slot;
+  long long ncdc_size_n;
+
+  NCDC_DEVICE bool aligned() const {
+    return true && ncdc::aligned16(ncdc_t.V);
+  }
+
+  // The W output elements from flat index ncdc_e on, along the innermost axis d.
+  template <int ncdc_W>
+  NCDC_DEVICE void apply(long long ncdc_e) const {
+    long long ncdc_rem = ncdc_e;
+    const long long ncdc_i_d = ncdc_rem % ncdc_size_d;
+    ncdc_rem /= ncdc_size_d;
+    const long long ncdc_i_g = ncdc_rem % ncdc_size_g;
+    ncdc_rem /= ncdc_size_g;
+    const long long ncdc_i_x = ncdc_rem % ncdc_size_x;
+    ncdc_rem /= ncdc_size_x;
+    const long long ncdc_i_b = ncdc_rem % ncdc_size_b;
+    float ncdc_o_V[ncdc_W];
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_W; ++ncdc_j) {
+      const float ncdc_e_V_exact = ncdc::op_gather(ncdc_t.Vcache + 0 * ncdc_size_slot * ncdc_size_g * ncdc_size_d + ((long long)(ncdc_i_x) % ncdc_size_slot) * ncdc_size_g * ncdc_size_d + ncdc_i_g * ncdc_size_d + (ncdc_i_d + ncdc_j), float(ncdc::ld_global(ncdc_t.table + ncdc_i_b * ncdc_size_n + ((long long)(ncdc_i_x) / ncdc_size_slot))), ncdc_size_page, ncdc_size_slot * ncdc_size_g * ncdc_size_d, ncdc_t.ncdc_status);
+      const float ncdc_e_V = ncdc::op_cast<__nv_bfloat16>(ncdc_e_V_exact);
+      ncdc_o_V[ncdc_j] = ncdc_e_V;
+    }
+    ncdc::store_vec<ncdc_W>(ncdc_t.V + ncdc_e, ncdc_o_V);
+  }
+
+  // The vector path in split form: the raw bits of the inputs over every axis, fetched for
+  // all of a thread's runs before any is used (ncdc::elementwise::run), then the rest.
+  template <int ncdc_W>
+  struct Raw {
+  };
+  template <int ncdc_W>
+  NCDC_DEVICE void fetch(long long ncdc_e, Raw<ncdc_W>& ncdc_raw) const {
+  }
+  template <int ncdc_W>
+  NCDC_DEVICE void apply_raw(long long ncdc_e, const Raw<ncdc_W>& ncdc_raw) const {
+    long long ncdc_rem = ncdc_e;
+    const long long ncdc_i_d = ncdc_rem % ncdc_size_d;
+    ncdc_rem /= ncdc_size_d;
+    const long long ncdc_i_g = ncdc_rem % ncdc_size_g;
+    ncdc_rem /= ncdc_size_g;
+    const long long ncdc_i_x = ncdc_rem % ncdc_size_x;
+    ncdc_rem /= ncdc_size_x;
+    const long long ncdc_i_b = ncdc_rem % ncdc_size_b;
+    float ncdc_o_V[ncdc_W];
+#pragma unroll
+    for (int ncdc_j = 0; ncdc_j < ncdc_W; ++ncdc_j) {
+      const float ncdc_e_V_exact = ncdc::op_gather(ncdc_t.Vcache + 0 * ncdc_size_slot * ncdc_size_g * ncdc_size_d + ((long long)(ncdc_i_x) % ncdc_size_slot) * ncdc_size_g * ncdc_size_d + ncdc_i_g * ncdc_size_d + (ncdc_i_d + ncdc_j), float(ncdc::ld_global(ncdc_t.table + ncdc_i_b * ncdc_size_n + ((long long)(ncdc_i_x) / ncdc_size_slot))), ncdc_size_page, ncdc_size_slot * ncdc_size_g * ncdc_size_d, ncdc_t.ncdc_status);
+      const float ncdc_e_V = ncdc::op_cast<__nv_bfloat16>(ncdc_e_V_exact);
+      ncdc_o_V[ncdc_j] = ncdc_e_V;
+    }
+    ncdc::store_vec<ncdc_W>(ncdc_t.V + ncdc_e, ncdc_o_V);
+  }
+};
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(128, 1) paged_prefill_attention_1_V_elementwise_bf16_t128_v8(
+    const __nv_bfloat16* __restrict__ Vcache,
+    const int* __restrict__ table,
+    __nv_bfloat16* __restrict__ V,
+    int* __restrict__ ncdc_status,
+    long long ncdc_size_b,
+    long long ncdc_size_x,
+    long long ncdc_size_g,
+    long long ncdc_size_d,
+    long long ncdc_size_page,
+    long long ncdc_size_slot,
+    long long ncdc_size_n) {
+  const ncdc_paged_prefill_attention_1_V_elementwise_bf16_t128_v8_io ncdc_io{ {Vcache, table, V, ncdc_status}, ncdc_size_b, ncdc_size_x, ncdc_size_g, ncdc_size_d, ncdc_size_page, ncdc_size_slot, ncdc_size_n };
+  ncdc::elementwise::run<128, 8, 1>(ncdc_io, ncdc_size_d * ncdc_size_g * ncdc_size_x * ncdc_size_b, ncdc_size_d);
+}
+NCDC_EXPORT_KERNEL(paged_prefill_attention_1_V_elementwise_bf16_t128_v8);
+// ---- paged_prefill_attention_2_O_attention_wgmma_bf16_q128_x128_d128_s2_causal_sm90a: fused attention in FlashAttention-3 order: 128 queries per block, keys 128 at a time through 2-stage TMA rings, two ping-pong consumer warpgroups (wgmma), O stored by TMA, causal
+#include "ncdc_attention_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
-#undef Kcache
-#undef Vcache
+#undef K
+#undef V
 #undef O
-#undef table
 
-
-extern "C" __global__ void __launch_bounds__(128) paged_prefill_attention_attention_bf16_q64_x32_d128_w4_s2_causal_page256(
-    const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ Kcache,
-    const __nv_bfloat16* __restrict__ Vcache, __nv_bfloat16* __restrict__ O,
-    const int* __restrict__ table,
-    int* __restrict__ ncdc_status,
+extern "C" __global__ void __launch_bounds__(384, 1) paged_prefill_attention_2_O_attention_wgmma_bf16_q128_x128_d128_s2_causal_sm90a(
+    const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
+    const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
     long long ncdc_size_b,
     long long ncdc_size_g,
     long long ncdc_size_r,
     long long ncdc_size_q,
     long long ncdc_size_x,
-    long long ncdc_size_slot,
-    long long ncdc_size_page,
-    long long ncdc_size_n,
-    float ncdc_scale_log2) {
-  // 32-bit: the grid's y is below 2^16, and a 64-bit division is a subroutine call
+    float ncdc_scale_log2,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Q,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2, true>;
+  static_assert(ncdc_Config::SMEM_BYTES == 164864, "the launch's dynamic shared memory");
+  (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
+  (void)K;
+  (void)V;
+  (void)O;  // written through ncdc_tma_O
   unsigned ncdc_rest = blockIdx.y;
   const long long ncdc_i_r = ncdc_rest % unsigned(ncdc_size_r);
   ncdc_rest /= unsigned(ncdc_size_r);
   const long long ncdc_i_g = ncdc_rest % unsigned(ncdc_size_g);
   ncdc_rest /= unsigned(ncdc_size_g);
   const long long ncdc_i_b = ncdc_rest;
-  ncdc::attn::Slice<__nv_bfloat16> ncdc_slice;
-  ncdc_slice.q = Q + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128;
-  ncdc_slice.k = Kcache + ncdc_i_g * 128;
-  ncdc_slice.v = Vcache + ncdc_i_g * 128;
-  ncdc_slice.q_stride = 128;
-  ncdc_slice.k_stride = ncdc_size_g * 128;
-  ncdc_slice.v_stride = ncdc_size_g * 128;
-  ncdc_slice.q_len = int(ncdc_size_q);
-  ncdc_slice.x_len = int(ncdc_size_x);
-  ncdc_slice.scale_log2 = ncdc_scale_log2;
-  const ncdc::attn::PlainScores ncdc_scores;
-  ncdc_slice.vis.hi = ncdc::attn::lmin(ncdc_slice.vis.hi, (ncdc_size_x - ncdc_size_q));
-  ncdc_slice.vis.x_end = ncdc_slice.x_len;
-  ncdc_slice.vis.set_hi32(ncdc_slice.q_len, ncdc_slice.x_len);
-  ncdc_slice.pages = table + ncdc_i_b * ncdc_size_n;
-  ncdc_slice.pages_pitch = 1;
-  ncdc_slice.k_page = ncdc_size_slot * ncdc_size_g * 128;
-  ncdc_slice.v_page = ncdc_size_slot * ncdc_size_g * 128;
-  ncdc_slice.page_count = int(ncdc_size_page);
-  ncdc_slice.status = ncdc_status;
-  ncdc_slice.lse = nullptr;
-  ncdc_slice.lse_stride = 0;
+  (void)ncdc_rest;
+  ncdc::fa3::Problem ncdc_problem;
+  ncdc_problem.q_len = int(ncdc_size_q);
+  ncdc_problem.x_len = int(ncdc_size_x);
   // the longest query tiles (most visible keys) start first
-  const int ncdc_q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc::attn::attention_forward<__nv_bfloat16, 128, 128, 64, 32, 1, 2, true, true, false, false, false, 256>(
-      ncdc_slice, O + ncdc_i_b * ncdc_size_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_g * ncdc_size_r * ncdc_size_q * 128 + ncdc_i_r * ncdc_size_q * 128, 128, ncdc_q_tile, ncdc_scores);
+  ncdc_problem.q_tile = int(gridDim.x - 1 - blockIdx.x);
+  ncdc_problem.z_q = ncdc::fa3::Slice{int(((ncdc_i_b) * ncdc_size_g + ncdc_i_g) * ncdc_size_r + ncdc_i_r), 0, 0};
+  ncdc_problem.z_k = ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_g), 0};
+  ncdc_problem.z_o = ncdc::fa3::Slice{int(((ncdc_i_b) * ncdc_size_g + ncdc_i_g) * ncdc_size_r + ncdc_i_r), 0, 0};
+  ncdc_problem.scale_log2 = ncdc_scale_log2;
+  ncdc_problem.vis.hi = ncdc::attn::lmin(ncdc_problem.vis.hi, (ncdc_size_x - ncdc_size_q));
+  ncdc_problem.vis.x_end = ncdc_problem.x_len;
+  ncdc_problem.vis.set_hi32(ncdc_problem.q_len, ncdc_problem.x_len);
+  ncdc::fa3::forward<__nv_bfloat16, __nv_bfloat16, ncdc_Config, true, false>(
+      &ncdc_tma_Q, &ncdc_tma_K, &ncdc_tma_V, &ncdc_tma_O, ncdc_problem);
 }
-NCDC_EXPORT_KERNEL(paged_prefill_attention_attention_bf16_q64_x32_d128_w4_s2_causal_page256);
+NCDC_EXPORT_KERNEL(paged_prefill_attention_2_O_attention_wgmma_bf16_q128_x128_d128_s2_causal_sm90a);

@@ -40,7 +40,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) varlen_attention_attention_
     const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_V,
     const __grid_constant__ ncdc::TensorMap ncdc_tma_O) {
-  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2>;
+  using ncdc_Config = ncdc::fa3::Config<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 128, 128, 128, 2, false>;
   static_assert(ncdc_Config::SMEM_BYTES == 164864, "the launch's dynamic shared memory");
   (void)Q;  // read through the tensor maps; passed so that the CPU backend's maps can name them
   (void)K;
@@ -54,9 +54,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) varlen_attention_attention_
   ncdc_problem.x_len = int(ncdc_size_x);
   // the longest query tiles (most visible keys) start first
   ncdc_problem.q_tile = int(gridDim.x - 1 - blockIdx.x);
-  ncdc_problem.z_q = int(ncdc_i_h);
-  ncdc_problem.z_k = int(ncdc_i_h);
-  ncdc_problem.z_o = int(ncdc_i_h);
+  ncdc_problem.z_q = ncdc::fa3::Slice{int(ncdc_i_h)};
+  ncdc_problem.z_k = ncdc::fa3::Slice{int(ncdc_i_h)};
+  ncdc_problem.z_o = ncdc::fa3::Slice{int(ncdc_i_h)};
   ncdc_problem.scale_log2 = ncdc_scale_log2;
   ncdc_problem.vis.hi = ncdc::attn::lmin(ncdc_problem.vis.hi, (ncdc_size_x - ncdc_size_q));
   ncdc_problem.vis.x_end = ncdc_problem.x_len;

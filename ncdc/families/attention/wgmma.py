@@ -25,8 +25,9 @@ Their price: the model's traffic and padding, the tensor rate at the full wgmma 
 (the candidate's `tensor_share`, less the epilogue's TMA store issue) and the softmax hidden
 under the other warpgroup's GEMMs (`pingpong`: ncdc.model.overlap.pingpong_compute). What the
 template does not run (heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q,
-K, V and O must be [batch..., rows, head], paged caches, Q or K computed as they load)
-leaves the kernel with the mma.sync candidates.
+K, V and O must be [batch..., rows, head], or [batch..., rows, batch..., head] with at most
+two axes between rows and head, FlashAttention's [b, s, h, d]; paged caches, Q or K computed
+as they load) leaves the kernel with the mma.sync candidates.
 
     >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.load import load_hardware
@@ -71,6 +72,8 @@ PRODUCER_REGISTERS_V8, CONSUMER_REGISTERS_V8 = 40, 232
 # the row state, descriptors, indices and the epilogue's addresses.
 REGISTER_OVERHEAD = 48
 MAX_HEAD = 256  # Q and K: whole 128-byte rows (64 values of 16 bits, 128 of fp8) up to this
+# axes between a tensor's rows and its head ([b, s, h, d]): TMA maps have at most 5 dimensions
+MAX_INNER = 2
 VALUE_HEADS = (64, 128, 256)
 TILES: dict[str, tuple[int, ...]] = {"s_x": (64, 128), "stages": (2, 3)}
 # A data mask's block table: one class byte a key tile in static shared memory
@@ -167,8 +170,9 @@ def _runs(at: Attention, diagram: Diagram) -> bool:
     its registers then allow d_v 128 alone: `candidates`), any score path and masks (the score
     functor and attn::Visible), a log-sum-exp output or none, a positive scale, K and V
     not paged nor Q and K computed as they load (the tensor maps copy boxes of contiguous
-    rows), and Q, K, V and O in [batch..., rows, head] order (O with every batch axis, as
-    Q)."""
+    rows), and Q, K, V and O in [outer..., rows, inner..., head] order (`_layout`: batch
+    axes around the rows, at most two between them and the head; O with every batch axis,
+    as Q)."""
     if at.dtype not in QK_DTYPES or at.out_dtype not in VALUE_DTYPES or at.paged or at.loads:
         return False
     if at.d * DTYPES[at.dtype].bytes % SPAN or at.d > MAX_HEAD or at.d_v not in VALUE_HEADS:
@@ -177,12 +181,40 @@ def _runs(at: Attention, diagram: Diagram) -> bool:
         return False
     if at.scale <= 0:
         return False
-    rows = {at.q: at.q_axis, at.k: at.x_axis, at.v: at.x_axis, at.o: at.q_axis}
-    for name, row in rows.items():
-        axes = diagram.tensor(name).axes
-        if len(axes) < 2 or axes[-2] != row or not set(axes[:-2]) <= set(at.batch):
+    for name, row in _rows(at).items():
+        layout = _layout(diagram, name, row)
+        if layout is None or not set(layout[0] + layout[1]) <= set(at.batch):
             return False
-    return all(set(diagram.tensor(t).axes[:-2]) == set(at.batch) for t in (at.q, at.o))
+    return all(
+        set(diagram.tensor(t).axes) - {row, diagram.tensor(t).axes[-1]} == set(at.batch)
+        for t, row in ((at.q, at.q_axis), (at.o, at.q_axis))
+    )
+
+
+def _rows(at: Attention) -> dict[str, str]:
+    """Each tensor's rows axis: the queries' for Q and O, the keys' for K and V."""
+    return {at.q: at.q_axis, at.k: at.x_axis, at.v: at.x_axis, at.o: at.q_axis}
+
+
+Layout = tuple[tuple[str, ...], tuple[str, ...]]  # a tensor's outer and inner axes
+
+
+def _layout(diagram: Diagram, name: str, row: str) -> Layout | None:
+    """The axes of tensor `name` before its rows (outer) and between its rows and its head
+    (inner, at most MAX_INNER), where it is [outer..., rows, inner..., head] with batch axes
+    around the rows; None for another layout.
+
+        >>> from ncdc.language.load import load_diagram
+        >>> d = load_diagram("diagrams/rope_attention.yaml")   # Q [b, s, g, r, d]
+        >>> _layout(d, "Q", "s"), _layout(d, "K", "x"), _layout(d, "K", "s")
+        ((('b',), ('g', 'r')), (('b',), ('g',)), None)
+    """
+    axes = diagram.tensor(name).axes
+    if len(axes) < 2 or row not in axes[:-1]:
+        return None
+    at = axes.index(row)
+    outer, inner = axes[:at], axes[at + 1 : -1]
+    return None if len(inner) > MAX_INNER else (outer, inner)
 
 
 def candidates(
@@ -258,29 +290,59 @@ def arch_problem(kernel_name: str, sm: int) -> str:
     return ""
 
 
-def _slice_index(diagram: Diagram, name: str) -> str:
-    """C++: the tensor's slice along its batch axes (row-major, in its own axis order)."""
+def _strided(diagram: Diagram, at: Attention) -> bool:
+    """Whether some tensor's rows are strided by inner axes: then every map is 5-D."""
+    layouts = (_layout(diagram, n, row) for n, row in _rows(at).items())
+    return any(layout is not None and layout[1] for layout in layouts)
+
+
+def _slice(diagram: Diagram, name: str, row: str, strided: bool) -> str:
+    """C++ of the tensor's ncdc::fa3::Slice: the row-major index over its outer axes and, in
+    a 5-D map, the indices of its inner axes, innermost first."""
+    outer, inner = _layout(diagram, name, row) or ((), ())
     index = ""
-    for a in diagram.tensor(name).axes[:-2]:
+    for a in outer:
         index = f"ncdc_i_{a}" if not index else f"({index}) * ncdc_size_{a} + ncdc_i_{a}"
-    return index or "0"
+    coords = [f"int({index or '0'})"]
+    if strided:
+        coords += [f"int(ncdc_i_{a})" for a in reversed(inner)] + ["0"] * (MAX_INNER - len(inner))
+    return "{" + ", ".join(coords) + "}"
 
 
-def _tensor_map(diagram: Diagram, name: str, rows: int) -> TensorMapSpec:
-    """The map of [batch..., rows, head] as (head, rows, slices), a box of 64 x `rows`."""
+def _tensor_map(diagram: Diagram, name: str, row: str, rows: int, strided: bool) -> TensorMapSpec:
+    """The map of [outer..., rows, inner..., head]: (head, rows, outer slices) with a box of
+    64 x `rows`, or, `strided`, (head, inner innermost first and padded to MAX_INNER with
+    ones, rows, outer slices) with a box of one inner index."""
     t = diagram.tensor(name)
-    head, length = diagram.axes[t.axes[-1]], diagram.axes[t.axes[-2]]
-    slices = math.prod(diagram.axes[a] for a in t.axes[:-2])
+    outer, inner = _layout(diagram, name, row) or ((), ())
     esize = DTYPES[t.dtype].bytes
+    head = diagram.axes[t.axes[-1]]
+    dims: list[int] = [head]
+    strides: list[int] = []
+    axes: list[tuple[str, ...]] = [(t.axes[-1],)]
+    pitch = head * esize  # bytes between neighbours along the next axis out
+    if strided:
+        for a in reversed(inner):
+            dims.append(diagram.axes[a])
+            strides.append(pitch)
+            axes.append((a,))
+            pitch *= diagram.axes[a]
+        for _ in range(MAX_INNER - len(inner)):  # a dimension of one: any valid stride
+            dims.append(1)
+            strides.append(pitch)
+            axes.append(())
+    dims.append(diagram.axes[row])
+    strides.append(pitch)
+    axes.append((row,))
+    pitch *= diagram.axes[row]
+    dims.append(math.prod(diagram.axes[a] for a in outer))
+    strides.append(pitch)
+    axes.append(tuple(outer))
+    box = (SPAN // esize, *([1] * MAX_INNER if strided else []), rows, 1)
     return TensorMapSpec(
-        tensor=name,
-        dtype=t.dtype,
-        dims=(head, length, slices),
-        strides=(head * esize, length * head * esize),
-        box=(SPAN // esize, rows, 1),
-        swizzle=SPAN,
-        axes=((t.axes[-1],), (t.axes[-2],), tuple(t.axes[:-2])),
-    )
+        tensor=name, dtype=t.dtype, dims=tuple(dims), strides=tuple(strides), box=box,
+        swizzle=SPAN, axes=tuple(axes),
+    )  # fmt: skip
 
 
 def _score_context(at: Attention, kernel: str) -> dict[str, object]:
@@ -347,6 +409,7 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         + "_sm90a"
     )
     maps = {t: f"ncdc_tma_{t}" for t in (at.q, at.k, at.v, at.o)}
+    strided = _strided(d, at)
     params = (
         Param(at.q, "tensor", at.dtype),
         Param(at.k, "tensor", at.dtype),
@@ -356,10 +419,15 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         *at.lse_params(),
         *at.size_params(d.axes),
         at.scale_param(),
-        Param(maps[at.q], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.q, BQ)),
-        Param(maps[at.k], "tensormap", at.dtype, tensor_map=_tensor_map(d, at.k, s_x)),
-        Param(maps[at.v], "tensormap", at.value_dtype, tensor_map=_tensor_map(d, at.v, s_x)),
-        Param(maps[at.o], "tensormap", at.out_dtype, tensor_map=_tensor_map(d, at.o, BQ // 2)),
+        *(
+            Param(maps[t], "tensormap", dtype, tensor_map=_tensor_map(d, t, row, rows, strided))
+            for t, row, rows, dtype in (
+                (at.q, at.q_axis, BQ, at.dtype),
+                (at.k, at.x_axis, s_x, at.dtype),
+                (at.v, at.x_axis, s_x, at.value_dtype),
+                (at.o, at.q_axis, BQ // 2, at.out_dtype),
+            )
+        ),
     )
     context = {
         "kernel": name,
@@ -373,7 +441,8 @@ def render(kp: KernelPlan, plan: Plan, at: Attention) -> KernelSource:
         "batch": at.batch, "sizes": at.sizes, "q_axis": at.q_axis, "x_axis": at.x_axis,
         "d": at.d, "d_v": at.d_v, "s_x": s_x, "stages": stages, "threads": c.threads,
         "causal": at.causal or at.scores.bounded,
-        "z_q": _slice_index(d, at.q), "z_k": _slice_index(d, at.k), "z_o": _slice_index(d, at.o),
+        "z_q": _slice(d, at.q, at.q_axis, strided), "z_k": _slice(d, at.k, at.x_axis, strided),
+        "z_o": _slice(d, at.o, at.q_axis, strided), "strided": strided,
         "map_q": maps[at.q], "map_k": maps[at.k], "map_v": maps[at.v], "map_o": maps[at.o],
         "smem_bytes": c.smem_bytes,
         **_score_context(at, name),

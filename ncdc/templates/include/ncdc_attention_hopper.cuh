@@ -31,6 +31,11 @@
 // rebuilding each from its address took four integer instructions a wgmma, in vector
 // registers where ptxas could not prove the ring's slot uniform (the runs of a mask rule).
 //
+// Slices: Q, K, V and O are [batch..., rows, head] (3-D maps: head, rows, slice) or, rows
+// strided, [outer..., rows, inner..., head] with at most two inner axes (FlashAttention's
+// [b, s, h, d]; 5-D maps: head, the inner axes innermost first, rows, the outer axes as one
+// slice), a box of one inner index either way, so a tile lands in shared memory alike.
+//
 // Tails: rows of Q beyond q_len and keys beyond x_len arrive as TMA's zeros; keys beyond
 // x_len are masked to -inf in the last tile, rows beyond q_len are clipped by O's TMA store.
 // Masks (attn::Visible: causal and window bands, a length mask's end, packed sequences):
@@ -124,9 +129,10 @@ struct PvMma<__nv_fp8_e5m2> {
 // TQ: Q's and K's type (16-bit or fp8), TV: V's (and P's in the P V product; 16-bit or
 // fp8), TO: O's (16-bit). fp8 V (V8) lands in the V ring as TMA copies it and is transposed
 // into a ring of its own (VT), K-major: DV rows of the tile's 128 keys.
-template <class TQ, class TV, class TO_, int D_, int DV_, int SX_, int STAGES_>
+template <class TQ, class TV, class TO_, int D_, int DV_, int SX_, int STAGES_, bool INNER_ = false>
 struct Config {
   using TO = TO_;
+  static constexpr bool INNER = INNER_;  // 5-D maps: rows strided by inner axes (Slice)
   static constexpr int BQ = 64 * kConsumers, D = D_, DV = DV_, SX = SX_, STAGES = STAGES_;
   static constexpr int ES_QK = sizeof(TQ), ES_V = sizeof(TV), ES_O = sizeof(TO_);
   static constexpr bool V8 = ES_V == 1;
@@ -153,10 +159,16 @@ struct Config {
   static_assert(kConsumers * O_TILE_BYTES <= STAGES * (V_BYTES + VT_BYTES), "O is staged in the V rings");
 };
 
+// Where a tensor's (batch..., head) slice lies in its map: the outer slice `z` (the last
+// coordinate) and, in a 5-D map, the inner axes' indices `a` (innermost) and `b`.
+struct Slice {
+  int z = 0, a = 0, b = 0;
+};
+
 struct Problem {
   int q_len, x_len;
   int q_tile;         // this block's queries: [128 q_tile, 128 q_tile + 128)
-  int z_q, z_k, z_o;  // the slice of Q, of K and V and of O: the maps' third coordinate
+  Slice z_q, z_k, z_o;  // the slice of Q, of K and V and of O in their maps
   attn::Visible vis;  // the keys each query sees (x_end: x_len, or a length mask's end)
   float scale_log2;   // the logits' scale times log2(e), positive
   float* lse = nullptr;      // the log-sum-exp of each query's logits (natural log), or none
@@ -257,9 +269,13 @@ NCDC_DEVICE int run_end(const KeyTiles& r, const Problem& p, const Scores& score
 // A tile of `rows` rows and `head` values (`row` of them per 128-byte row) as column blocks.
 template <class Cfg>
 NCDC_DEVICE void load_rows(unsigned char* dst, const TensorMap* map, unsigned long long* bar,
-                           int head, int row, int rows, int row0, int z) {
-  for (int b = 0; b < head / row; ++b)
-    tma_load_3d(dst + b * rows * Cfg::SPAN, map, bar, b * row, row0, z);
+                           int head, int row, int rows, int row0, const Slice& z) {
+  for (int b = 0; b < head / row; ++b) {
+    if constexpr (Cfg::INNER)
+      tma_load_5d(dst + b * rows * Cfg::SPAN, map, bar, b * row, z.a, z.b, row0, z.z);
+    else
+      tma_load_3d(dst + b * rows * Cfg::SPAN, map, bar, b * row, row0, z.z);
+  }
 }
 
 struct Barriers {
@@ -585,7 +601,10 @@ NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const floa
   if (tid == 0 && row0 < p.q_len) {
 #pragma unroll
     for (int b = 0; b < Cfg::O_BOXES; ++b)
-      tma_store_3d(map_o, tile + b * 64 * Cfg::SPAN, b * Cfg::ROW_O, row0, p.z_o);
+      if constexpr (Cfg::INNER)
+        tma_store_5d(map_o, tile + b * 64 * Cfg::SPAN, b * Cfg::ROW_O, p.z_o.a, p.z_o.b, row0, p.z_o.z);
+      else
+        tma_store_3d(map_o, tile + b * 64 * Cfg::SPAN, b * Cfg::ROW_O, row0, p.z_o.z);
     tma_store_commit();
     tma_store_wait<0>();  // the boxes are read before the block exits and its shared memory goes
   }

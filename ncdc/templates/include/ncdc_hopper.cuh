@@ -139,6 +139,21 @@ NCDC_DEVICE void tma_load_3d(void* smem, const TensorMap* map, unsigned long lon
 
 // The box in `smem` to global memory at (c0, c1); out-of-bounds elements are not written.
 // Shared writes before it need fence_proxy_async(); complete with tma_store_commit/wait.
+// A box of a 5-D map: coordinates innermost first.
+NCDC_DEVICE void tma_load_5d(void* smem, const TensorMap* map, unsigned long long* bar, int c0, int c1,
+                             int c2, int c3, int c4) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
+      ::"r"(smem_address(smem)), "l"(reinterpret_cast<unsigned long long>(map)),
+      "r"(smem_address(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
+#else
+  int32_t c[5] = {c0, c1, c2, c3, c4};
+  emu::tma_load(smem, map, reinterpret_cast<uint64_t*>(bar), c);
+#endif
+}
+
 NCDC_DEVICE void tma_store_2d(const TensorMap* map, const void* smem, int c0, int c1) {
 #ifdef NCDC_GPU
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];\n"
@@ -157,6 +172,19 @@ NCDC_DEVICE void tma_store_3d(const TensorMap* map, const void* smem, int c0, in
                "r"(c1), "r"(c2) : "memory");
 #else
   int32_t c[3] = {c0, c1, c2};
+  emu::tma_store(map, smem, c);
+#endif
+}
+
+NCDC_DEVICE void tma_store_5d(const TensorMap* map, const void* smem, int c0, int c1, int c2, int c3,
+                              int c4) {
+#ifdef NCDC_GPU
+  asm volatile(
+      "cp.async.bulk.tensor.5d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n"
+      ::"l"(reinterpret_cast<unsigned long long>(map)), "r"(smem_address(smem)), "r"(c0), "r"(c1),
+      "r"(c2), "r"(c3), "r"(c4) : "memory");
+#else
+  int32_t c[5] = {c0, c1, c2, c3, c4};
   emu::tma_store(map, smem, c);
 #endif
 }

@@ -23,6 +23,7 @@ from ncdc.grad.choose import choose_pair
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.launch import candidate_from_dict
+from ncdc.plan.breaks import with_breaks
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
 from ncdc.templates import include
@@ -289,11 +290,15 @@ def test_a_packed_varlen_backward_is_priced_over_its_causal_band() -> None:
 def test_the_model_chooses_atomics_or_a_second_pass_by_price() -> None:
     """The query-major dQ pass computes S, P and dP again over the pairs the band visits and
     reads Q, dO, L and D once more and K and V once per query block: priced, it loses to
-    dQ's atomics at the library's sizes, and the deterministic schedule takes it anyway."""
+    dQ's atomics at the library's sizes, and the deterministic schedule takes it anyway
+    (with the same kernel breaks: without atomics, the non-causal backward's cheapest plan
+    saves P and dS for GEMMs, which the break search finds too)."""
     for name in ("attention", "attention_causal"):
         backward = backward_of(name)
-        free = plan_diagram(backward, H200).kernels[1]
-        fixed = plan_diagram(deterministic(backward), H200).kernels[1]
+        plan = plan_diagram(backward, H200)
+        free = plan.kernels[1]
+        same_breaks = with_breaks(deterministic(backward), plan.graph.diagram.schedule.materialize)
+        fixed = plan_diagram(same_breaks, H200).kernels[1]
         assert free.candidate.param("dq_pass") == 0 and free.candidate.accumulates
         assert fixed.candidate.param("dq_pass") == 1 and not fixed.candidate.accumulates
         assert fixed.predicted_time_s > free.predicted_time_s
@@ -308,8 +313,11 @@ def test_the_model_chooses_atomics_or_a_second_pass_by_price() -> None:
         kv = 2 * math.prod(backward.axes[a] for a in ("b", "h", "x", "d")) * 2  # K and V
         assert l2.bytes - hbm.bytes >= served["K"] * kv
         assert candidate_from_dict(fixed.candidate.to_dict()) == fixed.candidate  # tune's cache
-        module = render_plan(plan_diagram(deterministic(backward), H200))
+        module = render_plan(plan_diagram(same_breaks, H200))
         assert not [w for w in module.workspace if w.name.startswith("ncdc_dQ")]
+        chosen = plan_diagram(deterministic(backward), H200)  # no atomics either way
+        assert not any(k.candidate.accumulates for k in chosen.kernels)
+        assert chosen.predicted_time_s <= plan_diagram(same_breaks, H200).predicted_time_s
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC wheels not installed")

@@ -11,8 +11,10 @@ from __future__ import annotations
 import pytest
 
 from ncdc.errors import IndexRangeError
+from ncdc.families.attention.wgmma import is_wgmma
 from ncdc.hardware.load import load_hardware
 from ncdc.language.load import load_diagram, load_diagram_text
+from ncdc.plan.breaks import with_breaks
 from ncdc.plan.feedback import kernel_alternatives
 from ncdc.plan.search import plan_diagram
 from ncdc.render import render_plan
@@ -144,16 +146,23 @@ def test_k_values_are_priced_once_per_query_tile_that_loads_them() -> None:
     assert {"cq", "sq", "ck", "sk"} <= unstaged and not {"Q", "K"} & unstaged
 
 
-def test_the_break_search_rotates_k_apart_where_its_loads_cost_more() -> None:
-    """At Llama 3's prefill sizes, every query tile rotating every key tile costs more than
-    one elementwise kernel writing rotated K (the positional sign, read by both rotations,
-    is computed by each kernel); Q stays rotated as it loads."""
-    plan = plan_diagram(load_diagram(support.DIAGRAMS / "rope_attention.yaml"), HW)
-    rotate, attend = plan.kernels
-    assert rotate.family.name == "elementwise" and rotate.kernel.outputs == ("Kr",)
-    assert {"sign", "Kr"} <= {op.out for op in rotate.kernel.ops}
-    assert attend.family.name == "attention" and "sign" in {op.out for op in attend.kernel.ops}
-    assert "Q" in attend.kernel.inputs and "Kr" in attend.kernel.inputs
+def test_the_break_search_rotates_q_and_k_apart_where_their_loads_cost_more() -> None:
+    """At Llama 3's prefill sizes on h200, every query tile rotating every key tile costs
+    more than one elementwise kernel writing rotated K (the positional sign, read by both
+    rotations, is computed by each kernel); rotated Q written too lets attention take the
+    TMA and wgmma kernel (its [b, s, g, r, d] rows strided: 5-D maps), faster than the
+    mma.sync kernel that rotates Q as it loads."""
+    d = load_diagram(support.DIAGRAMS / "rope_attention.yaml")
+    plan = plan_diagram(d, HW)
+    *rotate, attend = plan.kernels
+    assert {k.family.name for k in rotate} == {"elementwise"}
+    assert sorted(o for k in rotate for o in k.kernel.outputs) == ["Kr", "Qr"]
+    assert all("sign" in {op.out for op in k.kernel.ops} for k in rotate)
+    assert attend.family.name == "attention" and is_wgmma(attend.candidate)
+    assert {"Qr", "Kr"} <= set(attend.kernel.inputs)
+    q_in_load = plan_diagram(with_breaks(d, ("Kr",)), HW)
+    assert not is_wgmma(q_in_load.kernels[-1].candidate)
+    assert plan.predicted_time_s < q_in_load.predicted_time_s
 
 
 def test_q_rotated_as_it_loads_beside_a_paged_cache() -> None:

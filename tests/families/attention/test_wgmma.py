@@ -398,6 +398,73 @@ def test_document_block_table_skips_the_tiles_of_other_documents() -> None:
     assert read["one"] - read["two"] == heads * tiles * 64 * key_bytes
 
 
+# Rows strided by heads (FlashAttention's [b, s, h, d]): 5-D tensor maps, the heads'
+# indices as inner coordinates. Grouped-query heads with Q [b, s, g, r, d] (two inner axes)
+# against K and V [b, x, g, d] (one, padded with a dimension of one), causal, odd sizes
+# (rows past q clipped, keys past x TMA's zeros); and a single K/V head [b, x, d] under a
+# Q of [b, q, h, d]. A map whose inner coordinates are swapped reads another head's rows.
+BSHD_GQA = """
+ncdc: 1
+name: bshd_gqa
+doc: Causal grouped-query attention with every tensor in [b, s, heads..., d].
+axes: {b: 1, s: 150, x: 201, g: 3, r: 3, d: 128}
+inputs:
+  Q: {axes: [b, s, g, r, d], dtype: bf16}
+  K: {axes: [b, x, g, d], dtype: bf16}
+  V: {axes: [b, x, g, d], dtype: bf16}
+ops:
+  - S = contract(Q, K, over=d) * 0.08838834764831845
+  - M = causal(S, query=s, key=x)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+
+
+@pytest.mark.parametrize(("spec", "sizes", "planted"), [
+    ("bshd_gqa", None, None),
+    ("bshd_gqa", None, "swapped"),
+    ("attn_bshd_mqa", {"b": 1, "q": 133, "h": 3, "x": 77}, None),
+])  # fmt: skip
+def test_heads_between_rows_and_head_match_the_reference(
+    spec: str, sizes: dict[str, int] | None, planted: str | None
+) -> None:
+    if spec == "bshd_gqa":
+        d = load_diagram_text(BSHD_GQA)
+    else:
+        d = load_diagram(support.SPECS / f"{spec}.yaml", sizes)
+    _, module = wgmma_module(d, 64, 2)
+    assert "ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_" in module.source
+    maps = [p.tensor_map for p in module.launches[0].params if p.tensor_map]
+    assert {len(m.dims) for m in maps} == {5}
+    if planted == "swapped":  # Q's inner coordinates in the wrong order
+        line = "z_q = ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_r), int(ncdc_i_g)};"
+        assert line in module.source
+        swapped = line.replace("ncdc_i_r), int(ncdc_i_g)", "ncdc_i_g), int(ncdc_i_r)")
+        module = dataclasses.replace(module, source=module.source.replace(line, swapped))
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok == (planted is None), result.checks
+
+
+def test_a_paged_cache_gathered_first_runs_on_the_wgmma_kernel() -> None:
+    # Saved, the gathers of a paged cache are elementwise kernels writing K and V as
+    # [b, x, g, d] (the kernel-break search's choice on h200 at the diagram's sizes); the
+    # attention then reads them by 5-D maps. Pages of 32 rows, a partly filled last page.
+    text = (DIAGRAMS / "paged_prefill_attention.yaml").read_text()
+    text = text.replace("outputs: [O]", "outputs: [O]\nschedule: {materialize: [K, V]}", 1)
+    sizes = {"b": 2, "g": 2, "r": 2, "q": 70, "x": 300, "page": 12, "slot": 32, "n": 10}
+    d = load_diagram_text(text, sizes=sizes)
+    plan = plan_diagram(d, HW)
+    assert [k.family.name for k in plan.kernels] == ["elementwise", "elementwise", "attention"]
+    assert is_wgmma(plan.kernels[-1].candidate)
+    result = run_diagram(d, render_plan(plan), backend="cpu", seed=3)
+    assert result.ok, result.checks
+    full = plan_diagram(load_diagram(DIAGRAMS / "paged_prefill_attention.yaml"), HW)
+    assert is_wgmma(full.kernels[-1].candidate)
+
+
 # The log-sum-exp output on the FlashAttention-3 kernel: diagrams/attention_lse.yaml (causal,
 # queries aligned at the end of the keys) and the soft-capped diagram with one (the max in
 # base 2 after the functor), at odd sizes; rows that see no key would be -inf.
@@ -486,6 +553,8 @@ def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
         # tanhf, 11 fp32, 2 MUFU and a select, took 6.9)
         ("alibi_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4),
         ("softcap_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4.5),
+        # Q in [b, q, h, d]: 5-D maps, the same loop
+        ("attn_bshd_mqa", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
     ],
 )
 def test_compiles_to_tma_and_wgmma_without_spills(
@@ -498,7 +567,10 @@ def test_compiles_to_tma_and_wgmma_without_spills(
     pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC wheels not installed")
     if sass.find_tool("nvdisasm") is None:
         pytest.skip("nvdisasm wheel not installed")
-    d = load_diagram_text(FP8) if spec == "fp8" else load_diagram(DIAGRAMS / f"{spec}.yaml")
+    if spec == "fp8":
+        d = load_diagram_text(FP8)
+    else:
+        d = load_diagram((support.SPECS if spec.startswith("attn_") else DIAGRAMS) / f"{spec}.yaml")
     plan = plan_diagram(d, HW)
     report = compile_plan(plan, "sm_90a")
     (kernel,) = report.kernels
