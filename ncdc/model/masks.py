@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import math
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -350,10 +351,13 @@ def _interval(
         lo, hi = ranges.get(t.axis, (0, math.inf))
         return (float(lo), float(hi))
     if isinstance(t, Const):
-        v = t.value
-        return (v, v) if abs(v) < EXACT_INTEGERS or math.isinf(v) else UNKNOWN
+        if math.isinf(t.value):
+            return (t.value, t.value)
+        v = as_fp32(t.value)  # the constant the kernel compares with (a float literal)
+        return (v, v) if abs(v) < EXACT_INTEGERS else UNKNOWN
     if isinstance(t, Data):
-        return data.get(t.name, UNKNOWN)
+        given = data.get(t.name, UNKNOWN)
+        return UNKNOWN if math.isnan(given[0]) or math.isnan(given[1]) else given
     args = [_interval(a, ranges, data) for a in t.args]
     if t.fn in LOGIC:
         truths = [_truth(a) for a in args]
@@ -372,6 +376,15 @@ def _interval(
             return args[2]
         return (min(args[1][0], args[2][0]), max(args[1][1], args[2][1]))
     return _arithmetic(t.fn, args, whole=all(whole_term(a) for a in t.args))
+
+
+def as_fp32(v: float) -> float:
+    """`v` rounded to fp32, as the kernels hold constants (finite values below 2^24 here).
+
+    >>> as_fp32(0.7) < 0.7, as_fp32(0.5) == 0.5
+    (True, True)
+    """
+    return float(struct.unpack("<f", struct.pack("<f", v))[0])
 
 
 def whole_term(t: Term) -> bool:

@@ -185,7 +185,7 @@ def with_break_hint(
         return error
     base = tuple(diagram.schedule.materialize)
     chosen, options = _weigh_breaks(diagram, hardware, fixed, base)
-    if not options or chosen.schedule.materialize == base:
+    if not options or set(chosen.schedule.materialize) == set(base):
         return error
     saved = ", ".join(chosen.schedule.materialize)
     return PlanError(

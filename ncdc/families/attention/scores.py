@@ -25,6 +25,7 @@ from ncdc.model.masks import (
     Data,
     Pos,
     Term,
+    as_fp32,
     mask_select,
     read_mask_rule,
     rule_band,
@@ -328,7 +329,8 @@ def rule_tile(
         v = term.value
         if math.isinf(v):
             return "iv(kIvBig)" if v > 0 else "iv(-kIvBig)"
-        return f"iv({float(v)!r})" if abs(v) < EXACT_INTEGERS else "iv_unknown()"
+        # the fp32 literal the score path compares with
+        return f"iv({as_fp32(v)!r})" if abs(v) < EXACT_INTEGERS else "iv_unknown()"
     if isinstance(term, Data):
         return (data or {}).get(term.name, "iv_unknown()")
     exact = term.fn in (*LOGIC, *COMPARE, "where") or (

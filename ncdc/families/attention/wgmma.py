@@ -78,7 +78,7 @@ VALUE_HEADS = (64, 128, 256)
 TILES: dict[str, tuple[int, ...]] = {"s_x": (64, 128), "stages": (2, 3)}
 # A data mask's block table: one class byte a key tile in static shared memory
 # (kClassTable, ncdc_attention_hopper.cuh)
-CLASS_TABLE = 1024
+CLASS_TABLE = 2048
 
 
 def offered(hw: Hardware) -> bool:

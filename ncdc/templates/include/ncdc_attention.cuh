@@ -350,8 +350,9 @@ NCDC_DEVICE int iv_class(Iv keep) {
 // The interval of a tensor's values at positions a..b along an axis of `pitch` elements (a
 // document id per query or per key), as the score path reads them (in fp32): the warp's
 // lanes take every 32nd position (at most N each: b - a < 32 N, the loads issued together)
-// and meet in a min and a max. Unknown where some value is NaN, which no compare keeps as
-// the interval would say. Called by all 32 lanes.
+// and meet in a min and a max. Unknown where some value is NaN (a compare with NaN follows
+// no interval); an infinite value is kIvBig, as rule_tile writes an infinite constant, so
+// that -inf equals -inf here as in the score path. Called by all 32 lanes.
 template <int N, class T>
 NCDC_DEVICE Iv iv_over(const T* p, long long pitch, int a, int b, int lane) {
   float lo = -neg_inf(), hi = neg_inf();
@@ -370,7 +371,9 @@ NCDC_DEVICE Iv iv_over(const T* p, long long pitch, int a, int b, int lane) {
     lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, m));
     hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, m));
   }
-  return __any_sync(0xffffffffu, nan) ? iv_unknown() : iv_range(lo, hi);
+  if (__any_sync(0xffffffffu, nan)) return iv_unknown();
+  const auto big = [](double v) { return v < -kIvBig ? -kIvBig : v > kIvBig ? kIvBig : v; };
+  return iv_range(big(lo), big(hi));
 }
 
 // The logits as the diagram transforms them before its masks: the identity, or a functor

@@ -182,7 +182,9 @@ struct Problem {
 // keys some row sees lie between the first row's first and the last row's last, and those
 // every row sees between the last row's first and the first row's last. Computed once per
 // block from block-uniform values: trip counts that differ by warpgroup are a divergent
-// path to ptxas, which then serialises every wgmma (C7519).
+// path to ptxas, which then serialises every wgmma (C7519). A data mask's classes are read
+// from shared memory, the same bytes for every thread; the SASS test of
+// document_mask_attention checks that ptxas still issues the wgmmas unserialised.
 struct KeyTiles {
   int tile0, tiles, clear0, clear1;
   // a data mask's block table: the class of tiles tile0 .. tile0 + classed - 1 (classify_tiles)
@@ -191,8 +193,9 @@ struct KeyTiles {
 };
 
 // Key tiles a block's table of data-mask classes holds (bytes of shared memory): 131,072 keys
-// in tiles of 128; a tile past them is classed without the data (as a rule of positions).
-constexpr int kClassTable = 1024;
+// in tiles of 64 (a score path reading data along the keys takes 64-key tiles); a tile past
+// them is classed without the data (as a rule of positions).
+constexpr int kClassTable = 2048;
 
 template <class Cfg, bool UPPER, bool BELOW>
 NCDC_DEVICE KeyTiles key_tiles(const Problem& p) {
@@ -236,6 +239,7 @@ template <class Cfg, class Scores>
 NCDC_DEVICE void classify_tiles(KeyTiles& r, const Problem& p, const Scores& scores, unsigned char* classes) {
   if constexpr (Scores::kTileData > 0) {
     constexpr int ROWS = Cfg::BQ / 32, KEYS = Cfg::SX / 32;
+    static_assert(Cfg::BQ == 32 * ROWS && Cfg::SX == 32 * KEYS, "iv_over: N values a lane cover the tile");
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int q0 = p.q_tile * Cfg::BQ, q1 = attn::imin(q0 + Cfg::BQ, p.q_len) - 1;
     const int n = attn::imin(r.tiles, kClassTable);
@@ -305,13 +309,20 @@ NCDC_DEVICE int next_tile(const KeyTiles& r, const Problem& p, const Scores& sco
   return Scores::kRule ? run_end<kSkip, Cfg>(r, p, scores, j) : j;  // all but those the rule drops
 }
 
+// Q's tile, issued by the producer thread as soon as the barriers are set (before a data
+// mask's block table is built, so that it lands meanwhile).
+template <class Cfg>
+NCDC_DEVICE void load_q(const TensorMap* map_q, unsigned char* smem, const Barriers& bar, const Problem& p) {
+  mbar_arrive_expect_tx(bar.q_full, Cfg::Q_BYTES);
+  load_rows<Cfg>(smem, map_q, bar.q_full, Cfg::D, Cfg::ROW_QK, Cfg::BQ, p.q_tile * Cfg::BQ, p.z_q);
+}
+
 template <class Cfg, class Scores>
 NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
                          unsigned char* smem, const Barriers& bar, const Problem& p, const KeyTiles& r,
                          const Scores& scores) {
+  (void)map_q;  // Q is loaded before (load_q)
   unsigned char* ks = smem + Cfg::Q_BYTES;
-  mbar_arrive_expect_tx(bar.q_full, Cfg::Q_BYTES);
-  load_rows<Cfg>(smem, map_q, bar.q_full, Cfg::D, Cfg::ROW_QK, Cfg::BQ, p.q_tile * Cfg::BQ, p.z_q);
   int stage = 0;
   unsigned phase = 0;
   const int end = r.tile0 + r.tiles;
@@ -725,10 +736,14 @@ NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const T
     }
     fence_barrier_init();
   }
-  KeyTiles tiles = key_tiles<Cfg, UPPER, BELOW>(p);
-  classify_tiles<Cfg>(tiles, p, scores, classes);
   __syncthreads();
   const Barriers bar{&q_full, full_k, empty_k, full_v, empty_v, staged_v};
+  if (threadIdx.x == 0) load_q<Cfg>(map_q, smem, bar, p);
+  KeyTiles tiles = key_tiles<Cfg, UPPER, BELOW>(p);
+  if constexpr (Scores::kTileData > 0) {
+    classify_tiles<Cfg>(tiles, p, scores, classes);
+    __syncthreads();  // the table written, before any warp reads it
+  }
   const KeyTiles r = tiles;
   const int group = threadIdx.x / 128;
   if (group == 0) {

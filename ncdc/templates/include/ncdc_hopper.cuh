@@ -137,9 +137,7 @@ NCDC_DEVICE void tma_load_3d(void* smem, const TensorMap* map, unsigned long lon
 #endif
 }
 
-// The box in `smem` to global memory at (c0, c1); out-of-bounds elements are not written.
-// Shared writes before it need fence_proxy_async(); complete with tma_store_commit/wait.
-// A box of a 5-D map: coordinates innermost first.
+// A box of a 5-D map into `smem`, as tma_load_3d: coordinates innermost first.
 NCDC_DEVICE void tma_load_5d(void* smem, const TensorMap* map, unsigned long long* bar, int c0, int c1,
                              int c2, int c3, int c4) {
 #ifdef NCDC_GPU
@@ -154,6 +152,8 @@ NCDC_DEVICE void tma_load_5d(void* smem, const TensorMap* map, unsigned long lon
 #endif
 }
 
+// The box in `smem` to global memory at (c0, c1); out-of-bounds elements are not written.
+// Shared writes before it need fence_proxy_async(); complete with tma_store_commit/wait.
 NCDC_DEVICE void tma_store_2d(const TensorMap* map, const void* smem, int c0, int c1) {
 #ifdef NCDC_GPU
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];\n"

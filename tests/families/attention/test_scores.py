@@ -551,14 +551,18 @@ def test_device_tile_classes_match_the_model(rule: str) -> None:
 
 # A data mask's block table (the Hopper kernel's classify_tiles): a warp's interval of each
 # tensor over a tile (ncdc::attn::iv_over) and the rule's class given those, against the
-# model's tile_class given the NumPy min and max, over every tile of 133 queries by 149 keys
-# in tiles of 16 x 32 (a partial warp's worth of keys at the ends): packed document ids, a
-# document mask with a causal band, ids shared as a prefix every document sees, and fp32 ids
-# holding a NaN (no compare keeps it: the tiles that read it stay partial).
+# model's tile_class given the NumPy min and max, and against the rule itself pair by pair in
+# fp32 (a tile classed kept has every pair kept, one classed masked none), over every tile
+# of 133 queries by 149 keys in tiles of 16 x 64 (two values a lane, a partial warp at the
+# ends): packed document ids, a document mask with a causal band, ids shared as a prefix
+# every document sees, a fractional constant (0.7 is 0.69999999 in fp32, as the score path
+# compares), -inf as padding, and a NaN among the ids (the tiles that read it stay partial).
 DATA_RULES = {
     "documents": "eq(Dq, Dx)",
     "causal_documents": "And(le(J, I), eq(Dq, Dx))",
     "shared_prefix": "Or(lt(Dx, 1), eq(Dq, Dx))",
+    "below_fraction": "Or(lt(Dx, 0.7), eq(Dq, Dx))",
+    "not_padding": "And(ne(Dx, -inf), eq(Dq, Dx))",
 }
 
 
@@ -575,39 +579,63 @@ def test_block_table_classes_match_the_model(rule: str, nan: bool) -> None:
         'extern "C" __global__ void classes(const float* dq, const float* dx, int* out, int q, int x) {\n'
         "  int n = 0;\n"
         "  for (int ncdc_i0 = 0; ncdc_i0 < q; ncdc_i0 += 16)\n"
-        "    for (int ncdc_j0 = 0; ncdc_j0 < x; ncdc_j0 += 32) {\n"
+        "    for (int ncdc_j0 = 0; ncdc_j0 < x; ncdc_j0 += 64) {\n"
         "      const int ncdc_i1 = (ncdc_i0 + 16 < q ? ncdc_i0 + 16 : q) - 1;\n"
-        "      const int ncdc_j1 = (ncdc_j0 + 32 < x ? ncdc_j0 + 32 : x) - 1;\n"
+        "      const int ncdc_j1 = (ncdc_j0 + 64 < x ? ncdc_j0 + 64 : x) - 1;\n"
         "      using namespace ncdc::attn;\n"
         "      Iv ncdc_dv[2] = {iv_over<1>(dq, 1, ncdc_i0, ncdc_i1, threadIdx.x),\n"
-        "                       iv_over<1>(dx, 1, ncdc_j0, ncdc_j1, threadIdx.x)};\n"
+        "                       iv_over<2>(dx, 1, ncdc_j0, ncdc_j1, threadIdx.x)};\n"
         f"      const int c = iv_class({expr});\n"
         "      if (threadIdx.x == 0) out[n] = c;\n"
         "      ++n;\n"
         "    }\n}\nNCDC_EXPORT_KERNEL(classes);\n"
     )
     # documents of 1-60 tokens (ids 0, 1, 2, ...) after one of 80, packed; the keys' the
-    # queries' shifted by 7
+    # queries' shifted by 7, with a run of 0.7 and, past the first tile, a run of -inf
     rng = np.random.default_rng(int(np.random.default_rng().integers(2**31)))
     lengths = np.concatenate([[80], rng.integers(1, 61, 40)])
     ids = np.repeat(np.arange(lengths.size), lengths).astype(np.float32)
     dq, dx = ids[:133].copy(), ids[7:156].copy()
+    dx[64:80], dx[128:149] = np.float32(0.7), -np.inf
     if nan:
         dq[20], dx[100] = np.nan, np.nan
-    got = np.full(9 * 5, -1, np.int32)
+    got = np.full(9 * 3, -1, np.int32)
     build(source).launch("classes", 1, 32, [dq, dx, got, 133, 149])
     mask_rule = MaskRule("q", "x", term)
 
     def span(a: np.ndarray) -> tuple[float, float]:
-        return (-math.inf, math.inf) if np.isnan(a).any() else (float(a.min()), float(a.max()))
+        return (float(a.min()), float(a.max()))  # NaN if there is one: unknown
 
+    tiles = [(i, min(i + 16, 133), j, min(j + 64, 149))
+             for i in range(0, 133, 16) for j in range(0, 149, 64)]  # fmt: skip
     want = [
-        int(tile_class(mask_rule, (i, min(i + 16, 133) - 1), (j, min(j + 32, 149) - 1),
-                       {"Dq": span(dq[i : i + 16]), "Dx": span(dx[j : j + 32])}))
-        for i in range(0, 133, 16) for j in range(0, 149, 32)
+        int(tile_class(mask_rule, (i0, i1 - 1), (j0, j1 - 1),
+                       {"Dq": span(dq[i0:i1]), "Dx": span(dx[j0:j1])}))
+        for i0, i1, j0, j1 in tiles
     ]  # fmt: skip
     assert got.tolist() == want
-    assert {0, 1, 2} <= set(want)  # the data decides tiles whole, both ways
+    for (i0, i1, j0, j1), c in zip(tiles, want, strict=True):  # sound, pair by pair
+        i, j = np.arange(i0, i1)[:, None], np.arange(j0, j1)[None, :]
+        kept = _pairs(term, i, j, dq, dx)
+        assert c != 2 or kept.all(), (rule, i0, j0)
+        assert c != 0 or not kept.any(), (rule, i0, j0)
+    assert {0, 2} & set(want) and 1 in want  # the data decides some tiles whole
+
+
+def _pairs(term: Term, i: np.ndarray, j: np.ndarray, dq: np.ndarray, dx: np.ndarray) -> np.ndarray:
+    """The rule over queries i by keys j in fp32, as the score path computes it."""
+    if isinstance(term, Pos):
+        return (i if term.axis == "q" else j).astype(np.float32)
+    if isinstance(term, Const):
+        return np.float32(term.value)
+    if isinstance(term, Data):
+        return dq[i] if term.name == "Dq" else dx[j]
+    assert isinstance(term, Call)
+    a = [_pairs(t, i, j, dq, dx) for t in term.args]
+    ops = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+           "and": np.logical_and, "or": np.logical_or}  # fmt: skip
+    with np.errstate(invalid="ignore"):
+        return np.broadcast_to(ops[term.fn](*a), (i.shape[0], j.shape[1]))
 
 
 def _parse_rule(text: str) -> Term:
@@ -618,11 +646,13 @@ def _parse_rule(text: str) -> Term:
     def term(node: ast.expr) -> Term:
         if isinstance(node, ast.Name):
             return {"I": Pos("q"), "J": Pos("x"), "D": Data("D"), "Dq": Data("Dq"),
-                    "Dx": Data("Dx")}[node.id]  # fmt: skip
+                    "Dx": Data("Dx"), "inf": Const(math.inf)}[node.id]  # fmt: skip
         if isinstance(node, ast.Constant):
             return Const(float(node.value))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant):
-            return Const(-float(node.operand.value))
+        if isinstance(node, ast.UnaryOp):  # a negative number, or -inf
+            inner = term(node.operand)
+            assert isinstance(inner, Const)
+            return Const(-inner.value)
         assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
         return Call(node.func.id.lower(), tuple(term(a) for a in node.args))
 

@@ -358,7 +358,7 @@ def _documents(d: Diagram, packing: Mapping[int, list[int]], seed: int) -> dict[
 @pytest.mark.parametrize(("fault", "planted_text"), [
     (None, None),
     # a table of one tile: the rest classed without the data, run masked (passes)
-    ("constexpr int kClassTable = 1024;", "constexpr int kClassTable = 1;"),
+    ("constexpr int kClassTable = 2048;", "constexpr int kClassTable = 1;"),
     # every tile the table holds run whole: the mask dropped where a tile holds two documents
     ("? int(r.classes[t - r.tile0])", "? attn::kTileKept"),
     # each tile given the next one's class: a block's last tile, past its rows, skipped
@@ -555,6 +555,13 @@ def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
         ("softcap_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4.5),
         # Q in [b, q, h, d]: 5-D maps, the same loop
         ("attn_bshd_mqa", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
+        # a data mask: the block table's classes read from shared memory steer the loops;
+        # the hot one is the loop of tiles run whole (64-key tiles, 2.9 slots per HMMA.16816)
+        (
+            "document_mask_attention",
+            ("HGMMA.64x64x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"),
+            3.5,
+        ),
     ],
 )
 def test_compiles_to_tma_and_wgmma_without_spills(
@@ -594,7 +601,10 @@ def test_compiles_to_tma_and_wgmma_without_spills(
     assert mix.slots_per_mma < most
     est = plan.kernels[0].instructions
     assert est is not None and est.tensor_flops == mix.tensor_flops
-    assert est.slots_per_mma == pytest.approx(mix.slots_per_mma, rel=0.15)
+    if spec == "document_mask_attention":  # the model runs every tile with the rule (the
+        assert est.slots_per_mma > mix.slots_per_mma  # data unknown): the masked loop's mix
+    else:
+        assert est.slots_per_mma == pytest.approx(mix.slots_per_mma, rel=0.15)
 
 
 def planted(header: str, fault: str) -> str:
