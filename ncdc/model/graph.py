@@ -56,10 +56,16 @@ class Kernel:
     woven: tuple[str, ...]  # axes of the outputs (a scatter-add's: its operand's): grouped
     reduced: tuple[str, ...]  # axes consumed inside the kernel: each can be streamed
     rows: tuple[str, ...]  # woven axes an op normalises over (softmax, norms): kept whole
+    # the axes of every tensor its ops read, by name (inputs and results of its own ops)
+    read_axes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def axes(self) -> tuple[str, ...]:
         return self.woven + self.reduced
+
+    def axes_of(self, name: str) -> tuple[str, ...] | None:
+        """The axes of tensor `name`, which one of the kernel's ops reads; None otherwise."""
+        return dict(self.read_axes).get(name)
 
     @property
     def indirect_only(self) -> frozenset[str]:
@@ -250,7 +256,9 @@ def _kernel(diagram: Diagram, ops: list[Op], saved: set[str], index: int, count:
     reduced = tuple(a for a in used if a not in woven)
     rows = tuple(dict.fromkeys(a for op in ops if op.kind in ("softmax", "norm") for a in op.over))
     rows = tuple(a for a in rows if a in woven)
-    return Kernel(name, tuple(ops), inputs, outputs, woven, reduced, rows)
+    read = tuple(dict.fromkeys(n for op in ops for n in op.inputs))
+    read_axes = tuple((n, diagram.tensor(n).axes) for n in read)
+    return Kernel(name, tuple(ops), inputs, outputs, woven, reduced, rows, read_axes)
 
 
 def oversized(graph: MemoryGraph) -> tuple[str, ...]:

@@ -110,7 +110,9 @@ COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 def read_mask_rule(kernel: Kernel) -> MaskRule | None:
     """The rule of the select `where(C, S, -inf)` (or `where(C, -inf, S)`) that the kernel's
     softmax reads (through masks, if any), or the backward's P recomputed from it, else
-    None."""
+    None. Its query axis is the position beside the key's that the rule compares, or, in
+    attention, the queries' axis of the logits' contraction (`_rows_axes`), which a rule of
+    data alone (a document mask) names none of; None where neither decides."""
     found = _masking_select(kernel)
     if found is None:
         return None
@@ -129,8 +131,42 @@ def read_mask_rule(kernel: Kernel) -> MaskRule | None:
         if len(others) != 1:
             return None
         key = others[0]
+        queries = sorted({p.axis for p in positions(keep)} - {key})
+        return MaskRule(queries[0] if len(queries) == 1 else None, key, keep)
     queries = sorted({p.axis for p in positions(keep)} - {key})
+    rows = _rows_axes(kernel, key)
+    if rows is not None:  # the logits' contraction: a batch position (index(h)) is no query
+        queries = [a for a in queries if a in rows] or (rows if len(rows) == 1 else [])
     return MaskRule(queries[0] if len(queries) == 1 else None, key, keep)
+
+
+def _rows_axes(kernel: Kernel, key: str) -> list[str] | None:
+    """The axes Q has and K lacks in the contraction that makes the logits over `key` (K the
+    operand that carries the key), as the attention family reads them (`attention_roles`):
+    the queries' axis, and grouped-query heads beside it; None where the kernel has no such
+    contraction. A rule's query is the one of them it names, else the only one; a position
+    it reads of another axis (a head's, `index(h)`) is a batch position, constant over a
+    tile.
+
+        >>> from ncdc.hardware.load import load_hardware
+        >>> from ncdc.language.load import load_diagram
+        >>> from ncdc.model.graph import build_graph
+        >>> k = build_graph(load_diagram("diagrams/attention.yaml"),
+        ...                 load_hardware("h200")).kernels[0]
+        >>> _rows_axes(k, "x")
+        ['q']
+        >>> k = build_graph(load_diagram("diagrams/gqa_attention.yaml"),
+        ...                 load_hardware("h200")).kernels[0]
+        >>> _rows_axes(k, "x")   # Q [b, g, r, q, d] against K [b, g, x, d]
+        ['r', 'q']
+    """
+    first = next((op for op in kernel.ops if op.kind == "contract" and key in op.axes), None)
+    names = [o for o in first.operands if isinstance(o, str)] if first else []
+    axes = [a for n in names if (a := kernel.axes_of(n)) is not None]
+    if first is None or len(axes) != 2 or sum(key in a for a in axes) != 1:
+        return None
+    k_axes, q_axes = sorted(axes, key=lambda a: key not in a)
+    return [a for a in q_axes if a in first.axes and a not in k_axes]
 
 
 def mask_select(kernel: Kernel) -> Op | None:

@@ -212,6 +212,10 @@ def evaluate(
     if not rounded:
         saved = set()
     env: dict[str, np.ndarray] = {k: np.asarray(v, dtype=np.float64) for k, v in inputs.items()}
+    if rounded:  # every kernel computes on an int32 in fp32 (exact below 2^24), as it reads it
+        for k in env:
+            if diagram.tensor(k).dtype == "int32":
+                env[k] = env[k].astype(np.float32).astype(np.float64)
     axes_of = {t.name: t.axes for t in diagram.tensors}
     # NaN and inf are values of the reference, compared by kind and counted in the run's
     # report (OutputCheck.reference_nonfinite): NumPy's warnings about them say nothing more.

@@ -336,6 +336,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) rope_attention_2_O_attentio
   ncdc_problem.q_tile = int(gridDim.x - 1 - blockIdx.x);
   ncdc_problem.z_q = ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_r), int(ncdc_i_g)};
   ncdc_problem.z_k = ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_g), 0};
+  ncdc_problem.z_v = ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_g), 0};
   ncdc_problem.z_o = ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_r), int(ncdc_i_g)};
   ncdc_problem.scale_log2 = ncdc_scale_log2;
   ncdc_problem.vis.hi = ncdc::attn::lmin(ncdc_problem.vis.hi, (ncdc_size_x - ncdc_size_s));

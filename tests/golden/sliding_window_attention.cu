@@ -56,6 +56,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) sliding_window_attention_at
   ncdc_problem.q_tile = int(gridDim.x - 1 - blockIdx.x);
   ncdc_problem.z_q = ncdc::fa3::Slice{int(((ncdc_i_b) * ncdc_size_g + ncdc_i_g) * ncdc_size_r + ncdc_i_r)};
   ncdc_problem.z_k = ncdc::fa3::Slice{int((ncdc_i_b) * ncdc_size_g + ncdc_i_g)};
+  ncdc_problem.z_v = ncdc::fa3::Slice{int((ncdc_i_b) * ncdc_size_g + ncdc_i_g)};
   ncdc_problem.z_o = ncdc::fa3::Slice{int(((ncdc_i_b) * ncdc_size_g + ncdc_i_g) * ncdc_size_r + ncdc_i_r)};
   ncdc_problem.scale_log2 = ncdc_scale_log2;
   ncdc_problem.vis.lo = ncdc::attn::lmax(ncdc_problem.vis.lo, (ncdc_size_x - ncdc_size_q) - 4095ll);

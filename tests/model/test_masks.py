@@ -139,6 +139,37 @@ def test_rules_are_read_only_from_a_select_of_minus_infinity_before_softmax() ->
     assert read_mask_rule(build_graph(d, load_hardware("h200")).kernels[0]) is None
 
 
+@pytest.mark.parametrize(("ops", "query"), [
+    # a rule on data alone (a non-causal document mask): the rows are Q's only axis K lacks
+    (["K0 = eq(S, S)"], "q"),
+    # a head's position beside the query's: a batch position, constant over a tile
+    (["I = index(q)", "J = index(x)", "H = index(h)", "C = le(J, I)", "E = ge(J, H)",
+      "K0 = and(C, E)"], "q"),
+    (["J = index(x)", "H = index(h)", "K0 = ge(J, H)"], "q"),
+])  # fmt: skip
+def test_the_query_axis_of_a_rule_that_names_none_or_more(ops: list[str], query: str) -> None:
+    head = HEAD.replace("h: 1", "h: 3").replace("  - I = index(q)\n  - J = index(x)\n", "")
+    d = load_diagram_text(head + "".join(
+        f"  - {o}\n" for o in [*ops, "M = where(K0, S, -inf)"]) + TAIL)  # fmt: skip
+    rule = read_mask_rule(build_graph(d, load_hardware("h200")).kernels[0])
+    assert rule is not None and (rule.query, rule.key) == (query, "x")
+    if "C = le(J, I)" in ops:
+        assert rule_band(rule) == (None, 0)  # the causal band, read beside the head's term
+
+
+def test_grouped_query_heads_leave_a_data_rule_without_a_query() -> None:
+    # Q [b, g, r, q, d] against K [b, g, x, d]: r and q are both the queries' axes, and a
+    # rule that names neither leaves the rows unknown (no band, no tile classes)
+    text = (HEAD.replace("Q: {axes: [b, h, q, d]", "Q: {axes: [b, h, r, q, d]")
+            .replace("h: 1,", "h: 1, r: 2,").replace("  - I = index(q)\n  - J = index(x)\n", "")
+            + "  - K0 = eq(S, S)\n  - M = where(K0, S, -inf)\n" + TAIL)  # fmt: skip
+    rule = read_mask_rule(build_graph(load_diagram_text(text), load_hardware("h200")).kernels[0])
+    assert rule is not None and rule.query is None
+    named = text.replace("K0 = eq(S, S)", "I = index(q)\n  - J = index(x)\n  - K0 = le(J, I)")
+    rule = read_mask_rule(build_graph(load_diagram_text(named), load_hardware("h200")).kernels[0])
+    assert rule is not None and rule.query == "q"
+
+
 def test_whole_number_arithmetic_only_is_bounded() -> None:
     # 0.5 j < i is not bounded (a rounding could cross the edge); 2 j < i is
     half = MaskRule("q", "x", Call("lt", (Call("mul", (Pos("x"), Const(0.5))), Pos("q"))))

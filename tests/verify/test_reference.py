@@ -278,6 +278,23 @@ outputs: [P]
     assert (np.diff(ids) >= 0).all() and ids[0] in (0, 1)
 
 
+def test_an_int32_is_computed_on_in_fp32_as_the_kernels_read_it():
+    # exact below 2^24; past it, ids that differ in their last bits compare equal, as the
+    # kernels' fp32 comparison has them (the exact function keeps them apart)
+    text = """
+ncdc: 1
+name: ids
+axes: {q: 3}
+inputs: {a: {axes: [q], dtype: int32}, b: {axes: [q], dtype: int32}}
+ops: ["E = eq(a, b)"]
+outputs: [E]
+"""
+    d = load_diagram_text(text)
+    a, b = np.array([5.0, 2.0**24, 2.0**24 + 3]), np.array([5.0, 2.0**24 + 1, 2.0**24 + 4])
+    assert evaluate(d, {"a": a, "b": b})["E"].tolist() == [1.0, 1.0, 1.0]
+    assert evaluate(d, {"a": a, "b": b}, rounded=False)["E"].tolist() == [1.0, 0.0, 0.0]
+
+
 def test_a_contraction_summed_as_hopper_fp8_tensor_cores_sum():
     """With `sums`, the reference adds an fp8 contraction up as Hopper's QGMMA does: 32
     products and the running result a step, in the order of k (a last, short step too),

@@ -713,10 +713,17 @@ def _layout(
         row, head = axes_of["row"][role], axes_of["head"][role]
         pages = {paged.pages} if paged and role in ("K", "V") else set()
         if axes[-1] != head or row not in axes or not set(axes) <= {*batch, row, head, *pages}:
+            # O's axes are its contraction's: the probabilities' first, then V's
+            p = next((op.out for op in kernel.ops if op.kind == "softmax"), "P")
+            hint = (
+                f"write {n} = contract({p}, {names.get('V', 'V')}, ...), the probabilities "
+                f"first, so that {head} comes last" if role == "O" and head in axes
+                else f"put {head} last in {n}"
+            )  # fmt: skip
             raise PlanError(
                 f"attention kernel {kernel.name}: {role} ({n}) has axes {list(axes)}; "
                 f"expected batch axes, {row} and {head} last",
-                hint=f"put {head} last in {n}",
+                hint=hint,
             )
         pitch = {a: pitch_of(axes, a, fixed) for a in axes}
         offset[n] = " + ".join(f"ncdc_i_{a} * {pitch[a]}" for a in batch if a in axes) or "0"

@@ -43,20 +43,22 @@ ATTENTION_INTEGER = 145
 # ncdc_attention_hopper.cuh), counted in its SASS on sm_90a (bf16; d, d_v, s_x = 128, 128,
 # 128 and 64; 192, 128, 128 and 64): one HGMMA per 16 of the head (S) and per 16 keys (P V);
 # per score a thread holds (s_x / 2) the max, exp2's FFMA and the sum, one MUFU.EX2 and
-# half an F2FP pack; per output value (d_v / 2) the rescale; per wgmma the integer and
-# uniform work of its descriptors (each advanced from the tile's base descriptor by one add,
-# desc_advance), a fixed part and a part that grows as the tile shrinks (the least-squares
-# fit of seven kernels: d = 64, 128, 192 at s_x = 128 and 64, and fp8 V's 4 P V wgmmas,
-# each within 3.5%); the turn's named barriers, the rings' waits and arrives, the warpgroup
-# fence and waits. The producer warp (one thread: d / 64 + d_v / 64 TMA copies and four
-# mbarrier operations a tile) is left out, as for the GEMM.
+# half an F2FP pack; per output value (d_v / 2) the rescale; per wgmma the uniform work of
+# its descriptors, each advanced from the tile's base descriptor by one add (desc_advance):
+# for S, that add, Q's descriptor moved into place and both high words moved again (4), for
+# P V the add and one high word (2); a fixed part and a part that grows as the tile shrinks,
+# fitted by least squares to seven kernels (d = 64, 128, 192 at s_x = 128 and 64, and fp8
+# V's 4 P V wgmmas less its permute's integer work): the integer count within 0.3% at s_x =
+# 128 and 10% at 64; the turn's named barriers, the rings' waits and arrives, the
+# warpgroup fence and waits. The producer warp (one thread: d / 64 + d_v / 64 TMA copies
+# and four mbarrier operations a tile) is left out, as for the GEMM.
 FA3_FP32_PER_SCORE = 3
 FA3_FP32_FIXED = 14
 FA3_FIXED = {"shuffle": 4, "barrier": 10, "control": 5}
-FA3_INTEGER_PER_QK_WGMMA = 5.7
-FA3_INTEGER_PER_PV_WGMMA = 2.1
-FA3_INTEGER_FIXED = 31
-FA3_INTEGER_PER_TILE_HALVING = 15.7  # times 128 / s_x
+FA3_INTEGER_PER_QK_WGMMA = 4
+FA3_INTEGER_PER_PV_WGMMA = 2
+FA3_INTEGER_FIXED = 37
+FA3_INTEGER_PER_TILE_HALVING = 7.4  # times 128 / s_x
 # The score path of a fused attention kernel (a score functor: statements between S and
 # the masks; ncdc_attention.cuh score_step), per score a thread holds, counted in the SASS
 # of softcap_attention and alibi_attention (sm_80, sm_90a): the functor sees the

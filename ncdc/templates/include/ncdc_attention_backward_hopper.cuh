@@ -176,7 +176,10 @@ NCDC_DEVICE void attention_backward_wgmma(const BackwardSlice<T>& a, T* dk_out,
   float* ls = reinterpret_cast<float*>(dst + ST);  // [2][BQ] L
   float* dvs = ls + 2 * BQ;                        // [2][BQ] D
   int* span = reinterpret_cast<int*>(dvs + 2 * BQ);  // [BX][2] a varlen mask's (VARLEN only)
-  const int tid = threadIdx.x, wg = tid / 128, w = (tid % 128) / 32, lane = tid % 32;
+  // the warpgroup from lane 0: warp-uniform to ptxas, so its descriptors live in uniform
+  // registers
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int w = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int x0 = key_tile * BX;
   const int kr0 = 64 * wg + 16 * w;  // the warp's first key row in the tile
@@ -323,7 +326,10 @@ NCDC_DEVICE void dq_by_queries_wgmma(const BackwardSlice<T>& a, T* dq_out, long 
   unsigned char* ks = dos + OT;      // [2][KT]
   unsigned char* vs = ks + 2 * KT;   // [2][VT]
   int* span = reinterpret_cast<int*>(vs + 2 * VT);  // [BQ][2] a varlen mask's (VARLEN only)
-  const int tid = threadIdx.x, wg = tid / 128, w = (tid % 128) / 32, lane = tid % 32;
+  // the warpgroup from lane 0: warp-uniform to ptxas, so its descriptors live in uniform
+  // registers
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int w = (tid % 128) / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int q0 = query_tile * BQ, qr0 = 64 * wg + 16 * w;  // the warp's first query row
   const int lo = band32(a.lo, a.q_len, a.x_len), hi = band32(a.hi, a.q_len, a.x_len);

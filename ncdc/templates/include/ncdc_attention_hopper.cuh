@@ -168,7 +168,7 @@ struct Slice {
 struct Problem {
   int q_len, x_len;
   int q_tile;         // this block's queries: [128 q_tile, 128 q_tile + 128)
-  Slice z_q, z_k, z_o;  // the slice of Q, of K and V and of O in their maps
+  Slice z_q, z_k, z_v, z_o;  // the slice of Q, K, V and O in their maps (each its own layout)
   attn::Visible vis;  // the keys each query sees (x_end: x_len, or a length mask's end)
   float scale_log2;   // the logits' scale times log2(e), positive
   float* lse = nullptr;      // the log-sum-exp of each query's logits (natural log), or none
@@ -334,7 +334,7 @@ NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const T
     mbar_wait(&bar.empty_v[stage], phase ^ 1u);
     unsigned long long* landed = Cfg::V8 ? &bar.staged_v[stage] : &bar.full_v[stage];
     mbar_arrive_expect_tx(landed, Cfg::V_BYTES);
-    load_rows<Cfg>(v_slot<Cfg>(smem, stage), map_v, landed, Cfg::DV, Cfg::ROW_V, Cfg::SX, j * Cfg::SX, p.z_k);
+    load_rows<Cfg>(v_slot<Cfg>(smem, stage), map_v, landed, Cfg::DV, Cfg::ROW_V, Cfg::SX, j * Cfg::SX, p.z_v);
     if (++stage == Cfg::STAGES) {
       stage = 0;
       phase ^= 1u;
@@ -745,7 +745,9 @@ NCDC_DEVICE void forward(const TensorMap* map_q, const TensorMap* map_k, const T
     __syncthreads();  // the table written, before any warp reads it
   }
   const KeyTiles r = tiles;
-  const int group = threadIdx.x / 128;
+  // the warpgroup from lane 0: warp-uniform to ptxas, so the values made from it (the
+  // consumer's Q descriptor) live in uniform registers
+  const int group = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
   if (group == 0) {
     setmaxnreg_dec<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) produce<Cfg>(map_q, map_k, map_v, smem, bar, p, r, scores);

@@ -152,6 +152,11 @@ _HINTED = [
         "put d last in Q",
         _BASE,
     ),
+    (  # O's head not last: its axes are its contraction's operands', V's then P's
+        _edit(("O = contract(P, V, over=x)", "O = contract(V, P, over=x)")),
+        "write O = contract(P, V, ...), the probabilities first",
+        _BASE,
+    ),
     (  # a head size the kernel has no tiles for
         _edit(("d: 64}", "d: 72}")),
         "axes: {d: 80}",

@@ -22,7 +22,7 @@ from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.geometry import band_fraction, band_tiles
-from ncdc.model.masks import Call, Const, Data, MaskRule, Pos, Term
+from ncdc.model.masks import Call, Const, Data, MaskRule, Pos, Term, read_mask_rule
 from ncdc.plan.feedback import kernel_alternatives, with_kernel
 from ncdc.plan.search import plan_diagram
 from ncdc.render import RenderedModule, render_plan
@@ -449,14 +449,18 @@ def test_decode_runs_a_mask_rule() -> None:
     _assert_ok(checks)
 
 
-def test_a_rule_on_another_axis_than_the_query_is_refused() -> None:
-    # the rule compares the key's position with the head's: no band the kernel can skip by
+def test_a_rule_on_a_heads_position_runs_with_the_head_constant_over_a_block() -> None:
+    # the rule compares the key's position with the head's (a batch axis, one value in each
+    # block): it bounds no band over the queries, runs per score and matches the reference
     text = (support.SPECS / "attn_prefix_lm_odd.yaml").read_text()
-    text = text.replace("I = index(q)", "I = index(h)")
-    with pytest.raises(NcdcError) as err:
-        render_plan(plan_diagram(load_diagram_text(text), HW))
-    assert "mask rule over the positions of q and x" in err.value.message
-    assert "index(q)" in (err.value.hint or "")
+    d = load_diagram_text(text.replace("I = index(q)", "I = index(h)"))
+    (kp,) = plan_diagram(d, HW, tiles=SMALL).kernels
+    assert kp.family.name == "attention"
+    rule = read_mask_rule(kp.kernel)
+    assert rule is not None and (rule.query, rule.key) == ("q", "x")
+    checks, _, module, _ = _run(d, seed=4)
+    assert module.launches[0].kernel.endswith("_scores")
+    _assert_ok(checks)
 
 
 def test_a_document_mask_by_index_tensors_runs_fused() -> None:

@@ -382,19 +382,28 @@ def test_document_block_table_matches_the_reference(
     assert result.ok == (fault is None or "kClassTable" in fault), result.checks
 
 
-def test_document_block_table_skips_the_tiles_of_other_documents() -> None:
-    # Two documents of 128 tokens against one of 256: the same tiles are partial (the
-    # diagonal's), and the second block's two key tiles of the first document, which one
-    # document runs whole, two skip. The emulator's bytes differ by exactly their K and V.
+@pytest.mark.parametrize("causal", [True, False])
+def test_document_block_table_skips_the_tiles_of_other_documents(causal: bool) -> None:
+    # Two documents of 128 tokens against one of 256. Causal: the same tiles are partial
+    # (the diagonal's), and the second block's two key tiles of the first document, which
+    # one document runs whole, two skip. Without the causal mask (a rule of the ids alone,
+    # whose rows are the queries of the logits' contraction), each block skips the two key
+    # tiles of the other document. The emulator's bytes differ by exactly their K and V.
     sizes = {"b": 1, "h": 2, "q": 256, "x": 256}
-    d = load_diagram(DIAGRAMS / "document_mask_attention.yaml", sizes)
+    text = (DIAGRAMS / "document_mask_attention.yaml").read_text()
+    if not causal:
+        for line in ("  - I = index(q)", "  - J = index(x)", "  - C = le(J, I)", "  - keep ="):
+            text = "\n".join(t for t in text.splitlines() if not t.startswith(line)) + "\n"
+        text = text.replace("M = where(keep, S, -inf)", "M = where(D, S, -inf)")
+    d = load_diagram_text(text, "documents.yaml", sizes)
     _, module = wgmma_module(d, 64, 2)
+    assert "kTileData = 2;" in module.source
     read = {}
     for name, packing in (("two", {0: [128, 128]}), ("one", {0: [256]})):
         result = run_diagram(d, module, backend="cpu", inputs=_documents(d, packing, 5))
         assert result.ok, result.checks
         read[name] = result.bytes_read
-    heads, tiles, key_bytes = 2, 2, (128 + 128) * 2
+    heads, tiles, key_bytes = 2, 2 if causal else 4, (128 + 128) * 2
     assert read["one"] - read["two"] == heads * tiles * 64 * key_bytes
 
 
@@ -422,27 +431,63 @@ schedule: {stream: x}
 """
 
 
+# V in a layout of its own, unlike K's: heads before batch ([h, b, x, d] against K's
+# [b, h, x, d]), and K strided by heads ([b, x, h, d]) against V's [b, h, x, d]; each map is
+# sliced by its own tensor's indices (V read at K's slice reads other heads' rows).
+OWN_V = """
+ncdc: 1
+name: own_v
+doc: Attention whose V is laid out unlike K.
+axes: {b: 2, h: 3, q: 77, x: 130, d: 128}
+inputs:
+  Q: {axes: [b, h, q, d], dtype: bf16}
+  K: {axes: %s, dtype: bf16}
+  V: {axes: %s, dtype: bf16}
+ops:
+  - S = contract(Q, K, over=d) * 0.08838834764831845
+  - M = causal(S, query=q, key=x)
+  - P = softmax(M, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+
+
 @pytest.mark.parametrize(("spec", "sizes", "planted"), [
     ("bshd_gqa", None, None),
     ("bshd_gqa", None, "swapped"),
     ("attn_bshd_mqa", {"b": 1, "q": 133, "h": 3, "x": 77}, None),
+    ("own_v [b, h, x, d] [h, b, x, d]", None, None),
+    ("own_v [b, h, x, d] [h, b, x, d]", None, "v_at_k"),
+    ("own_v [b, x, h, d] [b, h, x, d]", None, None),
 ])  # fmt: skip
 def test_heads_between_rows_and_head_match_the_reference(
     spec: str, sizes: dict[str, int] | None, planted: str | None
 ) -> None:
     if spec == "bshd_gqa":
         d = load_diagram_text(BSHD_GQA)
+    elif spec.startswith("own_v"):
+        k_axes, v_axes = spec.removeprefix("own_v ").split("] [")
+        d = load_diagram_text(OWN_V % (k_axes + "]", "[" + v_axes))
     else:
         d = load_diagram(support.SPECS / f"{spec}.yaml", sizes)
     _, module = wgmma_module(d, 64, 2)
-    assert "ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_" in module.source
     maps = [p.tensor_map for p in module.launches[0].params if p.tensor_map]
-    assert {len(m.dims) for m in maps} == {5}
+    if spec.startswith("own_v"):
+        z_k, z_v = (re.search(rf"z_{t} = (.*);", module.source)[1] for t in "kv")
+        assert z_k != z_v
+    else:
+        assert "ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_" in module.source
+        assert {len(m.dims) for m in maps} == {5}
     if planted == "swapped":  # Q's inner coordinates in the wrong order
         line = "z_q = ncdc::fa3::Slice{int(ncdc_i_b), int(ncdc_i_r), int(ncdc_i_g)};"
         assert line in module.source
         swapped = line.replace("ncdc_i_r), int(ncdc_i_g)", "ncdc_i_g), int(ncdc_i_r)")
         module = dataclasses.replace(module, source=module.source.replace(line, swapped))
+    if planted == "v_at_k":  # V loaded at K's slice
+        source = module.source.replace(f"z_v = {z_v};", f"z_v = {z_k};")
+        assert source != module.source
+        module = dataclasses.replace(module, source=source)
     seed = int(np.random.default_rng().integers(2**31))
     result = run_diagram(d, module, backend="cpu", seed=seed)
     assert result.ok == (planted is None), result.checks
