@@ -126,15 +126,15 @@ def read_mask_rule(kernel: Kernel) -> MaskRule | None:
         keep = Call("not", (keep,))
     else:
         return None
+    rows = None
     if key is None:  # the backward: the key is the position that is not the queries'
         others = sorted({p.axis for p in positions(keep)} - {query})
         if len(others) != 1:
             return None
         key = others[0]
-        queries = sorted({p.axis for p in positions(keep)} - {key})
-        return MaskRule(queries[0] if len(queries) == 1 else None, key, keep)
+    else:
+        rows = _rows_axes(kernel, key)
     queries = sorted({p.axis for p in positions(keep)} - {key})
-    rows = _rows_axes(kernel, key)
     if rows is not None:  # the logits' contraction: a batch position (index(h)) is no query
         queries = [a for a in queries if a in rows] or (rows if len(rows) == 1 else [])
     return MaskRule(queries[0] if len(queries) == 1 else None, key, keep)
