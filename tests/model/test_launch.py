@@ -29,6 +29,9 @@ SPECS = sorted((ROOT / "diagrams").glob("*.yaml")) + sorted((ROOT / "tests/specs
 GPUS = [name for name in list_profiles() if load_hardware(name).is_gpu]
 FP8 = {
     "fp8_matmul",
+    "fp8_block_scaled_matmul",
+    "gemm_block_scaled_pair",
+    "gemm_block_scaled_cols",
     "gemm_fp8_kmajor",
     "gemm_fp8_e4m3_scaled",
     "gemm_fp8_e5m2_scaled",

@@ -113,6 +113,7 @@ class Operands:
     group: str = ""  # and B's axis of one slice per run
     source: str = ""  # A's rows gathered: the tensor they come from (`a` is the gather's result)
     index: str = ""  # and the index picking them
+    blocks: str = ""  # a block-scaled contraction: the axis of k's blocks (`block_sum`)
 
 
 def mma_candidates(
@@ -225,6 +226,28 @@ def row_gather(diagram: Diagram, kernel: Kernel) -> Op | None:
             "schedule: {materialize: [...]}",
         )
     return g
+
+
+def block_sum(d: Diagram, mm: Op, op: Op) -> tuple[str, ...]:
+    """The axis a block-scaled contraction sums its blocks over, as a 1-tuple: `op` is
+    `sum(P, over=kb)` right after `P = contract(A, B, over=kk, scale=...)` in fp32, with kb an
+    axis of both A and B (the blocks of the contracted length, each with its own scales, as
+    DeepSeek-V3's fp8 GEMMs). The kernel runs the two as one contraction over (kb, kk) and
+    adds each block's partial sum, times the block's scales, into an fp32 total; () for
+    anything else.
+
+    >>> from ncdc.language.load import load_diagram
+    >>> d = load_diagram("diagrams/fp8_block_scaled_matmul.yaml")
+    >>> block_sum(d, d.ops[0], d.ops[1])
+    ('kb',)
+    """
+    if op.kind != "reduce" or op.fn != "sum" or op.operands != (mm.out,) or len(op.over) != 1:
+        return ()
+    kb = op.over[0]
+    a, b = (d.tensor(str(o)).axes for o in mm.operands)
+    if kb not in a or kb not in b or mm.dtype != "fp32" or mm.params.get("offsets"):
+        return ()  # a P rounded below fp32 is summed as the reference rounds it: saved
+    return (kb,)
 
 
 def reaches(ops: tuple[Op, ...], name: str) -> bool:
@@ -472,8 +495,12 @@ def read_operands(family: Family, kernel: Kernel, d: Diagram) -> Operands:
         raise PlanError(f"a {what} with batch axes {list(batch)} in {kernel.name}",
                         hint="fold the batch into the rows")  # fmt: skip
     source, index = (str(o) for o in gather.operands) if gather else ("", "")
+    blocks = roles.get("blocks", ())
+    if blocks and gather:
+        raise PlanError(f"a block-scaled GEMM gathering its rows in {kernel.name}",
+                        hint="gather the rows in a kernel of their own")  # fmt: skip
     return Operands(a, b, c, m, n, k, batch, a.axes[-1] == k, b.axes[-1] == k, ends, group,
-                    source, index)  # fmt: skip
+                    source, index, blocks[0] if blocks else "")  # fmt: skip
 
 
 def _value(name: str) -> str:
@@ -497,9 +524,13 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
     steps: list[dict[str, Any]] = []
     shifts: list[dict[str, str]] = []
 
+    same: dict[str, str] = {}  # results that are another's value
+
     def arg(x: str | float) -> dict[str, str]:
         if not isinstance(x, str):
             return {"kind": "number", "name": float_literal(x)}
+        if x in same:
+            return {"kind": "value", "name": same[x]}
         if x in chain:
             return {"kind": "value", "name": _value(x)}
         t = d.tensor(x)
@@ -512,6 +543,10 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
         return {"kind": "tensor", "name": x}
 
     vectors = [str(f) for f in mm.scale if isinstance(f, str) and d.tensor(f).axes]
+    # a block-scaled contraction's scales over the blocks multiply each block's partial sum
+    # in the main loop (`block_scales`); its sum over the blocks is that loop's total
+    blocked = [f for f in vectors if ops.blocks in d.tensor(f).axes] if ops.blocks else []
+    vectors = [f for f in vectors if f not in blocked]
     first = f"ncdc_scaled_{mm.out}" if vectors else _value(mm.out)
     src = {"kind": "value", "name": first}
     for i, name in enumerate(vectors):
@@ -519,7 +554,9 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
         steps.append({"out": out, "fn": "mul", "cast": "", "args": [src, arg(name)]})
         src = {"kind": "value", "name": out}
     for op in kernel.ops[kernel.ops.index(mm) + 1 :]:
-        if op.kind == "cast":
+        if ops.blocks and op.operands == (mm.out,) and op.over == (ops.blocks,):
+            same[op.out] = _value(mm.out)  # the main loop's total over the blocks
+        elif op.kind == "cast":
             src = arg(op.operands[0])
             for i, f in enumerate(op.scale):
                 out = f"ncdc_scaled{i}_{op.out}"
@@ -544,8 +581,30 @@ def epilogue_context(kernel: Kernel, d: Diagram, ops: Operands) -> dict[str, Any
         "steps": steps,
         "operands": list(operands.values()),
         "shifts": shifts,
-        "result": _value(kernel.ops[-1].out),
+        "result": same.get(kernel.ops[-1].out, _value(kernel.ops[-1].out)),
+        "block_scales": block_scales(d, ops, blocked),
     }
+
+
+def block_scales(d: Diagram, ops: Operands, names: list[str]) -> dict[str, Any]:
+    """A block-scaled contraction's scales, grouped by what they vary with: over rows (and
+    the block), over columns (and the block), over both; each with its pitches. A tensor
+    named twice multiplies twice (`tensors`: each once)."""
+    groups: dict[str, list[dict[str, Any]]] = {"rows": [], "cols": [], "both": [], "tensors": []}
+    for name in names:
+        t = d.tensor(name)
+        group = "both" if ops.m in t.axes and ops.n in t.axes else (
+            "cols" if ops.n in t.axes else "rows")  # fmt: skip
+        groups[group].append({
+            "name": name,
+            "ctype": cpp_type(t.dtype),
+            "pitch_m": axis_pitch(t, ops.m),
+            "pitch_n": axis_pitch(t, ops.n),
+            "pitch_b": axis_pitch(t, ops.blocks),
+        })  # fmt: skip
+        if all(other["name"] != name for other in groups["tensors"]):
+            groups["tensors"].append(groups[group][-1])
+    return groups
 
 
 def _causal_step(

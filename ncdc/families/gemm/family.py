@@ -24,6 +24,7 @@ from ncdc.families.gemm import splitk as gemm_splitk
 from ncdc.families.gemm import wgmma as gemm_wgmma
 from ncdc.families.gemm.core import (
     TILES,
+    block_sum,
     contraction,
     epilogue_context,
     mma_candidates,
@@ -73,7 +74,12 @@ class GemmFamily:
         if len(operands) != 2:
             return None
         chain = {mm.out}
-        for op in kernel.ops[kernel.ops.index(mm) + 1 :]:
+        after = kernel.ops[kernel.ops.index(mm) + 1 :]
+        blocks = block_sum(diagram, mm, after[0]) if after else ()
+        if blocks:
+            chain.add(after[0].out)
+            after = after[1:]
+        for op in after:
             # a causal mask masks C by its row and column (a backward pass recomputing P)
             if op.kind not in ("map", "binary", "cast") and op.fn != "causal":
                 return None
@@ -89,10 +95,11 @@ class GemmFamily:
         a, b = (diagram.tensor(n).axes for n in operands)
         out = mm.axes
         roles = {
-            "batch": tuple(x for x in out if x in a and x in b),
+            "batch": tuple(x for x in out if x in a and x in b and x not in blocks),
             "m": tuple(x for x in out if x in a and x not in b),
             "n": tuple(x for x in out if x in b and x not in a),
             "k": mm.over,
+            "blocks": blocks,
         }
         if not roles["m"] or not roles["n"] or not roles["k"]:
             return None
@@ -109,9 +116,18 @@ class GemmFamily:
         ops = read_operands(family, model.kernel, model.diagram)
         # refuses an epilogue the template cannot run, now
         epilogue_context(model.kernel, model.diagram, ops)
-        out = mma_candidates(model, family, ops, streams, fixed)
         # sm_90a: the TMA + wgmma variant competes with these (ncdc/families/gemm/wgmma.py)
         hopper = gemm_wgmma.candidates(model, family, hw, streams, fixed, ops)
+        if ops.blocks:
+            # only the wgmma kernel adds each block's partial sum into a total
+            if not hopper:
+                raise PlanError(
+                    f"{model.kernel.name} sums a contraction's blocks ({ops.blocks}) as it "
+                    f"goes: {gemm_wgmma.block_needs(ops)}",
+                    hint=f"save {contraction(model.kernel).out} (the break search does)",
+                )
+            return hopper
+        out = mma_candidates(model, family, ops, streams, fixed)
         # a grid too small for the GPU: k split across blocks (ncdc/families/gemm/splitk.py)
         kept = within_block_level(model, hw, out)
         split = gemm_splitk.candidates(model, hw, fixed, ops, kept)

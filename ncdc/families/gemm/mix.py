@@ -49,6 +49,17 @@ GEMM_INTEGER_PER_ELEMENT = 1.75
 WGMMA_PER_TILE = {"barrier": 3, "control": 4}
 WGMMA_INTEGER_PER_MMA = 4
 WGMMA_INTEGER_FIXED = 27
+# A block-scaled contraction's promotion, once a block (ncdc_hopper.cuh, read_scales and
+# promote): per consumer warp, the block's scales read while its wgmmas run (LDGs at 32-bit
+# offsets with bounds predicates, about 24 integer instructions beside the plain loop's),
+# and an FFMA per accumulator into the total. Scales over the columns add a column's LDG,
+# its STS, a named barrier, one LDS.64 per 8 columns and an FMUL per accumulator (row times
+# column scale), and about 24 integer instructions more. Counted in the SASS on sm_90a of
+# fp8_block_scaled_matmul (scales per row and per 128 x 128 block of B: +24) and
+# tests/specs/gemm_block_scaled_cols (per row and per column: +47 to +50 over tiles 128 x
+# 128, 128 x 64, 64 x 128, 64 x 64).
+WGMMA_BLOCK_FIXED = {"global": 2, "integer": 24}
+WGMMA_BLOCK_COLUMNS = {"global": 1, "smem": 1, "barrier": 1, "integer": 24}
 # A weight-only GEMM (16-bit A, int8 B) keeps B in shared memory as int8 and widens each
 # fragment register in the main loop (ncdc_gemm.cuh, MmaTile::frag_b with WIDEN_B): per
 # 16-bit pair, one LDS.U16 (two LDS.U8 where B's contiguous axis is n), two I2F.S8 and
@@ -129,7 +140,8 @@ def wgmma_mix(c: Candidate, dtype: str) -> LoopMix:
     """The Hopper GEMM's k tile of one consumer warp (one k tile of 128 bytes per iteration;
     the warp accumulates WGMMA_ROWS_PER_WARP rows of the 128 x bn tile): bk / 16 wgmmas
     (k32 for fp8), the descriptors' and the ring's integer work (WGMMA_INTEGER_*),
-    WGMMA_PER_TILE and an empty arrive per CTA of the cluster."""
+    WGMMA_PER_TILE and an empty arrive per CTA of the cluster; a block-scaled
+    contraction's promotion (WGMMA_BLOCK_*) over the k tiles of a block."""
     params = dict(c.params)
     wgmmas = params["bk"] // wgmma_k(DTYPES[dtype].bytes)
     classes: dict[str, float] = {
@@ -138,4 +150,12 @@ def wgmma_mix(c: Candidate, dtype: str) -> LoopMix:
         **WGMMA_PER_TILE,
     }
     classes["barrier"] += params.get("cluster", 1)  # the empty arrives, one per CTA
+    if params.get("block_tiles"):
+        # the promotion, per block: an FFMA an accumulator (bn / 2 of them), and with
+        # column scales their shared reads and an FMUL an accumulator
+        block: dict[str, float] = {**WGMMA_BLOCK_FIXED, "fp32": params["bn"] // 2}
+        if params.get("block_cols"):
+            add_slots(block, {**WGMMA_BLOCK_COLUMNS, "fp32": params["bn"] // 2})
+            block["smem"] += params["bn"] // 8
+        add_slots(classes, block, 1 / params["block_tiles"])
     return LoopMix(classes, 2.0 * WGMMA_ROWS_PER_WARP * params["bn"] * params["bk"], ESTIMATE)

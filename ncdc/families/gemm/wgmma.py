@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
 from ncdc.hardware.arch import WGMMA_FP8_SUM
-from ncdc.language.diagram import Diagram, Tensor
+from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.launch import Candidate, Family, LaunchShape
 from ncdc.units import ceil_div
@@ -78,6 +78,8 @@ class Operands(Protocol):
     def ends(self) -> str: ...
     @property
     def index(self) -> str: ...
+    @property
+    def blocks(self) -> str: ...
 
 
 ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg are sm_90a features
@@ -178,7 +180,7 @@ def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
     return True
 
 
-def _runs(ops: Operands, d: Diagram) -> bool:
+def _runs(ops: Operands, d: Diagram, mm: Op) -> bool:
     """Whether the template runs these operands: two inputs of one 16-bit or 8-bit type (an
     8-bit B that is n-contiguous is transposed in shared memory; int8 only into a result
     the epilogue converts: an int32 C stays exact on mma.sync), A k-contiguous, at most
@@ -191,13 +193,38 @@ def _runs(ops: Operands, d: Diagram) -> bool:
         return False
     if ops.ends or ops.index:
         return False
-    if ops.batch and not (ops.batch[0] in ops.a.axes and ops.batch[0] in ops.b.axes):
-        return False
+    if ops.batch and not (ops.batch[0] in ops.a.axes or ops.batch[0] in ops.b.axes):
+        return False  # one of A and B may be the same for every batch (a 2-D map)
     esize = DTYPES[ops.a.dtype].bytes
+    blocks = {ops.blocks} - {""}
     for t, axes in ((ops.a, {ops.m, ops.k}), (ops.b, {ops.n, ops.k})):
-        if set(t.axes) - axes - set(ops.batch) or not _strides_aligned(t, d, esize):
+        if set(t.axes) - axes - set(ops.batch) - blocks or not _strides_aligned(t, d, esize):
             return False
+    if ops.blocks:
+        # the blocks and k read as one k axis of A and B: blocks of whole k tiles
+        inner = (ops.blocks, ops.k)
+        if ops.a.axes[-2:] != inner or ops.b.axes[-2:] != inner:
+            return False
+        # the main loop reads the block scales at 32-bit offsets
+        scales = [f for f in mm.scale if isinstance(f, str)]
+        if any(math.prod(d.axes[a] for a in d.tensor(f).axes) >= 2**31 for f in scales):
+            return False
+        return d.axes[ops.k] % (SPAN // esize) == 0
     return True
+
+
+def k_length(ops: Operands, d: Diagram) -> int:
+    """The length the main loop runs along k: k, or a block-scaled contraction's blocks
+    times k."""
+    return d.axes[ops.k] * (d.axes[ops.blocks] if ops.blocks else 1)
+
+
+def block_needs(ops: Operands) -> str:
+    """What a block-scaled contraction needs to run as one kernel (the hint of its refusal)."""
+    return (
+        f"only the wgmma kernel (sm_90a) does, with {ops.blocks} just before {ops.k} as A's and "
+        f"B's last axes, B k-contiguous, and {ops.k} whole 128-byte k tiles"
+    )
 
 
 def candidates(
@@ -207,7 +234,8 @@ def candidates(
     """The wgmma launches for this kernel on `hw`; none where the variant cannot run it or
     the user fixed an m or k tile it does not have."""
     d, kernel = model.diagram, model.kernel
-    if not offered(hw) or not _runs(ops, d):
+    mm = next(op for op in kernel.ops if op.kind == "contract")
+    if not offered(hw) or not _runs(ops, d, mm):
         return []
     esize = DTYPES[ops.a.dtype].bytes
     bk = SPAN // esize
@@ -217,7 +245,15 @@ def candidates(
     batches = math.prod(d.axes[a] for a in ops.batch)
     c_size = DTYPES[ops.c.dtype].bytes if stores_c_by_tma(ops, d) else 0
     clock = hw.achievable.clock_hz or hw.clock_hz
-    k_tiles = ceil_div(d.axes[ops.k], bk)
+    k_tiles = ceil_div(k_length(ops, d), bk)
+    # a block-scaled contraction holds each block's partial sum beside the total; its block
+    # scales over the columns (not the rows) are shared through shared memory
+    held = 2 if ops.blocks else 1
+    cols = any(
+        {ops.blocks, ops.n} <= set(d.tensor(f).axes) and ops.m not in d.tensor(f).axes
+        for f in mm.scale
+        if isinstance(f, str) and ops.blocks
+    )
     out = []
     for consumers, bn in itertools.product(CONSUMERS, TILES["n"]):
         bm = ROWS * consumers
@@ -225,7 +261,7 @@ def candidates(
             continue
         if consumers == 1 and d.axes[ops.m] > 2 * ROWS:
             continue  # 64-row tiles for skinny GEMMs (m <= 128); beyond, two consumers
-        if bn // 2 + REGISTER_OVERHEAD > CONSUMER_REGISTERS:
+        if held * bn // 2 + REGISTER_OVERHEAD > CONSUMER_REGISTERS:
             continue
         if not ops.b_k and bn * esize % SPAN:
             continue  # an MN-major B tile is whole 128-byte column blocks (ncdc_hopper.cuh)
@@ -239,21 +275,25 @@ def candidates(
         for cluster, stages in itertools.product(CLUSTERS, TILES["stages"]):
             if cluster > 1 and tiles_m < cluster:
                 continue  # no two tiles along m share a B tile
-            if cluster > 1 and short_k_share(d.axes[ops.k], bk, cluster, ops.b_k):
+            if cluster > 1 and short_k_share(k_length(ops, d), bk, cluster, ops.b_k):
                 continue
             # the persistent units: `cluster` tiles stacked along m, one per CTA of a cluster
             units = ceil_div(tiles_m, cluster) * ceil_div(d.axes[ops.n], bn) * batches
             grid = (cluster * max(1, min(units, hw.limits.sms // cluster)), 1, 1)
             # per stage: A, B as wgmma reads it, and the staging slot of a transposed B
             smem = 1024 + stages * (bm + bn * (2 if transpose else 1)) * bk * esize + c_tile
+            # a block-scaled contraction's column scales: two blocks of them per consumer
+            smem += 2 * consumers * bn * 4 if ops.blocks else 0
             share = pipeline_share(hw, ops.a.dtype, bn, stages, loads, transpose=transpose,
                                    consumers=consumers)  # fmt: skip
             tile_s = k_tiles * mma_tile_s(hw, ops.a.dtype, bn, bm) / share
             share *= tile_s / (tile_s + store_s)
-            params = (
+            params: tuple[tuple[str, int], ...] = (
                 ("wgmma", 1), ("bm", bm), ("bn", bn), ("bk", bk), ("stages", stages),
                 ("tma_store", int(c_size > 0)), ("cluster", cluster),
             )  # fmt: skip
+            if ops.blocks:
+                params += (("block_tiles", d.axes[ops.k] // bk), ("block_cols", int(cols)))
             group = {**{a: fixed.get(a, 1) for a in other}, ops.m: bm, ops.n: bn}
             stream = {a: (bk if a == ops.k else fixed.get(a, 1)) for a in streams}
             # the register level's tile is a warpgroup's: wgmma reads its A (64 rows) and
@@ -299,23 +339,31 @@ def arch_problem(kernel_name: str, sm: int) -> str:
 
 
 def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, int],
-                batch: tuple[str, ...]) -> TensorMapSpec:  # fmt: skip
-    """The map of `t` over (inner axis, outer axis[, batch axis]) with a `box`."""
-    axes = (*inner, *batch)
+                batch: tuple[str, ...], blocks: str = "") -> TensorMapSpec:  # fmt: skip
+    """The map of `t` over (inner axis, outer axis[, batch axis]) with a `box`; `blocks`,
+    the axis just outside k, joins k's dimension (a block-scaled contraction's k)."""
+    axes: tuple[tuple[str, ...], ...] = tuple((a,) for a in (*inner, *batch))
+    if blocks:
+        axes = tuple((blocks, *a) if a == (inner[0],) else a for a in axes)
     esize = DTYPES[t.dtype].bytes
 
-    def stride(axis: str) -> int:
-        return math.prod(d.axes[a] for a in t.axes[t.axes.index(axis) + 1 :]) * esize
+    def stride(dim: tuple[str, ...]) -> int:
+        return math.prod(d.axes[a] for a in t.axes[t.axes.index(dim[-1]) + 1 :]) * esize
 
     return TensorMapSpec(
         tensor=t.name,
         dtype=t.dtype,
-        dims=tuple(d.axes[a] for a in axes),
-        strides=tuple(stride(a) for a in axes[1:]),
+        dims=tuple(math.prod(d.axes[a] for a in dim) for dim in axes),
+        strides=tuple(stride(dim) for dim in axes[1:]),
         box=(*box, *([1] * len(batch))),
         swizzle=SPAN,
-        axes=tuple((a,) for a in axes),
+        axes=axes,
     )
+
+
+def _own(batch: tuple[str, ...], t: Tensor) -> tuple[str, ...]:
+    """The batch axes `t` has (one of A and B may lack them: the same for every batch)."""
+    return tuple(a for a in batch if a in t.axes)
 
 
 def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) -> KernelSource:
@@ -330,18 +378,20 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     name = (
         f"{kp.kernel.name}_gemm_wgmma_{ops.a.dtype}_m{bm}_n{bn}_k{bk}_s{stages}"
         f"_b{'k' if ops.b_k else 'n'}{'_tmastore' if c.param('tma_store') else ''}"
-        f"{f'_c{cluster}' if cluster > 1 else ''}_sm90a"
+        f"{f'_c{cluster}' if cluster > 1 else ''}{'_blocks' if ops.blocks else ''}_sm90a"
     )
     batch = ops.batch[0] if ops.batch else None
-    for t in epilogue["operands"]:
+    scales = epilogue["block_scales"]["tensors"]
+    for t in epilogue["operands"] + scales:
         t["pitch_z"] = axis_pitch(d.tensor(t["name"]), batch) if batch else None
     axes = [a for a in kp.kernel.axes if a in d.axes]
     map_a, map_b = f"ncdc_tma_{ops.a.name}", f"ncdc_tma_{ops.b.name}"
-    spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, bm), ops.batch)
+    flat = [batch is not None and batch not in t.axes for t in (ops.a, ops.b)]
+    spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, bm), _own(ops.batch, ops.a), ops.blocks)
     # in a cluster each CTA loads its share of B: n rows (K-major) or k rows (MN-major)
     b_box = (bk, bn // cluster) if ops.b_k else (SPAN // DTYPES[ops.b.dtype].bytes, bk // cluster)
     b_axes = (ops.k, ops.n) if ops.b_k else (ops.n, ops.k)
-    spec_b = _tensor_map(ops.b, d, b_axes, b_box, ops.batch)
+    spec_b = _tensor_map(ops.b, d, b_axes, b_box, _own(ops.batch, ops.b), ops.blocks)
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
     params.append(Param(ops.c.name, "tensor", ops.c.dtype, writes=True))
     params += [Param(size_name(a), "int64", value=d.axes[a]) for a in axes]
@@ -367,6 +417,8 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "consumers": bm // ROWS,
         "b_k": "true" if ops.b_k else "false",
         "batched": "true" if batch else "false",
+        # A or B the same for every batch: the Problem's a_flat, b_flat
+        "flat": f", {str(flat[0]).lower()}, {str(flat[1]).lower()}" if any(flat) else "",
         "smem_bytes": c.smem_bytes,
         "map_a": map_a,
         "map_b": map_b,
@@ -392,7 +444,9 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         ],
         "size_m": size_name(ops.m),
         "size_n": size_name(ops.n),
-        "size_k": size_name(ops.k),
+        # a block-scaled contraction's k: its blocks times their length
+        "size_k": " * ".join(size_name(a) for a in (ops.blocks, ops.k) if a),
+        "block_tiles": dict(c.params).get("block_tiles", 0),
         "batches": size_name(batch) if batch else "1",
         **epilogue,
     }

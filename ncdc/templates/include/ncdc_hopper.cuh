@@ -806,6 +806,8 @@ constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
 struct Problem {
   long long m, n, k, batches;
   int group_m;
+  // an operand without the batch axis (the same A, or B, for every batch): a 2-D map
+  bool a_flat = false, b_flat = false;
 };
 
 // The persistent sequence of a block: units of CLUSTER tiles stacked along m (one per CTA
@@ -945,19 +947,19 @@ NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigne
         mbar_arrive_expect_tx(&full[stage], a_bytes + b_bytes);
       }
       if (a_live) {
-        if (batched) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
+        if (batched && !p.a_flat) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
         else tma_load_2d(a, map_a, &full[stage], k0, m0);
       }
       if constexpr (Cfg::CLUSTER > 1) {
-        load_b_share<Cfg>(b, map_b, b_bar, s.rank, k0, n0, zi, p, batched);
+        load_b_share<Cfg>(b, map_b, b_bar, s.rank, k0, n0, zi, p, batched && !p.b_flat);
       } else if constexpr (Cfg::B_K) {
-        if (batched) tma_load_3d(b, map_b, b_bar, k0, n0, zi);
+        if (batched && !p.b_flat) tma_load_3d(b, map_b, b_bar, k0, n0, zi);
         else tma_load_2d(b, map_b, b_bar, k0, n0);
       } else {
         for (int j = 0; j < Cfg::BN / Cfg::ROW; ++j) {  // 128-byte column blocks of B
           if (!BBoxes<Cfg>::live(0, j, n0, k0, p)) break;
           unsigned char* bj = b + j * Cfg::BK * Cfg::SPAN;
-          if (batched) tma_load_3d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0, zi);
+          if (batched && !p.b_flat) tma_load_3d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0, zi);
           else tma_load_2d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0);
         }
       }
@@ -1118,9 +1120,112 @@ NCDC_DEVICE void release(unsigned long long* empty) {
   }
 }
 
+// k tiles per scale block of a block-scaled contraction: Out::BLOCK_TILES, 0 without one.
+template <class Out, class = void>
+struct BlockTiles {
+  static constexpr int value = 0;
+};
+template <class Out>
+struct BlockTiles<Out, decltype(void(Out::BLOCK_TILES))> {
+  static constexpr int value = Out::BLOCK_TILES;
+};
+
+// A block-scaled contraction's scales for one block, read while its wgmmas run: this
+// thread's two rows' and one column of the tile's (thread t reads column t). Rows and
+// columns past m or n read nothing and weigh 0. Where the thread reads them is fixed for a
+// tile (`ScaleSite`); the block moves along the scales' block axis. Offsets are 32-bit:
+// the planner takes scale tensors of fewer than 2^31 values.
+struct ScaleSite {
+  int z, rows[2], col;
+  bool row_in[2], col_in;
+};
+struct BlockScales {
+  float rows[2], col;
+};
+template <class Cfg>
+NCDC_DEVICE ScaleSite scale_site(long long z, long long row0, long long tn, const Problem& p) {
+  ScaleSite at;
+  at.z = int(z);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    at.rows[h] = int(row0) + 8 * h;
+    at.row_in[h] = row0 + 8 * h < p.m;
+  }
+  int t = int(threadIdx.x % 128);
+  at.col = int(tn * Cfg::BN) + t;
+  at.col_in = t < Cfg::BN && tn * Cfg::BN + t < p.n;
+  return at;
+}
+template <class Out>
+NCDC_DEVICE BlockScales read_scales(const Out& out, const ScaleSite& at, int kb) {
+  BlockScales sc;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) sc.rows[h] = at.row_in[h] ? out.row_scale(at.z, at.rows[h], kb) : 0.0f;
+  sc.col = Out::COL_SCALES && at.col_in ? out.col_scale(at.z, at.col, kb) : 0.0f;
+  return sc;
+}
+
+// A scale over rows and columns together (and the block), read per value: 1 without one,
+// and past m or n.
+template <class Out>
+NCDC_DEVICE float pair_factor(const Out& out, long long z, long long row, long long col, int kb,
+                              const Problem& p) {
+  if constexpr (Out::PAIR_SCALES) {
+    if (row < p.m && col < p.n) return out.pair_scale(int(z), int(row), int(col), kb);
+  }
+  return 1.0f;
+}
+
+// Bytes of shared memory past the pipeline and C tiles that a block-scaled contraction's
+// column scales take: two blocks' worth per consumer (one being read, one written).
+template <class Cfg>
+constexpr int kScaleBytes = 2 * Cfg::CONSUMERS * Cfg::BN * 4;
+
+// The promotion, as DeepSeek-V3's fp8 GEMMs do it: block `kb`'s partial sums (the wgmma
+// accumulators, summed over the block's k alone) join the fp32 total times their row's and
+// column's scales. The warpgroup shares its column scales through shared memory (`cols`,
+// this consumer's two buffers), so each thread reads its 2 x BN / 8 columns as pairs.
+template <class Cfg, class Out, class Acc>
+NCDC_DEVICE void promote(const Out& out, const Acc* part, float* total, const BlockScales& sc,
+                         float* cols, int consumer, long long z, long long row0, long long col0,
+                         int kb, const Problem& p) {
+  if constexpr (!Out::COL_SCALES) {
+    // one scale a row: the block's partial sums join the total with one FFMA each
+#pragma unroll
+    for (int i = 0; i < Cfg::BN / 2; ++i) {
+      float f = sc.rows[(i / 2) % 2];
+      f *= pair_factor(out, z, row0 + 8 * ((i / 2) % 2), col0 + 8 * (i / 4) + i % 2, kb, p);
+      total[i] = fmaf(float(part[i]), f, total[i]);
+    }
+  } else {
+    int t = int(threadIdx.x % 128), q = t % 4;
+    // two buffers: a thread writes block kb + 1's only after every thread has passed this
+    // block's barrier, so after it read block kb - 1's
+    if (t < Cfg::BN) st_shared(cols + (kb % 2) * Cfg::BN + t, sc.col);
+    named_bar_sync(3 + unsigned(consumer), 128);  // barriers 1 and 2 are the C tiles'
+    const float* read = cols + (kb % 2) * Cfg::BN + 2 * q;
+#pragma unroll
+    for (int j = 0; j < Cfg::BN / 8; ++j) {
+      float2 cs = ld_shared(reinterpret_cast<const float2*>(read + 8 * j));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          int i = 4 * j + 2 * h + e;  // the accumulator of row row0 + 8h, column col0 + 8j + e
+          float f = sc.rows[h] * (e ? cs.y : cs.x);
+          f *= pair_factor(out, z, row0 + 8 * h, col0 + 8 * j + e, kb, p);
+          total[i] = fmaf(float(part[i]), f, total[i]);
+        }
+      }
+    }
+  }
+}
+
 // A consumer warpgroup: waits for each stage, issues its wgmmas, keeps one k tile in
 // flight, releases the previous stage, and hands every accumulator to `out(z, row, col, v)`
-// (or, with a TMA-store epilogue, `out.value` into its C tile in shared memory).
+// (or, with a TMA-store epilogue, `out.value` into its C tile in shared memory). A
+// block-scaled contraction's wgmmas sum one block at a time; at each block's end the
+// warpgroup waits for them and promotes the block into its fp32 total.
 template <class T, class Cfg, class Out>
 NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned long long* empty,
                          const Problem& p, int consumer, const TensorMap* map_c, bool batched,
@@ -1133,34 +1238,67 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
   unsigned phase = 0;
   // fp32 accumulators; int32 for s8, converted to fp32 for the epilogue (exact below 2^24)
   typename Mma<T>::Acc acc[Cfg::BN / 2];
+  // a block-scaled contraction's total: acc then holds one block's partial sums
+  constexpr int BT = BlockTiles<Out>::value, BLOCK = BT > 0 ? BT : 1;
+  float total[BT ? Cfg::BN / 2 : 1];
+  float* cols = reinterpret_cast<float*>(smem + Cfg::SMEM_BYTES - 1024) + consumer * 2 * Cfg::BN;
+  (void)cols;
   unsigned long long da0, db0;
   first_descriptors<Cfg>(smem, consumer, da0, db0);
   for (int u = s.first; u < s.units; u += s.step) {
     long long z, tm, tn;
     tile_at<Cfg>(s, u, p, z, tm, tn);
-    for (int kt = 0; kt < s.k_tiles; ++kt) {
-      mbar_wait(&full[stage], phase);
-      unsigned long long da = desc_advance(da0, unsigned(stage) * Cfg::STAGE_BYTES);
-      unsigned long long db = desc_advance(db0, unsigned(stage) * Cfg::STAGE_BYTES);
-      wgmma_fence_operands<Cfg::BN / 2>(acc);
-      wgmma_fence();
+    long long row0 = tm * Cfg::BM + consumer * 64 + 16 * w + g, col0 = tn * Cfg::BN + 2 * q;
+    BlockScales scales{};
+    ScaleSite site{};
+    if constexpr (BT > 0) site = scale_site<Cfg>(z, row0, tn, p);
+    if constexpr (BT > 0) {
 #pragma unroll
-      for (int kk = 0; kk < Cfg::BK / Cfg::KSTEP; ++kk) {
-        Mma<T>::template run<Cfg::BN, Cfg::B_KMAJOR ? 0 : 1>(
-            acc, desc_advance(da, kk * kStepBytesA<Cfg>), desc_advance(db, kk * kStepBytesB<Cfg>),
-            (kt > 0 || kk > 0) ? 1 : 0);
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous k tile's wgmmas are done: release its stage
-      wgmma_fence_operands<Cfg::BN / 2>(acc);
-      if (held >= 0) {
-        __syncwarp();
-        if (lane == 0) release<Cfg>(&empty[held]);
-      }
-      held = stage;
-      if (++stage == Cfg::STAGES) {
-        stage = 0;
-        phase ^= 1u;
+      for (int i = 0; i < Cfg::BN / 2; ++i) total[i] = 0.0f;
+    }
+    // a block-scaled contraction's k tiles a block at a time (k_tiles is whole blocks), the
+    // block's tiles unrolled so that the loop is one block; else BLOCK is 1
+    for (int kb = 0; kb < s.k_tiles / BLOCK; ++kb) {
+      if constexpr (BT > 0) scales = read_scales(out, site, kb);
+#pragma unroll
+      for (int j = 0; j < BLOCK; ++j) {
+        mbar_wait(&full[stage], phase);
+        unsigned long long da = desc_advance(da0, unsigned(stage) * Cfg::STAGE_BYTES);
+        unsigned long long db = desc_advance(db0, unsigned(stage) * Cfg::STAGE_BYTES);
+        wgmma_fence_operands<Cfg::BN / 2>(acc);
+        wgmma_fence();
+        // the first k step of a tile (of a block) overwrites the accumulators
+        bool carry = BT > 0 ? j > 0 : kb > 0;
+#pragma unroll
+        for (int kk = 0; kk < Cfg::BK / Cfg::KSTEP; ++kk) {
+          Mma<T>::template run<Cfg::BN, Cfg::B_KMAJOR ? 0 : 1>(
+              acc, desc_advance(da, kk * kStepBytesA<Cfg>), desc_advance(db, kk * kStepBytesB<Cfg>),
+              (carry || kk > 0) ? 1 : 0);
+        }
+        wgmma_commit();
+        if (BT > 0 && j == BLOCK - 1) {
+          wgmma_wait<0>();  // the block is summed: release its stages, add it to the total
+          wgmma_fence_operands<Cfg::BN / 2>(acc);
+          __syncwarp();
+          if (lane == 0) {
+            if (held >= 0) release<Cfg>(&empty[held]);
+            release<Cfg>(&empty[stage]);
+          }
+          held = -1;
+          if constexpr (BT > 0) promote<Cfg>(out, acc, total, scales, cols, consumer, z, row0, col0, kb, p);
+        } else {
+          wgmma_wait<1>();  // the previous k tile's wgmmas are done: release its stage
+          wgmma_fence_operands<Cfg::BN / 2>(acc);
+          if (held >= 0) {
+            __syncwarp();
+            if (lane == 0) release<Cfg>(&empty[held]);
+          }
+          held = stage;
+        }
+        if (++stage == Cfg::STAGES) {
+          stage = 0;
+          phase ^= 1u;
+        }
       }
     }
     wgmma_wait<0>();
@@ -1168,14 +1306,17 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
     __syncwarp();
     if (held >= 0 && lane == 0) release<Cfg>(&empty[held]);
     held = -1;
-    long long row0 = tm * Cfg::BM + consumer * 64 + 16 * w + g, col0 = tn * Cfg::BN + 2 * q;
+    const auto* sums = [&] {
+      if constexpr (BT > 0) return static_cast<const float*>(total);
+      else return static_cast<const typename Mma<T>::Acc*>(acc);
+    }();
     if constexpr (Cfg::C_SIZE) {
-      store_tile<Cfg>(map_c, batched, ctile, acc, p, z, tm, tn, consumer, row0, col0, out);
+      store_tile<Cfg>(map_c, batched, ctile, sums, p, z, tm, tn, consumer, row0, col0, out);
     } else {
 #pragma unroll
       for (int i = 0; i < Cfg::BN / 2; ++i) {
         long long row = row0 + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + i % 2;
-        if (row < p.m && col < p.n) out(z, row, col, float(acc[i]));
+        if (row < p.m && col < p.n) out(z, row, col, float(sums[i]));
       }
     }
   }

@@ -82,6 +82,13 @@ def wgmma_module(
         # fp8 with B [k, n]: staged and transposed to K-major in shared memory; m, n and k
         # tails, two 128-wide n tiles and their k tiles wrap the ring of 3 in one block
         ("fp8_matmul.yaml", {"m": 77, "n": 144, "k": 208}, 128, 1),
+        # a batch axis of A alone: the weight B, the same for every batch, through a 2-D map
+        (
+            "../tests/specs/gemm_shared_weight_batched.yaml",
+            {"b": 2, "s": 77, "n": 136, "k": 72},
+            128,
+            1,
+        ),
     ],
 )
 def test_wgmma_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: int) -> None:
