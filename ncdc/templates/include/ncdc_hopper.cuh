@@ -1184,11 +1184,12 @@ constexpr int kScaleBytes = 2 * Cfg::CONSUMERS * Cfg::BN * 4;
 // The promotion, as DeepSeek-V3's fp8 GEMMs do it: block `kb`'s partial sums (the wgmma
 // accumulators, summed over the block's k alone) join the fp32 total times their row's and
 // column's scales. The warpgroup shares its column scales through shared memory (`cols`,
-// this consumer's two buffers), so each thread reads its 2 x BN / 8 columns as pairs.
+// this consumer's two buffers, taken in turn: `turn` counts the consumer's promotions over
+// all its tiles), so each thread reads its 2 x BN / 8 columns as pairs.
 template <class Cfg, class Out, class Acc>
 NCDC_DEVICE void promote(const Out& out, const Acc* part, float* total, const BlockScales& sc,
-                         float* cols, int consumer, long long z, long long row0, long long col0,
-                         int kb, const Problem& p) {
+                         float* cols, unsigned turn, int consumer, long long z, long long row0,
+                         long long col0, int kb, const Problem& p) {
   if constexpr (!Out::COL_SCALES) {
     // one scale a row: the block's partial sums join the total with one FFMA each
 #pragma unroll
@@ -1199,11 +1200,12 @@ NCDC_DEVICE void promote(const Out& out, const Acc* part, float* total, const Bl
     }
   } else {
     int t = int(threadIdx.x % 128), q = t % 4;
-    // two buffers: a thread writes block kb + 1's only after every thread has passed this
-    // block's barrier, so after it read block kb - 1's
-    if (t < Cfg::BN) st_shared(cols + (kb % 2) * Cfg::BN + t, sc.col);
+    // two buffers: a thread writes the next promotion's only after every thread has passed
+    // this one's barrier, so after it read the previous one's (of this tile or the last)
+    float* buf = cols + (turn % 2) * Cfg::BN;
+    if (t < Cfg::BN) st_shared(buf + t, sc.col);
     named_bar_sync(3 + unsigned(consumer), 128);  // barriers 1 and 2 are the C tiles'
-    const float* read = cols + (kb % 2) * Cfg::BN + 2 * q;
+    const float* read = buf + 2 * q;
 #pragma unroll
     for (int j = 0; j < Cfg::BN / 8; ++j) {
       float2 cs = ld_shared(reinterpret_cast<const float2*>(read + 8 * j));
@@ -1242,7 +1244,8 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
   constexpr int BT = BlockTiles<Out>::value, BLOCK = BT > 0 ? BT : 1;
   float total[BT ? Cfg::BN / 2 : 1];
   float* cols = reinterpret_cast<float*>(smem + Cfg::SMEM_BYTES - 1024) + consumer * 2 * Cfg::BN;
-  (void)cols;
+  unsigned turn = 0;  // the consumer's promotions so far: which buffer of `cols` is next
+  (void)cols, (void)turn;
   unsigned long long da0, db0;
   first_descriptors<Cfg>(smem, consumer, da0, db0);
   for (int u = s.first; u < s.units; u += s.step) {
@@ -1285,7 +1288,9 @@ NCDC_DEVICE void consume(unsigned char* smem, unsigned long long* full, unsigned
             release<Cfg>(&empty[stage]);
           }
           held = -1;
-          if constexpr (BT > 0) promote<Cfg>(out, acc, total, scales, cols, consumer, z, row0, col0, kb, p);
+          if constexpr (BT > 0) {
+            promote<Cfg>(out, acc, total, scales, cols, turn++, consumer, z, row0, col0, kb, p);
+          }
         } else {
           wgmma_wait<1>();  // the previous k tile's wgmmas are done: release its stage
           wgmma_fence_operands<Cfg::BN / 2>(acc);

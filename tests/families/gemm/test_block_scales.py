@@ -76,7 +76,10 @@ def _matches(d, module) -> None:
         # every block promoted with the first block's scales
         ("read_scales(out, site, kb)", "read_scales(out, site, 0)"),
         # the column scales read from the other block's buffer
-        ("read = cols + (kb % 2) * Cfg::BN", "read = cols + ((kb + 1) % 2) * Cfg::BN"),
+        (
+            "const float* read = buf + 2 * q;",
+            "const float* read = cols + ((turn + 1) % 2) * Cfg::BN + 2 * q;",
+        ),
         # the column scales read before every thread has written them (no barrier)
         ("named_bar_sync(3 + unsigned(consumer), 128);", ""),
         # the two rows' scales swapped
@@ -105,6 +108,35 @@ def test_block_scaled_gemm_in_clusters_matches_the_reference() -> None:
     )
     assert "_c2_" in module.launches[0].kernel
     _matches(d, module)
+
+
+def test_the_column_scales_buffers_are_race_free(tmp_path: Path) -> None:
+    # Under the emulator's race detector (ThreadSanitizer over the block's threads): an odd
+    # number of blocks and an fp32 C stored directly (no barrier in the epilogue), one SM
+    # running every tile. The buffers go by the consumer's promotions over all its tiles; by
+    # the block within a tile, a tile's first block writes the buffer the last tile's last
+    # block may still be read from, which the detector reports.
+    from ncdc.backends import cpu
+    from ncdc.errors import NcdcError
+
+    try:
+        cpu.sanitizer_runtime("race")
+    except NcdcError:
+        pytest.skip("no ThreadSanitizer runtime")
+    spec = tmp_path / "cols_fp32.yaml"
+    spec.write_text((DIAGRAMS / COLS).read_text().replace("dtype=bf16)", "dtype=fp32)"))
+    hw = one_sm(load_hardware("h200"))
+    d, module = wgmma_module(str(spec), {"m": 200, "n": 136, "kb": 3}, 128, 3, hw)
+    assert "_tmastore_" not in module.launches[0].kernel
+    result = run_diagram(d, module, seed=_seed(), sanitize="race")
+    assert result.ok, result.checks
+    header = (Path(include.__file__).parent / "ncdc_hopper.cuh").read_text()
+    fault = "float* buf = cols + (turn % 2) * Cfg::BN;"
+    assert header.count(fault) == 1
+    planted = header.replace(fault, "float* buf = cols + (kb % 2) * Cfg::BN;")
+    source = module.source.replace('#include "ncdc_hopper.cuh"', planted)
+    with pytest.raises(NcdcError, match="data race|wrote .* read"):
+        run_diagram(d, dataclasses.replace(module, source=source), seed=_seed(), sanitize="race")
 
 
 def _breaks(plan) -> dict[tuple[str, ...], str]:
