@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
 from ncdc.families.codegen import axis_pitch, cpp_type, size_name
+from ncdc.families.gemm.core import contraction
 from ncdc.hardware.arch import WGMMA_FP8_SUM
 from ncdc.language.diagram import Diagram, Op, Tensor
 from ncdc.language.dtypes import DTYPES
@@ -220,7 +221,7 @@ def k_length(ops: Operands, d: Diagram) -> int:
 
 
 def block_needs(ops: Operands) -> str:
-    """What a block-scaled contraction needs to run as one kernel (the hint of its refusal)."""
+    """What a block-scaled contraction needs to run as one kernel (said in its refusal)."""
     return (
         f"only the wgmma kernel (sm_90a) does, with {ops.blocks} just before {ops.k} as A's and "
         f"B's last axes, B k-contiguous, and {ops.k} whole 128-byte k tiles"
@@ -234,7 +235,7 @@ def candidates(
     """The wgmma launches for this kernel on `hw`; none where the variant cannot run it or
     the user fixed an m or k tile it does not have."""
     d, kernel = model.diagram, model.kernel
-    mm = next(op for op in kernel.ops if op.kind == "contract")
+    mm = contraction(kernel)
     if not offered(hw) or not _runs(ops, d, mm):
         return []
     esize = DTYPES[ops.a.dtype].bytes
@@ -283,7 +284,7 @@ def candidates(
             # per stage: A, B as wgmma reads it, and the staging slot of a transposed B
             smem = 1024 + stages * (bm + bn * (2 if transpose else 1)) * bk * esize + c_tile
             # a block-scaled contraction's column scales: two blocks of them per consumer
-            smem += 2 * consumers * bn * 4 if ops.blocks else 0
+            smem += 2 * consumers * bn * 4 if cols else 0
             share = pipeline_share(hw, ops.a.dtype, bn, stages, loads, transpose=transpose,
                                    consumers=consumers)  # fmt: skip
             tile_s = k_tiles * mma_tile_s(hw, ops.a.dtype, bn, bm) / share

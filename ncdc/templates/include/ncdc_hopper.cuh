@@ -1177,7 +1177,8 @@ NCDC_DEVICE float pair_factor(const Out& out, long long z, long long row, long l
 }
 
 // Bytes of shared memory past the pipeline and C tiles that a block-scaled contraction's
-// column scales take: two blocks' worth per consumer (one being read, one written).
+// column scales take, where it has them: two blocks' worth per consumer (one being read,
+// one written).
 template <class Cfg>
 constexpr int kScaleBytes = 2 * Cfg::CONSUMERS * Cfg::BN * 4;
 
