@@ -9,39 +9,44 @@
 // op      P = softmax(S, over=x)
 // op      O = contract(P, V, over=x)
 // outputs O
-// kernel  attention_unfused_0_S: gemm, tiles b=1  h=1  q=128  x=128  d=64, 4 warps, 2 stages, grid 65536
+// kernel  attention_unfused_0_S: gemm, tiles b=1  h=1  q=128  x=256  d=64, 12 warps, 3 stages, grid 132
 // kernel  attention_unfused_1_P: rowwise, tiles b=1  h=1  q=2  x=4096, 8 warps, 1 stages, grid 131072
 // kernel  attention_unfused_2_O: gemm, tiles b=1  h=1  q=128  d=128  x=64, 4 warps, 2 stages, grid 2048
 // predicted on h200: 2577.9 us (hbm-bound), 5.56e+11 FLOP
 
 #include "ncdc_runtime.cuh"
 
-// ---- attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk: S = contract(Q, K, over=d) * 0.08838834764831845 (+0 epilogue ops)
+// ---- attention_unfused_0_S_gemm_wgmma_bf16_m128_n256_k64_s3_bk_tmastore_sm90a: S = contract(Q, K, over=d) * 0.08838834764831845 (+0 epilogue ops), wgmma
 #include "ncdc_elementwise.cuh"
-#include "ncdc_gemm.cuh"
+#include "ncdc_hopper.cuh"
 // A system header of the CPU emulation may define a tensor's name as a macro (EOF, errno).
 #undef Q
 #undef K
 #undef S
 
-namespace ncdc_attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk {
+namespace ncdc_attention_unfused_0_S_gemm_wgmma_bf16_m128_n256_k64_s3_bk_tmastore_sm90a {
 
-// The ops after the contraction, applied to each accumulator in fp32 before the cast to C.
-// Members and values are named after the diagram's tensors; the rest is ncdc_-prefixed, so
-// no diagram name meets a name of this code.
-struct ncdc_Epilogue {
-  // The int32 accumulator stored as it is (no float round trip): an int32 C, nothing after.
-  static constexpr bool EXACT = false;
+// The ops after the contraction, applied to each accumulator in fp32 (`value`), then the
+// store to C (`operator()`, or the TMA-store epilogue's through shared memory). Members and
+// values are named after the diagram's tensors; the rest is ncdc_-prefixed.
+struct ncdc_Out {
+  using ncdc_C = __nv_bfloat16;
   float ncdc_scale;
-  NCDC_DEVICE float operator()(float ncdc_acc, long long ncdc_row, long long ncdc_col) const {
+  __nv_bfloat16* S;
+  long long ncdc_pitch_m_S, ncdc_pitch_n_S, ncdc_pitch_z_S;
+  NCDC_DEVICE float value(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    (void)ncdc_z, (void)ncdc_row, (void)ncdc_col;
     const float ncdc_v_S = ncdc_acc * ncdc_scale;
     return ncdc_v_S;
   }
+  NCDC_DEVICE void operator()(long long ncdc_z, long long ncdc_row, long long ncdc_col, float ncdc_acc) const {
+    ncdc::st_global(S + ncdc_z * ncdc_pitch_z_S + ncdc_row * ncdc_pitch_m_S + ncdc_col * ncdc_pitch_n_S, ncdc::from_float<__nv_bfloat16>(value(ncdc_z, ncdc_row, ncdc_col, ncdc_acc)));
+  }
 };
 
-}  // namespace ncdc_attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk
+}  // namespace ncdc_attention_unfused_0_S_gemm_wgmma_bf16_m128_n256_k64_s3_bk_tmastore_sm90a
 
-extern "C" __global__ void __launch_bounds__(128) attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk(
+extern "C" __global__ void __launch_bounds__(384, 1) attention_unfused_0_S_gemm_wgmma_bf16_m128_n256_k64_s3_bk_tmastore_sm90a(
     const __nv_bfloat16* __restrict__ Q,
     const __nv_bfloat16* __restrict__ K,
     __nv_bfloat16* __restrict__ S,
@@ -49,42 +54,24 @@ extern "C" __global__ void __launch_bounds__(128) attention_unfused_0_S_gemm_bf1
     long long ncdc_size_h,
     long long ncdc_size_q,
     long long ncdc_size_x,
-    long long ncdc_size_d) {
-  using ncdc_Tile = ncdc::gemm::MmaTile<__nv_bfloat16, 128, 128, 64, 2, 2, 2, true, true>;
-  static_assert(ncdc_Tile::SMEM_BYTES == 73728, "the launch's dynamic shared memory");
-  const ncdc::gemm::Shape ncdc_shape{ncdc_size_q, ncdc_size_x, ncdc_size_d, ncdc_size_d, ncdc_size_d, ncdc_size_x, 1};
-  long long ncdc_tile_m, ncdc_tile_n;
-  ncdc::gemm::grouped_tile<8>(ncdc_tile_m, ncdc_tile_n);
-  const long long ncdc_m0 = ncdc_tile_m * 128, ncdc_n0 = ncdc_tile_n * 128;
-  ncdc_attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk::ncdc_Epilogue ncdc_epi;
-  ncdc_epi.ncdc_scale = 1.0f * 0.08838834764831845f;
-  ncdc_Tile ncdc_tile;
-  // Batch axes flattened onto blockIdx.z; a tensor without an axis has pitch 0 along it.
-  // A loop over z only where the batches outnumber the grid's z limit: otherwise its body
-  // would hold the k loop and nothing would tell the two apart in the SASS.
-  if (const long long ncdc_z = blockIdx.z; ncdc_z < ncdc_size_b * ncdc_size_h) {
-    long long ncdc_rest = ncdc_z;
-    long long ncdc_off_Q = 0;
-    long long ncdc_off_K = 0;
-    long long ncdc_off_S = 0;
-    {
-      const long long ncdc_i = ncdc_rest % ncdc_size_h;
-      ncdc_rest /= ncdc_size_h;
-      ncdc_off_Q += ncdc_i * ncdc_size_q * ncdc_size_d;
-      ncdc_off_K += ncdc_i * ncdc_size_x * ncdc_size_d;
-      ncdc_off_S += ncdc_i * ncdc_size_q * ncdc_size_x;
-    }
-    {
-      const long long ncdc_i = ncdc_rest % ncdc_size_b;
-      ncdc_rest /= ncdc_size_b;
-      ncdc_off_Q += ncdc_i * ncdc_size_h * ncdc_size_q * ncdc_size_d;
-      ncdc_off_K += ncdc_i * ncdc_size_h * ncdc_size_x * ncdc_size_d;
-      ncdc_off_S += ncdc_i * ncdc_size_h * ncdc_size_q * ncdc_size_x;
-    }
-    ncdc::gemm::run_mma<true, true>(ncdc_tile, Q + ncdc_off_Q, K + ncdc_off_K, S + ncdc_off_S, ncdc_shape, ncdc_m0, ncdc_n0, ncdc_epi);
-  }
+    long long ncdc_size_d,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_Q,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_K,
+    const __grid_constant__ ncdc::TensorMap ncdc_tma_S) {
+  using ncdc_Config = ncdc::wgmma_gemm::Config<__nv_bfloat16, 256, 64, 3, true, 2>;
+  static_assert(ncdc_Config::SMEM_BYTES == 214016, "the launch's dynamic shared memory");
+  (void)Q;  // read through ncdc_tma_Q; passed so that the CPU backend's map can name it
+  (void)K;
+  const ncdc::wgmma_gemm::Problem ncdc_problem{ncdc_size_q, ncdc_size_x, ncdc_size_d, ncdc_size_b * ncdc_size_h, 8};
+  ncdc_attention_unfused_0_S_gemm_wgmma_bf16_m128_n256_k64_s3_bk_tmastore_sm90a::ncdc_Out ncdc_out;
+  ncdc_out.ncdc_scale = 1.0f * 0.08838834764831845f;
+  ncdc_out.S = S;
+  ncdc_out.ncdc_pitch_m_S = ncdc_size_x;
+  ncdc_out.ncdc_pitch_n_S = 1;
+  ncdc_out.ncdc_pitch_z_S = ncdc_size_q * ncdc_size_x;
+  ncdc::wgmma_gemm::run<__nv_bfloat16, ncdc_Config>(&ncdc_tma_Q, &ncdc_tma_K, &ncdc_tma_S, ncdc_problem, true, ncdc_out);
 }
-NCDC_EXPORT_KERNEL(attention_unfused_0_S_gemm_bf16_m128_n128_k64_w4_s2_ak_bk);
+NCDC_EXPORT_KERNEL(attention_unfused_0_S_gemm_wgmma_bf16_m128_n256_k64_s3_bk_tmastore_sm90a);
 // attention_unfused_1_P_rowwise_bf16_r2_t128_v4: P = softmax(S, over=x)
 #include "ncdc_elementwise.cuh"
 #include "ncdc_rowwise.cuh"

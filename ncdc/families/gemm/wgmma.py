@@ -20,8 +20,10 @@ Their price: the model's usual traffic and tile padding, with the tensor rate at
 peak times `pipeline_share` (the candidate's `tensor_share`), in place of the
 mma.sync share. wgmma's 8-bit operands exist only K-major: an n-contiguous fp8 B lands in
 a staging slot and the producer warpgroup's other three warps transpose it into the K-major
-slot (`transposes_b`; its shared-memory traffic is in `pipeline_share`). Layout limits (TMA
-needs 16-byte aligned strides) leave a kernel with only the mma.sync candidates.
+slot (`transposes_b`; its shared-memory traffic is in `pipeline_share`). Several batch axes
+run as one dimension of each tensor map where every tensor holds all of them together or
+none (`batch_merges`). Layout limits (TMA needs 16-byte aligned strides) leave a kernel
+with only the mma.sync candidates.
 
     >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.load import load_hardware
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ncdc.families.base import KernelSource, Launch, Param, TensorMapSpec, permille
@@ -181,21 +183,47 @@ def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
     return True
 
 
-def _runs(ops: Operands, d: Diagram, mm: Op) -> bool:
+def batch_merges(batch: tuple[str, ...], tensors: Iterable[Tensor]) -> bool:
+    """Whether the batch axes run as one: each tensor holds all of them, next to each other
+    in `batch`'s order (so that the flat batch index times the innermost's pitch addresses
+    it: one dimension of a tensor map), or none (the same for every batch).
+
+        >>> from ncdc.language.diagram import Tensor
+        >>> qk = Tensor("Q", ("b", "h", "q", "d"), "bf16"), Tensor("W", ("d", "e"), "bf16")
+        >>> batch_merges(("b", "h"), qk), batch_merges(("h", "b"), qk)
+        (True, False)
+        >>> batch_merges(("b", "h"), [Tensor("bias", ("h", "e"), "bf16")])  # h alone
+        False
+    """
+    for t in tensors:
+        held = tuple(a for a in t.axes if a in batch)
+        if held and held != batch:
+            return False
+        if held and t.axes[t.axes.index(batch[0]) :][: len(batch)] != batch:
+            return False
+    return True
+
+
+def _runs(ops: Operands, d: Diagram, mm: Op, tensors: Iterable[Tensor] = ()) -> bool:
     """Whether the template runs these operands: two inputs of one 16-bit or 8-bit type (an
     8-bit B that is n-contiguous is transposed in shared memory; int8 only into a result
-    the epilogue converts: an int32 C stays exact on mma.sync), A k-contiguous, at most
-    one batch axis held by A and B, strides TMA can take; not a grouped GEMM, nor one
-    gathering A's rows (its tensor maps copy boxes of one slice of B and of contiguous rows
-    of A: the mma.sync kernel runs those)."""
+    the epilogue converts: an int32 C stays exact on mma.sync), A k-contiguous, batch axes
+    held by A or B that run as one (`batch_merges`, over the kernel's `tensors` too),
+    strides TMA can take; not a grouped GEMM, nor one gathering A's rows (its tensor maps
+    copy boxes of one slice of B and of contiguous rows of A: the mma.sync kernel runs
+    those)."""
     if ops.a.dtype not in INPUT_DTYPES or ops.b.dtype != ops.a.dtype:
         return False  # weight-only int8 B widens in the mma.sync main loop
-    if not ops.a_k or len(ops.batch) > 1 or ops.a.dtype == "int8" and ops.c.dtype == "int32":
+    if not ops.a_k or ops.a.dtype == "int8" and ops.c.dtype == "int32":
         return False
     if ops.ends or ops.index:
         return False
     if ops.batch and not (ops.batch[0] in ops.a.axes or ops.batch[0] in ops.b.axes):
         return False  # one of A and B may be the same for every batch (a 2-D map)
+    if not batch_merges(ops.batch, (ops.a, ops.b, ops.c, *tensors)):
+        return False
+    if math.prod(d.axes[a] for a in ops.batch) >= 2**31:
+        return False  # the kernel's batch index and the map's coordinate are 32-bit
     esize = DTYPES[ops.a.dtype].bytes
     blocks = {ops.blocks} - {""}
     for t, axes in ((ops.a, {ops.m, ops.k}), (ops.b, {ops.n, ops.k})):
@@ -236,7 +264,8 @@ def candidates(
     the user fixed an m or k tile it does not have."""
     d, kernel = model.diagram, model.kernel
     mm = contraction(kernel)
-    if not offered(hw) or not _runs(ops, d, mm):
+    tensors = [d.tensor(t) for t in (*kernel.inputs, *kernel.outputs)]
+    if not offered(hw) or not _runs(ops, d, mm, tensors):
         return []
     esize = DTYPES[ops.a.dtype].bytes
     bk = SPAN // esize
@@ -341,9 +370,10 @@ def arch_problem(kernel_name: str, sm: int) -> str:
 
 def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, int],
                 batch: tuple[str, ...], blocks: str = "") -> TensorMapSpec:  # fmt: skip
-    """The map of `t` over (inner axis, outer axis[, batch axis]) with a `box`; `blocks`,
-    the axis just outside k, joins k's dimension (a block-scaled contraction's k)."""
-    axes: tuple[tuple[str, ...], ...] = tuple((a,) for a in (*inner, *batch))
+    """The map of `t` over (inner axis, outer axis[, batch axes]) with a `box`: the batch
+    axes one dimension (`batch_merges`); `blocks`, the axis just outside k, joins k's
+    dimension (a block-scaled contraction's k)."""
+    axes: tuple[tuple[str, ...], ...] = (*((a,) for a in inner), *((batch,) if batch else ()))
     if blocks:
         axes = tuple((blocks, *a) if a == (inner[0],) else a for a in axes)
     esize = DTYPES[t.dtype].bytes
@@ -356,7 +386,7 @@ def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, i
         dtype=t.dtype,
         dims=tuple(math.prod(d.axes[a] for a in dim) for dim in axes),
         strides=tuple(stride(dim) for dim in axes[1:]),
-        box=(*box, *([1] * len(batch))),
+        box=(*box, *((1,) if batch else ())),
         swizzle=SPAN,
         axes=axes,
     )
@@ -381,13 +411,14 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         f"_b{'k' if ops.b_k else 'n'}{'_tmastore' if c.param('tma_store') else ''}"
         f"{f'_c{cluster}' if cluster > 1 else ''}{'_blocks' if ops.blocks else ''}_sm90a"
     )
-    batch = ops.batch[0] if ops.batch else None
+    # the batch axes as one (batch_merges): the innermost's pitch steps the flat index
+    batch = ops.batch[-1] if ops.batch else None
     scales = epilogue["block_scales"]["tensors"]
     for t in epilogue["operands"] + scales:
         t["pitch_z"] = axis_pitch(d.tensor(t["name"]), batch) if batch else None
     axes = [a for a in kp.kernel.axes if a in d.axes]
     map_a, map_b = f"ncdc_tma_{ops.a.name}", f"ncdc_tma_{ops.b.name}"
-    flat = [batch is not None and batch not in t.axes for t in (ops.a, ops.b)]
+    flat = [batch is not None and not _own(ops.batch, t) for t in (ops.a, ops.b)]
     spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, bm), _own(ops.batch, ops.a), ops.blocks)
     # in a cluster each CTA loads its share of B: n rows (K-major) or k rows (MN-major)
     b_box = (bk, bn // cluster) if ops.b_k else (SPAN // DTYPES[ops.b.dtype].bytes, bk // cluster)
@@ -448,7 +479,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         # a block-scaled contraction's k: its blocks times their length
         "size_k": " * ".join(size_name(a) for a in (ops.blocks, ops.k) if a),
         "block_tiles": dict(c.params).get("block_tiles", 0),
-        "batches": size_name(batch) if batch else "1",
+        "batches": " * ".join(size_name(a) for a in ops.batch) or "1",
         **epilogue,
     }
     # the two-consumer kernel's setmaxnreg budgets assume ptxas's entry registers

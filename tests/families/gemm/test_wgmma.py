@@ -22,7 +22,7 @@ from ncdc.families.gemm.family import FAMILY
 from ncdc.families.gemm.wgmma import is_wgmma, pipeline_share
 from ncdc.hardware.load import load_hardware
 from ncdc.hardware.machine import Hardware
-from ncdc.language.load import load_diagram
+from ncdc.language.load import load_diagram, load_diagram_text
 from ncdc.model.graph import build_graph
 from ncdc.model.streaming import streamed_axes
 from ncdc.model.structure import KernelModel
@@ -87,6 +87,28 @@ def wgmma_module(
             "../tests/specs/gemm_shared_weight_batched.yaml",
             {"b": 2, "s": 77, "n": 136, "k": 72},
             128,
+            1,
+        ),
+        # two batch axes (b, h) as one map dimension: a residual over both and a bias over
+        # neither fused; one block runs the 2 x 3 batches' m tails
+        (
+            "../tests/specs/gemm_heads_batched.yaml",
+            {"b": 2, "h": 3, "m": 70, "n": 72, "k": 40},
+            128,
+            1,
+        ),
+        # the same with B n-contiguous (MN-major), k over two tiles
+        (
+            "../tests/specs/gemm_heads_mn_major.yaml",
+            {"b": 3, "h": 2, "q": 33, "x": 72, "d": 136},
+            128,
+            132,
+        ),
+        # two batch axes on A and C only: the weight's 2-D map
+        (
+            "../tests/specs/gemm_heads_shared_weight.yaml",
+            {"b": 2, "h": 2, "s": 65, "n": 64, "k": 72},
+            64,
             1,
         ),
     ],
@@ -171,6 +193,41 @@ def test_no_wgmma_for_an_exact_int32_result_or_mixed_input_types() -> None:
         cands = FAMILY.candidates(model, classify_kernel(d, kernel), hw,
                                   streamed_axes(d, kernel), {})  # fmt: skip
         assert cands and not any(is_wgmma(c) for c in cands), spec
+
+
+@pytest.mark.parametrize(
+    ("a_axes", "bias", "wgmma"),
+    [
+        ("[b, h, m, k]", "[b, h, m, n]", True),  # over every batch axis, next to each other
+        ("[b, h, m, k]", "[n]", True),  # over none: the same for every batch
+        ("[b, h, m, k]", "[h, n]", False),  # over h alone: not the flat batch times a pitch
+        ("[b, m, h, k]", "[n]", False),  # b and h apart in A
+        ("[h, b, m, k]", "[n]", False),  # in the other order in A
+    ],
+)
+def test_batch_axes_run_on_wgmma_only_as_one_dimension(a_axes: str, bias: str, wgmma: bool) -> None:
+    """Several batch axes take the wgmma kernel where every tensor holds all of them next to
+    each other, in one order, or none; otherwise the mma.sync kernel, which indexes each
+    axis, runs the GEMM."""
+    text = f"""
+ncdc: 1
+name: heads
+axes: {{b: 2, h: 3, m: 256, n: 256, k: 128}}
+inputs:
+  A: {{axes: {a_axes}, dtype: bf16}}
+  B: {{axes: [b, h, n, k], dtype: bf16}}
+  bias: {{axes: {bias}, dtype: bf16}}
+ops:
+  - S = contract(A, B, over=k)
+  - C = add(S, bias)
+outputs: [C]
+"""
+    hw = load_hardware("h200")
+    d = load_diagram_text(text)
+    kernel = build_graph(d, hw).kernels[0]
+    cands = FAMILY.candidates(KernelModel(d, kernel), classify_kernel(d, kernel), hw,
+                              streamed_axes(d, kernel), {})  # fmt: skip
+    assert cands and any(is_wgmma(c) for c in cands) == wgmma
 
 
 def few_sms(hw: Hardware, sms: int) -> Hardware:
