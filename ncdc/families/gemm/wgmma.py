@@ -21,9 +21,9 @@ peak times `pipeline_share` (the candidate's `tensor_share`), in place of the
 mma.sync share. wgmma's 8-bit operands exist only K-major: an n-contiguous fp8 B lands in
 a staging slot and the producer warpgroup's other three warps transpose it into the K-major
 slot (`transposes_b`; its shared-memory traffic is in `pipeline_share`). Several batch axes
-run as one dimension of each tensor map where every tensor holds all of them together or
-none (`batch_merges`). Layout limits (TMA needs 16-byte aligned strides) leave a kernel
-with only the mma.sync candidates.
+run as one flat batch index where every tensor holds a run of them next to each other, or
+none (`batch_run`). Layout limits (TMA needs 16-byte aligned strides) leave a kernel with
+only the mma.sync candidates.
 
     >>> from ncdc.language.load import load_diagram
     >>> from ncdc.hardware.load import load_hardware
@@ -130,7 +130,7 @@ def stores_c_by_tma(ops: Operands, d: Diagram) -> bool:
     c = ops.c
     return (
         DTYPES[c.dtype].bytes == 2
-        and tuple(c.axes) == (*ops.batch, ops.m, ops.n)
+        and tuple(c.axes) == (*batch_order(ops), ops.m, ops.n)
         and _strides_aligned(c, d, 2)
     )
 
@@ -183,44 +183,67 @@ def _strides_aligned(t: Tensor, d: Diagram, esize: int) -> bool:
     return True
 
 
-def batch_merges(batch: tuple[str, ...], tensors: Iterable[Tensor]) -> bool:
-    """Whether the batch axes run as one: each tensor holds all of them, next to each other
-    in `batch`'s order (so that the flat batch index times the innermost's pitch addresses
-    it: one dimension of a tensor map), or none (the same for every batch).
+def batch_run(batch: tuple[str, ...], t: Tensor) -> tuple[int, int] | None:
+    """The batch axes `t` holds as indices [i, j) into `batch`: a run of them next to each
+    other in `t` and in `batch`'s order ((0, 0): none, the same for every batch), so that
+    digits i..j - 1 of the flat batch index times the run's innermost pitch address it (one
+    dimension of a tensor map); None where `t` holds them otherwise.
 
         >>> from ncdc.language.diagram import Tensor
-        >>> qk = Tensor("Q", ("b", "h", "q", "d"), "bf16"), Tensor("W", ("d", "e"), "bf16")
-        >>> batch_merges(("b", "h"), qk), batch_merges(("h", "b"), qk)
-        (True, False)
-        >>> batch_merges(("b", "h"), [Tensor("bias", ("h", "e"), "bf16")])  # h alone
-        False
+        >>> batch = ("b", "h")
+        >>> batch_run(batch, Tensor("Q", ("b", "h", "q", "d"), "bf16"))
+        (0, 2)
+        >>> batch_run(batch, Tensor("bias", ("h", "e"), "bf16"))  # h alone: z's last digit
+        (1, 2)
+        >>> batch_run(batch, Tensor("W", ("d", "e"), "bf16"))  # none: every batch's
+        (0, 0)
+        >>> batch_run(batch, Tensor("Q", ("h", "b", "q", "d"), "bf16"))  # the other order
+        >>> batch_run(batch, Tensor("Q", ("b", "q", "h", "d"), "bf16"))  # apart
     """
-    for t in tensors:
-        held = tuple(a for a in t.axes if a in batch)
-        if held and held != batch:
-            return False
-        if held and t.axes[t.axes.index(batch[0]) :][: len(batch)] != batch:
-            return False
-    return True
+    held = tuple(a for a in t.axes if a in batch)
+    if not held:
+        return (0, 0)
+    i, at = batch.index(held[0]), t.axes.index(held[0])
+    if batch[i : i + len(held)] != held or t.axes[at : at + len(held)] != held:
+        return None
+    return (i, i + len(held))
+
+
+def batch_digits(batch: tuple[str, ...], t: Tensor) -> dict[str, Any]:
+    """How `t` (holding a `batch_run`) finds its batch from the flat index z: its pitch
+    (the run's innermost, or none) and, for a run of some of the axes only, z's digits as
+    `z / div % mod` (size parameters to multiply; `split` false: z itself)."""
+    run = batch_run(batch, t)
+    assert run is not None, "the candidates take only tensors holding a run of the batch axes"
+    i, j = run
+    return {
+        "pitch_z": axis_pitch(t, batch[j - 1]) if j else None,
+        "split": j > 0 and (i, j) != (0, len(batch)),
+        "div": [size_name(a) for a in batch[j:]],
+        "mod": [size_name(a) for a in batch[i:j]],
+    }
 
 
 def _runs(ops: Operands, d: Diagram, mm: Op, tensors: Iterable[Tensor] = ()) -> bool:
     """Whether the template runs these operands: two inputs of one 16-bit or 8-bit type (an
     8-bit B that is n-contiguous is transposed in shared memory; int8 only into a result
-    the epilogue converts: an int32 C stays exact on mma.sync), A k-contiguous, batch axes
-    held by A or B that run as one (`batch_merges`, over the kernel's `tensors` too),
-    strides TMA can take; not a grouped GEMM, nor one gathering A's rows (its tensor maps
-    copy boxes of one slice of B and of contiguous rows of A: the mma.sync kernel runs
-    those)."""
+    the epilogue converts: an int32 C stays exact on mma.sync), A k-contiguous, each batch
+    axis held by A or B, every tensor of the kernel (`tensors` too) holding a `batch_run`
+    of them and C all, strides TMA can take; not a grouped GEMM, nor one gathering A's rows
+    (its tensor maps copy boxes of one slice of B and of contiguous rows of A: the mma.sync
+    kernel runs those)."""
     if ops.a.dtype not in INPUT_DTYPES or ops.b.dtype != ops.a.dtype:
         return False  # weight-only int8 B widens in the mma.sync main loop
     if not ops.a_k or ops.a.dtype == "int8" and ops.c.dtype == "int32":
         return False
     if ops.ends or ops.index:
         return False
-    if ops.batch and not (ops.batch[0] in ops.a.axes or ops.batch[0] in ops.b.axes):
+    batch = batch_order(ops)
+    if not set(ops.batch) <= set(ops.a.axes) | set(ops.b.axes):
         return False  # one of A and B may be the same for every batch (a 2-D map)
-    if not batch_merges(ops.batch, (ops.a, ops.b, ops.c, *tensors)):
+    if len(batch) != len(ops.batch) or batch_run(batch, ops.c) != (0, len(batch)):
+        return False
+    if any(batch_run(batch, t) is None for t in (ops.a, ops.b, *tensors)):
         return False
     if math.prod(d.axes[a] for a in ops.batch) >= 2**31:
         return False  # the kernel's batch index and the map's coordinate are 32-bit
@@ -371,7 +394,7 @@ def arch_problem(kernel_name: str, sm: int) -> str:
 def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, int],
                 batch: tuple[str, ...], blocks: str = "") -> TensorMapSpec:  # fmt: skip
     """The map of `t` over (inner axis, outer axis[, batch axes]) with a `box`: the batch
-    axes one dimension (`batch_merges`); `blocks`, the axis just outside k, joins k's
+    axes it holds one dimension (`batch_run`); `blocks`, the axis just outside k, joins k's
     dimension (a block-scaled contraction's k)."""
     axes: tuple[tuple[str, ...], ...] = (*((a,) for a in inner), *((batch,) if batch else ()))
     if blocks:
@@ -392,8 +415,14 @@ def _tensor_map(t: Tensor, d: Diagram, inner: tuple[str, str], box: tuple[int, i
     )
 
 
+def batch_order(ops: Operands) -> tuple[str, ...]:
+    """The batch axes in C's order: the digits of the kernel's flat batch index, outermost
+    first (C holds them all)."""
+    return tuple(a for a in ops.c.axes if a in ops.batch)
+
+
 def _own(batch: tuple[str, ...], t: Tensor) -> tuple[str, ...]:
-    """The batch axes `t` has (one of A and B may lack them: the same for every batch)."""
+    """The batch axes `t` holds (a `batch_run`; none: the same for every batch)."""
     return tuple(a for a in batch if a in t.axes)
 
 
@@ -411,19 +440,23 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         f"_b{'k' if ops.b_k else 'n'}{'_tmastore' if c.param('tma_store') else ''}"
         f"{f'_c{cluster}' if cluster > 1 else ''}{'_blocks' if ops.blocks else ''}_sm90a"
     )
-    # the batch axes as one (batch_merges): the innermost's pitch steps the flat index
-    batch = ops.batch[-1] if ops.batch else None
-    scales = epilogue["block_scales"]["tensors"]
+    order = batch_order(ops)  # the flat batch index's digits
+    batch = order[-1] if order else None
+    # a scale named twice is in its group twice and in `tensors` once
+    scales = [t for group in epilogue["block_scales"].values() for t in group]
     for t in epilogue["operands"] + scales:
-        t["pitch_z"] = axis_pitch(d.tensor(t["name"]), batch) if batch else None
+        # the digits of the flat batch index this tensor's batch axes are (batch_run)
+        t["z"] = batch_digits(order, d.tensor(t["name"]))
+        t["pitch_z"] = t["z"]["pitch_z"]
+    digits = [batch_digits(order, t) for t in (ops.a, ops.b)]
     axes = [a for a in kp.kernel.axes if a in d.axes]
     map_a, map_b = f"ncdc_tma_{ops.a.name}", f"ncdc_tma_{ops.b.name}"
-    flat = [batch is not None and not _own(ops.batch, t) for t in (ops.a, ops.b)]
-    spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, bm), _own(ops.batch, ops.a), ops.blocks)
+    flat = [batch is not None and not _own(order, t) for t in (ops.a, ops.b)]
+    spec_a = _tensor_map(ops.a, d, (ops.k, ops.m), (bk, bm), _own(order, ops.a), ops.blocks)
     # in a cluster each CTA loads its share of B: n rows (K-major) or k rows (MN-major)
     b_box = (bk, bn // cluster) if ops.b_k else (SPAN // DTYPES[ops.b.dtype].bytes, bk // cluster)
     b_axes = (ops.k, ops.n) if ops.b_k else (ops.n, ops.k)
-    spec_b = _tensor_map(ops.b, d, b_axes, b_box, _own(ops.batch, ops.b), ops.blocks)
+    spec_b = _tensor_map(ops.b, d, b_axes, b_box, _own(order, ops.b), ops.blocks)
     params = [Param(t, "tensor", d.tensor(t).dtype) for t in kp.kernel.inputs]
     params.append(Param(ops.c.name, "tensor", ops.c.dtype, writes=True))
     params += [Param(size_name(a), "int64", value=d.axes[a]) for a in axes]
@@ -435,7 +468,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
     if c.param("tma_store"):
         map_c = f"ncdc_tma_{ops.c.name}"
         box_c = (SPAN // DTYPES[ops.c.dtype].bytes, ROWS)
-        spec_c = _tensor_map(ops.c, d, (ops.n, ops.m), box_c, ops.batch)
+        spec_c = _tensor_map(ops.c, d, (ops.n, ops.m), box_c, order)
         params.append(Param(map_c, "tensormap", ops.c.dtype, tensor_map=spec_c))
     context: dict[str, Any] = {
         "kernel": name,
@@ -449,8 +482,13 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         "consumers": bm // ROWS,
         "b_k": "true" if ops.b_k else "false",
         "batched": "true" if batch else "false",
-        # A or B the same for every batch: the Problem's a_flat, b_flat
-        "flat": f", {str(flat[0]).lower()}, {str(flat[1]).lower()}" if any(flat) else "",
+        # A or B the same for every batch, or over some batch axes only: the Problem's
+        # a_flat, b_flat and their digits of the flat batch index
+        "flat": [str(f).lower() for f in flat]
+        if any(flat) or any(g["split"] for g in digits)
+        else [],
+        "digits": digits if any(g["split"] for g in digits) else [],
+        "by_name": {t["name"]: t for t in epilogue["operands"]},
         "smem_bytes": c.smem_bytes,
         "map_a": map_a,
         "map_b": map_b,
@@ -479,7 +517,7 @@ def render(kp: KernelPlan, plan: Plan, ops: Operands, epilogue: dict[str, Any]) 
         # a block-scaled contraction's k: its blocks times their length
         "size_k": " * ".join(size_name(a) for a in (ops.blocks, ops.k) if a),
         "block_tiles": dict(c.params).get("block_tiles", 0),
-        "batches": " * ".join(size_name(a) for a in ops.batch) or "1",
+        "batches": " * ".join(size_name(a) for a in order) or "1",
         **epilogue,
     }
     # the two-consumer kernel's setmaxnreg budgets assume ptxas's entry registers

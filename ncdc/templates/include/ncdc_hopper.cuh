@@ -806,9 +806,17 @@ constexpr int kTransposeWarps = 3;  // warps 1-3 of the producer warpgroup
 struct Problem {
   long long m, n, k, batches;
   int group_m;
-  // an operand without the batch axis (the same A, or B, for every batch): a 2-D map
+  // an operand without the batch axes (the same A, or B, for every batch): a 2-D map
   bool a_flat = false, b_flat = false;
+  // an operand over some of the batch axes only: its batch is the flat index's digits
+  // z / div % mod (batch_index); mod 0: z itself
+  long long a_div = 1, a_mod = 0, b_div = 1, b_mod = 0;
 };
+
+// The batch an operand loads for the flat batch index z (Problem: a_div, a_mod, ...).
+NCDC_DEVICE int batch_index(long long z, long long div, long long mod) {
+  return mod ? int(z / div % mod) : int(z);
+}
 
 // The persistent sequence of a block: units of CLUSTER tiles stacked along m (one per CTA
 // of a cluster; a unit past the last m tile leaves its CTA a tile it loads no A for and does
@@ -926,7 +934,8 @@ NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigne
   for (int u = s.first; u < s.units; u += s.step) {
     long long z, tm, tn;
     tile_at<Cfg>(s, u, p, z, tm, tn);
-    int m0 = int(tm * Cfg::BM), n0 = int(tn * Cfg::BN), zi = int(z);
+    const int m0 = int(tm * Cfg::BM), n0 = int(tn * Cfg::BN);
+    const int za = batch_index(z, p.a_div, p.a_mod), zb = batch_index(z, p.b_div, p.b_mod);
     for (int kt = 0; kt < s.k_tiles; ++kt) {
       // the consumers released this slot (in a cluster: those of every CTA, whose slots
       // this CTA's multicast fills too)
@@ -947,19 +956,19 @@ NCDC_DEVICE void produce(const TensorMap* map_a, const TensorMap* map_b, unsigne
         mbar_arrive_expect_tx(&full[stage], a_bytes + b_bytes);
       }
       if (a_live) {
-        if (batched && !p.a_flat) tma_load_3d(a, map_a, &full[stage], k0, m0, zi);
+        if (batched && !p.a_flat) tma_load_3d(a, map_a, &full[stage], k0, m0, za);
         else tma_load_2d(a, map_a, &full[stage], k0, m0);
       }
       if constexpr (Cfg::CLUSTER > 1) {
-        load_b_share<Cfg>(b, map_b, b_bar, s.rank, k0, n0, zi, p, batched && !p.b_flat);
+        load_b_share<Cfg>(b, map_b, b_bar, s.rank, k0, n0, zb, p, batched && !p.b_flat);
       } else if constexpr (Cfg::B_K) {
-        if (batched && !p.b_flat) tma_load_3d(b, map_b, b_bar, k0, n0, zi);
+        if (batched && !p.b_flat) tma_load_3d(b, map_b, b_bar, k0, n0, zb);
         else tma_load_2d(b, map_b, b_bar, k0, n0);
       } else {
         for (int j = 0; j < Cfg::BN / Cfg::ROW; ++j) {  // 128-byte column blocks of B
           if (!BBoxes<Cfg>::live(0, j, n0, k0, p)) break;
           unsigned char* bj = b + j * Cfg::BK * Cfg::SPAN;
-          if (batched && !p.b_flat) tma_load_3d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0, zi);
+          if (batched && !p.b_flat) tma_load_3d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0, zb);
           else tma_load_2d(bj, map_b, b_bar, n0 + j * Cfg::ROW, k0);
         }
       }

@@ -104,6 +104,21 @@ def wgmma_module(
             128,
             132,
         ),
+        # batch axes held in part: a weight per head (B's batch: z % h), biases per head
+        # and per batch (z / h); one block runs the 2 x 3 batches
+        (
+            "../tests/specs/gemm_per_head_weight.yaml",
+            {"b": 2, "h": 3, "s": 33, "n": 72, "k": 40},
+            128,
+            1,
+        ),
+        # a weight per batch shared by the heads (B's batch: z / h % b)
+        (
+            "../tests/specs/gemm_per_batch_weight.yaml",
+            {"b": 3, "h": 2, "s": 33, "n": 72, "k": 40},
+            64,
+            1,
+        ),
         # two batch axes on A and C only: the weight's 2-D map
         (
             "../tests/specs/gemm_heads_shared_weight.yaml",
@@ -200,15 +215,18 @@ def test_no_wgmma_for_an_exact_int32_result_or_mixed_input_types() -> None:
     [
         ("[b, h, m, k]", "[b, h, m, n]", True),  # over every batch axis, next to each other
         ("[b, h, m, k]", "[n]", True),  # over none: the same for every batch
-        ("[b, h, m, k]", "[h, n]", False),  # over h alone: not the flat batch times a pitch
+        ("[b, h, m, k]", "[h, n]", True),  # over h alone: the flat index's last digit
+        ("[b, h, m, k]", "[b, n]", True),  # over b alone: its first digit
         ("[b, m, h, k]", "[n]", False),  # b and h apart in A
         ("[h, b, m, k]", "[n]", False),  # in the other order in A
     ],
 )
-def test_batch_axes_run_on_wgmma_only_as_one_dimension(a_axes: str, bias: str, wgmma: bool) -> None:
-    """Several batch axes take the wgmma kernel where every tensor holds all of them next to
-    each other, in one order, or none; otherwise the mma.sync kernel, which indexes each
-    axis, runs the GEMM."""
+def test_batch_axes_run_on_wgmma_where_each_tensor_holds_a_run_of_them(
+    a_axes: str, bias: str, wgmma: bool
+) -> None:
+    """Several batch axes take the wgmma kernel's flat batch index where every tensor holds
+    a run of them, next to each other in C's order, or none; otherwise the mma.sync kernel,
+    which indexes each axis, runs the GEMM."""
     text = f"""
 ncdc: 1
 name: heads
@@ -248,6 +266,13 @@ def few_sms(hw: Hardware, sms: int) -> Hardware:
         ("../tests/specs/gemm_fp8_kmajor.yaml", {"m": 200, "n": 72, "k": 80}, 64, 2),
         # fp8, B [k, n] staged by the multicast and transposed in each CTA; two n tiles
         ("fp8_matmul.yaml", {"m": 140, "n": 144, "k": 208}, 128, 2),
+        # a weight per head (h: the flat batch index's last digit) multicast to the pair
+        (
+            "../tests/specs/gemm_per_head_weight.yaml",
+            {"b": 2, "h": 3, "s": 140, "n": 72, "k": 40},
+            64,
+            2,
+        ),
     ],
 )
 def test_cluster_gemm_matches_the_reference(spec: str, sizes: dict, bn: int, sms: int) -> None:
