@@ -5,6 +5,7 @@ beside the compile cache so that `ncdc cost` of the same plan finds it.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -72,7 +73,8 @@ def mixes_by_kernel(
     SASS; `launches`: the module's kernel names in launch order), for the kernels whose
     loop does tensor work (the others keep their estimate). An attention kernel's mix is
     its hot loop's and its masked loop's (`main_loops`), weighted by the share of chunk
-    iterations the plan's tiles give each (its family's `masked_share`)."""
+    iterations the plan's tiles give each (its family's `masked_share`). A loop whose MMAs
+    cover padding (FLOPs per iteration above its family's estimate) counts the estimate's."""
     from ncdc.families import get_family
 
     out: dict[int, LoopMix] = {}
@@ -92,6 +94,11 @@ def mixes_by_kernel(
                 masked = loop_mix(parse_sass(functions[name + MASKED]))
                 if masked.tensor_flops == mix.tensor_flops:
                     mix = blend(mix, masked, share)
+            est = kp.instructions
+            if mix.tensor_flops and est is not None and 0 < est.tensor_flops < mix.tensor_flops:
+                # the loop multiplies padding too (a head of 96 as 128 columns of P V): the
+                # iterations are the diagram's FLOPs over the estimate's useful ones
+                mix = dataclasses.replace(mix, tensor_flops=est.tensor_flops)
             if mix.tensor_flops:
                 out[i] = mix
     return out

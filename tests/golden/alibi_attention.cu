@@ -35,6 +35,10 @@ struct alibi_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm90
   static constexpr bool kIdentity = false;
   static constexpr bool kKeptIdentity = false;
   static constexpr bool kRule = false;
+  // the base-2 logit as pair_log2 + key_log2 + row_log2 (ncdc.families.attention.scores.split_logit)
+  static constexpr bool kSplit = true;
+  static constexpr bool kPairIdentity = true;
+  static constexpr bool kShift = true;
   const __nv_bfloat16* ncdc_p_slope;
   long long ncdc_q_slope, ncdc_x_slope;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
@@ -54,6 +58,29 @@ struct alibi_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm90
     const float ncdc_e_B = ncdc::op_add(ncdc_s, ncdc_e_A);
     const float ncdc_log2 = ncdc::op_mul(ncdc_e_B, 1.4426950408889634f);
     return ncdc_log2;
+  }
+  NCDC_DEVICE float pair_log2(float ncdc_s, int ncdc_i, int ncdc_j) const {
+    const float ncdc_pair0 = ncdc::op_mul(ncdc_s, 1.4426950408889634f);
+    (void)ncdc_i;
+    (void)ncdc_j;
+    return ncdc_pair0;
+  }
+  NCDC_DEVICE float key_log2(int ncdc_j) const {
+    const float ncdc_e_J = ncdc::op_id(float(ncdc_j));
+    const float ncdc_key0_0 = ncdc::op_mul(ncdc::to_float(ncdc::ld_global(ncdc_p_slope)), 1.4426950408889634f);
+    const float ncdc_key0 = ncdc::op_mul(ncdc_e_J, ncdc_key0_0);
+    return ncdc_key0;
+  }
+  NCDC_DEVICE float row_log2(int ncdc_i) const {
+    const float ncdc_e_I = ncdc::op_id(float(ncdc_i));
+    const float ncdc_row0_0 = ncdc::op_mul(ncdc::to_float(ncdc::ld_global(ncdc_p_slope)), -1.4426950408889634f);
+    const float ncdc_row0 = ncdc::op_mul(ncdc_e_I, ncdc_row0_0);
+    return ncdc_row0;
+  }
+  NCDC_DEVICE float step_log2() const {
+    const float ncdc_step0_0 = ncdc::op_mul(ncdc::to_float(ncdc::ld_global(ncdc_p_slope)), 1.4426950408889634f);
+    const float ncdc_step0 = ncdc::op_id(ncdc_step0_0);
+    return ncdc_step0;
   }
   static constexpr int kTileData = 0;
   NCDC_DEVICE float kept(float ncdc_s, int ncdc_i, int ncdc_j) const { return (*this)(ncdc_s, ncdc_i, ncdc_j); }

@@ -36,6 +36,7 @@ struct attention_sinks_attention_wgmma_bf16_q128_x128_d128_s2_scores_sm90a_score
   static constexpr bool kIdentity = false;
   static constexpr bool kKeptIdentity = true;
   static constexpr bool kRule = true;
+  static constexpr bool kSplit = false, kPairIdentity = false, kShift = false;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
     const float ncdc_e_I = ncdc::op_id(float(ncdc_i));
     const float ncdc_e_J = ncdc::op_id(float(ncdc_j));

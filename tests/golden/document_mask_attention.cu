@@ -37,6 +37,7 @@ struct document_mask_attention_attention_wgmma_bf16_q128_x64_d128_s2_scores_sm90
   static constexpr bool kIdentity = false;
   static constexpr bool kKeptIdentity = true;
   static constexpr bool kRule = true;
+  static constexpr bool kSplit = false, kPairIdentity = false, kShift = false;
   const int* ncdc_p_docq;
   long long ncdc_q_docq, ncdc_x_docq;
   const int* ncdc_p_docx;

@@ -31,6 +31,7 @@ struct softcap_attention_attention_wgmma_bf16_q128_x128_d128_s2_causal_scores_sm
   static constexpr bool kIdentity = false;
   static constexpr bool kKeptIdentity = false;
   static constexpr bool kRule = false;
+  static constexpr bool kSplit = false, kPairIdentity = false, kShift = false;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {
     const float ncdc_e_C = ncdc::op_mul(ncdc_s, 0.02f);
     const float ncdc_e_T = ncdc::op_tanh_logit(ncdc_s, 0.02f, 1.0f);

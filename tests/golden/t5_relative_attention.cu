@@ -163,6 +163,7 @@ struct t5_relative_attention_1_O_attention_wgmma_bf16_q128_x64_d64_s2_scores_sm9
   static constexpr bool kIdentity = false;
   static constexpr bool kKeptIdentity = false;
   static constexpr bool kRule = false;
+  static constexpr bool kSplit = false, kPairIdentity = false, kShift = false;
   const float* ncdc_p_bias;
   long long ncdc_q_bias, ncdc_x_bias;
   NCDC_DEVICE float operator()(float ncdc_s, int ncdc_i, int ncdc_j) const {

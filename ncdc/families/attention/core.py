@@ -325,6 +325,25 @@ def _log2_context(sc: Scores) -> dict[str, object]:
     }
 
 
+def split_context(sc: Scores) -> dict[str, object] | None:
+    """The score functor's pair, key and row parts (Scores.split), for attention_scores.j2:
+    the FlashAttention-3 kernel's (the others take the logit whole)."""
+    sp = sc.split
+    if sp is None:
+        return None
+
+    def listed(made: tuple) -> list[dict[str, object]]:
+        return [{"out": st.out, "fn": st.fn, "args": st.args} for st in made]
+
+    return {
+        "pair": listed(sp.pair), "pair_result": sp.pair_result,
+        "key": listed(sp.key), "key_result": sp.key_result,
+        "row": listed(sp.row), "row_result": sp.row_result,
+        "step": listed(sp.step), "step_result": sp.step_result,
+        "identity": sp.identity, "shift": sp.shift,
+    }  # fmt: skip
+
+
 def q_in_registers(d: int, warp_q: int = 16) -> bool:
     """Whether Q's mma fragments are held in registers for the whole key loop (d / 4 per
     thread for each 16 rows of the warp) or read from the Q tile at each step, which keeps

@@ -74,8 +74,8 @@ class AttentionFamily:
                 stored = f"{at.q}, {at.k} and {at.v}" if at.o_dtype else f"{at.q} and {at.k}"
                 raise PlanError(
                     f"attention kernel {model.kernel.name}: fp8 Q and K run only in the "
-                    f"sm_90a kernel, which needs 128 queries a block, heads of whole 128-byte "
-                    f"rows up to 256 (d_v 64, 128 or 256), Q, K, V and O as [batch..., rows, "
+                    f"sm_90a kernel, which needs 128 queries a block, heads in multiples of "
+                    f"32 bytes up to 256 values (d_v of 16), Q, K, V and O as [batch..., rows, "
                     f"head], and for fp8 V key tiles of 128, d_v 128 and no tensor the score "
                     f"path reads along the keys (a consumer's registers)",
                     hint=f"store {stored} as {at.out_dtype}, or fix the tiles "

@@ -11,13 +11,20 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ncdc.families.attention.scores import LOG2E, LOGIT_FORMS, fold_scales, logit_maps
+from ncdc.families.attention.scores import (
+    LOG2E,
+    LOGIT_FORMS,
+    fold_scales,
+    logit_maps,
+    split_logit,
+)
 from ncdc.families.codegen import Statement
 from ncdc.hardware.arch import WGMMA_ROWS_PER_WARP, wgmma_k
 from ncdc.language.dtypes import DTYPES
 from ncdc.model.geometry import mask_band, tile_kinds
 from ncdc.model.issue import ESTIMATE, LoopMix, add_slots
 from ncdc.model.masks import mask_select, read_mask_rule, rule_band
+from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
     from ncdc.model.graph import Kernel
@@ -201,6 +208,55 @@ def issued_statements(model: KernelModel, base2: bool = True) -> list[str]:
     return ([] if contracts else ["scale"]) + issued[::-1]
 
 
+def split_statements(
+    model: KernelModel, family: Family
+) -> tuple[list[str] | None, list[str], bool] | None:
+    """The FlashAttention-3 kernel's split score path (scores.split_logit; None where it does
+    not split, or a mask rule's path): the op functions its pair part issues per score
+    (None for the scaled logit alone, one FFMA with the key part; else the part times log2 e
+    with the scale's multiply and the key part's add) and its key part per key, and whether
+    the key part steps (linear in the key: a few instructions a tile)."""
+    from ncdc.families.codegen import Statement
+
+    kernel = model.kernel
+    soft = next((op for op in kernel.ops if op.kind == "softmax"), None)
+    first = next((op for op in kernel.ops if op.kind == "contract"), None)
+    if soft is None or first is None or read_mask_rule(kernel) is not None:
+        return None
+    by_out = {op.out: op for op in kernel.ops}
+    logits = str(soft.operands[0])
+    while logits in by_out and by_out[logits].kind == "mask":
+        logits = str(by_out[logits].operands[0])
+    chain = [op for op in kernel.ops if op.kind in ("map", "binary", "index", "cast")]
+    (q,), (x,) = family.axes("q"), family.axes("x")
+    parts = split_logit(chain, model.diagram, first.out, logits, q, x)
+    if parts is None:
+        return None
+    pair, key, row = parts
+    stepped = all(t.index or not t.base for t in key + row)
+
+    maps = logit_maps(kernel.ops, logits)
+
+    def issued(bases: list[str]) -> list[str]:
+        made = [
+            Statement(op.out, "op_index" if op.kind == "index" else
+                      LOGIT_FORMS.get(f"op_{op.fn}", f"op_{op.fn}") if op.out in maps else
+                      f"op_{op.fn}", tuple(o for o in op.operands if isinstance(o, str)))
+            for op in chain
+        ]  # fmt: skip
+        live, fns = set(bases), []
+        for st in reversed(made):
+            if st.out in live:
+                live.update(st.args)
+                fns.append(st.fn.removeprefix("op_"))
+        return fns[::-1]
+
+    identity = [(t.coef, t.factors, t.base) for t in pair] == [(1.0, (), first.out)]
+    pair_fns = None if identity else [*issued([t.base for t in pair]), "scale", "log2", "add"]
+    key_fns = [*issued([t.base for t in key]), *(["mul"] * len(key))]
+    return pair_fns, key_fns, stepped
+
+
 def attention_mix(
     family: Family, c: Candidate, sizes: Mapping[str, int], model: KernelModel | None = None
 ) -> LoopMix:
@@ -263,10 +319,12 @@ def fa3_mix(
 ) -> LoopMix:  # fmt: skip
     """The FlashAttention-3 kernel's key tile of one consumer warp (16 of its warpgroup's 64
     rows): d / 16 (fp8: d / 32) + s_x / 16 wgmmas, the softmax's FA3_FP32_*, MUFU and
-    packing per score, the rescale per output value, FA3_INTEGER_* and FA3_FIXED; a score
-    functor's statements per score, as in the FlashAttention-2 loop (`attention_mix`), on
-    every tile, or, for a mask rule on the plain logits, on the tiles that run masked only
-    (`fa3_masked_share`: the others run no functor)."""
+    packing per score, the rescale per output value (V's head padded to a multiple of 64),
+    FA3_INTEGER_* and FA3_FIXED; a score functor's statements per score, as in the
+    FlashAttention-2 loop (`attention_mix`), on every tile, or, for a mask rule on the plain
+    logits, on the tiles that run masked only (`fa3_masked_share`: the others run no
+    functor); a split path (`split_statements`) its pair part per score and its key part
+    per key."""
     params = dict(c.params)
     d = math.prod(sizes[a] for a in family.axes("d"))
     d_v = math.prod(sizes[a] for a in family.axes("d_v"))
@@ -275,9 +333,13 @@ def fa3_mix(
     qk = d // wgmma_k(DTYPES[dtype].bytes)  # S's wgmmas: k16, or k32 for fp8
     v8 = model is not None and _value_bytes(model, family) == 1
     pv = s_x // (32 if v8 else 16)  # P V's wgmmas: k16, or k32 for fp8 V
+    # V's head padded to whole 128-byte blocks (wgmma.padded_heads; fp8 V is): O's values,
+    # and for 192 two wgmmas a step (n 128 + 64)
+    d_vp = ceil_div(d_v, 64) * 64
+    pv *= 2 if d_vp == 192 else 1
     classes = {
         "tensor": qk + pv,
-        "fp32": FA3_FP32_PER_SCORE * scores + d_v // 2 + FA3_FP32_FIXED,
+        "fp32": FA3_FP32_PER_SCORE * scores + d_vp // 2 + FA3_FP32_FIXED,
         "fp16": scores // 2,
         "mufu": scores + 2,
         "integer": FA3_INTEGER_PER_QK_WGMMA * qk
@@ -287,7 +349,19 @@ def fa3_mix(
         **FA3_FIXED,
     }
     statements = issued_statements(model) if model is not None else []
-    if statements and model is not None:
+    split = split_statements(model, family) if statements and model is not None else None
+    if split is not None and model is not None:
+        # the pair part per score, the key part per key (stepped: a few a tile)
+        pair, key, stepped = split
+        if pair is None:  # ncdc_s alone: one FFMA with the key part
+            add_slots(classes, {"fp32": 1}, scores)
+        for fn in pair or []:
+            add_slots(classes, SCORE_OP_SLOTS.get(fn, {"fp32": 1}), scores)
+        for fn in [] if stepped else key:
+            slots = {"integer": 2 * FA3_INDEX_INTEGER} if fn == "index" else None
+            add_slots(classes, slots or SCORE_OP_SLOTS.get(fn, {"fp32": 1}), scores / 2)
+        add_slots(classes, FA3_KEY_INPUT_PER_SCORE, scores / 2 * _key_inputs(model, family))
+    elif statements and model is not None:
         plain = rule_keeps_plain(model.kernel, family)
         share = fa3_masked_share(model.kernel, family, model.sizes, s_x) if plain else 1.0
         for fn in statements:

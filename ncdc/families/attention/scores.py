@@ -54,6 +54,28 @@ class ScoreInput:
 
 
 @dataclass(frozen=True)
+class ScoreSplit:
+    """The base-2 logit as pair(ncdc_s, ncdc_i, ncdc_j) + key(ncdc_j) + row(ncdc_i)
+    (`split_logit`): a kernel computes the key part once per key, and drops the row part,
+    the same for every key of a row, from the softmax (adding it back to a log-sum-exp).
+    `identity`: the pair part is ncdc_s times log2 e alone (one FFMA a score with the key
+    part); `shift`: the key and row parts are linear in the positions (or constant), so a
+    kernel may take both from one origin, keeping them small where fp32 must resolve them,
+    and step the key part along a tile by its coefficient (`step`: one FFMA a key)."""
+
+    pair: tuple[Statement, ...]
+    pair_result: str
+    key: tuple[Statement, ...]
+    key_result: str
+    row: tuple[Statement, ...]
+    row_result: str
+    identity: bool
+    shift: bool
+    step: tuple[Statement, ...] = ()  # shift: the key part's coefficient of the key
+    step_result: str = "0.0f"
+
+
+@dataclass(frozen=True)
 class Scores:
     """What the diagram does to the scaled logits S before softmax: elementwise statements
     (biases, soft-capping, position terms) and masks, each mask a band of keys around the
@@ -81,6 +103,8 @@ class Scores:
     # and max over its rows or keys), "" and () when the rule reads none
     tile_rule_data: str = ""
     tile_data: tuple[ScoreInput, ...] = ()
+    # the base-2 logit in a pair, a key and a row part (`split_logit`), without a mask rule
+    split: ScoreSplit | None = None
 
     @property
     def plain(self) -> bool:
@@ -151,6 +175,7 @@ def read_scores(
     for op in chain:
         statements += logit_statements(op, reader.value, reader.index, maps)
     statements = fold_scales(statements)
+    split = _split(chain, diagram, first.out, logits, q_axis, x_axis, reader, statements)
     tile_rule, kept, kept_result = "", [], "ncdc_s"
     tile_rule_data = ""
     tile_data: tuple[ScoreInput, ...] = ()
@@ -169,12 +194,169 @@ def read_scores(
                 kept += logit_statements(op, reader.value, reader.index, maps)
             kept = fold_scales(kept)
             kept_result = reader.value(kept_operand)
+            split = None
     return Scores(
         tuple(statements), reader.value(logits), tuple(reader.inputs.values()),
         tuple(a for a in batch if a in reader.needs_batch), sc.lo, sc.hi, sc.bounded, sc.window,
         sc.lengths, sc.lengths_offset, sc.sequences, tile_rule, tuple(kept), kept_result,
-        tile_rule_data, tile_data,
+        tile_rule_data, tile_data, split,
     )  # fmt: skip
+
+
+def _split(
+    chain: Sequence[Op], diagram: Diagram, first: str, logits: str, q_axis: str, x_axis: str,
+    reader: ScoreValues, statements: Sequence[Statement],
+) -> ScoreSplit | None:  # fmt: skip
+    """The score path's `split_logit` as statements: each part's terms times log2 e, summed,
+    after the path's statements their bases read."""
+    parts = split_logit(chain, diagram, first, logits, q_axis, x_axis)
+    if parts is None:
+        return None
+    pair, key, row = parts
+    linear = all(t.index or not t.base for t in key + row)
+    made: list[tuple[tuple[Statement, ...], str]] = []
+    # the key part's coefficient of the position where it is linear: its terms' factors
+    step = [replace(t, base="") for t in key] if linear else []
+    for name, terms in zip(("pair", "key", "row", "step"), (*parts, step), strict=True):
+        out: list[Statement] = []
+        total = ""
+        for k, t in enumerate(terms):
+            value = "ncdc_s" if t.base == first else reader.value(t.base) if t.base else ""
+            var = f"ncdc_{name}{k}"
+            # the factors times coef log2 e first (the same for every score: hoisted), then
+            # the base times their product
+            factor = f"{t.coef * LOG2E!r}f"
+            for i, f in enumerate(t.factors):
+                out.append(Statement(f"{var}_{i}", "op_mul", (reader.value(f), factor)))
+                factor = f"{var}_{i}"
+            out.append(Statement(var, "op_mul", (value, factor)) if value else
+                       Statement(var, "op_id", (factor,)))  # fmt: skip
+            if total:
+                out.append(Statement(f"ncdc_{name}_sum{k}", "op_add", (total, var)))
+                var = f"ncdc_{name}_sum{k}"
+            total = var
+        if not total:
+            out.append(Statement(f"ncdc_{name}", "op_id", ("0.0f",)))
+            total = f"ncdc_{name}"
+        made.append((tuple(_reads(statements, out)) + tuple(out), total))
+    identity = [(t.coef, t.factors, t.base) for t in pair] == [(1.0, (), first)]
+    (ps, pr), (ks, kr), (rs, rr), (ss, sr) = made
+    return ScoreSplit(ps, pr, ks, kr, rs, rr, identity, linear, ss, sr)
+
+
+def _reads(statements: Sequence[Statement], made: Sequence[Statement]) -> list[Statement]:
+    """The path's statements whose values `made` reads, in order (what a part recomputes)."""
+    import re
+
+    names = {st.out for st in statements}
+    live = {n for st in made for a in st.args for n in re.findall(r"\bncdc_e_\w+", a)}
+    needed = []
+    for st in reversed(statements):
+        if st.out in live:
+            needed.append(st)
+            live |= {n for a in st.args for n in re.findall(r"\bncdc_e_\w+", a) if n in names}
+    return needed[::-1]
+
+
+@dataclass(frozen=True)
+class LogitTerm:
+    """One addend of the logit (`logit_terms`): coef x factors x base, where the factors are
+    values over the batch axes alone (a slope per head) and `base` a value over `over`, a
+    subset of "s" (the scaled logit), "q" (the query) and "x" (the key); `index`: the base
+    is the query's or the key's position itself."""
+
+    coef: float
+    factors: tuple[str, ...]
+    base: str
+    over: frozenset[str]
+    index: bool = False
+
+
+def logit_terms(
+    chain: Sequence[Op], diagram: Diagram, first: str, logits: str, q_axis: str, x_axis: str
+) -> list[LogitTerm]:
+    """The logit `logits` as a sum of terms through the score path's sums, differences,
+    negations and products by constants or tensors over the batch axes alone, each term with
+    the axes its base reads (a value made otherwise, by a map, a product of two positions or
+    a rounding to a stored type, is the base of one term). ALiBi's slope[h] (j - i) is
+    slope j - slope i.
+
+        >>> from ncdc.language.load import load_diagram
+        >>> d = load_diagram("diagrams/alibi_attention.yaml")
+        >>> chain = [op for op in d.ops if op.out in ("I", "J", "D", "A", "B")]
+        >>> [(t.coef, t.factors, t.base, sorted(t.over), t.index)
+        ...  for t in logit_terms(chain, d, "S", "B", "q", "x")]  # doctest: +NORMALIZE_WHITESPACE
+        [(1.0, (), 'S', ['s'], False), (1.0, ('slope',), 'J', ['x'], True),
+         (-1.0, ('slope',), 'I', ['q'], True)]
+    """
+    from ncdc.families.codegen import read_as_stored
+
+    by_out = {op.out: op for op in chain}
+    seen: dict[str, frozenset[str]] = {}
+
+    def over(name: str) -> frozenset[str]:
+        if name not in seen:
+            if name == first:
+                seen[name] = frozenset("s")
+            elif name in by_out:
+                op = by_out[name]
+                if op.kind == "index":
+                    axis = op.params["axis"]
+                    seen[name] = frozenset("q" if axis == q_axis else "x" if axis == x_axis else "")
+                else:
+                    seen[name] = frozenset().union(*(over(i) for i in op.inputs))
+            else:
+                axes = diagram.tensor(name).axes
+                seen[name] = frozenset(("q",) * (q_axis in axes) + ("x",) * (x_axis in axes))
+        return seen[name]
+
+    def whole(name: str) -> list[LogitTerm]:
+        op = by_out.get(name)
+        index = op is not None and op.kind == "index" and over(name) in ({"q"}, {"x"})
+        return [LogitTerm(1.0, (), name, over(name), index)]
+
+    def terms(name: str | float) -> list[LogitTerm]:
+        if not isinstance(name, str):
+            return [LogitTerm(float(name), (), "", frozenset())]
+        op = by_out.get(name)
+        if op is None or op.kind == "index" or op.scale or read_as_stored(op, diagram):
+            return whole(name)
+        a = op.operands[0]
+        if op.kind == "map" and op.fn == "neg":
+            return [replace(t, coef=-t.coef) for t in terms(a)]
+        if op.kind == "binary" and op.fn in ("add", "sub"):
+            b = terms(op.operands[1])
+            sign = -1.0 if op.fn == "sub" else 1.0
+            return terms(a) + [replace(t, coef=sign * t.coef) for t in b]
+        if op.kind == "binary" and op.fn == "mul":
+            for x, y in (op.operands, op.operands[::-1]):
+                if not isinstance(y, str):
+                    return [replace(t, coef=t.coef * float(y)) for t in terms(x)]
+                if not over(y) and y not in by_out:  # a tensor over batch axes alone
+                    return [replace(t, factors=(*t.factors, y)) for t in terms(x)]
+        return whole(name)
+
+    return terms(logits)
+
+
+def split_logit(
+    chain: Sequence[Op], diagram: Diagram, first: str, logits: str, q_axis: str, x_axis: str
+) -> tuple[list[LogitTerm], list[LogitTerm], list[LogitTerm]] | None:
+    """The logit's terms (`logit_terms`) as three parts: those over the scaled logit (or
+    both positions), those over the key alone, those over the query alone or neither; None
+    where there is no key or query part to split off (the logit is one pair part).
+
+        >>> from ncdc.language.load import load_diagram
+        >>> d = load_diagram("diagrams/alibi_attention.yaml")
+        >>> chain = [op for op in d.ops if op.out in ("I", "J", "D", "A", "B")]
+        >>> [[t.base for t in part] for part in split_logit(chain, d, "S", "B", "q", "x")]
+        [['S'], ['J'], ['I']]
+    """
+    found = logit_terms(chain, diagram, first, logits, q_axis, x_axis)
+    pair = [t for t in found if "s" in t.over or t.over >= {"q", "x"}]
+    key = [t for t in found if t.over == {"x"}]
+    row = [t for t in found if t not in pair and t not in key]
+    return (pair, key, row) if key or row else None
 
 
 # What the score path computes are logits, whose error counts in absolute terms (softmax

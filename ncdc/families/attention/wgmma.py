@@ -24,7 +24,8 @@ The candidates join the mma.sync ones on sm_90a profiles and the model picks per
 Their price: the model's traffic and padding, the tensor rate at the full wgmma peak
 (the candidate's `tensor_share`, less the epilogue's TMA store issue) and the softmax hidden
 under the other warpgroup's GEMMs (`pingpong`: ncdc.model.overlap.pingpong_compute). What the
-template does not run (heads outside 64..256 in 128-byte rows, layouts TMA cannot take: Q,
+template does not run (heads over 256, or not whole k steps: multiples of 16 values, of 32 for
+fp8 Q and K; layouts TMA cannot take: Q,
 K, V and O must be [batch..., rows, head], or [batch..., rows, batch..., head] with at most
 two axes between rows and head, FlashAttention's [b, s, h, d]; paged caches, Q or K computed
 as they load) leaves the kernel with the mma.sync candidates.
@@ -71,10 +72,9 @@ PRODUCER_REGISTERS_V8, CONSUMER_REGISTERS_V8 = 40, 232
 # A consumer thread's registers besides S (s_x / 2 fp32), O (d_v / 2) and P (s_x / 4):
 # the row state, descriptors, indices and the epilogue's addresses.
 REGISTER_OVERHEAD = 48
-MAX_HEAD = 256  # Q and K: whole 128-byte rows (64 values of 16 bits, 128 of fp8) up to this
+MAX_HEAD = 256  # Q's and K's heads (whole k steps of 32 bytes) and V's (multiples of 16)
 # axes between a tensor's rows and its head ([b, s, h, d]): TMA maps have at most 5 dimensions
 MAX_INNER = 2
-VALUE_HEADS = (64, 128, 256)
 TILES: dict[str, tuple[int, ...]] = {"s_x": (64, 128), "stages": (2, 3)}
 # A data mask's block table: one class byte a key tile in static shared memory
 # (kClassTable, ncdc_attention_hopper.cuh)
@@ -87,6 +87,21 @@ def offered(hw: Hardware) -> bool:
 
 def is_wgmma(c: Candidate) -> bool:
     return dict(c.params).get("wgmma", 0) == 1
+
+
+def padded_heads(at: Attention) -> tuple[int, int]:
+    """Q's and K's head and V's as the kernel holds them: whole 128-byte column blocks
+    (Config::DP, DVP), TMA filling a block's columns past the head with zeros. S issues the
+    head's own k steps; P V's n is the padded head (the work the model prices).
+
+        >>> from types import SimpleNamespace as NS
+        >>> padded_heads(NS(d=96, d_v=96, dtype="bf16", value_dtype="bf16"))
+        (128, 128)
+        >>> padded_heads(NS(d=192, d_v=160, dtype="fp8_e4m3", value_dtype="bf16"))
+        (256, 192)
+    """
+    row_qk, row_v = SPAN // DTYPES[at.dtype].bytes, SPAN // DTYPES[at.value_dtype].bytes
+    return ceil_div(at.d, row_qk) * row_qk, ceil_div(at.d_v, row_v) * row_v
 
 
 def pipeline_share(hw: Hardware, at: Attention, s_x: int, stages: int) -> float:
@@ -108,18 +123,21 @@ def pipeline_share(hw: Hardware, at: Attention, s_x: int, stages: int) -> float:
     """
     clock = hw.achievable.clock_hz or hw.clock_hz
     mma_s = mma_tile_s(hw, at, s_x)
-    loads = (at.d * DTYPES[at.dtype].bytes + at.d_v * DTYPES[at.value_dtype].bytes) // SPAN
+    dp, dvp = padded_heads(at)
+    loads = (dp * DTYPES[at.dtype].bytes + dvp * DTYPES[at.value_dtype].bytes) // SPAN
     issue_s = (loads + 4) * ISSUE_CYCLES / clock
     fill_s = (TMA_LATENCY_CYCLES / clock + issue_s) / stages
     return mma_s / max(mma_s, issue_s, fill_s)
 
 
-def mma_tile_s(hw: Hardware, at: Attention, s_x: int) -> float:
+def mma_tile_s(hw: Hardware, at: Attention, s_x: int, padded: bool = True) -> float:
     """Seconds one SM's tensor cores take for a block's two GEMMs of one key tile at peak:
-    128 x s_x x d in Q's type and 128 x s_x x d_v in V's."""
+    128 x s_x x d in Q's type and 128 x s_x x d_v in V's, d_v as P V issues it (`padded_heads`)
+    or, not `padded`, the head's own."""
     sms = hw.limits.sms
+    d_v = padded_heads(at)[1] if padded else at.d_v
     mma_s = 2.0 * BQ * s_x * at.d / (hw.achieved_rate("tensor", at.dtype) / sms)
-    return mma_s + 2.0 * BQ * s_x * at.d_v / (hw.achieved_rate("tensor", at.value_dtype) / sms)
+    return mma_s + 2.0 * BQ * s_x * d_v / (hw.achieved_rate("tensor", at.value_dtype) / sms)
 
 
 def store_share(
@@ -143,7 +161,7 @@ def store_share(
     clock = hw.achievable.clock_hz or hw.clock_hz
     tiles = ceil_div(keys, s_x) * visited
     loop_s = max(tiles, 1) * mma_tile_s(hw, at, s_x) / share
-    store_s = (at.d_v * DTYPES[at.out_dtype].bytes // SPAN + 4) * ISSUE_CYCLES / clock
+    store_s = (padded_heads(at)[1] * DTYPES[at.out_dtype].bytes // SPAN + 4) * ISSUE_CYCLES / clock
     return loop_s / (loop_s + store_s)
 
 
@@ -160,14 +178,16 @@ def smem_bytes(at: Attention, s_x: int, stages: int) -> int:
     """Q, then `stages` K and V tiles (and for fp8 V its transposed tiles), and 1024 bytes
     to align them (the swizzle)."""
     qk, v = DTYPES[at.dtype].bytes, DTYPES[at.value_dtype].bytes
-    vt = s_x * at.d_v * v if at.o_dtype else 0
-    return 1024 + BQ * at.d * qk + stages * (s_x * (at.d * qk + at.d_v * v) + vt)
+    dp, dvp = padded_heads(at)
+    vt = s_x * dvp * v if at.o_dtype else 0
+    return 1024 + BQ * dp * qk + stages * (s_x * (dp * qk + dvp * v) + vt)
 
 
 def _runs(at: Attention, diagram: Diagram) -> bool:
     """Whether the template runs this attention: 16-bit (or fp8 Q and K, V too or not), Q
-    and K heads of whole 128-byte rows, d_v of 64, 128 or 256 (fp8 V: whole 128-byte rows;
-    its registers then allow d_v 128 alone: `candidates`), any score path and masks (the score
+    and K heads of whole k steps (16 values, 32 of fp8) and d_v a multiple of 16, up to 256
+    (`padded_heads`; fp8 V: whole 128-byte rows, its registers then allowing d_v 128 alone:
+    `candidates`), any score path and masks (the score
     functor and attn::Visible), a log-sum-exp output or none, a positive scale, K and V
     not paged nor Q and K computed as they load (the tensor maps copy boxes of contiguous
     rows), and Q, K, V and O in [outer..., rows, inner..., head] order (`_layout`: batch
@@ -175,9 +195,9 @@ def _runs(at: Attention, diagram: Diagram) -> bool:
     as Q)."""
     if at.dtype not in QK_DTYPES or at.out_dtype not in VALUE_DTYPES or at.paged or at.loads:
         return False
-    if at.d * DTYPES[at.dtype].bytes % SPAN or at.d > MAX_HEAD or at.d_v not in VALUE_HEADS:
+    if at.d * DTYPES[at.dtype].bytes % 32 or at.d_v % 16 or max(at.d, at.d_v) > MAX_HEAD:
         return False
-    if at.d_v * DTYPES[at.value_dtype].bytes % SPAN:  # fp8 V: d_v of 128 or 256
+    if DTYPES[at.value_dtype].is_fp8 and at.d_v % SPAN:  # fp8 V: d_v of 128 or 256
         return False
     if at.scale <= 0:
         return False
@@ -232,7 +252,7 @@ def candidates(
     (q,), (x,) = family.axes("q"), family.axes("x")
     if fixed.get(q, BQ) != BQ:
         return []
-    out = []
+    out: list[Candidate] = []
     # the widest key tile whose S, O and P fit a consumer's registers (FlashAttention-3's
     # choice: 128 for d_v <= 128): each tile's turn, barriers and descriptors are paid per
     # key, so a 64-key tile issues more per FLOP (2.9 slots per HMMA.16816 against 2.0 at
@@ -240,12 +260,15 @@ def candidates(
     key_inputs = sum(t.x_pitch != "0" for t in at.scores.inputs)
     most = CONSUMER_REGISTERS_V8 if at.o_dtype else CONSUMER_REGISTERS
     p_bytes = DTYPES[at.value_dtype].bytes
-    fits = [s for s in TILES["s_x"] if consumer_registers(s, at.d_v, key_inputs, p_bytes) <= most]
+    d_v = padded_heads(at)[1]
+    fits = [s for s in TILES["s_x"] if consumer_registers(s, d_v, key_inputs, p_bytes) <= most]
     if at.o_dtype:  # fp8 V: its transposed tile is one 128-byte row of keys
         fits = [s for s in fits if s == 128]
-    widths = [fixed[x]] if x in fixed else fits[-1:]
+    # the widest that fits (a narrower one where two stages of the widest exceed the shared
+    # memory: heads of 192 and 160 in 16 bits), or the one given
+    widths = [fixed[x]] if x in fixed else fits[::-1]
     for s_x in widths:
-        if s_x not in fits:
+        if s_x not in fits or (out and x not in fixed):
             continue
         for stages in TILES["stages"]:
             smem = smem_bytes(at, s_x, stages)
@@ -260,7 +283,9 @@ def candidates(
                 continue
             stream = {a: (s_x if a == x else fixed.get(a, 1)) for a in streams}
             shape = LaunchShape((ceil_div(model.sizes[q], BQ), batch, 1), (THREADS, 1, 1), smem)
+            # a padded V's columns: tensor work the diagram's FLOPs do not count
             share = pipeline_share(hw, at, s_x, stages)
+            share *= mma_tile_s(hw, at, s_x, padded=False) / mma_tile_s(hw, at, s_x)
             rule_tiles = bool(at.scores.tile_rule)
             visited = float(model.mask_fraction(group, stream, rule_tiles))
             share *= store_share(hw, at, s_x, model.sizes[x], share, visited)
@@ -375,8 +400,10 @@ def _score_context(at: Attention, kernel: str) -> dict[str, object]:
         "offset",
         "stride",
     )
+    from ncdc.families.attention.core import split_context
+
     full = at.context()
-    return {"kernel": kernel, **{k: full[k] for k in keys}}
+    return {"kernel": kernel, **{k: full[k] for k in keys}, "split": split_context(at.scores)}
 
 
 def _masks(at: Attention) -> str:

@@ -385,6 +385,7 @@ NCDC_DEVICE Iv iv_over(const T* p, long long pitch, int a, int b, int lane) {
 // plain logits).
 struct PlainScores {
   static constexpr bool kIdentity = true, kKeptIdentity = true, kRule = false;
+  static constexpr bool kSplit = false, kPairIdentity = false, kShift = false;  // scores.split_logit
   static constexpr int kTileData = 0;  // data tensors a tile's class reads (a block table)
   NCDC_DEVICE float operator()(float s, int, int) const { return s; }
   NCDC_DEVICE float kept(float s, int, int) const { return s; }

@@ -23,7 +23,8 @@
 // softmax while the tensor cores work for the other.
 //
 // Layouts (128-byte swizzle throughout, as TMA writes it): a tile of R rows and H head values
-// is H / 64 column blocks of R rows of 128 bytes (8-row groups 1024 bytes apart). For S the
+// is H / 64 column blocks of R rows of 128 bytes (8-row groups 1024 bytes apart), rounded up:
+// a head of 96 takes two blocks, TMA filling the second's last 32 columns with zeros. For S the
 // descriptors walk k (the head) 16 values at a time inside a block, then to the next block;
 // for P V, V's column blocks are the MN-major B's 128-byte n blocks (LBO apart) and the keys
 // its k rows (16 per wgmma, 8-key groups 1024 bytes apart). Each GEMM builds one descriptor
@@ -138,23 +139,27 @@ struct Config {
   static constexpr bool V8 = ES_V == 1;
   static constexpr int SPAN = 128;  // the swizzle span: one TMA box row
   static constexpr int ROW_QK = SPAN / ES_QK, ROW_V = SPAN / ES_V, ROW_O = SPAN / ES_O;  // values per row
+  // Heads in shared memory: whole column blocks (DP, DVP values; TMA zero-fills a block's
+  // columns past the head). S issues the head's own k steps, P V the n of DVP.
+  static constexpr int DP = (D + ROW_QK - 1) / ROW_QK * ROW_QK, DVP = (DV + ROW_V - 1) / ROW_V * ROW_V;
   static constexpr int QK_STEPS = D * ES_QK / 32;  // S's wgmmas: 32 bytes of the head each
   static constexpr int PV_STEPS = SX * ES_V / 32;  // P V's: 32 bytes of the keys each
   static constexpr int P_REGS = SX * ES_V / 8;     // P packed: SX / 2 values a thread
-  static constexpr int Q_BYTES = BQ * D * ES_QK, K_BYTES = SX * D * ES_QK, V_BYTES = SX * DV * ES_V;
+  static constexpr int O_REGS = DVP / 2;           // O's accumulator: DVP / 2 values a thread
+  static constexpr int Q_BYTES = BQ * DP * ES_QK, K_BYTES = SX * DP * ES_QK, V_BYTES = SX * DVP * ES_V;
   static constexpr int VT_BYTES = V8 ? V_BYTES : 0;  // a slot of the transposed V ring
   static constexpr int SMEM_BYTES = 1024 + Q_BYTES + STAGES * (K_BYTES + V_BYTES + VT_BYTES);
-  static constexpr int O_BOXES = DV / ROW_O;       // a consumer's O: boxes of 64 rows x 128 bytes
-  static constexpr int O_TILE_BYTES = 64 * DV * ES_O;  // one consumer's O, staged in the V ring
+  static constexpr int O_BOXES = DVP / ROW_O;       // a consumer's O: boxes of 64 rows x 128 bytes
+  static constexpr int O_TILE_BYTES = 64 * DVP * ES_O;  // one consumer's O, staged in the V ring
   // the transpose (wgmma_gemm::transpose_b): the tile's n (DV) by k (SX keys)
-  static constexpr int BN = DV, BK = SX;
+  static constexpr int BN = DVP, BK = SX;
   // fp8 V: three producer warps transpose, with the fp8 GEMM's budgets (40 + 2 x 232)
   static constexpr int PRODUCER_REGS = V8 ? 40 : kProducerRegs, CONSUMER_REGS = V8 ? 232 : kConsumerRegs;
   static_assert(ES_O == 2, "16-bit O");
   static_assert(!V8 || SX == 128, "fp8 V: key tiles of 128 (one 128-byte row of the transposed tile)");
-  static_assert(D % ROW_QK == 0 && DV % ROW_V == 0, "heads are whole 128-byte rows");
+  static_assert(D * ES_QK % 32 == 0 && D <= 256, "Q's and K's heads: whole k steps of 32 bytes, at most 256");
+  static_assert(DV % 16 == 0 && DV <= 256 && (!V8 || DV == DVP), "d_v: a multiple of 16 up to 256 (fp8: of 128)");
   static_assert(SX == 64 || SX == 128, "key tiles of 64 or 128 (the n of S's wgmma)");
-  static_assert(DV == 64 || DV == 128 || DV == 256, "d_v is the n of P V's wgmma");
   static_assert(PRODUCER_REGS + kConsumers * CONSUMER_REGS <= 504, "the launch's 384 x 168 registers");
   static_assert(kConsumers * O_TILE_BYTES <= STAGES * (V_BYTES + VT_BYTES), "O is staged in the V rings");
 };
@@ -314,7 +319,7 @@ NCDC_DEVICE int next_tile(const KeyTiles& r, const Problem& p, const Scores& sco
 template <class Cfg>
 NCDC_DEVICE void load_q(const TensorMap* map_q, unsigned char* smem, const Barriers& bar, const Problem& p) {
   mbar_arrive_expect_tx(bar.q_full, Cfg::Q_BYTES);
-  load_rows<Cfg>(smem, map_q, bar.q_full, Cfg::D, Cfg::ROW_QK, Cfg::BQ, p.q_tile * Cfg::BQ, p.z_q);
+  load_rows<Cfg>(smem, map_q, bar.q_full, Cfg::DP, Cfg::ROW_QK, Cfg::BQ, p.q_tile * Cfg::BQ, p.z_q);
 }
 
 template <class Cfg, class Scores>
@@ -329,12 +334,12 @@ NCDC_DEVICE void produce(const TensorMap* map_q, const TensorMap* map_k, const T
   for (int j = next_tile<Cfg>(r, p, scores, r.tile0); j < end; j = next_tile<Cfg>(r, p, scores, j + 1)) {
     mbar_wait(&bar.empty_k[stage], phase ^ 1u);
     mbar_arrive_expect_tx(&bar.full_k[stage], Cfg::K_BYTES);
-    load_rows<Cfg>(ks + stage * Cfg::K_BYTES, map_k, &bar.full_k[stage], Cfg::D, Cfg::ROW_QK, Cfg::SX,
+    load_rows<Cfg>(ks + stage * Cfg::K_BYTES, map_k, &bar.full_k[stage], Cfg::DP, Cfg::ROW_QK, Cfg::SX,
                    j * Cfg::SX, p.z_k);
     mbar_wait(&bar.empty_v[stage], phase ^ 1u);
     unsigned long long* landed = Cfg::V8 ? &bar.staged_v[stage] : &bar.full_v[stage];
     mbar_arrive_expect_tx(landed, Cfg::V_BYTES);
-    load_rows<Cfg>(v_slot<Cfg>(smem, stage), map_v, landed, Cfg::DV, Cfg::ROW_V, Cfg::SX, j * Cfg::SX, p.z_v);
+    load_rows<Cfg>(v_slot<Cfg>(smem, stage), map_v, landed, Cfg::DVP, Cfg::ROW_V, Cfg::SX, j * Cfg::SX, p.z_v);
     if (++stage == Cfg::STAGES) {
       stage = 0;
       phase ^= 1u;
@@ -392,14 +397,23 @@ NCDC_DEVICE void issue_qk(float* s, const unsigned char* qs, const unsigned char
 
 // O (+)= P V: one wgmma per 32 bytes of the keys (16, or 32 of fp8), P's fragment kk in
 // p[4 kk .. 4 kk + 3]; V's rows an MN-major B (16-bit), or the transposed tile's 32-byte
-// column a K-major one (fp8, walked as S walks K).
+// column a K-major one (fp8, walked as S walks K). The n of a wgmma is DVP, or for DVP = 192
+// (16-bit) 128 and then 64 from V's third column block into O's values 64.. (the
+// accumulator's columns follow its registers, 8 per 4 of them, so the two make one m64n192).
 template <class T, class Cfg>
 NCDC_DEVICE void issue_pv(float* o, const unsigned* pr, const unsigned char* vs, bool accumulate) {
+  constexpr int N0 = Cfg::DVP == 192 ? 128 : Cfg::DVP, N1 = Cfg::DVP - N0;
+  static_assert(N0 == 64 || N0 == 128 || N0 == 256, "P V's n: 64, 128, 256, or 128 + 64");
   const auto db = Cfg::V8 ? smem_desc(vs, 16, 1024, kSwizzle128) : smem_desc(vs, Cfg::SX * Cfg::SPAN, 1024, kSwizzle128);
 #pragma unroll
   for (int kk = 0; kk < Cfg::PV_STEPS; ++kk) {
     const unsigned step = Cfg::V8 ? kk * 32 : kk * 16 * Cfg::SPAN;
-    PvMma<T>::template run<Cfg::DV>(o, pr + 4 * kk, desc_advance(db, step), (accumulate || kk > 0) ? 1 : 0);
+    const int scale = (accumulate || kk > 0) ? 1 : 0;
+    PvMma<T>::template run<N0>(o, pr + 4 * kk, desc_advance(db, step), scale);
+    if constexpr (N1 > 0) {
+      static_assert(!Cfg::V8 && N1 == 64, "fp8 V: n of 128 or 256");
+      PvMma<T>::template run<N1>(o + N0 / 2, pr + 4 * kk, desc_advance(db, step + N0 / Cfg::ROW_V * Cfg::SX * Cfg::SPAN), scale);
+    }
   }
 }
 
@@ -408,6 +422,41 @@ struct Rows {
   float m[2], l[2];  // max of the logits (unscaled), partial sum of this thread's exps
   int lower[2], limit[2];  // the keys [lower, limit] each row sees (attn::visible_keys)
 };
+
+// Whether the score path's key part steps along the keys (linear in the position, from one
+// origin: the block's first query): a thread's keys' steps from a tile's first key are then
+// the same for every tile (key_steps), and the tile's first key's part one value.
+template <class Scores>
+constexpr bool stepped() {
+  return Scores::kSplit && Scores::kShift;
+}
+
+// What the softmax of row i left out of its logits (split): the row part R(i) and, stepped
+// (the key part K taken from origin o), K(o), as K(j) = K(j - o) + K(o). Both linear, that
+// is R(i - o) + (K(o) + R(o) - R(0)): ALiBi's K(o) and R(o) - R(0) cancel exactly, so a row
+// far from key 0 loses nothing to their rounding.
+template <class Cfg, class Scores>
+NCDC_DEVICE float row_part(const Scores& scores, const Problem& p, int i) {
+  if constexpr (Scores::kShift) {
+    const int o = p.q_tile * Cfg::BQ;
+    return scores.row_log2(i - o) + (scores.key_log2(o) + (scores.row_log2(o) - scores.row_log2(0)));
+  } else {
+    return scores.row_log2(i);
+  }
+}
+
+// A thread's keys' parts relative to its tile's first key (stepped): 2 t + 8 (c / 2) + c % 2
+// steps of the key part, for c < SX / 4; made once, before the key loop.
+template <class Cfg, class Scores>
+NCDC_DEVICE void key_steps(float* kx, const Scores& scores, int t) {
+  if constexpr (stepped<Scores>()) {
+    const float step = scores.step_log2();
+#pragma unroll
+    for (int c = 0; c < Cfg::SX / 4; ++c) kx[c] = step * float(2 * t + 8 * (c / 2) + c % 2);
+  } else {
+    (void)kx, (void)scores, (void)t;
+  }
+}
 
 // Whether the max and the exponent take raw logits, the scale folded into the exponent (one
 // FFMA a score): plain scores, or a mask rule on the plain logits, whose tiles kept whole
@@ -428,11 +477,43 @@ constexpr bool folds() {
 // q_len are never stored, keys past x_len are masked), so it reads no tensor past its end.
 template <class Cfg, bool BELOW, bool MASKED, class Scores>
 NCDC_DEVICE void softmax_tile(float* s, Rows& st, float* alpha, int key0, long long row0, int t,
-                              const Problem& p, const Scores& scores) {
+                              const Problem& p, const Scores& scores, const float* kx) {
   constexpr int N = Cfg::SX / 2;
   constexpr bool kFold = folds<Scores>();
+  constexpr bool kStepped = stepped<Scores>();
   const float fold = kFold ? p.scale_log2 : 1.0f;
-  if (MASKED ? !Scores::kIdentity : !kFold) {
+  float off = 0.0f;  // stepped: the tile's first key's part, the same for every thread
+  if constexpr (Scores::kSplit) {
+    // the key part once per key of the thread (its N / 2 keys: 8 (c / 2) + 2 t + c % 2) or,
+    // stepped, the keys' steps from the tile's first key (`kx`, made once: key_steps) and
+    // that key's part (`off`, added to the max); the pair part per score; the row part left
+    // out (the same for the row's every key)
+    const float scale = p.scale_log2 * (1.0f / attn::kLog2e);
+    const int rows[2] = {int(attn::lmin(row0, p.q_len - 1)), int(attn::lmin(row0 + 8, p.q_len - 1))};
+    float own[kStepped ? 1 : N / 2];
+    if constexpr (kStepped) {
+      off = scores.key_log2(key0 - p.q_tile * Cfg::BQ);
+    } else {
+#pragma unroll
+      for (int c = 0; c < N / 2; ++c) {
+        int key = key0 + 8 * (c / 2) + 2 * t + c % 2;
+        if (MASKED) key = attn::imin(key, p.x_len - 1);
+        own[c] = scores.key_log2(key);
+      }
+    }
+    const float* part = kStepped ? kx : own;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const int c = 2 * (i / 4) + i % 2;
+      if constexpr (Scores::kPairIdentity) {
+        s[i] = fmaf(s[i], p.scale_log2, part[c]);
+      } else {
+        int key = key0 + 8 * (i / 4) + 2 * t + i % 2;
+        if (MASKED) key = attn::imin(key, p.x_len - 1);
+        s[i] = scores.pair_log2(s[i] * scale, rows[(i / 2) % 2], key) + part[c];
+      }
+    }
+  } else if (MASKED ? !Scores::kIdentity : !kFold) {
     const float scale = p.scale_log2 * (1.0f / attn::kLog2e);
     // folded, a rule's logit (s * scale, or -inf) goes back to the raw logit's units
     const float to_max = 1.0f / scale;
@@ -459,14 +540,16 @@ NCDC_DEVICE void softmax_tile(float* s, Rows& st, float* alpha, int key0, long l
   float base[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = st.m[h];
+    float mx = kStepped ? attn::neg_inf() : st.m[h];
 #pragma unroll
     for (int i = 2 * h; i < N; i += 4) mx = fmaxf(mx, fmaxf(s[i], s[i + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    if constexpr (kStepped) mx = fmaxf(st.m[h], mx + off);
     base[h] = mx == attn::neg_inf() ? 0.0f : mx * fold;
     alpha[h] = attn::exp2_fast(fmaf(st.m[h], fold, -base[h]));
     st.m[h] = mx;
+    if constexpr (kStepped) base[h] -= off;  // the scores are short of the tile's first key's part
   }
   float sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -552,7 +635,7 @@ NCDC_DEVICE void release(unsigned long long* bar, int lane) {
 template <class TQ, class TV, class Cfg, bool BELOW, bool MASKED, class Scores>
 NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned char* smem,
                       const Barriers& bar, const Problem& p, int j, bool accumulate, int consumer,
-                      int& stage, unsigned& phase, long long row0, const Scores& scores) {
+                      int& stage, unsigned& phase, long long row0, const Scores& scores, const float* kx) {
   const int lane = threadIdx.x % 32, t = lane % 4;
   const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
   const unsigned char* ks = smem + Cfg::Q_BYTES;
@@ -562,7 +645,7 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
   named_bar_sync(mine, kPair);
   mbar_wait(&bar.full_k[next], next_phase);
   fence_registers<Cfg::P_REGS>(pr);
-  wgmma_fence_operands<Cfg::DV / 2>(o_acc);
+  wgmma_fence_operands<Cfg::O_REGS>(o_acc);
   wgmma_fence();
   issue_qk<TQ, Cfg>(s, smem, ks + next * Cfg::K_BYTES, consumer);
   wgmma_commit();
@@ -573,13 +656,13 @@ NCDC_DEVICE void step(float* s, float* o_acc, unsigned* pr, Rows& st, unsigned c
   wgmma_wait<1>();  // S of tile j
   wgmma_fence_operands<Cfg::SX / 2>(s);
   release(&bar.empty_k[next], lane);
-  softmax_tile<Cfg, BELOW, MASKED>(s, st, alpha, j * Cfg::SX, row0, t, p, scores);
+  softmax_tile<Cfg, BELOW, MASKED>(s, st, alpha, j * Cfg::SX, row0, t, p, scores, kx);
   wgmma_wait<0>();  // P V of tile j - 1: its P registers and V slot are free
-  wgmma_fence_operands<Cfg::DV / 2>(o_acc);
+  wgmma_fence_operands<Cfg::O_REGS>(o_acc);
   fence_registers<Cfg::P_REGS>(pr);
   release(&bar.empty_v[stage], lane);
 #pragma unroll
-  for (int i = 0; i < Cfg::DV / 2; ++i) o_acc[i] *= alpha[(i / 2) % 2];
+  for (int i = 0; i < Cfg::O_REGS; ++i) o_acc[i] *= alpha[(i / 2) % 2];
   pack_p<TV, Cfg::SX / 2>(pr, s);
   stage = next;
   phase = next_phase;
@@ -599,7 +682,7 @@ NCDC_DEVICE void store_o(unsigned char* smem, const TensorMap* map_o, const floa
   unsigned char* tile = smem + Cfg::Q_BYTES + Cfg::STAGES * Cfg::K_BYTES + consumer * Cfg::O_TILE_BYTES;
   named_bar_sync(kStoreBar, kConsumers * 128);
 #pragma unroll
-  for (int i = 0; i < Cfg::DV / 2; i += 2) {
+  for (int i = 0; i < Cfg::O_REGS; i += 2) {
     const int h = (i / 2) % 2, r = 16 * w + g + 8 * h, col = 8 * (i / 4) + 2 * t;
     const int byte = (col % Cfg::ROW_O) * Cfg::ES_O;
     unsigned char* at = tile + (col / Cfg::ROW_O) * 64 * Cfg::SPAN + r * Cfg::SPAN +
@@ -629,14 +712,16 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
   const unsigned char* ks = smem + Cfg::Q_BYTES;
   const long long row0 = (long long)p.q_tile * Cfg::BQ + 64 * consumer + 16 * w + g;
   const unsigned mine = kSchedulerBar + consumer, other = kSchedulerBar + (consumer ^ 1);
-  float o_acc[Cfg::DV / 2], s[Cfg::SX / 2], alpha[2];
+  float o_acc[Cfg::O_REGS], s[Cfg::SX / 2], alpha[2];
+  float kx[stepped<Scores>() ? Cfg::SX / 4 : 1];  // the key part's steps (key_steps)
+  key_steps<Cfg>(kx, scores, t);
   unsigned pr[Cfg::P_REGS];
   Rows st = {{attn::neg_inf(), attn::neg_inf()}, {0.0f, 0.0f}, {0, 0}, {0, 0}};
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     attn::visible_keys<UPPER, BELOW>(p.vis, int(row0) + 8 * h, st.lower[h], st.limit[h]);
 #pragma unroll
-  for (int i = 0; i < Cfg::DV / 2; ++i) o_acc[i] = 0.0f;
+  for (int i = 0; i < Cfg::O_REGS; ++i) o_acc[i] = 0.0f;
   mbar_wait(bar.q_full, 0);
   const int end = r.tile0 + r.tiles;
   // the first tile the block visits: S alone
@@ -653,9 +738,9 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
     wgmma_fence_operands<Cfg::SX / 2>(s);
     release(&bar.empty_k[0], lane);
     if (tile_kind<Cfg>(r, p, scores, first) == kMasked)
-      softmax_tile<Cfg, BELOW, true>(s, st, alpha, first * Cfg::SX, row0, t, p, scores);
+      softmax_tile<Cfg, BELOW, true>(s, st, alpha, first * Cfg::SX, row0, t, p, scores, kx);
     else
-      softmax_tile<Cfg, BELOW, false>(s, st, alpha, first * Cfg::SX, row0, t, p, scores);
+      softmax_tile<Cfg, BELOW, false>(s, st, alpha, first * Cfg::SX, row0, t, p, scores, kx);
     pack_p<TV, Cfg::SX / 2>(pr, s);
   }
   // the rest in order: without a mask rule the tiles before clear0 and from clear1 run
@@ -668,35 +753,35 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
     if (BELOW)  // a lower bound: tiles that cross the first keys of the block's later rows
       for (int j = first + 1; j < whole0; ++j)
         step<TQ, TV, Cfg, BELOW, true>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
-                                       stage, phase, row0, scores);
+                                       stage, phase, row0, scores, kx);
     for (int j = whole0; j < whole1; ++j)
       step<TQ, TV, Cfg, BELOW, false>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
-                                      stage, phase, row0, scores);
+                                      stage, phase, row0, scores, kx);
     for (int j = whole1; j < end; ++j)
       step<TQ, TV, Cfg, BELOW, true>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
-                                     stage, phase, row0, scores);
+                                     stage, phase, row0, scores, kx);
   } else {
     for (int j = first + 1; j < end;) {
       j = run_end<kSkip, Cfg>(r, p, scores, j);
       for (const int run = run_end<kMasked, Cfg>(r, p, scores, j); j < run; ++j)
         step<TQ, TV, Cfg, BELOW, true>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
-                                       stage, phase, row0, scores);
+                                       stage, phase, row0, scores, kx);
       for (const int run = run_end<kWhole, Cfg>(r, p, scores, j); j < run; ++j)
         step<TQ, TV, Cfg, BELOW, false>(s, o_acc, pr, st, smem, bar, p, j, j > first + 1, consumer,
-                                        stage, phase, row0, scores);
+                                        stage, phase, row0, scores, kx);
     }
   }
   if (first < end) {  // the last tile's P V
     named_bar_sync(mine, kPair);
     mbar_wait(&bar.full_v[stage], phase);
     fence_registers<Cfg::P_REGS>(pr);
-    wgmma_fence_operands<Cfg::DV / 2>(o_acc);
+    wgmma_fence_operands<Cfg::O_REGS>(o_acc);
     wgmma_fence();
     issue_pv<TV, Cfg>(o_acc, pr, pv_slot<Cfg>(smem, stage), end > first + 1);
     wgmma_commit();
     if (consumer == 0) named_bar_arrive(other, kPair);  // warpgroup 1's last turn needs it
     wgmma_wait<0>();
-    wgmma_fence_operands<Cfg::DV / 2>(o_acc);
+    wgmma_fence_operands<Cfg::O_REGS>(o_acc);
     release(&bar.empty_v[stage], lane);
   }
   float inv[2];
@@ -709,7 +794,9 @@ NCDC_DEVICE void consume(unsigned char* smem, const Barriers& bar, const Problem
     // the row's log-sum-exp from its max (raw logits, or base 2 after a score functor)
     const long long row = row0 + 8 * h;
     if (p.lse != nullptr && t == 0 && row < p.q_len) {
-      const float m = folds<Scores>() ? st.m[h] * p.scale_log2 : st.m[h];
+      float m = folds<Scores>() ? st.m[h] * p.scale_log2 : st.m[h];
+      if constexpr (Scores::kSplit)  // the row part the softmax left out
+        m += row_part<Cfg>(scores, p, int(row));
       st_global(p.lse + row * p.lse_stride, attn::row_lse(m, l));
     }
   }

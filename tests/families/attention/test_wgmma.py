@@ -19,8 +19,9 @@ from ncdc.backends.compile import compile_plan
 from ncdc.backends.cpu import build
 from ncdc.errors import NcdcError, PlanError
 from ncdc.families import classify_kernel
+from ncdc.families.attention.core import read_attention
 from ncdc.families.attention.family import FAMILY
-from ncdc.families.attention.wgmma import is_wgmma
+from ncdc.families.attention.wgmma import is_wgmma, padded_heads
 from ncdc.hardware.load import load_hardware
 from ncdc.language.diagram import Diagram
 from ncdc.language.load import load_diagram, load_diagram_text
@@ -493,6 +494,99 @@ def test_heads_between_rows_and_head_match_the_reference(
     assert result.ok == (planted is None), result.checks
 
 
+# Heads that are not whole 128-byte column blocks (Config::DP, DVP; wgmma.padded_heads):
+# the last block of Q's, K's and V's tiles in part, TMA filling the rest with zeros, S
+# issuing the head's own k steps, P V the padded n (n 128 + 64 for a V head of 160) and O's
+# last box clipped by the store. fp16 heads of 192 and 160, whose 128-key rings exceed the
+# shared memory (the kernel takes key tiles of 64).
+HEADS = """
+ncdc: 1
+name: heads
+doc: Attention with a Q and K head of %d and a V head of %d.
+axes: {b: 1, h: 2, q: 130, x: 300, d: %d, e: %d}
+inputs:
+  Q: {axes: [b, h, q, d], dtype: fp16}
+  K: {axes: [b, h, x, d], dtype: fp16}
+  V: {axes: [b, h, x, e], dtype: fp16}
+ops:
+  - S = contract(Q, K, over=d) * 0.072
+  - P = softmax(S, over=x)
+  - O = contract(P, V, over=x)
+outputs: [O]
+schedule: {stream: x}
+"""
+# fp8 Q and K with a head of 96: S in 3 k32 steps, its block of 128 bytes in part
+HEADS_FP8 = (
+    (HEADS % (96, 128, 96, 128))
+    .replace("Q: {axes: [b, h, q, d], dtype: fp16}", "Q: {axes: [b, h, q, d], dtype: fp8_e4m3}")
+    .replace("K: {axes: [b, h, x, d], dtype: fp16}", "K: {axes: [b, h, x, d], dtype: fp8_e4m3}")
+    .replace("over=d) * 0.072", "over=d, dtype=fp32) * 0.072")
+    .replace("softmax(S, over=x)", "softmax(S, over=x, dtype=fp16)")
+    .replace("contract(P, V, over=x)", "contract(P, V, over=x, dtype=fp16)")
+)
+assert HEADS_FP8.count("fp8_e4m3") == 2 and "dtype=fp16)" in HEADS_FP8
+# P V's second wgmma reading V's first block (O's values past 128 wrong), and O's boxes
+# rounded down (its last 32 values a row never stored: the poison shows)
+HEAD_FAULTS = {
+    "second_n": ("step + N0 / Cfg::ROW_V * Cfg::SX * Cfg::SPAN), scale);", "step), scale);"),
+    "o_boxes": ("O_BOXES = DVP / ROW_O;", "O_BOXES = DV / ROW_O;"),
+}
+
+
+@pytest.mark.parametrize(("spec", "sizes", "s_x", "planted"), [
+    # d = 96 in [b, s, h, d] (5-D maps), causal: Q's and K's second block half zeros
+    ("attn_bshd_causal", {"b": 1, "q": 150, "h": 2, "x": 170}, 64, None),
+    ("attn_bshd_causal", {"b": 1, "q": 150, "h": 2, "x": 170}, 64, "o_boxes"),
+    # d_v = 32: V's one block half zeros, O's one box clipped
+    ("attn_dv32", {"q": 77, "x": 201}, 128, None),
+    # d = 80 and d_v = 112
+    ((80, 112), None, 128, None),
+    # d = 192 and d_v = 160: P V as n 128 + 64, key tiles of 64 (the shared memory)
+    ((192, 160), None, 64, None),
+    ((192, 160), None, 64, "second_n"),
+    # fp8 Q and K, d = 96
+    ("fp8_96", None, 64, None),
+])  # fmt: skip
+def test_heads_of_any_multiple_of_16_match_the_reference(
+    spec: str | tuple[int, int], sizes: dict[str, int] | None, s_x: int, planted: str | None
+) -> None:  # (fp8 Q and K: of 32)
+    if isinstance(spec, tuple):
+        d = load_diagram_text(HEADS % (*spec, *spec))
+        assert [c.param("s_x") for c in wgmma_candidates(d)] == [s_x, s_x]  # 2 and 3 stages
+    elif spec == "fp8_96":
+        d = load_diagram_text(HEADS_FP8)
+    else:
+        d = load_diagram(support.SPECS / f"{spec}.yaml", sizes)
+    _, module = wgmma_module(d, s_x, 2)
+    if planted:
+        header = (Path(include.__file__).parent / "ncdc_attention_hopper.cuh").read_text()
+        fault, wrong = HEAD_FAULTS[planted]
+        assert header.count(fault) == 1
+        source = module.source.replace(
+            '#include "ncdc_attention_hopper.cuh"', header.replace(fault, wrong)
+        )
+        module = dataclasses.replace(module, source=source)
+    seed = int(np.random.default_rng().integers(2**31))
+    result = run_diagram(d, module, backend="cpu", seed=seed)
+    assert result.ok == (planted is None), result.checks
+
+
+def test_padded_heads_are_priced_as_issued() -> None:
+    # P V's padding is tensor time the diagram's FLOPs do not count: at d = 96 a block's
+    # key tile issues 128 x 128 x (96 + 128) where the diagram counts 96 + 96, so the share
+    # of the peak is 192 / 224 of a d = 128 kernel's at the same pipeline; the model takes
+    # the wgmma kernel for d = 96 (attn_bshd_causal, attn_d96) where mma.sync was all it had.
+    for spec in ("attn_bshd_causal", "attn_d96"):
+        plan = plan_diagram(load_diagram(support.SPECS / f"{spec}.yaml"), HW)
+        assert is_wgmma(plan.kernels[0].candidate), spec
+    d96 = load_diagram(support.SPECS / "attn_d96.yaml")
+    d128 = load_diagram_text(
+        (support.SPECS / "attn_d96.yaml").read_text().replace("d: 96", "d: 128")
+    )
+    (c96,), (c128,) = ([c for c in wgmma_candidates(d, 128) if c.stages == 2] for d in (d96, d128))
+    assert c96.tensor_share / c128.tensor_share == pytest.approx(192 / 224, rel=0.01)
+
+
 def test_a_paged_cache_gathered_first_runs_on_the_wgmma_kernel() -> None:
     # Saved, the gathers of a paged cache are elementwise kernels writing K and V as
     # [b, x, g, d] (the kernel-break search's choice on h200 at the diagram's sizes); the
@@ -537,6 +631,131 @@ def test_log_sum_exp_output_matches_the_reference(spec: str, sizes: dict[str, in
     seed = int(np.random.default_rng().integers(2**31))
     result = run_diagram(d, module, backend="cpu", seed=seed)
     assert result.ok and len(result.checks) == 2, result.checks  # O and the log-sum-exp
+
+
+# A score path split into parts (scores.split_logit): a key part computed once per key (or,
+# linear in the key, stepped along the tile from one value a tile), the pair part per score
+# and the row part left out of the softmax and added back to the log-sum-exp. At odd sizes
+# (150 queries: two blocks, the second's positions from 128), with the log-sum-exp output
+# (where a lost row part shows): ALiBi, causal (stepped) and
+# bidirectional (keys past the query raise the logit: the key part's precision counts far
+# from the block's first query); key and row parts that do not cancel (the log-sum-exp then
+# needs the key part at the block's origin); a key bias and a query bias read from tensors (the key
+# part per key, the row part read per row); soft-capping plus ALiBi (a pair part of its own).
+SPLIT = """
+ncdc: 1
+name: split
+doc: A score path with parts over the key and the query.
+axes: {b: 1, h: 2, q: 150, x: 201, d: 64}
+inputs:
+  Q: {axes: [b, h, q, d], dtype: bf16}
+  K: {axes: [b, h, x, d], dtype: bf16}
+  V: {axes: [b, h, x, d], dtype: bf16}
+%s
+ops:
+  - S = contract(Q, K, over=d) * 0.125
+%s
+  - P = softmax(M, over=x)
+  - Z = logsumexp(M, over=x, dtype=fp32)
+  - O = contract(P, V, over=x)
+outputs: [O, Z]
+schedule: {stream: x}
+"""
+SLOPE = "  slope: {axes: [h], dtype: bf16}"
+SPLITS = {
+    "alibi_causal": (
+        SLOPE,
+        """  - I = index(q)
+  - J = index(x)
+  - D = sub(J, I)
+  - A = mul(D, slope)
+  - B = add(S, A)
+  - M = causal(B, query=q, key=x)""",
+    ),
+    "alibi_both_ways": (
+        SLOPE,
+        """  - I = index(q)
+  - J = index(x)
+  - D = sub(I, J)
+  - A = mul(slope, D)
+  - N = neg(A)
+  - M = add(N, S)""",
+    ),
+    # key and row parts that do not cancel at the origin: 0.5 j slope + 0.25 i slope
+    "linear": (
+        SLOPE,
+        """  - I = index(q)
+  - J = index(x)
+  - E = mul(J, 0.5)
+  - F = mul(I, 0.25)
+  - G = add(E, F)
+  - A = mul(G, slope)
+  - B = add(S, A)
+  - M = causal(B, query=q, key=x)""",
+    ),
+    "tensors": (
+        "  kb: {axes: [b, h, x], dtype: bf16}\n  qb: {axes: [b, q], dtype: bf16}",
+        """  - A = add(S, kb)
+  - C = sub(A, qb)
+  - M = causal(C, query=q, key=x)""",
+    ),
+    "softcap_alibi": (
+        SLOPE,
+        """  - I = index(q)
+  - J = index(x)
+  - C = mul(S, 0.5)
+  - T = tanh(C)
+  - L = mul(T, 2)
+  - D = sub(J, I)
+  - A = mul(D, slope)
+  - M = add(L, A)""",
+    ),
+}
+
+
+def split_inputs(d: Diagram) -> dict[str, np.ndarray]:
+    """Fresh inputs with ALiBi's slopes 2^-1 and 2^-2 (100 keys from the query move the
+    logit by 50 and 25) and biases of a few units."""
+    inputs = dict(make_inputs(d, int(np.random.default_rng().integers(2**31))))
+    if "slope" in inputs:
+        inputs["slope"] = np.array([0.5, 0.25])
+    for name in ("kb", "qb"):
+        if name in inputs:
+            inputs[name] = inputs[name] * 4.0
+    return inputs
+
+
+@pytest.mark.parametrize(("case", "identity", "stepped", "s_x"), [
+    ("alibi_causal", True, True, 128),
+    ("alibi_both_ways", True, True, 128),
+    ("linear", True, True, 128),
+    ("tensors", True, False, 64),  # a tensor read along the keys: 64-key tiles
+    ("softcap_alibi", False, True, 128),
+])  # fmt: skip
+def test_score_paths_split_by_axis_match_the_reference(
+    case: str, identity: bool, stepped: bool, s_x: int
+) -> None:
+    d = load_diagram_text(SPLIT % SPLITS[case])
+    _, module = wgmma_module(d, s_x, 2)
+    assert f"kPairIdentity = {str(identity).lower()}" in module.source
+    assert f"kShift = {str(stepped).lower()}" in module.source
+    result = run_diagram(d, module, backend="cpu", inputs=split_inputs(d))
+    assert result.ok and len(result.checks) == 2, result.checks
+
+
+def test_a_row_part_left_out_of_the_log_sum_exp_is_caught() -> None:
+    # The kernel that forgets to add the row part back to the log-sum-exp: O is right (the
+    # softmax drops it), the log-sum-exp off by -slope i.
+    d = load_diagram_text(SPLIT % SPLITS["alibi_causal"])
+    _, module = wgmma_module(d, 128, 2)
+    header = (Path(include.__file__).parent / "ncdc_attention_hopper.cuh").read_text()
+    fault = "      if constexpr (Scores::kSplit)  // the row part the softmax left out\n"
+    assert header.count(fault) == 1
+    planted_header = header.replace(fault, "      if constexpr (false)\n")
+    source = module.source.replace('#include "ncdc_attention_hopper.cuh"', planted_header)
+    module = dataclasses.replace(module, source=source)
+    result = run_diagram(d, module, backend="cpu", inputs=split_inputs(d))
+    assert [c.ok for c in result.checks] == [True, False], result.checks
 
 
 # FlashAttention-3's fp8 S with a 16-bit P V (tests/specs/attn_fp8_qk.yaml: e4m3 Q and K,
@@ -593,13 +812,17 @@ def test_fp8_attention_is_priced_and_refused_without_wgmma() -> None:
             ("QGMMA.64x128x32.F32.E4M3.E4M3 R", "QGMMA.64x128x32.F32.E4M3.E4M3 R"),
             3,
         ),
-        # score functors, causal: ALiBi (3.4 slots per HMMA.16816; 8.2 on mma.sync), and
-        # soft-capping, whose tanh of a logit is 3 fp32 and 2 MUFU a score (3.7; libdevice's
-        # tanhf, 11 fp32, 2 MUFU and a select, took 6.9)
-        ("alibi_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4),
+        # score functors, causal: ALiBi, split into its key part, stepped along the tile, and
+        # its row part, left out (2.2 slots per HMMA.16816; 3.4 computing slope (j - i) per
+        # score; 8.2 on mma.sync), and soft-capping, whose tanh of a logit is 3 fp32 and 2
+        # MUFU a score (3.7; libdevice's tanhf, 11 fp32, 2 MUFU and a select, took 6.9)
+        ("alibi_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 2.5),
         ("softcap_attention", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 4.5),
         # Q in [b, q, h, d]: 5-D maps, the same loop
         ("attn_bshd_mqa", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
+        # d = 96: S in 6 k steps, P V at n 128 (2.2 slots per HMMA.16816 issued, 2.5 per
+        # one the diagram counts)
+        ("attn_d96", ("HGMMA.64x128x16.F32.BF16 R", "HGMMA.64x128x16.F32.BF16 R"), 3),
         # a data mask: the block table's classes read from shared memory steer the loops;
         # the hot one is the loop of tiles run whole (64-key tiles, 2.9 slots per HMMA.16816)
         (
@@ -644,8 +867,16 @@ def test_compiles_to_tma_and_wgmma_without_spills(
     ]
     mix = loop_mixes.loop_mix(sass.parse_sass(loop))
     assert mix.slots_per_mma < most
+    assert (
+        spec != "attn_d96" or len(re.findall(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, gdesc", loop)) == 6
+    )
     est = plan.kernels[0].instructions
-    assert est is not None and est.tensor_flops == mix.tensor_flops
+    # the estimate counts the diagram's FLOPs, the loop a padded V's too (pricing takes the
+    # estimate's: loop_mixes.mixes_by_kernel)
+    at = read_attention(plan.kernels[0].family, plan.kernels[0].kernel, d, True)
+    useful = (at.d + at.d_v) / (at.d + padded_heads(at)[1])
+    assert est is not None and est.tensor_flops == useful * mix.tensor_flops
+    mix = dataclasses.replace(mix, tensor_flops=est.tensor_flops)
     if spec == "document_mask_attention":  # the model runs every tile with the rule (the
         assert est.slots_per_mma > mix.slots_per_mma  # data unknown): the masked loop's mix
     else:
