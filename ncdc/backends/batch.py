@@ -166,6 +166,9 @@ def _worker_init() -> None:
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
     """Cancel what is queued and end the workers now (on Ctrl-C or SIGTERM)."""
     processes = list(getattr(pool, "_processes", {}).values())
+    wakeup = getattr(pool, "_executor_manager_thread_wakeup", None)
+    if wakeup is not None:
+        _quiet_wakeup(wakeup)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         with contextlib.suppress(Exception):
@@ -189,3 +192,18 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
 
             with contextlib.suppress(Exception):
                 futures_process._threads_wakeups.pop(manager, None)  # type: ignore[attr-defined]
+
+
+def _quiet_wakeup(wakeup: Any) -> None:
+    """A stopped pool's wake-up of its manager thread, made silent where the pipe is closed
+    under it: concurrent.futures checks the pipe open, then writes, while the manager thread
+    may close it in between (the exit hook takes no lock), and the write's "Bad file
+    descriptor" printed a traceback after Ctrl-C on a loaded machine. Waking a pool that is
+    stopped does nothing, so an error there is dropped."""
+    send = wakeup.wakeup
+
+    def quiet() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            send()
+
+    wakeup.wakeup = quiet
