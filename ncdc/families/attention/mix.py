@@ -8,14 +8,16 @@ ptxas emits (tests/model/test_issue.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ncdc.families.attention.scores import (
     LOG2E,
     LOGIT_FORMS,
     fold_scales,
+    linear,
     logit_maps,
+    pair_identity,
     split_logit,
 )
 from ncdc.families.codegen import Statement
@@ -27,6 +29,7 @@ from ncdc.model.masks import mask_select, read_mask_rule, rule_band
 from ncdc.units import ceil_div
 
 if TYPE_CHECKING:
+    from ncdc.language.diagram import Op
     from ncdc.model.graph import Kernel
     from ncdc.model.launch import Candidate, Family
     from ncdc.model.structure import KernelModel
@@ -184,28 +187,40 @@ def issued_statements(model: KernelModel, base2: bool = True) -> list[str]:
     ops = [op for op in model.kernel.ops if op.kind in ("map", "binary", "index", "cast")]
     if not ops:
         return []
-    maps = logit_maps(model.kernel.ops, ops[-1].out)
+    made = _path_statements(ops, logit_maps(model.kernel.ops, ops[-1].out))
+    result = made[-1].out
+    if base2:
+        made.append(Statement("ncdc_log2", "op_mul", (result, f"{LOG2E!r}f")))
+        result = "ncdc_log2"
+    issued = _issued(fold_scales(made), [result])
+    if not base2:
+        return issued
+    logits = next((op.out for op in model.kernel.ops if op.kind == "contract"), None)
+    first = next((st for st in made if logits in st.args), None)
+    contracts = first is not None and first.fn in ("op_add", "op_sub")  # S x scale +- a: FFMA
+    return ([] if contracts else ["scale"]) + issued
+
+
+def _path_statements(ops: Sequence[Op], maps: frozenset[str]) -> list[Statement]:
+    """The score path's ops as statements over their operands (a tensor's value its name, a
+    constant its literal), the maps in `maps` in their logit forms."""
     made = []
     for op in ops:
         fn = "op_index" if op.kind == "index" else f"op_{op.fn}"
         fn = LOGIT_FORMS.get(fn, fn) if op.out in maps else fn
         args = tuple(o if isinstance(o, str) else f"{float(o)!r}f" for o in op.operands)
         made.append(Statement(op.out, fn, args))
-    result = made[-1].out
-    if base2:
-        made.append(Statement("ncdc_log2", "op_mul", (result, f"{LOG2E!r}f")))
-        result = "ncdc_log2"
-    live, issued = {result}, []
-    for st in reversed(fold_scales(made)):
+    return made
+
+
+def _issued(made: list[Statement], results: list[str]) -> list[str]:
+    """The op functions of `made` that `results` read, in order."""
+    live, issued = set(results), []
+    for st in reversed(made):
         if st.out in live:
             live.update(st.args)
             issued.append(st.fn.removeprefix("op_"))
-    if not base2:
-        return issued[::-1]
-    logits = next((op.out for op in model.kernel.ops if op.kind == "contract"), None)
-    first = next((st for st in made if logits in st.args), None)
-    contracts = first is not None and first.fn in ("op_add", "op_sub")  # S x scale +- a: FFMA
-    return ([] if contracts else ["scale"]) + issued[::-1]
+    return issued[::-1]
 
 
 def split_statements(
@@ -216,8 +231,6 @@ def split_statements(
     (None for the scaled logit alone, one FFMA with the key part; else the part times log2 e
     with the scale's multiply and the key part's add) and its key part per key, and whether
     the key part steps (linear in the key: a few instructions a tile)."""
-    from ncdc.families.codegen import Statement
-
     kernel = model.kernel
     soft = next((op for op in kernel.ops if op.kind == "softmax"), None)
     first = next((op for op in kernel.ops if op.kind == "contract"), None)
@@ -233,28 +246,10 @@ def split_statements(
     if parts is None:
         return None
     pair, key, row = parts
-    stepped = all(t.index or not t.base for t in key + row)
-
-    maps = logit_maps(kernel.ops, logits)
-
-    def issued(bases: list[str]) -> list[str]:
-        made = [
-            Statement(op.out, "op_index" if op.kind == "index" else
-                      LOGIT_FORMS.get(f"op_{op.fn}", f"op_{op.fn}") if op.out in maps else
-                      f"op_{op.fn}", tuple(o for o in op.operands if isinstance(o, str)))
-            for op in chain
-        ]  # fmt: skip
-        live, fns = set(bases), []
-        for st in reversed(made):
-            if st.out in live:
-                live.update(st.args)
-                fns.append(st.fn.removeprefix("op_"))
-        return fns[::-1]
-
-    identity = [(t.coef, t.factors, t.base) for t in pair] == [(1.0, (), first.out)]
-    pair_fns = None if identity else [*issued([t.base for t in pair]), "scale", "log2", "add"]
-    key_fns = [*issued([t.base for t in key]), *(["mul"] * len(key))]
-    return pair_fns, key_fns, stepped
+    made = _path_statements(chain, logit_maps(kernel.ops, logits))
+    pair_fns = [*_issued(made, [t.base for t in pair]), "scale", "log2", "add"]
+    key_fns = [*_issued(made, [t.base for t in key]), *(["mul"] * len(key))]
+    return (None if pair_identity(pair, first.out) else pair_fns), key_fns, linear(key, row)
 
 
 def attention_mix(

@@ -8,6 +8,7 @@ selects by. What the score path cannot run is refused with what to write instead
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -213,10 +214,10 @@ def _split(
     if parts is None:
         return None
     pair, key, row = parts
-    linear = all(t.index or not t.base for t in key + row)
+    stepped = linear(key, row)
     made: list[tuple[tuple[Statement, ...], str]] = []
     # the key part's coefficient of the position where it is linear: its terms' factors
-    step = [replace(t, base="") for t in key] if linear else []
+    step = [replace(t, base="") for t in key] if stepped else []
     for name, terms in zip(("pair", "key", "row", "step"), (*parts, step), strict=True):
         out: list[Statement] = []
         total = ""
@@ -239,15 +240,12 @@ def _split(
             out.append(Statement(f"ncdc_{name}", "op_id", ("0.0f",)))
             total = f"ncdc_{name}"
         made.append((tuple(_reads(statements, out)) + tuple(out), total))
-    identity = [(t.coef, t.factors, t.base) for t in pair] == [(1.0, (), first)]
     (ps, pr), (ks, kr), (rs, rr), (ss, sr) = made
-    return ScoreSplit(ps, pr, ks, kr, rs, rr, identity, linear, ss, sr)
+    return ScoreSplit(ps, pr, ks, kr, rs, rr, pair_identity(pair, first), stepped, ss, sr)
 
 
 def _reads(statements: Sequence[Statement], made: Sequence[Statement]) -> list[Statement]:
     """The path's statements whose values `made` reads, in order (what a part recomputes)."""
-    import re
-
     names = {st.out for st in statements}
     live = {n for st in made for a in st.args for n in re.findall(r"\bncdc_e_\w+", a)}
     needed = []
@@ -357,6 +355,17 @@ def split_logit(
     key = [t for t in found if t.over == {"x"}]
     row = [t for t in found if t not in pair and t not in key]
     return (pair, key, row) if key or row else None
+
+
+def pair_identity(pair: Sequence[LogitTerm], first: str) -> bool:
+    """Whether a split's pair part is the scaled logit `first` alone."""
+    return [(t.coef, t.factors, t.base) for t in pair] == [(1.0, (), first)]
+
+
+def linear(key: Sequence[LogitTerm], row: Sequence[LogitTerm]) -> bool:
+    """Whether a split's key and row parts are the positions times constants or per-head
+    values, or constants: linear in the positions (ScoreSplit.shift)."""
+    return all(t.index or not t.base for t in [*key, *row])
 
 
 # What the score path computes are logits, whose error counts in absolute terms (softmax
